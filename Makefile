@@ -1,0 +1,38 @@
+# chronolog: `make run` installs and starts the broker, `make test` installs and runs every test.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install install-test kcat run test bench compose-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test,spark]'
+	touch $@
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test kcat
+
+# kcat comes from Debian; the integration tests drive it as a real client.
+kcat:
+	@command -v kcat >/dev/null || { echo "installing kcat from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends kcat >/dev/null; }
+
+run: install
+	$(BIN)/chronolog serve --config config/server.properties \
+	  --override listeners=PLAINTEXT://127.0.0.1:9092 --override log.dirs=./data
+
+test: install-test
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info
