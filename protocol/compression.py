@@ -1,0 +1,207 @@
+"""Compression codecs of Kafka message sets (magic 0 and 1), as the Java client writes them.
+
+The compressed bytes are the value of a wrapper message; the decompressed bytes are a message
+set of inner entries. Layouts:
+
+- gzip: an RFC 1952 stream (Java's GZIPOutputStream). Several concatenated members are read as
+  one stream, as GZIPInputStream does.
+- snappy: xerial framing (what Kafka's Java client writes): a 16-byte header
+  ``0x82 'SNAPPY' 0x00, int32 version=1, int32 compat=1``, then blocks ``int32 length, raw snappy
+  block`` of at most 32 KiB of input each. librdkafka may send raw (unframed) snappy instead; both
+  are accepted on read, xerial is written.
+- lz4: an LZ4 frame with independent 64 KiB blocks, no content size, no checksums. The header
+  checksum byte HC is ``(xxh32(descriptor) >> 8) & 0xFF``; Kafka before KIP-57 hashed the 4 magic
+  bytes too, and magic-0 message sets keep that broken value. We write the broken HC for magic 0
+  and the correct one for magic 1; on read, magic 0 accepts any HC (Kafka ignores it there) and
+  magic 1 requires the correct one, as Kafka 0.10 does.
+
+Every failure to decode raises :class:`~protocol.errors.CorruptRecordError` carrying the byte
+offset of the wrapper message; no codec library exception escapes.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from enum import IntEnum
+
+import cramjam
+import lz4.frame
+
+from protocol.errors import CorruptRecordError
+
+__all__ = ["Codec", "compress", "decompress", "xxh32"]
+
+
+class Codec(IntEnum):
+    """Attribute bits 0-2 of a message: the codec of its value."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024  # xerial SnappyOutputStream's default block size
+_I32 = struct.Struct(">i")
+
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"  # 0x184D2204 little-endian
+
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def xxh32(data: bytes, seed: int = 0) -> int:
+    """XXH32 of ``data``; only used for the few bytes of an LZ4 frame descriptor."""
+    n = len(data)
+    i = 0
+    if n >= 16:
+        v1 = (seed + _P1 + _P2) & _M32
+        v2 = (seed + _P2) & _M32
+        v3 = seed & _M32
+        v4 = (seed - _P1) & _M32
+        while i + 16 <= n:
+            a, b, c, d = struct.unpack_from("<4I", data, i)
+            v1 = (_rotl((v1 + a * _P2) & _M32, 13) * _P1) & _M32
+            v2 = (_rotl((v2 + b * _P2) & _M32, 13) * _P1) & _M32
+            v3 = (_rotl((v3 + c * _P2) & _M32, 13) * _P1) & _M32
+            v4 = (_rotl((v4 + d * _P2) & _M32, 13) * _P1) & _M32
+            i += 16
+        h = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _M32
+    else:
+        h = (seed + _P5) & _M32
+    h = (h + n) & _M32
+    while i + 4 <= n:
+        (w,) = struct.unpack_from("<I", data, i)
+        h = (_rotl((h + w * _P3) & _M32, 17) * _P4) & _M32
+        i += 4
+    while i < n:
+        h = (_rotl((h + data[i] * _P5) & _M32, 11) * _P1) & _M32
+        i += 1
+    h ^= h >> 15
+    h = (h * _P2) & _M32
+    h ^= h >> 13
+    h = (h * _P3) & _M32
+    h ^= h >> 16
+    return h
+
+
+def _gzip_compress(data) -> bytes:
+    co = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return co.compress(data) + co.flush()
+
+
+def _gzip_decompress(data) -> bytes:
+    parts = []
+    rest = bytes(data)
+    while True:
+        d = zlib.decompressobj(31)
+        parts.append(d.decompress(rest))
+        if not d.eof:
+            raise ValueError("gzip stream is truncated")
+        rest = d.unused_data
+        # GZIPInputStream ignores trailing bytes that are not another member header.
+        if len(rest) < 2 or rest[:2] != b"\x1f\x8b":
+            return b"".join(parts)
+
+
+def _snappy_compress(data) -> bytes:
+    out = bytearray(_XERIAL_HEADER)
+    mv = memoryview(data)
+    for start in range(0, len(mv), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(mv[start:start + _XERIAL_BLOCK]))
+        out += _I32.pack(len(block))
+        out += block
+    return bytes(out)
+
+
+def _snappy_decompress(data) -> bytes:
+    data = bytes(data)
+    if not data.startswith(_XERIAL_MAGIC) or len(data) < 16:
+        return bytes(cramjam.snappy.decompress_raw(data))
+    parts = []
+    pos = 16
+    n = len(data)
+    while pos < n:
+        if data.startswith(_XERIAL_MAGIC, pos):  # concatenated xerial streams
+            pos += 16
+            continue
+        if pos + 4 > n:
+            raise ValueError(f"xerial snappy block length truncated at {pos}")
+        (length,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if length < 0 or pos + length > n:
+            raise ValueError(f"xerial snappy block of {length} bytes at {pos - 4} overruns "
+                             f"the {n}-byte stream")
+        parts.append(bytes(cramjam.snappy.decompress_raw(data[pos:pos + length])))
+        pos += length
+    return b"".join(parts)
+
+
+def _lz4_compress(data, magic: int) -> bytes:
+    frame = bytearray(lz4.frame.compress(
+        bytes(data), block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
+        content_checksum=False, store_size=False))
+    if magic == 0:
+        # Descriptor is magic(4) FLG BD HC; Kafka < 0.10 hashed the magic bytes too.
+        frame[6] = (xxh32(bytes(frame[0:6])) >> 8) & 0xFF
+    return bytes(frame)
+
+
+def _lz4_decompress(data, magic: int) -> bytes:
+    frame = bytearray(data)
+    if len(frame) < 7 or frame[0:4] != _LZ4_MAGIC:
+        raise ValueError("not an LZ4 frame (bad magic number)")
+    flg = frame[4]
+    hc_pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    if len(frame) <= hc_pos:
+        raise ValueError("LZ4 frame descriptor truncated")
+    correct = (xxh32(bytes(frame[4:hc_pos])) >> 8) & 0xFF
+    if frame[hc_pos] != correct:
+        if magic != 0:
+            broken = (xxh32(bytes(frame[0:hc_pos])) >> 8) & 0xFF
+            hint = (" (it is the pre-KIP-57 checksum, valid only in magic-0 message sets)"
+                    if frame[hc_pos] == broken else "")
+            raise ValueError(f"LZ4 frame header checksum 0x{frame[hc_pos]:02x} is wrong, "
+                             f"expected 0x{correct:02x}{hint}")
+        frame[hc_pos] = correct
+    return lz4.frame.decompress(bytes(frame))
+
+
+def compress(codec: Codec, data, magic: int) -> bytes:
+    """Compress ``data`` (an inner message set) as Kafka's Java client would for ``magic``."""
+    if codec == Codec.GZIP:
+        return _gzip_compress(data)
+    if codec == Codec.SNAPPY:
+        return _snappy_compress(data)
+    if codec == Codec.LZ4:
+        return _lz4_compress(data, magic)
+    raise ValueError(f"cannot compress with codec {codec!r}")
+
+
+def decompress(codec: int, data, magic: int, *, position: int = 0) -> bytes:
+    """Decompress a wrapper's value.
+
+    Raises :class:`CorruptRecordError` (``offset=position``, the wrapper's byte offset) for an
+    unknown codec or bytes the codec cannot decode.
+    """
+    try:
+        if codec == Codec.GZIP:
+            return _gzip_decompress(data)
+        if codec == Codec.SNAPPY:
+            return _snappy_decompress(data)
+        if codec == Codec.LZ4:
+            return _lz4_decompress(data, magic)
+    except Exception as exc:  # every codec library has its own error types
+        name = Codec(codec).name.lower()
+        raise CorruptRecordError(
+            f"message at byte {position}: cannot decompress its {name} value: {exc}",
+            offset=position) from exc
+    raise CorruptRecordError(
+        f"message at byte {position}: unknown compression codec {codec} in attributes",
+        offset=position)

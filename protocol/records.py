@@ -1,0 +1,461 @@
+"""Kafka message sets, magic 0 and 1: iterate, check, build and convert.
+
+Binary layout (all integers big-endian)::
+
+    entry   = offset int64, size int32, message[size]               12 + size bytes
+    message = crc uint32, magic int8, attributes int8,
+              [timestamp int64 if magic 1],
+              key_length int32, key, value_length int32, value      (length -1 = null)
+
+The CRC32 covers magic..end of the message, not the offset or size. Attributes: bits 0-2 codec
+(:class:`Codec`), bit 3 timestamp type (magic 1 only). Smallest message: 14 bytes (magic 0, null
+key and value); 22 for magic 1. A compressed message (the *wrapper*) has a null key and a value
+holding the compressed inner message set. Magic-1 inner offsets are relative, 0..n-1 when written
+by a 0.10 producer, and the wrapper carries the absolute offset of the last inner message (KIP-31);
+magic-0 inner offsets are absolute. A reader resolves them as
+``absolute = wrapper_offset - last_inner_offset + inner_offset``.
+
+The magic byte sits 16 bytes into an entry in every format (also in magic-2 record batches),
+so a newer batch is recognised and refused rather than misparsed.
+
+Buffers may be ``bytes``, ``bytearray``, ``memoryview`` or ``mmap``; iterators release their
+memoryview when they finish or are closed, so an mmap can be closed afterwards. Malformed input
+raises :class:`CorruptRecordError` with the byte offset of the bad entry; nothing else escapes.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Iterator, NamedTuple
+
+from protocol.compression import Codec, compress, decompress
+from protocol.errors import CorruptRecordError
+
+__all__ = [
+    "Codec", "TimestampType", "NO_TIMESTAMP", "LOG_OVERHEAD", "MIN_MESSAGE_SIZE",
+    "ShallowEntry", "Message", "iter_shallow", "check_entry", "iter_deep", "MessageSetBuilder",
+    "convert",
+]
+
+
+class TimestampType(IntEnum):
+    """Attribute bit 3 of a magic-1 message."""
+
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+NO_TIMESTAMP = -1
+LOG_OVERHEAD = 12
+MIN_MESSAGE_SIZE = 14
+# Message size without key and value bytes, by magic.
+_MESSAGE_OVERHEAD = (14, 22)
+# Offset of key_length from the start of an entry, by magic.
+_KEY_OFFSET = (LOG_OVERHEAD + 6, LOG_OVERHEAD + 14)
+_CODEC_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+
+_LOG_HEADER = struct.Struct(">qi")        # offset, size
+_MSG_HEADER = struct.Struct(">Ibb")       # crc, magic, attributes (at entry + 12)
+_ENTRY_V0 = struct.Struct(">qiIbb")       # 18 bytes
+_ENTRY_V1 = struct.Struct(">qiIbbq")      # 26 bytes
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+
+
+class ShallowEntry(NamedTuple):
+    """One top-level entry of a message set, read without CRC check or decompression.
+
+    ``position`` is where its 12-byte log overhead starts, ``size`` the message size (the
+    entry is ``12 + size`` bytes). ``timestamp`` is ``NO_TIMESTAMP`` unless magic is 1.
+    """
+
+    offset: int
+    position: int
+    size: int
+    magic: int
+    attributes: int
+    timestamp: int
+    crc: int
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & _CODEC_MASK
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        if self.magic >= 1 and self.attributes & _TIMESTAMP_TYPE_BIT:
+            return TimestampType.LOG_APPEND_TIME
+        return TimestampType.CREATE_TIME
+
+    @property
+    def next_position(self) -> int:
+        return self.position + LOG_OVERHEAD + self.size
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A logical message as a consumer sees it.
+
+    ``offset`` is absolute; ``timestamp``/``timestamp_type`` are the wrapper's when the wrapper
+    says LogAppendTime; magic-0 messages have ``NO_TIMESTAMP`` and ``CREATE_TIME``. ``codec``
+    is the codec of the wrapper the message came from (``NONE`` for a top-level message).
+    """
+
+    offset: int
+    timestamp: int
+    timestamp_type: TimestampType
+    key: bytes | None
+    value: bytes | None
+    magic: int
+    codec: Codec
+
+
+def _view(buf) -> memoryview:
+    mv = memoryview(buf)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    return mv
+
+
+def iter_shallow(buf, position: int = 0) -> Iterator[ShallowEntry]:
+    """Yield the top-level entries of ``buf`` from byte ``position``.
+
+    Stops silently at an incomplete trailing entry (fewer bytes left than its size says, as
+    fetch responses and crashed appends leave). Raises :class:`CorruptRecordError` for a size
+    below 14 bytes, or a magic-1 message too small to hold its timestamp. Other magics are
+    yielded (``timestamp`` -1) for the caller to refuse. No CRC check, no decompression.
+    """
+    mv = _view(buf)
+    try:
+        n = len(mv)
+        pos = position
+        unpack_log = _LOG_HEADER.unpack_from
+        unpack_msg = _MSG_HEADER.unpack_from
+        unpack_ts = _I64.unpack_from
+        while pos + LOG_OVERHEAD <= n:
+            offset, size = unpack_log(mv, pos)
+            if size < MIN_MESSAGE_SIZE:
+                raise CorruptRecordError(
+                    f"entry at byte {pos} (offset {offset}) has size {size}, below the "
+                    f"{MIN_MESSAGE_SIZE}-byte minimum message", offset=pos)
+            end = pos + LOG_OVERHEAD + size
+            if end > n:
+                return
+            crc, magic, attributes = unpack_msg(mv, pos + LOG_OVERHEAD)
+            if magic == 1:
+                if size < _MESSAGE_OVERHEAD[1]:
+                    raise CorruptRecordError(
+                        f"entry at byte {pos} (offset {offset}) has size {size}, below the "
+                        f"{_MESSAGE_OVERHEAD[1]}-byte minimum of a magic-1 message", offset=pos)
+                (timestamp,) = unpack_ts(mv, pos + 18)
+            else:
+                timestamp = NO_TIMESTAMP
+            yield ShallowEntry(offset, pos, size, magic, attributes, timestamp, crc)
+            pos = end
+    finally:
+        mv.release()
+
+
+def _check_structure(mv, pos: int, size: int, magic: int, offset: int) -> tuple[int, int, int, int]:
+    """Check that key and value lengths exactly fill the message; return (key_start, key_length,
+    value_start, value_length) with lengths -1 for null."""
+    end = pos + LOG_OVERHEAD + size
+    p = pos + _KEY_OFFSET[magic]
+    (klen,) = _I32.unpack_from(mv, p)
+    p += 4
+    if klen < -1 or p + max(klen, 0) + 4 > end:
+        raise CorruptRecordError(
+            f"entry at byte {pos} (offset {offset}): key length {klen} does not fit in the "
+            f"{size}-byte message", offset=pos)
+    kstart = p
+    p += max(klen, 0)
+    (vlen,) = _I32.unpack_from(mv, p)
+    p += 4
+    if vlen < -1 or p + max(vlen, 0) != end:
+        raise CorruptRecordError(
+            f"entry at byte {pos} (offset {offset}): value length {vlen} does not match the "
+            f"{size}-byte message ({end - p} bytes left for the value)", offset=pos)
+    return kstart, klen, p, vlen
+
+
+def _check(mv, entry: ShallowEntry, max_message_bytes: int | None) -> None:
+    pos, size, magic, offset = entry.position, entry.size, entry.magic, entry.offset
+    if magic not in (0, 1):
+        raise CorruptRecordError(
+            f"entry at byte {pos} (offset {offset}) has magic {magic}; only message format "
+            f"magic 0 and 1 are supported", offset=pos)
+    if size < _MESSAGE_OVERHEAD[magic]:
+        raise CorruptRecordError(
+            f"entry at byte {pos} (offset {offset}) has size {size}, below the "
+            f"{_MESSAGE_OVERHEAD[magic]}-byte minimum of a magic-{magic} message", offset=pos)
+    if max_message_bytes is not None and size > max_message_bytes:
+        raise CorruptRecordError(
+            f"entry at byte {pos} (offset {offset}) has size {size}, above max.message.bytes "
+            f"{max_message_bytes}", offset=pos)
+    end = pos + LOG_OVERHEAD + size
+    if end > len(mv):
+        raise CorruptRecordError(
+            f"entry at byte {pos} (offset {offset}) of size {size} is truncated: the buffer "
+            f"ends at byte {len(mv)}", offset=pos)
+    crc = zlib.crc32(mv[pos + 16:end])
+    if crc != entry.crc:
+        raise CorruptRecordError(
+            f"entry at byte {pos} (offset {offset}) fails its CRC check: stored "
+            f"0x{entry.crc:08x}, computed 0x{crc:08x}", offset=pos)
+    _check_structure(mv, pos, size, magic, offset)
+
+
+def check_entry(buf, entry: ShallowEntry, max_message_bytes: int) -> None:
+    """Raise :class:`CorruptRecordError` unless ``entry`` (from :func:`iter_shallow` over
+    ``buf``) is a sound magic-0/1 message: known magic, size within [minimum for its magic,
+    ``max_message_bytes``] (the message size, as Kafka's recovery compares it), fully inside
+    ``buf``, CRC matching, key and value lengths exactly filling the message.
+    Compressed values are not opened; :func:`iter_deep` does that.
+    """
+    mv = _view(buf)
+    try:
+        _check(mv, entry, max_message_bytes)
+    finally:
+        mv.release()
+
+
+def _inner_entries(mv, entry: ShallowEntry) -> tuple[bytes, list[ShallowEntry]]:
+    """Decompress a wrapper and return (inner bytes, inner entries), checking nesting rules."""
+    pos, offset, magic = entry.position, entry.offset, entry.magic
+    _, klen, vstart, vlen = _check_structure(mv, pos, entry.size, magic, offset)
+    if vlen < 0:
+        raise CorruptRecordError(
+            f"compressed message at byte {pos} (offset {offset}) has a null value", offset=pos)
+    inner = decompress(entry.codec, mv[vstart:vstart + vlen], magic, position=pos)
+    try:
+        entries = list(iter_shallow(inner))
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(
+            f"compressed message at byte {pos} (offset {offset}): inner {exc}",
+            offset=pos) from exc
+    consumed = entries[-1].next_position if entries else 0
+    if consumed != len(inner):
+        raise CorruptRecordError(
+            f"compressed message at byte {pos} (offset {offset}): decompressed inner message "
+            f"set has {len(inner) - consumed} trailing bytes of an incomplete entry "
+            f"at inner byte {consumed}", offset=pos)
+    if not entries:
+        raise CorruptRecordError(
+            f"compressed message at byte {pos} (offset {offset}) holds no messages", offset=pos)
+    for e in entries:
+        if e.codec != Codec.NONE:
+            raise CorruptRecordError(
+                f"compressed message at byte {pos} (offset {offset}) holds a compressed inner "
+                f"message at inner byte {e.position}; only one level of compression is legal",
+                offset=pos)
+        if e.magic != magic:
+            raise CorruptRecordError(
+                f"compressed message at byte {pos} (offset {offset}) has magic {magic} but its "
+                f"inner message at inner byte {e.position} has magic {e.magic}", offset=pos)
+    return inner, entries
+
+
+def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[tuple]:
+    """Yield (offset, timestamp, timestamp_type, key, value, magic, codec, inner_attrs,
+    inner_offset_as_stored) for one shallow entry."""
+    magic = entry.magic
+    if magic not in (0, 1):
+        _check(mv, entry, None)  # raises with the magic in the message
+    codec = entry.codec
+    if codec == Codec.NONE:
+        if check_crc:
+            _check(mv, entry, None)
+        kstart, klen, vstart, vlen = _check_structure(mv, entry.position, entry.size, magic,
+                                                      entry.offset)
+        key = None if klen < 0 else mv[kstart:kstart + klen].tobytes()
+        value = None if vlen < 0 else mv[vstart:vstart + vlen].tobytes()
+        yield (entry.offset, entry.timestamp, entry.timestamp_type, key, value, magic,
+               Codec.NONE, entry.attributes, entry.offset)
+        return
+    if codec > Codec.LZ4:
+        raise CorruptRecordError(
+            f"message at byte {entry.position} (offset {entry.offset}): unknown compression "
+            f"codec {codec} in attributes", offset=entry.position)
+    if check_crc:
+        _check(mv, entry, None)
+    inner, entries = _inner_entries(mv, entry)
+    wrapper_lat = entry.timestamp_type == TimestampType.LOG_APPEND_TIME
+    base = entry.offset - entries[-1].offset if magic == 1 else 0
+    imv = memoryview(inner)
+    for e in entries:
+        if check_crc:
+            try:
+                _check(imv, e, None)
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(
+                    f"compressed message at byte {entry.position} (offset {entry.offset}): "
+                    f"inner {exc}", offset=entry.position) from exc
+        kstart, klen, vstart, vlen = _check_structure(imv, e.position, e.size, magic, e.offset)
+        key = None if klen < 0 else imv[kstart:kstart + klen].tobytes()
+        value = None if vlen < 0 else imv[vstart:vstart + vlen].tobytes()
+        if wrapper_lat:
+            ts, tst = entry.timestamp, TimestampType.LOG_APPEND_TIME
+        else:
+            ts, tst = e.timestamp, e.timestamp_type
+        yield (base + e.offset, ts, tst, key, value, magic, Codec(codec), e.attributes, e.offset)
+
+
+def iter_deep(buf, position: int = 0) -> Iterator[Message]:
+    """Yield every logical message of ``buf`` from byte ``position``, decompressing wrappers.
+
+    Offsets are absolute (KIP-31 relative offsets resolved); a LogAppendTime wrapper's
+    timestamp and type are applied to its inner messages. Raises :class:`CorruptRecordError`
+    for an unknown magic or codec, undecodable compression, nested compression, inner magic
+    different from the wrapper's, or key/value lengths not matching the message size. CRCs are
+    not checked (see :func:`check_entry`); an incomplete trailing top-level entry is skipped.
+    """
+    mv = _view(buf)
+    try:
+        for entry in iter_shallow(mv, position):
+            for t in _deep(mv, entry, False):
+                yield Message(t[0], t[1], t[2], t[3], t[4], t[5], t[6])
+    finally:
+        mv.release()
+
+
+def _append_message(out: bytearray, offset: int, magic: int, attributes: int, timestamp: int,
+                    key, value) -> None:
+    """Append one entry to ``out`` with a correct CRC."""
+    klen = -1 if key is None else len(key)
+    vlen = -1 if value is None else len(value)
+    size = _MESSAGE_OVERHEAD[magic] + max(klen, 0) + max(vlen, 0)
+    start = len(out)
+    if magic == 0:
+        out += _ENTRY_V0.pack(offset, size, 0, 0, attributes)
+    else:
+        out += _ENTRY_V1.pack(offset, size, 0, 1, attributes, timestamp)
+    out += _I32.pack(klen)
+    if klen > 0:
+        out += key
+    out += _I32.pack(vlen)
+    if vlen > 0:
+        out += value
+    _U32.pack_into(out, start + 12, zlib.crc32(memoryview(out)[start + 16:]))
+
+
+def _build(messages, magic: int, codec: Codec, wrapper_type: TimestampType,
+           wrapper_timestamp: int | None) -> bytes:
+    """Encode ``messages`` = [(absolute offset, timestamp, inner attributes, key, value)].
+
+    Uncompressed: one entry each, attributes as given. Compressed: one wrapper whose offset is
+    the last absolute offset, magic-1 inner offsets relative to the first message, wrapper
+    timestamp ``wrapper_timestamp`` (default: the largest inner timestamp), type bit from
+    ``wrapper_type``.
+    """
+    out = bytearray()
+    if not messages:
+        return b""
+    if codec == Codec.NONE:
+        for offset, ts, attrs, key, value in messages:
+            _append_message(out, offset, magic, attrs, ts, key, value)
+        return bytes(out)
+    first = messages[0][0]
+    for offset, ts, attrs, key, value in messages:
+        _append_message(out, offset - first if magic == 1 else offset, magic, attrs, ts,
+                        key, value)
+    if wrapper_timestamp is None:
+        wrapper_timestamp = max(m[1] for m in messages) if magic == 1 else NO_TIMESTAMP
+    attrs = int(codec)
+    if magic == 1 and wrapper_type == TimestampType.LOG_APPEND_TIME:
+        attrs |= _TIMESTAMP_TYPE_BIT
+    wrapper = bytearray()
+    _append_message(wrapper, messages[-1][0], magic, attrs, wrapper_timestamp, None,
+                    compress(codec, out, magic))
+    return bytes(wrapper)
+
+
+class MessageSetBuilder:
+    """Accumulate messages and encode them as one message set.
+
+    Offsets are ``base_offset, base_offset + 1, ...``. With a codec the set becomes one wrapper
+    (offset of the last message; magic-1 inner offsets 0..n-1; timestamp the largest inner
+    timestamp). With ``LOG_APPEND_TIME`` the type bit goes on each uncompressed message or on
+    the wrapper only, as a broker writes it; the given timestamps are taken as the append time.
+    Magic 0 ignores timestamps.
+    """
+
+    def __init__(self, magic: int = 1, codec: Codec = Codec.NONE,
+                 timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+                 base_offset: int = 0) -> None:
+        if magic not in (0, 1):
+            raise ValueError(f"magic must be 0 or 1, not {magic}")
+        if magic == 0 and timestamp_type != TimestampType.CREATE_TIME:
+            raise ValueError("magic-0 messages have no timestamp type")
+        self.magic = magic
+        self.codec = Codec(codec)
+        self.timestamp_type = TimestampType(timestamp_type)
+        self.base_offset = base_offset
+        self._messages: list[tuple] = []
+
+    def append(self, value: bytes | None, key: bytes | None = None,
+               timestamp: int = NO_TIMESTAMP) -> int:
+        """Add a message; return the offset it will have."""
+        for name, v in (("value", value), ("key", key)):
+            if v is not None and not isinstance(v, (bytes, bytearray, memoryview)):
+                raise TypeError(f"{name} must be bytes or None, not {type(v).__name__}")
+        offset = self.base_offset + len(self._messages)
+        if self.magic == 0:
+            timestamp = NO_TIMESTAMP
+        attrs = 0
+        if (self.codec == Codec.NONE and self.magic == 1
+                and self.timestamp_type == TimestampType.LOG_APPEND_TIME):
+            attrs = _TIMESTAMP_TYPE_BIT
+        self._messages.append((offset, timestamp, attrs,
+                               None if key is None else bytes(key),
+                               None if value is None else bytes(value)))
+        return offset
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def build(self) -> bytes:
+        """The encoded set (empty bytes when nothing was appended)."""
+        return _build(self._messages, self.magic, self.codec, self.timestamp_type, None)
+
+
+def _converted(t: tuple, to_magic: int, timestamp: int) -> tuple:
+    """A deep-message tuple from :func:`_deep` (of another magic) as a _build input at
+    ``to_magic``: up-conversion gets ``timestamp``, down-conversion drops the timestamp and
+    its type bit."""
+    offset, _ts, _tst, key, value, _magic, _codec, attrs, _ = t
+    return (offset, timestamp if to_magic == 1 else NO_TIMESTAMP,
+            attrs & ~(_TIMESTAMP_TYPE_BIT | _CODEC_MASK), key, value)
+
+
+def convert(buf, to_magic: int) -> bytes:
+    """Return ``buf`` with every message in format ``to_magic`` (0 or 1).
+
+    Entries already at ``to_magic`` are copied unchanged. An uncompressed message is rewritten
+    alone; a wrapper is decompressed, its inner messages converted and recompressed with the
+    same codec into one wrapper at the same offset. Up-conversion gives timestamps -1
+    (CreateTime); down-conversion drops timestamps and LogAppendTime. An incomplete trailing
+    entry is kept as is, so a reader still sees that a larger message follows.
+    Raises :class:`CorruptRecordError` for anything :func:`iter_deep` refuses or a bad CRC.
+    """
+    if to_magic not in (0, 1):
+        raise ValueError(f"to_magic must be 0 or 1, not {to_magic}")
+    mv = _view(buf)
+    try:
+        out = bytearray()
+        end = 0
+        for entry in iter_shallow(mv):
+            end = entry.next_position
+            if entry.magic == to_magic:
+                _check(mv, entry, None)
+                out += mv[entry.position:end]
+                continue
+            msgs = [_converted(t, to_magic, NO_TIMESTAMP) for t in _deep(mv, entry, True)]
+            out += _build(msgs, to_magic, Codec(entry.codec), TimestampType.CREATE_TIME, None)
+        out += mv[end:]
+        return bytes(out)
+    finally:
+        mv.release()
