@@ -95,3 +95,8 @@ class UnsupportedVersionError(ProtocolError):
 class CorruptRecordError(ProtocolError):
     """Raised when a message set entry is invalid: bad size, CRC mismatch, unknown magic,
     undecodable compression, or an illegal nesting of compressed messages."""
+
+
+class BodyEncodeError(ProtocolError):
+    """Raised when a body given to encode does not fit its schema (missing field, value out of
+    range, wrong type): a bug in the caller, reported before any byte is produced."""

@@ -1,0 +1,120 @@
+"""Api keys, the versions this broker implements, and the wire-level value types.
+
+Everything here is plain data: frozen dataclasses and enums, no I/O.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from protocol.errors import ErrorCode
+
+__all__ = [
+    "ApiKey", "SUPPORTED_VERSIONS", "RequestHeader", "Request", "Response", "FileRegion",
+    "api_versions_body",
+]
+
+
+class ApiKey(IntEnum):
+    """Kafka api keys (Protocol.java / ApiKeys.java) of the apis this broker implements."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+
+
+# (min, max) per api: exactly the versions protocol.schemas implements (checked at import there).
+# ApiVersions answers from this table.
+SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.PRODUCE: (0, 2),
+    ApiKey.FETCH: (0, 3),
+    ApiKey.LIST_OFFSETS: (0, 1),
+    ApiKey.METADATA: (0, 2),
+    ApiKey.OFFSET_COMMIT: (0, 2),
+    ApiKey.OFFSET_FETCH: (0, 1),
+    ApiKey.FIND_COORDINATOR: (0, 0),
+    ApiKey.JOIN_GROUP: (0, 1),
+    ApiKey.HEARTBEAT: (0, 0),
+    ApiKey.LEAVE_GROUP: (0, 0),
+    ApiKey.SYNC_GROUP: (0, 0),
+    ApiKey.DESCRIBE_GROUPS: (0, 0),
+    ApiKey.LIST_GROUPS: (0, 0),
+    ApiKey.API_VERSIONS: (0, 0),
+    ApiKey.CREATE_TOPICS: (0, 0),
+    ApiKey.DELETE_TOPICS: (0, 0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """Request header v1 (v2 for flexible ApiVersions, whose tagged fields are skipped).
+
+    ``client_id`` is None when the client sent a null string.
+    """
+
+    api_key: ApiKey
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One decoded request. ``body`` is a construct Container, or None for an ApiVersions
+    request at a version above the supported one (answer it with ``api_versions_body(
+    ErrorCode.UNSUPPORTED_VERSION)``; ``ServerConnection.send`` then uses the v0 layout)."""
+
+    header: RequestHeader
+    body: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """One decoded response, matched to its request by correlation id."""
+
+    correlation_id: int
+    api_key: ApiKey
+    api_version: int
+    body: Any
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """``length`` bytes of ``source`` starting at ``position``, to be sent with sendfile().
+
+    ``source`` is opaque here (the broker passes a file descriptor or file object).
+    """
+
+    source: Any
+    position: int
+    length: int
+
+    def __post_init__(self) -> None:
+        if self.position < 0 or self.length < 0:
+            raise ValueError(f"FileRegion needs position >= 0 and length >= 0, "
+                             f"got position={self.position} length={self.length}")
+
+
+def api_versions_body(error_code: int = ErrorCode.NONE) -> dict:
+    """The ApiVersions v0 response body advertising :data:`SUPPORTED_VERSIONS`."""
+    return {
+        "error_code": int(error_code),
+        "api_versions": [
+            {"api_key": int(key), "min_version": lo, "max_version": hi}
+            for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+        ],
+    }

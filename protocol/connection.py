@@ -1,0 +1,294 @@
+"""Sans-IO connection state machines: bytes in, requests/responses out (h11 style).
+
+Wire framing (all big-endian)::
+
+    frame           = size:int32  payload[size]
+    request payload = api_key:int16 api_version:int16 correlation_id:int32
+                      client_id:nullable_string(int16 length)  [tagged fields, header v2]  body
+    response payload= correlation_id:int32 body
+
+Request header v1 is what every supported api uses. Clients probe ApiVersions v3/v4 with header
+v2 (tagged fields after client_id, then a flexible body); for ApiVersions above v0 we read the
+four classic fields and ignore the rest, and answer with the v0 layout (error 35), which is what
+kafka-python and librdkafka expect before retrying with v0.
+
+Error offsets are byte indices into the frame, counting its 4-byte size prefix.
+"""
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+from protocol.api import SUPPORTED_VERSIONS, ApiKey, Request, RequestHeader, Response
+from protocol.errors import (
+    BodyEncodeError,
+    FrameTooLargeError,
+    MalformedFrameError,
+    UnsupportedApiError,
+    UnsupportedVersionError,
+)
+from protocol.schemas import (
+    REQUEST_SCHEMAS,
+    decode_request_body,
+    decode_response_body,
+    encode_request_body,
+    encode_response_chunks,
+)
+
+__all__ = ["ServerConnection", "ClientConnection", "DEFAULT_MAX_FRAME_BYTES"]
+
+DEFAULT_MAX_FRAME_BYTES = 104857600  # Kafka's socket.request.max.bytes
+
+_INT32 = struct.Struct(">i")
+# api_key int16, api_version int16, correlation_id int32, client_id length int16: 10 bytes.
+_REQUEST_HEAD = struct.Struct(">hhih")
+# size int32 + correlation_id int32: the response frame prefix.
+_RESPONSE_HEAD = struct.Struct(">ii")
+_KNOWN_KEYS = frozenset(int(k) for k in ApiKey)
+# Compact the receive buffer once this many consumed bytes sit in front of it.
+_COMPACT_AT = 1 << 16
+
+
+class _FrameBuffer:
+    """Accumulates bytes and hands out complete frames as (buffer, start, end) ranges.
+
+    The size prefix is checked as soon as its 4 bytes are in: a frame above ``max_frame_bytes``
+    is refused before any of its payload is waited for.
+    """
+
+    def __init__(self, max_frame_bytes: int, what: str) -> None:
+        if max_frame_bytes < 0:
+            raise ValueError(f"max_frame_bytes must be >= 0, got {max_frame_bytes}")
+        self.max_frame_bytes = max_frame_bytes
+        self._what = what
+        self._buf = bytearray()
+        self._pos = 0
+
+    def feed(self, data) -> None:
+        self._buf += data
+
+    def next_frame(self) -> tuple[bytearray, int, int] | None:
+        """The next complete frame as ``(buf, payload_start, end)``, or None if incomplete.
+
+        The range stays valid until the next call (which may compact the buffer).
+        """
+        buf, pos = self._buf, self._pos
+        if pos and (pos >= _COMPACT_AT or pos == len(buf)):
+            del buf[:pos]
+            self._pos = pos = 0
+        if len(buf) - pos < 4:
+            return None
+        (size,) = _INT32.unpack_from(buf, pos)
+        if size < 0:
+            self._discard()
+            raise MalformedFrameError(f"{self._what} frame size {size} is negative", offset=0)
+        if size > self.max_frame_bytes:
+            self._discard()
+            raise FrameTooLargeError(f"{self._what} frame of {size} bytes exceeds the maximum of "
+                                     f"{self.max_frame_bytes}; closing the connection",
+                                     offset=0)
+        end = pos + 4 + size
+        if len(buf) < end:
+            if pos:
+                del buf[:pos]
+                self._pos = 0
+            return None
+        self._pos = end
+        return buf, pos, end
+
+    def _discard(self) -> None:
+        # The stream cannot be resynchronised after a bad size; free what we hold.
+        self._buf = bytearray()
+        self._pos = 0
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._pos
+
+
+class ServerConnection:
+    """The broker side of one client connection.
+
+    Feed received bytes to :meth:`receive_data` and iterate the requests it yields; encode each
+    answer with :meth:`send` or :meth:`send_chunks`. No I/O, no clocks. After any exception from
+    :meth:`receive_data` the byte stream is unusable and the connection must be closed. Memory
+    held is at most one partial frame (bounded by ``max_request_bytes``) plus unread input.
+    """
+
+    def __init__(self, max_request_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._frames = _FrameBuffer(max_request_bytes, "request")
+
+    @property
+    def max_request_bytes(self) -> int:
+        return self._frames.max_frame_bytes
+
+    def receive_data(self, data: bytes) -> Iterator[Request]:
+        """Buffer ``data`` and return an iterator over every request now complete, in order.
+
+        The iterator raises FrameTooLargeError, MalformedFrameError, UnsupportedApiError or
+        UnsupportedVersionError at the first bad frame, after yielding the good ones before it.
+        """
+        self._frames.feed(data)
+        return self._requests()
+
+    def _requests(self) -> Iterator[Request]:
+        while (frame := self._frames.next_frame()) is not None:
+            yield _decode_request(*frame)
+
+    def send(self, request: Request, body) -> bytes:
+        """The response frame for ``request`` as bytes.
+
+        Raises BodyEncodeError if ``body`` does not fit the response schema (or holds a
+        FileRegion: use :meth:`send_chunks`).
+        """
+        chunks = self.send_chunks(request, body)
+        if len(chunks) == 1:
+            return chunks[0]
+        if not all(isinstance(c, bytes) for c in chunks):
+            raise BodyEncodeError("response holds a FileRegion; use send_chunks",
+                                  api_key=request.header.api_key,
+                                  api_version=request.header.api_version)
+        return b"".join(chunks)
+
+    def send_chunks(self, request: Request, body) -> list:
+        """The response frame for ``request`` as ``list[bytes | FileRegion]`` in wire order.
+
+        Only a Fetch response's ``record_set`` may be a FileRegion; the size prefix counts its
+        length. ApiVersions requests above v0 are answered in the v0 layout.
+        """
+        header = request.header
+        version = header.api_version
+        if header.api_key == ApiKey.API_VERSIONS and request.body is None:
+            version = 0
+        chunks, total = encode_response_chunks(header.api_key, version, body)
+        prefix = _RESPONSE_HEAD.pack(4 + total, header.correlation_id)
+        chunks[0] = prefix + chunks[0] if chunks and isinstance(chunks[0], bytes) else prefix
+        return chunks
+
+
+def _decode_request(buf, start: int, end: int) -> Request:
+    view = memoryview(buf)[start:end]
+    try:
+        return _decode_request_view(view)
+    finally:
+        view.release()
+
+
+def _decode_request_view(frame: memoryview) -> Request:
+    end = len(frame)
+    if end < 4 + _REQUEST_HEAD.size:
+        raise MalformedFrameError(f"request frame of {end - 4} bytes is shorter than the "
+                                  f"{_REQUEST_HEAD.size}-byte request header", offset=4)
+    api_key, version, correlation_id, id_len = _REQUEST_HEAD.unpack_from(frame, 4)
+    pos = 4 + _REQUEST_HEAD.size
+    if api_key not in _KNOWN_KEYS:
+        raise UnsupportedApiError(f"api key {api_key} (version {version}, correlation id "
+                                  f"{correlation_id}) is not implemented by this broker",
+                                  api_key=api_key, api_version=version, offset=4)
+    key = ApiKey(api_key)
+    if id_len < -1 or id_len > end - pos:
+        raise MalformedFrameError(f"{key.name} v{version} request: client_id length {id_len} "
+                                  f"is invalid for the {end - pos} bytes left", api_key=key,
+                                  api_version=version, offset=pos - 2)
+    if id_len == -1:
+        client_id = None
+    else:
+        try:
+            client_id = str(frame[pos:pos + id_len], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedFrameError(f"{key.name} v{version} request: client_id is not valid "
+                                      f"UTF-8", api_key=key, api_version=version,
+                                      offset=pos + exc.start) from None
+        pos += id_len
+    header = RequestHeader(key, version, correlation_id, client_id)
+    if (key, version) not in REQUEST_SCHEMAS:
+        if key == ApiKey.API_VERSIONS and version > 0:
+            # Newer clients probe with v3/v4 (header v2, flexible body): answer error 35, v0.
+            return Request(header, None)
+        lo, hi = SUPPORTED_VERSIONS[key]
+        raise UnsupportedVersionError(f"{key.name} v{version} is not supported (this broker "
+                                      f"implements v{lo}-v{hi})", api_key=key,
+                                      api_version=version, offset=6)
+    return Request(header, decode_request_body(key, version, frame, pos, end))
+
+
+class ClientConnection:
+    """The client side of one connection, for tests, tools, benchmarks and the Spark source.
+
+    :meth:`request` encodes a request and remembers its api and version under a fresh
+    correlation id; :meth:`receive_data` decodes the responses. Produce requests with acks=0 get
+    no response and are not remembered.
+    """
+
+    def __init__(self, client_id: str | None = "chronolog",
+                 max_response_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.client_id = client_id
+        if client_id is None:
+            self._client_id = b"\xff\xff"
+        else:
+            raw = client_id.encode("utf-8")
+            if len(raw) > 0x7FFF:
+                raise ValueError(f"client_id of {len(raw)} bytes exceeds 32767")
+            self._client_id = struct.pack(">h", len(raw)) + raw
+        self._frames = _FrameBuffer(max_response_bytes, "response")
+        self._next_correlation_id = 0
+        self._pending: dict[int, tuple[ApiKey, int]] = {}
+
+    @property
+    def pending(self) -> int:
+        """How many requests still await their response."""
+        return len(self._pending)
+
+    def request(self, api_key: int, api_version: int, body) -> tuple[int, bytes]:
+        """Encode a request frame; returns ``(correlation_id, frame bytes)``.
+
+        Raises UnsupportedApiError / UnsupportedVersionError for an api or version not in the
+        schema table, BodyEncodeError if ``body`` does not fit the schema.
+        """
+        if api_key not in _KNOWN_KEYS:
+            raise UnsupportedApiError(f"api key {api_key} has no schema", api_key=api_key,
+                                      api_version=api_version)
+        key = ApiKey(api_key)
+        if (key, api_version) not in REQUEST_SCHEMAS:
+            raise UnsupportedVersionError(f"{key.name} v{api_version} has no schema",
+                                          api_key=key, api_version=api_version)
+        payload = encode_request_body(key, api_version, body)
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+        head = struct.pack(">hhi", key, api_version, correlation_id) + self._client_id
+        frame = _INT32.pack(len(head) + len(payload)) + head + payload
+        if not (key == ApiKey.PRODUCE and body["acks"] == 0):
+            self._pending[correlation_id] = (key, api_version)
+        return correlation_id, frame
+
+    def receive_data(self, data: bytes) -> Iterator[Response]:
+        """Buffer ``data`` and return an iterator over every response now complete, in order.
+
+        Raises FrameTooLargeError or MalformedFrameError (also for a correlation id that matches
+        no outstanding request); the connection is unusable afterwards.
+        """
+        self._frames.feed(data)
+        return self._responses()
+
+    def _responses(self) -> Iterator[Response]:
+        while (frame := self._frames.next_frame()) is not None:
+            buf, start, end = frame
+            view = memoryview(buf)[start:end]
+            try:
+                response = self._decode_response(view)
+            finally:
+                view.release()
+            yield response
+
+    def _decode_response(self, frame: memoryview) -> Response:
+        if len(frame) < 8:
+            raise MalformedFrameError(f"response frame of {len(frame) - 4} bytes has no "
+                                      f"correlation id", offset=4)
+        (correlation_id,) = _INT32.unpack_from(frame, 4)
+        try:
+            key, version = self._pending.pop(correlation_id)
+        except KeyError:
+            raise MalformedFrameError(f"response correlation id {correlation_id} matches no "
+                                      f"outstanding request", offset=4) from None
+        body = decode_response_body(key, version, frame, 8, len(frame))
+        return Response(correlation_id, key, version, body)
