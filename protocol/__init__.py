@@ -1,5 +1,5 @@
 """chronolog's Kafka wire protocol, sans-IO: framing, headers, schemas, connection objects,
-error codes (and message sets, once records.py lands). See docs/interfaces.md."""
+error codes and message sets (magic 0 and 1). See docs/interfaces.md."""
 from protocol.api import (
     SUPPORTED_VERSIONS,
     ApiKey,
@@ -20,6 +20,20 @@ from protocol.errors import (
     UnsupportedApiError,
     UnsupportedVersionError,
 )
+from protocol.records import (
+    LOG_OVERHEAD,
+    MIN_MESSAGE_SIZE,
+    NO_TIMESTAMP,
+    Codec,
+    Message,
+    MessageSetBuilder,
+    ShallowEntry,
+    TimestampType,
+    check_entry,
+    convert,
+    iter_deep,
+    iter_shallow,
+)
 from protocol.schemas import REQUEST_SCHEMAS, RESPONSE_SCHEMAS
 
 __all__ = [
@@ -28,4 +42,6 @@ __all__ = [
     "BodyEncodeError", "CorruptRecordError", "ErrorCode", "FrameTooLargeError",
     "MalformedFrameError", "ProtocolError", "UnsupportedApiError", "UnsupportedVersionError",
     "REQUEST_SCHEMAS", "RESPONSE_SCHEMAS",
+    "LOG_OVERHEAD", "MIN_MESSAGE_SIZE", "NO_TIMESTAMP", "Codec", "Message", "MessageSetBuilder",
+    "ShallowEntry", "TimestampType", "check_entry", "convert", "iter_deep", "iter_shallow",
 ]
