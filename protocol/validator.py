@@ -1,0 +1,376 @@
+"""Produce-side validation of one partition's message set (Kafka 0.10.1's LogValidator rules).
+
+Pure functions: the topic's settings, the next offset and the current time are parameters.
+The steps, in order (any failure rejects the whole set, nothing is accepted):
+
+1. Shallow pass: magic above 1 (e.g. aiokafka's magic-2 batches) -> CORRUPT_MESSAGE; entry
+   (12 + size) above max.message.bytes -> MESSAGE_TOO_LARGE; size below the minimum, bad CRC or
+   key/value lengths not filling the message -> CORRUPT_MESSAGE. An incomplete trailing entry is
+   trimmed; nothing complete -> a result with zero messages.
+2. Per message (inner messages for wrappers, whose CRCs are checked too): a producer claiming
+   LogAppendTime (bit 3 on a message or wrapper) -> INVALID_TIMESTAMP; on a CreateTime topic of
+   magic 1, ``|timestamp - now| > max_timestamp_difference_ms`` -> INVALID_TIMESTAMP (messages
+   without a timestamp, -1, are exempt, as in later Kafka: 0.10.1 rejected every up-converted
+   magic-0 message under a small limit); null key on a compacted topic -> CORRUPT_MESSAGE.
+   Compressed inner messages that are compressed or of another magic -> CORRUPT_MESSAGE.
+3. Offsets assigned from ``next_offset``. Uncompressed sets whose magics match the topic are
+   rewritten in place (offsets; under LogAppendTime also timestamp, bit 3, CRC). Compressed sets
+   are rewritten in place (wrapper offset, timestamp, attributes, CRC only; the payload is never
+   recompressed) when the source codec equals the target, the topic magic is 1, every entry is a
+   magic-1 wrapper and each wrapper's inner offsets are exactly 0..n-1. Otherwise every message
+   is converted to the topic's magic and recompressed into one wrapper with the target codec.
+   Entries made bigger by conversion are checked against max.message.bytes again.
+
+Result metadata: ``max_timestamp`` (magic 1: the largest timestamp, or ``now`` under
+LogAppendTime; -1 at magic 0 or when no message has one) and ``offset_of_max_timestamp`` (the
+shallow offset holding it, as Kafka's time index wants: the first uncompressed message with that
+timestamp, or the wrapper's offset, i.e. the last inner offset; ``last_offset`` when
+``max_timestamp`` is -1).
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+from protocol.compression import Codec
+from protocol.errors import CorruptRecordError, ErrorCode
+from protocol.records import (
+    LOG_OVERHEAD, NO_TIMESTAMP, TimestampType, _build, _check, _deep, _view, iter_shallow,
+)
+
+__all__ = ["TopicSettings", "ValidatedRecords", "Rejected", "validate_produce"]
+
+_TIMESTAMP_TYPE_BIT = 0x08
+_CODEC_MASK = 0x07
+_ENTRY_V1 = struct.Struct(">qiIbbq")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_B = struct.Struct(">b")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """The topic configs the validator applies (Kafka names: message.format.version ->
+    ``magic``, message.timestamp.type, message.timestamp.difference.max.ms,
+    max.message.bytes, compression.type (None = "producer"), cleanup.policy=compact)."""
+
+    magic: int = 1
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME
+    max_timestamp_difference_ms: int = 2 ** 63 - 1
+    max_message_bytes: int = 1000012
+    target_codec: Codec | None = None
+    compacted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedRecords:
+    """A validated set ready to append: ``buffer`` holds the final offsets and CRCs.
+
+    With ``message_count`` 0 (nothing complete was sent) the buffer is empty and
+    ``first_offset`` / ``last_offset`` are -1; there is nothing to append.
+    ``log_append_time`` is the time written under LogAppendTime, else -1.
+    """
+
+    buffer: bytes
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    message_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """The whole set is refused with ``error``; ``reason`` says what was wrong for a person
+    (the broker adds topic and partition)."""
+
+    error: ErrorCode
+    reason: str
+
+
+class _RejectError(Exception):
+    """Raised inside the validator to abandon the set; turned into :class:`Rejected`."""
+
+    def __init__(self, error: ErrorCode, reason: str) -> None:
+        super().__init__(reason)
+        self.error = error
+        self.reason = reason
+
+
+_EMPTY = ValidatedRecords(b"", -1, -1, NO_TIMESTAMP, -1, -1, 0)
+
+
+def validate_produce(buf, settings: TopicSettings, *, next_offset: int,
+                     now_ms: int) -> ValidatedRecords | Rejected:
+    """Validate a producer's message set for one partition and assign offsets from
+    ``next_offset``; see the module docstring for the rules. Never raises for bad input:
+    malformed bytes come back as ``Rejected(CORRUPT_MESSAGE, ...)``. ``buf`` is not modified.
+    """
+    mv = _view(buf)
+    try:
+        if (settings.magic == 1 and settings.timestamp_type == TimestampType.CREATE_TIME
+                and not settings.target_codec and not settings.compacted):
+            fast = _fast_create_time_v1(mv, settings, next_offset, now_ms)
+            if fast is not None:
+                return fast
+        return _validate(mv, settings, next_offset, now_ms)
+    except _RejectError as exc:
+        return Rejected(exc.error, exc.reason)
+    except CorruptRecordError as exc:
+        return Rejected(ErrorCode.CORRUPT_MESSAGE, str(exc))
+    finally:
+        mv.release()
+
+
+def _fast_create_time_v1(mv, settings: TopicSettings, next_offset: int,
+                         now_ms: int) -> ValidatedRecords | None:
+    """The common case (uncompressed magic-1 CreateTime messages into a magic-1 topic) with
+    only offsets to rewrite: one copy, one CRC per message, no per-message objects. Returns
+    None at the first thing it does not handle (anything unusual or wrong, or a trailing
+    partial entry), leaving the precise answer to the general path."""
+    out = bytearray(mv)
+    omv = memoryview(out)
+    try:
+        n = len(out)
+        pos = 0
+        off = next_offset
+        max_ts = NO_TIMESTAMP
+        max_off = -1
+        diff = settings.max_timestamp_difference_ms
+        lo, hi = now_ms - diff, now_ms + diff
+        max_size = settings.max_message_bytes - LOG_OVERHEAD
+        unpack = _ENTRY_V1.unpack_from
+        unpack_i32 = _I32.unpack_from
+        pack_offset = _I64.pack_into
+        crc32 = zlib.crc32
+        while pos + 26 <= n:
+            _, size, crc, magic, attrs, ts = unpack(out, pos)
+            end = pos + LOG_OVERHEAD + size
+            if end > n or magic != 1 or attrs != 0 or size < 22 or size > max_size:
+                return None
+            if crc32(omv[pos + 16:end]) != crc:
+                return None
+            if (ts < lo or ts > hi) and ts != NO_TIMESTAMP:
+                return None
+            if ts > max_ts:
+                max_ts = ts
+                max_off = off
+            (klen,) = unpack_i32(out, pos + 26)
+            if klen < -1:
+                return None
+            (vlen,) = unpack_i32(out, pos + 30 + (klen if klen > 0 else 0))
+            if vlen < -1 or (pos + 34 + (klen if klen > 0 else 0)
+                             + (vlen if vlen > 0 else 0)) != end:
+                return None
+            pack_offset(out, pos, off)
+            off += 1
+            pos = end
+        if pos != n or off == next_offset:
+            return None
+    finally:
+        omv.release()
+    last = off - 1
+    return ValidatedRecords(bytes(out), next_offset, last, max_ts,
+                            max_off if max_ts != NO_TIMESTAMP else last, -1, off - next_offset)
+
+
+def _entry_name(entry, index: int) -> str:
+    return f"message {index} at byte {entry.position}"
+
+
+def _shallow_pass(mv, settings: TopicSettings) -> list:
+    entries = []
+    for index, entry in enumerate(iter_shallow(mv)):
+        if entry.magic not in (0, 1):
+            raise _RejectError(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"{_entry_name(entry, index)} has magic {entry.magic}: this broker stores "
+                f"message format magic 0 and 1 only (Kafka 0.10); magic-2 record batches need "
+                f"Produce v3+, configure the client for broker version 0.10")
+        if LOG_OVERHEAD + entry.size > settings.max_message_bytes:
+            raise _RejectError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"{_entry_name(entry, index)} is {LOG_OVERHEAD + entry.size} bytes, above "
+                f"max.message.bytes {settings.max_message_bytes}")
+        _check(mv, entry, None)
+        if entry.codec > Codec.LZ4:
+            raise _RejectError(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"{_entry_name(entry, index)} has unknown compression codec {entry.codec} "
+                f"in its attributes")
+        entries.append(entry)
+    return entries
+
+
+def _check_message(settings: TopicSettings, now_ms: int, where: str, magic: int, attrs: int,
+                   timestamp: int, key_is_null: bool, wrapper_attrs: int = 0) -> None:
+    if magic == 1 and (attrs | wrapper_attrs) & _TIMESTAMP_TYPE_BIT:
+        raise _RejectError(
+            ErrorCode.INVALID_TIMESTAMP,
+            f"{where} claims LogAppendTime; producers must send CreateTime (attribute bit 3 "
+            f"clear), the broker sets LogAppendTime")
+    if (magic == 1 and settings.magic == 1
+            and settings.timestamp_type == TimestampType.CREATE_TIME
+            and timestamp != NO_TIMESTAMP
+            and abs(timestamp - now_ms) > settings.max_timestamp_difference_ms):
+        raise _RejectError(
+            ErrorCode.INVALID_TIMESTAMP,
+            f"{where} has timestamp {timestamp}, more than "
+            f"message.timestamp.difference.max.ms={settings.max_timestamp_difference_ms} away "
+            f"from the broker's time {now_ms}")
+    if settings.compacted and key_is_null:
+        raise _RejectError(
+            ErrorCode.CORRUPT_MESSAGE,
+            f"{where} has a null key; a compacted topic accepts only keyed messages")
+
+
+def _validate(mv, settings: TopicSettings, next_offset: int, now_ms: int):
+    entries = _shallow_pass(mv, settings)
+    if not entries:
+        return _EMPTY
+    source = Codec.NONE
+    for e in entries:
+        if e.codec != Codec.NONE:  # Kafka takes the last codec seen
+            source = Codec(e.codec)
+    target = source if settings.target_codec is None else Codec(settings.target_codec)
+    lat = settings.magic == 1 and settings.timestamp_type == TimestampType.LOG_APPEND_TIME
+    if source == Codec.NONE and target == Codec.NONE:
+        return _uncompressed(mv, entries, settings, next_offset, now_ms, lat)
+    return _compressed(mv, entries, settings, next_offset, now_ms, lat, source, target)
+
+
+def _uncompressed(mv, entries, settings, next_offset, now_ms, lat):
+    key_offsets = (LOG_OVERHEAD + 6, LOG_OVERHEAD + 14)
+    for index, e in enumerate(entries):
+        (klen,) = _I32.unpack_from(mv, e.position + key_offsets[e.magic])
+        _check_message(settings, now_ms, _entry_name(e, index), e.magic, e.attributes,
+                       e.timestamp, klen < 0)
+    last = next_offset + len(entries) - 1
+    if any(e.magic != settings.magic for e in entries):
+        msgs = []
+        for index, t in enumerate(t for e in entries for t in _deep(mv, e, False)):
+            offset, ts, _tst, key, value, magic, _codec, attrs, _ = t
+            if settings.magic == 0:
+                ts = NO_TIMESTAMP
+            elif lat:
+                ts = now_ms
+            elif magic == 0:
+                ts = NO_TIMESTAMP
+            attrs = (attrs & ~(_TIMESTAMP_TYPE_BIT | _CODEC_MASK)) | (
+                _TIMESTAMP_TYPE_BIT if lat else 0)
+            msgs.append((next_offset + index, ts, attrs, key, value))
+        out = _build(msgs, settings.magic, Codec.NONE, settings.timestamp_type, None)
+        _recheck_sizes(out, settings)
+        return _result(out, next_offset, last, msgs, settings, now_ms, lat, compressed=False)
+    end = entries[-1].next_position
+    out = bytearray(mv[:end])
+    off = next_offset
+    max_ts, max_off = NO_TIMESTAMP, last
+    for e in entries:
+        p = e.position
+        _I64.pack_into(out, p, off)
+        if lat:
+            _I64.pack_into(out, p + 18, now_ms)
+            _B.pack_into(out, p + 17, e.attributes | _TIMESTAMP_TYPE_BIT)
+            _U32.pack_into(out, p + 12, zlib.crc32(memoryview(out)[p + 16:p + 12 + e.size]))
+        elif settings.magic == 1 and e.timestamp > max_ts:
+            max_ts, max_off = e.timestamp, off
+        off += 1
+    if lat:
+        max_ts, max_off = now_ms, next_offset
+    return ValidatedRecords(bytes(out), next_offset, last, max_ts, max_off,
+                            now_ms if lat else -1, len(entries))
+
+
+def _compressed(mv, entries, settings, next_offset, now_ms, lat, source, target):
+    in_place = (source == target and settings.magic == 1
+                and all(e.magic == 1 and e.codec != Codec.NONE for e in entries))
+    msgs = []          # (offset, timestamp, attributes, key, value) for a rebuild
+    wrappers = []      # (entry, inner count, max inner timestamp) for in-place
+    index = 0
+    for e in entries:
+        count = 0
+        wrapper_max = NO_TIMESTAMP
+        for t in _deep(mv, e, True):
+            _offset, ts, _tst, key, value, magic, _codec, attrs, stored = t
+            where = (f"message {index} (inner message {count} of the wrapper at byte "
+                     f"{e.position})" if e.codec else _entry_name(e, index))
+            _check_message(settings, now_ms, where, magic, attrs, ts, key is None,
+                           e.attributes if e.codec else 0)
+            if stored != count:
+                in_place = False
+            if magic == 1 and ts > wrapper_max:
+                wrapper_max = ts
+            if settings.magic == 0 or (magic == 0 and not lat):
+                ts = NO_TIMESTAMP
+            elif magic == 0:
+                ts = now_ms
+            msgs.append((next_offset + index, ts,
+                         attrs & ~(_TIMESTAMP_TYPE_BIT | _CODEC_MASK), key, value))
+            count += 1
+            index += 1
+        wrappers.append((e, count, wrapper_max))
+    last = next_offset + index - 1
+    if in_place:
+        return _compressed_in_place(mv, wrappers, settings, next_offset, last, now_ms, lat)
+    if target == Codec.NONE:
+        if lat:
+            msgs = [(o, now_ms, a | _TIMESTAMP_TYPE_BIT, k, v) for o, _ts, a, k, v in msgs]
+        out = _build(msgs, settings.magic, Codec.NONE, settings.timestamp_type, None)
+        _recheck_sizes(out, settings)
+        return _result(out, next_offset, last, msgs, settings, now_ms, lat, compressed=False)
+    out = _build(msgs, settings.magic, target, settings.timestamp_type, now_ms if lat else None)
+    _recheck_sizes(out, settings)
+    return _result(out, next_offset, last, msgs, settings, now_ms, lat, compressed=True)
+
+
+def _compressed_in_place(mv, wrappers, settings, next_offset, last, now_ms, lat):
+    out = bytearray(mv[:wrappers[-1][0].next_position])
+    off = next_offset
+    max_ts, max_off = NO_TIMESTAMP, last
+    for e, count, wrapper_max in wrappers:
+        off += count
+        p = e.position
+        _I64.pack_into(out, p, off - 1)
+        ts = now_ms if lat else wrapper_max
+        attrs = (e.attributes & ~_TIMESTAMP_TYPE_BIT) | (_TIMESTAMP_TYPE_BIT if lat else 0)
+        if ts != e.timestamp or attrs != e.attributes:
+            _I64.pack_into(out, p + 18, ts)
+            _B.pack_into(out, p + 17, attrs)
+            _U32.pack_into(out, p + 12, zlib.crc32(memoryview(out)[p + 16:p + 12 + e.size]))
+        if not lat and wrapper_max > max_ts:
+            max_ts, max_off = wrapper_max, off - 1
+    if lat:
+        max_ts, max_off = now_ms, last
+    return ValidatedRecords(bytes(out), next_offset, last, max_ts, max_off,
+                            now_ms if lat else -1, last - next_offset + 1)
+
+
+def _recheck_sizes(out: bytes, settings: TopicSettings) -> None:
+    """Conversion and recompression change sizes; Kafka re-checks them against the limit."""
+    for entry in iter_shallow(out):
+        if LOG_OVERHEAD + entry.size > settings.max_message_bytes:
+            raise _RejectError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"after conversion to magic {settings.magic} and compression "
+                f"{'none' if entry.codec == 0 else Codec(entry.codec).name.lower()}, the entry "
+                f"at offset {entry.offset} is {LOG_OVERHEAD + entry.size} bytes, above "
+                f"max.message.bytes {settings.max_message_bytes}")
+
+
+def _result(out, first, last, msgs, settings, now_ms, lat, *, compressed: bool):
+    if lat:
+        return ValidatedRecords(out, first, last, now_ms, last if compressed else first, now_ms,
+                                len(msgs))
+    max_ts, max_off = NO_TIMESTAMP, last
+    if settings.magic == 1:
+        for offset, ts, _a, _k, _v in msgs:
+            if ts > max_ts:
+                max_ts, max_off = ts, offset
+        if compressed:
+            max_off = last
+    return ValidatedRecords(out, first, last, max_ts, max_off if max_ts != NO_TIMESTAMP else last,
+                            -1, len(msgs))
