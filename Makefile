@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test kcat run test bench compose-test clean
+.PHONY: install install-test kcat run test bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-install-test: $(VENV)/.installed-test kcat
+install-test: $(VENV)/.installed-test kcat docker-compose
 
 # kcat comes from Debian; the integration tests drive it as a real client.
 kcat:
@@ -36,3 +36,13 @@ test: install-test
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# Debian's docker-compose: tests/docker checks docker/docker-compose.yml with `docker-compose config`.
+docker-compose:
+	@command -v docker-compose >/dev/null || { echo "installing docker-compose from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; }
+
+# The broker and the integration tests in containers (docker/docker-compose.yml). Prepares this host
+# to run them with rootful podman first (needs root); exits with the test-runner's status.
+compose-test:
+	docker/compose-test.sh

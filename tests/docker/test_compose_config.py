@@ -1,0 +1,82 @@
+"""docker/docker-compose.yml as Debian's docker-compose resolves it (`docker-compose config`):
+the services, the wiring the integration tests depend on, and the base-image switch."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "docker" / "docker-compose.yml"
+
+pytestmark = pytest.mark.skipif(shutil.which("docker-compose") is None,
+                                reason="docker-compose not installed (`make install-test` installs it)")
+
+
+def _config(**env) -> dict:
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("CHRONOLOG_BASE_IMAGE", "CHRONOLOG_DOCKER_SOCKET")}
+    result = subprocess.run(["docker-compose", "-f", str(COMPOSE_FILE), "config"],
+                            capture_output=True, text=True, timeout=60, env={**environ, **env})
+    assert result.returncode == 0, f"docker-compose config failed:\n{result.stderr}"
+    return yaml.safe_load(result.stdout)
+
+
+def _overrides(command: list[str]) -> dict[str, str]:
+    values = [command[i + 1] for i, arg in enumerate(command) if arg == "--override"]
+    return dict(v.split("=", 1) for v in values)
+
+
+def test_services_and_named_data_volume():
+    config = _config()
+    assert set(config["services"]) == {"broker", "test-runner"}
+    assert "chronolog-data" in config["volumes"]
+    broker = config["services"]["broker"]
+    log_dirs = _overrides(broker["command"])["log.dirs"]
+    assert f"chronolog-data:{log_dirs}:rw" in broker["volumes"]
+
+
+def test_broker_listens_in_the_network_and_advertises_its_service_name():
+    broker = _config()["services"]["broker"]
+    command = broker["command"]
+    assert command[:2] == ["chronolog", "serve"]
+    overrides = _overrides(command)
+    assert overrides["listeners"] == "PLAINTEXT://0.0.0.0:9092"
+    assert overrides["advertised.listeners"] == "PLAINTEXT://broker:9092"
+
+
+def test_healthcheck_is_a_kafka_request_and_the_runner_waits_for_it():
+    config = _config()
+    test = config["services"]["broker"]["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "chronolog", "health"]
+    assert test[test.index("--bootstrap") + 1] == "127.0.0.1:9092"
+    runner = config["services"]["test-runner"]
+    assert runner["depends_on"] == {"broker": {"condition": "service_healthy"}}
+    assert runner["environment"]["CHRONOLOG_BOOTSTRAP"] == "broker:9092"
+
+
+def test_runner_gets_the_docker_api_socket_it_is_told_about():
+    runner = _config()["services"]["test-runner"]
+    inside = runner["environment"]["CHRONOLOG_DOCKER_SOCKET"]
+    assert f"/var/run/docker.sock:{inside}:rw" in runner["volumes"]
+    runner = _config(CHRONOLOG_DOCKER_SOCKET="/tmp/x/podman.sock")["services"]["test-runner"]
+    assert f"/tmp/x/podman.sock:{inside}:rw" in runner["volumes"]
+
+
+def test_base_image_defaults_to_official_python_and_can_be_switched():
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    targets = set(re.findall(r"^FROM \S+ AS (\S+)$", dockerfile, re.MULTILINE))
+    for base, env in [("python:3.11-slim", {}), ("localhost/localbase",
+                                                  {"CHRONOLOG_BASE_IMAGE": "localhost/localbase"})]:
+        for name, service in _config(**env)["services"].items():
+            build = service["build"]
+            assert build["args"] == {"BASE": base}, name
+            assert (Path(build["context"]) / build["dockerfile"]).resolve() == \
+                (ROOT / "docker" / "Dockerfile").resolve()
+            assert build["target"] in targets, name
+    assert "ARG BASE=python:3.11-slim" in dockerfile
