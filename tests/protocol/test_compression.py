@@ -1,0 +1,88 @@
+"""Codecs against kafka-python's codec module, python-snappy and xxhash as oracles."""
+from __future__ import annotations
+
+import gzip
+import struct
+
+import cramjam
+import lz4.frame
+import pytest
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka import codec as kp
+
+from protocol.compression import Codec, compress, decompress, xxh32
+from protocol.errors import CorruptRecordError
+
+PAYLOADS = [b"", b"a", b"hello world" * 10, bytes(range(256)) * 300]  # 300 spans xerial blocks
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=80), st.integers(0, 2 ** 32 - 1))
+def test_xxh32_matches_xxhash(data, seed):
+    assert xxh32(data, seed) == xxhash.xxh32_intdigest(data, seed)
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_gzip_interop(payload):
+    ours = compress(Codec.GZIP, payload, 1)
+    assert gzip.decompress(ours) == payload
+    assert kp.gzip_decode(ours) == payload
+    assert decompress(Codec.GZIP, kp.gzip_encode(payload), 1) == payload
+    # concatenated members read as one stream, like GZIPInputStream
+    assert decompress(Codec.GZIP, gzip.compress(payload) + gzip.compress(b"tail"), 1) == (
+        payload + b"tail")
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_snappy_writes_xerial_and_reads_both_framings(payload):
+    ours = compress(Codec.SNAPPY, payload, 1)
+    assert ours[:16] == b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    if payload:  # kafka-python takes a bare 16-byte header for raw snappy
+        assert kp.snappy_decode(ours) == payload
+    assert decompress(Codec.SNAPPY, kp.snappy_encode(payload), 1) == payload
+    raw = kp.snappy_encode(payload, xerial_compatible=False)  # librdkafka may send this
+    assert decompress(Codec.SNAPPY, raw, 0) == payload
+    if len(payload) > 32 * 1024:
+        (first,) = struct.unpack_from(">i", ours, 16)
+        assert len(cramjam.snappy.decompress_raw(ours[20:20 + first])) == 32 * 1024
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_lz4_magic0_uses_kafkas_broken_header_checksum(payload):
+    ours = compress(Codec.LZ4, payload, 0)
+    assert ours[6] == (xxhash.xxh32_intdigest(ours[0:6]) >> 8) & 0xFF
+    assert kp.lz4_decode_old_kafka(ours) == payload
+    assert decompress(Codec.LZ4, kp.lz4_encode_old_kafka(payload), 0) == payload
+    # magic 0 readers ignore HC, so a correct (KIP-57) frame is accepted there too
+    assert decompress(Codec.LZ4, kp.lz4_encode(payload), 0) == payload
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_lz4_magic1_is_a_standard_frame(payload):
+    ours = compress(Codec.LZ4, payload, 1)
+    assert lz4.frame.decompress(ours) == payload
+    info = lz4.frame.get_frame_info(ours)
+    assert info["block_linked"] is False and info["content_checksum"] is False
+    assert decompress(Codec.LZ4, kp.lz4_encode(payload), 1) == payload
+    with pytest.raises(CorruptRecordError, match="pre-KIP-57"):
+        decompress(Codec.LZ4, kp.lz4_encode_old_kafka(payload), 1, position=40)
+
+
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.SNAPPY, Codec.LZ4])
+@pytest.mark.parametrize("magic", [0, 1])
+def test_garbage_raises_corrupt_record_error_with_position(codec, magic):
+    good = compress(codec, b"payload" * 100, magic)
+    bads = [b"", good[:len(good) // 2], good[:8] + b"\xff" * 30]
+    if codec != Codec.SNAPPY:
+        bads.append(b"\x00")  # a valid raw snappy stream of nothing
+    for bad in bads:
+        with pytest.raises(CorruptRecordError) as info:
+            decompress(codec, bad, magic, position=123)
+        assert info.value.offset == 123
+
+
+def test_unknown_codec_is_corrupt():
+    with pytest.raises(CorruptRecordError, match="unknown compression codec 5"):
+        decompress(5, b"x", 1, position=7)
