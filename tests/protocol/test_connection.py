@@ -1,0 +1,292 @@
+"""ServerConnection / ClientConnection: framing under arbitrary splits, pipelining, refusal of
+oversized frames, header edge cases and the ApiVersions v3/v4 (header v2) fallback."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from protocol import (
+    ApiKey,
+    BodyEncodeError,
+    ClientConnection,
+    ErrorCode,
+    FileRegion,
+    FrameTooLargeError,
+    MalformedFrameError,
+    Request,
+    RequestHeader,
+    ServerConnection,
+    SUPPORTED_VERSIONS,
+    UnsupportedApiError,
+    UnsupportedVersionError,
+    api_versions_body,
+)
+
+PRODUCE_BODY = {"acks": -1, "timeout": 1500, "topic_data": [
+    {"topic": "events", "data": [{"partition": 0, "record_set": b"\x00" * 30},
+                                 {"partition": 3, "record_set": b"msgset"}]},
+    {"topic": "t\u00e9", "data": []}]}
+FETCH_BODY = {"replica_id": -1, "max_wait_time": 500, "min_bytes": 1, "max_bytes": 52428800,
+              "topics": [{"topic": "events", "partitions": [
+                  {"partition": 0, "fetch_offset": 42, "max_bytes": 1048576}]}]}
+METADATA_BODY = {"topics": None}
+
+
+def _frames():
+    client = ClientConnection("split-test")
+    return [client.request(ApiKey.PRODUCE, 2, PRODUCE_BODY)[1],
+            client.request(ApiKey.FETCH, 3, FETCH_BODY)[1],
+            client.request(ApiKey.METADATA, 1, METADATA_BODY)[1],
+            client.request(ApiKey.API_VERSIONS, 0, {})[1]]
+
+
+def _check(requests):
+    assert [r.header.api_key for r in requests] == [ApiKey.PRODUCE, ApiKey.FETCH,
+                                                    ApiKey.METADATA, ApiKey.API_VERSIONS]
+    assert [r.header.correlation_id for r in requests] == [0, 1, 2, 3]
+    assert all(r.header.client_id == "split-test" for r in requests)
+    produce = requests[0].body
+    assert produce.acks == -1 and produce.timeout == 1500
+    assert produce.topic_data[0].data[1].record_set == b"msgset"
+    assert produce.topic_data[1].topic == "t\u00e9"
+    assert requests[1].body.topics[0].partitions[0].fetch_offset == 42
+    assert requests[2].body.topics is None
+
+
+def test_pipelined_frames_in_one_read():
+    server = ServerConnection()
+    _check(list(server.receive_data(b"".join(_frames()))))
+
+
+def test_split_at_every_byte_boundary():
+    stream = b"".join(_frames())
+    for cut in range(len(stream) + 1):
+        server = ServerConnection()
+        got = list(server.receive_data(stream[:cut])) + list(server.receive_data(stream[cut:]))
+        _check(got)
+
+
+def test_one_byte_at_a_time():
+    server = ServerConnection()
+    got = []
+    for i, byte in enumerate(b"".join(_frames())):
+        got.extend(server.receive_data(bytes([byte])))
+    _check(got)
+
+
+def test_two_cuts_everywhere_in_first_frames():
+    stream = b"".join(_frames()[:2])
+    for a in range(0, len(stream), 3):
+        for b in range(a, len(stream), 7):
+            server = ServerConnection()
+            got = []
+            for part in (stream[:a], stream[a:b], stream[b:]):
+                got.extend(server.receive_data(part))
+            assert [r.header.correlation_id for r in got] == [0, 1]
+            assert got[0].body.topic_data[0].data[0].record_set == b"\x00" * 30
+
+
+def test_interleaved_iteration_keeps_order():
+    # A caller may feed more bytes before draining the previous iterator.
+    frames = _frames()
+    server = ServerConnection()
+    first = server.receive_data(frames[0] + frames[1][:5])
+    second = server.receive_data(frames[1][5:] + frames[2] + frames[3])
+    got = [next(first)] + list(second) + list(first)
+    _check(got)
+
+
+def test_oversize_frame_refused_from_its_size_prefix():
+    server = ServerConnection(max_request_bytes=1000)
+    ok = _frames()[2]
+    with pytest.raises(FrameTooLargeError) as info:
+        # Only the 4-byte prefix of the big frame has arrived: refusal must not wait for more.
+        for request in server.receive_data(ok + struct.pack(">i", 1001)):
+            assert request.header.api_key == ApiKey.METADATA
+    assert "1001" in str(info.value) and "1000" in str(info.value)
+
+
+def test_frame_exactly_at_the_limit_is_accepted():
+    frame = _frames()[0]
+    server = ServerConnection(max_request_bytes=len(frame) - 4)
+    assert len(list(server.receive_data(frame))) == 1
+    server = ServerConnection(max_request_bytes=len(frame) - 5)
+    with pytest.raises(FrameTooLargeError):
+        list(server.receive_data(frame))
+
+
+def test_good_requests_are_yielded_before_the_bad_frame():
+    frames = _frames()
+    bad = struct.pack(">ihhih", 10, 4, 0, 9, -1)  # LeaderAndIsr: not implemented
+    got = []
+    with pytest.raises(UnsupportedApiError) as info:
+        for request in ServerConnection().receive_data(frames[0] + frames[1] + bad + frames[2]):
+            got.append(request)
+    assert [r.header.correlation_id for r in got] == [0, 1]
+    assert info.value.api_key == 4 and info.value.offset == 4
+
+
+def test_unsupported_version_of_known_api():
+    frame = struct.pack(">ihhih", 10, ApiKey.FETCH, 4, 7, -1)
+    with pytest.raises(UnsupportedVersionError) as info:
+        list(ServerConnection().receive_data(frame))
+    assert info.value.api_key == ApiKey.FETCH and info.value.api_version == 4
+    assert "v0-v3" in str(info.value)
+
+
+def test_negative_version_is_unsupported():
+    frame = struct.pack(">ihhih", 10, ApiKey.API_VERSIONS, -1, 7, -1)
+    with pytest.raises(UnsupportedVersionError):
+        list(ServerConnection().receive_data(frame))
+
+
+@pytest.mark.parametrize("frame,offset", [
+    (struct.pack(">i", -5), 0),
+    (struct.pack(">i", 3) + b"\x00\x03\x00", 4),
+    (struct.pack(">ihhih", 10, ApiKey.METADATA, 1, 1, 5), 12),
+    (struct.pack(">ihhih", 12, ApiKey.METADATA, 1, 1, 2) + b"\xc3\x28", 14),
+    (struct.pack(">ihhih", 10, ApiKey.METADATA, 1, 1, -2), 12),
+])
+def test_malformed_headers(frame, offset):
+    with pytest.raises(MalformedFrameError) as info:
+        list(ServerConnection().receive_data(frame))
+    assert info.value.offset == offset
+
+
+def test_trailing_garbage_inside_frame():
+    frame = bytearray(_frames()[2])
+    frame += b"\x00\x01"
+    struct.pack_into(">i", frame, 0, len(frame) - 4)
+    with pytest.raises(MalformedFrameError) as info:
+        list(ServerConnection().receive_data(bytes(frame)))
+    assert "2 unexpected bytes" in str(info.value)
+    assert info.value.offset == len(frame) - 2
+    assert info.value.api_key == ApiKey.METADATA and info.value.api_version == 1
+
+
+def test_null_client_id_header():
+    frame = struct.pack(">ihhih", 14, ApiKey.METADATA, 0, 99, -1) + b"\x00\x00\x00\x00"
+    (request,) = ServerConnection().receive_data(frame)
+    assert request.header == RequestHeader(ApiKey.METADATA, 0, 99, None)
+    assert request.body.topics == []
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_api_versions_above_v0_gets_v0_error_35(version):
+    """kafka-python's own ApiVersionsRequest (header v2 and a flexible body for v3/v4)."""
+    probe = ApiVersionsRequest(client_software_name="kafka-python",
+                               client_software_version="3.0.12")
+    probe.with_header(correlation_id=1234, client_id="kafka-python-producer-1")
+    wire = bytes(probe.encode(version=version, header=True, framed=True))
+    server = ServerConnection()
+    (request,) = server.receive_data(wire)
+    assert request.body is None
+    assert request.header == RequestHeader(ApiKey.API_VERSIONS, version, 1234,
+                                           "kafka-python-producer-1")
+    answer = server.send(request, api_versions_body(ErrorCode.UNSUPPORTED_VERSION))
+    # Exactly: size, correlation id, error 35, api list in v0 layout (no tagged fields,
+    # no throttle time).
+    entries = b"".join(struct.pack(">hhh", k, lo, hi)
+                       for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items()))
+    body = struct.pack(">hi", 35, len(SUPPORTED_VERSIONS)) + entries
+    assert answer == struct.pack(">ii", 4 + len(body), 1234) + body
+    # kafka-python reads it as a v0 response (what it does after a failed probe).
+    decoded = ApiVersionsResponse.decode(answer, version=0, header=True, framed=True)
+    assert decoded.error_code == 35
+    assert {(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys} == {
+        (int(k), lo, hi) for k, (lo, hi) in SUPPORTED_VERSIONS.items()}
+
+
+def test_librdkafka_style_v3_probe_then_v0_on_same_connection():
+    probe = ApiVersionsRequest(client_software_name="librdkafka", client_software_version="2.16")
+    probe.with_header(correlation_id=1, client_id="rdkafka")
+    retry = ApiVersionsRequest()
+    retry.with_header(correlation_id=2, client_id="rdkafka")
+    wire = bytes(probe.encode(version=3, header=True, framed=True)) + bytes(
+        retry.encode(version=0, header=True, framed=True))
+    first, second = ServerConnection().receive_data(wire)
+    assert first.body is None and second.body == {}
+    assert second.header.api_version == 0 and second.header.correlation_id == 2
+
+
+def test_send_chunks_accounts_for_file_regions():
+    client = ClientConnection()
+    server = ServerConnection()
+    _, frame = client.request(ApiKey.FETCH, 3, FETCH_BODY)
+    (request,) = server.receive_data(frame)
+    region = FileRegion(source=7, position=4096, length=1234)
+    body = {"throttle_time_ms": 0, "responses": [{"topic": "events", "partition_responses": [
+        {"partition_header": {"partition": 0, "error_code": 0, "high_watermark": 99},
+         "record_set": region}]}]}
+    chunks = server.send_chunks(request, body)
+    assert chunks[-1] == region and len(chunks) == 2
+    (size, correlation_id) = struct.unpack_from(">ii", chunks[0])
+    assert size == len(chunks[0]) - 4 + region.length
+    assert correlation_id == request.header.correlation_id
+    # The client decodes the frame once the region's bytes are sent in its place.
+    (response,) = client.receive_data(chunks[0] + b"R" * 1234)
+    part = response.body.responses[0].partition_responses[0]
+    assert part.record_set == b"R" * 1234 and part.partition_header.high_watermark == 99
+    with pytest.raises(BodyEncodeError):
+        server.send(request, body)
+
+
+def test_send_returns_bytes_and_client_matches_correlation_ids():
+    client = ClientConnection("c")
+    server = ServerConnection()
+    ids = [client.request(ApiKey.HEARTBEAT, 0, {"group_id": "g", "group_generation_id": i,
+                                                "member_id": "m"}) for i in range(3)]
+    assert [i for i, _ in ids] == [0, 1, 2] and client.pending == 3
+    requests = list(server.receive_data(b"".join(f for _, f in ids)))
+    # Answer out of order: the client matches by correlation id.
+    wire = b"".join(server.send(r, {"error_code": r.body.group_generation_id})
+                    for r in reversed(requests))
+    responses = list(client.receive_data(wire))
+    assert [(r.correlation_id, r.body.error_code) for r in responses] == [(2, 2), (1, 1), (0, 0)]
+    assert all(r.api_key == ApiKey.HEARTBEAT and r.api_version == 0 for r in responses)
+    assert client.pending == 0
+
+
+def test_client_rejects_unknown_correlation_id():
+    client = ClientConnection()
+    with pytest.raises(MalformedFrameError) as info:
+        list(client.receive_data(struct.pack(">iih", 6, 77, 0)))
+    assert "77" in str(info.value)
+
+
+def test_acks_zero_produce_expects_no_response():
+    client = ClientConnection()
+    client.request(ApiKey.PRODUCE, 2, dict(PRODUCE_BODY, acks=0))
+    assert client.pending == 0
+
+
+def test_client_refuses_unknown_api_and_version():
+    client = ClientConnection()
+    with pytest.raises(UnsupportedApiError):
+        client.request(4, 0, {})
+    with pytest.raises(UnsupportedVersionError):
+        client.request(ApiKey.FETCH, 4, FETCH_BODY)
+    with pytest.raises(BodyEncodeError):
+        client.request(ApiKey.FETCH, 3, {"replica_id": -1})
+    assert client.pending == 0
+
+
+def test_request_is_frozen():
+    request = Request(RequestHeader(ApiKey.METADATA, 1, 0, "x"), None)
+    with pytest.raises(AttributeError):
+        request.body = {}  # type: ignore[misc]
+
+
+def test_large_frame_in_small_chunks_is_assembled():
+    client = ClientConnection()
+    body = {"acks": 1, "timeout": 10, "topic_data": [{"topic": "big", "data": [
+        {"partition": 0, "record_set": bytes(range(256)) * 4096}]}]}
+    _, frame = client.request(ApiKey.PRODUCE, 2, body)
+    server = ServerConnection()
+    got = []
+    for i in range(0, len(frame), 65536):
+        got.extend(server.receive_data(frame[i:i + 65536]))
+    assert len(got) == 1
+    assert got[0].body.topic_data[0].data[0].record_set == bytes(range(256)) * 4096
