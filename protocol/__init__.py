@@ -35,6 +35,7 @@ from protocol.records import (
     iter_shallow,
 )
 from protocol.schemas import REQUEST_SCHEMAS, RESPONSE_SCHEMAS
+from protocol.validator import Rejected, TopicSettings, ValidatedRecords, validate_produce
 
 __all__ = [
     "SUPPORTED_VERSIONS", "ApiKey", "FileRegion", "Request", "RequestHeader", "Response",
@@ -44,4 +45,5 @@ __all__ = [
     "REQUEST_SCHEMAS", "RESPONSE_SCHEMAS",
     "LOG_OVERHEAD", "MIN_MESSAGE_SIZE", "NO_TIMESTAMP", "Codec", "Message", "MessageSetBuilder",
     "ShallowEntry", "TimestampType", "check_entry", "convert", "iter_deep", "iter_shallow",
+    "Rejected", "TopicSettings", "ValidatedRecords", "validate_produce",
 ]
