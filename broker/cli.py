@@ -1,0 +1,82 @@
+"""The ``chronolog`` command (also ``python -m broker``).
+
+    chronolog serve [--config server.properties] [--override key=value ...]
+    chronolog dump-log ...   (storage.dump)
+    chronolog groups ...     (broker.groups.cli)
+    chronolog health ...     (broker.health)
+
+Exit status: 0 after a clean shutdown, 2 for unknown or invalid configuration, 1 when the broker
+cannot start (log dir state, port in use) or fails.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+import structlog
+
+from broker.config import ConfigError, load_config
+from broker.logs import configure_logging
+
+# subcommand -> module whose main(argv) -> int implements it
+DELEGATED = {
+    "dump-log": "storage.dump",
+    "groups": "broker.groups.cli",
+    "health": "broker.health",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="chronolog", description="Kafka-compatible broker")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the broker until SIGTERM/SIGINT")
+    serve.add_argument("--config", metavar="FILE", help="Kafka-style server.properties")
+    serve.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
+                       help="set a broker property (repeatable; wins over --config)")
+    for name, module in DELEGATED.items():
+        sub.add_parser(name, help=f"see `chronolog {name} --help` ({module})", add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in DELEGATED:
+        try:
+            module = importlib.import_module(DELEGATED[argv[0]])
+        except ImportError as exc:
+            print(f"chronolog {argv[0]}: not available: {exc}", file=sys.stderr)
+            return 1
+        return int(module.main(argv[1:]) or 0)
+    args = _parser().parse_args(argv)
+    return serve(args.config, args.override)
+
+
+def serve(config_path: str | None, overrides: list[str]) -> int:
+    configure_logging()
+    log = structlog.get_logger("broker")
+    try:
+        config = load_config(config_path, overrides)
+    except ConfigError as exc:
+        print(f"chronolog: invalid configuration: {exc}", file=sys.stderr)
+        log.error("invalid configuration", key=exc.key, reason=exc.reason)
+        return 2
+    except OSError as exc:
+        print(f"chronolog: cannot read config file: {exc}", file=sys.stderr)
+        return 2
+
+    import trio
+
+    from broker.server import run
+    from broker.topics import StartupError
+    try:
+        return trio.run(run, config)
+    except StartupError as exc:
+        log.error("cannot start", reason=str(exc))
+        return 1
+    except OSError as exc:
+        log.error("cannot start", error=repr(exc),
+                  action="check listeners (port in use?) and that log.dirs is writable")
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,152 @@
+"""Broker property and topic config parsing/validation."""
+import subprocess
+import sys
+
+import pytest
+
+from broker.config import (LONG_MAX, BrokerConfig, ConfigError, TopicConfig, format_magic,
+                           load_config, parse_properties, parse_topic_configs, topic_name_error)
+
+REPO_CONFIG = "config/server.properties"
+
+
+def cfg(**props) -> BrokerConfig:
+    return BrokerConfig.from_properties([(k.replace("_", "."), str(v)) for k, v in props.items()])
+
+
+def test_properties_syntax():
+    text = (
+        "# comment\n! also comment\n\n"
+        "a=1\n"
+        "b : two words  \n"
+        "c three\n"
+        "d=line\\\n    continued\n"
+        "e\\=x=y\n"
+        "f=\\u0041\\t\n"
+        "g=\n"
+    )
+    assert parse_properties(text) == [("a", "1"), ("b", "two words"), ("c", "three"),
+                                      ("d", "linecontinued"), ("e=x", "y"), ("f", "A"),
+                                      ("g", "")]
+
+
+def test_repo_config_file_is_valid_and_documents_every_key():
+    from broker.config import BROKER_KEYS
+    config = load_config(REPO_CONFIG)
+    assert (config.host, config.port) == ("127.0.0.1", 9092)
+    assert config.log_dirs == ("./data",)
+    text = open(REPO_CONFIG).read()
+    missing = [k for k in BROKER_KEYS if k not in text]
+    assert missing == []
+
+
+def test_defaults_match_kafka():
+    c = cfg(log_dirs="/tmp/x")
+    t = c.topic_config()
+    assert t.segment_bytes == 1073741824
+    assert t.segment_ms == 168 * 3600 * 1000
+    assert t.retention_ms == 168 * 3600 * 1000
+    assert t.retention_bytes == -1
+    assert t.index_interval_bytes == 4096
+    assert t.segment_index_bytes == 10485760
+    assert t.max_message_bytes == 1000012
+    assert t.flush_messages == LONG_MAX and t.flush_ms == LONG_MAX
+    assert t.file_delete_delay_ms == 60000
+    assert t.message_timestamp_type == "CreateTime" and t.magic == 1
+    assert c.num_partitions == 1 and c.auto_create_topics_enable
+    assert c.log_retention_check_interval_ms == 300000
+
+
+def test_time_unit_precedence():
+    assert cfg(log_retention_hours=1).topic_config().retention_ms == 3600000
+    assert cfg(log_retention_hours=1, log_retention_minutes=2).topic_config().retention_ms == 120000
+    assert cfg(log_retention_minutes=2, log_retention_ms=5).topic_config().retention_ms == 5
+    assert cfg(log_retention_ms=-7).topic_config().retention_ms == -1
+    assert cfg(log_roll_hours=2).topic_config().segment_ms == 7200000
+    assert cfg(log_roll_hours=2, log_roll_ms=9).topic_config().segment_ms == 9
+    assert cfg(log_roll_jitter_hours=1).topic_config().segment_jitter_ms == 3600000
+    assert cfg(log_flush_interval_ms=50).topic_config().flush_ms == 50
+
+
+def test_log_dir_and_log_dirs():
+    assert cfg(log_dir="/a").log_dirs == ("/a",)
+    assert cfg(log_dir="/a", log_dirs="/b, /c").log_dirs == ("/b", "/c")
+
+
+def test_listeners():
+    c = cfg(listeners="PLAINTEXT://127.0.0.1:1234")
+    assert (c.host, c.port, c.advertised_host, c.advertised_port) == ("127.0.0.1", 1234,
+                                                                      "127.0.0.1", 1234)
+    c = cfg(listeners="PLAINTEXT://0.0.0.0:1234", advertised_listeners="PLAINTEXT://broker:9")
+    assert (c.host, c.advertised_host, c.advertised_port) == ("0.0.0.0", "broker", 9)
+    with pytest.raises(ConfigError) as e:
+        cfg(listeners="SSL://x")
+    assert e.value.key == "listeners"
+    with pytest.raises(ConfigError) as e:
+        cfg(listeners="PLAINTEXT://a:1,PLAINTEXT://b:2")
+    assert e.value.key == "listeners"
+
+
+@pytest.mark.parametrize("key,value", [
+    ("broker.id", "-1"), ("num.partitions", "0"), ("auto.create.topics.enable", "yes"),
+    ("log.segment.bytes", "10"), ("log.segment.bytes", "3000000000"),
+    ("log.message.timestamp.type", "NowTime"), ("log.message.format.version", "0.11.0"),
+    ("log.index.size.max.bytes", "12"), ("socket.request.max.bytes", "0"),
+    ("compression.type", "zstd"), ("log.cleanup.policy", "forever"), ("max.connections", "x"),
+])
+def test_invalid_values_name_the_key(key, value):
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig.from_properties([(key, value)])
+    assert e.value.key == key
+    assert value in str(e.value) or key in str(e.value)
+
+
+def test_unknown_key():
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig.from_properties([("zookeeper.connect", "x:2181")])
+    assert e.value.key == "zookeeper.connect" and "unknown" in e.value.reason
+
+
+def test_topic_configs_validated_and_normalised():
+    got = parse_topic_configs({"message.timestamp.type": "LogAppendTime",
+                               "max.message.time.difference.ms": " 1000 ",
+                               "cleanup.policy": "compact, delete",
+                               "message.format.version": "0.9.0.1"})
+    assert got == {"message.timestamp.type": "LogAppendTime",
+                   "message.timestamp.difference.max.ms": "1000",
+                   "cleanup.policy": "compact,delete", "message.format.version": "0.9.0"}
+    t = TopicConfig.resolve(cfg().topic_defaults, got)
+    assert t.message_timestamp_difference_max_ms == 1000 and t.magic == 0
+    for bad in [{"retention.ms": "soon"}, {"segment.bytes": "0"}, {"no.such.key": "1"},
+                {"message.timestamp.type": "createtime"}, {"flush.messages": "0"},
+                {"index.interval.bytes": "2147483648"}]:
+        with pytest.raises(ConfigError) as e:
+            parse_topic_configs(bad)
+        assert e.value.key == next(iter(bad))
+    with pytest.raises(ConfigError):
+        parse_topic_configs([("retention.ms", "1"), ("retention.ms", "2")])
+
+
+def test_format_versions():
+    assert format_magic("0.8.2") == 0 and format_magic("0.10.0-IV1") == 1
+    assert format_magic("0.10.1") == 1
+
+
+@pytest.mark.parametrize("name,ok", [
+    ("a", True), ("A-b_c.9", True), ("x" * 249, True), ("x" * 250, False), ("", False),
+    (".", False), ("..", False), ("a/b", False), ("ä", False), ("a b", False),
+])
+def test_topic_names(name, ok):
+    assert (topic_name_error(name) is None) == ok
+
+
+def test_cli_exit_status_2_names_the_key(tmp_path):
+    props = tmp_path / "s.properties"
+    props.write_text("log.dirs=%s\nlog.retention.hours=lots\n" % tmp_path)
+    r = subprocess.run([sys.executable, "-m", "broker", "serve", "--config", str(props)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "log.retention.hours" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "broker", "serve", "--override", "bogus.key=1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "bogus.key" in r.stderr

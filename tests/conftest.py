@@ -1,0 +1,198 @@
+"""Shared fixtures: real ``chronolog serve`` processes for integration tests.
+
+- ``broker`` (session): one broker on a free 127.0.0.1 port with a temporary log dir. When the
+  environment variable CHRONOLOG_BOOTSTRAP (host:port) is set, it is that external broker
+  instead, and the methods that need to control the process (stop, kill, start, restart,
+  log_output) skip the calling test.
+- ``broker_factory(overrides=None, **kw)`` (function): brokers with special configs, stopped at
+  teardown; keyword names use ``_`` for ``.`` (``log_segment_bytes=2048``). Skips the test when
+  CHRONOLOG_BOOTSTRAP is set.
+
+A BrokerProcess keeps its port and log dir across restart(), writes the process's output to
+``<tmp>/broker.log`` (appended over restarts) and waits until the broker answers ApiVersions.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api_versions_ok(host: str, port: int, timeout: float = 1.0) -> bool:
+    """True when host:port answers an ApiVersions v0 request with error code 0."""
+    client_id = b"chronolog-tests"
+    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(struct.pack(">i", len(body)) + body)
+            head = _recv_exactly(s, 4)
+            (size,) = struct.unpack(">i", head)
+            payload = _recv_exactly(s, size)
+    except OSError:
+        return False
+    correlation_id, error = struct.unpack_from(">ih", payload)
+    return correlation_id == 1 and error == 0
+
+
+def _recv_exactly(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        buf += chunk
+    return bytes(buf)
+
+
+class BrokerProcess:
+    """A ``python -m broker serve`` subprocess; see the module docstring."""
+
+    external = False
+
+    def __init__(self, workdir: Path, overrides: dict[str, object] | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.host = "127.0.0.1"
+        self.port = free_port()
+        self.log_dir = str(self.workdir / "logs")
+        self.log_dirs = [self.log_dir]
+        self.overrides = {k: str(v) for k, v in (overrides or {}).items()}
+        self.log_path = self.workdir / "broker.log"
+        self.proc: subprocess.Popen | None = None
+        self.returncode: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        props = {"listeners": f"PLAINTEXT://{self.host}:{self.port}",
+                 "log.dirs": ",".join(self.log_dirs), **self.overrides}
+        cmd = [sys.executable, "-m", "broker", "serve"]
+        for key, value in props.items():
+            cmd += ["--override", f"{key}={value}"]
+        return cmd
+
+    def start(self) -> "BrokerProcess":
+        """Start the process and wait until it answers ApiVersions; raises RuntimeError with the
+        log's tail if it exits or does not answer within START_TIMEOUT_S."""
+        assert self.proc is None or self.proc.poll() is not None, "broker already running"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.returncode = None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.returncode = self.proc.returncode
+                raise RuntimeError(f"broker exited with status {self.returncode} at start-up:\n"
+                                   f"{self.log_tail()}")
+            if api_versions_ok(self.host, self.port):
+                return self
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"broker did not answer within {START_TIMEOUT_S} s:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM and wait; SIGKILL if it has not exited within ``timeout``. Returns the exit
+        status (None if it was not running)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.returncode = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.returncode = self.proc.wait()
+        return self.returncode
+
+    def kill(self) -> int | None:
+        """SIGKILL (no clean shutdown) and wait."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.kill()
+        self.returncode = self.proc.wait()
+        return self.returncode
+
+    def restart(self) -> "BrokerProcess":
+        self.stop()
+        return self.start()
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_output().splitlines()[-lines:])
+
+
+class ExternalBroker:
+    """The broker named by CHRONOLOG_BOOTSTRAP; process control skips the test."""
+
+    external = True
+
+    def __init__(self, bootstrap: str) -> None:
+        host, _, port = bootstrap.rpartition(":")
+        self.host, self.port = host, int(port)
+        self.bootstrap = bootstrap
+        self.log_dirs: list[str] = []
+
+    def _skip(self, *args, **kwargs):
+        pytest.skip("needs a broker process the tests control (CHRONOLOG_BOOTSTRAP is set)")
+
+    stop = kill = start = restart = log_output = _skip
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    bootstrap = os.environ.get("CHRONOLOG_BOOTSTRAP")
+    if bootstrap:
+        yield ExternalBroker(bootstrap)
+        return
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker"))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    if os.environ.get("CHRONOLOG_BOOTSTRAP"):
+        pytest.skip("needs a broker with special configs (CHRONOLOG_BOOTSTRAP is set)")
+    started: list[BrokerProcess] = []
+
+    def make(overrides: dict[str, object] | None = None, **kw: object) -> BrokerProcess:
+        props = dict(overrides or {})
+        props.update({k.replace("_", "."): v for k, v in kw.items()})
+        proc = BrokerProcess(Path(tempfile.mkdtemp(prefix="broker-", dir=tmp_path)), props)
+        started.append(proc)
+        return proc.start()
+
+    yield make
+    for proc in started:
+        proc.stop()
