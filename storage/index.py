@@ -1,0 +1,285 @@
+"""Offset index (.index) and time index (.timeindex) of one log segment.
+
+Binary formats (big-endian, fixed-size entries, no header):
+
+* ``.index``: 8-byte entries ``int32 relative offset, int32 file position``; entry (r, p) says the
+  message set holding offset ``base + r`` starts at byte p of the .log file. Sparse: one entry
+  every index.interval.bytes. Offsets and positions strictly increase.
+* ``.timeindex``: 12-byte entries ``int64 timestamp, int32 relative offset``; entry (T, r) says the
+  largest timestamp of the messages up to and including offset ``base + r`` is T. Timestamps
+  strictly increase, offsets never decrease, within one file.
+
+Unlike Kafka, the files are never preallocated: they hold exactly their entries at all times, so
+a crash or an un-trimmed close cannot leave a zero tail that reads as timestamp 0 (KAFKA-10207),
+and an idle partition costs no mmap. The active segment's entries are mirrored in a bytearray and
+appended to the file as they are made (fsynced by ``flush``); an inactive segment's index is read
+into memory on first lookup only. "Full" is still defined by segment.index.bytes, as in Kafka, and
+the time index keeps one slot free for the entry written when the segment is rolled or closed.
+"""
+from __future__ import annotations
+
+import abc
+import os
+import struct
+from typing import ClassVar
+
+from storage.config import INT_MAX
+from storage.errors import CorruptIndexError, InvalidAppendError
+
+
+class AbstractIndex(abc.ABC):
+    """An index file with fixed-size entries sorted by offset.
+
+    Resources: at most one file descriptor, opened on the first write and closed by ``close``;
+    the entries live in memory once loaded. Errors: CorruptIndexError when the file length is not
+    a whole number of entries (the caller rebuilds); InvalidAppendError when an append would break
+    ordering or the index is full; OSError from the file system propagates.
+    """
+
+    ENTRY: ClassVar[struct.Struct]
+    KIND: ClassVar[str]
+    __slots__ = ("path", "base_offset", "max_entries", "_data", "_fd")
+
+    def __init__(self, path: str, base_offset: int, max_index_bytes: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max_index_bytes // self.ENTRY.size
+        self._data: bytearray | None = None
+        self._fd: int | None = None
+
+    # -- loading -----------------------------------------------------------------------------
+    def _loaded(self) -> bytearray:
+        if self._data is None:
+            try:
+                with open(self.path, "rb") as f:
+                    data = bytearray(f.read())
+            except FileNotFoundError:
+                data = bytearray()
+            if len(data) % self.ENTRY.size:
+                raise CorruptIndexError(
+                    f"{self.KIND} {self.path} is {len(data)} bytes, not a multiple of the "
+                    f"{self.ENTRY.size}-byte entry size; it will be rebuilt from the log")
+            self._data = data
+        return self._data
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._data is not None
+
+    @property
+    def entries(self) -> int:
+        if self._data is not None:
+            return len(self._data) // self.ENTRY.size
+        try:
+            length = os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0
+        if length % self.ENTRY.size:
+            self._loaded()  # raises with the full message
+        return length // self.ENTRY.size
+
+    def _unpack(self, slot: int) -> tuple[int, int]:
+        """Entry ``slot`` as stored; read from the file when not loaded, so a sanity check or
+        a last-entry read costs one pread rather than a full load."""
+        size = self.ENTRY.size
+        if self._data is not None:
+            return self.ENTRY.unpack_from(self._data, slot * size)
+        with open(self.path, "rb") as f:
+            raw = os.pread(f.fileno(), size, slot * size)
+        if len(raw) != size:
+            raise CorruptIndexError(f"{self.KIND} {self.path} shrank while being read")
+        return self.ENTRY.unpack(raw)
+
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    def _relative(self, offset: int) -> int:
+        relative = offset - self.base_offset
+        if not 0 <= relative <= INT_MAX:
+            raise InvalidAppendError(f"offset {offset} does not fit a {self.KIND} entry relative "
+                                     f"to base offset {self.base_offset}")
+        return relative
+
+    # -- writing -----------------------------------------------------------------------------
+    def _write_entry(self, entry: bytes) -> None:
+        data = self._loaded()
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(self._fd, entry)
+        data += entry
+
+    def _truncate_entries(self, count: int) -> None:
+        data = self._loaded()
+        size = count * self.ENTRY.size
+        if size < len(data):
+            del data[size:]
+            os.truncate(self.path, size)
+
+    def reset(self) -> None:
+        """Drop every entry (before a rebuild); the file is emptied, or created."""
+        self._data = bytearray()
+        with open(self.path, "wb"):
+            pass
+
+    def flush(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        """Close the file descriptor and forget the loaded entries (reloaded lazily)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._data = None
+
+    def rename(self, new_path: str) -> None:
+        os.rename(self.path, new_path)
+        self.path = new_path
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    # -- searching ---------------------------------------------------------------------------
+    def _last_slot_where(self, predicate) -> int:
+        """Index of the last entry e with predicate(e) true, -1 if none; predicate must be true
+        for a prefix of the entries."""
+        self._loaded()
+        lo, hi = 0, self.entries - 1
+        found = -1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if predicate(self.entry(mid)):
+                found = mid
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return found
+
+    @abc.abstractmethod
+    def entry(self, slot: int) -> tuple[int, int]:
+        """Entry ``slot`` decoded, with the offset made absolute."""
+
+
+class OffsetIndex(AbstractIndex):
+    """Sparse map offset -> position of the message set holding it (8-byte entries)."""
+
+    ENTRY = struct.Struct(">ii")
+    KIND = "offset index"
+    __slots__ = ()
+
+    def entry(self, slot: int) -> tuple[int, int]:
+        """(absolute offset, position) of entry ``slot``."""
+        relative, position = self._unpack(slot)
+        return self.base_offset + relative, position
+
+    def last_entry(self) -> tuple[int, int]:
+        count = self.entries
+        return self.entry(count - 1) if count else (self.base_offset, 0)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """The entry with the largest offset <= ``offset``, or (base offset, 0)."""
+        slot = self._last_slot_where(lambda e: e[0] <= offset)
+        return self.entry(slot) if slot >= 0 else (self.base_offset, 0)
+
+    def append(self, offset: int, position: int) -> None:
+        if self.is_full():
+            raise InvalidAppendError(f"{self.KIND} {self.path} is full "
+                                     f"({self.max_entries} entries)")
+        last_offset, last_position = self.last_entry()
+        if self.entries and (offset <= last_offset or position <= last_position):
+            raise InvalidAppendError(
+                f"{self.KIND} {self.path}: entry ({offset}, {position}) does not follow the "
+                f"last entry ({last_offset}, {last_position})")
+        self._write_entry(self.ENTRY.pack(self._relative(offset), position))
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry with offset >= ``offset``."""
+        self._truncate_entries(self._last_slot_where(lambda e: e[0] < offset) + 1)
+
+    def sanity_check(self, log_size: int) -> None:
+        """Raise CorruptIndexError unless the entries are plausible for a log of ``log_size``
+        bytes (Kafka's check plus bounds on the first and last entry)."""
+        count = self.entries
+        if not count:
+            return
+        first_offset, first_position = self.entry(0)
+        last_offset, last_position = self.entry(count - 1)
+        if first_offset <= self.base_offset:
+            raise CorruptIndexError(f"{self.KIND} {self.path}: first entry offset {first_offset} "
+                                    f"is not above the base offset {self.base_offset}")
+        if last_offset < first_offset or last_position < first_position:
+            raise CorruptIndexError(f"{self.KIND} {self.path}: last entry ({last_offset}, "
+                                    f"{last_position}) precedes the first ({first_offset}, "
+                                    f"{first_position})")
+        if last_position >= log_size:
+            raise CorruptIndexError(f"{self.KIND} {self.path}: last entry points at position "
+                                    f"{last_position}, beyond the {log_size}-byte log")
+
+
+class TimeIndex(AbstractIndex):
+    """Sparse map timestamp -> offset (12-byte entries), monotonic within the file."""
+
+    ENTRY = struct.Struct(">qi")
+    KIND = "time index"
+    __slots__ = ()
+
+    def entry(self, slot: int) -> tuple[int, int]:
+        """(timestamp, absolute offset) of entry ``slot``."""
+        timestamp, relative = self._unpack(slot)
+        return timestamp, self.base_offset + relative
+
+    def is_full(self) -> bool:
+        # One slot stays free for the entry appended when the segment is rolled or closed.
+        return self.entries >= self.max_entries - 1
+
+    def last_entry(self) -> tuple[int, int]:
+        """The last entry, or (-1, base offset) when empty."""
+        count = self.entries
+        return self.entry(count - 1) if count else (-1, self.base_offset)
+
+    def lookup_before(self, timestamp: int) -> tuple[int, int]:
+        """The last entry with a timestamp strictly below ``timestamp``, or (-1, base offset).
+
+        Strict, unlike Kafka's ``<=``: every message up to that entry's offset is then older than
+        the target, so a scan from there cannot miss an earlier message with an equal timestamp.
+        """
+        slot = self._last_slot_where(lambda e: e[0] < timestamp)
+        return self.entry(slot) if slot >= 0 else (-1, self.base_offset)
+
+    def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:
+        """Append (timestamp, offset) if the timestamp is above the last entry's."""
+        if not skip_full_check and self.is_full():
+            raise InvalidAppendError(f"{self.KIND} {self.path} is full "
+                                     f"({self.max_entries} entries)")
+        last_timestamp, last_offset = self.last_entry()
+        if self.entries and offset < last_offset:
+            raise InvalidAppendError(f"{self.KIND} {self.path}: offset {offset} is below the "
+                                     f"last entry's offset {last_offset}")
+        if timestamp > last_timestamp:
+            if self.entries >= self.max_entries:
+                raise InvalidAppendError(f"{self.KIND} {self.path} has no free slot")
+            self._write_entry(self.ENTRY.pack(timestamp, self._relative(offset)))
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry with offset >= ``offset``."""
+        self._truncate_entries(self._last_slot_where(lambda e: e[1] < offset) + 1)
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError unless the first and last entries are in order (Kafka's
+        check; a zero-padded tail fails it)."""
+        count = self.entries
+        if not count:
+            return
+        first_timestamp, first_offset = self.entry(0)
+        last_timestamp, last_offset = self.entry(count - 1)
+        if first_offset < self.base_offset or last_offset < first_offset:
+            raise CorruptIndexError(f"{self.KIND} {self.path}: entry offsets {first_offset}.."
+                                    f"{last_offset} are out of order for base offset "
+                                    f"{self.base_offset}")
+        if last_timestamp < first_timestamp:
+            raise CorruptIndexError(f"{self.KIND} {self.path}: last timestamp {last_timestamp} is "
+                                    f"below the first {first_timestamp}")

@@ -1,0 +1,78 @@
+"""File and directory names of a Kafka log dir.
+
+<log.dir>/<topic>-<partition>/<20-digit base offset>.log|.index|.timeindex, plus per log dir
+``recovery-point-offset-checkpoint`` and ``.kafka_cleanshutdown``.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from storage.errors import InvalidTopicError
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+# Leftovers of an interrupted delete/clean/swap; removed when a log is loaded.
+LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
+# A partition directory renamed on topic deletion; removed at start-up if a crash left it.
+DELETE_DIR_SUFFIX = "-delete"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+
+MAX_TOPIC_LENGTH = 249
+_TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]+")
+_SEGMENT_RE = re.compile(r"(\d{20})\.(log|index|timeindex)")
+
+
+def validate_topic(topic: str, partition: int = 0) -> None:
+    """Raise InvalidTopicError unless ``topic`` is a legal Kafka topic name and ``partition`` a
+    non-negative int32."""
+    if not isinstance(topic, str) or not topic:
+        raise InvalidTopicError("topic name is empty")
+    if topic in (".", ".."):
+        raise InvalidTopicError(f"topic name {topic!r} is not allowed")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(f"topic name is {len(topic)} characters long, the limit is "
+                                f"{MAX_TOPIC_LENGTH}")
+    if not _TOPIC_RE.fullmatch(topic):
+        raise InvalidTopicError(f"topic name {topic!r} may only contain ASCII letters, digits, "
+                                f"'.', '_' and '-'")
+    if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < 2**31:
+        raise InvalidTopicError(f"partition {partition!r} of topic {topic!r} is not a "
+                                f"non-negative int32")
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """(topic, partition) for a ``<topic>-<partition>`` directory name, None if it is not one."""
+    topic, sep, number = name.rpartition("-")
+    if not sep or not number.isdigit() or not number.isascii():
+        return None
+    try:
+        validate_topic(topic, int(number))
+    except InvalidTopicError:
+        return None
+    return topic, int(number)
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def segment_path(directory: str, base_offset: int, suffix: str) -> str:
+    return os.path.join(directory, segment_file_name(base_offset, suffix))
+
+
+def parse_segment_file(name: str) -> tuple[int, str] | None:
+    """(base offset, suffix with dot) for a segment file name, None for anything else."""
+    match = _SEGMENT_RE.fullmatch(name)
+    if match is None:
+        return None
+    return int(match.group(1)), "." + match.group(2)

@@ -1,0 +1,528 @@
+"""A partition's log: an ordered list of segments in ``<log.dir>/<topic>-<partition>/``.
+
+Invariants: segments are sorted by base offset and never empty as a list; only the last one
+(the active segment) is appended to; ``log_end_offset`` is the offset the next appended set must
+start at; ``recovery_point`` <= ``log_end_offset`` and everything below it has been fsynced.
+
+Flush policy: ``append`` flushes by itself when flush.messages unflushed messages have
+accumulated (so with flush.messages=1 an acks=-1 produce is on disk when ``append`` returns, and
+the broker need not call ``flush``); flush.ms is applied by ``flush_if_due``, which the
+LogManager calls. A roll fsyncs the old segment and advances the recovery point.
+
+Resources: see LogSegment (one lazily opened descriptor per segment that has been read or
+appended, index memory only for the active segment and for inactive segments that were
+searched). Errors: the StorageError subclasses named on each method; OSError from the file system
+propagates unchanged.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from storage.checkpoint import fsync_dir
+from storage.config import INT_MAX, LogConfig
+from storage.errors import (CorruptIndexError, InvalidAppendError, InvalidTopicError,
+                            LogClosedError, OffsetOutOfRangeError, RecordSetTooLargeError)
+from storage.layout import (DELETED_SUFFIX, INDEX_SUFFIX, LEFTOVER_SUFFIXES, LOG_SUFFIX,
+                            TIME_INDEX_SUFFIX, parse_partition_dir, parse_segment_file,
+                            segment_path)
+from storage.segment import LogSegment, TimestampOffset
+
+if TYPE_CHECKING:
+    from protocol.validator import ValidatedRecords
+
+logger = structlog.get_logger(__name__)
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+
+@dataclass(frozen=True, slots=True)
+class FetchData:
+    """A byte range of a segment file for a fetch response: sendfile ``length`` bytes of
+    ``fileno`` from ``position``, or call ``read_bytes``. ``length`` 0 (and ``fileno`` -1) means
+    no data. The last message may be cut off, as in Kafka. The descriptor stays valid until the
+    segment is physically deleted (file.delete.delay.ms after retention) or the log is closed."""
+
+    fileno: int
+    position: int
+    length: int
+    high_watermark: int
+
+    def read_bytes(self) -> bytes:
+        """The bytes of the range (os.pread; shorter only if the file shrank meanwhile)."""
+        chunks = []
+        position, remaining = self.position, self.length
+        while remaining > 0:
+            chunk = os.pread(self.fileno, remaining, position)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            position += len(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+
+class Log:
+    """One partition's segmented log; see the module docstring.
+
+    ``needs_recovery`` (no clean-shutdown marker) makes the constructor scan every segment from
+    the one holding ``recovery_point``, truncate at the first bad entry and drop later segments.
+    """
+
+    def __init__(self, directory: str, config: LogConfig, *, clock: Callable[[], int],
+                 recovery_point: int = 0, needs_recovery: bool = True,
+                 rng: random.Random | None = None) -> None:
+        parsed = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
+        if parsed is None:
+            raise InvalidTopicError(f"log directory {directory!r} is not named "
+                                    f"<topic>-<partition> with a legal topic name")
+        self.topic, self.partition = parsed
+        self.directory = directory
+        self.config = config
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        # (due time ms, segment renamed to .deleted) awaiting physical removal.
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._reported_pins: set[tuple[int, int]] = set()
+        self._closed = False
+        os.makedirs(directory, exist_ok=True)
+        self._load_segments()
+        self.recovery_point = recovery_point
+        if needs_recovery:
+            self._recover()
+        active = self.active_segment
+        if not active.offset_index.is_loaded:
+            self._ensure_index(active)
+        active.reload_max_timestamp()
+        self.log_end_offset = active.next_offset()
+        if not needs_recovery or self.recovery_point > self.log_end_offset:
+            self.recovery_point = self.log_end_offset
+        self.last_flush_ms = clock()
+
+    # -- properties --------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def high_watermark(self) -> int:
+        # Single replica: every appended message is committed.
+        return self.log_end_offset
+
+    @property
+    def size(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self.recovery_point
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.name} in {self.directory} is closed")
+
+    def _jitter(self) -> int:
+        jitter = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        return self._rng.randrange(jitter) if jitter > 0 else 0
+
+    def _new_segment(self, base_offset: int, *, create: bool) -> LogSegment:
+        return LogSegment(self.directory, base_offset, self.config, now_ms=self._clock(),
+                          jitter_ms=self._jitter(), create=create)
+
+    # -- loading and recovery ----------------------------------------------------------------
+    def _load_segments(self) -> None:
+        names = os.listdir(self.directory)
+        bases: set[int] = set()
+        index_files: list[tuple[int, str]] = []
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if name.endswith(LEFTOVER_SUFFIXES):
+                logger.info("removing leftover file", topic=self.topic, partition=self.partition,
+                            file=path)
+                os.unlink(path)
+                continue
+            parsed = parse_segment_file(name)
+            if parsed is None:
+                continue
+            base, suffix = parsed
+            if suffix == LOG_SUFFIX:
+                bases.add(base)
+            else:
+                index_files.append((base, path))
+        for base, path in index_files:
+            if base not in bases:
+                logger.info("removing index without a log file", topic=self.topic,
+                            partition=self.partition, file=path)
+                os.unlink(path)
+        for base in sorted(bases):
+            segment = self._new_segment(base, create=False)
+            self._check_indexes(segment)
+            self._segments.append(segment)
+            self._bases.append(base)
+        if not self._segments:
+            self._segments.append(self._new_segment(0, create=True))
+            self._bases.append(0)
+
+    def _check_indexes(self, segment: LogSegment) -> None:
+        """Sanity-check the indexes from their first and last entries (no full load) and set the
+        max timestamp from the time index; a missing or implausible index is rebuilt."""
+        try:
+            segment.sanity_check()
+            segment.load_max_timestamp_from_index()
+            segment.offset_index.close()
+            segment.time_index.close()
+        except CorruptIndexError as exc:
+            self._rebuild_indexes(segment, str(exc))
+
+    def _ensure_index(self, segment: LogSegment) -> None:
+        """Load an inactive segment's indexes for a lookup, rebuilding them if they fail now."""
+        try:
+            segment.offset_index.entries
+            segment.time_index.entries
+        except CorruptIndexError as exc:
+            self._rebuild_indexes(segment, str(exc))
+
+    def _rebuild_indexes(self, segment: LogSegment, why: str) -> None:
+        result = segment.recover(self.config.max_message_bytes)
+        logger.warning("rebuilt segment indexes from the log", topic=self.topic,
+                       partition=self.partition, segment=segment.base_offset, reason=why,
+                       scanned_bytes=result.valid_bytes + result.truncated_bytes,
+                       truncated_bytes=result.truncated_bytes, truncation_reason=result.reason)
+
+    def _recover(self) -> None:
+        start = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
+        scanned = truncated = 0
+        dropped: list[int] = []
+        reason = None
+        for i in range(start, len(self._segments)):
+            segment = self._segments[i]
+            result = segment.recover(self.config.max_message_bytes)
+            scanned += result.valid_bytes + result.truncated_bytes
+            if i < len(self._segments) - 1:
+                segment.flush()
+                segment.offset_index.close()
+                segment.time_index.close()
+            if result.truncated_bytes:
+                truncated = result.truncated_bytes
+                reason = f"segment {segment.base_offset}: {result.reason}"
+                for later in self._segments[i + 1:]:
+                    truncated += later.size
+                    dropped.append(later.base_offset)
+                    later.delete_files()
+                del self._segments[i + 1:]
+                del self._bases[i + 1:]
+                break
+        logger.info("log recovered after unclean shutdown", topic=self.topic,
+                    partition=self.partition, recovery_point=self.recovery_point,
+                    scanned_segments=len(self._segments) - start, scanned_bytes=scanned,
+                    truncated_bytes=truncated, truncation_reason=reason,
+                    deleted_segments=dropped)
+
+    # -- appending ---------------------------------------------------------------------------
+    def append(self, validated: ValidatedRecords) -> None:
+        """Append a validated message set (final offsets and CRCs) at the log end.
+
+        Rolls first when the set would not fit (segment.bytes, full index, relative offset
+        overflow) or segment.ms has passed on message timestamps; flushes afterwards when
+        flush.messages is reached. Raises InvalidAppendError if the set does not start at
+        ``log_end_offset`` or is empty, RecordSetTooLargeError if it exceeds segment.bytes."""
+        self._check_open()
+        buffer = validated.buffer
+        first, last = validated.first_offset, validated.last_offset
+        if first != self.log_end_offset:
+            raise InvalidAppendError(f"{self.name}: message set starts at offset {first}, but "
+                                     f"the log end offset is {self.log_end_offset}")
+        if not len(buffer) or last < first:
+            raise InvalidAppendError(f"{self.name}: empty message set or offsets {first}.."
+                                     f"{last} running backwards")
+        if len(buffer) > self.config.segment_bytes:
+            raise RecordSetTooLargeError(
+                f"{self.name}: message set of {len(buffer)} bytes exceeds segment.bytes "
+                f"{self.config.segment_bytes}")
+        segment = self._maybe_roll(len(buffer), last, validated.max_timestamp)
+        segment.append(first, validated.max_timestamp, validated.offset_of_max_timestamp, buffer)
+        self.log_end_offset = last + 1
+        if self.unflushed_messages >= self.config.flush_messages:
+            self.flush()
+
+    def _maybe_roll(self, set_size: int, last_offset: int, max_timestamp: int) -> LogSegment:
+        segment = self.active_segment
+        config = self.config
+        if (segment.size > config.segment_bytes - set_size
+                or (segment.size > 0
+                    and segment.time_waited_for_roll(self._clock(), max_timestamp)
+                    > config.segment_ms - segment.jitter_ms)
+                or segment.offset_index.is_full()
+                or segment.time_index.is_full()
+                or last_offset - segment.base_offset > INT_MAX):
+            return self.roll()
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset (a no-op on an empty active
+        segment), seal and fsync the old one and advance the recovery point to it."""
+        self._check_open()
+        old = self.active_segment
+        if old.size == 0:
+            return old
+        base = self.log_end_offset
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            path = segment_path(self.directory, base, suffix)
+            if os.path.exists(path):
+                logger.warning("removing stale file in the way of a new segment",
+                               topic=self.topic, partition=self.partition, file=path)
+                os.unlink(path)
+        segment = self._new_segment(base, create=True)
+        old.seal()
+        self._segments.append(segment)
+        self._bases.append(base)
+        fsync_dir(self.directory)
+        self.flush(base)
+        return segment
+
+    # -- flushing ----------------------------------------------------------------------------
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding data between the recovery point and ``offset`` (default:
+        the log end offset) and advance the recovery point to it."""
+        self._check_open()
+        offset = self.log_end_offset if offset is None else offset
+        if offset <= self.recovery_point:
+            return
+        start = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
+        for segment in self._segments[start:]:
+            if segment.base_offset >= offset:
+                break
+            segment.flush()
+        self.recovery_point = offset
+        self.last_flush_ms = self._clock()
+
+    def flush_if_due(self, now_ms: int) -> bool:
+        """Flush when unflushed data is older than flush.ms; True if it flushed."""
+        if self.unflushed_messages > 0 and now_ms - self.last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    # -- reading -----------------------------------------------------------------------------
+    def _segment_index(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    def read(self, offset: int, max_bytes: int, *, min_one_message: bool = False) -> FetchData:
+        """Up to ``max_bytes`` from ``offset`` (from the start of the compressed wrapper holding
+        it); with ``min_one_message`` at least the whole first message (Fetch v3). Empty at the
+        log end. Raises OffsetOutOfRangeError outside [log_start_offset, log_end_offset],
+        ValueError for a negative ``max_bytes``."""
+        self._check_open()
+        if max_bytes < 0:
+            raise ValueError(f"{self.name}: max_bytes {max_bytes} is negative")
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"{self.name}: offset {offset} is outside the log's range "
+                f"[{self.log_start_offset}, {self.log_end_offset}]", offset=offset,
+                log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset)
+        for segment in self._segments[self._segment_index(offset):]:
+            if not segment.offset_index.is_loaded:
+                self._ensure_index(segment)
+            found = segment.read(offset, max_bytes, min_one_message=min_one_message)
+            if found is not None:
+                return FetchData(*found, self.high_watermark)
+        return FetchData(-1, 0, 0, self.high_watermark)
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """KIP-79: the earliest message with timestamp >= ``timestamp`` as (timestamp, offset),
+        None if there is none. -1 (latest) gives (-1, high watermark), -2 (earliest) gives
+        (-1, log start offset).
+
+        Segments whose largest timestamp is below the target are skipped; a segment whose
+        candidate scan finds nothing (one without message timestamps, judged by its mtime) does
+        not end the search as it does in Kafka: later segments are searched too."""
+        self._check_open()
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampOffset(-1, self.high_watermark)
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampOffset(-1, self.log_start_offset)
+        if timestamp < 0:
+            raise ValueError(f"{self.name}: timestamp {timestamp} is negative and neither -1 "
+                             f"(latest) nor -2 (earliest)")
+        for segment in self._segments:
+            if segment.largest_timestamp < timestamp:
+                continue
+            self._ensure_index(segment)
+            found = segment.find_offset_by_timestamp(timestamp)
+            if found is not None:
+                return found
+        return None
+
+    def legacy_offsets_before(self, timestamp: int, max_num: int) -> list[int]:
+        """ListOffsets v0: segment base offsets (plus the log end offset when the active
+        segment holds data) whose segment mtime is <= ``timestamp``, newest first, at most
+        ``max_num``; -1 starts at the log end, -2 at the log start."""
+        self._check_open()
+        pairs = [(s.base_offset, s.last_modified_ms) for s in self._segments]
+        if self.active_segment.size > 0:
+            pairs.append((self.log_end_offset, self._clock()))
+        if timestamp == LATEST_TIMESTAMP:
+            start = len(pairs) - 1
+        elif timestamp == EARLIEST_TIMESTAMP:
+            start = 0
+        else:
+            start = len(pairs) - 1
+            while start >= 0 and pairs[start][1] > timestamp:
+                start -= 1
+        count = max(min(max_num, start + 1), 0)
+        return sorted((pairs[start - j][0] for j in range(count)), reverse=True)
+
+    # -- truncation --------------------------------------------------------------------------
+    def truncate_to(self, offset: int) -> None:
+        """Remove every message at or after ``offset``. Truncation happens at message-set
+        boundaries: a compressed wrapper holding ``offset`` is removed whole, so
+        ``log_end_offset`` may end up below ``offset``. Below the log start offset the log is
+        emptied and restarted at ``offset``."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"{self.name}: cannot truncate to negative offset {offset}")
+        if offset >= self.log_end_offset:
+            return
+        now = self._clock()
+        if offset < self.log_start_offset:
+            self._truncate_fully_and_start_at(offset)
+            return
+        keep = self._segment_index(offset)
+        for segment in self._segments[keep + 1:]:
+            self._delete_segment(segment, now, reason="truncated")
+        del self._segments[keep + 1:]
+        del self._bases[keep + 1:]
+        segment = self._segments[keep]
+        self._ensure_index(segment)
+        next_offset = segment.truncate_to(offset, now)
+        if next_offset is not None:
+            self.log_end_offset = next_offset
+        else:
+            self.log_end_offset = segment.next_offset()
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        logger.info("log truncated", topic=self.topic, partition=self.partition,
+                    requested_offset=offset, log_end_offset=self.log_end_offset)
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        now = self._clock()
+        for segment in self._segments:
+            self._delete_segment(segment, now, reason="truncated fully")
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            path = segment_path(self.directory, offset, suffix)
+            if os.path.exists(path):
+                os.unlink(path)
+        self._segments = [self._new_segment(offset, create=True)]
+        self._bases = [offset]
+        self.log_end_offset = self.recovery_point = offset
+        logger.info("log emptied and restarted", topic=self.topic, partition=self.partition,
+                    log_start_offset=offset)
+
+    # -- retention ---------------------------------------------------------------------------
+    def delete_expired_segments(self, now_ms: int) -> int:
+        """Apply retention.ms (on each segment's largest timestamp) then retention.bytes,
+        oldest segment first, stopping at the first segment to keep; return how many segments
+        were deleted. A non-empty active segment that qualifies is rolled first, then deleted."""
+        self._check_open()
+        deleted = 0
+        if self.config.retention_ms >= 0:
+            deleted += self._delete_old_segments(
+                lambda segment: self._time_expired(segment, now_ms), now_ms, "retention.ms")
+        if self.config.retention_bytes >= 0:
+            excess = self.size - self.config.retention_bytes
+
+            def over_size(segment: LogSegment) -> bool:
+                nonlocal excess
+                if excess - segment.size >= 0:
+                    excess -= segment.size
+                    return True
+                return False
+
+            if excess > 0:
+                deleted += self._delete_old_segments(over_size, now_ms, "retention.bytes")
+        return deleted
+
+    def _time_expired(self, segment: LogSegment, now_ms: int) -> bool:
+        largest = segment.largest_timestamp
+        if now_ms - largest > self.config.retention_ms:
+            return True
+        if largest > now_ms and (segment.base_offset, largest) not in self._reported_pins:
+            self._reported_pins.add((segment.base_offset, largest))
+            logger.warning("segment timestamp is in the future; time retention cannot delete "
+                           "it or any later segment until then (check producer clocks and "
+                           "timestamp units)", topic=self.topic, partition=self.partition,
+                           segment=segment.base_offset, largest_timestamp=largest, now=now_ms)
+        return False
+
+    def _delete_old_segments(self, predicate: Callable[[LogSegment], bool], now_ms: int,
+                             reason: str) -> int:
+        deletable = []
+        for segment in self._segments:
+            if not predicate(segment):
+                break
+            if segment is self.active_segment and segment.size == 0:
+                break
+            deletable.append(segment)
+        if not deletable:
+            return 0
+        if len(deletable) == len(self._segments):
+            self.roll()
+        for segment in deletable:
+            self._delete_segment(segment, now_ms, reason=reason)
+        del self._segments[:len(deletable)]
+        del self._bases[:len(deletable)]
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        return len(deletable)
+
+    def _delete_segment(self, segment: LogSegment, now_ms: int, *, reason: str) -> None:
+        """Rename the segment's files to .deleted; remove them after file.delete.delay.ms."""
+        logger.info("deleting segment", topic=self.topic, partition=self.partition,
+                    segment=segment.base_offset, size=segment.size, reason=reason)
+        segment.rename_to_deleted(DELETED_SUFFIX)
+        if self.config.file_delete_delay_ms <= 0:
+            segment.delete_files()
+        else:
+            self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+
+    def remove_deleted_files(self, now_ms: int) -> int:
+        """Physically remove .deleted segments whose delay has passed; return how many."""
+        due = [s for t, s in self._pending_deletes if t <= now_ms]
+        self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now_ms]
+        for segment in due:
+            segment.delete_files()
+        return len(due)
+
+    # -- closing -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Seal and fsync the active segment, close every descriptor and remove the pending
+        .deleted files."""
+        if self._closed:
+            return
+        self.active_segment.seal()
+        self.flush()
+        for segment in self._segments:
+            segment.close()
+        for _, segment in self._pending_deletes:
+            segment.delete_files()
+        self._pending_deletes = []
+        self._closed = True

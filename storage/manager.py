@@ -1,0 +1,179 @@
+"""LogManager: every partition log under several log dirs.
+
+Start-up (``startup``): per log dir, remove ``*-delete`` directories left by an interrupted topic
+deletion, read the recovery-point checkpoint (unreadable -> recover every log in that dir from
+offset 0), note the clean-shutdown marker, open each ``<topic>-<partition>`` directory as a Log
+(recovering it unless the marker was present), then remove the marker so a crash from now on
+forces recovery. The manager runs no threads: the broker calls ``run_retention``, ``flush_due``,
+``checkpoint_recovery_points`` and ``remove_deleted_files`` on its own schedule.
+
+Resources: an idle partition holds no file descriptor and no index memory beyond its Log and
+segment objects. Errors: InvalidTopicError for bad names, LogNotFoundError for unknown logs;
+OSError from the file system propagates.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterable
+
+import structlog
+
+from storage import checkpoint
+from storage.config import LogConfig
+from storage.errors import LogNotFoundError
+from storage.layout import (DELETE_DIR_SUFFIX, parse_partition_dir, partition_dir_name,
+                            validate_topic)
+from storage.log import Log
+
+logger = structlog.get_logger(__name__)
+
+
+class LogManager:
+    """Owns the Log of every partition; see the module docstring."""
+
+    def __init__(self, log_dirs: Iterable[str], config_for_topic: Callable[[str], LogConfig],
+                 clock: Callable[[], int]) -> None:
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        if not self.log_dirs:
+            raise ValueError("LogManager needs at least one log dir")
+        self._config_for_topic = config_for_topic
+        self._clock = clock
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._dir_of: dict[tuple[str, int], str] = {}
+
+    # -- start-up ----------------------------------------------------------------------------
+    def startup(self) -> None:
+        """Open every log under every log dir (see the module docstring)."""
+        for log_dir in self.log_dirs:
+            os.makedirs(log_dir, exist_ok=True)
+            self._load_dir(log_dir)
+
+    def _load_dir(self, log_dir: str) -> None:
+        clean = checkpoint.has_clean_shutdown_marker(log_dir)
+        try:
+            recovery_points = checkpoint.read_checkpoint(checkpoint.recovery_point_path(log_dir))
+        except checkpoint.CheckpointError as exc:
+            logger.warning("recovery point checkpoint unreadable; recovering every log in the "
+                           "dir from offset 0", log_dir=log_dir, error=str(exc))
+            recovery_points, clean = {}, False
+        loaded = 0
+        for name in sorted(os.listdir(log_dir)):
+            path = os.path.join(log_dir, name)
+            if not os.path.isdir(path):
+                continue
+            if name.endswith(DELETE_DIR_SUFFIX):
+                logger.info("removing partition directory of a deleted topic", path=path)
+                shutil.rmtree(path)
+                continue
+            parsed = parse_partition_dir(name)
+            if parsed is None:
+                logger.warning("ignoring directory that is not <topic>-<partition>", path=path)
+                continue
+            if parsed in self._logs:
+                logger.error("partition found in two log dirs; keeping the first, remove the "
+                             "other copy by hand", topic=parsed[0], partition=parsed[1],
+                             kept=self._dir_of[parsed], ignored=log_dir)
+                continue
+            self._logs[parsed] = Log(path, self._config_for_topic(parsed[0]), clock=self._clock,
+                                     recovery_point=recovery_points.get(parsed, 0),
+                                     needs_recovery=not clean)
+            self._dir_of[parsed] = log_dir
+            loaded += 1
+        if clean:
+            logger.info("clean shutdown marker found: no recovery needed", log_dir=log_dir,
+                        logs=loaded)
+        else:
+            logger.info("no clean shutdown marker: logs recovered from their recovery points",
+                        log_dir=log_dir, logs=loaded)
+        checkpoint.remove_clean_shutdown_marker(log_dir)
+
+    # -- logs --------------------------------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def topics(self) -> dict[str, int]:
+        """Topic name -> number of partitions with a log here."""
+        counts: dict[str, int] = {}
+        for topic, _ in self._logs:
+            counts[topic] = counts.get(topic, 0) + 1
+        return counts
+
+    def _partition_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(self.log_dirs, 0)
+        for log_dir in self._dir_of.values():
+            counts[log_dir] += 1
+        return counts
+
+    def create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The log of (topic, partition), created in the log dir holding the fewest partitions
+        if absent. Raises InvalidTopicError for an illegal name or partition."""
+        validate_topic(topic, partition)
+        key = (topic, partition)
+        existing = self._logs.get(key)
+        if existing is not None:
+            return existing
+        counts = self._partition_counts()
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        path = os.path.join(log_dir, partition_dir_name(topic, partition))
+        log = Log(path, config or self._config_for_topic(topic), clock=self._clock,
+                  needs_recovery=False)
+        checkpoint.fsync_dir(log_dir)
+        self._logs[key] = log
+        self._dir_of[key] = log_dir
+        logger.info("created log", topic=topic, partition=partition, log_dir=log_dir)
+        return log
+
+    def delete_topic(self, topic: str) -> int:
+        """Close and remove every partition log of ``topic``; return how many. The directory is
+        first renamed to ``<topic>-<partition>.<uuid>-delete`` so a crash mid-removal leaves
+        nothing that loads as a log. Raises LogNotFoundError if the topic has no log."""
+        keys = [key for key in self._logs if key[0] == topic]
+        if not keys:
+            raise LogNotFoundError(f"topic {topic!r} has no log in {self.log_dirs}")
+        for key in keys:
+            log = self._logs.pop(key)
+            log_dir = self._dir_of.pop(key)
+            log.close()
+            doomed = f"{log.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            os.rename(log.directory, doomed)
+            checkpoint.fsync_dir(log_dir)
+            shutil.rmtree(doomed)
+            logger.info("deleted log", topic=topic, partition=key[1], log_dir=log_dir)
+        return len(keys)
+
+    # -- periodic work -----------------------------------------------------------------------
+    def run_retention(self) -> int:
+        """Apply retention to every log; return how many segments were deleted."""
+        now = self._clock()
+        return sum(log.delete_expired_segments(now) for log in self._logs.values())
+
+    def flush_due(self) -> int:
+        """Flush every log whose unflushed data is older than its flush.ms; return how many."""
+        now = self._clock()
+        return sum(log.flush_if_due(now) for log in self._logs.values())
+
+    def remove_deleted_files(self) -> int:
+        """Remove .deleted segment files whose file.delete.delay.ms has passed."""
+        now = self._clock()
+        return sum(log.remove_deleted_files(now) for log in self._logs.values())
+
+    def checkpoint_recovery_points(self) -> None:
+        """Write every log dir's recovery-point-offset-checkpoint (atomically)."""
+        for log_dir in self.log_dirs:
+            points = {key: self._logs[key].recovery_point
+                      for key, d in self._dir_of.items() if d == log_dir}
+            checkpoint.write_checkpoint(checkpoint.recovery_point_path(log_dir), points)
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown markers."""
+        for log in self._logs.values():
+            log.close()
+        self.checkpoint_recovery_points()
+        for log_dir in self.log_dirs:
+            checkpoint.write_clean_shutdown_marker(log_dir)
+        logger.info("log manager shut down cleanly", logs=len(self._logs))

@@ -1,0 +1,341 @@
+"""One log segment: a .log file of message-set entries plus its .index and .timeindex.
+
+Resources: the .log file descriptor is opened on first use and stays open until ``close`` or
+``delete`` (a ``FetchData`` handed out keeps pointing at it, so it must outlive rolls and the
+``.deleted`` rename); scans map the file read-only for their own duration. The indexes of an
+inactive segment are loaded on first lookup. Errors: OSError from the file system propagates;
+CorruptRecordError (protocol.errors) escapes reads only if the file was damaged after recovery.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from typing import NamedTuple
+
+import structlog
+
+from protocol.errors import CorruptRecordError
+from protocol.records import Codec, LOG_OVERHEAD, ShallowEntry, check_entry, iter_deep, iter_shallow
+from storage.config import INT_MAX, LogConfig
+from storage.errors import CorruptIndexError
+from storage.index import OffsetIndex, TimeIndex
+from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_path
+
+logger = structlog.get_logger(__name__)
+
+
+class TimestampOffset(NamedTuple):
+    """Answer of a search by timestamp: the first message with timestamp >= the target."""
+
+    timestamp: int
+    offset: int
+
+
+class RecoveryResult(NamedTuple):
+    """What ``LogSegment.recover`` found: bytes scanned and kept, bytes cut off, and why."""
+
+    valid_bytes: int
+    truncated_bytes: int
+    reason: str | None
+
+
+def _write_all(fd: int, data, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
+
+
+class LogSegment:
+    """A segment starting at ``base_offset``; see the module docstring for resources."""
+
+    __slots__ = ("directory", "base_offset", "config", "log_path", "offset_index", "time_index",
+                 "size", "max_timestamp", "offset_of_max_timestamp", "rolling_based_timestamp",
+                 "created_ms", "jitter_ms", "bytes_since_last_index_entry", "_fd")
+
+    def __init__(self, directory: str, base_offset: int, config: LogConfig, *, now_ms: int,
+                 jitter_ms: int = 0, create: bool = False) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
+        self.offset_index = OffsetIndex(segment_path(directory, base_offset, INDEX_SUFFIX),
+                                        base_offset, config.segment_index_bytes)
+        self.time_index = TimeIndex(segment_path(directory, base_offset, TIME_INDEX_SUFFIX),
+                                    base_offset, config.segment_index_bytes)
+        self._fd: int | None = None
+        if create:
+            for path in (self.log_path, self.offset_index.path, self.time_index.path):
+                with open(path, "wb"):
+                    pass
+            self.offset_index.reset()
+            self.time_index.reset()
+        self.size = os.stat(self.log_path).st_size
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        # Max timestamp of the first set appended (KIP-33 roll rule); None = not known yet.
+        self.rolling_based_timestamp: int | None = None
+        self.created_ms = now_ms
+        self.jitter_ms = jitter_ms
+        self.bytes_since_last_index_entry = 0
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path!r}, size={self.size})"
+
+    # -- files -------------------------------------------------------------------------------
+    def fileno(self) -> int:
+        """The .log file descriptor, opened on first use."""
+        if self._fd is None:
+            self._fd = os.open(self.log_path, os.O_RDWR)
+        return self._fd
+
+    def _view(self, size: int | None = None):
+        """A read-only map of the first ``size`` bytes (default: the segment size)."""
+        size = self.size if size is None else size
+        if size == 0:
+            return b""
+        if self._fd is not None:
+            return mmap.mmap(self._fd, size, access=mmap.ACCESS_READ)
+        fd = os.open(self.log_path, os.O_RDONLY)
+        try:
+            return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+
+    @property
+    def last_modified_ms(self) -> int:
+        return os.stat(self.log_path).st_mtime_ns // 1_000_000
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The largest message timestamp, or the .log mtime when no message has one (magic 0
+        data, KIP-33 migration)."""
+        return self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms
+
+    def flush(self) -> None:
+        """fsync the .log file and both indexes."""
+        if self._fd is not None:
+            os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def seal(self) -> None:
+        """Make this segment inactive (roll or close): append the final time index entry (the
+        segment's max timestamp, so a restart reads it without a scan), fsync everything and
+        release the index memory and descriptors. The .log descriptor stays open for readers."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
+                                         skip_full_check=True)
+        self.flush()
+        self.offset_index.close()
+        self.time_index.close()
+
+    def close(self) -> None:
+        """Close every descriptor and drop the index memory (``seal`` the active segment
+        first)."""
+        self.offset_index.close()
+        self.time_index.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def rename_to_deleted(self, suffix: str) -> None:
+        for index in (self.offset_index, self.time_index):
+            index.close()
+            if os.path.exists(index.path):
+                index.rename(index.path + suffix)
+        os.rename(self.log_path, self.log_path + suffix)
+        self.log_path += suffix
+
+    def delete_files(self) -> None:
+        """Close every descriptor and remove the files (under whatever suffix they have)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.offset_index.delete()
+        self.time_index.delete()
+        try:
+            os.unlink(self.log_path)
+        except FileNotFoundError:
+            pass
+
+    # -- loading -----------------------------------------------------------------------------
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError unless both indexes exist and pass their checks."""
+        for index in (self.offset_index, self.time_index):
+            if not os.path.exists(index.path):
+                raise CorruptIndexError(f"{index.KIND} {index.path} is missing")
+        self.offset_index.sanity_check(self.size)
+        self.time_index.sanity_check()
+        if self.time_index.entries and self.time_index.last_entry()[1] >= self.base_offset + INT_MAX:
+            raise CorruptIndexError(f"{self.time_index.path}: last entry offset is out of range")
+
+    def load_max_timestamp_from_index(self) -> None:
+        """Max timestamp = the last time index entry (correct after a roll or clean close)."""
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
+
+    def reload_max_timestamp(self) -> None:
+        """Max timestamp = last time index entry, raised by a scan of the log after that entry's
+        offset (the part not yet covered by the index)."""
+        timestamp, offset = self.time_index.last_entry()
+        _, position = self.offset_index.lookup(offset)
+        for entry in iter_shallow(self._view(), position):
+            if entry.timestamp > timestamp:
+                timestamp, offset = entry.timestamp, entry.offset
+        self.max_timestamp, self.offset_of_max_timestamp = timestamp, offset
+
+    def recover(self, max_message_bytes: int) -> RecoveryResult:
+        """Rebuild both indexes and the max timestamp by scanning every entry; truncate the log
+        at the first incomplete, corrupt (CRC, size, magic, key/value lengths) or out-of-order
+        entry."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        file_size = os.stat(self.log_path).st_size
+        view = self._view(file_size)
+        valid = 0
+        last_index_position = 0
+        previous_offset = self.base_offset - 1
+        max_timestamp, offset_of_max = -1, self.base_offset
+        reason = None
+        try:
+            for entry in iter_shallow(view):
+                check_entry(view, entry, max_message_bytes)
+                if entry.offset <= previous_offset:
+                    raise CorruptRecordError(
+                        f"entry at byte {entry.position} has offset {entry.offset}, not above "
+                        f"the previous offset {previous_offset}", offset=entry.position)
+                if entry.offset - self.base_offset > INT_MAX:
+                    raise CorruptRecordError(
+                        f"entry at byte {entry.position} has offset {entry.offset}, beyond the "
+                        f"int32 range of base offset {self.base_offset}", offset=entry.position)
+                if entry.timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = entry.timestamp, entry.offset
+                if (valid - last_index_position > self.config.index_interval_bytes
+                        and not self.offset_index.is_full() and not self.time_index.is_full()):
+                    # The set at `valid` starts right after the previous entry's offset.
+                    self.offset_index.append(previous_offset + 1, valid)
+                    self.time_index.maybe_append(max_timestamp, offset_of_max)
+                    last_index_position = valid
+                valid = entry.next_position
+                previous_offset = entry.offset
+        except CorruptRecordError as exc:
+            reason = str(exc)
+        del view
+        if max_timestamp >= 0:
+            # Final entry, as a roll writes it: a later clean start reads the max from it.
+            self.time_index.maybe_append(max_timestamp, offset_of_max, skip_full_check=True)
+        if valid < file_size and reason is None:
+            reason = f"incomplete entry at byte {valid}"
+        truncated = file_size - valid
+        if truncated:
+            os.truncate(self.log_path, valid)
+        self.size = valid
+        self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max
+        self.bytes_since_last_index_entry = valid - last_index_position
+        self.rolling_based_timestamp = None
+        return RecoveryResult(valid, truncated, reason)
+
+    def next_offset(self) -> int:
+        """The offset after the last entry (base offset when empty), by a scan from the last
+        offset index entry."""
+        offset, position = self.offset_index.last_entry()
+        last = offset - 1
+        for entry in iter_shallow(self._view(), position):
+            last = entry.offset
+        return max(last + 1, self.base_offset)
+
+    # -- appending ---------------------------------------------------------------------------
+    def append(self, first_offset: int, max_timestamp: int, offset_of_max_timestamp: int,
+               buffer) -> None:
+        """Append a validated message set whose first offset is ``first_offset``; add index
+        entries when index.interval.bytes have passed since the last one (counted before this
+        set, so a segment's first set is never indexed)."""
+        position = self.size
+        if position == 0:
+            self.rolling_based_timestamp = max_timestamp
+        _write_all(self.fileno(), buffer, position)
+        self.size += len(buffer)
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = (max_timestamp,
+                                                                offset_of_max_timestamp)
+        if self.bytes_since_last_index_entry > self.config.index_interval_bytes:
+            self.offset_index.append(first_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += len(buffer)
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """KIP-33 roll clock: the incoming set's max timestamp minus the first set's, or wall
+        time since creation when the first set had no timestamp. Using the incoming timestamp,
+        not now, avoids KAFKA-4099 (rolling on every append of old data)."""
+        if self.rolling_based_timestamp is None and self.size:
+            first = next(iter_shallow(self._view()), None)
+            self.rolling_based_timestamp = first.timestamp if first is not None else -1
+        if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
+            return message_timestamp - self.rolling_based_timestamp
+        return now_ms - self.created_ms
+
+    # -- reading -----------------------------------------------------------------------------
+    def _find_entry(self, offset: int) -> tuple[ShallowEntry | None, int]:
+        """(first entry whose last offset is >= ``offset``, or None; the offset just before
+        that entry's first offset)."""
+        index_offset, position = self.offset_index.lookup(offset)
+        previous = index_offset - 1
+        for entry in iter_shallow(self._view(), position):
+            if entry.offset >= offset:
+                return entry, previous
+            previous = entry.offset
+        return None, previous
+
+    def read(self, offset: int, max_bytes: int, *, min_one_message: bool
+             ) -> tuple[int, int, int] | None:
+        """(fileno, position, length) of up to ``max_bytes`` from the entry holding ``offset``
+        (a compressed wrapper is returned whole from its start), or None when the segment ends
+        before it. The last entry may be cut off, as in Kafka; ``min_one_message`` widens the
+        length to cover at least the first entry."""
+        entry, _ = self._find_entry(offset)
+        if entry is None:
+            return None
+        entry_bytes = LOG_OVERHEAD + entry.size
+        limit = max(max_bytes, entry_bytes) if min_one_message else max_bytes
+        return self.fileno(), entry.position, min(self.size - entry.position, limit)
+
+    def find_offset_by_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """The first message (deep inside compressed wrappers) with timestamp >= ``timestamp``,
+        starting from the time index entry just below it."""
+        _, index_offset = self.time_index.lookup_before(timestamp)
+        _, position = self.offset_index.lookup(index_offset)
+        view = self._view()
+        for entry in iter_shallow(view, position):
+            if entry.timestamp < timestamp:
+                continue  # a CreateTime wrapper carries its largest inner timestamp
+            if entry.codec == Codec.NONE:
+                return TimestampOffset(entry.timestamp, entry.offset)
+            wrapper = memoryview(view)[entry.position:entry.next_position]
+            for message in iter_deep(wrapper):
+                if message.timestamp >= timestamp:
+                    return TimestampOffset(message.timestamp, message.offset)
+        return None
+
+    # -- truncating --------------------------------------------------------------------------
+    def truncate_to(self, offset: int, now_ms: int) -> int | None:
+        """Remove every entry whose last offset is >= ``offset`` (a compressed wrapper holding
+        ``offset`` goes whole) and the index entries past them; return the new next offset, or
+        None when nothing was removed. The file is only shortened when needed (KAFKA-3802:
+        truncating to the same size must not touch the mtime)."""
+        entry, previous = self._find_entry(offset)
+        if entry is None:
+            return None
+        next_offset = max(previous + 1, self.base_offset)
+        self.offset_index.truncate_to(next_offset)
+        self.time_index.truncate_to(next_offset)
+        if entry.position < os.stat(self.log_path).st_size:
+            os.truncate(self.log_path, entry.position)
+        self.size = entry.position
+        self.bytes_since_last_index_entry = 0
+        if self.size == 0:
+            self.created_ms = now_ms
+            self.rolling_based_timestamp = None
+        self.reload_max_timestamp()
+        return next_offset
