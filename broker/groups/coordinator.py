@@ -1,0 +1,326 @@
+"""The group coordinator as the broker runs it: the pure :class:`GroupMachine` driven by trio
+timers, plus committed offsets kept in the internal ``__consumer_offsets`` topic.
+
+Resources and errors:
+- At start-up the topic ``__consumer_offsets`` (1 partition, compacted-style: no time or size
+  retention) is created through the broker context if missing, and replayed into memory.
+- Every access to its Log holds the partition's lock and runs in a worker thread (the broker's
+  rule). A commit is fsynced before it is acknowledged.
+- Two background tasks run in the broker's nursery: the timer (session and rebalance timeouts,
+  offsets.retention.minutes expiry every offsets.retention.check.interval.ms) and a shutdown
+  watcher that answers every parked JoinGroup/SyncGroup with NOT_COORDINATOR_FOR_GROUP when the
+  broker begins shutting down, so no request holds shutdown up.
+- Until :func:`setup` returns, the broker has no coordinator and the handlers answer
+  GROUP_COORDINATOR_NOT_AVAILABLE (clients retry).
+
+Offsets are kept forever in the log (no compaction yet): tombstones mark expired offsets; the
+live set is what replay leaves.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+import trio
+
+from broker.groups.offsets import (
+    CommittedOffset, OffsetCache, encode_offset_key, encode_offset_value, expire_timestamp)
+from broker.groups.state import (
+    Delivery, GroupMachine, GroupSummary, JoinResult, SyncResult)
+from broker.groups.store import OffsetStoreError, append_records, load_offsets
+from protocol.errors import ErrorCode
+
+log = structlog.get_logger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_PARTITION = 0
+# Kafka's offsets topic settings (GroupCoordinator.offsetsTopicConfigs): compacted, 100 MiB
+# segments. Retention is switched off explicitly because nothing here compacts yet.
+OFFSETS_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "104857600",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+}
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
+
+
+@dataclass(frozen=True)
+class PartitionOffset:
+    """OffsetFetch's answer for one partition: -1 and "" when nothing is committed."""
+
+    offset: int
+    metadata: str
+    error: ErrorCode
+
+
+class _Waiter:
+    """A parked JoinGroup/SyncGroup: the handler sleeps on ``event`` until ``result`` is set."""
+
+    __slots__ = ("event", "result")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.result: JoinResult | SyncResult | None = None
+
+    async def wait(self) -> JoinResult | SyncResult:
+        await self.event.wait()
+        assert self.result is not None
+        return self.result
+
+
+class GroupCoordinator:
+    """Membership and offsets for every group (this broker coordinates them all).
+
+    Build with :func:`setup`. ``ctx`` is the broker's BrokerContext (config, clock, topics,
+    per-partition locks, ``create_topic``/``get_log``).
+    """
+
+    def __init__(self, ctx) -> None:
+        cfg = ctx.config
+        self._ctx = ctx
+        self.node = (cfg.broker_id, cfg.advertised_host, cfg.advertised_port)
+        self.machine = GroupMachine(min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+                                    max_session_timeout_ms=cfg.group_max_session_timeout_ms)
+        self.offsets = OffsetCache()
+        self.retention_ms = cfg.offsets_retention_minutes * 60_000
+        self.retention_check_interval_ms = cfg.offsets_retention_check_interval_ms
+        self.active = False
+        self._changed = trio.Event()
+
+    # ---- life cycle ----------------------------------------------------------------------
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Create/replay the offsets topic, then run the timers in ``nursery``."""
+        ctx = self._ctx
+        if ctx.topics.get(OFFSETS_TOPIC) is None:
+            await ctx.create_topic(OFFSETS_TOPIC, 1, OFFSETS_TOPIC_CONFIGS)
+        log_ = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
+        if log_ is None:
+            raise RuntimeError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log after creation")
+        async with ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION).lock:
+            count = await trio.to_thread.run_sync(
+                lambda: load_offsets(log_, self.offsets, default_retention_ms=self.retention_ms,
+                                     topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION))
+        for group in self.offsets.groups():
+            self.machine.ensure_group(group)
+        self.active = True
+        log.info("group coordinator started", records_replayed=count,
+                 groups=len(self.offsets.groups()))
+        nursery.start_soon(self._run_timers)
+        nursery.start_soon(self._watch_shutdown)
+
+    def shutdown(self) -> None:
+        """Stop serving: parked requests get NOT_COORDINATOR_FOR_GROUP, new ones
+        GROUP_COORDINATOR_NOT_AVAILABLE. Committed offsets are already durable."""
+        if not self.active:
+            return
+        self.active = False
+        self._deliver(self.machine.abandon_all(ErrorCode.NOT_COORDINATOR_FOR_GROUP))
+        log.info("group coordinator stopped")
+
+    async def _watch_shutdown(self) -> None:
+        # BrokerContext.wake_all() (called when shutdown begins) notifies every partition's
+        # waiters, ours included.
+        state = self._ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION)
+        while not self._ctx.stopping:
+            event = trio.Event()
+            state.waiters.add(event)
+            await event.wait()
+        self.shutdown()
+
+    async def _run_timers(self) -> None:
+        next_check = self._ctx.clock() + self.retention_check_interval_ms
+        while True:
+            self._changed = trio.Event()
+            now = self._ctx.clock()
+            if self.active:
+                self._deliver(self.machine.expire(now))
+            if now >= next_check:
+                next_check = now + self.retention_check_interval_ms
+                await self.expire_offsets(now)
+                continue
+            deadline = min(self.machine.next_deadline() or math.inf, next_check)
+            with trio.move_on_after(max(0.0, (deadline - now) / 1000)):
+                await self._changed.wait()
+
+    # ---- membership ------------------------------------------------------------------------
+
+    def _deliver(self, out: list[Delivery]) -> None:
+        for waiter, result in out:
+            assert isinstance(waiter, _Waiter)
+            waiter.result = result
+            waiter.event.set()
+        self._changed.set()
+
+    async def join(self, group_id: str, member_id: str, *, client_id: str, client_host: str,
+                   session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: Sequence[tuple[str, bytes]]) -> JoinResult:
+        if not self.active:
+            return JoinResult(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, member_id)
+        waiter = _Waiter()
+        self._deliver(self.machine.join(
+            group_id, member_id, client_id=client_id, client_host=client_host,
+            session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+            protocol_type=protocol_type, protocols=protocols, now_ms=self._ctx.clock(),
+            waiter=waiter))
+        result = await waiter.wait()
+        assert isinstance(result, JoinResult)
+        return result
+
+    async def sync(self, group_id: str, generation_id: int, member_id: str,
+                   assignments: dict[str, bytes]) -> SyncResult:
+        if not self.active:
+            return SyncResult(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE)
+        waiter = _Waiter()
+        self._deliver(self.machine.sync(group_id, generation_id, member_id, assignments,
+                                        now_ms=self._ctx.clock(), waiter=waiter))
+        result = await waiter.wait()
+        assert isinstance(result, SyncResult)
+        return result
+
+    def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+        if not self.active:
+            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
+        error = self.machine.heartbeat(group_id, member_id, generation_id,
+                                       now_ms=self._ctx.clock())
+        self._changed.set()
+        return error
+
+    def leave(self, group_id: str, member_id: str) -> ErrorCode:
+        if not self.active:
+            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
+        error, out = self.machine.leave(group_id, member_id, now_ms=self._ctx.clock())
+        self._deliver(out)
+        if error is ErrorCode.NONE:
+            log.info("member left group", group=group_id, member=member_id)
+        return error
+
+    def describe(self, group_id: str) -> tuple[ErrorCode, GroupSummary | None]:
+        if not self.active:
+            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, None
+        return ErrorCode.NONE, self.machine.describe(group_id)
+
+    def list_groups(self) -> tuple[ErrorCode, list[tuple[str, str]]]:
+        if not self.active:
+            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, []
+        return ErrorCode.NONE, self.machine.overview()
+
+    # ---- offsets ---------------------------------------------------------------------------
+
+    async def commit_offsets(self, group_id: str, member_id: str, generation_id: int,
+                             retention_ms: int | None,
+                             entries: Sequence[tuple[str, int, int, str | None, int]],
+                             ) -> list[ErrorCode]:
+        """Commit (topic, partition, offset, metadata, timestamp) entries; one error code per
+        entry, in order. ``retention_ms`` None = offsets.retention.minutes; ``timestamp`` -1
+        = now (only v1 sends others). Durable (fsynced) before this returns NONE."""
+        if not self.active:
+            return [ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE] * len(entries)
+        ctx = self._ctx
+        now = ctx.clock()
+        group_error = self.machine.check_commit(group_id, member_id, generation_id, now_ms=now)
+        self._changed.set()
+        errors: list[ErrorCode] = []
+        to_store: list[tuple[int, str, int, CommittedOffset]] = []
+        retention = self.retention_ms if retention_ms is None else retention_ms
+        for i, (topic, partition, offset, metadata, timestamp) in enumerate(entries):
+            t = ctx.topics.get(topic)
+            if t is None or not 0 <= partition < t.partitions:
+                errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif group_error is not ErrorCode.NONE:
+                errors.append(group_error)
+            elif metadata is not None and len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+            else:
+                errors.append(ErrorCode.NONE)
+                to_store.append((i, topic, partition, CommittedOffset(
+                    offset, metadata or "", now,
+                    expire_timestamp(now_ms=now, retention_ms=retention,
+                                     commit_timestamp=timestamp))))
+        if not to_store:
+            return errors
+        records = [(encode_offset_key(group_id, topic, partition), encode_offset_value(value))
+                   for _, topic, partition, value in to_store]
+        state = ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION)
+        failure: ErrorCode | None = None
+        async with state.lock:
+            log_ = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
+            try:
+                await trio.to_thread.run_sync(append_records, log_, self._settings(), records,
+                                              now)
+            except OffsetStoreError as exc:
+                failure = (ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+                           if exc.error in (ErrorCode.MESSAGE_TOO_LARGE,
+                                            ErrorCode.RECORD_LIST_TOO_LARGE)
+                           else ErrorCode.UNKNOWN_SERVER_ERROR)
+                log.error("offset commit refused by the offsets log", group=group_id,
+                          topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION,
+                          error=exc.error.name, reason=str(exc),
+                          action="commit fewer partitions or shorter metadata per request")
+            except Exception as exc:
+                failure = ErrorCode.UNKNOWN_SERVER_ERROR
+                log.error("offset commit could not be written", group=group_id,
+                          topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION, error=repr(exc),
+                          action="check the log directory's disk; the client will retry")
+            else:
+                # Still under the lock, so the cache follows the log's order.
+                for _, topic, partition, value in to_store:
+                    self.offsets.put(group_id, topic, partition, value)
+        if failure is not None:
+            for i, *_ in to_store:
+                errors[i] = failure
+        return errors
+
+    def fetch_offsets(self, group_id: str,
+                      partitions: Sequence[tuple[str, int]]) -> list[PartitionOffset]:
+        if not self.active:
+            return [PartitionOffset(-1, "", ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE)
+                    for _ in partitions]
+        out = []
+        for topic, partition in partitions:
+            value = self.offsets.get(group_id, topic, partition)
+            out.append(PartitionOffset(-1, "", ErrorCode.NONE) if value is None
+                       else PartitionOffset(value.offset, value.metadata, ErrorCode.NONE))
+        return out
+
+    async def expire_offsets(self, now_ms: int) -> int:
+        """Write tombstones for offsets past their expire timestamp, then drop Empty groups
+        that have no offsets left. Returns how many offsets expired."""
+        ctx = self._ctx
+        state = ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION)
+        async with state.lock:
+            expired = list(self.offsets.expired(now_ms))
+            if expired:
+                records = [(encode_offset_key(k.group, k.topic, k.partition), None)
+                           for k in expired]
+                log_ = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
+                try:
+                    await trio.to_thread.run_sync(append_records, log_, self._settings(),
+                                                  records, now_ms)
+                except Exception as exc:
+                    log.error("could not write expired-offset tombstones", topic=OFFSETS_TOPIC,
+                              partition=OFFSETS_PARTITION, count=len(expired), error=repr(exc),
+                              action="check the log directory's disk; expiry is retried at "
+                                     "the next offsets.retention.check.interval.ms")
+                    return 0
+                for k in expired:
+                    self.offsets.delete(k.group, k.topic, k.partition)
+        removed = [g for g in list(self.machine.groups)
+                   if not self.offsets.has_group(g) and self.machine.remove_group(g)]
+        if expired or removed:
+            log.info("expired committed offsets", offsets=len(expired), groups_removed=removed)
+        return len(expired)
+
+    def _settings(self):
+        return self._ctx.topics.get(OFFSETS_TOPIC).settings
+
+
+async def setup(ctx, nursery: trio.Nursery) -> GroupCoordinator:
+    """The broker's hook: build the coordinator, replay offsets, start its timers in
+    ``nursery`` (cancelled with it); the broker stores the result in ``ctx.coordinator``."""
+    coordinator = GroupCoordinator(ctx)
+    await coordinator.start(nursery)
+    return coordinator

@@ -1,0 +1,180 @@
+"""Request handlers for the group apis, merged into the broker's dispatch table.
+
+Each is ``async def handler(ctx, request) -> dict``: ``request.body`` is the decoded construct
+Container (Kafka's Protocol.java field names), the dict is the response body. Before the
+coordinator has started (``ctx.coordinator`` is None) every api answers
+GROUP_COORDINATOR_NOT_AVAILABLE, which clients retry.
+
+OffsetFetch v0 and OffsetCommit v0 use the same store as v1+: Kafka 0.10.1 kept v0 offsets in
+ZooKeeper, which this broker does not have.
+"""
+from __future__ import annotations
+
+from broker.groups.coordinator import GroupCoordinator
+from broker.groups.state import UNKNOWN_MEMBER_ID
+from protocol.api import ApiKey, Request
+from protocol.errors import ErrorCode
+
+_NOT_AVAILABLE = int(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE)
+CLIENT_HOST_UNKNOWN = ""
+
+
+def _coordinator(ctx) -> GroupCoordinator | None:
+    coordinator = getattr(ctx, "coordinator", None)
+    return coordinator if coordinator is not None and coordinator.active else None
+
+
+async def handle_find_coordinator(ctx, request: Request) -> dict:
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return {"error_code": _NOT_AVAILABLE,
+                "coordinator": {"node_id": -1, "host": "", "port": -1}}
+    node_id, host, port = coordinator.node
+    return {"error_code": 0, "coordinator": {"node_id": node_id, "host": host, "port": port}}
+
+
+async def handle_join_group(ctx, request: Request) -> dict:
+    body = request.body
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return _join_response(body.member_id, _NOT_AVAILABLE)
+    rebalance_timeout = (body.rebalance_timeout if request.header.api_version >= 1
+                         else body.session_timeout)
+    result = await coordinator.join(
+        body.group_id, body.member_id, client_id=request.header.client_id or "",
+        client_host=CLIENT_HOST_UNKNOWN, session_timeout_ms=body.session_timeout,
+        rebalance_timeout_ms=rebalance_timeout, protocol_type=body.protocol_type,
+        protocols=[(p.protocol_name, p.protocol_metadata) for p in body.group_protocols])
+    return {"error_code": int(result.error), "generation_id": result.generation_id,
+            "group_protocol": result.protocol, "leader_id": result.leader_id,
+            "member_id": result.member_id,
+            "members": [{"member_id": mid, "member_metadata": meta}
+                        for mid, meta in result.members]}
+
+
+def _join_response(member_id: str, error: int) -> dict:
+    return {"error_code": error, "generation_id": 0, "group_protocol": "", "leader_id": "",
+            "member_id": member_id, "members": []}
+
+
+async def handle_sync_group(ctx, request: Request) -> dict:
+    body = request.body
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return {"error_code": _NOT_AVAILABLE, "member_assignment": b""}
+    assignments = {a.member_id: a.member_assignment for a in body.group_assignment}
+    result = await coordinator.sync(body.group_id, body.generation_id, body.member_id,
+                                    assignments)
+    return {"error_code": int(result.error), "member_assignment": result.assignment}
+
+
+async def handle_heartbeat(ctx, request: Request) -> dict:
+    body = request.body
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return {"error_code": _NOT_AVAILABLE}
+    return {"error_code": int(coordinator.heartbeat(body.group_id, body.member_id,
+                                                    body.group_generation_id))}
+
+
+async def handle_leave_group(ctx, request: Request) -> dict:
+    body = request.body
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return {"error_code": _NOT_AVAILABLE}
+    return {"error_code": int(coordinator.leave(body.group_id, body.member_id))}
+
+
+async def handle_offset_commit(ctx, request: Request) -> dict:
+    body = request.body
+    version = request.header.api_version
+    entries = [(t.topic, p.partition, p.offset, p.metadata,
+                p.timestamp if version == 1 else -1)
+               for t in body.topics for p in t.partitions]
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        errors = [ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE] * len(entries)
+    else:
+        if version == 0:
+            generation, member = -1, UNKNOWN_MEMBER_ID
+        else:
+            generation, member = body.group_generation_id, body.member_id
+        # v2's retention_time -1 means the broker's offsets.retention.minutes.
+        retention = body.retention_time if version >= 2 and body.retention_time != -1 else None
+        errors = await coordinator.commit_offsets(body.group_id, member, generation, retention,
+                                                  entries)
+    it = iter(errors)
+    return {"responses": [
+        {"topic": t.topic, "partition_responses": [
+            {"partition": p.partition, "error_code": int(next(it))} for p in t.partitions]}
+        for t in body.topics]}
+
+
+async def handle_offset_fetch(ctx, request: Request) -> dict:
+    body = request.body
+    wanted = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        answers = [(-1, "", _NOT_AVAILABLE)] * len(wanted)
+    else:
+        answers = []
+        for (topic, partition), po in zip(wanted, coordinator.fetch_offsets(body.group_id,
+                                                                            wanted)):
+            t = ctx.topics.get(topic)
+            if request.header.api_version == 0 and (t is None or not 0 <= partition
+                                                    < t.partitions):
+                # v0 (Kafka: ZooKeeper) answers unknown partitions with error 3.
+                answers.append((-1, "", int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+            else:
+                answers.append((po.offset, po.metadata, int(po.error)))
+    it = iter(answers)
+    responses = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            offset, metadata, error = next(it)
+            parts.append({"partition": p.partition, "offset": offset, "metadata": metadata,
+                          "error_code": error})
+        responses.append({"topic": t.topic, "partition_responses": parts})
+    return {"responses": responses}
+
+
+async def handle_describe_groups(ctx, request: Request) -> dict:
+    coordinator = _coordinator(ctx)
+    groups = []
+    for group_id in request.body.group_ids:
+        if coordinator is None:
+            groups.append({"error_code": _NOT_AVAILABLE, "group_id": group_id, "state": "",
+                           "protocol_type": "", "protocol": "", "members": []})
+            continue
+        error, s = coordinator.describe(group_id)
+        assert s is not None
+        groups.append({
+            "error_code": int(error), "group_id": group_id, "state": s.state,
+            "protocol_type": s.protocol_type, "protocol": s.protocol,
+            "members": [{"member_id": m.member_id, "client_id": m.client_id,
+                         "client_host": m.client_host, "member_metadata": m.metadata,
+                         "member_assignment": m.assignment} for m in s.members]})
+    return {"groups": groups}
+
+
+async def handle_list_groups(ctx, request: Request) -> dict:
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return {"error_code": _NOT_AVAILABLE, "groups": []}
+    error, overview = coordinator.list_groups()
+    return {"error_code": int(error),
+            "groups": [{"group_id": g, "protocol_type": pt} for g, pt in overview]}
+
+
+GROUP_HANDLERS = {
+    ApiKey.FIND_COORDINATOR: handle_find_coordinator,
+    ApiKey.JOIN_GROUP: handle_join_group,
+    ApiKey.SYNC_GROUP: handle_sync_group,
+    ApiKey.HEARTBEAT: handle_heartbeat,
+    ApiKey.LEAVE_GROUP: handle_leave_group,
+    ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.OFFSET_FETCH: handle_offset_fetch,
+    ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
+    ApiKey.LIST_GROUPS: handle_list_groups,
+}
