@@ -1,0 +1,292 @@
+"""A small blocking Kafka client over chronolog's sans-IO ClientConnection.
+
+One plain TCP socket per broker address; each call sends one request and reads until its
+response arrives (no pipelining: the connector's calls are sequential). Every socket is closed by
+close() / the context manager. Connection failures and timeouts raise BrokerUnavailableError
+naming the address; Kafka error codes are returned to the caller (fetch, produce) or raised as
+typed errors (metadata, list_offsets) so each caller decides what is recoverable.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+
+import structlog
+
+from protocol import ApiKey, ClientConnection, ErrorCode, ProtocolError
+
+from .errors import BrokerResponseError, BrokerUnavailableError, UnknownTopicError
+from .options import ConnectOptions, TopicPartition
+
+log = structlog.get_logger(__name__)
+
+_METADATA_VERSION = 1
+_LIST_OFFSETS_VERSION = 1
+_FETCH_VERSION = 3
+_PRODUCE_VERSION = 2
+# Leader elections and topic auto-creation answer LEADER_NOT_AVAILABLE for a moment.
+_METADATA_RETRIES = 10
+_METADATA_BACKOFF_S = 0.2
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    error_code: int
+    high_watermark: int
+    record_set: bytes
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    error_code: int
+    base_offset: int
+
+
+class _Connection:
+    """One socket plus its codec; closed for good after any I/O or protocol failure."""
+
+    def __init__(self, address: tuple[str, int], timeout_s: float) -> None:
+        self.address = address
+        self._timeout_s = timeout_s
+        self._codec = ClientConnection(client_id="chronolog-spark")
+        try:
+            self._sock = socket.create_connection(address, timeout=timeout_s)
+        except OSError as exc:
+            raise BrokerUnavailableError(
+                f"cannot connect to chronolog broker at {address[0]}:{address[1]} ({exc}); is it "
+                f"running (`make run`) and is bootstrap.servers right?") from None
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def call(self, api_key: ApiKey, version: int, body: dict):
+        correlation_id, frame = self._codec.request(api_key, version, body)
+        where = f"{self.address[0]}:{self.address[1]}"
+        try:
+            self._sock.sendall(frame)
+            while True:
+                data = self._sock.recv(1 << 20)
+                if not data:
+                    raise BrokerUnavailableError(
+                        f"chronolog broker at {where} closed the connection during "
+                        f"{api_key.name} v{version}; check the broker log")
+                for response in self._codec.receive_data(data):
+                    if response.correlation_id == correlation_id:
+                        return response.body
+        except socket.timeout:
+            self.close()
+            raise BrokerUnavailableError(
+                f"chronolog broker at {where} did not answer {api_key.name} v{version} within "
+                f"{self._timeout_s:.0f} s (kafka.request.timeout.ms)") from None
+        except ProtocolError as exc:
+            self.close()
+            raise BrokerUnavailableError(
+                f"chronolog broker at {where} sent an undecodable {api_key.name} response: "
+                f"{exc}") from None
+        except OSError as exc:
+            self.close()
+            raise BrokerUnavailableError(
+                f"connection to chronolog broker at {where} failed during {api_key.name}: "
+                f"{exc}") from None
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: dict[int, int]          # partition -> leader node id
+
+
+class BrokerClient:
+    """Blocking client for Metadata v1, ListOffsets v1, Fetch v3 and Produce v2."""
+
+    def __init__(self, connect: ConnectOptions) -> None:
+        self._connect = connect
+        self._timeout_s = connect.request_timeout_ms / 1000
+        self._conns: dict[tuple[str, int], _Connection] = {}
+        self._nodes: dict[int, tuple[str, int]] = {}
+        self._leaders: dict[TopicPartition, int] = {}
+        self._bootstrap: _Connection | None = None
+
+    def __enter__(self) -> BrokerClient:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+        self._bootstrap = None
+
+    # -- connections ------------------------------------------------------------------------
+    def _conn(self, address: tuple[str, int]) -> _Connection:
+        conn = self._conns.get(address)
+        if conn is None:
+            conn = self._conns[address] = _Connection(address, self._timeout_s)
+        return conn
+
+    def _any_conn(self) -> _Connection:
+        if self._bootstrap is not None:
+            return self._bootstrap
+        failures = []
+        for address in self._connect.bootstrap:
+            try:
+                self._bootstrap = self._conn(address)
+                return self._bootstrap
+            except BrokerUnavailableError as exc:
+                failures.append(str(exc))
+        servers = ",".join(f"{h}:{p}" for h, p in self._connect.bootstrap)
+        raise BrokerUnavailableError(
+            f"no chronolog broker reachable at bootstrap.servers={servers}: "
+            + "; ".join(failures))
+
+    def _call(self, conn: _Connection, api_key: ApiKey, version: int, body: dict):
+        try:
+            return conn.call(api_key, version, body)
+        except BrokerUnavailableError:
+            self._conns.pop(conn.address, None)
+            if conn is self._bootstrap:
+                self._bootstrap = None
+            raise
+
+    def _leader_conn(self, tp: TopicPartition) -> _Connection:
+        if tp not in self._leaders:
+            self.topics([tp[0]])
+        node = self._leaders.get(tp)
+        if node is None:
+            raise UnknownTopicError(f"topic {tp[0]!r} has no partition {tp[1]}")
+        return self._conn(self._nodes[node])
+
+    # -- metadata ---------------------------------------------------------------------------
+    def topics(self, names: list[str] | tuple[str, ...], *, allow_create: bool = False
+               ) -> dict[str, TopicInfo]:
+        """Partition -> leader of each named topic.
+
+        Readers ask for all topics (a null list), because asking for a name makes a broker with
+        auto.create.topics.enable create it; a missing topic raises UnknownTopicError.
+        ``allow_create`` (writers) asks for the names, as Kafka producers do.
+        """
+        for attempt in range(_METADATA_RETRIES):
+            body = self._call(self._any_conn(), ApiKey.METADATA, _METADATA_VERSION,
+                              {"topics": list(names) if allow_create else None})
+            self._nodes.update({b.node_id: (b.host, b.port) for b in body.brokers})
+            found: dict[str, TopicInfo] = {}
+            retry = []
+            for t in body.topic_metadata:
+                if t.topic not in names:
+                    continue
+                if t.topic_error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    continue
+                if t.topic_error_code == ErrorCode.LEADER_NOT_AVAILABLE or any(
+                        p.partition_error_code == ErrorCode.LEADER_NOT_AVAILABLE or p.leader < 0
+                        for p in t.partition_metadata):
+                    retry.append(t.topic)
+                    continue
+                if t.topic_error_code != ErrorCode.NONE:
+                    raise BrokerResponseError(
+                        f"metadata for topic {t.topic!r} failed: "
+                        f"{error_name(t.topic_error_code)}", error_code=t.topic_error_code)
+                found[t.topic] = TopicInfo(t.topic, {p.partition_id: p.leader
+                                                     for p in t.partition_metadata})
+            if not retry:
+                break
+            time.sleep(_METADATA_BACKOFF_S)
+        else:
+            raise BrokerResponseError(
+                f"topics {retry} have no leader after {_METADATA_RETRIES} metadata attempts; "
+                f"check the broker log", error_code=ErrorCode.LEADER_NOT_AVAILABLE)
+        missing = [n for n in names if n not in found]
+        if missing:
+            known = sorted(t.topic for t in body.topic_metadata)
+            raise UnknownTopicError(
+                f"unknown topic {missing[0]!r} on chronolog broker "
+                f"{self._any_conn().address[0]}:{self._any_conn().address[1]}"
+                + (f" (topics there: {', '.join(known[:20])})" if known and not allow_create
+                   else "") + "; check the topic/subscribe option or create the topic")
+        for info in found.values():
+            for partition, leader in info.partitions.items():
+                self._leaders[(info.name, partition)] = leader
+        return found
+
+    def partitions(self, topics: tuple[str, ...]) -> list[TopicPartition]:
+        """Every (topic, partition) of ``topics``, sorted."""
+        infos = self.topics(topics)
+        return sorted((t, p) for t in topics for p in infos[t].partitions)
+
+    # -- offsets ----------------------------------------------------------------------------
+    def list_offsets(self, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
+        """ListOffsets v1: tp -> (timestamp, offset) for each tp -> time (ms, -1 latest,
+        -2 earliest). A time later than every message answers (-1, -1) (KIP-79)."""
+        by_node: dict[int, dict[str, list[tuple[int, int]]]] = {}
+        for tp, ts in wanted.items():
+            self._leader_conn(tp)
+            by_node.setdefault(self._leaders[tp], {}).setdefault(tp[0], []).append((tp[1], ts))
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        for node, topics in by_node.items():
+            body = self._call(self._conn(self._nodes[node]), ApiKey.LIST_OFFSETS,
+                              _LIST_OFFSETS_VERSION, {
+                                  "replica_id": -1,
+                                  "topics": [{"topic": t, "partitions": [
+                                      {"partition": p, "timestamp": ts} for p, ts in parts]}
+                                      for t, parts in topics.items()]})
+            for topic in body.responses:
+                for p in topic.partition_responses:
+                    if p.error_code != ErrorCode.NONE:
+                        if p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                            raise UnknownTopicError(
+                                f"topic {topic.topic!r} partition {p.partition} does not exist "
+                                f"(ListOffsets); was the topic deleted?")
+                        raise BrokerResponseError(
+                            f"ListOffsets for {topic.topic}[{p.partition}] failed: "
+                            f"{error_name(p.error_code)}", error_code=p.error_code)
+                    out[(topic.topic, p.partition)] = (p.timestamp, p.offset)
+        return out
+
+    # -- data -------------------------------------------------------------------------------
+    def fetch(self, tp: TopicPartition, offset: int, max_bytes: int, *, max_wait_ms: int = 0
+              ) -> FetchResult:
+        body = self._call(self._leader_conn(tp), ApiKey.FETCH, _FETCH_VERSION, {
+            "replica_id": -1, "max_wait_time": max_wait_ms, "min_bytes": 1,
+            "max_bytes": max_bytes,
+            "topics": [{"topic": tp[0], "partitions": [
+                {"partition": tp[1], "fetch_offset": offset, "max_bytes": max_bytes}]}]})
+        for topic in body.responses:
+            for p in topic.partition_responses:
+                header = p.partition_header
+                if topic.topic == tp[0] and header.partition == tp[1]:
+                    return FetchResult(header.error_code, header.high_watermark,
+                                       bytes(p.record_set or b""))
+        raise BrokerResponseError(f"fetch response for {tp[0]}[{tp[1]}] lacks that partition",
+                                  error_code=ErrorCode.UNKNOWN_SERVER_ERROR)
+
+    def produce(self, topic: str, record_sets: dict[int, bytes], *, acks: int, timeout_ms: int
+                ) -> dict[int, ProduceResult]:
+        """Produce v2 of one message set per partition; partition -> result (error code
+        included: the caller decides, since a writer must check every one)."""
+        by_node: dict[int, dict[int, bytes]] = {}
+        for partition, record_set in record_sets.items():
+            self._leader_conn((topic, partition))
+            by_node.setdefault(self._leaders[(topic, partition)], {})[partition] = record_set
+        out: dict[int, ProduceResult] = {}
+        for node, sets in by_node.items():
+            body = self._call(self._conn(self._nodes[node]), ApiKey.PRODUCE, _PRODUCE_VERSION, {
+                "acks": acks, "timeout": timeout_ms,
+                "topic_data": [{"topic": topic, "data": [
+                    {"partition": p, "record_set": rs} for p, rs in sets.items()]}]})
+            for t in body.responses:
+                for p in t.partition_responses:
+                    out[p.partition] = ProduceResult(p.error_code, p.base_offset)
+        for partition in record_sets:
+            if partition not in out:
+                out[partition] = ProduceResult(ErrorCode.UNKNOWN_SERVER_ERROR, -1)
+        return out
