@@ -1,0 +1,162 @@
+"""BrokerContext: what every request handler reaches the broker's state through.
+
+Concurrency rules (all state lives on the trio thread):
+- Every access to a partition's ``Log`` (append, read, search, flush, retention) happens while
+  holding that partition's ``PartitionState.lock`` and inside ``trio.to_thread.run_sync``, so a
+  slow disk stalls only that partition and storage never sees two threads in one Log.
+- Topic creation and deletion are serialised by ``admin_lock``.
+- Appends wake long-polling fetches through ``PartitionState.notify`` (trio events, no polling).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import structlog
+import trio
+
+from broker.config import BrokerConfig, ConfigError, topic_name_error
+from broker.topics import Topic, TopicRegistry
+
+log = structlog.get_logger(__name__)
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch from the wall clock."""
+    return time.time_ns() // 1_000_000
+
+
+class TopicExistsError(Exception):
+    """Raised by :meth:`BrokerContext.create_topic` when the topic already exists."""
+
+
+class InvalidTopicNameError(Exception):
+    """Raised by :meth:`BrokerContext.create_topic` for a name Kafka does not allow."""
+
+
+@dataclass(eq=False)
+class PartitionState:
+    """Per-partition coordination: the lock around Log access, waiting fetches, and the last
+    LogAppendTime handed out (so broker time never goes backwards within the partition)."""
+
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    waiters: set[trio.Event] = field(default_factory=set)
+    last_append_time: int = -1
+
+    def notify(self) -> None:
+        """Wake every fetch waiting for data on this partition."""
+        for event in self.waiters:
+            event.set()
+        self.waiters.clear()
+
+    def next_append_time(self, now_ms: int) -> int:
+        """LogAppendTime for the next append: max(last handed out, now)."""
+        self.last_append_time = max(self.last_append_time, now_ms)
+        return self.last_append_time
+
+
+class BrokerContext:
+    """The broker's shared state: config, storage, topics, partition coordination, coordinator."""
+
+    def __init__(self, config: BrokerConfig, cluster_id: str, log_manager: Any,
+                 topics: TopicRegistry, clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.config = config
+        self.cluster_id = cluster_id
+        self.log_manager = log_manager
+        self.topics = topics
+        self.clock = clock
+        self.admin_lock = trio.Lock()
+        self.coordinator: Any = None
+        """The group coordinator (broker.groups), or None when it is not installed."""
+        self.stopping = False
+        self._partitions: dict[tuple[str, int], PartitionState] = {}
+
+    def partition(self, topic: str, partition: int) -> PartitionState:
+        key = (topic, partition)
+        state = self._partitions.get(key)
+        if state is None:
+            state = self._partitions[key] = PartitionState()
+        return state
+
+    def get_log(self, topic: str, partition: int) -> Any:
+        """The partition's Log, or None when the topic or partition does not exist."""
+        t = self.topics.get(topic)
+        if t is None or not 0 <= partition < t.partitions:
+            return None
+        return self.log_manager.get_log(topic, partition)
+
+    def wake_all(self) -> None:
+        """Wake every waiting fetch (shutdown, topic deletion)."""
+        for state in self._partitions.values():
+            state.notify()
+
+    async def create_topic(self, name: str, partitions: int,
+                           overrides: Mapping[str, str] | None = None) -> Topic:
+        """Create a topic: validate, persist the registry, then create every partition's log.
+
+        Raises InvalidTopicNameError, TopicExistsError, or ConfigError (bad override); storage
+        errors propagate. The registry is written first, so a crash before the logs exist is
+        repaired at the next start-up (missing logs are created then).
+        """
+        reason = topic_name_error(name)
+        if reason:
+            raise InvalidTopicNameError(reason)
+        async with self.admin_lock:
+            if name in self.topics:
+                raise TopicExistsError(f"topic {name!r} already exists")
+            topic = self.topics.make_topic(name, partitions, overrides or {})
+            self.topics.put(topic)
+            try:
+                await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
+                for p in range(partitions):
+                    async with self.partition(name, p).lock:
+                        await trio.to_thread.run_sync(
+                            self.log_manager.create_log, name, p, topic.log_config)
+            except BaseException:
+                self.topics.remove(name)
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
+                raise
+        log.info("created topic", topic=name, partitions=partitions, configs=dict(topic.overrides))
+        return topic
+
+    async def delete_topic(self, name: str) -> bool:
+        """Delete a topic and its logs; False when it does not exist. Appends and reads on its
+        partitions are excluded while the logs go away; waiting fetches are woken."""
+        async with self.admin_lock:
+            topic = self.topics.get(name)
+            if topic is None:
+                return False
+            self.topics.remove(name)
+            await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
+            states = [self.partition(name, p) for p in range(topic.partitions)]
+            async with _all_locks(states):
+                await trio.to_thread.run_sync(self.log_manager.delete_topic, name)
+            for p, state in enumerate(states):
+                state.notify()
+                self._partitions.pop((name, p), None)
+        log.info("deleted topic", topic=name, partitions=topic.partitions)
+        return True
+
+
+class _all_locks:
+    """Acquire several trio locks in order (always the same order for one topic)."""
+
+    def __init__(self, states: list[PartitionState]) -> None:
+        self._states = states
+        self._held: list[trio.Lock] = []
+
+    async def __aenter__(self) -> None:
+        for state in self._states:
+            await state.lock.acquire()
+            self._held.append(state.lock)
+
+    async def __aexit__(self, *exc: object) -> None:
+        for lock in reversed(self._held):
+            lock.release()
+        self._held.clear()
+
+
+__all__ = ["BrokerContext", "PartitionState", "TopicExistsError", "InvalidTopicNameError",
+           "ConfigError", "wall_clock_ms"]

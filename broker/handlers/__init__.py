@@ -1,0 +1,29 @@
+"""The dispatch table: ``HANDLERS[api_key] -> async def handler(ctx, request) -> dict | None``.
+
+The group apis come from ``broker.groups.handlers.GROUP_HANDLERS``; ApiVersions advertises
+exactly the keys in the final table.
+"""
+from __future__ import annotations
+
+from broker.groups.handlers import GROUP_HANDLERS
+from broker.handlers.admin import handle_create_topics, handle_delete_topics
+from broker.handlers.fetch import handle_fetch, release as release_fetch_body
+from broker.handlers.metadata import handle_metadata, make_api_versions_handler
+from broker.handlers.offsets import handle_list_offsets
+from broker.handlers.produce import handle_produce
+from protocol.api import ApiKey
+
+HANDLERS: dict = {
+    ApiKey.PRODUCE: handle_produce,
+    ApiKey.FETCH: handle_fetch,
+    ApiKey.LIST_OFFSETS: handle_list_offsets,
+    ApiKey.METADATA: handle_metadata,
+    ApiKey.CREATE_TOPICS: handle_create_topics,
+    ApiKey.DELETE_TOPICS: handle_delete_topics,
+}
+
+HANDLERS.update(GROUP_HANDLERS)
+
+HANDLERS[ApiKey.API_VERSIONS] = make_api_versions_handler(HANDLERS)
+
+__all__ = ["HANDLERS", "release_fetch_body"]

@@ -1,0 +1,105 @@
+"""Produce v0-v2: validate each partition's message set with its topic's settings and append it.
+
+Validation and append of one partition run in one worker thread call while holding the
+partition's lock, so offsets assigned by the validator are exactly the log end offset at append
+time, and a slow disk stalls only that partition.
+"""
+from __future__ import annotations
+
+import structlog
+import trio
+
+from broker.context import BrokerContext
+from broker.errors import CloseConnectionError
+from broker.topics import Topic
+from protocol.api import Request
+from protocol.errors import ErrorCode
+from protocol.records import TimestampType
+from protocol.validator import Rejected, ValidatedRecords, validate_produce
+
+log = structlog.get_logger(__name__)
+
+
+def _validate_and_append(log_, record_set, topic: Topic, now_ms: int):
+    """Runs in a worker thread under the partition lock. Returns Rejected or ValidatedRecords
+    (message_count 0 when the set held no complete message; nothing is appended then)."""
+    result = validate_produce(record_set, topic.settings, next_offset=log_.log_end_offset,
+                              now_ms=now_ms)
+    if isinstance(result, Rejected) or result.message_count == 0:
+        return result
+    size = len(result.buffer)
+    if size > topic.config.segment_bytes:
+        return Rejected(ErrorCode.RECORD_LIST_TOO_LARGE,
+                        f"message set of {size} bytes exceeds segment.bytes "
+                        f"{topic.config.segment_bytes}")
+    log_.append(result)
+    return result
+
+
+async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int,
+                             record_set: bytes) -> tuple[ErrorCode, int, int]:
+    """(error, base_offset, log_append_time) for one partition."""
+    topic = ctx.topics.get(topic_name)
+    log_ = ctx.get_log(topic_name, partition)
+    if topic is None or log_ is None:
+        log.warning("produce rejected", topic=topic_name, partition=partition,
+                    error="UNKNOWN_TOPIC_OR_PARTITION",
+                    reason="no such topic or partition; create it first")
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+    state = ctx.partition(topic_name, partition)
+    async with state.lock:
+        if ctx.get_log(topic_name, partition) is not log_:  # deleted while we waited
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+        now = ctx.clock()
+        if topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME:
+            now = state.next_append_time(now)
+        try:
+            result = await trio.to_thread.run_sync(
+                _validate_and_append, log_, record_set, topic, now)
+        except Exception as exc:
+            log.error("append failed", topic=topic_name, partition=partition, error=repr(exc),
+                      action="check the log dir's disk; the partition may need recovery")
+            return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1
+    if isinstance(result, Rejected):
+        log.warning("produce rejected", topic=topic_name, partition=partition,
+                    error=ErrorCode(result.error).name, reason=result.reason)
+        return ErrorCode(result.error), -1, -1
+    if result.message_count == 0:
+        return ErrorCode.NONE, -1, -1
+    state.notify()
+    return ErrorCode.NONE, result.first_offset, result.log_append_time
+
+
+async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
+    body = request.body
+    version = request.header.api_version
+    acks = body.acks
+    responses = []
+    failed = False
+    for topic_data in body.topic_data:
+        partition_responses = []
+        for data in topic_data.data:
+            if acks not in (-1, 0, 1):
+                error, base, ts = ErrorCode.INVALID_REQUIRED_ACKS, -1, -1
+            else:
+                error, base, ts = await _produce_partition(
+                    ctx, topic_data.topic, data.partition, data.record_set)
+            failed = failed or error != ErrorCode.NONE
+            entry = {"partition": data.partition, "error_code": int(error), "base_offset": base}
+            if version >= 2:
+                entry["timestamp"] = ts
+            partition_responses.append(entry)
+        responses.append({"topic": topic_data.topic, "partition_responses": partition_responses})
+    if acks not in (-1, 0, 1):
+        log.warning("produce rejected", acks=acks, error="INVALID_REQUIRED_ACKS",
+                    reason="acks must be -1, 0 or 1")
+    if acks == 0:
+        if failed:
+            # As Kafka does: with acks=0 the only way to tell the producer is to close.
+            raise CloseConnectionError("a produce request with acks=0 failed; closing so the "
+                                       "client refreshes metadata")
+        return None
+    out = {"responses": responses}
+    if version >= 1:
+        out["throttle_time_ms"] = 0
+    return out

@@ -1,0 +1,292 @@
+"""The trio server: start-up, the per-connection request loop, background work, shutdown.
+
+Each connection reads requests and answers them one at a time, in order (as Kafka does by
+muting a channel while its request is in flight); pipelined requests wait in the connection's
+buffer. Limits: ``max.connections`` (new connections beyond it are closed at once),
+``socket.request.max.bytes`` (a larger frame closes the connection), ``connections.max.idle.ms``.
+
+Shutdown (SIGTERM/SIGINT): stop accepting, close idle connections, let in-flight requests finish
+(waiting fetches are woken and answer with what they have) for up to ``SHUTDOWN_GRACE_S``, then
+flush, checkpoint and write the clean-shutdown marker through ``LogManager.shutdown``.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from itertools import count
+from typing import Any
+
+import structlog
+import trio
+
+from broker import background
+from broker.config import BrokerConfig
+from broker.context import BrokerContext, wall_clock_ms
+from broker.errors import CloseConnectionError
+from broker.groups import setup as setup_group_coordinator
+from broker.handlers import HANDLERS, release_fetch_body
+from broker.topics import TopicRegistry, load_or_create_meta
+from protocol import ApiKey, FileRegion, ProtocolError, Request, ServerConnection
+from storage import LogManager
+
+log = structlog.get_logger(__name__)
+
+RECEIVE_BYTES = 65536
+SHUTDOWN_GRACE_S = 10.0
+_conn_ids = count(1)
+
+
+class SendfileError(Exception):
+    """Raised when a segment file ends before a FileRegion's length was sent (the file shrank
+    under us); the response frame is then unfinished and the connection must be closed."""
+
+
+async def open_context(config: BrokerConfig) -> BrokerContext:
+    """Load meta.properties, the topic registry and every log (recovering if needed).
+
+    Raises broker.topics.StartupError or storage errors; nothing is served yet then.
+    """
+    cluster_id = await trio.to_thread.run_sync(load_or_create_meta, config)
+    registry = TopicRegistry(config)
+    await trio.to_thread.run_sync(registry.load)
+
+    def config_for_topic(name: str):
+        topic = registry.get(name)
+        return (topic or registry.default_topic(name, 1)).log_config
+
+    manager = LogManager(list(config.log_dirs), config_for_topic, wall_clock_ms)
+    await trio.to_thread.run_sync(manager.startup)
+    ctx = BrokerContext(config, cluster_id, manager, registry)
+
+    # Reconcile: logs on disk without a registry entry keep the broker defaults; registry
+    # entries whose logs are missing (crash during creation) get them now.
+    on_disk = manager.topics()
+    changed = False
+    for name, partitions in on_disk.items():
+        topic = registry.get(name)
+        if topic is None:
+            log.warning("topic found on disk without registered configs; using broker defaults",
+                        topic=name, partitions=partitions)
+            registry.put(registry.default_topic(name, partitions))
+            changed = True
+        elif partitions > topic.partitions:
+            registry.put(registry.make_topic(name, partitions, topic.overrides))
+            changed = True
+    for name in registry.names():
+        topic = registry.get(name)
+        for p in range(topic.partitions):
+            if manager.get_log(name, p) is None:
+                log.warning("creating missing partition log", topic=name, partition=p)
+                await trio.to_thread.run_sync(manager.create_log, name, p, topic.log_config)
+    if changed:
+        await trio.to_thread.run_sync(registry.save, registry.snapshot())
+    log.info("logs loaded", topics=len(registry.names()),
+             partitions=sum(registry.get(n).partitions for n in registry.names()))
+    return ctx
+
+
+class Server:
+    """Accepts connections and runs each one's request loop; see the module docstring."""
+
+    def __init__(self, ctx: BrokerContext, handlers: dict | None = None) -> None:
+        self.ctx = ctx
+        self.handlers = HANDLERS if handlers is None else handlers
+        self.active = 0
+        self._idle_scopes: set[trio.CancelScope] = set()
+        self._busy = 0
+        self._all_done = trio.Event()
+
+    async def handle_connection(self, stream: trio.SocketStream) -> None:
+        config = self.ctx.config
+        try:
+            peer = "%s:%s" % stream.socket.getpeername()[:2]
+        except OSError:
+            peer = "?"
+        if self.active >= config.max_connections or self.ctx.stopping:
+            log.warning("refusing connection: limit reached", peer=peer,
+                        max_connections=config.max_connections,
+                        action="raise max.connections or reduce the clients' connections")
+            await stream.aclose()
+            return
+        self.active += 1
+        conn_id = next(_conn_ids)
+        log.info("connection opened", conn=conn_id, peer=peer, active=self.active)
+        reason = "closed by client"
+        try:
+            reason = await self._serve(stream, conn_id)
+        except ProtocolError as exc:
+            reason = f"bad request: {exc}"
+            log.warning("closing connection after a bad request", conn=conn_id, peer=peer,
+                        error=type(exc).__name__, reason=str(exc), api_key=exc.api_key,
+                        api_version=exc.api_version)
+        except CloseConnectionError as exc:
+            reason = str(exc)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
+            reason = f"connection lost: {exc!r}"
+        except SendfileError as exc:
+            reason = str(exc)
+            log.error("closing connection mid-response", conn=conn_id, peer=peer, reason=reason)
+        except Exception as exc:
+            reason = f"internal error: {exc!r}"
+            log.exception("closing connection after an internal error", conn=conn_id, peer=peer,
+                          action="this is a broker bug; report it with this log line")
+        finally:
+            self.active -= 1
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            log.info("connection closed", conn=conn_id, peer=peer, reason=reason,
+                     active=self.active)
+
+    async def _serve(self, stream: trio.SocketStream, conn_id: int) -> str:
+        ctx = self.ctx
+        conn = ServerConnection(max_request_bytes=ctx.config.socket_request_max_bytes)
+        idle_s = ctx.config.connections_max_idle_ms / 1000
+        while not ctx.stopping:
+            with trio.move_on_after(idle_s) as scope:
+                self._idle_scopes.add(scope)
+                try:
+                    data = await stream.receive_some(RECEIVE_BYTES)
+                finally:
+                    self._idle_scopes.discard(scope)
+            if scope.cancelled_caught:
+                return "broker shutting down" if ctx.stopping else \
+                    f"idle for {ctx.config.connections_max_idle_ms} ms"
+            if not data:
+                return "closed by client"
+            for request in conn.receive_data(data):
+                self._busy += 1
+                try:
+                    await self._dispatch(stream, conn, request, conn_id)
+                finally:
+                    self._busy -= 1
+                if ctx.stopping and self._busy == 0:
+                    self._all_done.set()
+        return "broker shutting down"
+
+    async def _dispatch(self, stream, conn: ServerConnection, request: Request,
+                        conn_id: int) -> None:
+        header = request.header
+        handler = self.handlers.get(header.api_key)
+        if handler is None:
+            raise CloseConnectionError(
+                f"{header.api_key.name} (api key {int(header.api_key)}) is not served by this "
+                "broker")
+        if header.api_key != ApiKey.API_VERSIONS or request.body is not None:
+            # log only at debug level: one line per request would drown everything else
+            log.debug("request", conn=conn_id, api=header.api_key.name,
+                      version=header.api_version, correlation_id=header.correlation_id)
+        body = await handler(self.ctx, request)
+        if body is None:
+            return
+        if header.api_key == ApiKey.FETCH:
+            try:
+                await send_response(stream, conn.send_chunks(request, body))
+            finally:
+                release_fetch_body(body)
+        else:
+            await send_response(stream, [conn.send(request, body)])
+
+    def begin_shutdown(self) -> None:
+        """Stop reading new requests; wake waiting fetches so in-flight requests finish."""
+        self.ctx.stopping = True
+        self.ctx.wake_all()
+        for scope in list(self._idle_scopes):
+            scope.cancel()
+        if self._busy == 0:
+            self._all_done.set()
+
+    async def wait_idle(self) -> None:
+        await self._all_done.wait()
+
+
+async def send_response(stream: trio.SocketStream, chunks: list[Any]) -> None:
+    """Write response chunks in order: bytes with send_all, FileRegions with os.sendfile."""
+    pending = bytearray()
+    for chunk in chunks:
+        if isinstance(chunk, FileRegion):
+            if pending:
+                await stream.send_all(pending)
+                pending = bytearray()
+            await _sendfile(stream.socket, chunk)
+        else:
+            pending += chunk
+    if pending:
+        await stream.send_all(pending)
+
+
+async def _sendfile(sock, region: FileRegion) -> None:
+    out_fd = sock.fileno()
+    position, remaining = region.position, region.length
+    while remaining:
+        try:
+            sent = os.sendfile(out_fd, region.source, position, remaining)
+        except BlockingIOError:
+            await sock.wait_writable()
+            continue
+        except OSError as exc:
+            if exc.errno in (errno.EPIPE, errno.ECONNRESET):
+                raise trio.BrokenResourceError(repr(exc)) from exc
+            raise
+        if sent == 0:
+            raise SendfileError(f"segment file ended {remaining} bytes before the fetch "
+                                "response was complete")
+        position += sent
+        remaining -= sent
+        await trio.lowlevel.checkpoint_if_cancelled()
+
+
+async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> int:
+    """Serve until SIGTERM/SIGINT; returns the exit status. ``task_status`` gets the bound port."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        ctx = await open_context(config)
+        server = Server(ctx)
+        listeners = await trio.open_tcp_listeners(config.port, host=config.host or None)
+        port = listeners[0].socket.getsockname()[1]
+        log.info("listening", host=config.host or "0.0.0.0", port=port,
+                 advertised=f"{config.advertised_host}:{config.advertised_port}",
+                 broker_id=config.broker_id, cluster_id=ctx.cluster_id)
+        async with trio.open_nursery() as outer:
+            async with trio.open_nursery() as connections:
+                bg_scope = trio.CancelScope()
+
+                async def run_background() -> None:
+                    with bg_scope:
+                        async with trio.open_nursery() as bg:
+                            ctx.coordinator = await setup_group_coordinator(ctx, bg)
+                            background.start(ctx, bg)
+
+                outer.start_soon(run_background)
+                accept_scope = trio.CancelScope()
+
+                async def accept() -> None:
+                    with accept_scope:
+                        await trio.serve_listeners(server.handle_connection, listeners,
+                                                   handler_nursery=connections)
+
+                connections.start_soon(accept)
+                task_status.started(port)
+                async for signum in signals:
+                    log.info("shutting down", signal=signal.Signals(signum).name,
+                             open_connections=server.active)
+                    break
+                accept_scope.cancel()
+                server.begin_shutdown()
+                with trio.move_on_after(SHUTDOWN_GRACE_S) as grace:
+                    await server.wait_idle()
+                if grace.cancelled_caught:
+                    log.warning("in-flight requests did not finish in time; cancelling them",
+                                grace_s=SHUTDOWN_GRACE_S)
+                connections.cancel_scope.cancel()
+            bg_scope.cancel()
+        await _shutdown_storage(ctx)
+    log.info("shutdown complete")
+    return 0
+
+
+async def _shutdown_storage(ctx: BrokerContext) -> None:
+    # Wait for every partition lock so no worker thread is still appending.
+    for state in list(ctx._partitions.values()):
+        await state.lock.acquire()
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+    log.info("logs flushed, recovery points checkpointed, clean shutdown marker written")

@@ -1,0 +1,191 @@
+"""The topic registry: which topics exist, their partition counts and their config overrides.
+
+Persisted as JSON in ``<first log dir>/chronolog-topics.json``; every change is written to a
+``.tmp`` file, fsynced, renamed over the old file and the directory fsynced, so a crash leaves
+either the old or the new registry, never a torn one. ``meta.properties`` (broker.id, cluster.id)
+lives next to it in every log dir and is written the same way.
+
+Not thread-safe: the broker mutates it from the trio thread only (under its admin lock) and runs
+the file writes in a worker thread.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Mapping
+
+import structlog
+
+from broker.config import BrokerConfig, ConfigError, TopicConfig, parse_topic_configs
+from protocol.records import Codec, TimestampType
+from protocol.validator import TopicSettings
+from storage import LogConfig
+
+log = structlog.get_logger(__name__)
+
+REGISTRY_FILE = "chronolog-topics.json"
+META_FILE = "meta.properties"
+
+_CODECS = {"producer": None, "uncompressed": Codec.NONE, "gzip": Codec.GZIP,
+           "snappy": Codec.SNAPPY, "lz4": Codec.LZ4}
+
+
+class StartupError(Exception):
+    """Raised at start-up when a log directory's persisted state contradicts the configuration
+    (e.g. meta.properties names another broker.id) or cannot be read."""
+
+
+@dataclass(frozen=True)
+class Topic:
+    """One topic: its partition count, its overrides as given, and the derived settings."""
+
+    name: str
+    partitions: int
+    overrides: Mapping[str, str]
+    config: TopicConfig
+
+    @property
+    def log_config(self) -> LogConfig:
+        c = self.config
+        return LogConfig(
+            segment_bytes=c.segment_bytes, segment_ms=c.segment_ms,
+            segment_jitter_ms=c.segment_jitter_ms, retention_ms=c.retention_ms,
+            retention_bytes=c.retention_bytes, index_interval_bytes=c.index_interval_bytes,
+            segment_index_bytes=c.segment_index_bytes, max_message_bytes=c.max_message_bytes,
+            flush_messages=c.flush_messages, flush_ms=c.flush_ms,
+            file_delete_delay_ms=c.file_delete_delay_ms)
+
+    @property
+    def settings(self) -> TopicSettings:
+        c = self.config
+        return TopicSettings(
+            magic=c.magic,
+            timestamp_type=(TimestampType.LOG_APPEND_TIME if c.message_timestamp_type == "LogAppendTime"
+                            else TimestampType.CREATE_TIME),
+            max_timestamp_difference_ms=c.message_timestamp_difference_max_ms,
+            max_message_bytes=c.max_message_bytes,
+            target_codec=_CODECS[c.compression_type],
+            compacted="compact" in c.cleanup_policy.split(","))
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class TopicRegistry:
+    """In-memory map of topics backed by the registry file; see the module docstring."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self._config = config
+        self._path = os.path.join(config.log_dirs[0], REGISTRY_FILE)
+        self._topics: dict[str, Topic] = {}
+
+    def load(self) -> None:
+        """Read the registry file (absent = no topics). Raises StartupError when it is unreadable
+        or holds configs that no longer validate."""
+        try:
+            with open(self._path, "rb") as f:
+                doc = json.loads(f.read())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            raise StartupError(f"cannot read topic registry {self._path}: {exc}; "
+                               "restore it from a backup or remove it to fall back to defaults") from exc
+        for name, entry in doc.get("topics", {}).items():
+            try:
+                self._topics[name] = self.make_topic(name, int(entry["partitions"]),
+                                                     entry.get("configs", {}))
+            except (ConfigError, KeyError, TypeError, ValueError) as exc:
+                raise StartupError(f"topic registry {self._path}: topic {name!r}: {exc}") from exc
+
+    def make_topic(self, name: str, partitions: int, overrides: Mapping[str, str]) -> Topic:
+        """Validate overrides (ConfigError) and build a Topic without registering it."""
+        normalised = parse_topic_configs(overrides)
+        return Topic(name, partitions, normalised, self._config.topic_config(normalised))
+
+    def get(self, name: str) -> Topic | None:
+        return self._topics.get(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._topics
+
+    def names(self) -> list[str]:
+        return sorted(self._topics)
+
+    def default_topic(self, name: str, partitions: int) -> Topic:
+        """A topic with the broker defaults, for logs found on disk without a registry entry."""
+        return self.make_topic(name, partitions, {})
+
+    def put(self, topic: Topic) -> None:
+        """Register (or replace) a topic in memory; call :meth:`save` to persist."""
+        self._topics[topic.name] = topic
+
+    def remove(self, name: str) -> None:
+        self._topics.pop(name, None)
+
+    def snapshot(self) -> bytes:
+        """The registry file contents for the current state (taken on the trio thread)."""
+        doc = {"version": 1, "topics": {
+            t.name: {"partitions": t.partitions, "configs": dict(t.overrides)}
+            for t in self._topics.values()}}
+        return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+    def save(self, snapshot: bytes) -> None:
+        """Write a snapshot durably (blocking: run it in a worker thread)."""
+        _write_atomically(self._path, snapshot)
+
+
+def load_or_create_meta(config: BrokerConfig) -> str:
+    """Return the cluster id, generating and persisting it in every log dir on first start.
+
+    Raises StartupError when a log dir's meta.properties names another broker.id or the log dirs
+    disagree on the cluster id.
+    """
+    cluster_ids = set()
+    for log_dir in config.log_dirs:
+        os.makedirs(log_dir, exist_ok=True)
+        path = os.path.join(log_dir, META_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                props = dict(line.strip().split("=", 1) for line in f
+                             if "=" in line and not line.lstrip().startswith("#"))
+        except FileNotFoundError:
+            continue
+        if props.get("broker.id") not in (None, str(config.broker_id)):
+            raise StartupError(
+                f"{path} belongs to broker.id {props['broker.id']}, but this broker is configured "
+                f"with broker.id {config.broker_id}; fix broker.id or use another log dir")
+        if props.get("cluster.id"):
+            cluster_ids.add(props["cluster.id"])
+    if len(cluster_ids) > 1:
+        raise StartupError(f"log dirs {', '.join(config.log_dirs)} belong to different clusters "
+                           f"({', '.join(sorted(cluster_ids))})")
+    if cluster_ids:
+        cluster_id = cluster_ids.pop()
+    else:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        log.info("generated cluster id", cluster_id=cluster_id)
+    text = f"version=0\nbroker.id={config.broker_id}\ncluster.id={cluster_id}\n".encode()
+    for log_dir in config.log_dirs:
+        path = os.path.join(log_dir, META_FILE)
+        try:
+            with open(path, "rb") as f:
+                if f.read() == text:
+                    continue
+        except FileNotFoundError:
+            pass
+        _write_atomically(path, text)
+    return cluster_id
