@@ -159,11 +159,11 @@ def _fast_create_time_v1(mv, settings: TopicSettings, next_offset: int,
                 max_ts = ts
                 max_off = off
             (klen,) = unpack_i32(out, pos + 26)
-            if klen < -1:
+            vpos = pos + 30 + (klen if klen > 0 else 0)
+            if klen < -1 or vpos + 4 > end:
                 return None
-            (vlen,) = unpack_i32(out, pos + 30 + (klen if klen > 0 else 0))
-            if vlen < -1 or (pos + 34 + (klen if klen > 0 else 0)
-                             + (vlen if vlen > 0 else 0)) != end:
+            (vlen,) = unpack_i32(out, vpos)
+            if vlen < -1 or vpos + 4 + (vlen if vlen > 0 else 0) != end:
                 return None
             pack_offset(out, pos, off)
             off += 1
