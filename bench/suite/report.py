@@ -1,0 +1,172 @@
+"""Turns the suite's runs into the JSON document, the stdout/README table and the PNG plot."""
+
+from __future__ import annotations
+
+import math
+
+from .runner import Spec, median_of
+
+# The figures shown per kind of scenario: (metric key in the medians, label, higher is better).
+HEADLINE = {
+    "throughput": [("msgs_per_s", "msgs/s", True), ("MB_per_s", "MB/s", True)],
+    "latency": [("p50_ms", "p50 ms", False), ("p99_ms", "p99 ms", False), ("p999_ms", "p99.9 ms", False)],
+    "lookup": [("raw_listoffsets_v1.p50_ms", "raw p50 ms", False), ("raw_listoffsets_v1.p99_ms", "raw p99 ms", False),
+               ("confluent_offsets_for_times.p99_ms", "confluent p99 ms", False),
+               ("kafka_python_offsets_for_times.p99_ms", "kafka-python p99 ms", False),
+               ("wrong_answers", "wrong answers", False)],
+}
+RESOURCES = [("broker_cpu_s_per_million_msgs", "CPU s / M msgs", False), ("broker_rss_peak_mb", "RSS peak MB", False)]
+
+
+def summarize(plan: list[Spec], runs: dict, brokers: tuple[str, ...]) -> dict:
+    """Per scenario: every run, the medians, the first error if no run succeeded, and the ratios
+    chronolog / tansu of every median both brokers have."""
+    out = {}
+    for spec in plan:
+        entry: dict = {"kind": spec.kind}
+        for b in brokers:
+            rs = runs[spec.key][b]
+            errors = [r["error"] for r in rs if "error" in r]
+            entry[b] = {"median": median_of(rs), "runs": rs, "ok_runs": len(rs) - len(errors)}
+            if errors:
+                entry[b]["errors"] = errors
+            if rs and len(errors) == len(rs):
+                entry[b]["error"] = errors[0]
+        if "chronolog" in brokers and "tansu" in brokers:
+            a, t = entry["chronolog"]["median"], entry["tansu"]["median"]
+            entry["ratio_chronolog_over_tansu"] = {
+                k: a[k] / t[k] for k in a if k in t and t[k] not in (0, 0.0)
+            }
+        out[spec.key] = entry
+    return out
+
+
+def targets(summary: dict) -> dict:
+    """The issue's four targets, each with the figures it was judged on and whether it is met."""
+
+    def ratios(prefix: str) -> dict:
+        return {k: v.get("ratio_chronolog_over_tansu", {}).get("msgs_per_s")
+                for k, v in summary.items() if k.startswith(prefix)}
+
+    def judge_ratio(prefix: str) -> dict:
+        rs = ratios(prefix)
+        vals = [v for v in rs.values() if v is not None]
+        missing = [k for k, v in rs.items() if v is None]
+        geo = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+        return {"rule": "every scenario's chronolog/tansu msgs/s >= 1.0", "per_scenario": rs,
+                "geometric_mean": geo, "not_measured": missing,
+                "met": bool(vals) and not missing and min(vals) >= 1.0}
+
+    def chronolog(key: str, metric: str):
+        e = summary.get(key, {}).get("chronolog", {})
+        return e.get("median", {}).get(metric), e.get("error")
+
+    lat, lat_err = chronolog("latency/confluent/100B/10k-per-s", "p99_ms")
+    oft, oft_err = chronolog("offsets_for_times/1000-segments", "raw_listoffsets_v1.p99_ms")
+    wrong, _ = chronolog("offsets_for_times/1000-segments", "wrong_answers")
+    return {
+        "produce_ratio_ge_1": judge_ratio("produce/"),
+        "consume_ratio_ge_1": judge_ratio("consume/"),
+        "latency_p99_le_10ms_at_10k_per_s": {"value_ms": lat, "error": lat_err,
+                                             "met": lat is not None and lat <= 10.0},
+        "offsets_for_times_p99_le_2ms": {"value_ms": oft, "error": oft_err, "wrong_answers": wrong,
+                                         "met": oft is not None and oft <= 2.0 and not wrong},
+    }
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.3g}"
+
+
+def table_rows(summary: dict, brokers: tuple[str, ...]) -> list[list[str]]:
+    rows = []
+    for key, e in summary.items():
+        for metric, label, _ in HEADLINE[e["kind"]] + RESOURCES:
+            if e["kind"] == "lookup":
+                label = label.replace("M msgs", "M queries")
+            cells = [key, label]
+            for b in brokers:
+                v = e[b]["median"].get(metric)
+                cells.append(_fmt(v) if v is not None else ("error" if e[b].get("error") else "-"))
+            ratio = e.get("ratio_chronolog_over_tansu", {}).get(metric)
+            cells.append(f"{ratio:.2f}" if ratio is not None else "-")
+            rows.append(cells)
+    return rows
+
+
+def text_table(summary: dict, brokers: tuple[str, ...]) -> str:
+    header = ["scenario", "figure", *brokers, "ratio c/t"]
+    rows = table_rows(summary, brokers)
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+              for r in rows]
+    errs = [f"  {key} [{b}]: {e[b]['error']}" for key, e in summary.items() for b in brokers if e[b].get("error")]
+    if errs:
+        lines += ["errors (no successful run):", *errs]
+    return "\n".join(lines)
+
+
+def markdown_table(summary: dict, brokers: tuple[str, ...], keep=None) -> str:
+    header = ["scenario", "figure", *brokers, "chronolog / tansu"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in table_rows(summary, brokers):
+        if keep is None or keep(r[0], r[1]):
+            lines.append("| " + " | ".join(r) + " |")
+    return "\n".join(lines)
+
+
+def plot(summary: dict, brokers: tuple[str, ...], path, title: str) -> None:
+    """Four panels: produce/partitions throughput, consume throughput, latency percentiles,
+    and broker CPU per million messages; one bar per broker, errors shown as missing bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"chronolog": "#1f77b4", "tansu": "#ff7f0e"}
+    fig, axes = plt.subplots(2, 2, figsize=(16, 11))
+
+    def bars(ax, items: list[tuple[str, str, str]], ylabel: str, log: bool = False) -> None:
+        width = 0.8 / len(brokers)
+        for j, b in enumerate(brokers):
+            ys = [summary[key][b]["median"].get(metric, float("nan")) for key, metric, _ in items]
+            ax.bar([i + j * width for i in range(len(items))], ys, width, label=b, color=colors.get(b))
+        ax.set_xticks([i + width * (len(brokers) - 1) / 2 for i in range(len(items))])
+        ax.set_xticklabels([lbl for _, _, lbl in items], rotation=35, ha="right", fontsize=8)
+        ax.set_ylabel(ylabel)
+        if log:
+            ax.set_yscale("log")
+        ax.legend(fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+
+    keys = list(summary)
+    prod = [(k, "msgs_per_s", k.replace("produce/", "").replace("partitions/", "parts/")) for k in keys
+            if k.startswith(("produce/", "partitions/"))]
+    cons = [(k, "msgs_per_s", k.replace("consume/", "")) for k in keys if k.startswith("consume/")]
+    lat = []
+    for k in keys:
+        if k.startswith("latency/"):
+            lat += [(k, m, f"e2e {m[:-3]}") for m in ("p50_ms", "p99_ms", "p999_ms")]
+        if k.startswith("offsets_for_times/"):
+            lat += [(k, f"raw_listoffsets_v1.{m}", f"ListOffsets {m[:-3]}") for m in ("p50_ms", "p99_ms", "p999_ms")]
+    cpu = [(k, "broker_cpu_s_per_million_msgs", k.split("/")[0] + "/" + "/".join(k.split("/")[1:])[:28])
+           for k in keys if summary[k]["kind"] == "throughput"]
+    bars(axes[0][0], prod, "produce messages/s (median)", log=True)
+    axes[0][0].set_title("Produce throughput")
+    bars(axes[0][1], cons, "consume messages/s (median)", log=True)
+    axes[0][1].set_title("Consume throughput (1 KiB values)")
+    bars(axes[1][0], lat, "milliseconds (median over rounds)", log=True)
+    axes[1][0].set_title("Produce-to-consume latency at 10k msg/s; offsets_for_times latency")
+    bars(axes[1][1], cpu, "broker CPU seconds per million messages", log=True)
+    axes[1][1].set_title("Broker CPU cost")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
