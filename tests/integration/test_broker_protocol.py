@@ -1,0 +1,217 @@
+"""Protocol-level behaviour of the broker process, checked with raw requests."""
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+import uuid
+
+import pytest
+
+from protocol import ApiKey, SUPPORTED_VERSIONS, iter_deep, iter_shallow
+from tests.integration.kafka_wire import (WireClient, create_topic, frame, message_set,
+                                          produce)
+
+
+def name(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def client(broker):
+    with WireClient(broker.host, broker.port) as c:
+        yield c
+
+
+def test_api_versions_advertises_what_is_served(client):
+    body = client.call(ApiKey.API_VERSIONS, 0, {})
+    assert body.error_code == 0
+    got = {v.api_key: (v.min_version, v.max_version) for v in body.api_versions}
+    assert got == {int(k): v for k, v in SUPPORTED_VERSIONS.items()}
+
+
+def test_newer_api_versions_gets_error_35_with_the_list_then_v0_works(broker):
+    with socket.create_connection((broker.host, broker.port), timeout=10) as s:
+        # kafka-python's ApiVersions v4 probe: header v2 (tagged fields) and a flexible body.
+        s.sendall(frame(18, 4, 7, b"\x00" + b"\x06kafka\x041.0\x00"))
+        size, corr, error, count = struct.unpack(">iihi", s.recv(14, socket.MSG_WAITALL))
+        assert (corr, error) == (7, 35) and count == len(SUPPORTED_VERSIONS)
+        s.recv(size - 10, socket.MSG_WAITALL)
+        s.sendall(frame(18, 0, 8, b""))
+        size, corr, error = struct.unpack(">iih", s.recv(10, socket.MSG_WAITALL))
+        assert (corr, error) == (8, 0)
+
+
+def test_metadata_auto_creates_once_with_leader_not_available(client, broker):
+    topic = name()
+    first = client.call(ApiKey.METADATA, 1, {"topics": [topic]})
+    assert first.topic_metadata[0].topic_error_code == 5
+    second = client.call(ApiKey.METADATA, 2, {"topics": [topic]})
+    t = second.topic_metadata[0]
+    assert t.topic_error_code == 0 and len(t.partition_metadata) == 1
+    p = t.partition_metadata[0]
+    assert (p.leader, list(p.replicas), list(p.isr)) == (0, [0], [0])
+    assert second.controller_id == 0 and second.cluster_id
+    assert [(b.node_id, b.host, b.port) for b in second.brokers] == [(0, broker.host, broker.port)]
+    bad = client.call(ApiKey.METADATA, 1, {"topics": ["bad/name"]})
+    assert bad.topic_metadata[0].topic_error_code == 17
+    none = client.call(ApiKey.METADATA, 1, {"topics": []})
+    assert list(none.topic_metadata) == []
+    every = client.call(ApiKey.METADATA, 1, {"topics": None})
+    assert topic in {t.topic for t in every.topic_metadata}
+
+
+def test_create_topics_errors(client):
+    topic = name()
+    assert create_topic(client, topic, 3, {"message.timestamp.type": "LogAppendTime"}) == 0
+    assert create_topic(client, topic) == 36
+    assert create_topic(client, name(), 0) == 37
+    assert create_topic(client, name(), 1, replication_factor=3) == 38
+    assert create_topic(client, name(), 1, {"retention.ms": "forever"}) == 40
+    assert create_topic(client, name(), 1, {"no.such.config": "1"}) == 40
+    assert create_topic(client, "a" * 250) == 17
+    assert create_topic(client, "..") == 17
+    dup = name()
+    body = {"create_topic_requests": [
+        {"topic": dup, "num_partitions": 1, "replication_factor": 1, "replica_assignment": [],
+         "configs": []}] * 2, "timeout": 1000}
+    codes = client.call(ApiKey.CREATE_TOPICS, 0, body).topic_error_codes
+    assert [(c.topic, c.error_code) for c in codes] == [(dup, 42)]
+    meta = client.call(ApiKey.METADATA, 1, {"topics": [topic]})
+    assert len(meta.topic_metadata[0].partition_metadata) == 3
+
+
+def test_delete_topics(client):
+    topic = name()
+    assert create_topic(client, topic) == 0
+    assert produce(client, topic, message_set([b"x"])).error_code == 0
+    body = client.call(ApiKey.DELETE_TOPICS, 0, {"topics": [topic, name()], "timeout": 1000})
+    assert [c.error_code for c in body.topic_error_codes] == [0, 3]
+    assert produce(client, topic, message_set([b"x"])).error_code == 3
+
+
+def test_produce_then_fetch_v3_and_v0_down_conversion(client):
+    topic = name()
+    assert create_topic(client, topic) == 0
+    ts = [1_600_000_000_000 + i for i in range(3)]
+    r = produce(client, topic, message_set([b"a", b"b", None], timestamps=ts,
+                                           keys=[b"k1", None, b"k3"]))
+    assert (r.error_code, r.base_offset, r.timestamp) == (0, 0, -1)
+    assert produce(client, topic, message_set([b"d"], timestamps=[ts[0]])).base_offset == 3
+
+    def fetch(version, offset=0, **extra):
+        body = {"replica_id": -1, "max_wait_time": 0, "min_bytes": 0,
+                "topics": [{"topic": topic, "partitions": [
+                    {"partition": 0, "fetch_offset": offset, "max_bytes": 1 << 20}]}], **extra}
+        return client.call(ApiKey.FETCH, version, body).responses[0].partition_responses[0]
+
+    p = fetch(3, max_bytes=1 << 20)
+    assert (p.partition_header.error_code, p.partition_header.high_watermark) == (0, 4)
+    msgs = list(iter_deep(p.record_set))
+    assert [(m.offset, m.key, m.value, m.timestamp) for m in msgs] == [
+        (0, b"k1", b"a", ts[0]), (1, None, b"b", ts[1]), (2, b"k3", None, ts[2]), (3, None, b"d", ts[0])]
+    old = fetch(0)
+    assert {e.magic for e in iter_shallow(old.record_set)} == {0}
+    assert [m.value for m in iter_deep(old.record_set)] == [b"a", b"b", None, b"d"]
+    assert fetch(3, offset=2, max_bytes=1 << 20).record_set[:8] == struct.pack(">q", 2)
+    out_of_range = fetch(2, offset=99)
+    assert (out_of_range.partition_header.error_code,
+            out_of_range.partition_header.high_watermark) == (1, 4)
+
+
+def test_fetch_v3_returns_first_message_over_the_limits(client):
+    topic = name()
+    assert create_topic(client, topic, 2) == 0
+    big = b"x" * 5000
+    assert produce(client, topic, message_set([big]), partition=0).error_code == 0
+    assert produce(client, topic, message_set([b"small"]), partition=1).error_code == 0
+    body = {"replica_id": -1, "max_wait_time": 0, "min_bytes": 0, "max_bytes": 100,
+            "topics": [{"topic": topic, "partitions": [
+                {"partition": 0, "fetch_offset": 0, "max_bytes": 100},
+                {"partition": 1, "fetch_offset": 0, "max_bytes": 100}]}]}
+    parts = client.call(ApiKey.FETCH, 3, body).responses[0].partition_responses
+    assert [m.value for m in iter_deep(parts[0].record_set)] == [big]
+    assert parts[1].record_set == b""  # the request-level budget is used up
+
+
+def test_fetch_long_poll_is_woken_by_append(broker, client):
+    topic = name()
+    assert create_topic(client, topic) == 0
+    body = {"replica_id": -1, "max_wait_time": 300, "min_bytes": 1, "max_bytes": 1 << 20,
+            "topics": [{"topic": topic, "partitions": [
+                {"partition": 0, "fetch_offset": 0, "max_bytes": 1 << 20}]}]}
+    start = time.monotonic()
+    empty = client.call(ApiKey.FETCH, 3, body).responses[0].partition_responses[0]
+    assert empty.record_set == b"" and time.monotonic() - start >= 0.28  # held for max_wait
+
+    def later():
+        time.sleep(0.5)
+        with WireClient(broker.host, broker.port) as other:
+            produce(other, topic, message_set([b"wake"]))
+
+    body["max_wait_time"] = 60000
+    thread = threading.Thread(target=later)
+    thread.start()
+    start = time.monotonic()
+    got = client.call(ApiKey.FETCH, 3, body).responses[0].partition_responses[0]
+    thread.join()
+    assert [m.value for m in iter_deep(got.record_set)] == [b"wake"]
+    assert time.monotonic() - start < 30  # answered on the append, not at max_wait
+
+
+def test_list_offsets(client):
+    topic = name()
+    assert create_topic(client, topic, 1, {"segment.bytes": "200"}) == 0
+    for i in range(5):
+        produce(client, topic, message_set([b"v" * 50], timestamps=[1000 * (i + 1)]))
+
+    def v1(*partitions):
+        body = {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
+            {"partition": p, "timestamp": t} for p, t in partitions]}]}
+        return client.call(ApiKey.LIST_OFFSETS, 1, body).responses[0].partition_responses
+
+    assert [(r.error_code, r.timestamp, r.offset) for r in v1((0, -1))] == [(0, -1, 5)]
+    assert [(r.error_code, r.timestamp, r.offset) for r in v1((0, -2))] == [(0, -1, 0)]
+    assert [(r.error_code, r.timestamp, r.offset) for r in v1((0, 2500))] == [(0, 3000, 2)]
+    assert [(r.error_code, r.timestamp, r.offset) for r in v1((0, 9999))] == [(0, -1, -1)]
+    dup = v1((0, 1000), (0, 2000))
+    assert [(r.partition, r.error_code) for r in dup] == [(0, 42)]
+    assert [r.error_code for r in v1((7, -1))] == [3]
+    body = {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
+        {"partition": 0, "timestamp": -1, "max_num_offsets": 10}] * 2}]}
+    legacy = client.call(ApiKey.LIST_OFFSETS, 0, body).responses[0].partition_responses
+    assert len(legacy) == 1 and legacy[0].error_code == 0
+    offsets = list(legacy[0].offsets)
+    assert offsets[0] == 5 and offsets == sorted(offsets, reverse=True) and offsets[-1] == 0
+
+    old = name()
+    assert create_topic(client, old, 1, {"message.format.version": "0.9.0"}) == 0
+    body = {"replica_id": -1, "topics": [{"topic": old, "partitions": [
+        {"partition": 0, "timestamp": 1000}]}]}
+    r = client.call(ApiKey.LIST_OFFSETS, 1, body).responses[0].partition_responses[0]
+    assert r.error_code == 43
+
+
+def test_produce_errors(client):
+    topic = name()
+    assert create_topic(client, topic) == 0
+    body = {"acks": 2, "timeout": 1000, "topic_data": [{"topic": topic, "data": [
+        {"partition": 0, "record_set": message_set([b"x"])}]}]}
+    r = client.call(ApiKey.PRODUCE, 2, body).responses[0].partition_responses[0]
+    assert (r.error_code, r.base_offset) == (21, -1)
+    assert produce(client, name("missing"), message_set([b"x"])).error_code == 3
+    corrupt = bytearray(message_set([b"x"]))
+    corrupt[-1] ^= 0xFF
+    assert produce(client, topic, bytes(corrupt)).error_code == 2
+    # the partition is unharmed and the next produce still starts at offset 0
+    assert produce(client, topic, message_set([b"ok"])).base_offset == 0
+
+
+def test_pipelined_requests_are_answered_in_order(client):
+    ids = [client.send(ApiKey.METADATA, 1, {"topics": []}),
+           client.send(ApiKey.API_VERSIONS, 0, {}),
+           client.send(ApiKey.METADATA, 0, {"topics": []})]
+    got = [client.receive() for _ in ids]
+    assert [r.correlation_id for r in got] == ids
+    assert [r.api_key for r in got] == [ApiKey.METADATA, ApiKey.API_VERSIONS, ApiKey.METADATA]
