@@ -1,0 +1,49 @@
+"""Helpers shared by the real-client integration tests."""
+from __future__ import annotations
+
+import uuid
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+
+
+def topic_name(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, configs=None) -> None:
+    """Create a topic with kafka-python's admin client (CreateTopics v0 with configs)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1,
+                                      topic_configs={k: str(v) for k, v in (configs or {}).items()})])
+    finally:
+        admin.close()
+
+
+def kp_producer(bootstrap: str, **kw) -> KafkaProducer:
+    return KafkaProducer(bootstrap_servers=bootstrap, **kw)
+
+
+def kp_consume_all(bootstrap: str, topic: str, partition: int = 0, start: int | None = None,
+                   timeout_s: float = 20.0):
+    """Every message from ``start`` (default: beginning) to the current end, kafka-python."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                             enable_auto_commit=False, consumer_timeout_ms=1000)
+    tp = TopicPartition(topic, partition)
+    try:
+        consumer.assign([tp])
+        end = consumer.end_offsets([tp])[tp]
+        if start is None:
+            consumer.seek_to_beginning(tp)
+        else:
+            consumer.seek(tp, start)
+        out = []
+        import time
+        deadline = time.monotonic() + timeout_s
+        while consumer.position(tp) < end and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                out.extend(records)
+        return out
+    finally:
+        consumer.close()
