@@ -1,0 +1,227 @@
+"""``chronolog dump-log FILE...``: print the contents of segment files, like Kafka's
+DumpLogSegments.
+
+* ``.log``: one line per top-level entry (offset, position, magic, codec, timestamp type,
+  timestamp, key/value sizes, stored CRC, whether the entry is valid); ``--deep`` adds a line per
+  message inside each compressed wrapper.
+* ``.index`` / ``.timeindex``: one line per entry; ``--verify`` checks each entry against the
+  segment's .log next to it (offset entries must point at the start of the entry holding their
+  offset; time entries must carry the largest timestamp up to their offset; both must be in
+  order).
+
+Exit status: 0 when everything read is sound, 1 when corruption or an index mismatch was found,
+2 when a file is missing, unreadable or of an unknown kind.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import struct
+import sys
+from typing import TextIO
+
+from protocol.compression import Codec
+from protocol.errors import CorruptRecordError
+from protocol.records import (LOG_OVERHEAD, ShallowEntry, TimestampType, check_entry, iter_deep,
+                              iter_shallow)
+from storage.errors import CorruptIndexError
+from storage.index import OffsetIndex, TimeIndex
+from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_segment_file
+
+_I32 = struct.Struct(">i")
+# Offset of key_length within an entry, by magic (12-byte log overhead + crc, magic, attributes
+# [+ timestamp]).
+_KEY_LENGTH_AT = (LOG_OVERHEAD + 6, LOG_OVERHEAD + 14)
+OK, CORRUPT, UNREADABLE = 0, 1, 2
+
+
+def _codec_name(codec: int) -> str:
+    try:
+        return Codec(codec).name
+    except ValueError:
+        return f"UNKNOWN({codec})"
+
+
+def _key_value_sizes(data, entry: ShallowEntry) -> tuple[int, int] | None:
+    if entry.magic not in (0, 1):
+        return None
+    at = entry.position + _KEY_LENGTH_AT[entry.magic]
+    end = entry.next_position
+    if at + 4 > end:
+        return None
+    (key_size,) = _I32.unpack_from(data, at)
+    value_at = at + 4 + max(key_size, 0)
+    if key_size < -1 or value_at + 4 > end:
+        return None
+    (value_size,) = _I32.unpack_from(data, value_at)
+    return key_size, value_size
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _dump_log(path: str, deep: bool, out: TextIO) -> int:
+    data = _read(path)
+    status = OK
+    end = 0
+    try:
+        for entry in iter_shallow(data):
+            end = entry.next_position
+            try:
+                check_entry(data, entry, max_message_bytes=len(data))
+                valid, problem = True, ""
+            except CorruptRecordError as exc:
+                valid, problem = False, f" problem: {exc}"
+                status = CORRUPT
+            sizes = _key_value_sizes(data, entry)
+            key_size, value_size = sizes if sizes else ("?", "?")
+            out.write(f"offset: {entry.offset} position: {entry.position} magic: {entry.magic} "
+                      f"compresscodec: {_codec_name(entry.codec)} timestamptype: "
+                      f"{entry.timestamp_type.name} timestamp: {entry.timestamp} keysize: "
+                      f"{key_size} valuesize: {value_size} crc: {entry.crc} isvalid: "
+                      f"{str(valid).lower()}{problem}\n")
+            if deep and valid and entry.codec != Codec.NONE:
+                try:
+                    for m in iter_deep(memoryview(data)[entry.position:end]):
+                        out.write(f"| offset: {m.offset} magic: {m.magic} timestamptype: "
+                                  f"{m.timestamp_type.name} timestamp: {m.timestamp} keysize: "
+                                  f"{-1 if m.key is None else len(m.key)} valuesize: "
+                                  f"{-1 if m.value is None else len(m.value)}\n")
+                except CorruptRecordError as exc:
+                    out.write(f"| cannot read the inner messages: {exc}\n")
+                    status = CORRUPT
+    except CorruptRecordError as exc:
+        out.write(f"corrupt entry, the rest of the file is unreadable: {exc}\n")
+        return CORRUPT
+    if end < len(data):
+        out.write(f"{len(data) - end} trailing bytes at position {end} do not form a complete "
+                  f"entry (torn write)\n")
+        status = CORRUPT
+    return status
+
+
+def _log_facts(log_path: str) -> tuple[dict[int, tuple[int, int]], list[tuple[int, int]]]:
+    """({position: (previous shallow offset, shallow offset)}, [(offset, timestamp)] of every
+    deep message) of a .log file."""
+    data = _read(log_path)
+    starts: dict[int, tuple[int, int]] = {}
+    previous = -1
+    for entry in iter_shallow(data):
+        starts[entry.position] = (previous, entry.offset)
+        previous = entry.offset
+    messages = [(m.offset, m.timestamp) for m in iter_deep(data)]
+    return starts, messages
+
+
+def _dump_index(path: str, base: int, suffix: str, verify: bool, out: TextIO) -> int:
+    index_class = OffsetIndex if suffix == INDEX_SUFFIX else TimeIndex
+    index = index_class(path, base, max_index_bytes=os.stat(path).st_size + 24)
+    try:
+        count = index.entries
+    except CorruptIndexError as exc:
+        out.write(f"{exc}\n")
+        return CORRUPT
+    facts = None
+    if verify:
+        log_path = path[: -len(suffix)] + LOG_SUFFIX
+        try:
+            facts = _log_facts(log_path)
+        except OSError as exc:
+            out.write(f"cannot verify: {log_path} is unreadable: {exc.strerror}\n")
+            return UNREADABLE
+        except CorruptRecordError as exc:
+            out.write(f"cannot verify: {log_path} is corrupt: {exc}\n")
+            return CORRUPT
+    status = OK
+    previous = None
+    for slot in range(count):
+        entry = index.entry(slot)
+        if suffix == INDEX_SUFFIX:
+            out.write(f"offset: {entry[0]} position: {entry[1]}\n")
+        else:
+            out.write(f"timestamp: {entry[0]} offset: {entry[1]}\n")
+        if facts is None:
+            continue
+        problem = (_check_offset_entry(entry, previous, facts[0]) if suffix == INDEX_SUFFIX
+                   else _check_time_entry(entry, previous, facts[1]))
+        if problem:
+            out.write(f"  mismatch: {problem}\n")
+            status = CORRUPT
+        previous = entry
+    if facts is not None and status == OK:
+        out.write(f"verified {count} entries against the log\n")
+    return status
+
+
+def _check_offset_entry(entry, previous, starts) -> str | None:
+    offset, position = entry
+    if previous is not None and (offset <= previous[0] or position <= previous[1]):
+        return f"entry ({offset}, {position}) does not follow ({previous[0]}, {previous[1]})"
+    if position not in starts:
+        return f"position {position} is not the start of an entry in the log"
+    before, last = starts[position]
+    if not before < offset <= last:
+        return (f"offset {offset} is not in the entry at position {position}, which holds "
+                f"offsets {before + 1}..{last}")
+    return None
+
+
+def _check_time_entry(entry, previous, messages) -> str | None:
+    timestamp, offset = entry
+    if previous is not None and (timestamp <= previous[0] or offset < previous[1]):
+        return f"entry ({timestamp}, {offset}) does not follow ({previous[0]}, {previous[1]})"
+    upto = [ts for o, ts in messages if o <= offset]
+    if not upto or offset > messages[-1][0]:
+        return f"offset {offset} is beyond the last message of the log"
+    if max(upto) != timestamp:
+        return (f"the largest timestamp up to offset {offset} is {max(upto)}, the entry says "
+                f"{timestamp}")
+    return None
+
+
+def dump_file(path: str, *, deep: bool, verify: bool, out: TextIO, err: TextIO) -> int:
+    """Print one file to ``out`` (problems with the file itself to ``err``); return its exit
+    status (0 sound, 1 corrupt, 2 unreadable or unknown kind)."""
+    parsed = parse_segment_file(os.path.basename(path))
+    if parsed is None:
+        err.write(f"dump-log: {path}: not a segment file (expected <20-digit offset>.log, "
+                  f".index or .timeindex)\n")
+        return UNREADABLE
+    base, suffix = parsed
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        err.write(f"dump-log: {path}: cannot read: {exc.strerror}\n")
+        return UNREADABLE
+    out.write(f"Dumping {path}\n")
+    if suffix == LOG_SUFFIX:
+        return _dump_log(path, deep, out)
+    return _dump_index(path, base, suffix, verify, out)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point (``chronolog dump-log``); returns the worst exit status of all files."""
+    parser = argparse.ArgumentParser(prog="chronolog dump-log",
+                                     description="Print Kafka segment files (.log, .index, "
+                                                 ".timeindex).")
+    parser.add_argument("files", nargs="+", metavar="FILE")
+    parser.add_argument("--deep", action="store_true",
+                        help="also print the messages inside compressed wrappers")
+    parser.add_argument("--verify", action="store_true",
+                        help="check every index entry against the segment's .log")
+    args = parser.parse_args(argv)
+    status = OK
+    try:
+        for path in args.files:
+            status = max(status, dump_file(path, deep=args.deep, verify=args.verify,
+                                           out=sys.stdout, err=sys.stderr))
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
