@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PROJECT=${CHRONOLOG_COMPOSE_PROJECT:-chronolog-compose-test}
-UP_TIMEOUT=${CHRONOLOG_COMPOSE_TIMEOUT:-1200}
+RUN_TIMEOUT=${CHRONOLOG_COMPOSE_TIMEOUT:-1200}
 say() { echo "[compose-test] $*"; }
 
 docker/prepare-host.sh
@@ -20,16 +20,17 @@ export CHRONOLOG_BASE_IMAGE=${CHRONOLOG_BASE_IMAGE:-localhost/localbase}
 compose=(docker-compose --ansi never -p "$PROJECT" -f docker/docker-compose.yml)
 service_pid=
 health_pid=
+logs_pid=
 
 cleanup() {
   local status=$?
   trap - EXIT INT TERM
-  say "tearing down: compose containers, network and volume; helper PIDs ${health_pid:-none} ${service_pid:-none}"
+  say "tearing down: compose containers, network and volume; helper PIDs ${logs_pid:-} ${health_pid:-} ${service_pid:-}"
   if [ -n "$service_pid" ]; then
     "${compose[@]}" down --volumes --remove-orphans -t 0 >"$rundir/down.log" 2>&1 \
       || { say "docker-compose down failed:"; cat "$rundir/down.log"; }
   fi
-  for pid in $health_pid $service_pid; do
+  for pid in $logs_pid $health_pid $service_pid; do
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
@@ -68,14 +69,33 @@ if ! "${compose[@]}" build >"$rundir/build.log" 2>&1; then
 fi
 say "images built in $((SECONDS - start)) s"
 
-say "running broker and test-runner (docker-compose up, limit ${UP_TIMEOUT} s)"
+# Not `up --abort-on-container-exit`: a test stops and starts the broker on purpose, which would
+# abort the run. Start both (the runner once the broker is healthy) and wait for the runner.
+say "starting broker and test-runner (docker-compose up)"
 start=$SECONDS
+if ! "${compose[@]}" up -d --no-build; then
+  "${compose[@]}" logs --no-color --tail=200 broker || true
+  say "ERROR: docker-compose up failed (broker log above)"
+  exit 2
+fi
+runner=$("${compose[@]}" ps -q test-runner)
+"${compose[@]}" logs -f --no-color --no-log-prefix test-runner &
+logs_pid=$!
 set +e
-timeout "$UP_TIMEOUT" "${compose[@]}" up --no-build --abort-on-container-exit --exit-code-from test-runner
-status=$?
+status=$(timeout "$RUN_TIMEOUT" podman wait "$runner")
+waited=$?
 set -e
-if [ "$status" = 124 ]; then
-  say "ERROR: docker-compose up did not finish within $UP_TIMEOUT s"
+# `logs -f` ends by itself once the runner has stopped; do not hang on it if it does not.
+for _ in $(seq 50); do kill -0 "$logs_pid" 2>/dev/null || break; sleep 0.2; done
+kill "$logs_pid" 2>/dev/null || true
+wait "$logs_pid" 2>/dev/null || true
+if [ "$waited" != 0 ] || ! [[ "$status" =~ ^[0-9]+$ ]]; then
+  say "ERROR: the test-runner did not finish within $RUN_TIMEOUT s"
+  status=124
+fi
+if [ "$status" != 0 ]; then
+  say "last 100 lines of the broker's log:"
+  "${compose[@]}" logs --no-color --tail=100 broker || true
 fi
 say "test-runner exited with status $status after $((SECONDS - start)) s"
 exit "$status"
