@@ -80,3 +80,16 @@ def test_base_image_defaults_to_official_python_and_can_be_switched():
                 (ROOT / "docker" / "Dockerfile").resolve()
             assert build["target"] in targets, name
     assert "ARG BASE=python:3.11-slim" in dockerfile
+
+
+def test_broker_command_is_a_configuration_the_broker_accepts():
+    from broker.config import load_config
+
+    command = _config()["services"]["broker"]["command"]
+    config_path = command[command.index("--config") + 1]
+    assert config_path.startswith("/app/")  # the Dockerfile's WORKDIR holds config/
+    config = load_config(str(ROOT / config_path.removeprefix("/app/")),
+                         [f"{k}={v}" for k, v in _overrides(command).items()])
+    assert (config.host, config.port) == ("0.0.0.0", 9092)
+    assert (config.advertised_host, config.advertised_port) == ("broker", 9092)
+    assert list(config.log_dirs) == ["/var/lib/chronolog"]

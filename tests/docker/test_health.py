@@ -4,6 +4,8 @@ closing and non-Kafka peers."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -156,3 +158,25 @@ def test_bad_bootstrap_address_is_a_usage_error(address, capsys):
         health.main(["--bootstrap", address])
     assert exit_info.value.code == 2
     assert "expected HOST:PORT" in capsys.readouterr().err
+
+
+def _chronolog_health(bootstrap: str) -> subprocess.CompletedProcess:
+    # Through the `chronolog` command line, as the compose healthcheck runs it.
+    return subprocess.run([sys.executable, "-m", "broker", "health", "--bootstrap", bootstrap,
+                           "--timeout", "10"], capture_output=True, text=True, timeout=60)
+
+
+def test_real_broker_is_healthy_and_advertises_its_bootstrap_address(broker):
+    result = _chronolog_health(broker.bootstrap)
+    assert result.returncode == 0, result.stderr
+    assert "is healthy: " in result.stdout
+    assert f"node 0 at {broker.bootstrap}, controller 0" in result.stdout
+
+
+def test_stopped_broker_is_unhealthy(broker_factory):
+    proc = broker_factory()
+    assert _chronolog_health(proc.bootstrap).returncode == 0
+    assert proc.stop() == 0
+    result = _chronolog_health(proc.bootstrap)
+    assert result.returncode == 1
+    assert f"broker at {proc.bootstrap} is not healthy: cannot connect" in result.stderr
