@@ -9,7 +9,8 @@
   CHRONOLOG_BOOTSTRAP is set.
 
 A BrokerProcess keeps its port and log dir across restart(), writes the process's output to
-``<tmp>/broker.log`` (appended over restarts) and waits until the broker answers ApiVersions.
+``<tmp>/broker.log`` (appended over restarts; ``log_output(since_start=True)`` reads the latest
+start's part) and waits until the broker answers ApiVersions.
 """
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ class BrokerProcess:
         self.log_path = self.workdir / "broker.log"
         self.proc: subprocess.Popen | None = None
         self.returncode: int | None = None
+        self._log_start = 0
 
     @property
     def bootstrap(self) -> str:
@@ -96,6 +98,7 @@ class BrokerProcess:
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
+            self._log_start = out.tell()
             self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.returncode = None
@@ -139,9 +142,12 @@ class BrokerProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def log_output(self) -> str:
+    def log_output(self, since_start: bool = False) -> str:
+        """Everything the process(es) wrote; with ``since_start`` only the latest start's."""
         try:
-            return self.log_path.read_text(errors="replace")
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_start if since_start else 0)
+                return f.read().decode(errors="replace")
         except FileNotFoundError:
             return ""
 

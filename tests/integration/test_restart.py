@@ -1,0 +1,92 @@
+"""Crash and clean restarts of the broker process."""
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from protocol import ApiKey
+from tests.conftest import REPO
+from tests.integration.clients import create_topic, kp_consume_all, topic_name
+from tests.integration.kafka_wire import WireClient, message_set, produce
+
+
+def test_kill9_mid_produce_keeps_every_acknowledged_message(broker_factory):
+    b = broker_factory({"log.flush.interval.messages": 1, "log.segment.bytes": 30000,
+                        "log.index.interval.bytes": 300})
+    topic = topic_name("crash")
+    create_topic(b.bootstrap, topic, 2)
+    acked: dict[tuple[int, int], bytes] = {}
+    stop = threading.Event()
+
+    def produce_loop(partition: int) -> None:
+        try:
+            with WireClient(b.host, b.port) as c:
+                i = 0
+                while not stop.is_set():
+                    values = [b"p%d-m%d-%d" % (partition, i, j) * 5 for j in range(4)]
+                    r = produce(c, topic, message_set(values, timestamps=[int(time.time() * 1000)] * 4),
+                                partition=partition, acks=-1)
+                    assert r.error_code == 0
+                    for j, v in enumerate(values):
+                        acked[(partition, r.base_offset + j)] = v
+                    i += 1
+        except OSError:  # ConnectionError included: the broker died under us
+            return
+
+    threads = [threading.Thread(target=produce_loop, args=(p,)) for p in (0, 1)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while len(acked) < 800 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    b.kill()
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert len(acked) >= 800
+
+    b.start()
+    assert "no clean shutdown marker" in b.log_output(since_start=True)
+    for partition in (0, 1):
+        stored = {r.offset: r.value for r in kp_consume_all(b.bootstrap, topic, partition)}
+        missing = [o for (p, o), v in acked.items() if p == partition and stored.get(o) != v]
+        assert missing == [], f"partition {partition}: acknowledged offsets lost: {missing[:10]}"
+    b.stop()
+
+    indexes = sorted(glob.glob(os.path.join(b.log_dir, f"{topic}-*", "*.index")) +
+                     glob.glob(os.path.join(b.log_dir, f"{topic}-*", "*.timeindex")))
+    assert len(indexes) > 4
+    r = subprocess.run([sys.executable, "-m", "broker", "dump-log", "--verify", *indexes],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_clean_restart_needs_no_recovery_and_keeps_state(broker_factory):
+    b = broker_factory()
+    topic = topic_name("clean")
+    create_topic(b.bootstrap, topic, 3, configs={"message.timestamp.type": "LogAppendTime",
+                                                 "retention.ms": 123456789})
+    with WireClient(b.host, b.port) as c:
+        first = produce(c, topic, message_set([b"a", b"b"], timestamps=[1, 2]), partition=2)
+        cluster_id = c.call(ApiKey.METADATA, 2, {"topics": []}).cluster_id
+    assert first.error_code == 0 and first.timestamp > 1
+    assert b.stop() == 0
+    assert "clean shutdown marker written" in b.log_output()
+
+    b.start()
+    since = b.log_output(since_start=True)
+    assert "no recovery needed" in since and "no clean shutdown marker" not in since
+    with WireClient(b.host, b.port) as c:
+        meta = c.call(ApiKey.METADATA, 2, {"topics": [topic]})
+        assert meta.cluster_id == cluster_id
+        assert len(meta.topic_metadata[0].partition_metadata) == 3
+        again = produce(c, topic, message_set([b"c"], timestamps=[3]), partition=2)
+    # still a LogAppendTime topic after the restart (configs persisted), offsets continue
+    assert again.base_offset == 2 and again.timestamp >= first.timestamp
+    assert [r.value for r in kp_consume_all(b.bootstrap, topic, 2)] == [b"a", b"b", b"c"]
+    registry = open(os.path.join(b.log_dir, "chronolog-topics.json")).read()
+    assert '"retention.ms": "123456789"' in registry
