@@ -73,6 +73,8 @@ say "images built in $((SECONDS - start)) s"
 # abort the run. Start both (the runner once the broker is healthy) and wait for the runner.
 say "starting broker and test-runner (docker-compose up)"
 start=$SECONDS
+# Leftovers of an interrupted earlier run (its data volume above all) must not leak into this one.
+"${compose[@]}" down --volumes --remove-orphans -t 0 >/dev/null 2>&1 || true
 if ! "${compose[@]}" up -d --no-build; then
   "${compose[@]}" logs --no-color --tail=200 broker || true
   say "ERROR: docker-compose up failed (broker log above)"

@@ -11,8 +11,8 @@ say() { echo "[prepare-host] $*"; }
 die() { echo "[prepare-host] ERROR: $*" >&2; exit 2; }
 
 [ "$(id -u)" = 0 ] || die "preparing the host (apt packages, a cgroup mount, /etc/containers) needs root.
-  Run 'sudo make compose-test', or with a working Docker engine run
-  'docker compose -f docker/docker-compose.yml up --build --exit-code-from test-runner' yourself."
+  Run 'sudo make compose-test', or with a working Docker engine follow README.md \"Docker\"
+  ('docker compose -f docker/docker-compose.yml up --build')."
 command -v apt-get >/dev/null || die "apt-get not found: this preparation is for Debian hosts only."
 
 # 1. Packages: install only what is missing, so a prepared host does not touch apt at all.
@@ -83,7 +83,7 @@ else
     || die "debootstrap of $suite from $mirror failed (see /var/tmp/chronolog-rootfs.*/debootstrap/debootstrap.log)"
   if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
     cp /usr/local/share/ca-certificates/*.crt "$rootfs/usr/local/share/ca-certificates/"
-    chroot "$rootfs" update-ca-certificates >/dev/null
+    chroot "$rootfs" update-ca-certificates >/dev/null 2>&1
   fi
   rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
   tar -C "$rootfs" -c . | podman import -q - "$LOCALBASE" >/dev/null
