@@ -30,8 +30,7 @@ def start(ctx: BrokerContext, nursery: trio.Nursery) -> None:
                        lambda: flush_due(ctx))
     if config.log_flush_offset_checkpoint_interval_ms > 0:
         nursery.start_soon(_every, "checkpoint", config.log_flush_offset_checkpoint_interval_ms,
-                           lambda: trio.to_thread.run_sync(
-                               ctx.log_manager.checkpoint_recovery_points))
+                           lambda: checkpoint(ctx))
     nursery.start_soon(_every, "delete files", DELETE_CHECK_INTERVAL_MS,
                        lambda: _each_log(ctx, "remove_deleted_files"))
 
@@ -84,3 +83,10 @@ async def _each_log(ctx: BrokerContext, method: str) -> None:
             log_ = ctx.get_log(name, p)
             if log_ is not None:
                 await trio.to_thread.run_sync(getattr(log_, method), ctx.clock())
+
+
+async def checkpoint(ctx: BrokerContext) -> None:
+    """Write the recovery-point checkpoints; the admin lock keeps topic creation and deletion
+    from changing the set of logs while the worker thread walks it."""
+    async with ctx.admin_lock:
+        await trio.to_thread.run_sync(ctx.log_manager.checkpoint_recovery_points)

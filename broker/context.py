@@ -79,6 +79,9 @@ class BrokerContext:
             state = self._partitions[key] = PartitionState()
         return state
 
+    def partition_states(self) -> list[PartitionState]:
+        return list(self._partitions.values())
+
     def get_log(self, topic: str, partition: int) -> Any:
         """The partition's Log, or None when the topic or partition does not exist."""
         t = self.topics.get(topic)

@@ -286,7 +286,8 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
 
 async def _shutdown_storage(ctx: BrokerContext) -> None:
     # Wait for every partition lock so no worker thread is still appending.
-    for state in list(ctx._partitions.values()):
+    await ctx.admin_lock.acquire()
+    for state in ctx.partition_states():
         await state.lock.acquire()
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
     log.info("logs flushed, recovery points checkpointed, clean shutdown marker written")

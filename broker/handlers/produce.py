@@ -21,19 +21,31 @@ log = structlog.get_logger(__name__)
 
 
 def _validate_and_append(log_, record_set, topic: Topic, now_ms: int):
-    """Runs in a worker thread under the partition lock. Returns Rejected or ValidatedRecords
-    (message_count 0 when the set held no complete message; nothing is appended then)."""
+    """Runs in a worker thread under the partition lock. Returns (Rejected or ValidatedRecords,
+    base offset of a segment rolled by this append or None); message_count 0 means the set held
+    no complete message and nothing was appended."""
     result = validate_produce(record_set, topic.settings, next_offset=log_.log_end_offset,
                               now_ms=now_ms)
     if isinstance(result, Rejected) or result.message_count == 0:
-        return result
+        return result, None
     size = len(result.buffer)
     if size > topic.config.segment_bytes:
         return Rejected(ErrorCode.RECORD_LIST_TOO_LARGE,
                         f"message set of {size} bytes exceeds segment.bytes "
-                        f"{topic.config.segment_bytes}")
+                        f"{topic.config.segment_bytes}"), None
+    active = log_.active_segment.base_offset
     log_.append(result)
-    return result
+    rolled = log_.active_segment.base_offset
+    return result, (rolled if rolled != active else None)
+
+
+def _last_timestamp(log_) -> int:
+    """Largest message timestamp of the newest non-empty segment (-1 if none): after a restart,
+    LogAppendTime continues from here even if the wall clock went backwards meanwhile."""
+    for segment in reversed(log_.segments):
+        if segment.size > 0:
+            return segment.max_timestamp
+    return -1
 
 
 async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int,
@@ -51,10 +63,12 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
         if ctx.get_log(topic_name, partition) is not log_:  # deleted while we waited
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
         now = ctx.clock()
-        if topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME:
-            now = state.next_append_time(now)
         try:
-            result = await trio.to_thread.run_sync(
+            if topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME:
+                if state.last_append_time < 0:
+                    state.last_append_time = await trio.to_thread.run_sync(_last_timestamp, log_)
+                now = state.next_append_time(now)
+            result, rolled = await trio.to_thread.run_sync(
                 _validate_and_append, log_, record_set, topic, now)
         except Exception as exc:
             log.error("append failed", topic=topic_name, partition=partition, error=repr(exc),
@@ -66,6 +80,8 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
         return ErrorCode(result.error), -1, -1
     if result.message_count == 0:
         return ErrorCode.NONE, -1, -1
+    if rolled is not None:
+        log.info("rolled new segment", topic=topic_name, partition=partition, base_offset=rolled)
     state.notify()
     return ErrorCode.NONE, result.first_offset, result.log_append_time
 

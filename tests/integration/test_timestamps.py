@@ -143,4 +143,5 @@ def test_retention_by_message_time_moves_beginning_offset(broker_factory):
     remaining = kp_consume_all(b.bootstrap, topic)
     assert remaining[0].offset == begin
     assert [r.offset for r in remaining if r.value.startswith(b"n")] == [12, 13, 14, 15]
-    assert "retention deleted segments" in b.log_output()
+    out = b.log_output()
+    assert "rolled new segment" in out and "retention deleted segments" in out
