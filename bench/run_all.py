@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/run_all.py            # default sizes, ~15 minutes, bench/results/bench.json
     .venv/bin/python bench/run_all.py --quick    # a few seconds per scenario, bench/results/bench-quick.json
+    .venv/bin/python bench/run_all.py --profile  # py-spy profiles of chronolog, bench/results/profile.json
 
 Writes bench/results/<name>.json (every run, medians, ratios chronolog / tansu, targets) and
 <name>.png, and prints the table. Both brokers listen on 127.0.0.1 only; every load is bounded
@@ -36,22 +37,24 @@ log = structlog.get_logger("bench.run_all")
 
 DEFAULT = {
     "rounds": 3,
-    "produce_messages": {"100": 100_000, "1024": 40_000},
-    "consume_messages": 100_000,
+    "produce_messages": {"100": 50_000, "1024": 20_000},
+    "consume_messages": 40_000,
     "latency_rate": 10_000,
-    "latency_seconds": 10,
+    "latency_seconds": 8,
     "latency_warmup_s": 0.5,
     "oft_messages": 20_000,
     "oft_segment_bytes": 4096,
     "oft_batch_bytes": 1000,
     "oft_queries": 1000,
-    "oft_time_budget_s": 10,
+    "oft_time_budget_s": 5,
     "oft_min_segments": 1000,
     "partitions": 100,
     "partition_producers": 10,
-    "partition_messages": 100_000,
+    "partition_messages": 50_000,
     "scenario_timeout_s": 180,
 }
+PROFILED = ("produce/confluent/100B/none", "produce/confluent/1KiB/lz4", "produce/kafka-python/1KiB/none",
+            "consume/confluent/1KiB/warm", "consume/kafka-python/1KiB/warm", "latency/confluent/100B/10k-per-s")
 QUICK = dict(DEFAULT, rounds=1, produce_messages={"100": 10_000, "1024": 5_000}, consume_messages=10_000,
              latency_seconds=2, oft_queries=200, oft_time_budget_s=3, partition_messages=10_000,
              scenario_timeout_s=60)
@@ -95,12 +98,34 @@ def update_readme(readme: Path, md: str) -> None:
     readme.write_text(head + "\n\n" + md.rstrip("\n") + "\n")
 
 
+def run_profiles(params: dict, plan: list, path: Path) -> int:
+    from suite.profile import profile_scenarios
+
+    specs = [s for s in plan if s.key in PROFILED]
+    with tempfile.TemporaryDirectory(prefix="chronolog-profile-") as tmp:
+        profiles = profile_scenarios(specs, params, Path(tmp))
+    doc = {"tool": "py-spy record --format raw --nonblocking --rate 200 (idle samples excluded)",
+           "note": "figures in 'run' were taken under the profiler and are not benchmark results",
+           "chronolog_commit": environment()["chronolog_commit"], "params": params, "profiles": profiles}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    for key, prof in profiles.items():
+        print(f"\n== {key}: {prof.get('run', prof.get('error'))}, {prof.get('samples', 0)} samples")
+        for title in ("self_top", "inclusive_top_project"):
+            print(f"  {title}:")
+            for fn, pct in prof.get(title, [])[:12]:
+                print(f"    {pct:5.1f}%  {fn}")
+    print(f"\nwrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small counts, one round (development)")
     ap.add_argument("--rounds", type=int, help="override the number of rounds")
     ap.add_argument("--name", help="results name (default bench, or bench-quick with --quick)")
     ap.add_argument("--only", help="regular expression: run only scenarios whose key matches")
+    ap.add_argument("--profile", action="store_true",
+                    help="instead of the comparison, profile chronolog (py-spy) under the PROFILED scenarios")
     ap.add_argument("--brokers", default="chronolog,tansu", help="comma-separated subset of chronolog,tansu")
     args = ap.parse_args(argv)
 
@@ -113,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = [s for s in build_plan() if not args.only or re.search(args.only, s.key)]
     results_dir = HERE / "results"
     results_dir.mkdir(exist_ok=True)
+    if args.profile:
+        return run_profiles(params, plan, results_dir / f"{args.name or 'profile'}.json")
 
     env = environment()
     started = time.time()

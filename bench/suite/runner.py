@@ -74,10 +74,12 @@ def _child_main(conn, fn_name: str, kwargs: dict, bootstrap: str, log_dir: str |
         conn.send(("error", msg))
 
 
-def run_in_child(broker: BrokerProcess, fn_name: str, kwargs: dict, params: dict, timed: bool = True) -> dict:
+def run_in_child(broker: BrokerProcess, fn_name: str, kwargs: dict, params: dict, timed: bool = True,
+                 on_mark=None) -> dict:
     """Run one scenario function against ``broker``; returns its figures or {"error": ...}.
 
-    ``timed=False`` is for setup functions, which have no measured section.
+    ``timed=False`` is for setup functions, which have no measured section. ``on_mark(label)`` is
+    called at the start and end marks (the profiler attaches there), outside the timed window.
     """
     timeout = params["scenario_timeout_s"]
     ctx = multiprocessing.get_context("spawn")
@@ -104,12 +106,16 @@ def run_in_child(broker: BrokerProcess, fn_name: str, kwargs: dict, params: dict
                     outcome = {"error": f"scenario process died (exit code {proc.exitcode})"}
                     break
                 if kind == "mark":
+                    if on_mark is not None and payload == "start":
+                        on_mark(payload)
                     if payload == "start":
                         u0, t0 = broker.usage(), time.perf_counter()
                         rss_peak = u0.rss_bytes
                     else:
                         t1, u1 = time.perf_counter(), broker.usage()
                         rss_peak = max(rss_peak, u1.rss_bytes)
+                        if on_mark is not None:
+                            on_mark(payload)
                     parent_conn.send("ok")
                 elif kind == "result":
                     outcome = payload
