@@ -162,7 +162,8 @@ class ServerConnection:
             version = 0
         chunks, total = encode_response_chunks(header.api_key, version, body)
         prefix = _RESPONSE_HEAD.pack(4 + total, header.correlation_id)
-        chunks[0] = prefix + chunks[0] if chunks and isinstance(chunks[0], bytes) else prefix
+        # The first chunk is always bytes (a body starts with fixed fields, never a region).
+        chunks[0] = prefix + chunks[0]
         return chunks
 
 

@@ -1,0 +1,107 @@
+"""Cost of the wire layer's hot paths on one core.
+
+Cases: decoding a Produce v2 request frame through ServerConnection (fast struct path; the
+declared construct schema parsing the same body for comparison), and encoding a Fetch v3
+response (fast encoder with bytes record sets, with FileRegions, and the construct schema's
+build for comparison). Each case runs ~``--seconds`` per round, best of ``--repeats``; rates
+are per second of this process's CPU time (the machine is shared; wall-clock rates are recorded
+too).
+
+Usage: python bench/bench_wire.py [--seconds 1.0] [--repeats 3]
+Writes bench/results/wire.json and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+from protocol import ApiKey, ClientConnection, FileRegion, ServerConnection
+from protocol.schemas import RESPONSE_SCHEMAS
+from protocol.schemas.fetch import encode_fetch_response
+from protocol.schemas.produce import ProduceRequestV2
+
+RESULTS = Path(__file__).resolve().parent / "results" / "wire.json"
+
+
+def produce_body(partitions: int, set_bytes: int) -> dict:
+    return {"acks": -1, "timeout": 30000, "topic_data": [
+        {"topic": "bench", "data": [{"partition": p, "record_set": b"\x01" * set_bytes}
+                                    for p in range(partitions)]}]}
+
+
+def fetch_body(partitions: int, record_set) -> dict:
+    return {"throttle_time_ms": 0, "responses": [{"topic": "bench", "partition_responses": [
+        {"partition_header": {"partition": p, "error_code": 0, "high_watermark": 10**6},
+         "record_set": record_set} for p in range(partitions)]}]}
+
+
+def measure(fn, seconds: float, repeats: int) -> tuple[float, float]:
+    fn()
+    cpu_rates, wall_rates = [], []
+    for _ in range(repeats):
+        n = 0
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        deadline = wall0 + seconds
+        while True:
+            fn()
+            n += 1
+            if time.perf_counter() >= deadline:
+                break
+        cpu_rates.append(n / max(time.process_time() - cpu0, 1e-9))
+        wall_rates.append(n / (time.perf_counter() - wall0))
+    return max(cpu_rates), max(wall_rates)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    cases = []
+    for partitions, set_bytes in ((1, 16384), (10, 16384), (1, 1 << 20)):
+        body = produce_body(partitions, set_bytes)
+        _, frame = ClientConnection("bench").request(ApiKey.PRODUCE, 2, body)
+        raw_body = ProduceRequestV2.build(body)
+
+        def fast(frame=frame):
+            for _ in ServerConnection().receive_data(frame):
+                pass
+
+        def schema(raw_body=raw_body):
+            ProduceRequestV2.parse(raw_body)
+
+        for name, fn in (("produce_v2_decode_fast", fast),
+                         ("produce_v2_decode_construct", schema)):
+            cpu, wall = measure(fn, args.seconds, args.repeats)
+            cases.append({"case": name, "partitions": partitions, "set_bytes": set_bytes,
+                          "ops_per_cpu_s": round(cpu), "ops_per_wall_s": round(wall),
+                          "mib_per_cpu_s": round(cpu * len(frame) / 2**20, 1)})
+
+    schema = RESPONSE_SCHEMAS[ApiKey.FETCH, 3]
+    for partitions, set_bytes in ((1, 16384), (10, 16384), (100, 1024), (1, 1 << 20)):
+        data = fetch_body(partitions, b"\x02" * set_bytes)
+        regions = fetch_body(partitions, FileRegion(3, 0, set_bytes))
+        for name, fn in (
+                ("fetch_v3_encode_fast_bytes", lambda d=data: encode_fetch_response(3, d)),
+                ("fetch_v3_encode_fast_regions", lambda d=regions: encode_fetch_response(3, d)),
+                ("fetch_v3_encode_construct", lambda d=data: schema.build(d))):
+            cpu, wall = measure(fn, args.seconds, args.repeats)
+            cases.append({"case": name, "partitions": partitions, "set_bytes": set_bytes,
+                          "ops_per_cpu_s": round(cpu), "ops_per_wall_s": round(wall)})
+
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "benchmark": "wire", "python": platform.python_version(),
+        "machine": platform.machine(), "seconds": args.seconds, "repeats": args.repeats,
+        "cases": cases}, indent=2) + "\n")
+    print(f"{'case':32} {'parts':>5} {'set':>8} {'ops/cpu-s':>11}")
+    for c in cases:
+        print(f"{c['case']:32} {c['partitions']:>5} {c['set_bytes']:>8} {c['ops_per_cpu_s']:>11}")
+
+
+if __name__ == "__main__":
+    main()
