@@ -33,7 +33,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from protocol.compression import Codec
+from protocol.compression import Codec, decompress
 from protocol.errors import CorruptRecordError, ErrorCode
 from protocol.records import (
     LOG_OVERHEAD, NO_TIMESTAMP, TimestampType, _build, _check, _deep, _view, iter_shallow,
@@ -48,6 +48,7 @@ _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 _B = struct.Struct(">b")
+_ATTRS_TS = struct.Struct(">bq")  # attributes, timestamp: 9 bytes at entry + 17
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +112,8 @@ def validate_produce(buf, settings: TopicSettings, *, next_offset: int,
     """
     mv = _view(buf)
     try:
-        if (settings.magic == 1 and settings.timestamp_type == TimestampType.CREATE_TIME
-                and not settings.target_codec and not settings.compacted):
-            fast = _fast_create_time_v1(mv, settings, next_offset, now_ms)
+        if settings.magic == 1 and not settings.compacted:
+            fast = _fast_v1(mv, settings, next_offset, now_ms)
             if fast is not None:
                 return fast
         return _validate(mv, settings, next_offset, now_ms)
@@ -125,54 +125,145 @@ def validate_produce(buf, settings: TopicSettings, *, next_offset: int,
         mv.release()
 
 
-def _fast_create_time_v1(mv, settings: TopicSettings, next_offset: int,
-                         now_ms: int) -> ValidatedRecords | None:
-    """The common case (uncompressed magic-1 CreateTime messages into a magic-1 topic) with
-    only offsets to rewrite: one copy, one CRC per message, no per-message objects. Returns
-    None at the first thing it does not handle (anything unusual or wrong, or a trailing
-    partial entry), leaving the precise answer to the general path."""
-    out = bytearray(mv)
-    omv = memoryview(out)
-    try:
-        n = len(out)
-        pos = 0
-        off = next_offset
-        max_ts = NO_TIMESTAMP
-        max_off = -1
-        diff = settings.max_timestamp_difference_ms
-        lo, hi = now_ms - diff, now_ms + diff
-        max_size = settings.max_message_bytes - LOG_OVERHEAD
-        unpack = _ENTRY_V1.unpack_from
-        unpack_i32 = _I32.unpack_from
-        pack_offset = _I64.pack_into
-        crc32 = zlib.crc32
-        while pos + 26 <= n:
-            _, size, crc, magic, attrs, ts = unpack(out, pos)
-            end = pos + LOG_OVERHEAD + size
-            if end > n or magic != 1 or attrs != 0 or size < 22 or size > max_size:
-                return None
-            if crc32(omv[pos + 16:end]) != crc:
-                return None
+# _scan modes
+_TOP_CREATE_TIME = 0   # top-level messages: rewrite offsets
+_TOP_LOG_APPEND = 1    # top-level messages: rewrite offsets, timestamp, bit 3, CRC
+_INNER = 2             # inner messages of a wrapper: check relative offsets 0..n-1, no writes
+
+
+def _scan(out, omv, n: int, mode: int, first_offset: int, lo: int, hi: int, max_size: int,
+          now_ms: int) -> tuple[int, int, int] | None:
+    """Check the uncompressed magic-1 messages filling ``out[:n]`` and rewrite them per
+    ``mode``; return (count, max timestamp, index of its first message) or None at the first
+    thing this hot loop does not handle. One CRC per message (two under LogAppendTime), no
+    per-message objects."""
+    pos = 0
+    count = 0
+    max_ts = NO_TIMESTAMP
+    max_index = -1
+    unpack = _ENTRY_V1.unpack_from
+    unpack_i32 = _I32.unpack_from
+    pack_offset = _I64.pack_into
+    pack_attrs_ts = _ATTRS_TS.pack_into
+    pack_crc = _U32.pack_into
+    crc32 = zlib.crc32
+    while pos + 26 <= n:
+        offset, size, crc, magic, attrs, ts = unpack(out, pos)
+        end = pos + LOG_OVERHEAD + size
+        if end > n or magic != 1 or attrs != 0 or size < 22 or size > max_size:
+            return None
+        if crc32(omv[pos + 16:end]) != crc:
+            return None
+        if mode != _TOP_LOG_APPEND:
             if (ts < lo or ts > hi) and ts != NO_TIMESTAMP:
                 return None
             if ts > max_ts:
                 max_ts = ts
-                max_off = off
-            (klen,) = unpack_i32(out, pos + 26)
+                max_index = count
+        (klen,) = unpack_i32(out, pos + 26)
+        vpos = pos + 30 + (klen if klen > 0 else 0)
+        if klen < -1 or vpos + 4 > end:
+            return None
+        (vlen,) = unpack_i32(out, vpos)
+        if vlen < -1 or vpos + 4 + (vlen if vlen > 0 else 0) != end:
+            return None
+        if mode == _TOP_CREATE_TIME:
+            pack_offset(out, pos, first_offset + count)
+        elif mode == _INNER:
+            if offset != count:
+                return None
+        else:
+            pack_offset(out, pos, first_offset + count)
+            pack_attrs_ts(out, pos + 17, _TIMESTAMP_TYPE_BIT, now_ms)
+            pack_crc(out, pos + 12, crc32(omv[pos + 16:end]))
+        count += 1
+        pos = end
+    if pos != n or count == 0:
+        return None
+    return count, max_ts, max_index
+
+
+def _fast_v1(mv, settings: TopicSettings, next_offset: int,
+             now_ms: int) -> ValidatedRecords | None:
+    """The common cases into a magic-1 topic without compaction: uncompressed magic-1 sets, or
+    magic-1 wrappers of one codec kept as they are (decompressed to check, only the wrappers
+    rewritten). Returns None at anything unusual or wrong (or a trailing partial entry),
+    leaving the precise answer to the general path."""
+    lat = settings.timestamp_type == TimestampType.LOG_APPEND_TIME
+    diff = settings.max_timestamp_difference_ms
+    lo, hi = (now_ms - diff, now_ms + diff) if not lat else (NO_TIMESTAMP, 2 ** 63 - 1)
+    max_size = settings.max_message_bytes - LOG_OVERHEAD
+    n = len(mv)
+    if n < 26 or mv[17] & _CODEC_MASK == Codec.NONE:
+        if settings.target_codec:
+            return None
+        out = bytearray(mv)
+        omv = memoryview(out)
+        try:
+            scanned = _scan(out, omv, n, _TOP_LOG_APPEND if lat else _TOP_CREATE_TIME,
+                            next_offset, lo, hi, max_size, now_ms)
+        finally:
+            omv.release()
+        if scanned is None:
+            return None
+        count, max_ts, max_index = scanned
+        last = next_offset + count - 1
+        if lat:
+            return ValidatedRecords(bytes(out), next_offset, last, now_ms, next_offset, now_ms,
+                                    count)
+        return ValidatedRecords(bytes(out), next_offset, last, max_ts,
+                                next_offset + max_index if max_ts != NO_TIMESTAMP else last,
+                                -1, count)
+    return _fast_wrappers_v1(mv, settings, next_offset, now_ms, lat, lo, hi, max_size)
+
+
+def _fast_wrappers_v1(mv, settings, next_offset, now_ms, lat, lo, hi, max_size):
+    out = bytearray(mv)
+    n = len(out)
+    codec = out[17] & _CODEC_MASK
+    if settings.target_codec not in (None, codec):
+        return None
+    pos = 0
+    off = next_offset
+    max_ts, max_off = NO_TIMESTAMP, -1
+    while pos + 26 <= n:
+        _, size, crc, magic, attrs, ts = _ENTRY_V1.unpack_from(out, pos)
+        end = pos + LOG_OVERHEAD + size
+        if end > n or magic != 1 or attrs != codec or size < 22 or size > max_size:
+            return None
+        with memoryview(out) as omv:
+            if zlib.crc32(omv[pos + 16:end]) != crc:
+                return None
+            (klen,) = _I32.unpack_from(out, pos + 26)
             vpos = pos + 30 + (klen if klen > 0 else 0)
             if klen < -1 or vpos + 4 > end:
                 return None
-            (vlen,) = unpack_i32(out, vpos)
-            if vlen < -1 or vpos + 4 + (vlen if vlen > 0 else 0) != end:
+            (vlen,) = _I32.unpack_from(out, vpos)
+            if vlen < 0 or vpos + 4 + vlen != end:
                 return None
-            pack_offset(out, pos, off)
-            off += 1
-            pos = end
-        if pos != n or off == next_offset:
+            inner = bytearray(decompress(codec, omv[vpos + 4:end], 1, position=pos))
+        with memoryview(inner) as imv:
+            scanned = _scan(inner, imv, len(inner), _INNER, 0, lo, hi, 2 ** 31, now_ms)
+        if scanned is None:
             return None
-    finally:
-        omv.release()
+        count, wrapper_max, _ = scanned
+        off += count
+        new_ts = now_ms if lat else wrapper_max
+        new_attrs = codec | (_TIMESTAMP_TYPE_BIT if lat else 0)
+        _I64.pack_into(out, pos, off - 1)
+        if new_ts != ts or new_attrs != attrs:
+            _ATTRS_TS.pack_into(out, pos + 17, new_attrs, new_ts)
+            with memoryview(out) as omv:
+                _U32.pack_into(out, pos + 12, zlib.crc32(omv[pos + 16:end]))
+        if wrapper_max > max_ts:
+            max_ts, max_off = wrapper_max, off - 1
+        pos = end
+    if pos != n or off == next_offset:
+        return None
     last = off - 1
+    if lat:
+        return ValidatedRecords(bytes(out), next_offset, last, now_ms, last, now_ms,
+                                off - next_offset)
     return ValidatedRecords(bytes(out), next_offset, last, max_ts,
                             max_off if max_ts != NO_TIMESTAMP else last, -1, off - next_offset)
 
