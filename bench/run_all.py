@@ -30,8 +30,9 @@ import structlog
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from suite import Suite, build_plan, markdown_table, plot, summarize, targets, text_table  # noqa: E402
+from suite import Suite, build_plan, plot, summarize, targets, text_table  # noqa: E402
 from suite.brokers import tansu_binary  # noqa: E402
+from suite.report import readme_section  # noqa: E402
 
 log = structlog.get_logger("bench.run_all")
 
@@ -91,11 +92,14 @@ def environment() -> dict:
     }
 
 
-def update_readme(readme: Path, md: str) -> None:
-    """Replace the README's trailing '## Performance' section (or append one) with ``md``."""
+def update_readme(readme: Path, results: Path) -> int:
+    """Replace the README's trailing '## Performance' section (or append one) from a results JSON."""
+    md = readme_section(json.loads(results.read_text()))
     text = readme.read_text()
     head = re.split(r"^## Performance\n", text, maxsplit=1, flags=re.M)[0].rstrip("\n")
-    readme.write_text(head + "\n\n" + md.rstrip("\n") + "\n")
+    readme.write_text(head + "\n\n" + md)
+    print(f"updated the Performance section of {readme} from {results}")
+    return 0
 
 
 def run_profiles(params: dict, plan: list, path: Path) -> int:
@@ -126,9 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="regular expression: run only scenarios whose key matches")
     ap.add_argument("--profile", action="store_true",
                     help="instead of the comparison, profile chronolog (py-spy) under the PROFILED scenarios")
+    ap.add_argument("--readme", metavar="RESULTS_JSON", type=Path,
+                    help="only rewrite README.md's Performance section from a results file, then exit")
     ap.add_argument("--brokers", default="chronolog,tansu", help="comma-separated subset of chronolog,tansu")
     args = ap.parse_args(argv)
 
+    if args.readme:
+        return update_readme(HERE.parent / "README.md", args.readme)
     params = dict(QUICK if args.quick else DEFAULT)
     if args.rounds:
         params["rounds"] = args.rounds

@@ -77,6 +77,8 @@ def targets(summary: dict) -> dict:
 def _fmt(v) -> str:
     if v is None:
         return "-"
+    if float(v).is_integer() and abs(v) < 1000:
+        return str(int(v))
     if abs(v) >= 1000:
         return f"{v:,.0f}"
     if abs(v) >= 10:
@@ -170,3 +172,57 @@ def plot(summary: dict, brokers: tuple[str, ...], path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _headline_row(scenario: str, figure: str) -> bool:
+    if figure in ("msgs/s", "p99 ms", "raw p99 ms", "wrong answers"):
+        return True
+    return figure.startswith("CPU s") and scenario in ("produce/confluent/100B/none", "consume/confluent/1KiB/warm")
+
+
+def readme_section(doc: dict) -> str:
+    """The README's "Performance" section: how to run, the headline table, the targets."""
+    brokers = tuple(b for b in ("chronolog", "tansu") if b in next(iter(doc["scenarios"].values())))
+    t = doc["targets"]
+
+    def met(v: dict) -> str:
+        return "met" if v.get("met") else "not met"
+
+    def num(v, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    env = doc["environment"]
+    lines = [
+        "## Performance",
+        "",
+        "`make bench` runs the side-by-side suite (`bench/run_all.py`; `BENCH_ARGS=--quick` for a short run,",
+        "`bench/run_all.py --profile` for py-spy profiles of chronolog). It starts chronolog and the peer,",
+        f"Tansu ({env['tansu']}), on 127.0.0.1, runs every scenario on both, alternating, "
+        f"{doc['params']['rounds']} rounds, and reports medians and the ratio chronolog / Tansu",
+        "(for latency and CPU lower is better, so a ratio above 1 means chronolog is slower). Every scenario",
+        "consumes back what it produced and checks count and CRC32 sum of the values. Full figures (every run,",
+        f"p99.9, RSS, CPU per scenario): `bench/results/{doc['name']}.json`, plot `bench/results/{doc['name']}.png`.",
+        "",
+        f"Run of {doc['started_utc']} (chronolog {env['chronolog_commit']}, {doc['mode']} sizes, "
+        f"{env['cpus']} shared cores, load average {env['loadavg_at_start'][0]:.1f} at start):",
+        "",
+        markdown_table(doc["scenarios"], brokers, keep=_headline_row),
+        "",
+        "Targets:",
+        "",
+        f"- produce ratio >= 1.0 in every produce scenario: {met(t['produce_ratio_ge_1'])} "
+        f"(geometric mean {num(t['produce_ratio_ge_1']['geometric_mean'], '.2f')})",
+        f"- consume ratio >= 1.0 in every consume scenario: {met(t['consume_ratio_ge_1'])} "
+        f"(geometric mean {num(t['consume_ratio_ge_1']['geometric_mean'], '.2f')})",
+        f"- produce-to-consume p99 <= 10 ms at 10,000 msg/s (default consumer settings): "
+        f"{met(t['latency_p99_le_10ms_at_10k_per_s'])} "
+        f"({num(t['latency_p99_le_10ms_at_10k_per_s']['value_ms'], '.1f')} ms)",
+        f"- offsets_for_times p99 <= 2 ms over 1,000+ segments (raw ListOffsets v1): "
+        f"{met(t['offsets_for_times_p99_le_2ms'])} ({num(t['offsets_for_times_p99_le_2ms']['value_ms'], '.2f')} ms)",
+        "",
+        "Notes: Tansu keeps everything in memory, so its cold-cache runs read memory like its warm ones",
+        f"(chronolog's cold runs: {doc['cold_cache']}). Tansu has no time index: its offsets_for_times",
+        "answers are counted as wrong answers in the table. The machine is shared with other work, so",
+        "absolute numbers move between runs; ratios within one run are the comparison.",
+    ]
+    return "\n".join(lines) + "\n"
