@@ -102,7 +102,8 @@ class Log:
         active = self.active_segment
         if not active.offset_index.is_loaded:
             self._ensure_index(active)
-        active.reload_max_timestamp()
+        # Its max timestamp came from recovery, or from the final time index entry written
+        # when it was sealed at the clean shutdown: no scan needed.
         self.log_end_offset = active.next_offset()
         if not needs_recovery or self.recovery_point > self.log_end_offset:
             self.recovery_point = self.log_end_offset
@@ -466,7 +467,8 @@ class Log:
         largest = segment.largest_timestamp
         if now_ms - largest > self.config.retention_ms:
             return True
-        if largest > now_ms and (segment.base_offset, largest) not in self._reported_pins:
+        if (segment.size and largest > now_ms
+                and (segment.base_offset, largest) not in self._reported_pins):
             self._reported_pins.add((segment.base_offset, largest))
             logger.warning("segment timestamp is in the future; time retention cannot delete "
                            "it or any later segment until then (check producer clocks and "

@@ -1,0 +1,211 @@
+"""A hypothesis state machine driving a Log through appends (out-of-order CreateTime stamps,
+compressed and plain sets), rolls, truncations, retention, crashes (torn tails, flipped bytes)
+and reopens, checking every read and timestamp search against a brute-force in-memory model.
+
+The model is a list of top-level entries, each a list of (offset, timestamp, key, value): an
+uncompressed message is an entry of one, a compressed wrapper an entry of several. Truncation
+and crash recovery work on whole entries, as the Log does.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+
+from hypothesis import HealthCheck, assume, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from conftest import Clock
+from protocol.compression import Codec
+from protocol.records import MessageSetBuilder, iter_deep, iter_shallow
+from protocol.validator import TopicSettings, ValidatedRecords, validate_produce
+from storage import Log, LogConfig, OffsetOutOfRangeError, TimestampOffset
+
+DAY = 86_400_000
+NOW = 1_700_000_000_000
+
+
+class LogMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = tempfile.mkdtemp(prefix="storage-stateful-")
+        self.clock = Clock(NOW)
+        self.entries: list[list[tuple]] = []
+        self.start = 0
+        self.log: Log | None = None
+
+    @initialize(segment_bytes=st.integers(300, 3000), interval=st.integers(0, 400),
+                index_bytes=st.sampled_from([36, 60, 120, 4096]),
+                segment_ms=st.sampled_from([DAY, 10 * DAY, 2**40]))
+    def open(self, segment_bytes, interval, index_bytes, segment_ms):
+        self.config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=interval,
+                                segment_index_bytes=index_bytes, segment_ms=segment_ms,
+                                retention_ms=3 * DAY, file_delete_delay_ms=0)
+        self.log = Log(os.path.join(self.tmp, "topic-0"), self.config, clock=self.clock,
+                       needs_recovery=False)
+
+    def teardown(self) -> None:
+        if self.log is not None:
+            self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- model helpers ---------------------------------------------------------------------------
+    @property
+    def messages(self) -> list[tuple]:
+        return [m for entry in self.entries for m in entry]
+
+    @property
+    def end(self) -> int:
+        return self.entries[-1][-1][0] + 1 if self.entries else self.start
+
+    # -- rules -----------------------------------------------------------------------------------
+    @rule(stamps=st.lists(st.integers(-5 * DAY, DAY), min_size=1, max_size=6),
+          codec=st.sampled_from([Codec.NONE, Codec.NONE, Codec.GZIP, Codec.LZ4, Codec.SNAPPY]),
+          value_size=st.integers(0, 120), seed=st.integers(0, 2**32))
+    def append(self, stamps, codec, value_size, seed):
+        # Values derived from a drawn seed: sizes after compression must replay identically.
+        rng = random.Random(seed)
+        builder = MessageSetBuilder(magic=1, codec=codec)
+        for i, ts in enumerate(stamps):
+            builder.append(rng.randbytes(value_size), key=b"%d" % i,
+                           timestamp=self.clock.now + ts)
+        v = validate_produce(builder.build(), TopicSettings(), next_offset=self.log.log_end_offset,
+                             now_ms=self.clock.now)
+        assert isinstance(v, ValidatedRecords)
+        assume(len(v.buffer) <= self.config.segment_bytes)
+        self.log.append(v)
+        for entry in iter_shallow(v.buffer):
+            wrapper = v.buffer[entry.position:entry.next_position]
+            self.entries.append([(m.offset, m.timestamp, m.key, m.value)
+                                 for m in iter_deep(wrapper)])
+
+    @rule()
+    def roll(self):
+        self.log.roll()
+
+    @rule(data=st.data())
+    def truncate(self, data):
+        offset = data.draw(st.integers(max(self.start - 3, 0), self.end + 2))
+        self.log.truncate_to(offset)
+        if offset < self.start:
+            self.entries, self.start = [], offset
+        else:
+            self.entries = [e for e in self.entries if e[-1][0] < offset]
+
+    @rule(advance=st.integers(0, 5 * DAY))
+    def retention(self, advance):
+        self.clock.advance(advance)
+        now = self.clock.now
+        bases = [s.base_offset for s in self.log.segments]
+        limits = bases[1:] + [2**63]
+        expired = 0
+        for base, limit in zip(bases, limits):
+            stamps = [m[1] for m in self.messages if base <= m[0] < limit]
+            if not stamps or now - max(stamps) <= self.config.retention_ms:
+                break   # all stamps are >= 0 here, so no mtime fallback is involved
+            expired += 1
+        assert self.log.delete_expired_segments(now) == expired
+        expected_start = bases[expired] if expired < len(bases) else self.end
+        assert self.log.log_start_offset == expected_start
+        self.start = expected_start
+        self.entries = [e for e in self.entries if e[-1][0] >= expected_start]
+
+    @rule()
+    def reopen_clean(self):
+        self.log.close()
+        self.log = Log(self.log.directory, self.config, clock=self.clock, needs_recovery=False)
+
+    @precondition(lambda self: self.log is not None and self.log.active_segment.size > 0)
+    @rule(data=st.data(), tear=st.booleans(), full_scan=st.booleans())
+    def crash(self, data, tear, full_scan):
+        segment = self.log.active_segment
+        raw = open(segment.log_path, "rb").read()
+        shallow = list(iter_shallow(raw))
+        recovery_point = 0 if full_scan else self.log.recovery_point
+        for s in self.log.segments:   # die without sealing or flushing anything
+            s.close()
+        if tear:
+            cut = data.draw(st.integers(1, len(raw)))
+            os.truncate(segment.log_path, len(raw) - cut)
+            lost_from = next(e.offset for e in shallow if e.next_position > len(raw) - cut)
+        else:
+            victim = data.draw(st.sampled_from(shallow))
+            # Anything from the size field on; the offset field is not covered by the CRC.
+            position = data.draw(st.integers(victim.position + 8, victim.next_position - 1))
+            with open(segment.log_path, "r+b") as f:
+                f.seek(position)
+                f.write(bytes([raw[position] ^ data.draw(st.integers(1, 255))]))
+            lost_from = victim.offset
+        self.log = Log(self.log.directory, self.config, clock=self.clock,
+                       recovery_point=recovery_point, needs_recovery=True)
+        self.entries = [e for e in self.entries if e[-1][0] < lost_from]
+
+    # -- checks ----------------------------------------------------------------------------------
+    @invariant()
+    def offsets_match(self):
+        if self.log is None:
+            return
+        assert self.log.log_start_offset == self.start
+        assert self.log.log_end_offset == self.end
+        assert self.log.recovery_point <= self.log.log_end_offset
+
+    @invariant()
+    def reads_match(self):
+        if self.log is None:
+            return
+        got = []
+        offset = self.start
+        while offset < self.end:
+            fetch = self.log.read(offset, 1 << 20)
+            msgs = [(m.offset, m.timestamp, m.key, m.value)
+                    for m in iter_deep(fetch.read_bytes()) if m.offset >= offset]
+            assert msgs, f"read at {offset} returned nothing"
+            got += msgs
+            offset = msgs[-1][0] + 1
+        assert got == self.messages
+        assert self.log.read(self.end, 100).length == 0
+
+    @rule(data=st.data(), max_bytes=st.integers(0, 400), min_one=st.booleans())
+    def small_read(self, data, max_bytes, min_one):
+        offset = data.draw(st.integers(self.start, self.end))
+        fetch = self.log.read(offset, max_bytes, min_one_message=min_one)
+        if not min_one:
+            assert fetch.length <= max_bytes
+        msgs = [(m.offset, m.timestamp, m.key, m.value)
+                for m in iter_deep(fetch.read_bytes()) if m.offset >= offset]
+        later = [m for m in self.messages if m[0] >= offset]
+        assert msgs == later[:len(msgs)]
+        if min_one and offset < self.end:
+            assert msgs and msgs[0][0] == later[0][0]
+
+    @rule(data=st.data())
+    def read_out_of_range(self, data):
+        offset = data.draw(st.sampled_from([self.start - 1, self.end + 1]))
+        assume(offset >= 0)
+        try:
+            self.log.read(offset, 100)
+        except OffsetOutOfRangeError:
+            return
+        raise AssertionError(f"read at {offset} outside [{self.start}, {self.end}] succeeded")
+
+    @rule(when=st.integers(-6 * DAY, 2 * DAY))
+    def search(self, when):
+        target = NOW + when
+        expected = next((TimestampOffset(ts, off) for off, ts, _, _ in self.messages
+                         if ts >= target), None)
+        assert self.log.offset_for_timestamp(target) == expected
+
+    @invariant()
+    def search_every_stamp(self):
+        if self.log is None:
+            return
+        msgs = self.messages
+        for _, ts, _, _ in msgs[::max(len(msgs) // 5, 1)]:
+            expected = next(TimestampOffset(t, o) for o, t, _, _ in msgs if t >= ts)
+            assert self.log.offset_for_timestamp(ts) == expected
+
+
+LogMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None,
+                                        suppress_health_check=[HealthCheck.too_slow])
+TestLogMachine = LogMachine.TestCase
