@@ -99,13 +99,13 @@ class LogManager:
     def topics(self) -> dict[str, int]:
         """Topic name -> number of partitions with a log here."""
         counts: dict[str, int] = {}
-        for topic, _ in self._logs:
+        for topic, _ in list(self._logs):
             counts[topic] = counts.get(topic, 0) + 1
         return counts
 
     def _partition_counts(self) -> dict[str, int]:
         counts = dict.fromkeys(self.log_dirs, 0)
-        for log_dir in self._dir_of.values():
+        for log_dir in list(self._dir_of.values()):
             counts[log_dir] += 1
         return counts
 
@@ -132,7 +132,7 @@ class LogManager:
         """Close and remove every partition log of ``topic``; return how many. The directory is
         first renamed to ``<topic>-<partition>.<uuid>-delete`` so a crash mid-removal leaves
         nothing that loads as a log. Raises LogNotFoundError if the topic has no log."""
-        keys = [key for key in self._logs if key[0] == topic]
+        keys = [key for key in list(self._logs) if key[0] == topic]
         if not keys:
             raise LogNotFoundError(f"topic {topic!r} has no log in {self.log_dirs}")
         for key in keys:
@@ -150,28 +150,29 @@ class LogManager:
     def run_retention(self) -> int:
         """Apply retention to every log; return how many segments were deleted."""
         now = self._clock()
-        return sum(log.delete_expired_segments(now) for log in self._logs.values())
+        return sum(log.delete_expired_segments(now) for log in list(self._logs.values()))
 
     def flush_due(self) -> int:
         """Flush every log whose unflushed data is older than its flush.ms; return how many."""
         now = self._clock()
-        return sum(log.flush_if_due(now) for log in self._logs.values())
+        return sum(log.flush_if_due(now) for log in list(self._logs.values()))
 
     def remove_deleted_files(self) -> int:
         """Remove .deleted segment files whose file.delete.delay.ms has passed."""
         now = self._clock()
-        return sum(log.remove_deleted_files(now) for log in self._logs.values())
+        return sum(log.remove_deleted_files(now) for log in list(self._logs.values()))
 
     def checkpoint_recovery_points(self) -> None:
         """Write every log dir's recovery-point-offset-checkpoint (atomically)."""
         for log_dir in self.log_dirs:
-            points = {key: self._logs[key].recovery_point
-                      for key, d in self._dir_of.items() if d == log_dir}
+            # Copies: the broker may create a log in another thread meanwhile.
+            points = {key: log.recovery_point for key, log in list(self._logs.items())
+                      if self._dir_of.get(key) == log_dir}
             checkpoint.write_checkpoint(checkpoint.recovery_point_path(log_dir), points)
 
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown markers."""
-        for log in self._logs.values():
+        for log in list(self._logs.values()):
             log.close()
         self.checkpoint_recovery_points()
         for log_dir in self.log_dirs:
