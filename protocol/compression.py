@@ -29,7 +29,7 @@ import lz4.frame
 
 from protocol.errors import CorruptRecordError
 
-__all__ = ["Codec", "compress", "decompress", "xxh32"]
+__all__ = ["Codec", "MAX_DECOMPRESSED_BYTES", "compress", "decompress", "xxh32"]
 
 
 class Codec(IntEnum):
@@ -47,6 +47,11 @@ _XERIAL_BLOCK = 32 * 1024  # xerial SnappyOutputStream's default block size
 _I32 = struct.Struct(">i")
 
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"  # 0x184D2204 little-endian
+
+# Kafka has no limit; we refuse wrappers expanding beyond this (CORRUPT_MESSAGE) so that a
+# small bomb cannot exhaust the broker's memory. Far above what a producer batch holds.
+MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024
+_CHUNK = 1 << 20  # decompress in steps so memory follows the output, not the limit
 
 _P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
 _M32 = 0xFFFFFFFF
@@ -96,14 +101,26 @@ def _gzip_compress(data) -> bytes:
     return co.compress(data) + co.flush()
 
 
-def _gzip_decompress(data) -> bytes:
+def _too_big(limit: int) -> ValueError:
+    return ValueError(f"it decompresses to more than {limit} bytes (decompression bomb?)")
+
+
+def _gzip_decompress(data, limit: int) -> bytes:
     parts = []
+    total = 0
     rest = bytes(data)
     while True:
         d = zlib.decompressobj(31)
-        parts.append(d.decompress(rest))
-        if not d.eof:
-            raise ValueError("gzip stream is truncated")
+        pending = rest
+        while not d.eof:
+            chunk = d.decompress(pending, min(limit - total + 1, _CHUNK))
+            pending = d.unconsumed_tail
+            if not chunk and not pending and not d.eof:
+                raise ValueError("gzip stream is truncated")
+            total += len(chunk)
+            if total > limit:
+                raise _too_big(limit)
+            parts.append(chunk)
         rest = d.unused_data
         # GZIPInputStream ignores trailing bytes that are not another member header.
         if len(rest) < 2 or rest[:2] != b"\x1f\x8b":
@@ -120,11 +137,18 @@ def _snappy_compress(data) -> bytes:
     return bytes(out)
 
 
-def _snappy_decompress(data) -> bytes:
+def _snappy_raw(block: bytes, room: int, limit: int) -> bytes:
+    if cramjam.snappy.decompress_raw_len(block) > room:  # the length a raw block declares
+        raise _too_big(limit)
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _snappy_decompress(data, limit: int) -> bytes:
     data = bytes(data)
     if not data.startswith(_XERIAL_MAGIC) or len(data) < 16:
-        return bytes(cramjam.snappy.decompress_raw(data))
+        return _snappy_raw(data, limit, limit)
     parts = []
+    total = 0
     pos = 16
     n = len(data)
     while pos < n:
@@ -138,7 +162,8 @@ def _snappy_decompress(data) -> bytes:
         if length < 0 or pos + length > n:
             raise ValueError(f"xerial snappy block of {length} bytes at {pos - 4} overruns "
                              f"the {n}-byte stream")
-        parts.append(bytes(cramjam.snappy.decompress_raw(data[pos:pos + length])))
+        parts.append(_snappy_raw(data[pos:pos + length], limit - total, limit))
+        total += len(parts[-1])
         pos += length
     return b"".join(parts)
 
@@ -153,7 +178,7 @@ def _lz4_compress(data, magic: int) -> bytes:
     return bytes(frame)
 
 
-def _lz4_decompress(data, magic: int) -> bytes:
+def _lz4_decompress(data, magic: int, limit: int) -> bytes:
     frame = bytearray(data)
     if len(frame) < 7 or frame[0:4] != _LZ4_MAGIC:
         raise ValueError("not an LZ4 frame (bad magic number)")
@@ -170,7 +195,20 @@ def _lz4_decompress(data, magic: int) -> bytes:
             raise ValueError(f"LZ4 frame header checksum 0x{frame[hc_pos]:02x} is wrong, "
                              f"expected 0x{correct:02x}{hint}")
         frame[hc_pos] = correct
-    return lz4.frame.decompress(bytes(frame))
+    d = lz4.frame.LZ4FrameDecompressor()
+    parts = []
+    total = 0
+    pending = bytes(frame)
+    while not d.eof:
+        chunk = d.decompress(pending, max_length=min(limit - total + 1, _CHUNK))
+        pending = b""
+        if not chunk and d.needs_input and not d.eof:
+            raise ValueError("LZ4 frame is truncated")
+        total += len(chunk)
+        if total > limit:
+            raise _too_big(limit)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def compress(codec: Codec, data, magic: int) -> bytes:
@@ -184,19 +222,21 @@ def compress(codec: Codec, data, magic: int) -> bytes:
     raise ValueError(f"cannot compress with codec {codec!r}")
 
 
-def decompress(codec: int, data, magic: int, *, position: int = 0) -> bytes:
+def decompress(codec: int, data, magic: int, *, position: int = 0,
+               max_bytes: int = MAX_DECOMPRESSED_BYTES) -> bytes:
     """Decompress a wrapper's value.
 
     Raises :class:`CorruptRecordError` (``offset=position``, the wrapper's byte offset) for an
-    unknown codec or bytes the codec cannot decode.
+    unknown codec, bytes the codec cannot decode, or output above ``max_bytes`` (checked while
+    decompressing, so a bomb never gets allocated).
     """
     try:
         if codec == Codec.GZIP:
-            return _gzip_decompress(data)
+            return _gzip_decompress(data, max_bytes)
         if codec == Codec.SNAPPY:
-            return _snappy_decompress(data)
+            return _snappy_decompress(data, max_bytes)
         if codec == Codec.LZ4:
-            return _lz4_decompress(data, magic)
+            return _lz4_decompress(data, magic, max_bytes)
     except Exception as exc:  # every codec library has its own error types
         name = Codec(codec).name.lower()
         raise CorruptRecordError(

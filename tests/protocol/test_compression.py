@@ -86,3 +86,30 @@ def test_garbage_raises_corrupt_record_error_with_position(codec, magic):
 def test_unknown_codec_is_corrupt():
     with pytest.raises(CorruptRecordError, match="unknown compression codec 5"):
         decompress(5, b"x", 1, position=7)
+
+
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.SNAPPY, Codec.LZ4])
+@pytest.mark.parametrize("magic", [0, 1])
+def test_decompression_limit(codec, magic):
+    payload = b"\x00" * 200_000
+    data = compress(codec, payload, magic)
+    assert decompress(codec, data, magic, max_bytes=len(payload)) == payload
+    with pytest.raises(CorruptRecordError, match="more than 199999 bytes"):
+        decompress(codec, data, magic, max_bytes=len(payload) - 1, position=3)
+    raw = kp.snappy_encode(payload, xerial_compatible=False)
+    with pytest.raises(CorruptRecordError, match="more than"):
+        decompress(Codec.SNAPPY, raw, magic, max_bytes=1000)
+
+
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.LZ4])
+def test_bomb_is_refused_without_inflating_it(codec):
+    import tracemalloc
+    bomb = compress(codec, b"\x00" * (64 << 20), 1)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorruptRecordError, match="decompression bomb"):
+            decompress(codec, bomb, 1, max_bytes=4 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20
