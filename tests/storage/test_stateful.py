@@ -8,6 +8,7 @@ and crash recovery work on whole entries, as the Log does.
 """
 from __future__ import annotations
 
+import io
 import os
 import random
 import shutil
@@ -21,6 +22,7 @@ from protocol.compression import Codec
 from protocol.records import MessageSetBuilder, iter_deep, iter_shallow
 from protocol.validator import TopicSettings, ValidatedRecords, validate_produce
 from storage import Log, LogConfig, OffsetOutOfRangeError, TimestampOffset
+from storage.dump import dump_file
 
 DAY = 86_400_000
 NOW = 1_700_000_000_000
@@ -195,6 +197,17 @@ class LogMachine(RuleBasedStateMachine):
         expected = next((TimestampOffset(ts, off) for off, ts, _, _ in self.messages
                          if ts >= target), None)
         assert self.log.offset_for_timestamp(target) == expected
+
+    @invariant()
+    def indexes_verify_against_the_log(self):
+        if self.log is None:
+            return
+        files = [path for seg in self.log.segments
+                 for path in (seg.offset_index.path, seg.time_index.path)]
+        out = io.StringIO()
+        for path in files:
+            assert dump_file(path, deep=False, verify=True, out=out, err=out) == 0, \
+                out.getvalue()
 
     @invariant()
     def search_every_stamp(self):
