@@ -1,9 +1,9 @@
 """Cost of the wire layer's hot paths on one core.
 
-Cases: decoding a Produce v2 request frame through ServerConnection (fast struct path; the
-declared construct schema parsing the same body for comparison), and encoding a Fetch v3
-response (fast encoder with bytes record sets, with FileRegions, and the construct schema's
-build for comparison). Each case runs ~``--seconds`` per round, best of ``--repeats``; rates
+Cases: decoding a Produce v2 and a Fetch v3 request frame through ServerConnection (codecs
+compiled from the schemas; the declared construct schema parsing the same body for comparison),
+encoding a Metadata v2 response, and encoding a Fetch v3 response (fast encoder with bytes
+record sets, with FileRegions, and the construct schema's build for comparison). Each case runs ~``--seconds`` per round, best of ``--repeats``; rates
 are per second of this process's CPU time (the machine is shared; wall-clock rates are recorded
 too).
 
@@ -19,9 +19,8 @@ import time
 from pathlib import Path
 
 from protocol import ApiKey, ClientConnection, FileRegion, ServerConnection
-from protocol.schemas import RESPONSE_SCHEMAS
+from protocol.schemas import REQUEST_SCHEMAS, RESPONSE_SCHEMAS, encode_response_body
 from protocol.schemas.fetch import encode_fetch_response
-from protocol.schemas.produce import ProduceRequestV2
 
 RESULTS = Path(__file__).resolve().parent / "results" / "wire.json"
 
@@ -36,6 +35,22 @@ def fetch_body(partitions: int, record_set) -> dict:
     return {"throttle_time_ms": 0, "responses": [{"topic": "bench", "partition_responses": [
         {"partition_header": {"partition": p, "error_code": 0, "high_watermark": 10**6},
          "record_set": record_set} for p in range(partitions)]}]}
+
+
+def fetch_request(partitions: int) -> dict:
+    return {"replica_id": -1, "max_wait_time": 500, "min_bytes": 1, "max_bytes": 52428800,
+            "topics": [{"topic": "bench", "partitions": [
+                {"partition": p, "fetch_offset": 10**6, "max_bytes": 1048576}
+                for p in range(partitions)]}]}
+
+
+def metadata_body(topics: int) -> dict:
+    return {"brokers": [{"node_id": 0, "host": "127.0.0.1", "port": 9092, "rack": None}],
+            "cluster_id": "bench", "controller_id": 0, "topic_metadata": [
+                {"topic_error_code": 0, "topic": f"topic-{t}", "is_internal": False,
+                 "partition_metadata": [{"partition_error_code": 0, "partition_id": p,
+                                         "leader": 0, "replicas": [0], "isr": [0]}
+                                        for p in range(8)]} for t in range(topics)]}
 
 
 def measure(fn, seconds: float, repeats: int) -> tuple[float, float]:
@@ -62,24 +77,38 @@ def main() -> None:
     args = parser.parse_args()
 
     cases = []
-    for partitions, set_bytes in ((1, 16384), (10, 16384), (1, 1 << 20)):
-        body = produce_body(partitions, set_bytes)
-        _, frame = ClientConnection("bench").request(ApiKey.PRODUCE, 2, body)
-        raw_body = ProduceRequestV2.build(body)
 
-        def fast(frame=frame):
+    def add(name, fn, partitions, set_bytes, frame_bytes=None):
+        cpu, wall = measure(fn, args.seconds, args.repeats)
+        case = {"case": name, "partitions": partitions, "set_bytes": set_bytes,
+                "ops_per_cpu_s": round(cpu), "ops_per_wall_s": round(wall)}
+        if frame_bytes:
+            case["mib_per_cpu_s"] = round(cpu * frame_bytes / 2**20, 1)
+        cases.append(case)
+
+    requests = [(ApiKey.PRODUCE, 2, produce_body(p, n), p, n)
+                for p, n in ((1, 16384), (10, 16384), (1, 1 << 20))]
+    requests += [(ApiKey.FETCH, 3, fetch_request(p), p, 0) for p in (1, 10, 100)]
+    for api, version, body, partitions, set_bytes in requests:
+        _, frame = ClientConnection("bench").request(api, version, body)
+        schema = REQUEST_SCHEMAS[api, version]
+        raw_body = schema.build(body)
+
+        def compiled(frame=frame):
             for _ in ServerConnection().receive_data(frame):
                 pass
 
-        def schema(raw_body=raw_body):
-            ProduceRequestV2.parse(raw_body)
+        label = f"{api.name.lower()}_v{version}_decode"
+        add(f"{label}_compiled", compiled, partitions, set_bytes, len(frame))
+        add(f"{label}_construct", lambda s=schema, r=raw_body: s.parse(r), partitions,
+            set_bytes, len(frame))
 
-        for name, fn in (("produce_v2_decode_fast", fast),
-                         ("produce_v2_decode_construct", schema)):
-            cpu, wall = measure(fn, args.seconds, args.repeats)
-            cases.append({"case": name, "partitions": partitions, "set_bytes": set_bytes,
-                          "ops_per_cpu_s": round(cpu), "ops_per_wall_s": round(wall),
-                          "mib_per_cpu_s": round(cpu * len(frame) / 2**20, 1)})
+    for topics in (1, 50):
+        body = metadata_body(topics)
+        schema = RESPONSE_SCHEMAS[ApiKey.METADATA, 2]
+        add("metadata_v2_encode_compiled",
+            lambda b=body: encode_response_body(ApiKey.METADATA, 2, b), topics * 8, 0)
+        add("metadata_v2_encode_construct", lambda s=schema, b=body: s.build(b), topics * 8, 0)
 
     schema = RESPONSE_SCHEMAS[ApiKey.FETCH, 3]
     for partitions, set_bytes in ((1, 16384), (10, 16384), (100, 1024), (1, 1 << 20)):
@@ -89,9 +118,7 @@ def main() -> None:
                 ("fetch_v3_encode_fast_bytes", lambda d=data: encode_fetch_response(3, d)),
                 ("fetch_v3_encode_fast_regions", lambda d=regions: encode_fetch_response(3, d)),
                 ("fetch_v3_encode_construct", lambda d=data: schema.build(d))):
-            cpu, wall = measure(fn, args.seconds, args.repeats)
-            cases.append({"case": name, "partitions": partitions, "set_bytes": set_bytes,
-                          "ops_per_cpu_s": round(cpu), "ops_per_wall_s": round(wall)})
+            add(name, fn, partitions, set_bytes)
 
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({

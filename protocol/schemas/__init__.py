@@ -6,19 +6,24 @@ modules of this package with Protocol.java's field names. ``REQUEST_SCHEMAS`` an
 ``RESPONSE_SCHEMAS`` are keyed by ``(ApiKey, version)`` and cover exactly
 :data:`protocol.api.SUPPORTED_VERSIONS` (checked when this module is imported).
 
+At run time bodies go through codecs compiled from these schemas (:mod:`.compiled`, about ten
+times faster than construct, same results), and Fetch responses through
+:func:`.fetch.encode_fetch_response`, which can emit FileRegions.
+
 Decoding takes a buffer (bytes or memoryview) and a body range, so the connection layer can parse
 in place; offsets in the errors raised are indices into that buffer.
 """
 from __future__ import annotations
 
-import io
 import struct
 
 from construct import Construct, ConstructError
 
 from protocol.api import SUPPORTED_VERSIONS, ApiKey
 from protocol.errors import BodyEncodeError, MalformedFrameError
+from protocol.primitives import FieldError
 from protocol.schemas.api_versions import ApiVersionsRequestV0, ApiVersionsResponseV0
+from protocol.schemas.compiled import decoder, encoder
 from protocol.schemas.fetch import (
     FetchRequestV0, FetchRequestV1, FetchRequestV2, FetchRequestV3,
     FetchResponseV0, FetchResponseV1, FetchResponseV2, FetchResponseV3,
@@ -46,7 +51,6 @@ from protocol.schemas.metadata import (
 from protocol.schemas.produce import (
     ProduceRequestV0, ProduceRequestV1, ProduceRequestV2,
     ProduceResponseV0, ProduceResponseV1, ProduceResponseV2,
-    decode_produce_request,
 )
 from protocol.schemas.topics import (
     CreateTopicsRequestV0, CreateTopicsResponseV0, DeleteTopicsRequestV0, DeleteTopicsResponseV0,
@@ -137,6 +141,11 @@ def _check_table() -> None:
 
 _check_table()
 
+_REQUEST_DECODERS = {key: decoder(schema) for key, schema in REQUEST_SCHEMAS.items()}
+_RESPONSE_DECODERS = {key: decoder(schema) for key, schema in RESPONSE_SCHEMAS.items()}
+_REQUEST_ENCODERS = {key: encoder(schema) for key, schema in REQUEST_SCHEMAS.items()}
+_RESPONSE_ENCODERS = {key: encoder(schema) for key, schema in RESPONSE_SCHEMAS.items()}
+
 _ENCODE_ERRORS = (ConstructError, KeyError, TypeError, ValueError, AttributeError,
                   OverflowError, struct.error)
 
@@ -145,19 +154,14 @@ def _what(api_key: ApiKey, version: int, direction: str) -> str:
     return f"{ApiKey(api_key).name} v{version} {direction}"
 
 
-def _parse(schema: Construct, buf, start: int, end: int, api_key: ApiKey, version: int,
-           direction: str):
-    stream = io.BytesIO(buf[start:end])
+def _decode(decoders, buf, start: int, end: int, api_key: ApiKey, version: int,
+            direction: str):
     try:
-        body = schema.parse_stream(stream)
-        pos = start + stream.tell()
-    except ConstructError as exc:
-        raise MalformedFrameError(f"malformed {_what(api_key, version, direction)} near byte "
-                                  f"{start + stream.tell()}: {exc}", api_key=api_key,
-                                  api_version=version, offset=start + stream.tell()) from None
-    finally:
-        # Containers keep a reference to their stream (_io); closing frees the copied bytes.
-        stream.close()
+        body, pos = decoders[api_key, version](buf, start, end)
+    except FieldError as exc:
+        raise MalformedFrameError(f"malformed {_what(api_key, version, direction)} at byte "
+                                  f"{exc.offset}: {exc}", api_key=api_key,
+                                  api_version=version, offset=exc.offset) from None
     if pos != end:
         raise MalformedFrameError(f"{end - pos} unexpected bytes after the "
                                   f"{_what(api_key, version, direction)} body", api_key=api_key,
@@ -171,40 +175,28 @@ def decode_request_body(api_key: ApiKey, version: int, buf, start: int, end: int
     Raises MalformedFrameError (offset = index into ``buf``) for anything that does not parse or
     leaves bytes over. ``(api_key, version)`` must be in REQUEST_SCHEMAS.
     """
-    if api_key == ApiKey.PRODUCE:
-        try:
-            body, pos = decode_produce_request(buf, start, end)
-        except ConstructError as exc:
-            raise MalformedFrameError(f"malformed PRODUCE v{version} request near byte "
-                                      f"{exc.offset}: {exc}", api_key=api_key,
-                                      api_version=version, offset=exc.offset) from None
-        if pos != end:
-            raise MalformedFrameError(f"{end - pos} unexpected bytes after the PRODUCE v{version}"
-                                      f" request body", api_key=api_key, api_version=version,
-                                      offset=pos)
-        return body
-    return _parse(REQUEST_SCHEMAS[api_key, version], buf, start, end, api_key, version,
-                  "request")
+    return _decode(_REQUEST_DECODERS, buf, start, end, api_key, version, "request")
 
 
 def decode_response_body(api_key: ApiKey, version: int, buf, start: int, end: int):
     """Decode the response body in ``buf[start:end]``, as :func:`decode_request_body`."""
-    return _parse(RESPONSE_SCHEMAS[api_key, version], buf, start, end, api_key, version,
-                  "response")
+    return _decode(_RESPONSE_DECODERS, buf, start, end, api_key, version, "response")
 
 
-def _build(schema: Construct, body, api_key: ApiKey, version: int, direction: str) -> bytes:
+def _encode(encoders, body, api_key: ApiKey, version: int, direction: str) -> bytes:
+    out = bytearray()
     try:
-        return schema.build(body)
+        encoders[api_key, version](body, out)
     except _ENCODE_ERRORS as exc:
         raise BodyEncodeError(f"cannot encode {_what(api_key, version, direction)}: "
                               f"{type(exc).__name__}: {exc}", api_key=api_key,
                               api_version=version) from None
+    return bytes(out)
 
 
 def encode_request_body(api_key: ApiKey, version: int, body) -> bytes:
     """Encode a request body (dict or Container); BodyEncodeError if it does not fit."""
-    return _build(REQUEST_SCHEMAS[api_key, version], body, api_key, version, "request")
+    return _encode(_REQUEST_ENCODERS, body, api_key, version, "request")
 
 
 def encode_response_chunks(api_key: ApiKey, version: int, body) -> tuple[list, int]:
@@ -217,7 +209,7 @@ def encode_response_chunks(api_key: ApiKey, version: int, body) -> tuple[list, i
             raise BodyEncodeError(f"cannot encode FETCH v{version} response: "
                                   f"{type(exc).__name__}: {exc}", api_key=api_key,
                                   api_version=version) from None
-    data = _build(RESPONSE_SCHEMAS[api_key, version], body, api_key, version, "response")
+    data = _encode(_RESPONSE_ENCODERS, body, api_key, version, "response")
     return [data], len(data)
 
 
