@@ -68,10 +68,8 @@ class _FrameBuffer:
         self._buf += data
 
     def next_frame(self) -> tuple[bytearray, int, int] | None:
-        """The next complete frame as ``(buf, payload_start, end)``, or None if incomplete.
-
-        The range stays valid until the next call (which may compact the buffer).
-        """
+        """The next complete frame as ``(buf, start, end)`` (``start`` = its size prefix), or
+        None if incomplete. The range stays valid until the next call, which may compact."""
         buf, pos = self._buf, self._pos
         if pos and (pos >= _COMPACT_AT or pos == len(buf)):
             del buf[:pos]
