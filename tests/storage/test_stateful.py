@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from conftest import Clock
 from protocol.compression import Codec
-from protocol.records import MessageSetBuilder, iter_deep, iter_shallow
+from protocol.records import MessageSetBuilder, TimestampType, iter_deep, iter_shallow
 from protocol.validator import TopicSettings, ValidatedRecords, validate_produce
 from storage import Log, LogConfig, OffsetOutOfRangeError, TimestampOffset
 from storage.dump import dump_file
@@ -64,15 +64,19 @@ class LogMachine(RuleBasedStateMachine):
     # -- rules -----------------------------------------------------------------------------------
     @rule(stamps=st.lists(st.integers(-5 * DAY, DAY), min_size=1, max_size=6),
           codec=st.sampled_from([Codec.NONE, Codec.NONE, Codec.GZIP, Codec.LZ4, Codec.SNAPPY]),
-          value_size=st.integers(0, 120), seed=st.integers(0, 2**32))
-    def append(self, stamps, codec, value_size, seed):
+          value_size=st.integers(0, 120), seed=st.integers(0, 2**32),
+          kind=st.sampled_from(["create"] * 6 + ["log_append", "magic0"]))
+    def append(self, stamps, codec, value_size, seed, kind):
         # Values derived from a drawn seed: sizes after compression must replay identically.
         rng = random.Random(seed)
-        builder = MessageSetBuilder(magic=1, codec=codec)
+        magic = 0 if kind == "magic0" else 1
+        builder = MessageSetBuilder(magic=magic, codec=codec)
         for i, ts in enumerate(stamps):
             builder.append(rng.randbytes(value_size), key=b"%d" % i,
                            timestamp=self.clock.now + ts)
-        v = validate_produce(builder.build(), TopicSettings(), next_offset=self.log.log_end_offset,
+        topic = TopicSettings(magic=magic, timestamp_type=TimestampType.LOG_APPEND_TIME
+                              if kind == "log_append" else TimestampType.CREATE_TIME)
+        v = validate_produce(builder.build(), topic, next_offset=self.log.log_end_offset,
                              now_ms=self.clock.now)
         assert isinstance(v, ValidatedRecords)
         assume(len(v.buffer) <= self.config.segment_bytes)
@@ -103,9 +107,11 @@ class LogMachine(RuleBasedStateMachine):
         limits = bases[1:] + [2**63]
         expired = 0
         for base, limit in zip(bases, limits):
-            stamps = [m[1] for m in self.messages if base <= m[0] < limit]
+            stamps = [m[1] for m in self.messages if base <= m[0] < limit and m[1] >= 0]
+            # A segment of magic-0 messages only is judged by its mtime: real time, years
+            # after this simulated clock, so never expired.
             if not stamps or now - max(stamps) <= self.config.retention_ms:
-                break   # all stamps are >= 0 here, so no mtime fallback is involved
+                break
             expired += 1
         assert self.log.delete_expired_segments(now) == expired
         expected_start = bases[expired] if expired < len(bases) else self.end
@@ -214,7 +220,7 @@ class LogMachine(RuleBasedStateMachine):
         if self.log is None:
             return
         msgs = self.messages
-        for _, ts, _, _ in msgs[::max(len(msgs) // 5, 1)]:
+        for _, ts, _, _ in [m for m in msgs if m[1] >= 0][::max(len(msgs) // 5, 1)]:
             expected = next(TimestampOffset(t, o) for o, t, _, _ in msgs if t >= ts)
             assert self.log.offset_for_timestamp(ts) == expected
 
