@@ -112,7 +112,7 @@ def validate_produce(buf, settings: TopicSettings, *, next_offset: int,
     """
     mv = _view(buf)
     try:
-        if settings.magic == 1 and not settings.compacted:
+        if settings.magic == 1:
             fast = _fast_v1(mv, settings, next_offset, now_ms)
             if fast is not None:
                 return fast
@@ -132,7 +132,7 @@ _INNER = 2             # inner messages of a wrapper: check relative offsets 0..
 
 
 def _scan(out, omv, n: int, mode: int, first_offset: int, lo: int, hi: int, max_size: int,
-          now_ms: int) -> tuple[int, int, int] | None:
+          now_ms: int, keyed: bool) -> tuple[int, int, int] | None:
     """Check the uncompressed magic-1 messages filling ``out[:n]`` and rewrite them per
     ``mode``; return (count, max timestamp, index of its first message) or None at the first
     thing this hot loop does not handle. One CRC per message (two under LogAppendTime), no
@@ -162,7 +162,7 @@ def _scan(out, omv, n: int, mode: int, first_offset: int, lo: int, hi: int, max_
                 max_index = count
         (klen,) = unpack_i32(out, pos + 26)
         vpos = pos + 30 + (klen if klen > 0 else 0)
-        if klen < -1 or vpos + 4 > end:
+        if klen < -1 or vpos + 4 > end or (keyed and klen < 0):
             return None
         (vlen,) = unpack_i32(out, vpos)
         if vlen < -1 or vpos + 4 + (vlen if vlen > 0 else 0) != end:
@@ -185,7 +185,7 @@ def _scan(out, omv, n: int, mode: int, first_offset: int, lo: int, hi: int, max_
 
 def _fast_v1(mv, settings: TopicSettings, next_offset: int,
              now_ms: int) -> ValidatedRecords | None:
-    """The common cases into a magic-1 topic without compaction: uncompressed magic-1 sets, or
+    """The common cases into a magic-1 topic: uncompressed magic-1 sets, or
     magic-1 wrappers of one codec kept as they are (decompressed to check, only the wrappers
     rewritten). Returns None at anything unusual or wrong (or a trailing partial entry),
     leaving the precise answer to the general path."""
@@ -201,7 +201,7 @@ def _fast_v1(mv, settings: TopicSettings, next_offset: int,
         omv = memoryview(out)
         try:
             scanned = _scan(out, omv, n, _TOP_LOG_APPEND if lat else _TOP_CREATE_TIME,
-                            next_offset, lo, hi, max_size, now_ms)
+                            next_offset, lo, hi, max_size, now_ms, settings.compacted)
         finally:
             omv.release()
         if scanned is None:
@@ -221,7 +221,7 @@ def _fast_wrappers_v1(mv, settings, next_offset, now_ms, lat, lo, hi, max_size):
     out = bytearray(mv)
     n = len(out)
     codec = out[17] & _CODEC_MASK
-    if settings.target_codec not in (None, codec):
+    if codec > Codec.LZ4 or settings.target_codec not in (None, codec):
         return None
     pos = 0
     off = next_offset
@@ -241,9 +241,13 @@ def _fast_wrappers_v1(mv, settings, next_offset, now_ms, lat, lo, hi, max_size):
             (vlen,) = _I32.unpack_from(out, vpos)
             if vlen < 0 or vpos + 4 + vlen != end:
                 return None
-            inner = bytearray(decompress(codec, omv[vpos + 4:end], 1, position=pos))
+            try:
+                inner = bytearray(decompress(codec, omv[vpos + 4:end], 1, position=pos))
+            except CorruptRecordError:
+                return None  # the general path reports it in Kafka's order
         with memoryview(inner) as imv:
-            scanned = _scan(inner, imv, len(inner), _INNER, 0, lo, hi, 2 ** 31, now_ms)
+            scanned = _scan(inner, imv, len(inner), _INNER, 0, lo, hi, 2 ** 31, now_ms,
+                            settings.compacted)
         if scanned is None:
             return None
         count, wrapper_max, _ = scanned

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import struct
 import zlib
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import CorruptRecordError, ErrorCode
 from protocol.records import (
-    Codec, MessageSetBuilder, check_entry, convert, iter_deep, iter_shallow,
+    Codec, MessageSetBuilder, TimestampType, check_entry, convert, iter_deep, iter_shallow,
 )
 from protocol.validator import Rejected, TopicSettings, ValidatedRecords, validate_produce
 
@@ -50,7 +51,8 @@ def exercise(buf) -> None:
         except CorruptRecordError as exc:
             assert exc.offset is not None
     for s in (TopicSettings(), TopicSettings(magic=0, target_codec=Codec.GZIP),
-              TopicSettings(compacted=True, max_timestamp_difference_ms=10 ** 9)):
+              TopicSettings(compacted=True, max_timestamp_difference_ms=10 ** 9),
+              TopicSettings(timestamp_type=TimestampType.LOG_APPEND_TIME, max_message_bytes=200)):
         r = validate_produce(buf, s, next_offset=3, now_ms=NOW)
         assert isinstance(r, (ValidatedRecords, Rejected))
         if isinstance(r, Rejected):
@@ -60,6 +62,9 @@ def exercise(buf) -> None:
             for entry in iter_shallow(r.buffer):
                 check_entry(r.buffer, entry, 10 ** 7)
             assert len(list(iter_deep(r.buffer))) == r.message_count
+        # the hot path only ever accepts what the general path accepts, identically
+        with mock.patch("protocol.validator._fast_v1", return_value=None):
+            assert validate_produce(buf, s, next_offset=3, now_ms=NOW) == r
 
 
 @st.composite

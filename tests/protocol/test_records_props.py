@@ -2,6 +2,8 @@
 everything we write identically."""
 from __future__ import annotations
 
+from unittest import mock
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
@@ -10,7 +12,10 @@ from kafka.record.memory_records import MemoryRecords
 from protocol.records import (
     NO_TIMESTAMP, Codec, MessageSetBuilder, TimestampType, convert, iter_deep, iter_shallow,
 )
-from protocol.validator import TopicSettings, ValidatedRecords, _validate, validate_produce
+from protocol.errors import ErrorCode
+from protocol.validator import (
+    Rejected, TopicSettings, ValidatedRecords, validate_produce,
+)
 
 NOW = 1_700_000_000_000
 SETTINGS = settings(max_examples=60, deadline=None,
@@ -73,12 +78,20 @@ def test_conversion_round_trip(msgs, codec, base):
 
 @SETTINGS
 @given(message_lists, magics, codecs, st.integers(0, 2 ** 40),
-       st.sampled_from(list(TimestampType)), st.sampled_from([None, *Codec]), magics)
+       st.sampled_from(list(TimestampType)), st.sampled_from([None, *Codec]), magics,
+       st.booleans())
 def test_validator_assigns_offsets_and_keeps_content(msgs, magic, codec, next_offset, tt,
-                                                     target, topic_magic):
+                                                     target, topic_magic, compacted):
     buf = build(msgs, magic, codec)
-    s = TopicSettings(magic=topic_magic, timestamp_type=tt, target_codec=target)
+    s = TopicSettings(magic=topic_magic, timestamp_type=tt, target_codec=target,
+                      compacted=compacted)
     r = validate_produce(buf, s, next_offset=next_offset, now_ms=NOW)
+    # the fast path and the general path agree
+    with mock.patch("protocol.validator._fast_v1", return_value=None):
+        assert validate_produce(buf, s, next_offset=next_offset, now_ms=NOW) == r
+    if compacted and any(k is None for k, _, _ in msgs):
+        assert isinstance(r, Rejected) and r.error == ErrorCode.CORRUPT_MESSAGE
+        return
     assert isinstance(r, ValidatedRecords)
     got = kp_read(r.buffer)
     assert [(o, k, v) for o, _, k, v in got] == [
@@ -95,8 +108,6 @@ def test_validator_assigns_offsets_and_keeps_content(msgs, magic, codec, next_of
     assert (r.first_offset, r.last_offset, r.message_count) == (
         next_offset, next_offset + len(msgs) - 1, len(msgs))
     assert {e.magic for e in iter_shallow(r.buffer)} == {topic_magic}
-    # the fast path and the general path agree
-    assert _validate(memoryview(buf), s, next_offset, NOW) == r
 
 
 @SETTINGS
