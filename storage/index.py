@@ -62,6 +62,10 @@ class AbstractIndex(abc.ABC):
             self._data = data
         return self._data
 
+    def load(self) -> None:
+        """Read the entries into memory now (CorruptIndexError for a partial entry)."""
+        self._loaded()
+
     @property
     def is_loaded(self) -> bool:
         return self._data is not None
@@ -202,7 +206,8 @@ class OffsetIndex(AbstractIndex):
 
     def sanity_check(self, log_size: int) -> None:
         """Raise CorruptIndexError unless the entries are plausible for a log of ``log_size``
-        bytes (Kafka's check plus bounds on the first and last entry)."""
+        bytes: Kafka's check plus bounds on the first and last entry, and, when the entries are
+        loaded, strict ordering of all of them."""
         count = self.entries
         if not count:
             return
@@ -218,6 +223,13 @@ class OffsetIndex(AbstractIndex):
         if last_position >= log_size:
             raise CorruptIndexError(f"{self.KIND} {self.path}: last entry points at position "
                                     f"{last_position}, beyond the {log_size}-byte log")
+        if self._data is not None:  # loaded anyway: check every entry, not just the ends
+            previous = (-1, -1)
+            for entry in self.ENTRY.iter_unpack(self._data):
+                if entry[0] <= previous[0] or entry[1] <= previous[1]:
+                    raise CorruptIndexError(f"{self.KIND} {self.path}: entry {entry} (relative "
+                                            f"offset, position) does not follow {previous}")
+                previous = entry
 
 
 class TimeIndex(AbstractIndex):
@@ -270,7 +282,7 @@ class TimeIndex(AbstractIndex):
 
     def sanity_check(self) -> None:
         """Raise CorruptIndexError unless the first and last entries are in order (Kafka's
-        check; a zero-padded tail fails it)."""
+        check; a zero-padded tail fails it) and, when loaded, every entry is."""
         count = self.entries
         if not count:
             return
@@ -283,3 +295,10 @@ class TimeIndex(AbstractIndex):
         if last_timestamp < first_timestamp:
             raise CorruptIndexError(f"{self.KIND} {self.path}: last timestamp {last_timestamp} is "
                                     f"below the first {first_timestamp}")
+        if self._data is not None:  # loaded anyway: check every entry, not just the ends
+            previous = (-2**63, -1)
+            for entry in self.ENTRY.iter_unpack(self._data):
+                if entry[0] <= previous[0] or entry[1] < previous[1]:
+                    raise CorruptIndexError(f"{self.KIND} {self.path}: entry {entry} (timestamp, "
+                                            f"relative offset) does not follow {previous}")
+                previous = entry

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 logger = structlog.get_logger(__name__)
 
+# Shared by default: seeding a Random per log costs more than opening an idle log.
+_JITTER_RNG = random.Random()
+
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
@@ -87,7 +90,7 @@ class Log:
         self.directory = directory
         self.config = config
         self._clock = clock
-        self._rng = rng or random.Random()
+        self._rng = rng or _JITTER_RNG
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         # (due time ms, segment renamed to .deleted) awaiting physical removal.
@@ -100,8 +103,7 @@ class Log:
         if needs_recovery:
             self._recover()
         active = self.active_segment
-        if not active.offset_index.is_loaded:
-            self._ensure_index(active)
+        self._ensure_index(active)
         # Its max timestamp came from recovery, or from the final time index entry written
         # when it was sealed at the clean shutdown: no scan needed.
         self.log_end_offset = active.next_offset()
@@ -176,31 +178,42 @@ class Log:
                 logger.info("removing index without a log file", topic=self.topic,
                             partition=self.partition, file=path)
                 os.unlink(path)
-        for base in sorted(bases):
+        ordered = sorted(bases)
+        for base in ordered:
             segment = self._new_segment(base, create=False)
-            self._check_indexes(segment)
+            self._check_indexes(segment, active=base == ordered[-1])
             self._segments.append(segment)
             self._bases.append(base)
         if not self._segments:
             self._segments.append(self._new_segment(0, create=True))
             self._bases.append(0)
 
-    def _check_indexes(self, segment: LogSegment) -> None:
-        """Sanity-check the indexes from their first and last entries (no full load) and set the
-        max timestamp from the time index; a missing or implausible index is rebuilt."""
+    def _check_indexes(self, segment: LogSegment, *, active: bool) -> None:
+        """Sanity-check the indexes from their first and last entries and set the max timestamp
+        from the time index; a missing or implausible index is rebuilt. The active segment's
+        indexes are loaded (appends need them); an inactive segment's are read entry by entry
+        and left on disk until a lookup needs them."""
         try:
+            if active:
+                segment.offset_index.load()
+                segment.time_index.load()
             segment.sanity_check()
             segment.load_max_timestamp_from_index()
-            segment.offset_index.close()
-            segment.time_index.close()
+            if not active:
+                segment.offset_index.close()
+                segment.time_index.close()
         except CorruptIndexError as exc:
             self._rebuild_indexes(segment, str(exc))
 
     def _ensure_index(self, segment: LogSegment) -> None:
-        """Load an inactive segment's indexes for a lookup, rebuilding them if they fail now."""
+        """Load an inactive segment's indexes for a lookup, checking every entry; rebuild them
+        if they fail now."""
+        if segment.offset_index.is_loaded and segment.time_index.is_loaded:
+            return
         try:
-            segment.offset_index.entries
-            segment.time_index.entries
+            segment.offset_index.load()
+            segment.time_index.load()
+            segment.sanity_check()
         except CorruptIndexError as exc:
             self._rebuild_indexes(segment, str(exc))
 
@@ -343,8 +356,7 @@ class Log:
                 f"[{self.log_start_offset}, {self.log_end_offset}]", offset=offset,
                 log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset)
         for segment in self._segments[self._segment_index(offset):]:
-            if not segment.offset_index.is_loaded:
-                self._ensure_index(segment)
+            self._ensure_index(segment)
             found = segment.read(offset, max_bytes, min_one_message=min_one_message)
             if found is not None:
                 return FetchData(*found, self.high_watermark)

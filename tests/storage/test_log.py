@@ -602,3 +602,22 @@ def test_time_index_entry_layout_on_disk(tmp_path, clock):
     seg = log.active_segment
     raw = open(seg.time_index.path, "rb").read()
     assert raw == struct.pack(">qi", 300, 1)  # (max so far, its offset) when the 2nd set came
+
+
+def test_inactive_index_corrupted_in_the_middle_is_rebuilt_on_first_lookup(tmp_path, clock):
+    log = open_log(tmp_path, clock, segment_bytes=3000, index_interval_bytes=100)
+    for i in range(80):
+        log.append(validated(log, [i], value_size=30))
+    first = log.segments[0]
+    assert first.offset_index.entries >= 4
+    log.close()
+    with open(first.offset_index.path, "r+b") as f:   # first/last entries intact
+        f.seek(16)
+        f.write(struct.pack(">ii", 1, 1))
+    log = Log(log.directory, log.config, clock=clock, needs_recovery=False)
+    assert not log.segments[0].offset_index.is_loaded   # start-up only checked the ends
+    with capture_logs() as logs:
+        msgs = all_messages(log)
+    assert [m.offset for m in msgs] == list(range(80))
+    rebuilt = [e for e in logs if e["event"] == "rebuilt segment indexes from the log"]
+    assert len(rebuilt) == 1 and "does not follow" in rebuilt[0]["reason"]
