@@ -39,11 +39,18 @@ _MAX_FETCH_BYTES = 256 * 1024 * 1024
 
 
 class RangePartition(InputPartition):
-    """One Spark task: offsets [start, end) of one topic partition (picklable)."""
+    """One Spark task: offsets [start, end) of one topic partition (picklable); the range is
+    ``.value``."""
 
     def __init__(self, rng: OffsetRange) -> None:
         super().__init__(rng)
-        self.range = rng
+
+
+def read_partition(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    # Spark hands a bare InputPartition(None) to read() when planning found no ranges.
+    if partition.value is None:
+        return iter(())
+    return read_range(opts, partition.value)
 
 
 def read_range(opts: ReadOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -114,8 +121,8 @@ class ChronologBatchReader(DataSourceReader):
             ranges = plan_batch(client, self.opts)
         return [RangePartition(r) for r in ranges]
 
-    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
-        return read_range(self.opts, partition.range)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(self.opts, partition)
 
 
 def _to_json(offsets: dict[TopicPartition, int]) -> dict:
@@ -190,8 +197,8 @@ class ChronologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return [RangePartition(r) for r in plan(starts, {tp: stop[tp] for tp in tps},
                                                 self.opts.max_records_per_partition)]
 
-    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
-        return read_range(self.opts, partition.range)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: Spark's checkpoint holds the offsets, the broker keeps no state."""

@@ -1,0 +1,1 @@
+"""Spark jobs over chronolog topics (see README.md, section "Spark")."""
