@@ -103,7 +103,10 @@ class Server:
             peer = "%s:%s" % stream.socket.getpeername()[:2]
         except OSError:
             peer = "?"
-        if self.active >= config.max_connections or self.ctx.stopping:
+        if self.ctx.stopping:
+            await stream.aclose()
+            return
+        if self.active >= config.max_connections:
             log.warning("refusing connection: limit reached", peer=peer,
                         max_connections=config.max_connections,
                         action="raise max.connections or reduce the clients' connections")

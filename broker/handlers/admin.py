@@ -7,6 +7,7 @@ import structlog
 
 from broker.config import ConfigError, topic_name_error
 from broker.context import BrokerContext, InvalidTopicNameError, TopicExistsError
+from broker.handlers.metadata import INTERNAL_TOPICS
 from protocol.api import Request
 from protocol.errors import ErrorCode
 
@@ -102,6 +103,12 @@ def _config_map(configs: list[tuple[str, str]]) -> dict[str, str]:
 async def handle_delete_topics(ctx: BrokerContext, request: Request) -> dict:
     results = []
     for name in dict.fromkeys(request.body.topics):
+        if name in INTERNAL_TOPICS:
+            log.warning("topic deletion rejected", topic=name, error="INVALID_REQUEST",
+                        reason="internal topic: the group coordinator keeps committed offsets "
+                               "there")
+            results.append({"topic": name, "error_code": int(ErrorCode.INVALID_REQUEST)})
+            continue
         try:
             deleted = await ctx.delete_topic(name)
         except Exception as exc:

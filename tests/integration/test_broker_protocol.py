@@ -86,8 +86,9 @@ def test_delete_topics(client):
     topic = name()
     assert create_topic(client, topic) == 0
     assert produce(client, topic, message_set([b"x"])).error_code == 0
-    body = client.call(ApiKey.DELETE_TOPICS, 0, {"topics": [topic, name()], "timeout": 1000})
-    assert [c.error_code for c in body.topic_error_codes] == [0, 3]
+    body = client.call(ApiKey.DELETE_TOPICS, 0, {"topics": [topic, name(), "__consumer_offsets"],
+                                                 "timeout": 1000})
+    assert [c.error_code for c in body.topic_error_codes] == [0, 3, 42]
     assert produce(client, topic, message_set([b"x"])).error_code == 3
 
 
