@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -90,3 +91,10 @@ def test_clean_restart_needs_no_recovery_and_keeps_state(broker_factory):
     assert [r.value for r in kp_consume_all(b.bootstrap, topic, 2)] == [b"a", b"b", b"c"]
     registry = open(os.path.join(b.log_dir, "chronolog-topics.json")).read()
     assert '"retention.ms": "123456789"' in registry
+
+
+def test_sigint_also_shuts_down_cleanly(broker_factory):
+    b = broker_factory()
+    b.proc.send_signal(signal.SIGINT)
+    assert b.proc.wait(30) == 0
+    assert "clean shutdown marker written" in b.log_output()

@@ -23,10 +23,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def test_log_append_time_topic(broker):
+@pytest.mark.parametrize("codec", [None, "gzip"])
+def test_log_append_time_topic(broker, codec):
     topic = topic_name("lat")
     create_topic(broker.bootstrap, topic, configs={"message.timestamp.type": "LogAppendTime"})
-    producer = kp_producer(broker.bootstrap, acks=1)
+    producer = kp_producer(broker.bootstrap, acks=1, compression_type=codec)
     before = now_ms()
     acked = [producer.send(topic, value=b"m%d" % i, timestamp_ms=1000 + i).get(timeout=15)
              for i in range(30)]
