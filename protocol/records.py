@@ -297,10 +297,11 @@ def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[tuple]:
         kstart, klen, vstart, vlen = _check_structure(imv, e.position, e.size, magic, e.offset)
         key = None if klen < 0 else imv[kstart:kstart + klen].tobytes()
         value = None if vlen < 0 else imv[vstart:vstart + vlen].tobytes()
+        # Readers take the type from the wrapper alone; inner type bits are ignored.
         if wrapper_lat:
             ts, tst = entry.timestamp, TimestampType.LOG_APPEND_TIME
         else:
-            ts, tst = e.timestamp, e.timestamp_type
+            ts, tst = e.timestamp, TimestampType.CREATE_TIME
         yield (base + e.offset, ts, tst, key, value, magic, Codec(codec), e.attributes, e.offset)
 
 

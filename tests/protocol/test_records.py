@@ -165,3 +165,14 @@ def test_convert_round_trip(codec):
     up = convert(down, 1)
     assert kp_read(up) == [(10 + i, NO_TIMESTAMP, k, v) for i, (_, k, v) in enumerate(SAMPLE)]
     assert convert(buf, 1) == buf
+
+
+def test_inner_timestamp_type_comes_from_the_wrapper_only():
+    from protocol.compression import compress
+    from protocol.records import _append_message
+    inner = bytearray()
+    _append_message(inner, 0, 1, 0x08, 5, b"k", b"v")  # inner claims LogAppendTime
+    wrapper = bytearray()
+    _append_message(wrapper, 3, 1, int(Codec.GZIP), 5, None, compress(Codec.GZIP, inner, 1))
+    (m,) = iter_deep(bytes(wrapper))
+    assert (m.offset, m.timestamp, m.timestamp_type) == (3, 5, TimestampType.CREATE_TIME)
