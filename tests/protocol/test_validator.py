@@ -167,6 +167,12 @@ def test_magic_2_batch_from_aiokafka_style_producer_is_corrupt():
     assert batch[16] == 2
     reason = rejected(batch)
     assert "magic 2" in reason
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBuilder
+    for codec in (0, 1):  # what aiokafka 0.14's producer sends, plain and gzip
+        aio = AioBuilder(magic=2, compression_type=codec, is_transactional=False,
+                         producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=16384)
+        aio.append(0, timestamp=None, key=b"k", value=b"v" * 50, headers=[])
+        assert "magic 2" in rejected(bytes(aio.build()))
     # also when it follows good messages: nothing is accepted
     rejected(build() + batch)
 
