@@ -173,7 +173,8 @@ def main() -> int:
         "producer": {"linger.ms": 5, "acks": 1},
         "produce": produce, "consume": consume, "produce_to_consume_latency": latency,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
+                    "platform": platform.platform(),
+                    "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     RESULT.parent.mkdir(parents=True, exist_ok=True)

@@ -216,3 +216,31 @@ def test_pipelined_requests_are_answered_in_order(client):
     got = [client.receive() for _ in ids]
     assert [r.correlation_id for r in got] == ids
     assert [r.api_key for r in got] == [ApiKey.METADATA, ApiKey.API_VERSIONS, ApiKey.METADATA]
+
+
+def test_acks_zero_gets_no_response_and_failure_closes(client, broker):
+    topic = name()
+    assert create_topic(client, topic) == 0
+    body = {"acks": 0, "timeout": 1000, "topic_data": [{"topic": topic, "data": [
+        {"partition": 0, "record_set": message_set([b"fire", b"forget"])}]}]}
+    client.send(ApiKey.PRODUCE, 2, body)
+    # the next answer on the connection is for the next request: acks=0 got none
+    assert client.call(ApiKey.API_VERSIONS, 0, {}).error_code == 0
+    fetch = {"replica_id": -1, "max_wait_time": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+             "topics": [{"topic": topic, "partitions": [
+                 {"partition": 0, "fetch_offset": 0, "max_bytes": 1 << 20}]}]}
+    got = client.call(ApiKey.FETCH, 3, fetch).responses[0].partition_responses[0]
+    assert [m.value for m in iter_deep(got.record_set)] == [b"fire", b"forget"]
+    # a failed acks=0 produce closes the connection, Kafka's only way to signal it
+    body["topic_data"][0]["topic"] = name("missing")
+    client.send(ApiKey.PRODUCE, 2, body)
+    assert client.closed_by_peer()
+
+
+def test_auto_create_disabled(broker_factory):
+    b = broker_factory(auto_create_topics_enable="false")
+    with WireClient(b.host, b.port) as c:
+        topic = name()
+        for _ in range(2):
+            meta = c.call(ApiKey.METADATA, 1, {"topics": [topic]})
+            assert meta.topic_metadata[0].topic_error_code == 3
