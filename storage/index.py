@@ -126,8 +126,19 @@ class AbstractIndex(abc.ABC):
             pass
 
     def flush(self) -> None:
+        """fsync the file (through a temporary descriptor when none is open: a rebuild or a
+        truncation may have left dirty pages)."""
         if self._fd is not None:
             os.fsync(self._fd)
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         """Close the file descriptor and forget the loaded entries (reloaded lazily)."""

@@ -42,6 +42,8 @@ logger = structlog.get_logger(__name__)
 # Shared by default: seeding a Random per log costs more than opening an idle log.
 _JITTER_RNG = random.Random()
 
+MAX_OPEN_INACTIVE_FDS = 4
+
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
@@ -50,8 +52,10 @@ EARLIEST_TIMESTAMP = -2
 class FetchData:
     """A byte range of a segment file for a fetch response: sendfile ``length`` bytes of
     ``fileno`` from ``position``, or call ``read_bytes``. ``length`` 0 (and ``fileno`` -1) means
-    no data. The last message may be cut off, as in Kafka. The descriptor stays valid until the
-    segment is physically deleted (file.delete.delay.ms after retention) or the log is closed."""
+    no data. The last message may be cut off, as in Kafka. The descriptor belongs to the Log:
+    it is valid until the next ``read``, ``append`` or ``roll`` of this Log (a roll closes the
+    old segment's file, and at most MAX_OPEN_INACTIVE_FDS inactive segment files stay open per
+    log), the segment's physical deletion or ``close``; dup() it to keep it longer."""
 
     fileno: int
     position: int
@@ -96,6 +100,8 @@ class Log:
         # (due time ms, segment renamed to .deleted) awaiting physical removal.
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._reported_pins: set[tuple[int, int]] = set()
+        # Inactive segments whose .log descriptor a read opened, least recently read first.
+        self._open_inactive: list[LogSegment] = []
         self._closed = False
         os.makedirs(directory, exist_ok=True)
         self._load_segments()
@@ -309,6 +315,7 @@ class Log:
                 os.unlink(path)
         segment = self._new_segment(base, create=True)
         old.seal()
+        old.release_fd()
         self._segments.append(segment)
         self._bases.append(base)
         fsync_dir(self.directory)
@@ -359,8 +366,20 @@ class Log:
             self._ensure_index(segment)
             found = segment.read(offset, max_bytes, min_one_message=min_one_message)
             if found is not None:
+                if segment is not self.active_segment:
+                    self._track_open_fd(segment)
                 return FetchData(*found, self.high_watermark)
         return FetchData(-1, 0, 0, self.high_watermark)
+
+    def _track_open_fd(self, segment: LogSegment) -> None:
+        """Keep at most MAX_OPEN_INACTIVE_FDS inactive segment files open per log (least
+        recently read closed first), so consumers reading history cannot run the broker out of
+        descriptors."""
+        if segment in self._open_inactive:
+            self._open_inactive.remove(segment)
+        self._open_inactive.append(segment)
+        while len(self._open_inactive) > MAX_OPEN_INACTIVE_FDS:
+            self._open_inactive.pop(0).release_fd()
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """KIP-79: the earliest message with timestamp >= ``timestamp`` as (timestamp, offset),
@@ -427,6 +446,8 @@ class Log:
         del self._segments[keep + 1:]
         del self._bases[keep + 1:]
         segment = self._segments[keep]
+        if segment in self._open_inactive:   # active again: its descriptor is not tracked
+            self._open_inactive.remove(segment)
         self._ensure_index(segment)
         next_offset = segment.truncate_to(offset, now)
         if next_offset is not None:
@@ -512,6 +533,8 @@ class Log:
         """Rename the segment's files to .deleted; remove them after file.delete.delay.ms."""
         logger.info("deleting segment", topic=self.topic, partition=self.partition,
                     segment=segment.base_offset, size=segment.size, reason=reason)
+        if segment in self._open_inactive:
+            self._open_inactive.remove(segment)
         segment.rename_to_deleted(DELETED_SUFFIX)
         if self.config.file_delete_delay_ms <= 0:
             segment.delete_files()

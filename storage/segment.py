@@ -1,8 +1,9 @@
 """One log segment: a .log file of message-set entries plus its .index and .timeindex.
 
-Resources: the .log file descriptor is opened on first use and stays open until ``close`` or
-``delete`` (a ``FetchData`` handed out keeps pointing at it, so it must outlive rolls and the
-``.deleted`` rename); scans map the file read-only for their own duration. The indexes of an
+Resources: the .log file descriptor is opened on first use and stays open until the Log
+releases it (roll, least-recently-read eviction), ``close`` or ``delete_files`` (it survives the
+``.deleted`` rename, so a fetch in flight still reads); scans map the file read-only for their
+own duration. The indexes of an
 inactive segment are loaded on first lookup. Errors: OSError from the file system propagates;
 CorruptRecordError (protocol.errors) escapes reads only if the file was damaged after recovery.
 """
@@ -114,22 +115,40 @@ class LogSegment:
         return self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms
 
     def flush(self) -> None:
-        """fsync the .log file and both indexes."""
+        """fsync the .log file and both indexes (through a temporary descriptor when none is
+        open: recovery may have left dirty pages without keeping the file open)."""
         if self._fd is not None:
             os.fsync(self._fd)
+        else:
+            fd = os.open(self.log_path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         self.offset_index.flush()
         self.time_index.flush()
 
     def seal(self) -> None:
         """Make this segment inactive (roll or close): append the final time index entry (the
         segment's max timestamp, so a restart reads it without a scan), fsync everything and
-        release the index memory and descriptors. The .log descriptor stays open for readers."""
+        release the index memory and descriptors (the .log descriptor is the caller's call)."""
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
                                          skip_full_check=True)
         self.flush()
         self.offset_index.close()
         self.time_index.close()
+
+    def release_fd(self) -> None:
+        """Close the .log descriptor (reopened on next use); any FetchData still naming it is
+        void from now on."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def has_open_fd(self) -> bool:
+        return self._fd is not None
 
     def close(self) -> None:
         """Close every descriptor and drop the index memory (``seal`` the active segment

@@ -583,15 +583,18 @@ def test_leftover_and_orphan_files_are_removed_on_load(tmp_path, clock):
     assert log.log_end_offset == 1
 
 
-def test_fetch_descriptor_survives_roll_and_retention_until_physical_delete(tmp_path, clock):
+def test_fetch_in_flight_survives_retention_through_a_dup(tmp_path, clock):
+    # The broker dup()s FetchData.fileno under the partition lock, then sendfile()s later.
     log = open_log(tmp_path, clock, retention_ms=DAY, file_delete_delay_ms=60_000)
     log.append(validated(log, [clock.now - 2 * DAY]))
-    fetch: FetchData = log.read(0, 1000)
-    log.delete_expired_segments(clock.now)
-    assert [m.offset for m in iter_deep(fetch.read_bytes())] == [0]
+    fetch = log.read(0, 1000)
+    dup = FetchData(os.dup(fetch.fileno), fetch.position, fetch.length, fetch.high_watermark)
+    log.delete_expired_segments(clock.now)      # rolls (closing the old file) and renames
+    assert [m.offset for m in iter_deep(dup.read_bytes())] == [0]
     log.remove_deleted_files(clock.now + 60_000)
-    with pytest.raises(OSError):
-        os.fstat(fetch.fileno)
+    assert not [n for n in seg_files(log) if n.endswith(".deleted")]
+    assert [m.offset for m in iter_deep(dup.read_bytes())] == [0]
+    os.close(dup.fileno)
 
 
 def test_time_index_entry_layout_on_disk(tmp_path, clock):
@@ -621,3 +624,16 @@ def test_inactive_index_corrupted_in_the_middle_is_rebuilt_on_first_lookup(tmp_p
     assert [m.offset for m in msgs] == list(range(80))
     rebuilt = [e for e in logs if e["event"] == "rebuilt segment indexes from the log"]
     assert len(rebuilt) == 1 and "does not follow" in rebuilt[0]["reason"]
+
+
+def test_reading_history_keeps_few_descriptors_open(tmp_path, clock):
+    log = open_log(tmp_path, clock, segment_bytes=300)
+    for i in range(40):
+        log.append(validated(log, [i], value_size=100))
+    assert len(log.segments) >= 10
+    assert not any(s.has_open_fd for s in log.segments[:-1])   # a roll closes the old file
+    before = len(os.listdir("/proc/self/fd"))
+    assert [m.offset for m in all_messages(log)] == list(range(40))
+    opened = sum(s.has_open_fd for s in log.segments[:-1])
+    assert opened <= 4
+    assert len(os.listdir("/proc/self/fd")) - before <= 4
