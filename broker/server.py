@@ -274,6 +274,8 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                              open_connections=server.active)
                     break
                 accept_scope.cancel()
+                for listener in listeners:  # refuse new connections instead of queueing them
+                    await listener.aclose()
                 server.begin_shutdown()
                 with trio.move_on_after(SHUTDOWN_GRACE_S) as grace:
                     await server.wait_idle()

@@ -13,6 +13,7 @@ from protocol import ApiKey
 from tests.conftest import REPO
 from tests.integration.clients import create_topic, kp_consume_all, topic_name
 from tests.integration.kafka_wire import WireClient, message_set, produce
+from tests.integration.kafka_wire import create_topic as wire_create_topic
 
 
 def test_kill9_mid_produce_keeps_every_acknowledged_message(broker_factory):
@@ -98,3 +99,20 @@ def test_sigint_also_shuts_down_cleanly(broker_factory):
     b.proc.send_signal(signal.SIGINT)
     assert b.proc.wait(30) == 0
     assert "clean shutdown marker written" in b.log_output()
+
+
+def test_sigterm_answers_a_waiting_fetch_before_exiting(broker_factory):
+    b = broker_factory()
+    topic = topic_name("drain")
+    with WireClient(b.host, b.port) as c:
+        assert wire_create_topic(c, topic) == 0
+        c.send(ApiKey.FETCH, 3, {
+            "replica_id": -1, "max_wait_time": 60000, "min_bytes": 1, "max_bytes": 1 << 20,
+            "topics": [{"topic": topic, "partitions": [
+                {"partition": 0, "fetch_offset": 0, "max_bytes": 1 << 20}]}]})
+        time.sleep(0.5)  # the fetch is now parked in the broker's long poll
+        b.proc.send_signal(signal.SIGTERM)
+        response = c.receive()  # answered (empty) instead of dropped
+        assert response.api_key == ApiKey.FETCH
+        assert response.body.responses[0].partition_responses[0].record_set == b""
+    assert b.proc.wait(30) == 0
