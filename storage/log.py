@@ -193,6 +193,7 @@ class Log:
         if not self._segments:
             self._segments.append(self._new_segment(0, create=True))
             self._bases.append(0)
+            fsync_dir(self.directory)
 
     def _check_indexes(self, segment: LogSegment, *, active: bool) -> None:
         """Sanity-check the indexes from their first and last entries and set the max timestamp
@@ -468,6 +469,8 @@ class Log:
                 os.unlink(path)
         self._segments = [self._new_segment(offset, create=True)]
         self._bases = [offset]
+        self._open_inactive = []
+        fsync_dir(self.directory)
         self.log_end_offset = self.recovery_point = offset
         logger.info("log emptied and restarted", topic=self.topic, partition=self.partition,
                     log_start_offset=offset)
