@@ -51,20 +51,26 @@ hard_nproc=$(ulimit -Hu)
 if [ "$hard_nproc" != unlimited ] && [ "$hard_nproc" -lt "$nproc" ]; then nproc=$hard_nproc; fi
 [ "$nofile" = unlimited ] && nofile=1048576
 conf=/etc/containers/containers.conf
-want="default_ulimits = [\"nofile=$nofile:$nofile\", \"nproc=$nproc:$nproc\"]"
-if [ -f "$conf" ] && grep -qF "$want" "$conf"; then
-  say "container ulimits already set in $conf"
-elif [ -f "$conf" ] && grep -q '^[[:space:]]*default_ulimits' "$conf"; then
-  die "$conf sets default_ulimits to something else; set it to: $want"
-else
-  say "setting container ulimits to the host's hard limits in $conf"
-  mkdir -p /etc/containers
-  if [ -f "$conf" ] && grep -q '^\[containers\]' "$conf"; then
-    sed -i "/^\[containers\]/a $want" "$conf"
+# ensure_setting SECTION KEY VALUE: set KEY = VALUE in [SECTION] of $conf unless already so.
+ensure_setting() {
+  local section=$1 key=$2 line="$2 = $3"
+  if [ -f "$conf" ] && grep -qxF "$line" "$conf"; then
+    say "$key already set in $conf"
+  elif [ -f "$conf" ] && grep -q "^[[:space:]]*$key[[:space:]]*=" "$conf"; then
+    die "$conf sets $key to something else; set it to: $line"
   else
-    printf '[containers]\n%s\n' "$want" >>"$conf"
+    say "setting $key in [$section] of $conf"
+    mkdir -p "$(dirname "$conf")"
+    if [ -f "$conf" ] && grep -qx "\[$section\]" "$conf"; then
+      sed -i "/^\[$section\]\$/a $line" "$conf"
+    else
+      printf '[%s]\n%s\n' "$section" "$line" >>"$conf"
+    fi
   fi
-fi
+}
+ensure_setting containers default_ulimits "[\"nofile=$nofile:$nofile\", \"nproc=$nproc:$nproc\"]"
+# netavark + aardvark-dns resolve service names between containers; never fall back to CNI.
+ensure_setting network network_backend '"netavark"'
 
 # 4. No registry is reachable, so images build FROM a Debian base made here with debootstrap. It
 #    carries the host's extra CA certificates, as the host's TLS egress may depend on them.
