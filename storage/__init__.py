@@ -1,6 +1,22 @@
 """Kafka 0.10.1-format partition storage: segmented logs with offset and time indexes.
 
-Files only, synchronous; time comes from an injected clock (ms). See docs/interfaces.md.
+Files only, synchronous, not thread-safe per Log (the broker serialises calls per partition);
+time comes from an injected clock (ms). See docs/interfaces.md for the contract.
+
+Where this package deliberately departs from Kafka 0.10.1 ("we do better"):
+
+* Index files are never preallocated: they always hold exactly their entries, so no zero tail
+  can read as timestamp 0 (KAFKA-10207) and an idle partition costs no 10 MiB mmap.
+* Search by timestamp does not stop at a segment without message timestamps (picked by its
+  mtime) that holds no match; later segments are searched, so KIP-79's guarantee holds
+  exactly. The time index lookup is strict (entry timestamp < target) so equal timestamps
+  before the entry's offset are not skipped.
+* A segment whose .timeindex is missing (migration from 0.9) gets one rebuilt by a scan; its
+  largest timestamp falls back to the .log mtime only when no message carries a timestamp.
+* Recovery also refuses entries whose offsets do not increase; an index that is loaded lazily is
+  checked entry by entry (Kafka checks only the ends) and rebuilt if it fails.
+* Rolling uses the incoming set's timestamp (KAFKA-4099 fixed) and fsyncs the old segment
+  before returning; truncation happens at message-set boundaries.
 """
 from storage.config import LogConfig
 from storage.errors import (CorruptIndexError, InvalidAppendError, InvalidConfigError,
