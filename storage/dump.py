@@ -22,11 +22,10 @@ from typing import TextIO
 
 from protocol.compression import Codec
 from protocol.errors import CorruptRecordError
-from protocol.records import (LOG_OVERHEAD, ShallowEntry, TimestampType, check_entry, iter_deep,
-                              iter_shallow)
+from protocol.records import LOG_OVERHEAD, ShallowEntry, check_entry, iter_deep, iter_shallow
 from storage.errors import CorruptIndexError
 from storage.index import OffsetIndex, TimeIndex
-from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_segment_file
+from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, parse_segment_file
 
 _I32 = struct.Struct(">i")
 # Offset of key_length within an entry, by magic (12-byte log overhead + crc, magic, attributes
