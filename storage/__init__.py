@@ -13,7 +13,9 @@ Where this package deliberately departs from Kafka 0.10.1 ("we do better"):
   before the entry's offset are not skipped.
 * A segment whose .timeindex is missing (migration from 0.9) gets one rebuilt by a scan; its
   largest timestamp falls back to the .log mtime only when no message carries a timestamp.
-* Recovery also refuses entries whose offsets do not increase; an index that is loaded lazily is
+* Recovery also refuses entries whose offsets do not increase, and judges message size against
+  max(max.message.bytes, segment.bytes) so lowering max.message.bytes cannot truncate older
+  messages; an index that is loaded lazily is
   checked entry by entry (Kafka checks only the ends) and rebuilt if it fails.
 * Rolling uses the incoming set's timestamp (KAFKA-4099 fixed) and fsyncs the old segment
   before returning; truncation happens at message-set boundaries.

@@ -147,6 +147,13 @@ class Log:
     def unflushed_messages(self) -> int:
         return self.log_end_offset - self.recovery_point
 
+    @property
+    def _recovery_size_limit(self) -> int:
+        """Largest message size recovery accepts. Kafka uses max.message.bytes, so lowering
+        that config turns older, larger messages into "corruption" and truncates them; a message
+        can never exceed segment.bytes, and the CRC catches real damage, so we allow either."""
+        return max(self.config.max_message_bytes, self.config.segment_bytes)
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"log {self.name} in {self.directory} is closed")
@@ -225,7 +232,7 @@ class Log:
             self._rebuild_indexes(segment, str(exc))
 
     def _rebuild_indexes(self, segment: LogSegment, why: str) -> None:
-        result = segment.recover(self.config.max_message_bytes)
+        result = segment.recover(self._recovery_size_limit)
         logger.warning("rebuilt segment indexes from the log", topic=self.topic,
                        partition=self.partition, segment=segment.base_offset, reason=why,
                        scanned_bytes=result.valid_bytes + result.truncated_bytes,
@@ -238,7 +245,7 @@ class Log:
         reason = None
         for i in range(start, len(self._segments)):
             segment = self._segments[i]
-            result = segment.recover(self.config.max_message_bytes)
+            result = segment.recover(self._recovery_size_limit)
             scanned += result.valid_bytes + result.truncated_bytes
             if i < len(self._segments) - 1:
                 segment.flush()

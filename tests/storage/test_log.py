@@ -637,3 +637,13 @@ def test_reading_history_keeps_few_descriptors_open(tmp_path, clock):
     opened = sum(s.has_open_fd for s in log.segments[:-1])
     assert opened <= 4
     assert len(os.listdir("/proc/self/fd")) - before <= 4
+
+
+def test_lowering_max_message_bytes_does_not_truncate_older_messages(tmp_path, clock):
+    log = open_log(tmp_path, clock)
+    for i in range(3):
+        log.append(validated(log, [i], value_size=5000))
+    log.close()
+    lowered = LogConfig(max_message_bytes=1000)
+    log = Log(log.directory, lowered, clock=clock, needs_recovery=True)
+    assert log.log_end_offset == 3
