@@ -137,7 +137,7 @@ class GroupCoordinator:
             self._changed = trio.Event()
             now = self._ctx.clock()
             if self.active:
-                self._deliver(self.machine.expire(now))
+                self._answer(self.machine.expire(now))
             if now >= next_check:
                 next_check = now + self.retention_check_interval_ms
                 await self.expire_offsets(now)
@@ -149,11 +149,16 @@ class GroupCoordinator:
     # ---- membership ------------------------------------------------------------------------
 
     def _deliver(self, out: list[Delivery]) -> None:
+        """Answer parked requests, and wake the timer: deadlines may have moved."""
+        self._answer(out)
+        self._changed.set()
+
+    @staticmethod
+    def _answer(out: list[Delivery]) -> None:
         for waiter, result in out:
             assert isinstance(waiter, _Waiter)
             waiter.result = result
             waiter.event.set()
-        self._changed.set()
 
     async def join(self, group_id: str, member_id: str, *, client_id: str, client_host: str,
                    session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,

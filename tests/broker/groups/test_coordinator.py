@@ -1,0 +1,303 @@
+"""The trio coordinator on a real BrokerContext with real storage: commits durable across
+restarts, offset expiry, rebalances and session timeouts on trio timers, shutdown, and the
+handlers driven through real protocol frames (ClientConnection -> ServerConnection)."""
+from __future__ import annotations
+
+import os
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from broker.config import BrokerConfig
+from broker.groups import OFFSETS_TOPIC, setup
+from broker.groups.handlers import GROUP_HANDLERS
+from broker.server import open_context
+from protocol.api import ApiKey
+from protocol.connection import ClientConnection, ServerConnection
+from protocol.errors import ErrorCode as E
+
+RANGE = [("range", b"meta")]
+
+
+def make_config(log_dir, **props) -> BrokerConfig:
+    pairs = [("listeners", "PLAINTEXT://127.0.0.1:9092"), ("log.dirs", str(log_dir)),
+             ("group.min.session.timeout.ms", "1000")]
+    pairs += [(k.replace("_", "."), str(v)) for k, v in props.items()]
+    return BrokerConfig.from_properties(pairs)
+
+
+@asynccontextmanager
+async def running(log_dir, *, clock=None, clean=True, topics=(("t", 4),), **props):
+    """A broker context with the coordinator started; topics created; storage shut down at
+    exit (clean=False leaves it as a crash would: no flush, no clean-shutdown marker)."""
+    ctx = await open_context(make_config(log_dir, **props))
+    if clock is not None:
+        ctx.clock = clock
+    for name, n in topics:
+        if ctx.topics.get(name) is None:
+            await ctx.create_topic(name, n)
+    async with trio.open_nursery() as nursery:
+        coordinator = await setup(ctx, nursery)
+        ctx.coordinator = coordinator
+        try:
+            yield ctx, coordinator
+        finally:
+            nursery.cancel_scope.cancel()
+    if clean:
+        ctx.log_manager.shutdown()
+    else:
+        for log_ in ctx.log_manager.all_logs():
+            log_.close()
+
+
+def trio_ms() -> int:
+    return int(trio.current_time() * 1000)
+
+
+async def join(c, member_id="", *, client="c", session=10_000, rebalance=30_000, group="g"):
+    return await c.join(group, member_id, client_id=client, client_host="",
+                        session_timeout_ms=session, rebalance_timeout_ms=rebalance,
+                        protocol_type="consumer", protocols=RANGE)
+
+
+# ---- offsets ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("clean", [True, False])
+async def test_commits_survive_restart(tmp_path, clean):
+    entries = [("t", 0, 10, "m0", -1), ("t", 1, 11, None, -1), ("t", 3, 13, "ü" * 20, -1)]
+    async with running(tmp_path, clean=clean) as (ctx, c):
+        assert await c.commit_offsets("g", "", -1, None, entries) == [E.NONE] * 3
+        assert await c.commit_offsets("g", "", -1, None, [("t", 0, 20, "m0b", -1)]) == [E.NONE]
+        assert ctx.topics.get(OFFSETS_TOPIC).config.cleanup_policy == "compact"
+    async with running(tmp_path) as (ctx, c):
+        got = c.fetch_offsets("g", [("t", 0), ("t", 1), ("t", 2), ("t", 3)])
+        assert [(p.offset, p.metadata, p.error) for p in got] == [
+            (20, "m0b", E.NONE), (11, "", E.NONE), (-1, "", E.NONE), (13, "ü" * 20, E.NONE)]
+        assert c.list_groups() == (E.NONE, [("g", "")])
+        assert c.describe("g")[1].state == "Empty"
+
+
+async def test_commit_errors(tmp_path):
+    async with running(tmp_path) as (ctx, c):
+        res = await c.commit_offsets("g", "", -1, None, [
+            ("nope", 0, 1, None, -1), ("t", 4, 1, None, -1), ("t", -1, 1, None, -1),
+            ("t", 0, 1, "x" * 4097, -1), ("t", 1, 1, "x" * 4096, -1)])
+        assert res == [E.UNKNOWN_TOPIC_OR_PARTITION] * 3 + [E.OFFSET_METADATA_TOO_LARGE, E.NONE]
+        # a group with members refuses commits from outside the generation
+        r = await join(c, group="m")
+        assert r.error is E.NONE
+        assert await c.commit_offsets("m", r.member_id, 1, None, [("t", 0, 1, None, -1)]) == [
+            E.REBALANCE_IN_PROGRESS]  # AwaitingSync
+        assert (await c.sync("m", 1, r.member_id, {r.member_id: b"a"})).error is E.NONE
+        assert await c.commit_offsets("m", r.member_id, 0, None, [("t", 0, 1, None, -1)]) == [
+            E.ILLEGAL_GENERATION]
+        assert await c.commit_offsets("m", "who", 1, None, [("t", 0, 1, None, -1)]) == [
+            E.UNKNOWN_MEMBER_ID]
+        assert await c.commit_offsets("new", "x", 3, None, [("t", 0, 1, None, -1)]) == [
+            E.ILLEGAL_GENERATION]
+        assert await c.commit_offsets("m", r.member_id, 1, None, [("t", 0, 7, None, -1)]) == [
+            E.NONE]
+        assert c.fetch_offsets("m", [("t", 0)])[0].offset == 7
+        assert c.fetch_offsets("g", [("t", 0)])[0].offset == -1  # refused ones not stored
+
+
+async def test_offsets_expire_and_empty_group_goes_away(tmp_path):
+    now = [1_700_000_000_000]
+    async with running(tmp_path, clock=lambda: now[0]) as (ctx, c):
+        # v2 retention_time 5000 ms for one group, the default (1 day) for another
+        assert await c.commit_offsets("short", "", -1, 5000, [("t", 0, 1, "a", -1)]) == [E.NONE]
+        assert await c.commit_offsets("long", "", -1, None, [("t", 0, 2, "b", -1)]) == [E.NONE]
+        # v1's explicit commit timestamp moves the expiry: 0 + 1 day, long past
+        assert await c.commit_offsets("old", "", -1, None, [("t", 1, 3, "", 0)]) == [E.NONE]
+        now[0] += 5000
+        assert await c.expire_offsets(now[0]) == 1  # "old" only: expiry is strictly before now
+        now[0] += 1
+        assert await c.expire_offsets(now[0]) == 1
+        assert c.fetch_offsets("short", [("t", 0)])[0].offset == -1
+        assert c.fetch_offsets("long", [("t", 0)])[0].offset == 2
+        assert sorted(c.list_groups()[1]) == [("long", "")]
+        assert c.describe("short")[1].state == "Dead"
+    async with running(tmp_path, clock=lambda: now[0]) as (ctx, c):
+        # the tombstones were durable too
+        assert c.fetch_offsets("short", [("t", 0)])[0].offset == -1
+        assert c.fetch_offsets("old", [("t", 1)])[0].offset == -1
+        assert c.fetch_offsets("long", [("t", 0)])[0].offset == 2
+
+
+# ---- membership on trio timers -----------------------------------------------------------------
+
+async def test_rebalance_and_session_timeout_on_timers(tmp_path, autojump_clock):
+    async with running(tmp_path, clock=trio_ms) as (ctx, c):
+        a = await join(c, client="a")
+        assert (a.error, a.generation_id, a.leader_id) == (E.NONE, 1, a.member_id)
+        assert (await c.sync("g", 1, a.member_id, {a.member_id: b"all"})).assignment == b"all"
+        results = {}
+
+        async def join_b():
+            results["b"] = await join(c, client="b", session=3000)
+
+        async with trio.open_nursery() as n:
+            n.start_soon(join_b)
+            await trio.sleep(1)
+            assert "b" not in results  # parked until a rejoins
+            assert c.heartbeat("g", a.member_id, 1) is E.REBALANCE_IN_PROGRESS
+            a2 = await join(c, a.member_id)
+        b = results["b"]
+        assert a2.generation_id == b.generation_id == 2
+        assert dict(a2.members).keys() == {a.member_id, b.member_id}
+        syncs = {}
+
+        async def sync_b():
+            syncs["b"] = await c.sync("g", 2, b.member_id, {})
+
+        async with trio.open_nursery() as n:
+            n.start_soon(sync_b)
+            await trio.sleep(0.5)
+            assert "b" not in syncs
+            await c.sync("g", 2, a.member_id, {a.member_id: b"A", b.member_id: b"B"})
+        assert syncs["b"].assignment == b"B"
+        # b goes silent; a heartbeats every second; b's 3 s session ends and a must rejoin
+        t0 = trio.current_time()
+        while c.heartbeat("g", a.member_id, 2) is E.NONE:
+            await trio.sleep(1)
+            assert trio.current_time() - t0 < 10
+        assert 3 <= trio.current_time() - t0 <= 4
+        assert c.describe("g")[1].state == "PreparingRebalance"
+        a3 = await join(c, a.member_id)
+        assert (a3.generation_id, a3.members) == (3, ((a.member_id, b"meta"),))
+
+
+async def test_rebalance_timeout_on_timer(tmp_path, autojump_clock):
+    async with running(tmp_path, clock=trio_ms) as (ctx, c):
+        a = await join(c, client="a", session=60_000, rebalance=60_000)
+        await c.sync("g", 1, a.member_id, {})
+        t0 = trio.current_time()
+        b = await join(c, client="b", session=60_000, rebalance=5_000)
+        # a never rejoins: the rebalance ends at the group's rebalance timeout (a's 60 s)
+        assert trio.current_time() - t0 == pytest.approx(60, abs=0.01)
+        assert (b.generation_id, b.leader_id, b.members) == (2, b.member_id,
+                                                              ((b.member_id, b"meta"),))
+
+
+async def test_shutdown_answers_parked_requests(tmp_path):
+    async with running(tmp_path) as (ctx, c):
+        a = await join(c, client="a")
+        await c.sync("g", 1, a.member_id, {})
+        results = {}
+
+        async def join_b():
+            results["b"] = await join(c, client="b")
+
+        async with trio.open_nursery() as n:
+            n.start_soon(join_b)
+            await trio.sleep(0.1)
+            ctx.stopping = True
+            ctx.wake_all()
+        assert results["b"].error is E.NOT_COORDINATOR_FOR_GROUP
+        assert c.heartbeat("g", a.member_id, 1) is E.GROUP_COORDINATOR_NOT_AVAILABLE
+        assert c.list_groups()[0] is E.GROUP_COORDINATOR_NOT_AVAILABLE
+
+
+# ---- handlers through real frames --------------------------------------------------------------
+
+class Wire:
+    """Encode a request like a client, decode it like the broker, run the handler, encode the
+    response like the broker and decode it like the client."""
+
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        self.client = ClientConnection(client_id="wire-test")
+        self.server = ServerConnection()
+
+    async def __call__(self, key: ApiKey, version: int, body: dict):
+        _, frame = self.client.request(key, version, body)
+        (request,) = list(self.server.receive_data(frame))
+        response_body = await GROUP_HANDLERS[key](self.ctx, request)
+        (response,) = list(self.client.receive_data(self.server.send(request, response_body)))
+        return response.body
+
+
+async def test_handlers_over_the_wire(tmp_path):
+    async with running(tmp_path) as (ctx, c):
+        wire = Wire(ctx)
+        r = await wire(ApiKey.FIND_COORDINATOR, 0, {"group_id": "g"})
+        assert (r.error_code, r.coordinator.node_id, r.coordinator.host, r.coordinator.port) == (
+            0, 0, "127.0.0.1", 9092)
+        r = await wire(ApiKey.JOIN_GROUP, 0, {
+            "group_id": "g", "session_timeout": 10_000, "member_id": "",
+            "protocol_type": "consumer",
+            "group_protocols": [{"protocol_name": "range", "protocol_metadata": b"m"}]})
+        assert r.error_code == 0 and r.member_id.startswith("wire-test-")
+        member, gen = r.member_id, r.generation_id
+        assert [(x.member_id, x.member_metadata) for x in r.members] == [(member, b"m")]
+        r = await wire(ApiKey.SYNC_GROUP, 0, {
+            "group_id": "g", "generation_id": gen, "member_id": member,
+            "group_assignment": [{"member_id": member, "member_assignment": b"asg"}]})
+        assert (r.error_code, r.member_assignment) == (0, b"asg")
+        r = await wire(ApiKey.HEARTBEAT, 0, {"group_id": "g", "group_generation_id": gen,
+                                             "member_id": member})
+        assert r.error_code == 0
+        for version, extra in [(1, {"group_generation_id": gen, "member_id": member}),
+                               (2, {"group_generation_id": gen, "member_id": member,
+                                    "retention_time": -1})]:
+            part = {"partition": 2, "offset": 100 + version, "metadata": f"v{version}"}
+            if version == 1:
+                part["timestamp"] = -1
+            r = await wire(ApiKey.OFFSET_COMMIT, version, {
+                "group_id": "g", **extra,
+                "topics": [{"topic": "t", "partitions": [part]},
+                           {"topic": "zz", "partitions": [dict(part, partition=0)]}]})
+            assert [(t.topic, [(p.partition, p.error_code) for p in t.partition_responses])
+                    for t in r.responses] == [("t", [(2, 0)]), ("zz", [(0, 3)])]
+        # v0 commits belong to groups without membership: refused while g has members
+        r = await wire(ApiKey.OFFSET_COMMIT, 0, {"group_id": "g", "topics": [
+            {"topic": "t", "partitions": [{"partition": 2, "offset": 1, "metadata": None}]}]})
+        assert r.responses[0].partition_responses[0].error_code == E.UNKNOWN_MEMBER_ID
+        for version in (0, 1):
+            r = await wire(ApiKey.OFFSET_FETCH, version, {"group_id": "g", "topics": [
+                {"topic": "t", "partitions": [{"partition": 2}, {"partition": 3}]},
+                {"topic": "zz", "partitions": [{"partition": 0}]}]})
+            got = [(t.topic, [(p.partition, p.offset, p.metadata, p.error_code)
+                              for p in t.partition_responses]) for t in r.responses]
+            assert got == [("t", [(2, 102, "v2", 0), (3, -1, "", 0)]),
+                           ("zz", [(0, -1, "", 3 if version == 0 else 0)])]
+        r = await wire(ApiKey.DESCRIBE_GROUPS, 0, {"group_ids": ["g", "missing"]})
+        g, missing = r.groups
+        assert (g.error_code, g.state, g.protocol_type, g.protocol) == (
+            0, "Stable", "consumer", "range")
+        assert [(m.member_id, m.client_id, m.member_metadata, m.member_assignment)
+                for m in g.members] == [(member, "wire-test", b"m", b"asg")]
+        assert (missing.error_code, missing.state, list(missing.members)) == (0, "Dead", [])
+        r = await wire(ApiKey.LIST_GROUPS, 0, {})
+        assert (r.error_code, [(x.group_id, x.protocol_type) for x in r.groups]) == (
+            0, [("g", "consumer")])
+        r = await wire(ApiKey.LEAVE_GROUP, 0, {"group_id": "g", "member_id": member})
+        assert r.error_code == 0
+        r = await wire(ApiKey.LEAVE_GROUP, 0, {"group_id": "g", "member_id": member})
+        assert r.error_code == E.UNKNOWN_MEMBER_ID
+        r = await wire(ApiKey.JOIN_GROUP, 1, {
+            "group_id": "g", "session_timeout": 10, "rebalance_timeout": 10, "member_id": "",
+            "protocol_type": "consumer",
+            "group_protocols": [{"protocol_name": "range", "protocol_metadata": b"m"}]})
+        assert r.error_code == E.INVALID_SESSION_TIMEOUT
+
+
+async def test_handlers_before_the_coordinator_started(tmp_path):
+    ctx = await open_context(make_config(tmp_path))
+    try:
+        wire = Wire(ctx)
+        r = await wire(ApiKey.FIND_COORDINATOR, 0, {"group_id": "g"})
+        assert r.error_code == E.GROUP_COORDINATOR_NOT_AVAILABLE
+        r = await wire(ApiKey.OFFSET_COMMIT, 2, {
+            "group_id": "g", "group_generation_id": -1, "member_id": "", "retention_time": -1,
+            "topics": [{"topic": "t", "partitions": [{"partition": 0, "offset": 1,
+                                                      "metadata": ""}]}]})
+        assert r.responses[0].partition_responses[0].error_code == 15
+        r = await wire(ApiKey.JOIN_GROUP, 0, {
+            "group_id": "g", "session_timeout": 10_000, "member_id": "",
+            "protocol_type": "consumer", "group_protocols": []})
+        assert r.error_code == 15
+    finally:
+        ctx.log_manager.shutdown()
+    assert not os.path.exists(os.path.join(tmp_path, f"{OFFSETS_TOPIC}-0"))
