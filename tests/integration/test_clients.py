@@ -138,3 +138,24 @@ def test_aiokafka_consumer_reads_and_magic2_producer_is_refused(broker):
     tp = TopicPartition(topic, 0)
     assert consumer.end_offsets([tp])[tp] == 10  # nothing of the magic-2 batch was stored
     consumer.close()
+
+
+def test_kafka_python_admin_errors(broker):
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import (InvalidConfigurationError, InvalidReplicationFactorError,
+                              TopicAlreadyExistsError)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+    try:
+        topic = topic_name("adm")
+        admin.create_topics([NewTopic(topic, 2, 1, topic_configs={"segment.bytes": "100000"})])
+        with pytest.raises(TopicAlreadyExistsError):
+            admin.create_topics([NewTopic(topic, 2, 1)])
+        with pytest.raises(InvalidConfigurationError):
+            admin.create_topics([NewTopic(topic_name("adm"), 1, 1,
+                                          topic_configs={"message.timestamp.type": "Sometimes"})])
+        with pytest.raises(InvalidReplicationFactorError):
+            admin.create_topics([NewTopic(topic_name("adm"), 1, 3)])
+        admin.delete_topics([topic])
+        assert topic not in admin.list_topics()
+    finally:
+        admin.close()
