@@ -73,11 +73,15 @@ def cold_cache_check() -> tuple[bool, str]:
 
 def environment() -> dict:
     def git_rev() -> str:
+        # The tree is shared and edited while benchmarks run: say when the code is not exactly HEAD.
         try:
-            return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent, capture_output=True,
-                                  text=True, timeout=10).stdout.strip()
+            rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent, capture_output=True,
+                                 text=True, timeout=10).stdout.strip()
+            dirty = subprocess.run(["git", "status", "--porcelain", "--", "broker", "storage", "protocol"],
+                                   cwd=HERE.parent, capture_output=True, text=True, timeout=10).stdout.strip()
         except OSError:
             return "unknown"
+        return f"{rev}+uncommitted-changes" if dirty else rev
 
     tansu_version = subprocess.run([str(tansu_binary()), "--version"], capture_output=True, text=True,
                                    timeout=10).stdout.strip()

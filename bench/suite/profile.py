@@ -84,8 +84,7 @@ def profile_scenarios(specs: list[Spec], params: dict, workdir: Path, rate: int 
                 if "error" in setup:
                     results[spec.key] = {"error": f"setup {spec.needs}: {setup['error']}"}
                     continue
-                if spec.needs == "consume_setup":
-                    run_params["consume_digest"] = setup["digest"]
+                run_params["setup"] = setup
             out = broker.workdir / "profile.txt"
             spy: list[subprocess.Popen] = []
             err = b""

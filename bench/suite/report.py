@@ -155,7 +155,8 @@ def plot(summary: dict, brokers: tuple[str, ...], path, title: str) -> None:
     lat = []
     for k in keys:
         if k.startswith("latency/"):
-            lat += [(k, m, f"e2e {m[:-3]}") for m in ("p50_ms", "p99_ms", "p999_ms")]
+            tag = "fetch wait 10ms " if k.endswith("fetch-wait-10ms") else "default "
+            lat += [(k, m, f"e2e {tag}{m[:-3]}") for m in ("p50_ms", "p99_ms", "p999_ms")]
         if k.startswith("offsets_for_times/"):
             lat += [(k, f"raw_listoffsets_v1.{m}", f"ListOffsets {m[:-3]}") for m in ("p50_ms", "p99_ms", "p999_ms")]
     cpu = [(k, "broker_cpu_s_per_million_msgs", k.split("/")[0] + "/" + "/".join(k.split("/")[1:])[:28])

@@ -210,8 +210,7 @@ class Suite:
             setup = self.setups[name].get(spec.needs, {"error": "setup did not run"})
             if "error" in setup:
                 return {"error": f"setup {spec.needs} failed: {setup['error']}"}
-            if spec.needs == "consume_setup":
-                params["consume_digest"] = setup["digest"]
+            params["setup"] = setup
         started = time.monotonic()
         res = run_in_child(self.brokers[name], spec.fn, spec.kwargs, params)
         summary = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in res.items()

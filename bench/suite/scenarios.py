@@ -147,7 +147,7 @@ def drop_page_cache() -> dict:
 def consume(run: Run, client: str, cache: str) -> dict:
     """Read the whole prefilled topic from offset 0; ``cache`` is "cold" (page cache dropped) or "warm"."""
     p = run.params
-    want = Digest(*p["consume_digest"])
+    want = Digest(*p["setup"]["digest"])
     deadline = run.deadline
     extra: dict = {}
     if cache == "cold":
@@ -272,25 +272,27 @@ def latency(run: Run, fetch_wait_ms: int | None = None) -> dict:
 # --- offsets_for_times over a many-segment topic -------------------------------------------------
 
 OFT_TOPIC = "oft-segments"
-OFT_T0 = 1_600_000_000_000  # message i has CreateTime OFT_T0 + i * OFT_STEP_MS, offset i
-OFT_STEP_MS = 10
+OFT_STEP_MS = 10  # message i has CreateTime t0 + i * OFT_STEP_MS and offset i
+OFT_AGE_MS = 6 * 3600 * 1000  # t0 is this far in the past: inside the 7-day default retention.ms,
+# which a correct broker applies to message time (KIP-33) and would otherwise enforce mid-run.
 
 
 def oft_setup(run: Run) -> dict:
     """Build the time-indexed topic: small segments (segment.bytes), one timestamp per message."""
     p = run.params
     n = p["oft_messages"]
+    t0 = int(time.time() * 1000) - OFT_AGE_MS
     admin_create_topic(run.bootstrap, OFT_TOPIC, 1, {"segment.bytes": str(p["oft_segment_bytes"])})
     values = make_values(n, 200, tag=77)
     # Small batches, so segments roll at segment.bytes rather than once per 1 MB batch.
     producer, errors = confluent_producer(run.bootstrap, **{"linger.ms": 2, "batch.size": p["oft_batch_bytes"]})
     confluent_produce_all(producer, OFT_TOPIC, values, run.deadline,
-                          timestamps=[OFT_T0 + i * OFT_STEP_MS for i in range(n)])
+                          timestamps=[t0 + i * OFT_STEP_MS for i in range(n)])
     if errors:
         raise ScenarioError(f"prefill {OFT_TOPIC}: {len(errors)} failed deliveries, first: {errors[0]}")
     verify(consume_confluent(run.bootstrap, OFT_TOPIC, 1, n, run.deadline), Digest.of(values),
            f"prefill {OFT_TOPIC}")
-    out = {"messages": n}
+    out = {"messages": n, "t0": t0}
     if run.log_dir is not None:
         out["segments"] = len(list(Path(run.log_dir, f"{OFT_TOPIC}-0").glob("*.log")))
     return out
@@ -300,16 +302,17 @@ def offsets_for_times(run: Run) -> dict:
     """Latency of time look-ups at random times: raw ListOffsets v1, and through both clients.
 
     The expected answer for time t is the first offset whose timestamp >= t, i.e.
-    ceil((t - T0) / step); answers that differ are counted and sampled, not hidden.
+    ceil((t - t0) / step); answers that differ are counted and sampled, not hidden.
     """
     p = run.params
     n_msgs = p["oft_messages"]
+    t0 = p["setup"]["t0"]
     rng = random.Random(p["round"])
     span = (n_msgs - 1) * OFT_STEP_MS
-    targets = [OFT_T0 + rng.randrange(span + 1) for _ in range(p["oft_queries"])]
+    targets = [t0 + rng.randrange(span + 1) for _ in range(p["oft_queries"])]
 
     def expected(t: int) -> int:
-        return -(-(t - OFT_T0) // OFT_STEP_MS)
+        return -(-(t - t0) // OFT_STEP_MS)
 
     budget = p["oft_time_budget_s"]
     raw_us: list[float] = []
