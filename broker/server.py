@@ -11,6 +11,7 @@ flush, checkpoint and write the clean-shutdown marker through ``LogManager.shutd
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import signal
@@ -246,6 +247,8 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
         server = Server(ctx)
         listeners = await trio.open_tcp_listeners(config.port, host=config.host or None)
         port = listeners[0].socket.getsockname()[1]
+        if config.advertised_port == 0:  # listeners=...:0 picks a free port: advertise that one
+            config = ctx.config = dataclasses.replace(config, advertised_port=port)
         log.info("listening", host=config.host or "0.0.0.0", port=port,
                  advertised=f"{config.advertised_host}:{config.advertised_port}",
                  broker_id=config.broker_id, cluster_id=ctx.cluster_id)

@@ -8,12 +8,15 @@
   teardown; keyword names use ``_`` for ``.`` (``log_segment_bytes=2048``). Skips the test when
   CHRONOLOG_BOOTSTRAP is set.
 
-A BrokerProcess keeps its port and log dir across restart(), writes the process's output to
+A BrokerProcess lets the broker pick a free port at its first start (listeners port 0, read back
+from the "listening" log line, so concurrent test runs never race for a port), keeps that port
+and the log dir across restart(), writes the process's output to
 ``<tmp>/broker.log`` (appended over restarts; ``log_output(since_start=True)`` reads the latest
 start's part) and waits until the broker answers ApiVersions.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -29,12 +32,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def api_versions_ok(host: str, port: int, timeout: float = 1.0) -> bool:
@@ -71,7 +68,7 @@ class BrokerProcess:
     def __init__(self, workdir: Path, overrides: dict[str, object] | None = None) -> None:
         self.workdir = Path(workdir)
         self.host = "127.0.0.1"
-        self.port = free_port()
+        self.port: int | None = None  # chosen by the broker (listeners port 0) at first start
         self.log_dir = str(self.workdir / "logs")
         self.log_dirs = [self.log_dir]
         self.overrides = {k: str(v) for k, v in (overrides or {}).items()}
@@ -85,7 +82,7 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        props = {"listeners": f"PLAINTEXT://{self.host}:{self.port}",
+        props = {"listeners": f"PLAINTEXT://{self.host}:{self.port or 0}",
                  "log.dirs": ",".join(self.log_dirs), **self.overrides}
         cmd = [sys.executable, "-m", "broker", "serve"]
         for key, value in props.items():
@@ -108,11 +105,23 @@ class BrokerProcess:
                 self.returncode = self.proc.returncode
                 raise RuntimeError(f"broker exited with status {self.returncode} at start-up:\n"
                                    f"{self.log_tail()}")
-            if api_versions_ok(self.host, self.port):
+            if self.port is None:
+                self.port = self._logged_port()
+            elif api_versions_ok(self.host, self.port):
                 return self
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"broker did not answer within {START_TIMEOUT_S} s:\n{self.log_tail()}")
+
+    def _logged_port(self) -> int | None:
+        """The port from the broker's "listening" log line, once written."""
+        for line in self.log_output(since_start=True).splitlines():
+            if '"listening"' in line:
+                try:
+                    return int(json.loads(line)["port"])
+                except (ValueError, KeyError):
+                    return None
+        return None
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
         """SIGTERM and wait; SIGKILL if it has not exited within ``timeout``. Returns the exit
