@@ -6,6 +6,7 @@ import random
 import struct
 
 import pytest
+from kafka.record.legacy_records import LegacyRecordBatch
 from kafka.record.memory_records import MemoryRecords
 from structlog.testing import capture_logs
 
@@ -116,7 +117,9 @@ def test_kafka_python_reads_what_storage_wrote(tmp_path, clock, magic, codec):
     while offset < log.log_end_offset:
         records = MemoryRecords(log.read(offset, 1 << 20).read_bytes())
         while records.has_next():
-            for record in records.next_batch():
+            batch = records.next_batch()
+            assert isinstance(batch, LegacyRecordBatch)
+            for record in batch:
                 seen.append((record.offset, record.timestamp if magic else -1))
         offset = seen[-1][0] + 1
     assert seen == expected
