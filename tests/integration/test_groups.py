@@ -1,0 +1,414 @@
+"""Consumer groups with real clients against a real broker process: kafka-python consumers
+splitting and taking over partitions, commits surviving restart and kill -9, confluent-kafka
+auto-commit with a bounded close(), kcat -G, kafka-python's admin group APIs, and
+``chronolog groups``.
+
+Every wait is bounded: polls carry timeouts, loops carry deadlines, closes run in threads that
+must finish within CLOSE_TIMEOUT_S.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.structs import OffsetAndMetadata
+
+from tests.conftest import REPO
+
+CLOSE_TIMEOUT_S = 30
+WAIT_S = 60
+# Small session timeouts so failures are detected quickly; the broker must allow them.
+FAST_GROUPS = {"group_min_session_timeout_ms": 1000}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    try:
+        admin.create_topics([NewTopic(name, partitions, 1)], timeout_ms=15000)
+    finally:
+        admin.close()
+
+
+def produce(bootstrap: str, topic: str, partitions: int, per_partition: int,
+            tag: str = "m") -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    try:
+        for p in range(partitions):
+            for i in range(per_partition):
+                producer.send(topic, value=f"{tag}-{p}-{i}".encode(), partition=p)
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=CLOSE_TIMEOUT_S)
+
+
+def bounded(fn, timeout: float = CLOSE_TIMEOUT_S, what: str = "call"):
+    """Run fn in a thread; fail the test if it has not returned within ``timeout``."""
+    result: dict = {}
+
+    def run():
+        try:
+            result["value"] = fn()
+        except BaseException as exc:  # reported in the test's thread
+            result["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"{what} did not return within {timeout} s"
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+def kafka_consumer(bootstrap: str, group: str, **kw) -> KafkaConsumer:
+    opts = dict(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500,
+                request_timeout_ms=20000, max_poll_interval_ms=20000)
+    opts.update(kw)
+    return KafkaConsumer(**opts)
+
+
+class PollingConsumer(threading.Thread):
+    """A kafka-python consumer polled in its own thread (each member must keep polling to
+    take part in rebalances). Records what it received and its latest assignment."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.consumer = kafka_consumer(bootstrap, group)
+        self.consumer.subscribe([topic])
+        self.records: list = []
+        self.assignment: set[TopicPartition] = set()
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                for batch in self.consumer.poll(timeout_ms=200).values():
+                    self.records.extend(batch)
+                self.assignment = set(self.consumer.assignment())
+        except BaseException as exc:
+            self.error = exc
+
+    def stop(self, close: bool = True) -> None:
+        self.stop_event.set()
+        self.join(CLOSE_TIMEOUT_S)
+        assert not self.is_alive(), "consumer thread did not stop"
+        if close:
+            bounded(lambda: self.consumer.close(), what="KafkaConsumer.close()")
+        assert self.error is None, repr(self.error)
+
+
+def wait_for(condition, what: str, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def partitions(topic: str, n: int) -> set[TopicPartition]:
+    return {TopicPartition(topic, p) for p in range(n)}
+
+
+# ---- kafka-python ----------------------------------------------------------------------------
+
+def test_two_consumers_split_partitions_and_one_takes_over(broker):
+    topic, group = unique("split"), unique("g")
+    create_topic(broker.bootstrap, topic, 4)
+    produce(broker.bootstrap, topic, 4, 5)
+    a = PollingConsumer(broker.bootstrap, group, topic)
+    a.start()
+    wait_for(lambda: a.assignment == partitions(topic, 4), "the first consumer to own all 4")
+    b = PollingConsumer(broker.bootstrap, group, topic)
+    b.start()
+    try:
+        wait_for(lambda: len(a.assignment) == 2 and len(b.assignment) == 2
+                 and a.assignment | b.assignment == partitions(topic, 4),
+                 "two consumers to split 4 partitions 2/2")
+        b.stop()  # close() sends LeaveGroup: a rebalances at once, not after a session timeout
+        wait_for(lambda: a.assignment == partitions(topic, 4), "the survivor to take over all 4")
+        produce(broker.bootstrap, topic, 4, 1, tag="after")
+        wait_for(lambda: sum(r.value.startswith(b"after") for r in a.records) == 4,
+                 "the survivor to read new records on every partition")
+    finally:
+        b.stop_event.set()
+        a.stop()
+
+
+def test_failed_member_is_removed_after_session_timeout(broker_factory):
+    broker = broker_factory(**FAST_GROUPS)
+    topic, group = unique("expire"), unique("g")
+    create_topic(broker.bootstrap, topic, 2)
+    a = PollingConsumer(broker.bootstrap, group, topic)
+    a.start()
+    wait_for(lambda: a.assignment == partitions(topic, 2), "the first consumer to own both")
+    # A second member in a child process, killed without LeaveGroup.
+    script = (
+        "import sys, time\n"
+        "from kafka import KafkaConsumer\n"
+        f"c = KafkaConsumer(bootstrap_servers={broker.bootstrap!r}, group_id={group!r},"
+        " session_timeout_ms=3000, heartbeat_interval_ms=500, request_timeout_ms=20000,"
+        " max_poll_interval_ms=20000)\n"
+        f"c.subscribe([{topic!r}])\n"
+        "deadline = time.time() + 60\n"
+        "while time.time() < deadline:\n"
+        "    c.poll(timeout_ms=200)\n"
+        "    if c.assignment():\n"
+        "        print('assigned', flush=True)\n"
+        "        break\n"
+        "time.sleep(120)\n")
+    child = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = bounded(child.stdout.readline, WAIT_S, "child consumer to get an assignment")
+        assert line.strip() == "assigned"
+        wait_for(lambda: len(a.assignment) == 1, "the split to reach the first consumer")
+        child.kill()
+        child.wait(10)
+        t0 = time.monotonic()
+        wait_for(lambda: a.assignment == partitions(topic, 2),
+                 "the dead member's session (3 s) to expire", timeout=30)
+        assert time.monotonic() - t0 >= 2.5  # not before the session timeout
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        a.stop()
+
+
+def consume_exactly(bootstrap: str, group: str, topic: str, n: int, **kw) -> list:
+    """Poll a fresh group member until it has n records (bounded), without committing."""
+    consumer = kafka_consumer(bootstrap, group, **kw)
+    consumer.subscribe([topic])
+    got: list = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                got.extend(batch)
+        time.sleep(0.5)
+        for batch in consumer.poll(timeout_ms=500).values():
+            got.extend(batch)
+    finally:
+        bounded(lambda: consumer.close(autocommit=False), what="KafkaConsumer.close()")
+    return got
+
+
+@pytest.mark.parametrize("how", ["restart", "kill -9"])
+def test_commits_survive_restart_and_next_consumer_resumes(broker_factory, how):
+    broker = broker_factory()
+    topic, group = unique("resume"), unique("g")
+    create_topic(broker.bootstrap, topic, 4)
+    produce(broker.bootstrap, topic, 4, 10)
+    consumer = kafka_consumer(broker.bootstrap, group)
+    consumer.subscribe([topic])
+    seen: dict[int, list[int]] = {p: [] for p in range(4)}
+    deadline = time.monotonic() + WAIT_S
+    while sum(map(len, seen.values())) < 40 and time.monotonic() < deadline:
+        for tp, batch in consumer.poll(timeout_ms=500).items():
+            seen[tp.partition].extend(r.offset for r in batch)
+    assert all(offsets == list(range(10)) for offsets in seen.values()), seen
+    # commit a different position per partition, with metadata
+    told = {TopicPartition(topic, p): OffsetAndMetadata(3 + p, f"meta-{p}", -1)
+            for p in range(4)}
+    consumer.commit(told)
+    if how == "kill -9":
+        broker.kill()  # right after the commit was acknowledged
+    else:
+        bounded(lambda: consumer.close(autocommit=False), what="KafkaConsumer.close()")
+        broker.stop()
+    broker.start()
+    if how == "kill -9":
+        bounded(lambda: consumer.close(autocommit=False), what="KafkaConsumer.close()")
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+    try:
+        stored = admin.list_group_offsets({group: list(told)})[group]
+    finally:
+        admin.close()
+    assert {tp: (o.offset, o.metadata) for tp, o in stored.items()} == {
+        tp: (o.offset, o.metadata) for tp, o in told.items()}
+    got = consume_exactly(broker.bootstrap, group, topic, 40 - sum(3 + p for p in range(4)))
+    by_partition: dict[int, list[int]] = {p: [] for p in range(4)}
+    for r in got:
+        by_partition[r.partition].append(r.offset)
+    assert by_partition == {p: list(range(3 + p, 10)) for p in range(4)}
+
+
+def test_kill_9_keeps_exactly_the_acknowledged_commits(broker_factory):
+    broker = broker_factory()
+    topic, group = unique("k9"), unique("g")
+    create_topic(broker.bootstrap, topic, 2)
+    consumer = kafka_consumer(broker.bootstrap, group)
+    consumer.assign(partitions(topic, 2))
+    last = {}
+    for i in range(1, 31):
+        last = {TopicPartition(topic, p): OffsetAndMetadata(i * 10 + p, f"commit {i}", -1)
+                for p in range(2)}
+        consumer.commit(last)  # raises unless the broker acknowledged it
+    broker.kill()
+    broker.start()
+    got = {tp: bounded(lambda tp=tp: consumer.committed(tp, metadata=True),
+                       what="committed()") for tp in last}
+    bounded(lambda: consumer.close(autocommit=False), what="KafkaConsumer.close()")
+    assert {tp: (o.offset, o.metadata) for tp, o in got.items()} == {
+        tp: (o.offset, o.metadata) for tp, o in last.items()}
+
+
+def test_admin_group_apis(broker):
+    topic, group = unique("admin"), unique("g")
+    create_topic(broker.bootstrap, topic, 3)
+    produce(broker.bootstrap, topic, 3, 4)
+    a = PollingConsumer(broker.bootstrap, group, topic)
+    a.start()
+    try:
+        wait_for(lambda: a.assignment == partitions(topic, 3) and len(a.records) == 12,
+                 "the consumer to own and read all partitions")
+        offsets = {TopicPartition(topic, p): OffsetAndMetadata(p + 1, "m", -1)
+                   for p in range(3)}
+        a.consumer.commit(offsets)  # safe: poll() is not running concurrently
+    except BaseException:
+        a.stop()
+        raise
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+    try:
+        listed = admin.list_groups()
+        assert any(g["group_id"] == group and g["protocol_type"] == "consumer"
+                   for g in listed), listed
+        d = admin.describe_groups([group])[group]
+        assert (d["error"], d["group_state"], d["protocol_type"], d["protocol_data"]) == (
+            None, "Stable", "consumer", "range")
+        (member,) = d["members"]
+        assert member["member_metadata"]["topics"] == [topic]
+        assert member["member_assignment"]["assigned_partitions"] == [
+            {"topic": topic, "partitions": [0, 1, 2]}]
+        stored = admin.list_group_offsets({group: list(offsets)})[group]
+        assert {tp: o.offset for tp, o in stored.items()} == {tp: p.offset
+                                                               for tp, p in offsets.items()}
+    finally:
+        admin.close()
+        a.stop()
+
+
+# ---- confluent-kafka -------------------------------------------------------------------------
+
+def test_confluent_consumer_auto_commit_and_bounded_close(broker):
+    from confluent_kafka import Consumer, TopicPartition as CTP
+    topic, group = unique("ck"), unique("g")
+    create_topic(broker.bootstrap, topic, 4)
+    produce(broker.bootstrap, topic, 4, 6)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                         "auto.commit.interval.ms": 500, "session.timeout.ms": 10000})
+    consumer.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(got) < 24 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append((msg.partition(), msg.offset()))
+        assert sorted(got) == [(p, o) for p in range(4) for o in range(6)]
+    finally:
+        bounded(consumer.close, what="confluent Consumer.close()")
+    # close() committed the final positions
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+    try:
+        stored = admin.list_group_offsets({group: list(partitions(topic, 4))})[group]
+    finally:
+        admin.close()
+    assert {tp.partition: o.offset for tp, o in stored.items()} == {p: 6 for p in range(4)}
+    # a second confluent consumer in the group starts exactly there
+    produce(broker.bootstrap, topic, 4, 1, tag="next")
+    c2 = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c2.subscribe([topic])
+    got2 = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(got2) < 4 and time.monotonic() < deadline:
+            msg = c2.poll(0.5)
+            if msg is not None and not msg.error():
+                got2.append((msg.partition(), msg.offset(), msg.value()))
+        committed = c2.committed([CTP(topic, p) for p in range(4)], timeout=15)
+    finally:
+        bounded(c2.close, what="confluent Consumer.close()")
+    assert sorted(got2) == [(p, 6, f"next-{p}-0".encode()) for p in range(4)]
+    assert sorted((tp.partition, tp.offset) for tp in committed) == [(p, 6) for p in range(4)]
+
+
+# ---- kcat -G ---------------------------------------------------------------------------------
+
+def test_kcat_balanced_consumer(broker):
+    topic, group = unique("kcat"), unique("g")
+    create_topic(broker.bootstrap, topic, 2)
+    produce(broker.bootstrap, topic, 2, 3)
+    out = subprocess.run(
+        ["kcat", "-b", broker.bootstrap, "-G", group, "-o", "beginning", "-e",
+         "-X", "enable.auto.commit=true", "-X", "auto.commit.interval.ms=200",
+         "-f", "%p:%o:%s\\n", topic],
+        capture_output=True, text=True, timeout=WAIT_S)
+    assert out.returncode == 0, out.stderr
+    lines = sorted(line for line in out.stdout.splitlines() if line)
+    assert lines == sorted(f"{p}:{o}:m-{p}-{o}" for p in range(2) for o in range(3))
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+    try:
+        stored = admin.list_group_offsets({group: list(partitions(topic, 2))})[group]
+    finally:
+        admin.close()
+    assert {tp.partition: o.offset for tp, o in stored.items()} == {0: 3, 1: 3}
+
+
+# ---- chronolog groups --------------------------------------------------------------------------
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "broker", "groups", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=WAIT_S)
+
+
+def test_chronolog_groups_cli(broker):
+    topic, group = unique("cli"), unique("g")
+    create_topic(broker.bootstrap, topic, 2)
+    produce(broker.bootstrap, topic, 2, 5)
+    a = PollingConsumer(broker.bootstrap, group, topic)
+    a.start()
+    try:
+        wait_for(lambda: a.assignment == partitions(topic, 2) and len(a.records) == 10,
+                 "the consumer to own and read both partitions")
+        a.stop_event.set()
+        a.join(CLOSE_TIMEOUT_S)
+        a.consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(2, "", -1),
+                           TopicPartition(topic, 1): OffsetAndMetadata(5, "", -1)})
+        a.consumer.poll(timeout_ms=100)  # keep the member alive (heartbeats run in a thread)
+        listed = run_cli("--bootstrap-server", broker.bootstrap, "list")
+        assert listed.returncode == 0, listed.stderr
+        assert any(line.split() == [group, "consumer"] for line in listed.stdout.splitlines())
+        desc = run_cli("--bootstrap-server", broker.bootstrap, "describe", group)
+        assert desc.returncode == 0, desc.stderr
+        lines = desc.stdout.splitlines()
+        assert lines[0].split()[:4] == ["GROUP", group, "STATE", "Stable"]
+        rows = {tuple(line.split()[:5]) for line in lines if line.startswith(topic)}
+        assert rows == {(topic, "0", "2", "5", "3"), (topic, "1", "5", "5", "0")}
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+        try:
+            (member,) = admin.describe_groups([group])[group]["members"]
+        finally:
+            admin.close()
+        owners = {line.split()[5] for line in lines if line.startswith(topic)}
+        assert owners == {member["member_id"]}
+    finally:
+        a.stop_event.set()
+        bounded(lambda: a.consumer.close(), what="KafkaConsumer.close()")
+    missing = run_cli("--bootstrap-server", "127.0.0.1:1", "list")
+    assert missing.returncode == 1 and "cannot connect to 127.0.0.1:1" in missing.stderr
