@@ -55,3 +55,21 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 # BENCH_ARGS=--quick for a short development run (bench/results/bench-quick.json).
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
+
+# Spark (pyspark_chronolog, pipeline/): per-key counts and bytes per minute over the last hour of
+# PIPELINE_TOPIC on the broker from `make run`, written to the topic <topic>-per-minute and to
+# build/pipeline/<topic>-per-minute (Parquet). `make pipeline-seed` first produces demo data into it.
+PIPELINE_TOPIC ?= clicks
+PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
+.PHONY: pipeline pipeline-seed bench-spark
+
+pipeline: $(VENV)/.installed-test
+	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
+	  --last-minutes 60
+
+pipeline-seed: $(VENV)/.installed-test
+	$(BIN)/python -m pipeline.seed --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC)
+
+# Spark read throughput (1,000,000 messages, own broker process): bench/results/spark.json.
+bench-spark: $(VENV)/.installed-test
+	$(BIN)/python bench/bench_spark.py

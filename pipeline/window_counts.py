@@ -1,11 +1,11 @@
 """Per-key message counts and bytes per minute over one time window of a topic.
 
     .venv/bin/python -m pipeline.window_counts --bootstrap 127.0.0.1:9092 --topic clicks \
-        --last-minutes 60 --output-topic clicks-per-minute --parquet out/clicks-per-minute
+        --last-minutes 60 --output-topic clicks-per-minute --parquet build/pipeline/clicks-per-minute
 
 The window [start, end) is resolved to offsets by the broker's time index (ListOffsets v1), so
 only that slice of each partition is fetched. Results go to Parquet (overwritten) and, one
-message per (key, minute), to the output topic: key = the key, value = JSON {"minute",
+message per (key, minute), to the output topic: key = the key, value = JSON {"minute_ms",
 "messages", "bytes"}, timestamp (CreateTime) = the minute's start.
 """
 from __future__ import annotations
@@ -62,8 +62,8 @@ def run(spark: SparkSession, *, bootstrap: str, topic: str, start_ms: int, end_m
     if output_topic:
         (result.select(
             F.col("key"),
-            F.to_json(F.struct(F.date_format("minute", "yyyy-MM-dd'T'HH:mm'Z'").alias("minute"),
-                               "messages", "bytes")).alias("value"),
+            F.to_json(F.struct(F.unix_millis("minute").alias("minute_ms"), "messages",
+                               "bytes")).alias("value"),
             F.col("minute").alias("timestamp"))
          .write.format("chronolog").mode("append")
          .option("bootstrap.servers", bootstrap).option("topic", output_topic).save())
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--end-ms", type=int, help="window end (exclusive); default now")
     parser.add_argument("--output-topic", help="default: <topic>-per-minute")
     parser.add_argument("--no-output-topic", action="store_true")
-    parser.add_argument("--parquet", help="default: out/<topic>-per-minute")
+    parser.add_argument("--parquet", help="default: build/pipeline/<topic>-per-minute")
     args = parser.parse_args(argv)
     end_ms = args.end_ms if args.end_ms is not None else int(time.time() * 1000)
     start_ms = args.start_ms if args.start_ms is not None else end_ms - args.last_minutes * 60_000
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
                       end_ms=end_ms,
                       output_topic=None if args.no_output_topic
                       else args.output_topic or f"{args.topic}-per-minute",
-                      parquet=args.parquet or f"out/{args.topic}-per-minute")
+                      parquet=args.parquet or f"build/pipeline/{args.topic}-per-minute")
     finally:
         spark.stop()
     print(json.dumps(summary))
