@@ -93,6 +93,8 @@ def decode_assignment(buf: bytes) -> list[tuple[str, int]]:
         out = []
         for _ in range(max(n_topics, 0)):
             (n,) = struct.unpack_from(">h", buf, pos)
+            if n < 0 or pos + 2 + n > len(buf):
+                raise struct.error(f"topic name of {n} bytes at byte {pos} overruns the buffer")
             topic = bytes(buf[pos + 2:pos + 2 + n]).decode()
             pos += 2 + n
             (n_parts,) = struct.unpack_from(">i", buf, pos)

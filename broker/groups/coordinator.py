@@ -95,8 +95,16 @@ class GroupCoordinator:
     async def start(self, nursery: trio.Nursery) -> None:
         """Create/replay the offsets topic, then run the timers in ``nursery``."""
         ctx = self._ctx
-        if ctx.topics.get(OFFSETS_TOPIC) is None:
+        topic = ctx.topics.get(OFFSETS_TOPIC)
+        if topic is None:
             await ctx.create_topic(OFFSETS_TOPIC, 1, OFFSETS_TOPIC_CONFIGS)
+        elif topic.config.retention_ms >= 0 or topic.config.retention_bytes >= 0:
+            log.warning("the offsets topic has time or size retention: committed offsets of "
+                        "idle groups can be deleted with its segments", topic=OFFSETS_TOPIC,
+                        retention_ms=topic.config.retention_ms,
+                        retention_bytes=topic.config.retention_bytes,
+                        action="it was created by something other than the coordinator; set "
+                               "retention.ms=-1 and retention.bytes=-1 in its registry entry")
         log_ = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
         if log_ is None:
             raise RuntimeError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log after creation")
@@ -140,7 +148,8 @@ class GroupCoordinator:
                 self._answer(self.machine.expire(now))
             if now >= next_check:
                 next_check = now + self.retention_check_interval_ms
-                await self.expire_offsets(now)
+                if self.active:
+                    await self.expire_offsets(now)
                 continue
             deadline = min(self.machine.next_deadline() or math.inf, next_check)
             with trio.move_on_after(max(0.0, (deadline - now) / 1000)):
