@@ -17,6 +17,8 @@ sock=$rundir/podman.sock
 export DOCKER_HOST=unix://$sock
 export CHRONOLOG_DOCKER_SOCKET=$sock
 export CHRONOLOG_BASE_IMAGE=${CHRONOLOG_BASE_IMAGE:-localhost/localbase}
+# Build through the API (docker-py), so no docker CLI is needed on the host.
+export COMPOSE_DOCKER_CLI_BUILD=0
 compose=(docker-compose --ansi never -p "$PROJECT" -f docker/docker-compose.yml)
 service_pid=
 health_pid=
@@ -42,7 +44,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 say "starting the Docker API (podman system service) on $sock"
-podman system service --time=0 "unix://$sock" 2>"$rundir/service.log" &
+# Own session: a Ctrl-C in the terminal must not take the API away before the teardown ran.
+setsid podman system service --time=0 "unix://$sock" 2>"$rundir/service.log" &
 service_pid=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || { say "ERROR: podman system service did not open $sock:"; cat "$rundir/service.log"; exit 2; }

@@ -165,8 +165,10 @@ def _read_all(topic: str, deadline_s: float = 120) -> dict:
 def test_acknowledged_messages_and_time_lookups_survive_a_broker_container_restart():
     host, _, port = BOOTSTRAP.rpartition(":")
     broker = _broker_container()
-    volumes = [m for m in broker["Mounts"] if m["Type"] == "volume"]
-    assert volumes, f"broker data is not on a named volume: mounts {broker['Mounts']}"
+    # The compose file's named volume, not the image's anonymous VOLUME, holds the data.
+    data = [m for m in broker["Mounts"] if m["Type"] == "volume"
+            and m.get("Name", "").endswith("_chronolog-data")]
+    assert data, f"broker data is not on the named volume chronolog-data: {broker['Mounts']}"
 
     topic = f"restart-{uuid.uuid4().hex[:12]}"
     admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
