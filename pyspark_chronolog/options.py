@@ -58,14 +58,18 @@ class ReadOptions:
     max_records_per_partition: int = 1_000_000
     max_offsets_per_trigger: int | None = None
     max_partition_fetch_bytes: int = 4 * 1024 * 1024
+    streaming: bool = False
 
     @property
     def window(self) -> tuple[int | None, int | None]:
-        """(start ms inclusive, end ms exclusive) when the read is bounded by global timestamps.
+        """(start ms inclusive, end ms exclusive) when a batch read is bounded by global
+        timestamps.
 
         Rows outside it are dropped: with out-of-order CreateTime a message older than the
-        starting time can sit after the starting offset.
+        starting time can sit after the starting offset. A stream only starts at its time.
         """
+        if self.streaming:
+            return (None, None)
         return (self.starting.timestamp if self.starting.kind == "timestamp" else None,
                 self.ending.timestamp if self.ending.kind == "timestamp" else None)
 
@@ -249,6 +253,7 @@ def parse_read(options: Mapping[str, str], *, streaming: bool = False) -> ReadOp
         max_offsets_per_trigger=max_per_trigger,
         max_partition_fetch_bytes=_int(opts, "kafka.max.partition.fetch.bytes", 4 * 1024 * 1024,
                                        minimum=1024),
+        streaming=streaming,
     )
 
 

@@ -30,6 +30,7 @@ def test_defaults_and_case_insensitive_names():
 def test_timestamps_make_a_window():
     opts = parse_read({**BASE, "startingTimestamp": "1000", "endingTimestamp": "2000"})
     assert opts.window == (1000, 2000)
+    assert parse_read({**BASE, "startingTimestamp": "1000"}, streaming=True).window == (None, None)
 
 
 def test_json_offsets():
