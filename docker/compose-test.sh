@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PROJECT=${CHRONOLOG_COMPOSE_PROJECT:-chronolog-compose-test}
-RUN_TIMEOUT=${CHRONOLOG_COMPOSE_TIMEOUT:-1200}
+RUN_TIMEOUT=${CHRONOLOG_COMPOSE_TIMEOUT:-900}
 say() { echo "[compose-test] $*"; }
 
 docker/prepare-host.sh
@@ -94,9 +94,12 @@ set -e
 for _ in $(seq 50); do kill -0 "$logs_pid" 2>/dev/null || break; sleep 0.2; done
 kill "$logs_pid" 2>/dev/null || true
 wait "$logs_pid" 2>/dev/null || true
-if [ "$waited" != 0 ] || ! [[ "$status" =~ ^[0-9]+$ ]]; then
+if [ "$waited" = 124 ]; then
   say "ERROR: the test-runner did not finish within $RUN_TIMEOUT s"
   status=124
+elif [ "$waited" != 0 ] || ! [[ "$status" =~ ^[0-9]+$ ]]; then
+  say "ERROR: podman wait for the test-runner failed (status $waited, output '$status')"
+  status=2
 fi
 if [ "$status" != 0 ]; then
   say "last 100 lines of the broker's log:"
