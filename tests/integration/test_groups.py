@@ -348,6 +348,51 @@ def test_confluent_consumer_auto_commit_and_bounded_close(broker):
     assert sorted((tp.partition, tp.offset) for tp in committed) == [(p, 6) for p in range(4)]
 
 
+def test_mixed_clients_share_one_group(broker):
+    """kafka-python and librdkafka members in one group: the coordinator picks a protocol both
+    support (range) and the leader's assignment reaches the other client."""
+    from confluent_kafka import Consumer
+    topic, group = unique("mixed"), unique("g")
+    create_topic(broker.bootstrap, topic, 4)
+    a = PollingConsumer(broker.bootstrap, group, topic)
+    a.start()
+    wait_for(lambda: a.assignment == partitions(topic, 4), "kafka-python to own all 4")
+    ck = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                   "partition.assignment.strategy": "range"})
+    owned: set[int] = set()
+    stop = threading.Event()
+
+    def poll_ck():
+        while not stop.is_set():
+            ck.poll(0.2)
+            owned.clear()
+            owned.update(tp.partition for tp in ck.assignment())
+
+    t = threading.Thread(target=poll_ck, daemon=True)
+    ck.subscribe([topic])
+    t.start()
+    try:
+        wait_for(lambda: len(owned) == 2 and len(a.assignment) == 2
+                 and {tp.partition for tp in a.assignment} | owned == set(range(4)),
+                 "a 2/2 split between kafka-python and confluent-kafka")
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+        try:
+            d = admin.describe_groups([group])[group]
+        finally:
+            admin.close()
+        assert (d["group_state"], d["protocol_data"], len(d["members"])) == ("Stable", "range", 2)
+    finally:
+        stop.set()
+        t.join(CLOSE_TIMEOUT_S)
+        bounded(ck.close, what="confluent Consumer.close()")
+    try:
+        wait_for(lambda: a.assignment == partitions(topic, 4),
+                 "kafka-python to take all 4 back after confluent-kafka's close()")
+    finally:
+        a.stop()
+
+
 # ---- kcat -G ---------------------------------------------------------------------------------
 
 def test_kcat_balanced_consumer(broker):
