@@ -19,7 +19,6 @@ import struct
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from protocol import LOG_OVERHEAD, MIN_MESSAGE_SIZE, CorruptRecordError, iter_deep
 
