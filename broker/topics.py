@@ -15,6 +15,7 @@ import json
 import os
 import uuid
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Mapping
 
 import structlog
@@ -47,7 +48,7 @@ class Topic:
     overrides: Mapping[str, str]
     config: TopicConfig
 
-    @property
+    @cached_property
     def log_config(self) -> LogConfig:
         c = self.config
         return LogConfig(
@@ -58,7 +59,7 @@ class Topic:
             flush_messages=c.flush_messages, flush_ms=c.flush_ms,
             file_delete_delay_ms=c.file_delete_delay_ms)
 
-    @property
+    @cached_property
     def settings(self) -> TopicSettings:
         c = self.config
         return TopicSettings(

@@ -15,7 +15,7 @@ from broker.topics import Topic
 from protocol.api import Request
 from protocol.errors import ErrorCode
 from protocol.records import TimestampType
-from protocol.validator import Rejected, ValidatedRecords, validate_produce
+from protocol.validator import Rejected, validate_produce
 
 log = structlog.get_logger(__name__)
 

@@ -12,7 +12,6 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import InvalidTimestampError
 
-from protocol import ApiKey
 from tests.integration.clients import create_topic, kp_consume_all, kp_producer, topic_name
 from tests.integration.kafka_wire import WireClient, message_set, produce
 
