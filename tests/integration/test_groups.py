@@ -1,6 +1,6 @@
 """Consumer groups with real clients against a real broker process: kafka-python consumers
 splitting and taking over partitions, commits surviving restart and kill -9, confluent-kafka
-auto-commit with a bounded close(), kcat -G, kafka-python's admin group APIs, and
+auto-commit with a bounded close(), aiokafka, kcat -G, kafka-python's admin group APIs, and
 ``chronolog groups``.
 
 Every wait is bounded: polls carry timeouts, loops carry deadlines, closes run in threads that
@@ -391,6 +391,36 @@ def test_mixed_clients_share_one_group(broker):
                  "kafka-python to take all 4 back after confluent-kafka's close()")
     finally:
         a.stop()
+
+
+def test_aiokafka_group_consumer_commits_and_resumes(broker):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    topic, group = unique("aio"), unique("g")
+    create_topic(broker.bootstrap, topic, 4)
+    produce(broker.bootstrap, topic, 4, 3)
+
+    async def consume(n: int, commit: bool) -> list[tuple[int, int]]:
+        c = AIOKafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await asyncio.wait_for(c.start(), WAIT_S)
+        got: list[tuple[int, int]] = []
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while len(got) < n and time.monotonic() < deadline:
+                batches = await asyncio.wait_for(c.getmany(timeout_ms=500), WAIT_S)
+                got.extend((r.partition, r.offset) for rs in batches.values() for r in rs)
+            if commit:
+                await asyncio.wait_for(c.commit(), WAIT_S)
+        finally:
+            await asyncio.wait_for(c.stop(), CLOSE_TIMEOUT_S)
+        return got
+
+    assert sorted(asyncio.run(consume(12, commit=True))) == [
+        (p, o) for p in range(4) for o in range(3)]
+    produce(broker.bootstrap, topic, 4, 1, tag="more")
+    assert sorted(asyncio.run(consume(4, commit=False))) == [(p, 3) for p in range(4)]
 
 
 # ---- kcat -G ---------------------------------------------------------------------------------
