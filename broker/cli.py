@@ -80,3 +80,7 @@ def serve(config_path: str | None, overrides: list[str]) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception:  # includes exception groups from the nurseries
+        log.exception("broker stopped by an unexpected error",
+                      action="this is a broker bug; report it with this log line")
+        return 1

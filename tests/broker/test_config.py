@@ -150,3 +150,17 @@ def test_cli_exit_status_2_names_the_key(tmp_path):
     r = subprocess.run([sys.executable, "-m", "broker", "serve", "--override", "bogus.key=1"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "bogus.key" in r.stderr
+
+
+def test_cli_port_in_use_exits_1_with_a_reason(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "broker", "serve",
+                            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                            "--override", f"log.dirs={tmp_path}"],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "cannot start" in r.stderr and "port in use" in r.stderr
