@@ -183,9 +183,6 @@ class OffsetCache:
         offsets = self._groups.get(group)
         return offsets.get((topic, partition)) if offsets is not None else None
 
-    def group_offsets(self, group: str) -> dict[tuple[str, int], CommittedOffset]:
-        return dict(self._groups.get(group, {}))
-
     def has_group(self, group: str) -> bool:
         return group in self._groups
 

@@ -89,5 +89,6 @@ def test_cache_put_get_delete_and_expiry():
     assert sorted(c.expired(101), key=str) == [OffsetKey("g", "t", 0), OffsetKey("h", "t", 0)]
     c.delete("h", "t", 0)
     assert not c.has_group("h") and c.groups() == ["g"]
-    assert c.group_offsets("g") == {("t", 0): CommittedOffset(5, "", 0, 100),
-                                    ("t", 1): CommittedOffset(6, "", 0, 200)}
+    c.delete("g", "t", 0)
+    c.delete("g", "t", 1)
+    assert c.groups() == [] and c.get("g", "t", 1) is None
