@@ -116,3 +116,20 @@ def test_sigterm_answers_a_waiting_fetch_before_exiting(broker_factory):
         assert response.api_key == ApiKey.FETCH
         assert response.body.responses[0].partition_responses[0].record_set == b""
     assert b.proc.wait(30) == 0
+
+
+def test_flush_ms_and_checkpoints_run_in_the_background(broker_factory):
+    b = broker_factory({"log.flush.scheduler.interval.ms": 100,
+                        "log.flush.offset.checkpoint.interval.ms": 200})
+    topic = topic_name("flushms")
+    create_topic(b.bootstrap, topic, configs={"flush.ms": 100})
+    with WireClient(b.host, b.port) as c:
+        assert produce(c, topic, message_set([b"a", b"b", b"c"])).error_code == 0
+    path = os.path.join(b.log_dir, "recovery-point-offset-checkpoint")
+    want = f"{topic} 0 3"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if os.path.exists(path) and want in open(path).read().splitlines():
+            break
+        time.sleep(0.1)
+    assert want in open(path).read().splitlines()  # flushed by flush.ms, then checkpointed
