@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import structlog
 import trio
 
+from broker.context import TopicExistsError
 from broker.groups.offsets import (
     CommittedOffset, OffsetCache, encode_offset_key, encode_offset_value, expire_timestamp)
 from broker.groups.state import (
@@ -95,10 +96,13 @@ class GroupCoordinator:
     async def start(self, nursery: trio.Nursery) -> None:
         """Create/replay the offsets topic, then run the timers in ``nursery``."""
         ctx = self._ctx
+        if ctx.topics.get(OFFSETS_TOPIC) is None:
+            try:
+                await ctx.create_topic(OFFSETS_TOPIC, 1, OFFSETS_TOPIC_CONFIGS)
+            except TopicExistsError:
+                pass  # a client's Metadata request auto-created it first
         topic = ctx.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            await ctx.create_topic(OFFSETS_TOPIC, 1, OFFSETS_TOPIC_CONFIGS)
-        elif topic.config.retention_ms >= 0 or topic.config.retention_bytes >= 0:
+        if topic.config.retention_ms >= 0 or topic.config.retention_bytes >= 0:
             log.warning("the offsets topic has time or size retention: committed offsets of "
                         "idle groups can be deleted with its segments", topic=OFFSETS_TOPIC,
                         retention_ms=topic.config.retention_ms,

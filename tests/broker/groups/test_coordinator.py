@@ -301,3 +301,16 @@ async def test_handlers_before_the_coordinator_started(tmp_path):
     finally:
         ctx.log_manager.shutdown()
     assert not os.path.exists(os.path.join(tmp_path, f"{OFFSETS_TOPIC}-0"))
+
+
+async def test_offsets_topic_created_by_someone_else_is_used_with_a_warning(tmp_path):
+    from structlog.testing import capture_logs
+    ctx = await open_context(make_config(tmp_path))
+    await ctx.create_topic(OFFSETS_TOPIC, 1)  # e.g. auto-created by a Metadata request
+    ctx.log_manager.shutdown()
+    with capture_logs() as logs:
+        async with running(tmp_path) as (ctx, c):
+            assert await c.commit_offsets("g", "", -1, None, [("t", 0, 5, "", -1)]) == [E.NONE]
+    warnings = [e for e in logs if e["log_level"] == "warning"
+                and "offsets topic has time or size retention" in e["event"]]
+    assert len(warnings) == 1 and warnings[0]["retention_ms"] == 7 * 24 * 3600 * 1000
