@@ -506,6 +506,31 @@ class Log:
                 deleted += self._delete_old_segments(over_size, now_ms, "retention.bytes")
         return deleted
 
+    def delete_segments_before(self, offset: int, now_ms: int) -> int:
+        """Delete every segment wholly below ``offset`` (its successor's base offset <=
+        ``offset``), oldest first; the active segment is never deleted. The log start offset
+        moves to the first kept segment's base. Returns how many segments were deleted.
+
+        Files are renamed to .deleted and removed after file.delete.delay.ms (Kafka's
+        deletion). Each rename is made durable (directory fsync) before the next, so a crash
+        leaves the log as a suffix of the segments, never with a hole in the middle: a reader
+        replaying the log (e.g. the group coordinator's offsets) sees either a record or
+        every record after it. Raises ValueError for a negative ``offset``."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"{self.name}: cannot delete segments before negative offset "
+                             f"{offset}")
+        deleted = 0
+        while len(self._segments) > 1 and self._bases[1] <= offset:
+            segment = self._segments[0]
+            self._delete_segment(segment, now_ms, reason=f"before offset {offset}")
+            fsync_dir(self.directory)
+            del self._segments[0]
+            del self._bases[0]
+            deleted += 1
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        return deleted
+
     def _time_expired(self, segment: LogSegment, now_ms: int) -> bool:
         largest = segment.largest_timestamp
         if now_ms - largest > self.config.retention_ms:

@@ -650,3 +650,48 @@ def test_lowering_max_message_bytes_does_not_truncate_older_messages(tmp_path, c
     lowered = LogConfig(max_message_bytes=1000)
     log = Log(log.directory, lowered, clock=clock, needs_recovery=True)
     assert log.log_end_offset == 3
+
+
+# -- deletion before an offset (the group coordinator's offsets compaction) ----------------------
+def test_delete_segments_before_deletes_only_whole_segments_below_the_offset(tmp_path, clock):
+    log = open_log(tmp_path, clock, retention_ms=-1, file_delete_delay_ms=1000)
+    for n in (2, 3, 1, 2):          # segments [0,1] [2..4] [5] [6,7]; active starts at 8
+        log.append(validated(log, [clock.now] * n))
+        log.roll()
+    log.append(validated(log, [clock.now]))
+    assert [s.base_offset for s in log.segments] == [0, 2, 5, 6, 8]
+    assert log.delete_segments_before(0, clock.now) == 0
+    assert log.delete_segments_before(4, clock.now) == 1        # [2..4] holds 4: kept
+    assert log.log_start_offset == 2
+    assert log.delete_segments_before(5, clock.now) == 1
+    assert log.log_start_offset == 5
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(4, 100)
+    assert [m.offset for m in all_messages(log)] == [5, 6, 7, 8]
+    renamed = sorted(n for n in seg_files(log) if n.endswith(".deleted"))
+    assert renamed == sorted(f"{b:020d}{s}.deleted" for b in (0, 2)
+                             for s in (".log", ".index", ".timeindex"))
+    assert log.remove_deleted_files(clock.now + 999) == 0
+    assert log.remove_deleted_files(clock.now + 1000) == 2
+    # Far past the end: everything but the active segment goes, the active one stays.
+    assert log.delete_segments_before(10**9, clock.now) == 2
+    assert [s.base_offset for s in log.segments] == [8]
+    assert (log.log_start_offset, log.log_end_offset) == (8, 9)
+    assert log.recovery_point >= 8
+    assert [m.offset for m in all_messages(log)] == [8]
+    with pytest.raises(ValueError, match="negative offset -1"):
+        log.delete_segments_before(-1, clock.now)
+
+
+def test_delete_segments_before_survives_reopen_with_moved_log_start(tmp_path, clock):
+    log = open_log(tmp_path, clock, retention_ms=-1, file_delete_delay_ms=60_000)
+    for _ in range(3):
+        log.append(validated(log, [clock.now] * 2))
+        log.roll()
+    assert log.delete_segments_before(4, clock.now) == 2
+    # Crash with the .deleted files still present: they are removed on load, start stays 4.
+    log = reopen(log, clock, clean=False)
+    assert (log.log_start_offset, log.log_end_offset) == (4, 6)
+    assert not [n for n in seg_files(log) if n.endswith(".deleted")]
+    assert [m.offset for m in all_messages(log)] == [4, 5]
+    log.close()
