@@ -99,9 +99,10 @@ def test_offsets_json_and_unknown_topic(spark, broker):
     topic = new_topic(broker, 2)
     fill(broker, topic, 2, 40)
     everything = consume_all(broker, topic)
-    got = spark_rows(read(spark, broker, topic,
-                          startingOffsets='{"%s": {"0": 5, "1": -2}}' % topic,
-                          endingOffsets='{"%s": {"0": -1, "1": 17}}' % topic))
+    df = read(spark, broker, topic, startingOffsets='{"%s": {"0": 5, "1": -2}}' % topic,
+              endingOffsets='{"%s": {"0": -1, "1": 17}}' % topic, maxRecordsPerPartition=10)
+    assert df.rdd.getNumPartitions() == 4 + 2        # 35 and 17 offsets, split by 10
+    got = spark_rows(df)
     assert got == [m for m in everything if (m[0] == 0 and m[1] >= 5) or (m[0] == 1
                                                                            and m[1] < 17)]
     with pytest.raises(Exception, match="unknown topic 'no-such-topic'"):

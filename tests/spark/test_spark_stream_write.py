@@ -86,7 +86,8 @@ def test_stream_picks_up_new_messages_limits_batches_and_resumes(spark, broker, 
 
 
 def test_batch_write_then_read_returns_the_same_rows(spark, broker):
-    topic = new_topic(broker, 3)
+    # segments smaller than a task's sets: the writer must split on RECORD_LIST_TOO_LARGE
+    topic = new_topic(broker, 3, segment_bytes=2048)
     base = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
     rows = [(f"key-{i % 9}".encode() if i % 4 else None, b"value-%d" % i,
              (i % 3) if i % 5 == 0 else None, base + dt.timedelta(milliseconds=17 * i))
