@@ -133,3 +133,18 @@ def test_stream_write_and_bad_write_input(spark, broker, tmp_path):
         assert "needs a 'value' column" in str(exc)
     else:
         raise AssertionError("a DataFrame without value was written")
+
+
+def test_rejected_produce_fails_the_write_with_the_reason(spark, broker):
+    topic = new_topic(broker, 1, message_timestamp_difference_max_ms=60_000)
+    old = dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)
+    df = spark.createDataFrame([(b"v", old)], "value binary, timestamp timestamp")
+    try:
+        df.write.format("chronolog").mode("append").option("bootstrap.servers",
+                                                           broker.bootstrap) \
+            .option("topic", topic).save()
+    except Exception as exc:
+        assert f"producing 1 messages to {topic}[0] failed: INVALID_TIMESTAMP" in str(exc)
+    else:
+        raise AssertionError("a write the broker rejected succeeded")
+    assert consume_all(broker, topic) == []
