@@ -38,7 +38,7 @@ log = structlog.get_logger("bench.run_all")
 
 DEFAULT = {
     "rounds": 3,
-    "produce_messages": {"100": 50_000, "1024": 20_000},
+    "produce_messages": {"100": 100_000, "1024": 30_000},
     "consume_messages": 40_000,
     "latency_rate": 10_000,
     "latency_seconds": 8,
@@ -110,9 +110,12 @@ def run_profiles(params: dict, plan: list, path: Path) -> int:
     from suite.profile import profile_scenarios
 
     specs = [s for s in plan if s.key in PROFILED]
+    # Longer loads than the comparison's, so every profile holds a few thousand samples.
+    params = dict(params, produce_messages={"100": 1_000_000, "1024": 200_000}, consume_messages=200_000,
+                  latency_seconds=10)
     with tempfile.TemporaryDirectory(prefix="chronolog-profile-") as tmp:
         profiles = profile_scenarios(specs, params, Path(tmp))
-    doc = {"tool": "py-spy record --format raw --nonblocking --rate 200 (idle samples excluded)",
+    doc = {"tool": "py-spy record --format raw --nonblocking --gil --rate 250 (samples of the GIL holder only)",
            "note": "figures in 'run' were taken under the profiler and are not benchmark results",
            "chronolog_commit": environment()["chronolog_commit"], "params": params, "profiles": profiles}
     path.write_text(json.dumps(doc, indent=1) + "\n")

@@ -3,7 +3,8 @@
 ``profile_scenarios`` starts chronolog, attaches ``py-spy record --format raw`` (collapsed stacks,
 non-blocking so the broker is not paused) for the duration of one scenario run, and reduces the
 samples to the functions with the most self time and the most inclusive time, in percent of all
-samples. py-spy needs ptrace rights over the broker (root or the same user without Yama limits);
+samples. ``--gil`` keeps only samples of the thread holding the GIL: trio's worker threads
+parked on their queues and the event loop in epoll_wait would otherwise count as busy. py-spy needs ptrace rights over the broker (root or the same user without Yama limits);
 without them the profile is an error string like any failed scenario.
 """
 
@@ -71,7 +72,7 @@ def top_functions(collapsed: str, n: int = 15) -> dict:
             "inclusive_top": [[f, pct(c)] for f, c in incl_counts.most_common(n)]}
 
 
-def profile_scenarios(specs: list[Spec], params: dict, workdir: Path, rate: int = 200) -> dict:
+def profile_scenarios(specs: list[Spec], params: dict, workdir: Path, rate: int = 250) -> dict:
     """Profile chronolog once per spec (fresh broker per spec so one load does not colour the next)."""
     results = {}
     for spec in specs:
@@ -94,7 +95,7 @@ def profile_scenarios(specs: list[Spec], params: dict, workdir: Path, rate: int 
                 if label == "start":
                     spy.append(subprocess.Popen(
                         [py_spy(), "record", "--pid", str(broker.pid()), "--format", "raw", "--output", str(out),
-                         "--rate", str(rate), "--nonblocking", "--subprocesses"],
+                         "--rate", str(rate), "--nonblocking", "--gil"],
                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
                 elif spy:
                     spy[0].send_signal(signal.SIGINT)
