@@ -271,6 +271,7 @@ BROKER_KEYS: dict[str, _Key] = {k.name: k for k in [
     _Key("socket.request.max.bytes", _int(1), 104857600),
     _Key("max.connections", _int(1), INT_MAX),
     _Key("connections.max.idle.ms", _long(1), 600000),
+    _Key("offset.metadata.max.bytes", _int(0), 4096),
     _Key("offsets.retention.minutes", _int(1), 1440),
     _Key("offsets.retention.check.interval.ms", _long(1), 600000),
     _Key("group.min.session.timeout.ms", _int(), 6000),
@@ -357,6 +358,7 @@ class BrokerConfig:
     socket_request_max_bytes: int
     max_connections: int
     connections_max_idle_ms: int
+    offset_metadata_max_bytes: int
     offsets_retention_minutes: int
     offsets_retention_check_interval_ms: int
     group_min_session_timeout_ms: int
@@ -443,6 +445,7 @@ class BrokerConfig:
             socket_request_max_bytes=v["socket.request.max.bytes"],
             max_connections=v["max.connections"],
             connections_max_idle_ms=v["connections.max.idle.ms"],
+            offset_metadata_max_bytes=v["offset.metadata.max.bytes"],
             offsets_retention_minutes=v["offsets.retention.minutes"],
             offsets_retention_check_interval_ms=v["offsets.retention.check.interval.ms"],
             group_min_session_timeout_ms=v["group.min.session.timeout.ms"],

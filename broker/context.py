@@ -9,7 +9,9 @@ Concurrency rules (all state lives on the trio thread):
 """
 from __future__ import annotations
 
+import ipaddress
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -20,6 +22,30 @@ from broker.config import BrokerConfig, ConfigError, topic_name_error
 from broker.topics import Topic, TopicRegistry
 
 log = structlog.get_logger(__name__)
+
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+"""Topics only the broker writes (Kafka's Topic.InternalTopics): clients may not produce to
+them, Metadata does not auto-create them and reports them with is_internal=true."""
+
+client_host: ContextVar[str] = ContextVar("client_host", default="")
+"""The peer address of the connection whose request is being handled, as Kafka prints it
+(``InetAddress.toString()`` of an unresolved address: "/127.0.0.1"); "" outside a connection.
+The server sets it once per connection task, so every handler awaited there sees it."""
+
+
+def kafka_host_string(ip: str) -> str:
+    """Kafka's rendering of a peer address: "/" + the address, IPv4-mapped IPv6 as IPv4 and
+    IPv6 uncompressed without leading zeros (Java's Inet6Address.getHostAddress)."""
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return "/" + ip
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.ipv4_mapped is not None:
+            return f"/{addr.ipv4_mapped}"
+        return "/" + ":".join(f"{int(g, 16):x}" for g in addr.exploded.split(":"))
+    return f"/{addr}"
 
 
 def wall_clock_ms() -> int:
@@ -162,4 +188,4 @@ class _all_locks:
 
 
 __all__ = ["BrokerContext", "PartitionState", "TopicExistsError", "InvalidTopicNameError",
-           "ConfigError", "wall_clock_ms"]
+           "ConfigError", "INTERNAL_TOPICS", "client_host", "kafka_host_string", "wall_clock_ms"]

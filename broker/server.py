@@ -6,7 +6,8 @@ buffer. Limits: ``max.connections`` (new connections beyond it are closed at onc
 ``socket.request.max.bytes`` (a larger frame closes the connection), ``connections.max.idle.ms``.
 
 Shutdown (SIGTERM/SIGINT): stop accepting, close idle connections, let in-flight requests finish
-(waiting fetches are woken and answer with what they have) for up to ``SHUTDOWN_GRACE_S``, then
+(waiting fetches are woken and answer with what they have; the group coordinator is stopped, so
+parked JoinGroup/SyncGroup answer NOT_COORDINATOR_FOR_GROUP) for up to ``SHUTDOWN_GRACE_S``, then
 flush, checkpoint and write the clean-shutdown marker through ``LogManager.shutdown``.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import trio
 
 from broker import background
 from broker.config import BrokerConfig
-from broker.context import BrokerContext, wall_clock_ms
+from broker.context import BrokerContext, client_host, kafka_host_string, wall_clock_ms
 from broker.errors import CloseConnectionError
 from broker.groups import setup as setup_group_coordinator
 from broker.handlers import HANDLERS, release_fetch_body
@@ -101,9 +102,12 @@ class Server:
     async def handle_connection(self, stream: trio.SocketStream) -> None:
         config = self.ctx.config
         try:
-            peer = "%s:%s" % stream.socket.getpeername()[:2]
+            peer_ip, peer_port = stream.socket.getpeername()[:2]
         except OSError:
-            peer = "?"
+            peer_ip, peer_port = "?", "?"
+        peer = f"{peer_ip}:{peer_port}"
+        # This task serves only this connection, so the handlers it awaits see this value.
+        client_host.set(kafka_host_string(peer_ip) if peer_ip != "?" else "")
         if self.ctx.stopping:
             await stream.aclose()
             return
@@ -192,9 +196,13 @@ class Server:
             await send_response(stream, [conn.send(request, body)])
 
     def begin_shutdown(self) -> None:
-        """Stop reading new requests; wake waiting fetches so in-flight requests finish."""
+        """Stop reading new requests; wake waiting fetches and stop the group coordinator
+        (parked JoinGroup/SyncGroup answer NOT_COORDINATOR_FOR_GROUP) so in-flight requests
+        finish."""
         self.ctx.stopping = True
         self.ctx.wake_all()
+        if self.ctx.coordinator is not None:
+            self.ctx.coordinator.shutdown()
         for scope in list(self._idle_scopes):
             scope.cancel()
         if self._busy == 0:

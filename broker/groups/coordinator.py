@@ -3,21 +3,27 @@ timers, plus committed offsets kept in the internal ``__consumer_offsets`` topic
 
 Resources and errors:
 - At start-up the topic ``__consumer_offsets`` (1 partition, compacted-style: no time or size
-  retention) is created through the broker context if missing, and replayed into memory.
+  retention) is created through the broker context if missing (clients cannot create it, nor
+  Metadata auto-create it), its configs repaired if something left it with retention, and it
+  is replayed into memory.
 - Every access to its Log holds the partition's lock and runs in a worker thread (the broker's
   rule). A commit is fsynced before it is acknowledged.
-- Two background tasks run in the broker's nursery: the timer (session and rebalance timeouts,
-  offsets.retention.minutes expiry every offsets.retention.check.interval.ms) and a shutdown
-  watcher that answers every parked JoinGroup/SyncGroup with NOT_COORDINATOR_FOR_GROUP when the
-  broker begins shutting down, so no request holds shutdown up.
+- One background task runs in the broker's nursery: the timer (session and rebalance timeouts;
+  every offsets.retention.check.interval.ms, offsets.retention.minutes expiry and the
+  compaction check). The broker calls :meth:`GroupCoordinator.shutdown` when it begins
+  shutting down: every parked JoinGroup/SyncGroup gets NOT_COORDINATOR_FOR_GROUP, so no request
+  holds shutdown up.
 - Until :func:`setup` returns, the broker has no coordinator and the handlers answer
   GROUP_COORDINATOR_NOT_AVAILABLE (clients retry).
 
-Offsets are kept forever in the log (no compaction yet): tombstones mark expired offsets; the
-live set is what replay leaves.
+Tombstones mark expired offsets; the live set is what replay leaves. When the log holds more
+than COMPACT_MIN_BYTES and COMPACT_RATIO records per live offset (checked at start-up and on the
+timer), it is compacted: the live offsets are written again as a snapshot and the segments
+before it deleted (store.compact; crash-safe at every step).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +36,8 @@ from broker.groups.offsets import (
     CommittedOffset, OffsetCache, encode_offset_key, encode_offset_value, expire_timestamp)
 from broker.groups.state import (
     Delivery, GroupMachine, GroupSummary, JoinResult, SyncResult)
-from broker.groups.store import OffsetStoreError, append_records, load_offsets
+from broker.groups.store import (
+    OffsetStoreError, append_records, compact, load_offsets, needs_compaction)
 from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
@@ -38,14 +45,18 @@ log = structlog.get_logger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITION = 0
 # Kafka's offsets topic settings (GroupCoordinator.offsetsTopicConfigs): compacted, 100 MiB
-# segments. Retention is switched off explicitly because nothing here compacts yet.
+# segments. Retention is switched off explicitly: it deletes segments by age or size, which
+# would drop live offsets; the coordinator's own compaction bounds the log instead.
 OFFSETS_TOPIC_CONFIGS = {
     "cleanup.policy": "compact",
     "segment.bytes": "104857600",
     "retention.ms": "-1",
     "retention.bytes": "-1",
 }
-OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
+# Compact when the log exceeds this size and holds more than COMPACT_RATIO records per live
+# offset: replay at start-up then stays within a few times the live set.
+COMPACT_MIN_BYTES = 16 * 1024 * 1024
+COMPACT_RATIO = 4
 
 
 @dataclass(frozen=True)
@@ -88,27 +99,24 @@ class GroupCoordinator:
         self.offsets = OffsetCache()
         self.retention_ms = cfg.offsets_retention_minutes * 60_000
         self.retention_check_interval_ms = cfg.offsets_retention_check_interval_ms
+        self.metadata_max_bytes = cfg.offset_metadata_max_bytes
+        self.compact_min_bytes = COMPACT_MIN_BYTES
+        self.compact_ratio = COMPACT_RATIO
         self.active = False
         self._changed = trio.Event()
 
     # ---- life cycle ----------------------------------------------------------------------
 
     async def start(self, nursery: trio.Nursery) -> None:
-        """Create/replay the offsets topic, then run the timers in ``nursery``."""
+        """Create/replay (and compact if due) the offsets topic, then run the timer in
+        ``nursery``. If the broker began stopping meanwhile, stay inactive."""
         ctx = self._ctx
         if ctx.topics.get(OFFSETS_TOPIC) is None:
             try:
                 await ctx.create_topic(OFFSETS_TOPIC, 1, OFFSETS_TOPIC_CONFIGS)
             except TopicExistsError:
-                pass  # a client's Metadata request auto-created it first
-        topic = ctx.topics.get(OFFSETS_TOPIC)
-        if topic.config.retention_ms >= 0 or topic.config.retention_bytes >= 0:
-            log.warning("the offsets topic has time or size retention: committed offsets of "
-                        "idle groups can be deleted with its segments", topic=OFFSETS_TOPIC,
-                        retention_ms=topic.config.retention_ms,
-                        retention_bytes=topic.config.retention_bytes,
-                        action="it was created by something other than the coordinator; set "
-                               "retention.ms=-1 and retention.bytes=-1 in its registry entry")
+                pass  # created concurrently (no client path can, but creation is idempotent)
+        await self._repair_retention()
         log_ = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
         if log_ is None:
             raise RuntimeError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log after creation")
@@ -118,11 +126,41 @@ class GroupCoordinator:
                                      topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION))
         for group in self.offsets.groups():
             self.machine.ensure_group(group)
+        log.info("group coordinator loaded offsets", records_replayed=count,
+                 groups=len(self.offsets.groups()), offsets=len(self.offsets))
+        await self.compact_offsets(ctx.clock())
+        if ctx.stopping:  # shutdown began during start-up: Server.begin_shutdown saw no coordinator
+            return
         self.active = True
-        log.info("group coordinator started", records_replayed=count,
-                 groups=len(self.offsets.groups()))
+        log.info("group coordinator started")
         nursery.start_soon(self._run_timers)
-        nursery.start_soon(self._watch_shutdown)
+
+    async def _repair_retention(self) -> None:
+        """Give the offsets topic the coordinator's configs if it has time or size retention
+        (a registry entry lost and rebuilt with broker defaults, or a topic made by an older
+        version): retention would delete live offsets with their segments."""
+        ctx = self._ctx
+        topic = ctx.topics.get(OFFSETS_TOPIC)
+        if topic.config.retention_ms < 0 and topic.config.retention_bytes < 0:
+            return
+        log.warning("the offsets topic had time or size retention, which can delete committed "
+                    "offsets; switching it off", topic=OFFSETS_TOPIC,
+                    retention_ms=topic.config.retention_ms,
+                    retention_bytes=topic.config.retention_bytes,
+                    action="none: the registry entry is rewritten with retention.ms=-1 and "
+                           "retention.bytes=-1")
+        async with ctx.admin_lock:
+            fixed = ctx.topics.make_topic(OFFSETS_TOPIC, topic.partitions,
+                                          {**topic.overrides, **OFFSETS_TOPIC_CONFIGS})
+            ctx.topics.put(fixed)
+            await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
+            for p in range(fixed.partitions):
+                async with ctx.partition(OFFSETS_TOPIC, p).lock:
+                    log_ = ctx.get_log(OFFSETS_TOPIC, p)
+                    if log_ is not None:  # the Log was opened with the old retention
+                        log_.config = dataclasses.replace(
+                            log_.config, retention_ms=fixed.log_config.retention_ms,
+                            retention_bytes=fixed.log_config.retention_bytes)
 
     def shutdown(self) -> None:
         """Stop serving: parked requests get NOT_COORDINATOR_FOR_GROUP, new ones
@@ -132,16 +170,6 @@ class GroupCoordinator:
         self.active = False
         self._deliver(self.machine.abandon_all(ErrorCode.NOT_COORDINATOR_FOR_GROUP))
         log.info("group coordinator stopped")
-
-    async def _watch_shutdown(self) -> None:
-        # BrokerContext.wake_all() (called when shutdown begins) notifies every partition's
-        # waiters, ours included.
-        state = self._ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION)
-        while not self._ctx.stopping:
-            event = trio.Event()
-            state.waiters.add(event)
-            await event.wait()
-        self.shutdown()
 
     async def _run_timers(self) -> None:
         next_check = self._ctx.clock() + self.retention_check_interval_ms
@@ -154,6 +182,7 @@ class GroupCoordinator:
                 next_check = now + self.retention_check_interval_ms
                 if self.active:
                     await self.expire_offsets(now)
+                    await self.compact_offsets(now)
                 continue
             deadline = min(self.machine.next_deadline() or math.inf, next_check)
             with trio.move_on_after(max(0.0, (deadline - now) / 1000)):
@@ -250,7 +279,7 @@ class GroupCoordinator:
                 errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             elif group_error is not ErrorCode.NONE:
                 errors.append(group_error)
-            elif metadata is not None and len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+            elif metadata is not None and len(metadata.encode()) > self.metadata_max_bytes:
                 errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
             else:
                 errors.append(ErrorCode.NONE)
@@ -331,6 +360,35 @@ class GroupCoordinator:
         if expired or removed:
             log.info("expired committed offsets", offsets=len(expired), groups_removed=removed)
         return len(expired)
+
+    async def compact_offsets(self, now_ms: int) -> int:
+        """Compact the offsets log if it holds far more than the live offsets (see the module
+        docstring); returns how many segments were deleted (0 when not due or on failure,
+        which is logged and retried at the next check)."""
+        ctx = self._ctx
+        async with ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION).lock:
+            log_ = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
+            if log_ is None or not needs_compaction(log_, len(self.offsets),
+                                                    min_bytes=self.compact_min_bytes,
+                                                    ratio=self.compact_ratio):
+                return 0
+            before = (log_.size, log_.log_end_offset - log_.log_start_offset)
+            live = list(self.offsets.items())  # under the lock: commits cannot interleave
+            try:
+                start, deleted = await trio.to_thread.run_sync(
+                    compact, log_, self._settings(), live, now_ms)
+            except Exception as exc:
+                log.error("compacting the offsets log failed; committed offsets are intact",
+                          topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION, error=repr(exc),
+                          action="check the log directory's disk; retried at the next "
+                                 "offsets.retention.check.interval.ms")
+                return 0
+            after = (log_.size, log_.log_end_offset - log_.log_start_offset)
+        log.info("compacted the offsets log", topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION,
+                 live_offsets=len(live), snapshot_offset=start, segments_deleted=deleted,
+                 bytes_before=before[0], records_before=before[1], bytes_after=after[0],
+                 records_after=after[1])
+        return deleted
 
     def _settings(self):
         return self._ctx.topics.get(OFFSETS_TOPIC).settings

@@ -3,20 +3,22 @@
 Each is ``async def handler(ctx, request) -> dict``: ``request.body`` is the decoded construct
 Container (Kafka's Protocol.java field names), the dict is the response body. Before the
 coordinator has started (``ctx.coordinator`` is None) every api answers
-GROUP_COORDINATOR_NOT_AVAILABLE, which clients retry.
+GROUP_COORDINATOR_NOT_AVAILABLE, which clients retry. A member's client_host (DescribeGroups)
+is the peer address the server put in ``broker.context.client_host`` ("/127.0.0.1", as Kafka's
+KafkaApis passes ``clientAddress.toString``).
 
 OffsetFetch v0 and OffsetCommit v0 use the same store as v1+: Kafka 0.10.1 kept v0 offsets in
 ZooKeeper, which this broker does not have.
 """
 from __future__ import annotations
 
+from broker.context import client_host
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.state import UNKNOWN_MEMBER_ID
 from protocol.api import ApiKey, Request
 from protocol.errors import ErrorCode
 
 _NOT_AVAILABLE = int(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE)
-CLIENT_HOST_UNKNOWN = ""
 
 
 def _coordinator(ctx) -> GroupCoordinator | None:
@@ -42,7 +44,7 @@ async def handle_join_group(ctx, request: Request) -> dict:
                          else body.session_timeout)
     result = await coordinator.join(
         body.group_id, body.member_id, client_id=request.header.client_id or "",
-        client_host=CLIENT_HOST_UNKNOWN, session_timeout_ms=body.session_timeout,
+        client_host=client_host.get(), session_timeout_ms=body.session_timeout,
         rebalance_timeout_ms=rebalance_timeout, protocol_type=body.protocol_type,
         protocols=[(p.protocol_name, p.protocol_metadata) for p in body.group_protocols])
     return {"error_code": int(result.error), "generation_id": result.generation_id,

@@ -189,6 +189,18 @@ class OffsetCache:
     def groups(self) -> list[str]:
         return list(self._groups)
 
+    def __len__(self) -> int:
+        return sum(len(offsets) for offsets in self._groups.values())
+
+    def items(self) -> Iterator[tuple[OffsetKey, CommittedOffset]]:
+        """Every live (key, committed offset), group by group."""
+        for group, offsets in self._groups.items():
+            for (topic, partition), value in offsets.items():
+                yield OffsetKey(group, topic, partition), value
+
+    def as_dict(self) -> dict[OffsetKey, CommittedOffset]:
+        return dict(self.items())
+
     def expired(self, now_ms: int) -> Iterator[OffsetKey]:
         """Keys whose expire timestamp is before ``now_ms`` (Kafka: strictly before)."""
         for group, offsets in self._groups.items():

@@ -5,6 +5,10 @@ holding the partition's lock (the broker's rule for every Log access). A commit 
 and fsynced (``Log.flush``) before the client hears it succeeded, so a kill -9 right after the
 response loses nothing; a torn append is cut off by the storage engine's recovery and was never
 acknowledged.
+
+Compaction (:func:`compact`) keeps replay short: the live offsets are appended again as a
+snapshot, fsynced, and every segment wholly before the snapshot is deleted. A crash at any point
+leaves a log whose replay gives the same offsets (see :func:`compact` for why).
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import structlog
 
 from broker.groups.offsets import (
     CommittedOffset, GroupKey, OffsetCache, OffsetKey, OffsetRecordError, decode_key,
-    decode_offset_value)
+    decode_offset_value, encode_offset_key, encode_offset_value)
 from protocol.errors import ErrorCode
 from protocol.records import MessageSetBuilder, iter_deep
 from protocol.validator import Rejected, validate_produce
@@ -22,6 +26,10 @@ from protocol.validator import Rejected, validate_produce
 log = structlog.get_logger(__name__)
 
 READ_CHUNK_BYTES = 1 << 20
+# Compaction writes its snapshot in message sets of about this size: far below the offsets
+# topic's max.message.bytes per message and segment.bytes per set.
+SNAPSHOT_SET_BYTES = 512 * 1024
+_RECORD_OVERHEAD = 34  # log overhead 12 + magic-1 message header 22 (key/value lengths incl.)
 
 
 class OffsetStoreError(Exception):
@@ -37,6 +45,12 @@ def append_records(log_, settings, records: Iterable[tuple[bytes, bytes | None]]
                    now_ms: int) -> int:
     """Append (key, value-or-None) records as one message set and fsync; returns the first
     offset. Raises OffsetStoreError when the set is refused; storage errors propagate."""
+    first = _append(log_, settings, records, now_ms)
+    log_.flush()
+    return first
+
+
+def _append(log_, settings, records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> int:
     builder = MessageSetBuilder(magic=1, base_offset=log_.log_end_offset)
     for key, value in records:
         builder.append(value, key=key, timestamp=now_ms)
@@ -45,8 +59,45 @@ def append_records(log_, settings, records: Iterable[tuple[bytes, bytes | None]]
     if isinstance(result, Rejected):
         raise OffsetStoreError(result.error, result.reason)
     log_.append(result)
-    log_.flush()
     return result.first_offset
+
+
+def needs_compaction(log_, live: int, *, min_bytes: int, ratio: int) -> bool:
+    """True when the log holds more than ``min_bytes`` and more than ``ratio`` records per
+    live offset (records counted as offsets between log start and log end)."""
+    records = log_.log_end_offset - log_.log_start_offset
+    return log_.size > min_bytes and records > ratio * max(live, 1)
+
+
+def compact(log_, settings, live: Iterable[tuple[OffsetKey, CommittedOffset]],
+            now_ms: int) -> tuple[int, int]:
+    """Rewrite the live offsets as a snapshot at the log end, then drop everything before it.
+
+    Steps, each leaving a log whose replay gives exactly ``live``: roll (the snapshot starts a
+    segment of its own); append the snapshot in sets of at most SNAPSHOT_SET_BYTES (a replay
+    of old records followed by part of the snapshot re-puts values it already has); fsync;
+    delete the segments wholly before the snapshot, oldest first (a replay of any suffix of
+    the old records followed by the whole snapshot ends with the live values, and a key absent
+    from the snapshot was last written as a tombstone before it, so it stays absent).
+    Returns (snapshot's first offset, segments deleted). Raises OffsetStoreError when a set is
+    refused (nothing is deleted then); storage errors propagate. Caller holds the lock.
+    """
+    log_.roll()
+    start = log_.log_end_offset
+    batch: list[tuple[bytes, bytes]] = []
+    size = 0
+    for key, value in live:
+        record = (encode_offset_key(key.group, key.topic, key.partition),
+                  encode_offset_value(value))
+        batch.append(record)
+        size += len(record[0]) + len(record[1]) + _RECORD_OVERHEAD
+        if size >= SNAPSHOT_SET_BYTES:
+            _append(log_, settings, batch, now_ms)
+            batch, size = [], 0
+    if batch:
+        _append(log_, settings, batch, now_ms)
+    log_.flush()
+    return start, log_.delete_segments_before(start, now_ms)
 
 
 def load_offsets(log_, cache: OffsetCache, *, default_retention_ms: int,

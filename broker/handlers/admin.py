@@ -6,8 +6,8 @@ from collections import Counter
 import structlog
 
 from broker.config import ConfigError, topic_name_error
-from broker.context import BrokerContext, InvalidTopicNameError, TopicExistsError
-from broker.handlers.metadata import INTERNAL_TOPICS
+from broker.context import (INTERNAL_TOPICS, BrokerContext, InvalidTopicNameError,
+                            TopicExistsError)
 from protocol.api import Request
 from protocol.errors import ErrorCode
 
@@ -39,6 +39,11 @@ async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
             continue
         if name in ctx.topics:
             results.append(_reject(name, ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists"))
+            continue
+        if name in INTERNAL_TOPICS:
+            # The group coordinator creates it with the configs that keep offsets alive.
+            results.append(_reject(name, ErrorCode.INVALID_REQUEST,
+                                   "internal topic: the broker creates it itself"))
             continue
         assignment = entry.replica_assignment
         if assignment:

@@ -4,13 +4,12 @@ from __future__ import annotations
 import structlog
 
 from broker.config import topic_name_error
-from broker.context import BrokerContext, InvalidTopicNameError, TopicExistsError
+from broker.context import (INTERNAL_TOPICS, BrokerContext, InvalidTopicNameError,
+                            TopicExistsError)
 from protocol.api import SUPPORTED_VERSIONS, Request
 from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 
 
 def api_versions(implemented) -> list[dict]:
@@ -50,6 +49,10 @@ async def handle_metadata(ctx: BrokerContext, request: Request) -> dict:
             partitions = _partitions(ctx, topic.partitions)
         elif topic_name_error(name):
             error = ErrorCode.INVALID_TOPIC_EXCEPTION
+        elif name in INTERNAL_TOPICS:
+            # Only the group coordinator creates it, with its own configs (compacted, no
+            # retention), as it starts: until then it is "not yet available".
+            error = ErrorCode.LEADER_NOT_AVAILABLE
         elif ctx.config.auto_create_topics_enable and not ctx.stopping:
             error = await _auto_create(ctx, name)
         else:

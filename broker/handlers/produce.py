@@ -9,7 +9,7 @@ from __future__ import annotations
 import structlog
 import trio
 
-from broker.context import BrokerContext
+from broker.context import INTERNAL_TOPICS, BrokerContext
 from broker.errors import CloseConnectionError
 from broker.topics import Topic
 from protocol.api import Request
@@ -51,6 +51,15 @@ def _last_timestamp(log_) -> int:
 async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int,
                              record_set: bytes) -> tuple[ErrorCode, int, int]:
     """(error, base_offset, log_append_time) for one partition."""
+    if topic_name in INTERNAL_TOPICS:
+        # Kafka 0.10.1 (ReplicaManager.appendToLocalLog) refuses client writes to internal
+        # topics; here only the group coordinator writes __consumer_offsets, and its in-memory
+        # offsets must match the log.
+        log.warning("produce rejected", topic=topic_name, partition=partition,
+                    error="INVALID_TOPIC_EXCEPTION",
+                    reason="internal topic: only the broker writes it; commit offsets with "
+                           "OffsetCommit instead")
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1
     topic = ctx.topics.get(topic_name)
     log_ = ctx.get_log(topic_name, partition)
     if topic is None or log_ is None:

@@ -38,6 +38,9 @@ def test_repo_config_file_is_valid_and_documents_every_key():
     text = open(REPO_CONFIG).read()
     missing = [k for k in BROKER_KEYS if k not in text]
     assert missing == []
+    # every key is set to its default there, and says so in its comment
+    assert config.offset_metadata_max_bytes == 4096
+    assert "offset.metadata.max.bytes=4096" in text
 
 
 def test_defaults_match_kafka():
@@ -55,6 +58,9 @@ def test_defaults_match_kafka():
     assert t.message_timestamp_type == "CreateTime" and t.magic == 1
     assert c.num_partitions == 1 and c.auto_create_topics_enable
     assert c.log_retention_check_interval_ms == 300000
+    assert c.offset_metadata_max_bytes == 4096
+    assert c.offsets_retention_check_interval_ms == 600000
+    assert c.offsets_retention_minutes == 1440
 
 
 def test_time_unit_precedence():

@@ -12,7 +12,7 @@ import trio
 from broker.config import BrokerConfig
 from broker.groups import OFFSETS_TOPIC, setup
 from broker.groups.handlers import GROUP_HANDLERS
-from broker.server import open_context
+from broker.server import Server, open_context
 from protocol.api import ApiKey
 from protocol.connection import ClientConnection, ServerConnection
 from protocol.errors import ErrorCode as E
@@ -192,8 +192,8 @@ async def test_shutdown_answers_parked_requests(tmp_path):
         async with trio.open_nursery() as n:
             n.start_soon(join_b)
             await trio.sleep(0.1)
-            ctx.stopping = True
-            ctx.wake_all()
+            assert "b" not in results  # parked until the rebalance ends
+            Server(ctx).begin_shutdown()  # what SIGTERM does
         assert results["b"].error is E.NOT_COORDINATOR_FOR_GROUP
         assert c.heartbeat("g", a.member_id, 1) is E.GROUP_COORDINATOR_NOT_AVAILABLE
         assert c.list_groups()[0] is E.GROUP_COORDINATOR_NOT_AVAILABLE
@@ -303,14 +303,44 @@ async def test_handlers_before_the_coordinator_started(tmp_path):
     assert not os.path.exists(os.path.join(tmp_path, f"{OFFSETS_TOPIC}-0"))
 
 
-async def test_offsets_topic_created_by_someone_else_is_used_with_a_warning(tmp_path):
+async def test_shutdown_begun_during_start_up_leaves_the_coordinator_inactive(tmp_path):
+    ctx = await open_context(make_config(tmp_path))
+    Server(ctx).begin_shutdown()  # no coordinator yet: nothing to stop
+    try:
+        async with trio.open_nursery() as nursery:
+            c = await setup(ctx, nursery)
+        assert not c.active
+        assert (await join(c)).error is E.GROUP_COORDINATOR_NOT_AVAILABLE
+    finally:
+        ctx.log_manager.shutdown()
+
+
+async def test_offsets_topic_with_retention_is_repaired(tmp_path):
     from structlog.testing import capture_logs
     ctx = await open_context(make_config(tmp_path))
-    await ctx.create_topic(OFFSETS_TOPIC, 1)  # e.g. auto-created by a Metadata request
+    # e.g. made by an older version, or its registry entry rebuilt with broker defaults
+    await ctx.create_topic(OFFSETS_TOPIC, 1)
     ctx.log_manager.shutdown()
     with capture_logs() as logs:
         async with running(tmp_path) as (ctx, c):
             assert await c.commit_offsets("g", "", -1, None, [("t", 0, 5, "", -1)]) == [E.NONE]
+            topic = ctx.topics.get(OFFSETS_TOPIC)
+            assert (topic.config.retention_ms, topic.config.retention_bytes) == (-1, -1)
+            assert topic.config.cleanup_policy == "compact"
+            log_ = ctx.get_log(OFFSETS_TOPIC, 0)
+            assert (log_.config.retention_ms, log_.config.retention_bytes) == (-1, -1)
     warnings = [e for e in logs if e["log_level"] == "warning"
-                and "offsets topic has time or size retention" in e["event"]]
+                and "offsets topic had time or size retention" in e["event"]]
     assert len(warnings) == 1 and warnings[0]["retention_ms"] == 7 * 24 * 3600 * 1000
+    with capture_logs() as logs:  # persisted: the next start finds nothing to repair
+        async with running(tmp_path) as (ctx, c):
+            assert ctx.topics.get(OFFSETS_TOPIC).config.retention_ms == -1
+            assert [p.offset for p in c.fetch_offsets("g", [("t", 0)])] == [5]
+    assert not [e for e in logs if "retention" in e["event"]]
+
+
+async def test_offset_metadata_max_bytes_is_configurable(tmp_path):
+    async with running(tmp_path, offset_metadata_max_bytes=10) as (ctx, c):
+        got = await c.commit_offsets("g", "", -1, None, [("t", 0, 1, "x" * 10, -1),
+                                                         ("t", 1, 1, "é" * 6, -1)])
+        assert got == [E.NONE, E.OFFSET_METADATA_TOO_LARGE]  # 12 UTF-8 bytes > 10
