@@ -6,21 +6,24 @@ Layout of an uncompressed magic-1 entry (Kafka 0.10.1, bytes from the entry star
   18 timestamp int64 | 26 key_length int32 (-1 null) | 30 key | value_length int32 | value
 Entry length = 12 + size; size = 22 + key bytes + value bytes.
 
-Fast path (every entry magic 1, uncompressed - what producers send by default): one Python loop
-walks the size fields to find entry positions; numpy gathers every header field at once; key and
-value columns come from an Arrow binary array laid over the fetched buffer whose offsets alternate
-[value start, value end, next value start, ...], so `take` of the even elements copies the bytes
-in C++. Anything else (compressed wrappers, magic 0) goes through protocol.records.iter_deep,
-which resolves KIP-31 relative offsets and wrapper LogAppendTime.
+Fast path (magic 1): one Python loop walks the size fields to find entry positions; numpy
+gathers every header field at once; key and value columns come from an Arrow binary array laid
+over the buffer whose offsets alternate [value start, value end, next value start, ...], so
+`take` of the even elements copies the bytes in C++. A compressed wrapper is decompressed
+(protocol.compression) and its inner set parsed the same way, with KIP-31 relative offsets made
+absolute and a LogAppendTime wrapper's time applied. Magic 0, and wrappers that break a nesting
+rule, go through protocol.records.iter_deep (which raises the precise error).
 """
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from protocol import LOG_OVERHEAD, MIN_MESSAGE_SIZE, CorruptRecordError, iter_deep
+from protocol.compression import decompress
 
 SPARK_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                 "timestamp timestamp, timestampType int")
@@ -105,6 +108,68 @@ def _be(u8: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     return raw.view(f">i{width}").reshape(-1).astype(np.int64)
 
 
+@dataclass
+class _Chunk:
+    """Header fields of consecutive uncompressed magic-1 entries of one buffer."""
+
+    buffer: bytes
+    offsets: np.ndarray
+    timestamps: np.ndarray
+    ts_types: np.ndarray
+    key_start: np.ndarray
+    key_len: np.ndarray
+    value_start: np.ndarray
+    value_len: np.ndarray
+
+
+def _fields(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> _Chunk:
+    """Parse the entries at ``pos``, checking key/value lengths against each size field."""
+    sizes = _be(u8, pos + 8, 4)
+    key_len = _be(u8, pos + 26, 4)
+    key_start = pos + 30
+    value_len_at = key_start + np.maximum(key_len, 0)
+    bad = (key_len < -1) | (value_len_at + 4 > pos + LOG_OVERHEAD + sizes)
+    value_len = np.zeros_like(key_len)
+    if not np.any(bad):
+        value_len = _be(u8, value_len_at, 4)
+        bad = (value_len < -1) | (_V1_OVERHEAD + np.maximum(key_len, 0)
+                                  + np.maximum(value_len, 0) != sizes)
+    if np.any(bad):
+        at = int(pos[np.argmax(bad)])
+        raise CorruptRecordError(f"{where}: message at byte {at} has key/value lengths that do "
+                                 f"not match its size", offset=at)
+    return _Chunk(buf, _be(u8, pos, 8), _be(u8, pos + 18, 8),
+                  ((u8[pos + 17] >> 3) & 1).astype(np.int64), key_start, key_len,
+                  value_len_at + 4, value_len)
+
+
+def _unwrap(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> _Chunk | None:
+    """The inner messages of the compressed wrapper at ``pos`` (one position) with absolute
+    offsets (KIP-31) and the wrapper's LogAppendTime applied; None when the wrapper breaks a
+    nesting rule, so that iter_deep raises its precise error."""
+    wrapper = _fields(buf, u8, pos, where)
+    codec = int(u8[pos[0] + 17]) & _CODEC_MASK
+    if wrapper.value_len[0] < 0 or codec > 3:
+        return None
+    vstart = int(wrapper.value_start[0])
+    inner = decompress(codec, memoryview(buf)[vstart:vstart + int(wrapper.value_len[0])], 1,
+                       position=int(pos[0]))
+    ipos = _positions(memoryview(inner))
+    if not len(ipos):
+        return None
+    iu8 = np.frombuffer(inner, dtype=np.uint8)
+    last_end = int(ipos[-1]) + LOG_OVERHEAD + int(_be(iu8, ipos[-1:] + 8, 4)[0])
+    if last_end != len(inner) or np.any(iu8[ipos + 16] != 1) or np.any(iu8[ipos + 17]
+                                                                        & _CODEC_MASK):
+        return None
+    chunk = _fields(inner, iu8, ipos, f"{where} (inside the wrapper at byte {int(pos[0])})")
+    chunk.offsets = wrapper.offsets[0] - chunk.offsets[-1] + chunk.offsets
+    if wrapper.ts_types[0] == 1:
+        chunk.timestamps = np.full_like(chunk.timestamps, wrapper.timestamps[0])
+        chunk.ts_types = np.ones_like(chunk.ts_types)
+    return chunk
+
+
 def decode(record_set: bytes, topic: str, partition: int, *, start: int, end: int,
            window: tuple[int | None, int | None] = (None, None)
            ) -> tuple[pa.RecordBatch | None, int]:
@@ -113,50 +178,51 @@ def decode(record_set: bytes, topic: str, partition: int, *, start: int, end: in
 
     The next offset is one past the last complete message seen (at least ``start``; ``end`` once
     the range is done); it equals ``start`` when the set holds no complete message.
-    Raises CorruptRecordError for entries that contradict their own sizes.
+    Raises CorruptRecordError for entries that contradict their own sizes or cannot be
+    decompressed.
     """
-    mv = memoryview(record_set)
-    pos = _positions(mv)
+    pos = _positions(memoryview(record_set))
     if len(pos) == 0:
         return None, start
     u8 = np.frombuffer(record_set, dtype=np.uint8)
-    magic = u8[pos + 16]
-    attributes = u8[pos + 17]
-    if np.all(magic == 1) and not np.any(attributes & _CODEC_MASK):
-        offsets = _be(u8, pos, 8)
-        sizes = _be(u8, pos + 8, 4)
-        timestamps = _be(u8, pos + 18, 8)
-        ts_types = (attributes >> 3) & 1
-        key_len = _be(u8, pos + 26, 4)
-        key_start = pos + 30
-        value_len_at = key_start + np.maximum(key_len, 0)
-        bad = (key_len < -1) | (value_len_at + 4 > pos + LOG_OVERHEAD + sizes)
-        if not np.any(bad):
-            value_len = _be(u8, value_len_at, 4)
-            bad = (value_len < -1) | (_V1_OVERHEAD + np.maximum(key_len, 0)
-                                      + np.maximum(value_len, 0) != sizes)
-        if np.any(bad):
-            at = int(pos[np.argmax(bad)])
-            raise CorruptRecordError(
-                f"{topic}[{partition}]: message at byte {at} of the fetched set has key/value "
-                f"lengths that do not match its size", offset=at)
-        last = int(offsets[-1])
-        keep = (offsets >= start) & (offsets < end)
-        lo, hi = window
+    if np.any(u8[pos + 16] != 1):
+        return _decode_deep(record_set, topic, partition, start=start, end=end, window=window)
+    where = f"{topic}[{partition}] fetched set"
+    chunks = []
+    first = 0
+    for wrapper in [*np.flatnonzero(u8[pos + 17] & _CODEC_MASK), len(pos)]:
+        if first < wrapper:
+            chunks.append(_fields(record_set, u8, pos[first:wrapper], where))
+        if wrapper < len(pos):
+            inner = _unwrap(record_set, u8, pos[wrapper:wrapper + 1], where)
+            if inner is None:
+                return _decode_deep(record_set, topic, partition, start=start, end=end,
+                                    window=window)
+            chunks.append(inner)
+        first = wrapper + 1
+    last = max(int(c.offsets.max()) for c in chunks)
+    next_offset = min(end, max(start, last + 1))
+    lo, hi = window
+    parts = []
+    for c in chunks:
+        keep = (c.offsets >= start) & (c.offsets < end)
         if lo is not None:
-            keep &= timestamps >= lo
+            keep &= c.timestamps >= lo
         if hi is not None:
-            keep &= timestamps < hi
-        next_offset = min(end, max(start, last + 1))
-        if not np.any(keep):
-            return None, next_offset
+            keep &= c.timestamps < hi
         rows = np.flatnonzero(keep)
-        buffer = pa.py_buffer(record_set)
-        key = _binary_column(buffer, key_start[rows], key_len[rows])
-        value = _binary_column(buffer, value_len_at[rows] + 4, value_len[rows])
-        return _batch(topic, partition, key, value, offsets[rows], timestamps[rows],
-                      ts_types[rows]), next_offset
-    return _decode_deep(record_set, topic, partition, start=start, end=end, window=window)
+        if len(rows):
+            buffer = pa.py_buffer(c.buffer)
+            parts.append((_binary_column(buffer, c.key_start[rows], c.key_len[rows]),
+                          _binary_column(buffer, c.value_start[rows], c.value_len[rows]),
+                          c.offsets[rows], c.timestamps[rows], c.ts_types[rows]))
+    if not parts:
+        return None, next_offset
+    if len(parts) == 1:
+        return _batch(topic, partition, *parts[0]), next_offset
+    return _batch(topic, partition, pa.concat_arrays([p[0] for p in parts]),
+                  pa.concat_arrays([p[1] for p in parts]),
+                  *(np.concatenate([p[i] for p in parts]) for i in (2, 3, 4))), next_offset
 
 
 def _decode_deep(record_set: bytes, topic: str, partition: int, *, start: int, end: int,

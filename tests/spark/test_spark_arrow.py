@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from protocol import CorruptRecordError, MessageSetBuilder, TimestampType
+from protocol import Codec, CorruptRecordError, MessageSetBuilder, TimestampType, iter_deep
 from pyspark_chronolog.arrow import ARROW_SCHEMA, decode
 
 BASE_TS = 1_700_000_000_000
@@ -30,7 +30,7 @@ def kafka_python_set(msgs, *, codec=0, base=0):
 
 def rows(batch):
     return [(r["key"], r["value"], r["offset"],
-             int(r["timestamp"].timestamp() * 1000 + 0.5), r["timestampType"])
+             round(r["timestamp"].timestamp() * 1000), r["timestampType"])
             for r in batch.to_pylist()]
 
 
@@ -110,3 +110,28 @@ def test_size_contradicting_key_and_value_lengths_is_corrupt():
         decode(bytes(buf), "t", 0, start=0, end=10)
     with pytest.raises(CorruptRecordError, match="size 3"):
         decode(b"\x00" * 8 + (3).to_bytes(4, "big") + b"\x00" * 20, "t", 0, start=0, end=10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(list(Codec)), st.sampled_from(list(TimestampType)),
+                          messages), min_size=1, max_size=5),
+       st.integers(0, 3), st.data())
+def test_mixed_and_compressed_sets_match_iter_deep(sets, magic0_at, data):
+    """Concatenated sets as a broker stores them (each codec, LogAppendTime wrappers, now and
+    then a magic-0 set) decode like protocol.records.iter_deep sees them."""
+    buf, base = b"", 0
+    for i, (codec, ts_type, msgs) in enumerate(sets):
+        magic = 0 if i == magic0_at and ts_type == TimestampType.CREATE_TIME else 1
+        builder = MessageSetBuilder(magic=magic, codec=codec, timestamp_type=ts_type,
+                                    base_offset=base)
+        for key, value, dt in msgs:
+            builder.append(value, key=key, timestamp=BASE_TS + dt)
+        buf += builder.build()
+        base += len(msgs)
+    start = data.draw(st.integers(0, base))
+    end = data.draw(st.integers(start, base + 1))
+    want = [(m.key, m.value, m.offset, m.timestamp, int(m.timestamp_type))
+            for m in iter_deep(buf) if start <= m.offset < end]
+    batch, next_offset = decode(buf, "t", 0, start=start, end=end)
+    assert (rows(batch) if batch is not None else []) == want
+    assert next_offset == (start if start == end else min(end, base))
