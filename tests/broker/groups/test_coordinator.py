@@ -344,3 +344,54 @@ async def test_offset_metadata_max_bytes_is_configurable(tmp_path):
         got = await c.commit_offsets("g", "", -1, None, [("t", 0, 1, "x" * 10, -1),
                                                          ("t", 1, 1, "é" * 6, -1)])
         assert got == [E.NONE, E.OFFSET_METADATA_TOO_LARGE]  # 12 UTF-8 bytes > 10
+
+
+# ---- compaction of the offsets log ------------------------------------------------------------
+
+async def commit_many(c, n: int) -> dict[int, int]:
+    last = {}
+    for i in range(n):
+        p = i % 4
+        assert await c.commit_offsets("g", "", -1, None, [("t", p, i, "meta", -1)]) == [E.NONE]
+        last[p] = i
+    return last
+
+
+async def test_offsets_log_is_compacted_at_start_up(tmp_path, monkeypatch):
+    from broker.groups import coordinator as coordinator_module
+    async with running(tmp_path) as (ctx, c):
+        last = await commit_many(c, 200)
+        log_ = ctx.get_log(OFFSETS_TOPIC, 0)
+        assert (log_.log_start_offset, log_.log_end_offset) == (0, 200)  # not due: < 16 MiB
+    monkeypatch.setattr(coordinator_module, "COMPACT_MIN_BYTES", 1000)
+    async with running(tmp_path, clean=False) as (ctx, c):
+        log_ = ctx.get_log(OFFSETS_TOPIC, 0)
+        assert (log_.log_start_offset, log_.log_end_offset) == (200, 204)  # 4 live offsets
+        assert [s.base_offset for s in log_.segments] == [200]
+        got = c.fetch_offsets("g", [("t", p) for p in range(4)])
+        assert [(p.offset, p.metadata) for p in got] == [(last[p], "meta") for p in range(4)]
+    monkeypatch.setattr(coordinator_module, "COMPACT_MIN_BYTES", 16 << 20)
+    async with running(tmp_path) as (ctx, c):  # crash above: replay of the snapshot only
+        got = c.fetch_offsets("g", [("t", p) for p in range(4)])
+        assert [p.offset for p in got] == [last[p] for p in range(4)]
+
+
+async def test_offsets_log_is_compacted_on_the_timer(tmp_path):
+    async with running(tmp_path, offsets_retention_check_interval_ms=100) as (ctx, c):
+        c.compact_min_bytes = 2000
+        last = await commit_many(c, 20)   # too small to compact
+        log_ = ctx.get_log(OFFSETS_TOPIC, 0)
+        await trio.sleep(0.3)
+        assert log_.log_start_offset == 0
+        last = await commit_many(c, 200)
+        with trio.fail_after(10):
+            while log_.log_start_offset == 0:
+                await trio.sleep(0.05)
+        assert log_.log_end_offset - log_.log_start_offset == 4
+        got = c.fetch_offsets("g", [("t", p) for p in range(4)])
+        assert [p.offset for p in got] == [last[p] for p in range(4)]
+        # commits after compaction land after the snapshot and win on replay
+        assert await c.commit_offsets("g", "", -1, None, [("t", 0, 999, "", -1)]) == [E.NONE]
+    async with running(tmp_path) as (ctx, c):
+        got = c.fetch_offsets("g", [("t", p) for p in range(4)])
+        assert [p.offset for p in got] == [999] + [last[p] for p in range(1, 4)]
