@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from protocol import iter_shallow
 from pyspark_chronolog.client import BrokerClient
 from pyspark_chronolog.options import EARLIEST, parse_connect
 from tests.spark.spark_helpers import consume_all, new_topic, produce_messages, spark_rows
@@ -129,3 +130,33 @@ def test_offsets_deleted_by_retention(spark, broker_factory):
         read(spark, broker, topic, **options).collect()
     got = spark_rows(read(spark, broker, topic, failOnDataLoss="false", **options))
     assert got == consume_all(broker, topic) and got[-1][3] == b"new"
+
+
+def test_compressed_sets_from_a_real_producer(spark, broker):
+    """kafka-python's producer with gzip (CreateTime) and snappy (LogAppendTime topic): one
+    subscribe read of both equals what kafka-python's consumer reads."""
+    from kafka import KafkaProducer
+
+    gzip_topic = new_topic(broker, 2, segment_bytes=4096)
+    snappy_topic = new_topic(broker, 1, segment_bytes=4096,
+                             message_timestamp_type="LogAppendTime")
+    for topic, codec in ((gzip_topic, "gzip"), (snappy_topic, "snappy")):
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, api_version=(0, 10, 1),
+                                 compression_type=codec, linger_ms=5, batch_size=2048)
+        for i in range(300):
+            producer.send(topic, key=b"k%d" % (i % 7) if i % 3 else None, value=b"x" * (i % 50))
+        producer.flush()
+        producer.close()
+    with BrokerClient(parse_connect({"bootstrap.servers": broker.bootstrap})) as client:
+        for topic, codec in ((gzip_topic, 1), (snappy_topic, 2)):
+            stored = client.fetch((topic, 0), 0, 1 << 20).record_set
+            assert {e.codec for e in iter_shallow(stored)} == {codec}
+    expected = sorted([(gzip_topic, *m) for m in consume_all(broker, gzip_topic)]
+                      + [(snappy_topic, *m) for m in consume_all(broker, snappy_topic)])
+    df = (spark.read.format("chronolog").option("bootstrap.servers", broker.bootstrap)
+          .option("subscribe", f"{gzip_topic},{snappy_topic}").load())
+    rows = df.selectExpr("topic", "partition", "offset", "key", "value",
+                         "unix_millis(timestamp) AS ts", "timestampType").collect()
+    got = sorted((r.topic, r.partition, r.offset, None if r.key is None else bytes(r.key),
+                  bytes(r.value), r.ts, r.timestampType) for r in rows)
+    assert got == expected and len(got) == 600
