@@ -37,14 +37,15 @@ The server sets it once per connection task, so every handler awaited there sees
 def kafka_host_string(ip: str) -> str:
     """Kafka's rendering of a peer address: "/" + the address, IPv4-mapped IPv6 as IPv4 and
     IPv6 uncompressed without leading zeros (Java's Inet6Address.getHostAddress)."""
+    address, sep, scope = ip.partition("%")
     try:
-        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+        addr = ipaddress.ip_address(address)
     except ValueError:
         return "/" + ip
     if isinstance(addr, ipaddress.IPv6Address):
         if addr.ipv4_mapped is not None:
             return f"/{addr.ipv4_mapped}"
-        return "/" + ":".join(f"{int(g, 16):x}" for g in addr.exploded.split(":"))
+        return "/" + ":".join(f"{int(g, 16):x}" for g in addr.exploded.split(":")) + sep + scope
     return f"/{addr}"
 
 
