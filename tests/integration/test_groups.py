@@ -290,6 +290,7 @@ def test_admin_group_apis(broker):
         assert (d["error"], d["group_state"], d["protocol_type"], d["protocol_data"]) == (
             None, "Stable", "consumer", "range")
         (member,) = d["members"]
+        assert member["client_host"] == "/127.0.0.1"  # Kafka's InetAddress.toString form
         assert member["member_metadata"]["topics"] == [topic]
         assert member["member_assignment"]["assigned_partitions"] == [
             {"topic": topic, "partitions": [0, 1, 2]}]
@@ -480,10 +481,43 @@ def test_chronolog_groups_cli(broker):
             (member,) = admin.describe_groups([group])[group]["members"]
         finally:
             admin.close()
-        owners = {line.split()[5] for line in lines if line.startswith(topic)}
-        assert owners == {member["member_id"]}
+        owners = {tuple(line.split()[5:7]) for line in lines if line.startswith(topic)}
+        assert owners == {(member["member_id"], "/127.0.0.1")}
+        members_header = lines.index(next(x for x in lines if x.split()[:3] == [
+            "MEMBER-ID", "CLIENT-ID", "HOST"]))
+        assert lines[members_header + 1].split()[::2] == [member["member_id"], "/127.0.0.1"]
     finally:
         a.stop_event.set()
         bounded(lambda: a.consumer.close(), what="KafkaConsumer.close()")
     missing = run_cli("--bootstrap-server", "127.0.0.1:1", "list")
     assert missing.returncode == 1 and "cannot connect to 127.0.0.1:1" in missing.stderr
+
+
+def test_offsets_topic_is_internal_to_real_clients(broker):
+    from confluent_kafka import KafkaError, Producer
+    group, topic = unique("g"), unique("int")
+    create_topic(broker.bootstrap, topic, 1)
+    committer = kafka_consumer(broker.bootstrap, group)
+    try:
+        committer.commit({TopicPartition(topic, 0): OffsetAndMetadata(3, "", -1)})
+    finally:
+        bounded(lambda: committer.close(), what="KafkaConsumer.close()")
+    # librdkafka produces to any topic Metadata lists; the broker refuses with 17
+    reports = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "message.send.max.retries": 0})
+    producer.produce("__consumer_offsets", key=b"forged", value=b"forged", partition=0,
+                     on_delivery=lambda err, msg: reports.append(err))
+    assert producer.flush(30) == 0
+    assert [e.code() for e in reports] == [KafkaError.TOPIC_EXCEPTION]
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, request_timeout_ms=20000)
+    try:
+        assert "__consumer_offsets" in admin.list_topics()
+        # kafka-python hides topics flagged is_internal
+        assert "__consumer_offsets" not in consumer.topics()
+        # the forged record did not disturb the committed offsets
+        stored = admin.list_group_offsets({group: [TopicPartition(topic, 0)]})[group]
+        assert {tp: o.offset for tp, o in stored.items()} == {TopicPartition(topic, 0): 3}
+    finally:
+        consumer.close()
+        admin.close()
