@@ -53,12 +53,13 @@ DEFAULT = {
     "partition_producers": 10,
     "partition_messages": 50_000,
     "scenario_timeout_s": 180,
+    "suite_budget_s": 1800,  # runs after this are recorded as skipped
 }
 PROFILED = ("produce/confluent/100B/none", "produce/confluent/1KiB/lz4", "produce/kafka-python/1KiB/none",
             "consume/confluent/1KiB/warm", "consume/kafka-python/1KiB/warm", "latency/confluent/100B/10k-per-s")
 QUICK = dict(DEFAULT, rounds=1, produce_messages={"100": 10_000, "1024": 5_000}, consume_messages=10_000,
              latency_seconds=2, oft_queries=200, oft_time_budget_s=3, partition_messages=10_000,
-             scenario_timeout_s=60)
+             scenario_timeout_s=60, suite_budget_s=600)
 
 
 def cold_cache_check() -> tuple[bool, str]:
@@ -178,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             "correctness": "every scenario consumes back what it produced and compares count and the sum of "
                            "CRC32s of the values; a mismatch fails the run",
             "broker_usage": "psutil on the broker process and its children between the scenario's start/end "
-                            "marks: CPU user+system seconds, RSS sampled every 100 ms",
+                            "marks: CPU user+system seconds (10 ms clock ticks: runs under 50 ms of broker "
+                            "CPU carry broker_cpu_low_resolution), RSS sampled every 100 ms",
             "producers": "confluent: linger.ms=5 (latency: 1), default batch.size; kafka-python: linger_ms=5, "
                          "batch_size=256 KiB; acks=all (default)",
             "latency": "CLOCK_MONOTONIC send stamp in the value; consumer (default fetch.wait.max.ms) in another "

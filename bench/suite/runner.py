@@ -24,6 +24,8 @@ from .brokers import BrokerProcess, BrokerStartError
 log = structlog.get_logger(__name__)
 
 BROKERS = ("chronolog", "tansu")
+CPU_RESOLUTION_S = 0.01  # psutil reads /proc/<pid>/stat, counted in 10 ms clock ticks
+MAX_START_FAILURES = 2  # a broker that cannot start twice is not retried for every scenario
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,8 @@ def run_in_child(broker: BrokerProcess, fn_name: str, kwargs: dict, params: dict
     n = outcome.get("messages", 0)
     cpu = u1.cpu_s - u0.cpu_s
     outcome.update({"elapsed_s": elapsed, "broker_cpu_s": cpu, "broker_rss_peak_mb": rss_peak / 1e6})
+    if cpu < CPU_RESOLUTION_S * 5:
+        outcome["broker_cpu_low_resolution"] = True
     if n:
         outcome["broker_cpu_s_per_million_msgs"] = cpu / n * 1e6
         outcome["msgs_per_s"] = n / elapsed
@@ -163,18 +167,23 @@ class Suite:
         self.setups: dict[str, dict[str, dict]] = {name: {} for name in brokers}
         self.events: list[str] = []
         self.runs: dict[str, dict[str, list[dict]]] = {s.key: {b: [] for b in brokers} for s in plan}
+        self.start_errors: dict[str, list[str]] = {name: [] for name in brokers}
+        self.deadline = time.monotonic() + params["suite_budget_s"]
 
     def _ensure(self, name: str) -> str | None:
         """Start (or restart) a broker and run the setups it needs; returns an error or None."""
         b = self.brokers[name]
         if b.alive():
             return None
+        if len(self.start_errors[name]) >= MAX_START_FAILURES:
+            return f"gave up after {MAX_START_FAILURES} failed starts; last: {self.start_errors[name][-1]}"
         if b.starts:
             self.events.append(f"{name} was not running (exit {b.proc.returncode}); restarting it. "
                                f"Output tail: {b.output_tail()}")
         try:
             b.start()
         except BrokerStartError as exc:
+            self.start_errors[name].append(str(exc))
             return str(exc)
         self.setups[name] = {}
         for setup in sorted({s.needs for s in self.plan if s.needs}):
@@ -202,6 +211,8 @@ class Suite:
                 b.stop(purge=True)
 
     def _one(self, spec: Spec, name: str, r: int) -> dict:
+        if time.monotonic() > self.deadline:
+            return {"error": f"skipped: the suite's time budget ({self.params['suite_budget_s']} s) is spent"}
         err = self._ensure(name)
         if err:
             return {"error": f"broker not available: {err}"}
