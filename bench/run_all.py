@@ -56,7 +56,8 @@ DEFAULT = {
     "suite_budget_s": 1800,  # runs after this are recorded as skipped
 }
 PROFILED = ("produce/confluent/100B/none", "produce/confluent/1KiB/lz4", "produce/kafka-python/1KiB/none",
-            "consume/confluent/1KiB/warm", "consume/kafka-python/1KiB/warm", "latency/confluent/100B/10k-per-s")
+            "consume/confluent/1KiB/warm", "consume/kafka-python/1KiB/warm", "latency/confluent/100B/10k-per-s",
+            "partitions/100x10-producers/100B")
 QUICK = dict(DEFAULT, rounds=1, produce_messages={"100": 10_000, "1024": 5_000}, consume_messages=10_000,
              latency_seconds=2, oft_queries=200, oft_time_budget_s=3, partition_messages=10_000,
              scenario_timeout_s=60, suite_budget_s=600)
@@ -113,7 +114,7 @@ def run_profiles(params: dict, plan: list, path: Path) -> int:
     specs = [s for s in plan if s.key in PROFILED]
     # Longer loads than the comparison's, so every profile holds a few thousand samples.
     params = dict(params, produce_messages={"100": 1_000_000, "1024": 200_000}, consume_messages=200_000,
-                  latency_seconds=10)
+                  latency_seconds=10, partition_messages=500_000)
     with tempfile.TemporaryDirectory(prefix="chronolog-profile-") as tmp:
         profiles = profile_scenarios(specs, params, Path(tmp))
     doc = {"tool": "py-spy record --format raw --nonblocking --gil --rate 250 (samples of the GIL holder only)",
