@@ -45,11 +45,12 @@ class Run:
     log_dir: str | None
     params: dict
     mark: Callable[[str], None]
-    notes: dict = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
 
     @property
     def deadline(self) -> float:
-        return time.monotonic() + self.params["scenario_timeout_s"] * 0.9
+        """When the scenario's own waits give up: before the parent's hard timeout kills it."""
+        return self.started + self.params["scenario_timeout_s"] * 0.9
 
     @property
     def host_port(self) -> tuple[str, int]:
