@@ -13,8 +13,10 @@ import math
 import multiprocessing
 import os
 import random
+import shutil
 import statistics
 import struct
+import subprocess
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -145,6 +147,18 @@ def drop_page_cache() -> dict:
     return {"cached_kb_before": before, "cached_kb_after": cached_kb()}
 
 
+def resident_bytes(paths: list[Path]) -> int | str:
+    """Bytes of ``paths`` in the page cache (util-linux fincore), proof that a cold run is cold."""
+    exe = shutil.which("fincore")
+    if exe is None or not paths:
+        return "not measured (no fincore or no files)"
+    out = subprocess.run([exe, "--bytes", "--noheadings", "--output", "RES", *map(str, paths)],
+                         capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        return f"not measured: fincore: {out.stderr.strip()[:200]}"
+    return sum(int(x) for x in out.stdout.split())
+
+
 def consume(run: Run, client: str, cache: str) -> dict:
     """Read the whole prefilled topic from offset 0; ``cache`` is "cold" (page cache dropped) or "warm"."""
     p = run.params
@@ -155,6 +169,9 @@ def consume(run: Run, client: str, cache: str) -> dict:
         if not p["cold_measurable"]:
             raise ScenarioError(f"cold not measurable here: {p['cold_reason']}")
         extra["page_cache"] = drop_page_cache()
+        if run.log_dir is not None:
+            extra["page_cache"]["topic_log_bytes_resident"] = resident_bytes(
+                sorted(Path(run.log_dir, f"{CONSUME_TOPIC}-0").glob("*.log")))
     else:
         # Warm: one untimed pass first, so the measured one reads from memory.
         consume_confluent(run.bootstrap, CONSUME_TOPIC, 1, want.count, deadline)
