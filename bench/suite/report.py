@@ -178,7 +178,10 @@ def plot(summary: dict, brokers: tuple[str, ...], path, title: str) -> None:
 def _headline_row(scenario: str, figure: str) -> bool:
     if figure in ("msgs/s", "p99 ms", "raw p99 ms", "wrong answers"):
         return True
-    return figure.startswith("CPU s") and scenario in ("produce/confluent/100B/none", "consume/confluent/1KiB/warm")
+    if figure.startswith("CPU s"):
+        return scenario in ("produce/confluent/100B/none", "consume/confluent/1KiB/warm",
+                            "partitions/100x10-producers/100B")
+    return figure.startswith("RSS") and scenario in ("produce/confluent/1KiB/none", "partitions/100x10-producers/100B")
 
 
 def readme_section(doc: dict) -> str:
