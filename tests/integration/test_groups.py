@@ -8,6 +8,7 @@ must finish within CLOSE_TIMEOUT_S.
 """
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +30,14 @@ FAST_GROUPS = {"group_min_session_timeout_ms": 1000}
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def client_host_seen_by(bootstrap: str) -> str:
+    """This machine's address as the broker sees it, in Kafka's InetAddress.toString form: under
+    compose the runner reaches the broker from its container address, not 127.0.0.1."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        return "/" + sock.getsockname()[0]
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -290,7 +299,7 @@ def test_admin_group_apis(broker):
         assert (d["error"], d["group_state"], d["protocol_type"], d["protocol_data"]) == (
             None, "Stable", "consumer", "range")
         (member,) = d["members"]
-        assert member["client_host"] == "/127.0.0.1"  # Kafka's InetAddress.toString form
+        assert member["client_host"] == client_host_seen_by(broker.bootstrap)
         assert member["member_metadata"]["topics"] == [topic]
         assert member["member_assignment"]["assigned_partitions"] == [
             {"topic": topic, "partitions": [0, 1, 2]}]
@@ -481,11 +490,12 @@ def test_chronolog_groups_cli(broker):
             (member,) = admin.describe_groups([group])[group]["members"]
         finally:
             admin.close()
+        host = client_host_seen_by(broker.bootstrap)
         owners = {tuple(line.split()[5:7]) for line in lines if line.startswith(topic)}
-        assert owners == {(member["member_id"], "/127.0.0.1")}
+        assert owners == {(member["member_id"], host)}
         members_header = lines.index(next(x for x in lines if x.split()[:3] == [
             "MEMBER-ID", "CLIENT-ID", "HOST"]))
-        assert lines[members_header + 1].split()[::2] == [member["member_id"], "/127.0.0.1"]
+        assert lines[members_header + 1].split()[::2] == [member["member_id"], host]
     finally:
         a.stop_event.set()
         bounded(lambda: a.consumer.close(), what="KafkaConsumer.close()")
