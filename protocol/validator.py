@@ -49,6 +49,8 @@ __all__ = ["TopicSettings", "ValidatedRecords", "Rejected", "validate_produce"]
 
 _B = struct.Struct(">b")
 _ATTRS_TS = struct.Struct(">bq")  # attributes, timestamp: 9 bytes at entry + 17
+# offset, size, crc, magic, attributes, timestamp, key length, next int32: 34 bytes
+_HEAD_V1 = struct.Struct(">qiIbbqii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,47 +138,57 @@ def _scan(out, omv, n: int, mode: int, first_offset: int, lo: int, hi: int, max_
     """Check the uncompressed magic-1 messages filling ``out[:n]`` and rewrite them per
     ``mode``; return (count, max timestamp, index of its first message) or None at the first
     thing this hot loop does not handle. One CRC per message (two under LogAppendTime), no
-    per-message objects."""
+    per-message objects; one unpack reads the header up to the value length of a message with
+    an empty or null key (the common case), the smallest magic-1 entry being 34 bytes."""
     pos = 0
     count = 0
     max_ts = NO_TIMESTAMP
     max_index = -1
-    unpack = _ENTRY_V1.unpack_from
+    unpack = _HEAD_V1.unpack_from
     unpack_i32 = _I32.unpack_from
     pack_offset = _I64.pack_into
     pack_attrs_ts = _ATTRS_TS.pack_into
     pack_crc = _U32.pack_into
     crc32 = zlib.crc32
-    while pos + 26 <= n:
-        offset, size, crc, magic, attrs, ts = unpack(out, pos)
+    offset_now = first_offset
+    while pos + 34 <= n:
+        offset, size, crc, magic, attrs, ts, klen, vlen = unpack(out, pos)
         end = pos + LOG_OVERHEAD + size
-        if end > n or magic != 1 or attrs != 0 or size < 22 or size > max_size:
+        if (end > n or magic != 1 or attrs or size > max_size
+                or crc32(omv[pos + 16:end]) != crc):
             return None
-        if crc32(omv[pos + 16:end]) != crc:
+        if klen > 0:
+            vpos = pos + 30 + klen
+            if vpos + 4 > end:
+                return None
+            (vlen,) = unpack_i32(out, vpos)
+        elif klen < 0 and (klen < -1 or keyed):
             return None
-        if mode != _TOP_LOG_APPEND:
+        else:
+            vpos = pos + 30
+        if vlen < -1 or vpos + 4 + (vlen if vlen > 0 else 0) != end:
+            return None
+        if mode == _TOP_CREATE_TIME:
             if (ts < lo or ts > hi) and ts != NO_TIMESTAMP:
                 return None
             if ts > max_ts:
                 max_ts = ts
                 max_index = count
-        (klen,) = unpack_i32(out, pos + 26)
-        vpos = pos + 30 + (klen if klen > 0 else 0)
-        if klen < -1 or vpos + 4 > end or (keyed and klen < 0):
-            return None
-        (vlen,) = unpack_i32(out, vpos)
-        if vlen < -1 or vpos + 4 + (vlen if vlen > 0 else 0) != end:
-            return None
-        if mode == _TOP_CREATE_TIME:
-            pack_offset(out, pos, first_offset + count)
+            pack_offset(out, pos, offset_now)
         elif mode == _INNER:
+            if (ts < lo or ts > hi) and ts != NO_TIMESTAMP:
+                return None
+            if ts > max_ts:
+                max_ts = ts
+                max_index = count
             if offset != count:
                 return None
         else:
-            pack_offset(out, pos, first_offset + count)
+            pack_offset(out, pos, offset_now)
             pack_attrs_ts(out, pos + 17, _TIMESTAMP_TYPE_BIT, now_ms)
             pack_crc(out, pos + 12, crc32(omv[pos + 16:end]))
         count += 1
+        offset_now += 1
         pos = end
     if pos != n or count == 0:
         return None
