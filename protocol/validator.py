@@ -22,7 +22,7 @@ The steps, in order (any failure rejects the whole set, nothing is accepted):
    Entries made bigger by conversion are checked against max.message.bytes again.
 
 Speed: uncompressed magic-1 sets and in-place magic-1 wrappers go through one hot loop
-(:func:`_scan`: precompiled struct over the copy being rewritten, one zlib.crc32 per message, no
+(:func:`_scan`: precompiled struct over the copy being rewritten, one CRC per message, no
 per-message objects); anything unusual or wrong drops to the general path, which gives the
 precise answer.
 
@@ -35,8 +35,11 @@ timestamp, or the wrapper's offset, i.e. the last inner offset; ``last_offset`` 
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
+
+# ISA-L's CRC-32 (same polynomial and results as zlib.crc32) is about twice as fast on
+# ~100-byte messages, where the CRC is a third of the produce path's CPU.
+from isal.isal_zlib import crc32 as _crc32
 
 from protocol.compression import Codec, decompress
 from protocol.errors import CorruptRecordError, ErrorCode
@@ -149,7 +152,7 @@ def _scan(out, omv, n: int, mode: int, first_offset: int, lo: int, hi: int, max_
     pack_offset = _I64.pack_into
     pack_attrs_ts = _ATTRS_TS.pack_into
     pack_crc = _U32.pack_into
-    crc32 = zlib.crc32
+    crc32 = _crc32
     offset_now = first_offset
     while pos + 34 <= n:
         offset, size, crc, magic, attrs, ts, klen, vlen = unpack(out, pos)
@@ -244,7 +247,7 @@ def _fast_wrappers_v1(mv, settings, next_offset, now_ms, lat, lo, hi, max_size):
         if end > n or magic != 1 or attrs != codec or size < 22 or size > max_size:
             return None
         with memoryview(out) as omv:
-            if zlib.crc32(omv[pos + 16:end]) != crc:
+            if _crc32(omv[pos + 16:end]) != crc:
                 return None
             (klen,) = _I32.unpack_from(out, pos + 26)
             vpos = pos + 30 + (klen if klen > 0 else 0)
@@ -270,7 +273,7 @@ def _fast_wrappers_v1(mv, settings, next_offset, now_ms, lat, lo, hi, max_size):
         if new_ts != ts or new_attrs != attrs:
             _ATTRS_TS.pack_into(out, pos + 17, new_attrs, new_ts)
             with memoryview(out) as omv:
-                _U32.pack_into(out, pos + 12, zlib.crc32(omv[pos + 16:end]))
+                _U32.pack_into(out, pos + 12, _crc32(omv[pos + 16:end]))
         if wrapper_max > max_ts:
             max_ts, max_off = wrapper_max, off - 1
         pos = end
@@ -382,7 +385,7 @@ def _uncompressed(mv, entries, settings, next_offset, now_ms, lat):
         if lat:
             _I64.pack_into(out, p + 18, now_ms)
             _B.pack_into(out, p + 17, e.attributes | _TIMESTAMP_TYPE_BIT)
-            _U32.pack_into(out, p + 12, zlib.crc32(memoryview(out)[p + 16:p + 12 + e.size]))
+            _U32.pack_into(out, p + 12, _crc32(memoryview(out)[p + 16:p + 12 + e.size]))
         elif settings.magic == 1 and e.timestamp > max_ts:
             max_ts, max_off = e.timestamp, off
         off += 1
@@ -447,7 +450,7 @@ def _compressed_in_place(mv, wrappers, settings, next_offset, last, now_ms, lat)
         if ts != e.timestamp or attrs != e.attributes:
             _I64.pack_into(out, p + 18, ts)
             _B.pack_into(out, p + 17, attrs)
-            _U32.pack_into(out, p + 12, zlib.crc32(memoryview(out)[p + 16:p + 12 + e.size]))
+            _U32.pack_into(out, p + 12, _crc32(memoryview(out)[p + 16:p + 12 + e.size]))
         if not lat and wrapper_max > max_ts:
             max_ts, max_off = wrapper_max, off - 1
     if lat:
