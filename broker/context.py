@@ -2,8 +2,11 @@
 
 Concurrency rules (all state lives on the trio thread):
 - Every access to a partition's ``Log`` (append, read, search, flush, retention) happens while
-  holding that partition's ``PartitionState.lock`` and inside ``trio.to_thread.run_sync``, so a
-  slow disk stalls only that partition and storage never sees two threads in one Log.
+  holding that partition's ``PartitionState.lock``, so storage never sees two threads in one
+  Log. Calls that may wait on the disk (fsync, reads) run inside ``trio.to_thread.run_sync``, so
+  a slow disk stalls only that partition; only page-cache-bound calls that cannot fsync run on
+  the trio thread (a small produce whose ``Log.append_would_sync`` is False, a fetch at the log
+  end, attribute reads).
 - Topic creation and deletion are serialised by ``admin_lock``.
 - Appends wake long-polling fetches through ``PartitionState.notify`` (trio events, no polling).
 """

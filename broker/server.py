@@ -34,7 +34,7 @@ from storage import LogManager
 
 log = structlog.get_logger(__name__)
 
-RECEIVE_BYTES = 65536
+RECEIVE_BYTES = 262144  # a 1 MB produce request arrives in a few reads, not sixteen
 SHUTDOWN_GRACE_S = 10.0
 _conn_ids = count(1)
 

@@ -294,18 +294,30 @@ class Log:
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
 
-    def _maybe_roll(self, set_size: int, last_offset: int, max_timestamp: int) -> LogSegment:
+    def append_would_sync(self, validated: ValidatedRecords) -> bool:
+        """True when ``append(validated)`` would fsync (a roll, or flush.messages reached);
+        False when it only writes to the page cache and the index maps, so a caller may run it
+        where waiting on the disk is not allowed (the broker's event loop)."""
+        self._check_open()
+        return (validated.last_offset + 1 - self.recovery_point >= self.config.flush_messages
+                or self._roll_due(len(validated.buffer), validated.last_offset,
+                                  validated.max_timestamp))
+
+    def _roll_due(self, set_size: int, last_offset: int, max_timestamp: int) -> bool:
         segment = self.active_segment
         config = self.config
-        if (segment.size > config.segment_bytes - set_size
+        return (segment.size > config.segment_bytes - set_size
                 or (segment.size > 0
                     and segment.time_waited_for_roll(self._clock(), max_timestamp)
                     > config.segment_ms - segment.jitter_ms)
                 or segment.offset_index.is_full()
                 or segment.time_index.is_full()
-                or last_offset - segment.base_offset > INT_MAX):
+                or last_offset - segment.base_offset > INT_MAX)
+
+    def _maybe_roll(self, set_size: int, last_offset: int, max_timestamp: int) -> LogSegment:
+        if self._roll_due(set_size, last_offset, max_timestamp):
             return self.roll()
-        return segment
+        return self.active_segment
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset (a no-op on an empty active

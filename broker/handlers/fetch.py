@@ -96,7 +96,8 @@ async def _read_partition(ctx, topic: str, partition: int, offset: int, max_byte
         if ctx.get_log(topic, partition) is not log_:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, b""
         try:
-            if max_bytes == 0 and not min_one:
+            if (max_bytes == 0 and not min_one) or offset == log_.log_end_offset:
+                # nothing to read (a long poll at the log end): no file access, no thread
                 return ErrorCode.NONE, log_.high_watermark, b""
             hw, records = await trio.to_thread.run_sync(
                 _read, log_, offset, max_bytes, min_one, down_convert)

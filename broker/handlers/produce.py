@@ -1,8 +1,11 @@
 """Produce v0-v2: validate each partition's message set with its topic's settings and append it.
 
-Validation and append of one partition run in one worker thread call while holding the
-partition's lock, so offsets assigned by the validator are exactly the log end offset at append
-time, and a slow disk stalls only that partition.
+Validation and append of one partition run while holding the partition's lock, so offsets
+assigned by the validator are exactly the log end offset at append time. A set of up to
+INLINE_BYTES is validated on the trio thread and appended there too unless the append would
+fsync (roll or flush.messages): a worker-thread round trip costs more than such a set's work.
+Larger sets and fsyncing appends run in one worker thread call, so a slow disk stalls only that
+partition and never the event loop.
 """
 from __future__ import annotations
 
@@ -15,28 +18,56 @@ from broker.topics import Topic
 from protocol.api import Request
 from protocol.errors import ErrorCode
 from protocol.records import TimestampType
-from protocol.validator import Rejected, validate_produce
+from protocol.validator import Rejected, ValidatedRecords, validate_produce
 
 log = structlog.get_logger(__name__)
+
+
+# Sets up to this size are validated on the trio thread (~0.2 ms of CPU for 100 B messages).
+INLINE_BYTES = 65536
+
+
+def _validate(log_, record_set, topic: Topic, now_ms: int) -> Rejected | ValidatedRecords:
+    """Under the partition lock; CPU only (no file access)."""
+    result = validate_produce(record_set, topic.settings, next_offset=log_.log_end_offset,
+                              now_ms=now_ms)
+    if isinstance(result, Rejected) or result.message_count == 0:
+        return result
+    size = len(result.buffer)
+    if size > topic.config.segment_bytes:
+        return Rejected(ErrorCode.RECORD_LIST_TOO_LARGE,
+                        f"message set of {size} bytes exceeds segment.bytes "
+                        f"{topic.config.segment_bytes}")
+    return result
+
+
+def _append(log_, result: ValidatedRecords) -> int | None:
+    """Under the partition lock: append; the base offset of a segment rolled by it, or None."""
+    active = log_.active_segment.base_offset
+    log_.append(result)
+    rolled = log_.active_segment.base_offset
+    return rolled if rolled != active else None
 
 
 def _validate_and_append(log_, record_set, topic: Topic, now_ms: int):
     """Runs in a worker thread under the partition lock. Returns (Rejected or ValidatedRecords,
     base offset of a segment rolled by this append or None); message_count 0 means the set held
     no complete message and nothing was appended."""
-    result = validate_produce(record_set, topic.settings, next_offset=log_.log_end_offset,
-                              now_ms=now_ms)
+    result = _validate(log_, record_set, topic, now_ms)
     if isinstance(result, Rejected) or result.message_count == 0:
         return result, None
-    size = len(result.buffer)
-    if size > topic.config.segment_bytes:
-        return Rejected(ErrorCode.RECORD_LIST_TOO_LARGE,
-                        f"message set of {size} bytes exceeds segment.bytes "
-                        f"{topic.config.segment_bytes}"), None
-    active = log_.active_segment.base_offset
-    log_.append(result)
-    rolled = log_.active_segment.base_offset
-    return result, (rolled if rolled != active else None)
+    return result, _append(log_, result)
+
+
+async def _validate_and_append_inline(log_, record_set, topic: Topic, now_ms: int):
+    """:func:`_validate_and_append` for a small set: validation on the trio thread, the append
+    too unless it would fsync."""
+    result = _validate(log_, record_set, topic, now_ms)
+    if isinstance(result, Rejected) or result.message_count == 0:
+        return result, None
+    if log_.append_would_sync(result):
+        return result, await trio.to_thread.run_sync(_append, log_, result)
+    return result, _append(log_, result)
 
 
 def _last_timestamp(log_) -> int:
@@ -77,8 +108,11 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
                 if state.last_append_time < 0:
                     state.last_append_time = await trio.to_thread.run_sync(_last_timestamp, log_)
                 now = state.next_append_time(now)
-            result, rolled = await trio.to_thread.run_sync(
-                _validate_and_append, log_, record_set, topic, now)
+            if len(record_set) <= INLINE_BYTES:
+                result, rolled = await _validate_and_append_inline(log_, record_set, topic, now)
+            else:
+                result, rolled = await trio.to_thread.run_sync(
+                    _validate_and_append, log_, record_set, topic, now)
         except Exception as exc:
             log.error("append failed", topic=topic_name, partition=partition, error=repr(exc),
                       action="check the log dir's disk; the partition may need recovery")

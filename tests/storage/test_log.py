@@ -267,6 +267,36 @@ def test_flush_messages_flushes_inside_append(tmp_path, clock):
     assert log.recovery_point == 3 and log.unflushed_messages == 0
 
 
+
+@pytest.mark.parametrize("config", [
+    {"segment_bytes": 600, "flush_messages": 4},
+    {"segment_ms": 1000},
+    {"segment_index_bytes": 40, "index_interval_bytes": 0},
+    {"flush_messages": 1},
+])
+def test_append_would_sync_predicts_every_fsync(tmp_path, clock, monkeypatch, config):
+    """The broker appends on its event loop only when append_would_sync is False: that must
+    mean no fsync at all (counted at os.fsync), and True must mean a roll or flush happens."""
+    fsyncs = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    log = open_log(tmp_path, clock, **config)
+    rng = random.Random(7)
+    ts = clock.now
+    predicted_syncs = 0
+    for _ in range(60):
+        ts += rng.choice([0, 300, 700])
+        records = validated(log, [ts] * rng.randint(1, 3), value_size=rng.randint(10, 120))
+        would_sync = log.append_would_sync(records)
+        before = (len(fsyncs), log.recovery_point, len(log.segments))
+        log.append(records)
+        synced = len(fsyncs) > before[0]
+        assert synced == would_sync, (before, log.recovery_point, len(log.segments))
+        assert synced == ((log.recovery_point, len(log.segments)) != before[1:])
+        predicted_syncs += would_sync
+    assert 0 < predicted_syncs < 60 or config == {"flush_messages": 1}
+
+
 def test_flush_ms_via_flush_if_due(tmp_path, clock):
     log = open_log(tmp_path, clock, flush_ms=1000)
     assert not log.flush_if_due(clock.now + 5000)  # nothing unflushed
