@@ -5,8 +5,8 @@ Concurrency rules (all state lives on the trio thread):
   holding that partition's ``PartitionState.lock``, so storage never sees two threads in one
   Log. Calls that may wait on the disk (fsync, reads) run inside ``trio.to_thread.run_sync``, so
   a slow disk stalls only that partition; only page-cache-bound calls that cannot fsync run on
-  the trio thread (a small produce whose ``Log.append_would_sync`` is False, a fetch at the log
-  end, attribute reads).
+  the trio thread (a small produce whose ``Log.append_would_sync`` is False, a fetch answered
+  by ``Log.read_cached``, attribute reads).
 - Topic creation and deletion are serialised by ``admin_lock``.
 - Appends wake long-polling fetches through ``PartitionState.notify`` (trio events, no polling).
 """

@@ -19,12 +19,14 @@ from __future__ import annotations
 import bisect
 import os
 import random
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
 
+from protocol.records import LOG_OVERHEAD
 from storage.checkpoint import fsync_dir
 from storage.config import INT_MAX, LogConfig
 from storage.errors import (CorruptIndexError, InvalidAppendError, InvalidTopicError,
@@ -43,6 +45,9 @@ logger = structlog.get_logger(__name__)
 _JITTER_RNG = random.Random()
 
 MAX_OPEN_INACTIVE_FDS = 4
+# Where the last appended sets of the active segment start, for reads without an index scan.
+RECENT_SETS = 64
+_SIZE_FIELD = struct.Struct(">i")  # the first entry's size, at byte 8 of a set
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -102,6 +107,10 @@ class Log:
         self._reported_pins: set[tuple[int, int]] = set()
         # Inactive segments whose .log descriptor a read opened, least recently read first.
         self._open_inactive: list[LogSegment] = []
+        # first offset -> (position, first entry bytes) of the last RECENT_SETS sets appended to
+        # _recent_segment (the active segment when it was filled; emptied on truncation).
+        self._recent_sets: dict[int, tuple[int, int]] = {}
+        self._recent_segment: LogSegment | None = None
         self._closed = False
         os.makedirs(directory, exist_ok=True)
         self._load_segments()
@@ -289,8 +298,16 @@ class Log:
                 f"{self.name}: message set of {len(buffer)} bytes exceeds segment.bytes "
                 f"{self.config.segment_bytes}")
         segment = self._maybe_roll(len(buffer), last, validated.max_timestamp)
+        position = segment.size
         segment.append(first, validated.max_timestamp, validated.offset_of_max_timestamp, buffer)
         self.log_end_offset = last + 1
+        recent = self._recent_sets
+        if self._recent_segment is not segment:
+            recent.clear()
+            self._recent_segment = segment
+        recent[first] = (position, LOG_OVERHEAD + _SIZE_FIELD.unpack_from(buffer, 8)[0])
+        if len(recent) > RECENT_SETS:
+            del recent[next(iter(recent))]
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
 
@@ -391,6 +408,27 @@ class Log:
                 return FetchData(*found, self.high_watermark)
         return FetchData(-1, 0, 0, self.high_watermark)
 
+    def read_cached(self, offset: int, max_bytes: int, *,
+                    min_one_message: bool = False) -> FetchData | None:
+        """``read`` answered from memory alone, or None when it needs the files (then call
+        ``read``). Answered: a read at the log end, and a read at the first offset of one of the
+        last RECENT_SETS sets appended to the active segment (where a consumer at the tail reads
+        next), whose position is remembered, so no index lookup or scan touches the disk.
+        Raises ValueError for a negative ``max_bytes``."""
+        self._check_open()
+        if max_bytes < 0:
+            raise ValueError(f"{self.name}: max_bytes {max_bytes} is negative")
+        if offset == self.log_end_offset:
+            return FetchData(-1, 0, 0, self.high_watermark)
+        segment = self.active_segment
+        found = self._recent_sets.get(offset)
+        if found is None or self._recent_segment is not segment:
+            return None
+        position, entry_bytes = found
+        limit = max(max_bytes, entry_bytes) if min_one_message else max_bytes
+        return FetchData(segment.fileno(), position, min(segment.size - position, limit),
+                         self.high_watermark)
+
     def _track_open_fd(self, segment: LogSegment) -> None:
         """Keep at most MAX_OPEN_INACTIVE_FDS inactive segment files open per log (least
         recently read closed first), so consumers reading history cannot run the broker out of
@@ -456,6 +494,7 @@ class Log:
             raise ValueError(f"{self.name}: cannot truncate to negative offset {offset}")
         if offset >= self.log_end_offset:
             return
+        self._recent_sets.clear()
         now = self._clock()
         if offset < self.log_start_offset:
             self._truncate_fully_and_start_at(offset)

@@ -28,7 +28,11 @@ INT_MAX = 2**31 - 1
 def _read(log_, offset: int, max_bytes: int, min_one: bool, down_convert: bool):
     """Worker thread, under the partition lock: (high_watermark, record_set) where record_set is
     bytes or a FileRegion owning a dup()ed descriptor."""
-    data = log_.read(offset, max_bytes, min_one_message=min_one)
+    return _records(log_.read(offset, max_bytes, min_one_message=min_one), down_convert)
+
+
+def _records(data, down_convert: bool):
+    """:func:`_read`'s answer for FetchData already found."""
     if data.length == 0:
         return data.high_watermark, b""
     if down_convert:
@@ -96,11 +100,15 @@ async def _read_partition(ctx, topic: str, partition: int, offset: int, max_byte
         if ctx.get_log(topic, partition) is not log_:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, b""
         try:
-            if (max_bytes == 0 and not min_one) or offset == log_.log_end_offset:
-                # nothing to read (a long poll at the log end): no file access, no thread
+            if max_bytes == 0 and not min_one:
                 return ErrorCode.NONE, log_.high_watermark, b""
-            hw, records = await trio.to_thread.run_sync(
-                _read, log_, offset, max_bytes, min_one, down_convert)
+            # A consumer at the tail (or at the log end) is answered from memory: no thread.
+            data = log_.read_cached(offset, max_bytes, min_one_message=min_one)
+            if data is not None and (data.length == 0 or not down_convert):
+                hw, records = _records(data, down_convert)
+            else:
+                hw, records = await trio.to_thread.run_sync(
+                    _read, log_, offset, max_bytes, min_one, down_convert)
         except OffsetOutOfRangeError as exc:
             log.info("fetch offset out of range", topic=topic, partition=partition,
                      offset=offset, reason=str(exc))

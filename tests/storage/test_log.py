@@ -297,6 +297,43 @@ def test_append_would_sync_predicts_every_fsync(tmp_path, clock, monkeypatch, co
     assert 0 < predicted_syncs < 60 or config == {"flush_messages": 1}
 
 
+
+def test_read_cached_answers_exactly_as_read_or_not_at_all(tmp_path, clock):
+    """read_cached (the broker's no-thread fetch) must equal read wherever it answers, across
+    rolls, compressed sets and truncation, and must answer the tail consumer's reads."""
+    log = open_log(tmp_path, clock, segment_bytes=3000)
+    rng = random.Random(11)
+
+    def check_all():
+        answered = 0
+        for offset in range(log.log_start_offset, log.log_end_offset + 1):
+            for max_bytes, min_one in ((0, True), (5, True), (5, False), (250, False),
+                                       (10**6, False)):
+                cached = log.read_cached(offset, max_bytes, min_one_message=min_one)
+                if cached is None:
+                    continue
+                answered += 1
+                real = log.read(offset, max_bytes, min_one_message=min_one)
+                assert (cached.position, cached.length, cached.high_watermark) == (
+                    real.position, real.length, real.high_watermark), (offset, max_bytes)
+                assert cached.read_bytes() == real.read_bytes()
+        return answered
+
+    for step in range(40):
+        first = log.log_end_offset
+        codec = rng.choice([Codec.NONE, Codec.GZIP])
+        log.append(validated(log, [1000 + step] * rng.randint(1, 4), codec=codec,
+                             value_size=rng.randint(5, 200)))
+        # the next read of a consumer that stopped at the previous log end
+        assert log.read_cached(first, 10**6) is not None
+        if step % 13 == 12:
+            log.truncate_to(log.log_end_offset - rng.randint(1, 5))
+        assert check_all() > 0
+    assert len(log.segments) > 2
+    with pytest.raises(ValueError):
+        log.read_cached(log.log_end_offset, -1)
+
+
 def test_flush_ms_via_flush_if_due(tmp_path, clock):
     log = open_log(tmp_path, clock, flush_ms=1000)
     assert not log.flush_if_due(clock.now + 5000)  # nothing unflushed
