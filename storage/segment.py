@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 from typing import NamedTuple
 
 import structlog
@@ -21,6 +22,11 @@ from storage.config import INT_MAX, LogConfig
 from storage.errors import CorruptIndexError
 from storage.index import OffsetIndex, TimeIndex
 from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_path
+
+# offset int64, size int32: the 12-byte log overhead of an entry
+_OFFSET_SIZE = struct.Struct(">qi")
+# smallest magic-1 message; smaller entries are left to iter_shallow's checks
+_MIN_V1_SIZE = 22
 
 logger = structlog.get_logger(__name__)
 
@@ -301,7 +307,20 @@ class LogSegment:
         that entry's first offset)."""
         index_offset, position = self.offset_index.lookup(offset)
         previous = index_offset - 1
-        for entry in iter_shallow(self._view(), position):
+        view = self._view()
+        # An index entry per index.interval.bytes can still leave a whole 1 MB produced set to
+        # walk: skip entries below ``offset`` by offset and size alone; the entry found, and
+        # anything unusual, go through iter_shallow with its checks.
+        n = len(view)
+        unpack = _OFFSET_SIZE.unpack_from
+        while position + LOG_OVERHEAD <= n:
+            entry_offset, size = unpack(view, position)
+            if (entry_offset >= offset or size < _MIN_V1_SIZE
+                    or position + LOG_OVERHEAD + size > n):
+                break
+            previous = entry_offset
+            position += LOG_OVERHEAD + size
+        for entry in iter_shallow(view, position):
             if entry.offset >= offset:
                 return entry, previous
             previous = entry.offset

@@ -90,6 +90,22 @@ def test_max_bytes_cuts_and_min_one_message_returns_whole_first_message(tmp_path
     assert log.read(0, first_size + 5, min_one_message=True).length == first_size + 5
 
 
+
+def test_read_inside_large_sets_matches_a_brute_force_scan(tmp_path, clock):
+    """One index entry per produced set leaves hundreds of entries to skip inside a set; every
+    offset must still start at the entry holding it (brute force over the whole file)."""
+    log = open_log(tmp_path, clock, index_interval_bytes=100)
+    log.append(validated(log, [5] * 300, value_size=30))
+    log.append(validated(log, [6] * 40, codec=Codec.GZIP))
+    log.append(validated(log, [7] * 200, value_size=1, magic=0))
+    with open(log.active_segment.log_path, "rb") as f:
+        entries = list(iter_shallow(f.read()))
+    for offset in range(log.log_end_offset):
+        expected = next(e for e in entries if e.offset >= offset)
+        data = log.read(offset, 40)
+        assert data.position == expected.position, offset
+
+
 def test_read_inside_compressed_wrapper_starts_at_the_wrapper(tmp_path, clock):
     log = open_log(tmp_path, clock)
     log.append(validated(log, [1, 2]))
