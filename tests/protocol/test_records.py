@@ -5,8 +5,7 @@ import mmap
 import struct
 
 import pytest
-from kafka.record.legacy_records import LegacyRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
+from kafka_python_oracle import kp_build, kp_read, ours
 
 from protocol.errors import CorruptRecordError
 from protocol.records import (
@@ -16,32 +15,6 @@ from protocol.records import (
 
 CODECS = list(Codec)
 MAGICS = [0, 1]
-
-
-def kp_read(buf: bytes) -> list[tuple]:
-    """(offset, timestamp, key, value) of every message, as kafka-python's consumer sees them."""
-    records = MemoryRecords(bytes(buf))
-    out = []
-    while records.has_next():
-        batch = records.next_batch()
-        if batch is None:
-            break
-        for r in batch:
-            ts = NO_TIMESTAMP if r.timestamp is None else r.timestamp
-            out.append((r.offset, ts, r.key, r.value))
-    return out
-
-
-def kp_build(magic: int, codec: int, messages: list[tuple]) -> bytes:
-    """A set as kafka-python's producer builds it: offsets 0..n-1, wrapper offset 0."""
-    b = LegacyRecordBatchBuilder(magic, codec, 10 ** 7)
-    for i, (ts, key, value) in enumerate(messages):
-        b.append(i, ts, key, value)
-    return bytes(b.build())
-
-
-def ours(buf) -> list[tuple]:
-    return [(m.offset, m.timestamp, m.key, m.value) for m in iter_deep(buf)]
 
 
 SAMPLE = [(1000, b"k0", b"v0"), (1005, None, b"v1"), (999, b"k2", None), (1003, b"", b""),

@@ -7,7 +7,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
+from kafka_python_oracle import kp_read
 
 from protocol.records import (
     NO_TIMESTAMP, Codec, MessageSetBuilder, TimestampType, convert, iter_deep, iter_shallow,
@@ -28,17 +28,6 @@ codecs = st.sampled_from(list(Codec))
 magics = st.sampled_from([0, 1])
 
 
-def kp_read(buf):
-    records = MemoryRecords(bytes(buf))
-    out = []
-    while records.has_next():
-        batch = records.next_batch()
-        if batch is None:
-            break
-        for r in batch:
-            out.append((r.offset, NO_TIMESTAMP if r.timestamp is None else r.timestamp,
-                        r.key, r.value))
-    return out
 
 
 def build(msgs, magic, codec, base=0):

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import struct
+import zlib
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.record.legacy_records import LegacyRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
+from kafka_python_oracle import kp_build, kp_read
 
 from protocol.compression import compress
 from protocol.errors import ErrorCode
@@ -19,26 +19,6 @@ from protocol.validator import Rejected, TopicSettings, ValidatedRecords, valida
 NOW = 1_700_000_000_000
 LAT = TimestampType.LOG_APPEND_TIME
 CODECS = list(Codec)
-
-
-def kp_build(magic, codec, messages):
-    b = LegacyRecordBatchBuilder(magic, codec, 10 ** 7)
-    for i, (ts, key, value) in enumerate(messages):
-        b.append(i, ts, key, value)
-    return bytes(b.build())
-
-
-def kp_read(buf):
-    records = MemoryRecords(bytes(buf))
-    out = []
-    while records.has_next():
-        batch = records.next_batch()
-        if batch is None:
-            break
-        for r in batch:
-            out.append((r.offset, NO_TIMESTAMP if r.timestamp is None else r.timestamp,
-                        r.key, r.value))
-    return out
 
 
 def deep(buf):
@@ -317,3 +297,14 @@ def test_input_is_not_modified_and_fast_path_matches_general_path():
     r = valid(buf, next_offset=77)
     assert bytes(buf) == before
     assert _validate(memoryview(before), TopicSettings(), 77, NOW) == r
+
+
+def test_magic_1_message_below_its_minimum_size_is_corrupt_even_when_lengths_seem_to_fit():
+    """A 20-byte magic-1 message (minimum 22) whose value length, read past its end from the
+    next entry's offset bytes, equals the -2 bytes it seems to leave: still corrupt."""
+    body = struct.pack(">bbqi", 1, 0, NOW, -1) + b"\xff\xff"      # value length cut in half
+    short = struct.pack(">qiI", 0, len(body), zlib.crc32(body)) + body
+    following = bytearray(build())
+    following[0:2] = b"\xff\xfe"       # the next entry's offset supplies the length's low bytes
+    assert len(body) == 16
+    rejected(short + bytes(following))
