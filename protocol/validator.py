@@ -52,8 +52,9 @@ __all__ = ["TopicSettings", "ValidatedRecords", "Rejected", "validate_produce"]
 
 _B = struct.Struct(">b")
 _ATTRS_TS = struct.Struct(">bq")  # attributes, timestamp: 9 bytes at entry + 17
-# offset, size, crc, magic, attributes, timestamp, key length, next int32: 34 bytes
-_HEAD_V1 = struct.Struct(">qiIbbqii")
+# offset, size, crc, magic and attributes, timestamp, key length, next int32: 34 bytes
+_HEAD_V1 = struct.Struct(">qiIHqii")
+_MAGIC_1_NO_ATTRS = 0x0100
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,58 +145,56 @@ def _scan(out, omv, n: int, mode: int, first_offset: int, lo: int, hi: int, max_
     per-message objects; one unpack reads the header up to the value length of a message with
     an empty or null key (the common case), the smallest magic-1 entry being 34 bytes."""
     pos = 0
-    count = 0
+    offset_now = first_offset
     max_ts = NO_TIMESTAMP
-    max_index = -1
+    max_offset = -1
     unpack = _HEAD_V1.unpack_from
     unpack_i32 = _I32.unpack_from
     pack_offset = _I64.pack_into
     pack_attrs_ts = _ATTRS_TS.pack_into
     pack_crc = _U32.pack_into
     crc32 = _crc32
-    offset_now = first_offset
     while pos + 34 <= n:
-        offset, size, crc, magic, attrs, ts, klen, vlen = unpack(out, pos)
+        offset, size, crc, magic_attrs, ts, klen, vlen = unpack(out, pos)
         end = pos + LOG_OVERHEAD + size
-        if (end > n or magic != 1 or attrs or size > max_size
+        if (end > n or magic_attrs != _MAGIC_1_NO_ATTRS or size > max_size or size < 22
                 or crc32(omv[pos + 16:end]) != crc):
             return None
         if klen > 0:
-            vpos = pos + 30 + klen
-            if vpos + 4 > end:
+            if pos + 34 + klen > end:
                 return None
-            (vlen,) = unpack_i32(out, vpos)
+            (vlen,) = unpack_i32(out, pos + 30 + klen)
+            rest = size - 22 - klen  # bytes the value must fill
         elif klen < 0 and (klen < -1 or keyed):
             return None
         else:
-            vpos = pos + 30
-        if vlen < -1 or vpos + 4 + (vlen if vlen > 0 else 0) != end:
+            rest = size - 22
+        if vlen != rest and (vlen != -1 or rest):
             return None
         if mode == _TOP_CREATE_TIME:
             if (ts < lo or ts > hi) and ts != NO_TIMESTAMP:
                 return None
             if ts > max_ts:
                 max_ts = ts
-                max_index = count
+                max_offset = offset_now
             pack_offset(out, pos, offset_now)
         elif mode == _INNER:
             if (ts < lo or ts > hi) and ts != NO_TIMESTAMP:
                 return None
             if ts > max_ts:
                 max_ts = ts
-                max_index = count
-            if offset != count:
+                max_offset = offset_now
+            if offset != offset_now - first_offset:
                 return None
         else:
             pack_offset(out, pos, offset_now)
             pack_attrs_ts(out, pos + 17, _TIMESTAMP_TYPE_BIT, now_ms)
             pack_crc(out, pos + 12, crc32(omv[pos + 16:end]))
-        count += 1
         offset_now += 1
         pos = end
-    if pos != n or count == 0:
+    if pos != n or offset_now == first_offset:
         return None
-    return count, max_ts, max_index
+    return offset_now - first_offset, max_ts, max_offset - first_offset
 
 
 def _fast_v1(mv, settings: TopicSettings, next_offset: int,

@@ -303,7 +303,7 @@ def test_magic_1_message_below_its_minimum_size_is_corrupt_even_when_lengths_see
     """A 20-byte magic-1 message (minimum 22) whose value length, read past its end from the
     next entry's offset bytes, equals the -2 bytes it seems to leave: still corrupt."""
     body = struct.pack(">bbqi", 1, 0, NOW, -1) + b"\xff\xff"      # value length cut in half
-    short = struct.pack(">qiI", 0, len(body), zlib.crc32(body)) + body
+    short = struct.pack(">qiI", 0, 4 + len(body), zlib.crc32(body)) + body
     following = bytearray(build())
     following[0:2] = b"\xff\xfe"       # the next entry's offset supplies the length's low bytes
     assert len(body) == 16
