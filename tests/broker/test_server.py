@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import trio
 import trio.testing
@@ -121,4 +122,31 @@ async def test_long_poll_waits_for_min_bytes_and_wakes_on_append(tmp_path):
     region = result["body"]["responses"][0]["partition_responses"][0]["record_set"]
     assert region.length > 0
     release_fetch_body(result["body"])
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+async def test_flush_messages_1_is_fsynced_off_the_event_loop_before_the_answer(tmp_path,
+                                                                                monkeypatch):
+    """Small produces are appended on the trio thread unless the append would fsync: with
+    flush.messages=1 every acks=-1 answer comes after an fsync made in a worker thread; a
+    default topic's small produce fsyncs nothing."""
+    ctx = await open_context(config(tmp_path))
+    await ctx.create_topic("durable", 1, {"flush.messages": "1"})
+    await ctx.create_topic("plain", 1, {})
+    fsync_threads = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsync_threads.append(threading.current_thread()),
+                                                 real_fsync(fd))[1])
+    produce = HANDLERS[ApiKey.PRODUCE]
+    for i in range(3):
+        body = await produce(ctx, request(ApiKey.PRODUCE, 2,
+                                          produce_body("durable", message_set(2, b"d%d" % i))))
+        assert body["responses"][0]["partition_responses"][0]["error_code"] == 0
+        log = ctx.get_log("durable", 0)
+        assert log.recovery_point == log.log_end_offset == 2 * (i + 1)  # on disk when answered
+    assert fsync_threads and threading.main_thread() not in fsync_threads
+    before = len(fsync_threads)
+    body = await produce(ctx, request(ApiKey.PRODUCE, 2, produce_body("plain", message_set(2, b"p"))))
+    assert body["responses"][0]["partition_responses"][0]["error_code"] == 0
+    assert len(fsync_threads) == before and ctx.get_log("plain", 0).recovery_point == 0
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
