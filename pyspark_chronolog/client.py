@@ -73,6 +73,7 @@ class _Connection:
             while True:
                 data = self._sock.recv(1 << 20)
                 if not data:
+                    self.close()
                     raise BrokerUnavailableError(
                         f"chronolog broker at {where} closed the connection during "
                         f"{api_key.name} v{version}; check the broker log")
