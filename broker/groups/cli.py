@@ -138,7 +138,8 @@ def _coordinator(bootstrap: BrokerClient, group: str, timeout: float) -> BrokerC
 def list_groups(client: BrokerClient) -> list[tuple[str, str]]:
     r = client.call(ApiKey.LIST_GROUPS, 0, {})
     if r.error_code != 0:
-        raise GroupsToolError(f"ListGroups failed: {_error_name(r.error_code)}")
+        raise GroupsToolError(f"ListGroups to {client.address} failed: "
+                              f"{_error_name(r.error_code)}; check the broker log and retry")
     return sorted((g.group_id, g.protocol_type) for g in r.groups)
 
 
@@ -148,8 +149,9 @@ def describe_group(bootstrap: BrokerClient, group: str, timeout: float):
     try:
         (g,) = coordinator.call(ApiKey.DESCRIBE_GROUPS, 0, {"group_ids": [group]}).groups
         if g.error_code != 0:
-            raise GroupsToolError(f"DescribeGroups for {group!r} failed: "
-                                  f"{_error_name(g.error_code)}")
+            raise GroupsToolError(f"DescribeGroups for {group!r} to {coordinator.address} "
+                                  f"failed: {_error_name(g.error_code)}; check the broker log "
+                                  "and retry")
         owners: dict[tuple[str, int], tuple[str, str, str]] = {}
         if g.protocol_type == "consumer":
             for m in g.members:
@@ -170,8 +172,9 @@ def describe_group(bootstrap: BrokerClient, group: str, timeout: float):
                 for p in t.partition_responses:
                     if p.error_code != 0:
                         raise GroupsToolError(
-                            f"OffsetFetch for {group!r} {t.topic}-{p.partition} failed: "
-                            f"{_error_name(p.error_code)}")
+                            f"OffsetFetch for {group!r} {t.topic}-{p.partition} to "
+                            f"{coordinator.address} failed: {_error_name(p.error_code)}; "
+                            "check the broker log and retry")
                     if p.offset >= 0:
                         committed[(t.topic, p.partition)] = p.offset
         wanted = sorted(set(committed) | set(owners))
