@@ -248,7 +248,7 @@ class Log:
                        truncated_bytes=result.truncated_bytes, truncation_reason=result.reason)
 
     def _recover(self) -> None:
-        start = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
+        start = self._segment_index(self.recovery_point)
         scanned = truncated = 0
         dropped: list[int] = []
         reason = None
@@ -367,7 +367,7 @@ class Log:
         offset = self.log_end_offset if offset is None else offset
         if offset <= self.recovery_point:
             return
-        start = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
+        start = self._segment_index(self.recovery_point)
         for segment in self._segments[start:]:
             if segment.base_offset >= offset:
                 break
@@ -384,6 +384,8 @@ class Log:
 
     # -- reading -----------------------------------------------------------------------------
     def _segment_index(self, offset: int) -> int:
+        """Index in ``_segments`` of the segment that would hold ``offset`` (0 below the log
+        start)."""
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
     def read(self, offset: int, max_bytes: int, *, min_one_message: bool = False) -> FetchData:
