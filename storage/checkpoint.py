@@ -24,13 +24,23 @@ class CheckpointError(StorageError):
     caller treats every log in that dir as needing recovery from offset 0."""
 
 
-def fsync_dir(directory: str) -> None:
-    """fsync a directory so a rename or file creation in it survives a crash."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+def _fsync_path(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(directory: str) -> None:
+    """fsync a directory so a rename or file creation in it survives a crash."""
+    _fsync_path(directory, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def fsync_file(path: str) -> None:
+    """fsync a file through a temporary read-only descriptor (dirty pages are the file's, not
+    the descriptor's); FileNotFoundError if it does not exist."""
+    _fsync_path(path, os.O_RDONLY)
 
 
 def write_atomically(path: str, data: bytes) -> None:

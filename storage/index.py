@@ -23,6 +23,7 @@ import os
 import struct
 from typing import ClassVar
 
+from storage.checkpoint import fsync_file
 from storage.config import INT_MAX
 from storage.errors import CorruptIndexError, InvalidAppendError
 
@@ -132,13 +133,9 @@ class AbstractIndex(abc.ABC):
             os.fsync(self._fd)
             return
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            fsync_file(self.path)
         except FileNotFoundError:
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            pass
 
     def close(self) -> None:
         """Close the file descriptor and forget the loaded entries (reloaded lazily)."""

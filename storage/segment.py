@@ -18,6 +18,7 @@ import structlog
 
 from protocol.errors import CorruptRecordError
 from protocol.records import Codec, LOG_OVERHEAD, ShallowEntry, check_entry, iter_deep, iter_shallow
+from storage.checkpoint import fsync_file
 from storage.config import INT_MAX, LogConfig
 from storage.errors import CorruptIndexError
 from storage.index import OffsetIndex, TimeIndex
@@ -126,11 +127,7 @@ class LogSegment:
         if self._fd is not None:
             os.fsync(self._fd)
         else:
-            fd = os.open(self.log_path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_file(self.log_path)
         self.offset_index.flush()
         self.time_index.flush()
 
