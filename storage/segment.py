@@ -158,9 +158,7 @@ class LogSegment:
         first)."""
         self.offset_index.close()
         self.time_index.close()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self.release_fd()
 
     def rename_to_deleted(self, suffix: str) -> None:
         for index in (self.offset_index, self.time_index):
@@ -172,9 +170,7 @@ class LogSegment:
 
     def delete_files(self) -> None:
         """Close every descriptor and remove the files (under whatever suffix they have)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self.release_fd()
         self.offset_index.delete()
         self.time_index.delete()
         try:
