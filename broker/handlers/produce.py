@@ -100,7 +100,11 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
     state = ctx.partition(topic_name, partition)
     async with state.lock:
-        if ctx.get_log(topic_name, partition) is not log_:  # deleted while we waited
+        if ctx.get_log(topic_name, partition) is not log_:
+            log.warning("produce rejected", topic=topic_name, partition=partition,
+                        error="UNKNOWN_TOPIC_OR_PARTITION",
+                        reason="topic deleted while the produce waited for the partition; "
+                               "create it again")
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
         now = ctx.clock()
         try:
