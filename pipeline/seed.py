@@ -40,8 +40,9 @@ def seed(bootstrap: str, topic: str, messages: int, minutes: int, *, batch: int 
                                      timeout_ms=30_000)
             for part, result in results.items():
                 if result.error_code != ErrorCode.NONE:
-                    raise SystemExit(f"producing to {topic}[{part}] failed: "
-                                     f"{error_name(result.error_code)}")
+                    raise SystemExit(f"producing to {topic}[{part}] at {bootstrap} failed: "
+                                     f"{error_name(result.error_code)}; check the broker log "
+                                     "and run the seed again")
             sent += sum(len(b) for b in sets.values())
     return {"topic": topic, "messages": sent, "first_ms": first, "last_ms": first +
             (sent - 1) * step}
