@@ -35,11 +35,12 @@ def start_broker(log_dir: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    broker_log = os.path.join(log_dir, "..", "broker.log")
     proc = subprocess.Popen(
         [sys.executable, "-m", "broker", "serve", "--config", str(REPO / "config/server.properties"),
          "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
          "--override", f"log.dirs={log_dir}"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(os.path.join(log_dir, "..", "broker.log"), "wb"))
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(broker_log, "wb"))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -48,7 +49,8 @@ def start_broker(log_dir: str) -> tuple[subprocess.Popen, str]:
         except OSError:
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("broker did not start")
+    raise RuntimeError(f"broker did not accept connections on port {port} within 30 s; "
+                       f"see {os.path.normpath(broker_log)}")
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
