@@ -1,6 +1,7 @@
 """Helpers shared by the real-client integration tests."""
 from __future__ import annotations
 
+import time
 import uuid
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -39,7 +40,6 @@ def kp_consume_all(bootstrap: str, topic: str, partition: int = 0, start: int | 
         else:
             consumer.seek(tp, start)
         out = []
-        import time
         deadline = time.monotonic() + timeout_s
         while consumer.position(tp) < end and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=500).values():
