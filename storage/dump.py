@@ -15,10 +15,12 @@ Exit status: 0 when everything read is sound, 1 when corruption or an index mism
 from __future__ import annotations
 
 import argparse
+import bisect
+import itertools
 import os
 import struct
 import sys
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 from protocol.compression import Codec
 from protocol.errors import CorruptRecordError
@@ -101,9 +103,18 @@ def _dump_log(path: str, deep: bool, out: TextIO) -> int:
     return status
 
 
-def _log_facts(log_path: str) -> tuple[dict[int, tuple[int, int]], list[tuple[int, int]]]:
-    """({position: (previous shallow offset, shallow offset)}, [(offset, timestamp)] of every
-    deep message) of a .log file."""
+class _Timeline(NamedTuple):
+    """Every deep message of a .log file, for time index checks: offsets sorted, the largest
+    timestamp among the messages up to each of them, and the offset of the last message."""
+
+    offsets: list[int]
+    max_timestamps: list[int]
+    last_offset: int | None
+
+
+def _log_facts(log_path: str) -> tuple[dict[int, tuple[int, int]], _Timeline]:
+    """({position: (previous shallow offset, shallow offset)}, timeline of every deep message)
+    of a .log file."""
     data = _read(log_path)
     starts: dict[int, tuple[int, int]] = {}
     previous = -1
@@ -111,7 +122,12 @@ def _log_facts(log_path: str) -> tuple[dict[int, tuple[int, int]], list[tuple[in
         starts[entry.position] = (previous, entry.offset)
         previous = entry.offset
     messages = [(m.offset, m.timestamp) for m in iter_deep(data)]
-    return starts, messages
+    # Running maximum over the messages sorted by offset: one bisect per time index entry
+    # instead of a scan of the whole log.
+    ordered = sorted(messages)
+    max_timestamps = list(itertools.accumulate((ts for _, ts in ordered), max))
+    last_offset = messages[-1][0] if messages else None
+    return starts, _Timeline([o for o, _ in ordered], max_timestamps, last_offset)
 
 
 def _dump_index(path: str, base: int, suffix: str, verify: bool, out: TextIO) -> int:
@@ -167,15 +183,16 @@ def _check_offset_entry(entry, previous, starts) -> str | None:
     return None
 
 
-def _check_time_entry(entry, previous, messages) -> str | None:
+def _check_time_entry(entry, previous, timeline: _Timeline) -> str | None:
     timestamp, offset = entry
     if previous is not None and (timestamp <= previous[0] or offset < previous[1]):
         return f"entry ({timestamp}, {offset}) does not follow ({previous[0]}, {previous[1]})"
-    upto = [ts for o, ts in messages if o <= offset]
-    if not upto or offset > messages[-1][0]:
+    upto = bisect.bisect_right(timeline.offsets, offset)  # messages with offsets <= offset
+    if not upto or offset > timeline.last_offset:
         return f"offset {offset} is beyond the last message of the log"
-    if max(upto) != timestamp:
-        return (f"the largest timestamp up to offset {offset} is {max(upto)}, the entry says "
+    largest = timeline.max_timestamps[upto - 1]
+    if largest != timestamp:
+        return (f"the largest timestamp up to offset {offset} is {largest}, the entry says "
                 f"{timestamp}")
     return None
 
