@@ -58,13 +58,12 @@ def _write_all(fd: int, data, position: int) -> None:
 class LogSegment:
     """A segment starting at ``base_offset``; see the module docstring for resources."""
 
-    __slots__ = ("directory", "base_offset", "config", "log_path", "offset_index", "time_index",
+    __slots__ = ("base_offset", "config", "log_path", "offset_index", "time_index",
                  "size", "max_timestamp", "offset_of_max_timestamp", "rolling_based_timestamp",
                  "created_ms", "jitter_ms", "bytes_since_last_index_entry", "_fd")
 
     def __init__(self, directory: str, base_offset: int, config: LogConfig, *, now_ms: int,
                  jitter_ms: int = 0, create: bool = False) -> None:
-        self.directory = directory
         self.base_offset = base_offset
         self.config = config
         self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
@@ -74,10 +73,9 @@ class LogSegment:
                                     base_offset, config.segment_index_bytes)
         self._fd: int | None = None
         if create:
-            for path in (self.log_path, self.offset_index.path, self.time_index.path):
-                with open(path, "wb"):
-                    pass
-            self.offset_index.reset()
+            with open(self.log_path, "wb"):
+                pass
+            self.offset_index.reset()  # empties or creates the index files too
             self.time_index.reset()
         self.size = os.stat(self.log_path).st_size
         self.max_timestamp = -1
