@@ -99,10 +99,6 @@ class _FrameBuffer:
         self._buf = bytearray()
         self._pos = 0
 
-    @property
-    def buffered(self) -> int:
-        return len(self._buf) - self._pos
-
 
 class ServerConnection:
     """The broker side of one client connection.
