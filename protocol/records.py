@@ -423,13 +423,12 @@ class MessageSetBuilder:
         return _build(self._messages, self.magic, self.codec, self.timestamp_type, None)
 
 
-def _converted(t: tuple, to_magic: int, timestamp: int) -> tuple:
-    """A deep-message tuple from :func:`_deep` (of another magic) as a _build input at
-    ``to_magic``: up-conversion gets ``timestamp``, down-conversion drops the timestamp and
-    its type bit."""
+def _converted(t: tuple) -> tuple:
+    """A deep-message tuple from :func:`_deep` (of another magic) as a _build input: no
+    timestamp (up-conversion has none to give, down-conversion drops it) and no type or codec
+    bits."""
     offset, _ts, _tst, key, value, _magic, _codec, attrs, _ = t
-    return (offset, timestamp if to_magic == 1 else NO_TIMESTAMP,
-            attrs & ~(_TIMESTAMP_TYPE_BIT | _CODEC_MASK), key, value)
+    return (offset, NO_TIMESTAMP, attrs & ~(_TIMESTAMP_TYPE_BIT | _CODEC_MASK), key, value)
 
 
 def convert(buf, to_magic: int) -> bytes:
@@ -454,7 +453,7 @@ def convert(buf, to_magic: int) -> bytes:
                 _check(mv, entry, None)
                 out += mv[entry.position:end]
                 continue
-            msgs = [_converted(t, to_magic, NO_TIMESTAMP) for t in _deep(mv, entry, True)]
+            msgs = [_converted(t) for t in _deep(mv, entry, True)]
             out += _build(msgs, to_magic, Codec(entry.codec), TimestampType.CREATE_TIME, None)
         out += mv[end:]
         return bytes(out)
