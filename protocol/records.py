@@ -182,7 +182,9 @@ def _check_structure(mv, pos: int, size: int, magic: int, offset: int) -> tuple[
     return kstart, klen, p, vlen
 
 
-def _check(mv, entry: ShallowEntry, max_message_bytes: int | None) -> None:
+def _check(mv, entry: ShallowEntry, max_message_bytes: int | None
+           ) -> tuple[int, int, int, int]:
+    """Every check of :func:`check_entry`; returns :func:`_check_structure`'s result."""
     pos, size, magic, offset = entry.position, entry.size, entry.magic, entry.offset
     if magic not in (0, 1):
         raise CorruptRecordError(
@@ -206,7 +208,7 @@ def _check(mv, entry: ShallowEntry, max_message_bytes: int | None) -> None:
         raise CorruptRecordError(
             f"entry at byte {pos} (offset {offset}) fails its CRC check: stored "
             f"0x{entry.crc:08x}, computed 0x{crc:08x}", offset=pos)
-    _check_structure(mv, pos, size, magic, offset)
+    return _check_structure(mv, pos, size, magic, offset)
 
 
 def check_entry(buf, entry: ShallowEntry, max_message_bytes: int) -> None:
@@ -268,9 +270,10 @@ def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[tuple]:
     codec = entry.codec
     if codec == Codec.NONE:
         if check_crc:
-            _check(mv, entry, None)
-        kstart, klen, vstart, vlen = _check_structure(mv, entry.position, entry.size, magic,
-                                                      entry.offset)
+            kstart, klen, vstart, vlen = _check(mv, entry, None)
+        else:
+            kstart, klen, vstart, vlen = _check_structure(mv, entry.position, entry.size,
+                                                          magic, entry.offset)
         key = None if klen < 0 else mv[kstart:kstart + klen].tobytes()
         value = None if vlen < 0 else mv[vstart:vstart + vlen].tobytes()
         yield (entry.offset, entry.timestamp, entry.timestamp_type, key, value, magic,
@@ -289,12 +292,14 @@ def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[tuple]:
     for e in entries:
         if check_crc:
             try:
-                _check(imv, e, None)
+                kstart, klen, vstart, vlen = _check(imv, e, None)
             except CorruptRecordError as exc:
                 raise CorruptRecordError(
                     f"compressed message at byte {entry.position} (offset {entry.offset}): "
                     f"inner {exc}", offset=entry.position) from exc
-        kstart, klen, vstart, vlen = _check_structure(imv, e.position, e.size, magic, e.offset)
+        else:
+            kstart, klen, vstart, vlen = _check_structure(imv, e.position, e.size, magic,
+                                                          e.offset)
         key = None if klen < 0 else imv[kstart:kstart + klen].tobytes()
         value = None if vlen < 0 else imv[vstart:vstart + vlen].tobytes()
         # Readers take the type from the wrapper alone; inner type bits are ignored.
