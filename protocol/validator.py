@@ -44,8 +44,8 @@ from isal.isal_zlib import crc32 as _crc32
 from protocol.compression import Codec, decompress
 from protocol.errors import CorruptRecordError, ErrorCode
 from protocol.records import (
-    _CODEC_MASK, _ENTRY_V1, _I32, _I64, _TIMESTAMP_TYPE_BIT, _U32, LOG_OVERHEAD, NO_TIMESTAMP,
-    TimestampType, _build, _check, _deep, _view, iter_shallow,
+    _CODEC_MASK, _ENTRY_V1, _I32, _I64, _KEY_OFFSET, _TIMESTAMP_TYPE_BIT, _U32, LOG_OVERHEAD,
+    NO_TIMESTAMP, TimestampType, _build, _check, _deep, _view, iter_shallow,
 )
 
 __all__ = ["TopicSettings", "ValidatedRecords", "Rejected", "validate_produce"]
@@ -352,9 +352,8 @@ def _validate(mv, settings: TopicSettings, next_offset: int, now_ms: int):
 
 
 def _uncompressed(mv, entries, settings, next_offset, now_ms, lat):
-    key_offsets = (LOG_OVERHEAD + 6, LOG_OVERHEAD + 14)
     for index, e in enumerate(entries):
-        (klen,) = _I32.unpack_from(mv, e.position + key_offsets[e.magic])
+        (klen,) = _I32.unpack_from(mv, e.position + _KEY_OFFSET[e.magic])
         _check_message(settings, now_ms, _entry_name(e, index), e.magic, e.attributes,
                        e.timestamp, klen < 0)
     last = next_offset + len(entries) - 1
