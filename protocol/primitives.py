@@ -52,7 +52,9 @@ BOOLEAN = Flag
 
 
 class FieldError(ConstructError):
-    """A field's length, count or content is invalid (negative, too long, not UTF-8)."""
+    """Raised by the primitives and the compiled codecs when a field's length, count or
+    content is invalid (negative, too long, not UTF-8, wrong type); protocol.schemas reports it
+    as MalformedFrameError on decode and BodyEncodeError on encode."""
 
 
 def _remaining(stream) -> int:
