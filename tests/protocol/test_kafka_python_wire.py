@@ -29,7 +29,6 @@ from protocol import ApiKey, ClientConnection, ServerConnection
 from protocol.schemas import (
     REQUEST_SCHEMAS,
     RESPONSE_SCHEMAS,
-    decode_request_body,
     decode_response_body,
     encode_request_body,
     encode_response_body,
