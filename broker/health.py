@@ -30,10 +30,13 @@ class HealthCheckError(Exception):
     which request failed and why."""
 
 
-def _parse_address(text: str) -> tuple[str, int]:
+def parse_host_port(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (IPv6 hosts in brackets) for the tools' bootstrap options; raises
+    argparse.ArgumentTypeError with a message naming the bad value."""
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not HOST:PORT (expected HOST:PORT, for example 127.0.0.1:9092)")
     return host.strip("[]"), int(port)
 
 
@@ -105,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="chronolog health",
         description="Exit 0 if the broker answers ApiVersions and Metadata correctly, else 1.")
-    parser.add_argument("--bootstrap", required=True, type=_parse_address, metavar="HOST:PORT",
+    parser.add_argument("--bootstrap", required=True, type=parse_host_port, metavar="HOST:PORT",
                         help="broker address to check")
     parser.add_argument("--timeout", type=float, default=5.0,
                         help="seconds for the whole check (default 5)")

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from broker.health import parse_host_port
 from protocol.api import ApiKey
 from protocol.connection import ClientConnection
 from protocol.errors import ErrorCode, ProtocolError
@@ -74,13 +75,6 @@ class BrokerClient:
 
     def close(self) -> None:
         self._sock.close()
-
-
-def _parse_address(raw: str) -> tuple[str, int]:
-    host, sep, port = raw.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"{raw!r} is not HOST:PORT")
-    return host, int(port)
 
 
 def decode_assignment(buf: bytes) -> list[tuple[str, int]]:
@@ -209,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="chronolog groups",
         description="List consumer groups, or describe them with members, committed offsets "
                     "and lag, from a running broker.")
-    parser.add_argument("--bootstrap-server", required=True, type=_parse_address,
+    parser.add_argument("--bootstrap-server", required=True, type=parse_host_port,
                         metavar="HOST:PORT", help="any broker address")
     parser.add_argument("--timeout", type=float, default=10.0,
                         help="seconds allowed for each network operation (default 10)")
