@@ -50,6 +50,16 @@ def sync(m: GroupMachine, member_id: str, generation: int, assignments=None, *,
     return w, dict(out)
 
 
+def two_members_awaiting_sync() -> tuple[GroupMachine, str, str]:
+    """Group "g" in AwaitingSync at generation 2: a joined alone, b joined, a rejoined; a leads."""
+    m = make_machine()
+    wa, out = join(m, client="a")
+    a = out[wa].member_id
+    wb, _ = join(m, client="b")
+    _, out = join(m, a)
+    return m, a, out[wb].member_id
+
+
 def stable_group(m: GroupMachine, n: int, now: int = 0) -> list[str]:
     """Build a Stable group of n members (joined one after another, like real clients)."""
     ids: list[str] = []
@@ -156,12 +166,7 @@ def test_follower_sync_waits_for_leader():
 
 
 def test_leader_assignment_missing_a_member_gives_it_empty_bytes():
-    m = make_machine()
-    wa, out = join(m, client="a")
-    a = out[wa].member_id
-    wb, _ = join(m, client="b")
-    _, out = join(m, a)
-    b = out[wb].member_id
+    m, a, b = two_members_awaiting_sync()
     ws, _ = sync(m, b, 2)
     wl, out = sync(m, a, 2, {a: b"A"})
     assert out[ws] == SyncResult(E.NONE, b"")
@@ -310,12 +315,7 @@ def test_leave_while_parked_answers_the_parked_join():
 
 
 def test_new_member_during_awaiting_sync_restarts_rebalance():
-    m = make_machine()
-    wa, out = join(m, client="a")
-    a = out[wa].member_id
-    wb, _ = join(m, client="b")
-    _, out = join(m, a)
-    b = out[wb].member_id
+    m, a, b = two_members_awaiting_sync()
     ws, _ = sync(m, b, 2)
     wc, out = join(m, client="c")
     assert out == {ws: SyncResult(E.REBALANCE_IN_PROGRESS)}
@@ -323,12 +323,7 @@ def test_new_member_during_awaiting_sync_restarts_rebalance():
 
 
 def test_rejoin_same_metadata_during_awaiting_sync_returns_current_generation():
-    m = make_machine()
-    wa, out = join(m, client="a")
-    a = out[wa].member_id
-    wb, _ = join(m, client="b")
-    _, out = join(m, a)
-    b = out[wb].member_id
+    m, a, b = two_members_awaiting_sync()
     w, out = join(m, b)
     assert out[w] == JoinResult(E.NONE, b, 2, "range", a, ())
     w, out = join(m, a)
@@ -370,12 +365,7 @@ def test_duplicate_join_supersedes_the_parked_one():
 
 
 def test_duplicate_sync_supersedes_the_parked_one():
-    m = make_machine()
-    wa, out = join(m, client="a")
-    a = out[wa].member_id
-    wb, _ = join(m, client="b")
-    _, out = join(m, a)
-    b = out[wb].member_id
+    m, a, b = two_members_awaiting_sync()
     s1, _ = sync(m, b, 2)
     s2, out = sync(m, b, 2)
     assert out == {s1: SyncResult(E.REBALANCE_IN_PROGRESS)}
