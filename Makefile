@@ -10,11 +10,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml protocol/_fastscan.c | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml protocol/_fastscan.c | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,spark]'
 	touch $@
 
@@ -47,7 +47,7 @@ docker-compose:
 compose-test:
 	docker/compose-test.sh
 
-$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-bench: pyproject.toml protocol/_fastscan.c | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $@
 

@@ -21,10 +21,10 @@ The steps, in order (any failure rejects the whole set, nothing is accepted):
    is converted to the topic's magic and recompressed into one wrapper with the target codec.
    Entries made bigger by conversion are checked against max.message.bytes again.
 
-Speed: uncompressed magic-1 sets and in-place magic-1 wrappers go through one hot loop
-(:func:`_scan`: precompiled struct over the copy being rewritten, one CRC per message, no
-per-message objects); anything unusual or wrong drops to the general path, which gives the
-precise answer.
+Speed: uncompressed magic-1 sets and in-place magic-1 wrappers go through one hot loop,
+``scan_v1`` in protocol/_fastscan.c: one call per set (or per wrapper), checking and rewriting
+the copy in place without the GIL, one zlib CRC per message. It only ever accepts; anything
+unusual or wrong drops to the general path, which gives the precise answer.
 
 Result metadata: ``max_timestamp`` (magic 1: the largest timestamp, or ``now`` under
 LogAppendTime; -1 at magic 0 or when no message has one) and ``offset_of_max_timestamp`` (the
@@ -36,11 +36,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from zlib import crc32 as _crc32
 
-# ISA-L's CRC-32 (same polynomial and results as zlib.crc32) is about twice as fast on
-# ~100-byte messages, where the CRC is a third of the produce path's CPU.
-from isal.isal_zlib import crc32 as _crc32
-
+from protocol._fastscan import scan_v1
 from protocol.compression import Codec, decompress
 from protocol.errors import CorruptRecordError, ErrorCode
 from protocol.records import (
@@ -52,9 +50,6 @@ __all__ = ["TopicSettings", "ValidatedRecords", "Rejected", "validate_produce"]
 
 _B = struct.Struct(">b")
 _ATTRS_TS = struct.Struct(">bq")  # attributes, timestamp: 9 bytes at entry + 17
-# offset, size, crc, magic and attributes, timestamp, key length, next int32: 34 bytes
-_HEAD_V1 = struct.Struct(">qiIHqii")
-_MAGIC_1_NO_ATTRS = 0x0100
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,70 +126,10 @@ def validate_produce(buf, settings: TopicSettings, *, next_offset: int,
         mv.release()
 
 
-# _scan modes
+# scan_v1 modes
 _TOP_CREATE_TIME = 0   # top-level messages: rewrite offsets
 _TOP_LOG_APPEND = 1    # top-level messages: rewrite offsets, timestamp, bit 3, CRC
 _INNER = 2             # inner messages of a wrapper: check relative offsets 0..n-1, no writes
-
-
-def _scan(out, omv, n: int, mode: int, first_offset: int, lo: int, hi: int, max_size: int,
-          now_ms: int, keyed: bool) -> tuple[int, int, int] | None:
-    """Check the uncompressed magic-1 messages filling ``out[:n]`` and rewrite them per
-    ``mode``; return (count, max timestamp, index of its first message) or None at the first
-    thing this hot loop does not handle. One CRC per message (two under LogAppendTime), no
-    per-message objects; one unpack reads the header up to the value length of a message with
-    an empty or null key (the common case), the smallest magic-1 entry being 34 bytes."""
-    pos = 0
-    offset_now = first_offset
-    max_ts = NO_TIMESTAMP
-    max_offset = -1
-    unpack = _HEAD_V1.unpack_from
-    unpack_i32 = _I32.unpack_from
-    pack_offset = _I64.pack_into
-    pack_attrs_ts = _ATTRS_TS.pack_into
-    pack_crc = _U32.pack_into
-    crc32 = _crc32
-    while pos + 34 <= n:
-        offset, size, crc, magic_attrs, ts, klen, vlen = unpack(out, pos)
-        end = pos + LOG_OVERHEAD + size
-        if (end > n or magic_attrs != _MAGIC_1_NO_ATTRS or size > max_size or size < 22
-                or crc32(omv[pos + 16:end]) != crc):
-            return None
-        if klen > 0:
-            if pos + 34 + klen > end:
-                return None
-            (vlen,) = unpack_i32(out, pos + 30 + klen)
-            rest = size - 22 - klen  # bytes the value must fill
-        elif klen < 0 and (klen < -1 or keyed):
-            return None
-        else:
-            rest = size - 22
-        if vlen != rest and (vlen != -1 or rest):
-            return None
-        if mode == _TOP_CREATE_TIME:
-            if (ts < lo or ts > hi) and ts != NO_TIMESTAMP:
-                return None
-            if ts > max_ts:
-                max_ts = ts
-                max_offset = offset_now
-            pack_offset(out, pos, offset_now)
-        elif mode == _INNER:
-            if (ts < lo or ts > hi) and ts != NO_TIMESTAMP:
-                return None
-            if ts > max_ts:
-                max_ts = ts
-                max_offset = offset_now
-            if offset != offset_now - first_offset:
-                return None
-        else:
-            pack_offset(out, pos, offset_now)
-            pack_attrs_ts(out, pos + 17, _TIMESTAMP_TYPE_BIT, now_ms)
-            pack_crc(out, pos + 12, crc32(omv[pos + 16:end]))
-        offset_now += 1
-        pos = end
-    if pos != n or offset_now == first_offset:
-        return None
-    return offset_now - first_offset, max_ts, max_offset - first_offset
 
 
 def _fast_v1(mv, settings: TopicSettings, next_offset: int,
@@ -212,12 +147,8 @@ def _fast_v1(mv, settings: TopicSettings, next_offset: int,
         if settings.target_codec:
             return None
         out = bytearray(mv)
-        omv = memoryview(out)
-        try:
-            scanned = _scan(out, omv, n, _TOP_LOG_APPEND if lat else _TOP_CREATE_TIME,
-                            next_offset, lo, hi, max_size, now_ms, settings.compacted)
-        finally:
-            omv.release()
+        scanned = scan_v1(out, n, _TOP_LOG_APPEND if lat else _TOP_CREATE_TIME,
+                          next_offset, lo, hi, max_size, now_ms, settings.compacted)
         if scanned is None:
             return None
         count, max_ts, max_index = scanned
@@ -259,9 +190,8 @@ def _fast_wrappers_v1(mv, settings, next_offset, now_ms, lat, lo, hi, max_size):
                 inner = bytearray(decompress(codec, omv[vpos + 4:end], 1, position=pos))
             except CorruptRecordError:
                 return None  # the general path reports it in Kafka's order
-        with memoryview(inner) as imv:
-            scanned = _scan(inner, imv, len(inner), _INNER, 0, lo, hi, 2 ** 31, now_ms,
-                            settings.compacted)
+        scanned = scan_v1(inner, len(inner), _INNER, 0, lo, hi, 2 ** 31, now_ms,
+                          settings.compacted)
         if scanned is None:
             return None
         count, wrapper_max, _ = scanned

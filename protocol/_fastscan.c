@@ -1,0 +1,165 @@
+/* The produce validator's per-message hot loop over uncompressed magic-1 messages.
+ *
+ * protocol/validator.py calls scan_v1() for a whole uncompressed set (or a wrapper's decompressed
+ * inner set) and gets back one tuple, so a request costs one call, not one interpreter loop turn
+ * per message. The loop runs without the GIL: the buffer is held through the buffer protocol,
+ * which also stops a bytearray from being resized underneath it. Anything unusual or wrong makes
+ * it return None and leaves the precise answer to the validator's general path, so this file only
+ * has to be right about accepting, never about error messages.
+ *
+ * Magic-1 message, big-endian, 34 bytes up to the value length when the key is null or empty:
+ *   offset int64 @0, size int32 @8 (bytes after this field), crc uint32 @12 (CRC-32 of @16..end),
+ *   magic int8 @16, attributes int8 @17, timestamp int64 @18, key length int32 @26, key,
+ *   value length int32, value.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <zlib.h>
+
+#define LOG_OVERHEAD 12
+#define MIN_HEAD_V1 34
+#define MIN_SIZE_V1 22
+#define MAGIC_1_NO_ATTRS 0x0100
+#define TIMESTAMP_TYPE_BIT 0x08
+#define NO_TIMESTAMP (-1)
+
+enum scan_mode { TOP_CREATE_TIME = 0, TOP_LOG_APPEND = 1, INNER = 2 };
+
+static inline uint16_t get_u16(const unsigned char *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+
+static inline uint32_t get_u32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static inline int64_t get_i64(const unsigned char *p)
+{
+    return (int64_t)((uint64_t)get_u32(p) << 32 | get_u32(p + 4));
+}
+
+static inline void put_u32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+
+static inline void put_i64(unsigned char *p, int64_t v)
+{
+    put_u32(p, (uint32_t)((uint64_t)v >> 32));
+    put_u32(p + 4, (uint32_t)v);
+}
+
+static inline uint32_t crc_of(const unsigned char *p, int64_t len)
+{
+    return (uint32_t)crc32(0L, p, (uInt)len);
+}
+
+struct scan_result { int ok; int64_t count, max_ts, max_index; };
+
+static struct scan_result scan(unsigned char *buf, int64_t n, int mode, int64_t first_offset,
+                               int64_t lo, int64_t hi, int64_t max_size, int64_t now_ms, int keyed)
+{
+    struct scan_result r = {0, 0, NO_TIMESTAMP, -1};
+    int64_t pos = 0, index = 0;
+    while (pos + MIN_HEAD_V1 <= n) {
+        unsigned char *m = buf + pos;
+        int64_t size = (int32_t)get_u32(m + 8);
+        if (size < MIN_SIZE_V1 || size > max_size) return r;
+        int64_t end = pos + LOG_OVERHEAD + size;
+        if (end > n || get_u16(m + 16) != MAGIC_1_NO_ATTRS) return r;
+        if (crc_of(m + 16, size - 4) != get_u32(m + 12)) return r;
+        int64_t ts = get_i64(m + 18);
+        int64_t klen = (int32_t)get_u32(m + 26);
+        int64_t vlen, rest;
+        if (klen > 0) {
+            if (pos + MIN_HEAD_V1 + klen > end) return r;
+            vlen = (int32_t)get_u32(m + 30 + klen);
+            rest = size - MIN_SIZE_V1 - klen;
+        } else {
+            if (klen < -1 || (klen == -1 && keyed)) return r;
+            vlen = (int32_t)get_u32(m + 30);
+            rest = size - MIN_SIZE_V1;
+        }
+        if (vlen != rest && (vlen != -1 || rest != 0)) return r;
+        if (mode == TOP_LOG_APPEND) {
+            put_i64(m, first_offset + index);
+            m[17] = TIMESTAMP_TYPE_BIT;
+            put_i64(m + 18, now_ms);
+            put_u32(m + 12, crc_of(m + 16, size - 4));
+        } else {
+            if ((ts < lo || ts > hi) && ts != NO_TIMESTAMP) return r;
+            if (ts > r.max_ts) { r.max_ts = ts; r.max_index = index; }
+            if (mode == INNER) {
+                if (get_i64(m) != index) return r;
+            } else {
+                put_i64(m, first_offset + index);
+            }
+        }
+        index++;
+        pos = end;
+    }
+    r.ok = pos == n && index > 0;
+    r.count = index;
+    return r;
+}
+
+/* Python ints beyond int64 (a limit of now + 2**63 - 1) saturate: no timestamp lies beyond them. */
+static int saturating_i64(PyObject *obj, void *out)
+{
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred()) return 0;
+    *(int64_t *)out = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : (int64_t)v;
+    return 1;
+}
+
+PyDoc_STRVAR(scan_v1_doc,
+"scan_v1(buf, n, mode, first_offset, lo, hi, max_size, now_ms, keyed) -> (count, max_ts, max_index) | None\n\n"
+"Check the uncompressed magic-1 messages filling buf[:n] and rewrite them in place per mode\n"
+"(0: offsets from first_offset; 1: also LogAppendTime now_ms, attribute bit 3 and CRC; 2: inner\n"
+"messages, relative offsets must be 0..count-1, nothing written). Timestamps other than -1 must\n"
+"lie in [lo, hi] (modes 0 and 2). max_index is the index of the first message holding max_ts\n"
+"(-1 with max_ts -1). Returns None at the first thing it does not accept; buf may then be\n"
+"partly rewritten. Raises TypeError for a buffer that is not writable and ValueError for n\n"
+"outside it.");
+
+static PyObject *scan_v1(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t n;
+    int mode, keyed;
+    int64_t first_offset, lo, hi, max_size, now_ms;
+    if (!PyArg_ParseTuple(args, "w*niO&O&O&O&O&p", &view, &n, &mode,
+                          saturating_i64, &first_offset, saturating_i64, &lo,
+                          saturating_i64, &hi, saturating_i64, &max_size,
+                          saturating_i64, &now_ms, &keyed))
+        return NULL;
+    if (n < 0 || n > view.len) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "n=%zd outside the buffer of %zd bytes", n, view.len);
+    }
+    if (mode < TOP_CREATE_TIME || mode > INNER) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "unknown scan mode %d", mode);
+    }
+    struct scan_result r;
+    Py_BEGIN_ALLOW_THREADS
+    r = scan(view.buf, n, mode, first_offset, lo, hi, max_size, now_ms, keyed);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (!r.ok) Py_RETURN_NONE;
+    return Py_BuildValue("(LLL)", (long long)r.count, (long long)r.max_ts, (long long)r.max_index);
+}
+
+static PyMethodDef methods[] = {
+    {"scan_v1", scan_v1, METH_VARARGS, scan_v1_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "protocol._fastscan",
+    "Native hot loop of the produce validator (see protocol/validator.py).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__fastscan(void) { return PyModule_Create(&module); }
