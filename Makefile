@@ -4,21 +4,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test kcat run test bench compose-test clean docker-compose
+.PHONY: install install-test kcat build-deps run test bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml protocol/_fastscan.c | $(BIN)/python
+$(VENV)/.installed: pyproject.toml protocol/_fastscan.c | $(BIN)/python build-deps
 	$(BIN)/pip install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml protocol/_fastscan.c | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml protocol/_fastscan.c | $(BIN)/python build-deps
 	$(BIN)/pip install -q -e '.[test,spark]'
 	touch $@
 
 install: $(VENV)/.installed
+
+# The C extension protocol/_fastscan.c is compiled at install: a C compiler and libdeflate's headers.
+build-deps:
+	@{ command -v cc >/dev/null && [ -f /usr/include/libdeflate.h ]; } || { \
+	  echo "installing the C compiler and libdeflate-dev from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    build-essential libdeflate-dev >/dev/null; }
 
 install-test: $(VENV)/.installed-test kcat docker-compose
 
@@ -47,7 +54,7 @@ docker-compose:
 compose-test:
 	docker/compose-test.sh
 
-$(VENV)/.installed-bench: pyproject.toml protocol/_fastscan.c | $(BIN)/python
+$(VENV)/.installed-bench: pyproject.toml protocol/_fastscan.c | $(BIN)/python build-deps
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $@
 

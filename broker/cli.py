@@ -67,7 +67,9 @@ def serve(config_path: str | None, overrides: list[str]) -> int:
 
     import trio
 
+    from broker.malloc import keep_freed_buffers
     from broker.server import run
+    keep_freed_buffers()
     from broker.topics import StartupError
     try:
         return trio.run(run, config)

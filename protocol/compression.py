@@ -52,6 +52,10 @@ _LZ4_MAGIC = b"\x04\x22\x4d\x18"  # 0x184D2204 little-endian
 # small bomb cannot exhaust the broker's memory. Far above what a producer batch holds.
 MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024
 _CHUNK = 1 << 20  # decompress in steps so memory follows the output, not the limit
+# LZ4 spends at least one input byte per 255 output bytes (a match length's extension bytes),
+# so a frame this many times smaller than the limit decompresses in one call without a check.
+_LZ4_MAX_RATIO = 255
+_LZ4_MAX_HEADER = 19  # magic 4, FLG, BD, content size 8, dictionary id 4, HC
 
 _P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
 _M32 = 0xFFFFFFFF
@@ -179,22 +183,26 @@ def _lz4_compress(data, magic: int) -> bytes:
 
 
 def _lz4_decompress(data, magic: int, limit: int) -> bytes:
-    frame = bytearray(data)
-    if len(frame) < 7 or frame[0:4] != _LZ4_MAGIC:
+    head = bytes(data[:_LZ4_MAX_HEADER])
+    if len(head) < 7 or head[0:4] != _LZ4_MAGIC:
         raise ValueError("not an LZ4 frame (bad magic number)")
-    flg = frame[4]
+    flg = head[4]
     hc_pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
-    if len(frame) <= hc_pos:
+    if len(head) <= hc_pos:
         raise ValueError("LZ4 frame descriptor truncated")
-    correct = (xxh32(bytes(frame[4:hc_pos])) >> 8) & 0xFF
-    if frame[hc_pos] != correct:
+    correct = (xxh32(head[4:hc_pos]) >> 8) & 0xFF
+    frame = data
+    if head[hc_pos] != correct:
         if magic != 0:
-            broken = (xxh32(bytes(frame[0:hc_pos])) >> 8) & 0xFF
+            broken = (xxh32(head[0:hc_pos]) >> 8) & 0xFF
             hint = (" (it is the pre-KIP-57 checksum, valid only in magic-0 message sets)"
-                    if frame[hc_pos] == broken else "")
-            raise ValueError(f"LZ4 frame header checksum 0x{frame[hc_pos]:02x} is wrong, "
+                    if head[hc_pos] == broken else "")
+            raise ValueError(f"LZ4 frame header checksum 0x{head[hc_pos]:02x} is wrong, "
                              f"expected 0x{correct:02x}{hint}")
+        frame = bytearray(data)
         frame[hc_pos] = correct
+    if len(frame) * _LZ4_MAX_RATIO <= limit:
+        return lz4.frame.decompress(frame)  # cannot exceed the limit: one call, one buffer
     d = lz4.frame.LZ4FrameDecompressor()
     parts = []
     total = 0

@@ -23,7 +23,7 @@ The steps, in order (any failure rejects the whole set, nothing is accepted):
 
 Speed: uncompressed magic-1 sets and in-place magic-1 wrappers go through one hot loop,
 ``scan_v1`` in protocol/_fastscan.c: one call per set (or per wrapper), checking and rewriting
-the copy in place without the GIL, one zlib CRC per message. It only ever accepts; anything
+the copy in place without the GIL, one CRC per message (libdeflate). It only ever accepts; anything
 unusual or wrong drops to the general path, which gives the precise answer.
 
 Result metadata: ``max_timestamp`` (magic 1: the largest timestamp, or ``now`` under
@@ -187,7 +187,7 @@ def _fast_wrappers_v1(mv, settings, next_offset, now_ms, lat, lo, hi, max_size):
             if vlen < 0 or vpos + 4 + vlen != end:
                 return None
             try:
-                inner = bytearray(decompress(codec, omv[vpos + 4:end], 1, position=pos))
+                inner = decompress(codec, omv[vpos + 4:end], 1, position=pos)
             except CorruptRecordError:
                 return None  # the general path reports it in Kafka's order
         scanned = scan_v1(inner, len(inner), _INNER, 0, lo, hi, 2 ** 31, now_ms,

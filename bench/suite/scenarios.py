@@ -78,7 +78,7 @@ def percentiles(samples_us: list[float]) -> dict:
 def produce(run: Run, client: str, size: int, codec: str) -> dict:
     """Throughput of one producer sending N values of ``size`` bytes to a fresh 1-partition topic."""
     p = run.params
-    n = p["produce_messages"][str(size)]
+    n = p["produce_messages"][client][str(size)]
     topic = f"produce-{client}-{size}-{codec}-{p['tag']}"
     deadline = run.deadline
     admin_create_topic(run.bootstrap, topic, 1)

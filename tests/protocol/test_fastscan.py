@@ -111,8 +111,9 @@ def test_limits_beyond_int64_saturate():
 
 def test_bad_arguments_raise_clear_errors():
     buf = kp_build(1, 0, [(NOW, None, b"v")])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="must be writable"):
         scan_v1(buf, len(buf), CREATE, 0, 0, 1, 100, NOW, False)  # bytes are read-only
+    assert scan_v1(buf, len(buf), INNER, 0, 0, NOW, 100, NOW, False) == (1, NOW, 0)
     with pytest.raises(ValueError, match="outside the buffer"):
         scan_v1(bytearray(buf), len(buf) + 1, CREATE, 0, 0, 1, 100, NOW, False)
     with pytest.raises(ValueError, match="unknown scan mode 3"):
