@@ -61,13 +61,19 @@ def build_plan() -> list[Spec]:
 def _child_main(conn, fn_name: str, kwargs: dict, bootstrap: str, log_dir: str | None, params: dict) -> None:
     os.setpgrp()  # the parent kills this group on timeout, with any helper processes in it
 
+    client_cpu: dict[str, float] = {}
+
     def mark(label: str) -> None:
+        # CPU of this process, every client thread included (librdkafka's too), in the timed section
+        client_cpu[label] = time.process_time()
         conn.send(("mark", label))
         conn.recv()
 
     try:
         fn = getattr(scenarios, fn_name)
         result = fn(scenarios.Run(bootstrap, log_dir, params, mark), **kwargs)
+        if "start" in client_cpu and "end" in client_cpu:
+            result["client_cpu_s"] = client_cpu["end"] - client_cpu["start"]
         conn.send(("result", result))
     except BaseException as exc:  # noqa: BLE001 - every failure becomes the run's error string
         msg = f"{type(exc).__name__}: {exc}"
@@ -151,6 +157,8 @@ def run_in_child(broker: BrokerProcess, fn_name: str, kwargs: dict, params: dict
         outcome["broker_cpu_low_resolution"] = True
     if n:
         outcome["broker_cpu_s_per_million_msgs"] = cpu / n * 1e6
+        if "client_cpu_s" in outcome:
+            outcome["client_cpu_s_per_million_msgs"] = outcome["client_cpu_s"] / n * 1e6
         outcome["msgs_per_s"] = n / elapsed
         if outcome.get("value_bytes"):
             outcome["MB_per_s"] = n * outcome["value_bytes"] / elapsed / 1e6

@@ -147,9 +147,11 @@ def confluent_produce_all(producer, topic: str, values, deadline: float, partiti
 
 
 def consume_confluent(bootstrap: str, topic: str, partitions: int, expected: int, deadline: float,
-                      **config) -> Digest:
+                      on_first=None, **config) -> Digest:
     """Read ``expected`` messages from offset 0 of every partition; return their digest.
 
+    ``on_first()``, if given, is called once the first message has been delivered (consumer start-up
+    done: connections, coordinator, ListOffsets, first Fetch); the rest arrive after it.
     Raises ScenarioError on a client error or if fewer messages arrive before ``deadline``.
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -167,19 +169,23 @@ def consume_confluent(bootstrap: str, topic: str, partitions: int, expected: int
             if time.monotonic() > deadline:
                 raise ScenarioError(f"consume {topic} (confluent): {n} of {expected} messages before the deadline")
             # consume() waits for num_messages or the timeout, so never ask for more than remain.
-            batch = consumer.consume(num_messages=min(10_000, expected - n), timeout=0.5)
+            want = 1 if on_first is not None and n == 0 else min(10_000, expected - n)
+            batch = consumer.consume(num_messages=want, timeout=0.5)
             for m in batch:
                 err = m.error()
                 if err is not None:
                     raise ScenarioError(f"consume {topic}/{m.partition()} (confluent): {err}")
                 s += crc32(m.value())
+            if batch and n == 0 and on_first is not None:
+                on_first()
             n += len(batch)
         return Digest(n, s & MASK64)
     finally:
         consumer.close()
 
 
-def consume_kafka_python(bootstrap: str, topic: str, partitions: int, expected: int, deadline: float) -> Digest:
+def consume_kafka_python(bootstrap: str, topic: str, partitions: int, expected: int, deadline: float,
+                         on_first=None) -> Digest:
     """kafka-python counterpart of consume_confluent (no group: assign + seek to the beginning)."""
     from kafka import KafkaConsumer, TopicPartition
 
@@ -195,10 +201,13 @@ def consume_kafka_python(bootstrap: str, topic: str, partitions: int, expected: 
         while n < expected:
             if time.monotonic() > deadline:
                 raise ScenarioError(f"consume {topic} (kafka-python): {n} of {expected} messages before the deadline")
-            for records in consumer.poll(timeout_ms=500, max_records=10_000).values():
+            first = on_first is not None and n == 0
+            for records in consumer.poll(timeout_ms=500, max_records=1 if first else 10_000).values():
                 for r in records:
                     s += crc32(r.value)
                 n += len(records)
+            if first and n:
+                on_first()
         return Digest(n, s & MASK64)
     finally:
         consumer.close()
