@@ -22,9 +22,9 @@ The steps, in order (any failure rejects the whole set, nothing is accepted):
    Entries made bigger by conversion are checked against max.message.bytes again.
 
 Speed: uncompressed magic-1 sets and in-place magic-1 wrappers go through one hot loop,
-``scan_v1`` in protocol/_fastscan.c: one call per set (or per wrapper), checking and rewriting
-the copy in place without the GIL, one CRC per message (libdeflate). It only ever accepts; anything
-unusual or wrong drops to the general path, which gives the precise answer.
+``scan_v1`` in protocol/_fastscan.c: one call per set (or per wrapper) checks and rewrites the
+copy in place, one libdeflate CRC per message, without the GIL from 64 KiB up. It only ever
+accepts; anything unusual or wrong drops to the general path, which gives the precise answer.
 
 Result metadata: ``max_timestamp`` (magic 1: the largest timestamp, or ``now`` under
 LogAppendTime; -1 at magic 0 or when no message has one) and ``offset_of_max_timestamp`` (the
