@@ -10,11 +10,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml protocol/_fastscan.c | $(BIN)/python build-deps
+$(VENV)/.installed: pyproject.toml setup.py protocol/_fastscan.c | $(BIN)/python build-deps
 	$(BIN)/pip install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml protocol/_fastscan.c | $(BIN)/python build-deps
+$(VENV)/.installed-test: pyproject.toml setup.py protocol/_fastscan.c | $(BIN)/python build-deps
 	$(BIN)/pip install -q -e '.[test,spark]'
 	touch $@
 
@@ -54,7 +54,7 @@ docker-compose:
 compose-test:
 	docker/compose-test.sh
 
-$(VENV)/.installed-bench: pyproject.toml protocol/_fastscan.c | $(BIN)/python build-deps
+$(VENV)/.installed-bench: pyproject.toml setup.py protocol/_fastscan.c | $(BIN)/python build-deps
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $@
 
