@@ -169,16 +169,16 @@ def consume_confluent(bootstrap: str, topic: str, partitions: int, expected: int
             if time.monotonic() > deadline:
                 raise ScenarioError(f"consume {topic} (confluent): {n} of {expected} messages before the deadline")
             # consume() waits for num_messages or the timeout, so never ask for more than remain.
-            want = 1 if on_first is not None and n == 0 else min(10_000, expected - n)
-            batch = consumer.consume(num_messages=want, timeout=0.5)
+            first = on_first is not None and n == 0
+            batch = consumer.consume(num_messages=1 if first else min(10_000, expected - n), timeout=0.5)
             for m in batch:
                 err = m.error()
                 if err is not None:
                     raise ScenarioError(f"consume {topic}/{m.partition()} (confluent): {err}")
                 s += crc32(m.value())
-            if batch and n == 0 and on_first is not None:
-                on_first()
             n += len(batch)
+            if first and n:
+                on_first()
         return Digest(n, s & MASK64)
     finally:
         consumer.close()
