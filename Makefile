@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test kcat build-deps run test bench compose-test clean docker-compose
+.PHONY: install install-test kcat node-deps build-deps run test bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,18 @@ build-deps:
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    build-essential libdeflate-dev >/dev/null; }
 
-install-test: $(VENV)/.installed-test kcat docker-compose
+install-test: $(VENV)/.installed-test kcat docker-compose node-deps
+
+# KafkaJS (tests/integration/test_kafkajs.py) from the npm registry, pinned by its lock file; node and
+# npm from Debian when the machine has none.
+JS_DIR := tests/integration/js
+node-deps: $(JS_DIR)/node_modules/.installed
+
+$(JS_DIR)/node_modules/.installed: $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
+	@command -v npm >/dev/null || { echo "installing nodejs and npm from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; }
+	cd $(JS_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 # kcat comes from Debian; the integration tests drive it as a real client.
 kcat:

@@ -121,8 +121,9 @@ class Server:
         conn_id = next(_conn_ids)
         log.info("connection opened", conn=conn_id, peer=peer, active=self.active)
         reason = "closed by client"
+        versions: dict[ApiKey, set[int]] = {}
         try:
-            reason = await self._serve(stream, conn_id)
+            reason = await self._serve(stream, conn_id, versions)
         except ProtocolError as exc:
             reason = f"bad request: {exc}"
             log.warning("closing connection after a bad request", conn=conn_id, peer=peer,
@@ -144,9 +145,12 @@ class Server:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             log.info("connection closed", conn=conn_id, peer=peer, reason=reason,
-                     active=self.active)
+                     active=self.active, api_versions=_versions_used(versions))
 
-    async def _serve(self, stream: trio.SocketStream, conn_id: int) -> str:
+    async def _serve(self, stream: trio.SocketStream, conn_id: int,
+                     versions: dict[ApiKey, set[int]]) -> str:
+        """Serve requests until the peer or the broker ends the connection; ``versions``
+        collects every (api, version) served, for the connection-closed log line."""
         ctx = self.ctx
         conn = ServerConnection(max_request_bytes=ctx.config.socket_request_max_bytes)
         idle_s = ctx.config.connections_max_idle_ms / 1000
@@ -163,6 +167,8 @@ class Server:
             if not data:
                 return "closed by client"
             for request in conn.receive_data(data):
+                versions.setdefault(request.header.api_key, set()).add(
+                    request.header.api_version)
                 self._busy += 1
                 try:
                     await self._dispatch(stream, conn, request, conn_id)
@@ -210,6 +216,13 @@ class Server:
 
     async def wait_idle(self) -> None:
         await self._all_done.wait()
+
+
+def _versions_used(versions: dict[ApiKey, set[int]]) -> str:
+    """``"API_VERSIONS v3, METADATA v12, PRODUCE v9"``: what a client negotiated, in one field of
+    the connection-closed line (tests assert on it; operators see which clients are old)."""
+    return ", ".join(f"{api.name} v{'/'.join(map(str, sorted(vs)))}"
+                     for api, vs in sorted(versions.items()))
 
 
 async def send_response(stream: trio.SocketStream, chunks: list[Any]) -> None:
