@@ -98,27 +98,38 @@ def _cleanup_policy(raw: str) -> str:
     return ",".join(parts)
 
 
-# message.format.version: Kafka's ApiVersion names; anything up to 0.10.1 (the latest here).
-_FORMAT_VERSIONS = {
-    "0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0,
-    "0.10.0-IV0": 1, "0.10.0-IV1": 1, "0.10.0": 1,
-    "0.10.1-IV0": 1, "0.10.1-IV1": 1, "0.10.1-IV2": 1, "0.10.1": 1,
+# message.format.version: Kafka's MetadataVersion names (server-common MetadataVersion.java at
+# 3.9.0), each with its "-IVn" variants. Up to 0.9.0 store magic 0, 0.10.x magic 1 (KIP-32), 0.11.0
+# and later magic 2 (record batches, KIP-98). Kafka 3.x ignores the setting for brokers at 3.0+;
+# chronolog honours it, so a topic can still be held to an old format.
+_IV_COUNTS = {
+    "0.10.0": 2, "0.10.1": 3, "0.10.2": 1, "0.11.0": 3, "1.0": 1, "1.1": 1, "2.0": 2, "2.1": 3,
+    "2.2": 2, "2.3": 2, "2.4": 2, "2.5": 1, "2.6": 1, "2.7": 3, "2.8": 2, "3.0": 2, "3.1": 1,
+    "3.2": 1, "3.3": 4, "3.4": 1, "3.5": 3, "3.6": 3, "3.7": 5, "3.8": 1, "3.9": 1,
 }
+_FORMAT_VERSIONS = {"0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0}
+for _short, _count in _IV_COUNTS.items():
+    _magic = 1 if _short.startswith("0.10.") else 2
+    _FORMAT_VERSIONS[_short] = _magic
+    _FORMAT_VERSIONS.update({f"{_short}-IV{n}": _magic for n in range(_count)})
+DEFAULT_FORMAT_VERSION = "3.0-IV1"  # Kafka 3.9's default: record batches (magic 2)
 
 
 def _format_version(raw: str) -> str:
     value = raw.strip()
     if value in _FORMAT_VERSIONS:
         return value
-    # Kafka accepts full release numbers such as 0.10.1.0 or 0.9.0.1 by their first three parts.
-    short = ".".join(value.split(".")[:3])
-    if value.count(".") == 3 and short in _FORMAT_VERSIONS and value.split(".")[3].isdigit():
+    # Kafka accepts full release numbers (0.10.1.0, 0.9.0.1, 2.8.1) by their short version.
+    parts = value.split(".")
+    short = ".".join(parts[:3] if parts[0] == "0" else parts[:2])
+    rest = parts[3:] if parts[0] == "0" else parts[2:]
+    if short in _FORMAT_VERSIONS and len(rest) == 1 and rest[0].isdigit():
         return short
-    raise ValueError(f"{raw!r} is not a message format version (0.8.0 ... 0.10.1)")
+    raise ValueError(f"{raw!r} is not a message format version (0.8.0 ... 3.9)")
 
 
 def format_magic(version: str) -> int:
-    """The message magic (0 or 1) a message.format.version stores."""
+    """The message magic (0, 1 or 2) a message.format.version stores."""
     return _FORMAT_VERSIONS[version]
 
 
@@ -154,13 +165,15 @@ class _Key:
 
 TOPIC_KEYS: dict[str, _Key] = {k.name: k for k in [
     _Key("cleanup.policy", _cleanup_policy, "delete"),
-    _Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4"), "producer"),
+    _Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer"),
     _Key("file.delete.delay.ms", _long(0), 60000),
     _Key("flush.messages", _long(1), LONG_MAX),
     _Key("flush.ms", _long(0), LONG_MAX),
     _Key("index.interval.bytes", _int(0), 4096),
     _Key("max.message.bytes", _int(0), 1000012),
-    _Key("message.format.version", _format_version, "0.10.1"),
+    _Key("message.format.version", _format_version, DEFAULT_FORMAT_VERSION),
+    _Key("message.timestamp.after.max.ms", _long(0), LONG_MAX),
+    _Key("message.timestamp.before.max.ms", _long(0), LONG_MAX),
     _Key("message.timestamp.difference.max.ms", _long(0), LONG_MAX),
     _Key("message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime"),
     _Key("retention.bytes", _long(), -1),
@@ -210,6 +223,8 @@ class TopicConfig:
     index_interval_bytes: int
     max_message_bytes: int
     message_format_version: str
+    message_timestamp_after_max_ms: int
+    message_timestamp_before_max_ms: int
     message_timestamp_difference_max_ms: int
     message_timestamp_type: str
     retention_bytes: int
@@ -259,9 +274,11 @@ BROKER_KEYS: dict[str, _Key] = {k.name: k for k in [
     _Key("log.index.size.max.bytes", _int(24), 10485760),
     _Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime"),
     _Key("log.message.timestamp.difference.max.ms", _long(0), LONG_MAX),
-    _Key("log.message.format.version", _format_version, "0.10.1"),
+    _Key("log.message.timestamp.before.max.ms", _long(0), LONG_MAX),
+    _Key("log.message.timestamp.after.max.ms", _long(0), LONG_MAX),
+    _Key("log.message.format.version", _format_version, DEFAULT_FORMAT_VERSION),
     _Key("log.cleanup.policy", _cleanup_policy, "delete"),
-    _Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4"), "producer"),
+    _Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer"),
     _Key("message.max.bytes", _int(0), 1000012),
     _Key("log.flush.interval.messages", _long(1), LONG_MAX),
     _Key("log.flush.interval.ms", _long(0), _NULL),
@@ -421,6 +438,8 @@ class BrokerConfig:
             "index.interval.bytes": v["log.index.interval.bytes"],
             "max.message.bytes": v["message.max.bytes"],
             "message.format.version": v["log.message.format.version"],
+            "message.timestamp.after.max.ms": v["log.message.timestamp.after.max.ms"],
+            "message.timestamp.before.max.ms": v["log.message.timestamp.before.max.ms"],
             "message.timestamp.difference.max.ms": v["log.message.timestamp.difference.max.ms"],
             "message.timestamp.type": v["log.message.timestamp.type"],
             "retention.bytes": v["log.retention.bytes"],

@@ -67,6 +67,8 @@ class Topic:
             timestamp_type=(TimestampType.LOG_APPEND_TIME if c.message_timestamp_type == "LogAppendTime"
                             else TimestampType.CREATE_TIME),
             max_timestamp_difference_ms=c.message_timestamp_difference_max_ms,
+            timestamp_before_max_ms=c.message_timestamp_before_max_ms,
+            timestamp_after_max_ms=c.message_timestamp_after_max_ms,
             max_message_bytes=c.max_message_bytes,
             target_codec=_CODECS[c.compression_type],
             compacted="compact" in c.cleanup_policy.split(","))

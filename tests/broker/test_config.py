@@ -96,9 +96,9 @@ def test_listeners():
 @pytest.mark.parametrize("key,value", [
     ("broker.id", "-1"), ("num.partitions", "0"), ("auto.create.topics.enable", "yes"),
     ("log.segment.bytes", "10"), ("log.segment.bytes", "3000000000"),
-    ("log.message.timestamp.type", "NowTime"), ("log.message.format.version", "0.11.0"),
+    ("log.message.timestamp.type", "NowTime"), ("log.message.format.version", "0.12.0"),
     ("log.index.size.max.bytes", "12"), ("socket.request.max.bytes", "0"),
-    ("compression.type", "zstd"), ("log.cleanup.policy", "forever"), ("max.connections", "x"),
+    ("compression.type", "brotli"), ("log.cleanup.policy", "forever"), ("max.connections", "x"),
 ])
 def test_invalid_values_name_the_key(key, value):
     with pytest.raises(ConfigError) as e:
@@ -135,7 +135,40 @@ def test_topic_configs_validated_and_normalised():
 
 def test_format_versions():
     assert format_magic("0.8.2") == 0 and format_magic("0.10.0-IV1") == 1
-    assert format_magic("0.10.1") == 1
+    assert format_magic("0.10.1") == 1 and format_magic("0.10.2-IV0") == 1
+    assert format_magic("0.11.0-IV2") == 2 and format_magic("2.8") == 2
+    assert format_magic("3.0-IV1") == 2 and format_magic("3.9-IV0") == 2
+
+
+@pytest.mark.parametrize("raw,canonical", [
+    ("0.10.1.0", "0.10.1"), ("0.9.0.1", "0.9.0"), ("2.8.1", "2.8"), ("3.9.0", "3.9"),
+    (" 3.0-IV1 ", "3.0-IV1"),
+])
+def test_format_version_release_numbers(raw, canonical):
+    assert parse_topic_configs({"message.format.version": raw}) == {
+        "message.format.version": canonical}
+
+
+@pytest.mark.parametrize("raw", ["3.10", "0.11", "2.8-IV2", "0.10.1.x", "4.0-IV0", "1.0.0.0"])
+def test_format_version_unknown(raw):
+    with pytest.raises(ConfigError, match="message format version"):
+        parse_topic_configs({"message.format.version": raw})
+
+
+def test_default_format_is_record_batches():
+    c = BrokerConfig.from_properties([("log.dirs", "/tmp/x")])
+    assert c.topic_defaults["message.format.version"] == "3.0-IV1"
+    t = TopicConfig.resolve(c.topic_defaults, {})
+    assert t.magic == 2
+    t = TopicConfig.resolve(c.topic_defaults, {"message.format.version": "0.10.2"})
+    assert t.magic == 1
+
+
+def test_timestamp_before_after_max_ms():
+    c = BrokerConfig.from_properties([("log.dirs", "/tmp/x"),
+                                      ("log.message.timestamp.before.max.ms", "5000")])
+    t = TopicConfig.resolve(c.topic_defaults, {"message.timestamp.after.max.ms": "60000"})
+    assert (t.message_timestamp_before_max_ms, t.message_timestamp_after_max_ms) == (5000, 60000)
 
 
 @pytest.mark.parametrize("name,ok", [
