@@ -64,7 +64,7 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     # Reconcile: logs on disk without a registry entry keep the broker defaults; registry
     # entries whose logs are missing (crash during creation) get them now.
     on_disk = manager.topics()
-    changed = False
+    changed = registry.ids_assigned
     for name, partitions in on_disk.items():
         topic = registry.get(name)
         if topic is None:
@@ -73,7 +73,8 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
             registry.put(registry.default_topic(name, partitions))
             changed = True
         elif partitions > topic.partitions:
-            registry.put(registry.make_topic(name, partitions, topic.overrides))
+            registry.put(registry.make_topic(name, partitions, topic.overrides,
+                                             topic_id=topic.topic_id))
             changed = True
     for name in registry.names():
         topic = registry.get(name)

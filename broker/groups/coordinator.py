@@ -151,7 +151,8 @@ class GroupCoordinator:
                            "retention.bytes=-1")
         async with ctx.admin_lock:
             fixed = ctx.topics.make_topic(OFFSETS_TOPIC, topic.partitions,
-                                          {**topic.overrides, **OFFSETS_TOPIC_CONFIGS})
+                                          {**topic.overrides, **OFFSETS_TOPIC_CONFIGS},
+                                          topic_id=topic.topic_id)
             ctx.topics.put(fixed)
             await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
             for p in range(fixed.partitions):

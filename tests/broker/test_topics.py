@@ -1,6 +1,7 @@
 """Topic registry persistence, meta.properties, and the LogAppendTime clock rule."""
 import json
 import os
+import uuid
 
 import pytest
 
@@ -63,3 +64,28 @@ def test_log_append_time_never_goes_backwards():
     assert state.next_append_time(1000) == 1000
     assert state.next_append_time(900) == 1000  # wall clock stepped back
     assert state.next_append_time(1200) == 1200
+
+
+def test_topic_ids_are_kept_and_given_to_old_entries(tmp_path):
+    """KIP-516: a topic's id survives restarts; a registry written before ids existed gets
+    one id per topic at load, flagged so the broker saves it."""
+    from broker.topics import topic_id_from_string, topic_id_string
+    config = BrokerConfig.from_properties([("log.dirs", str(tmp_path))])
+    registry = TopicRegistry(config)
+    registry.put(registry.make_topic("a", 2, {}))
+    registry.save(registry.snapshot())
+    first = registry.get("a").topic_id
+    assert registry.by_id(first).name == "a" and registry.by_id(uuid.uuid4()) is None
+
+    again = TopicRegistry(config)
+    again.load()
+    assert again.get("a").topic_id == first and not again.ids_assigned
+
+    doc = json.loads((tmp_path / "chronolog-topics.json").read_text())
+    del doc["topics"]["a"]["topic_id"]
+    (tmp_path / "chronolog-topics.json").write_text(json.dumps(doc))
+    old = TopicRegistry(config)
+    old.load()
+    assert old.ids_assigned and old.get("a").topic_id not in (first, None)
+    assert topic_id_from_string(topic_id_string(first)) == first
+    assert not topic_id_string(old.get("a").topic_id).startswith("-")
