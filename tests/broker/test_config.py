@@ -55,7 +55,8 @@ def test_defaults_match_kafka():
     assert t.max_message_bytes == 1000012
     assert t.flush_messages == LONG_MAX and t.flush_ms == LONG_MAX
     assert t.file_delete_delay_ms == 60000
-    assert t.message_timestamp_type == "CreateTime" and t.magic == 1
+    # message.format.version follows Kafka 3.9 (3.0-IV1: record batches), not 0.10.1
+    assert t.message_timestamp_type == "CreateTime" and t.magic == 2
     assert c.num_partitions == 1 and c.auto_create_topics_enable
     assert c.log_retention_check_interval_ms == 300000
     assert c.offset_metadata_max_bytes == 4096
