@@ -27,6 +27,7 @@ from broker.config import BrokerConfig, ConfigError, TopicConfig, parse_topic_co
 from protocol.records import Codec, TimestampType
 from protocol.validator import TopicSettings
 from storage import LogConfig
+from storage.checkpoint import write_atomically
 
 log = structlog.get_logger(__name__)
 
@@ -76,20 +77,6 @@ class Topic:
             max_message_bytes=c.max_message_bytes,
             target_codec=_CODECS[c.compression_type],
             compacted="compact" in c.cleanup_policy.split(","))
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class TopicRegistry:
@@ -172,7 +159,7 @@ class TopicRegistry:
 
     def save(self, snapshot: bytes) -> None:
         """Write a snapshot durably (blocking: run it in a worker thread)."""
-        _write_atomically(self._path, snapshot)
+        write_atomically(self._path, snapshot)
 
 
 def new_topic_id() -> uuid.UUID:
@@ -237,5 +224,5 @@ def load_or_create_meta(config: BrokerConfig) -> str:
                     continue
         except FileNotFoundError:
             pass
-        _write_atomically(path, text)
+        write_atomically(path, text)
     return cluster_id
