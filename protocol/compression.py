@@ -1,7 +1,7 @@
-"""Compression codecs of Kafka message sets (magic 0 and 1), as the Java client writes them.
+"""Compression codecs of Kafka message sets and record batches, as the Java client writes them.
 
-The compressed bytes are the value of a wrapper message; the decompressed bytes are a message
-set of inner entries. Layouts:
+For magic 0/1 the compressed bytes are the value of a wrapper message and decompress to a message
+set of inner entries; for magic 2 they are a record batch's records section. Layouts:
 
 - gzip: an RFC 1952 stream (Java's GZIPOutputStream). Several concatenated members are read as
   one stream, as GZIPInputStream does.
@@ -13,7 +13,8 @@ set of inner entries. Layouts:
   checksum byte HC is ``(xxh32(descriptor) >> 8) & 0xFF``; Kafka before KIP-57 hashed the 4 magic
   bytes too, and magic-0 message sets keep that broken value. We write the broken HC for magic 0
   and the correct one for magic 1; on read, magic 0 accepts any HC (Kafka ignores it there) and
-  magic 1 requires the correct one, as Kafka 0.10 does.
+  magic 1 requires the correct one, as Kafka 0.10 does. Record batches use the magic-1 rules.
+- zstd (KIP-110, record batches only): one zstandard frame, level 3 as Kafka's default.
 
 Every failure to decode raises :class:`~protocol.errors.CorruptRecordError` carrying the byte
 offset of the wrapper message; no codec library exception escapes.
@@ -26,10 +27,11 @@ from enum import IntEnum
 
 import cramjam
 import lz4.frame
+import zstandard
 
 from protocol.errors import CorruptRecordError
 
-__all__ = ["Codec", "MAX_DECOMPRESSED_BYTES", "compress", "decompress", "xxh32"]
+__all__ = ["Codec", "LEGACY_CODECS", "MAX_DECOMPRESSED_BYTES", "compress", "decompress", "xxh32"]
 
 
 class Codec(IntEnum):
@@ -39,6 +41,11 @@ class Codec(IntEnum):
     GZIP = 1
     SNAPPY = 2
     LZ4 = 3
+    ZSTD = 4  # KIP-110: record batches (magic 2) only
+
+
+# The codecs message format magic 0 and 1 can hold.
+LEGACY_CODECS = (Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4)
 
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -219,6 +226,19 @@ def _lz4_decompress(data, magic: int, limit: int) -> bytes:
     return b"".join(parts)
 
 
+_ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=3)  # Kafka's default zstd level
+_ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
+
+
+def _zstd_decompress(data, limit: int) -> bytes:
+    # A frame that declares its size is allocated at that size: check it first, so a bomb
+    # never gets memory; one that does not is cut off at the limit (an error then).
+    declared = zstandard.frame_content_size(data)
+    if declared > limit:
+        raise _too_big(limit)
+    return _ZSTD_DECOMPRESSOR.decompress(data, max_output_size=limit)
+
+
 def compress(codec: Codec, data, magic: int) -> bytes:
     """Compress ``data`` (an inner message set) as Kafka's Java client would for ``magic``."""
     if codec == Codec.GZIP:
@@ -227,6 +247,8 @@ def compress(codec: Codec, data, magic: int) -> bytes:
         return _snappy_compress(data)
     if codec == Codec.LZ4:
         return _lz4_compress(data, magic)
+    if codec == Codec.ZSTD and magic >= 2:
+        return _ZSTD_COMPRESSOR.compress(bytes(data))
     raise ValueError(f"cannot compress with codec {codec!r}")
 
 
@@ -245,6 +267,8 @@ def decompress(codec: int, data, magic: int, *, position: int = 0,
             return _snappy_decompress(data, max_bytes)
         if codec == Codec.LZ4:
             return _lz4_decompress(data, magic, max_bytes)
+        if codec == Codec.ZSTD and magic >= 2:
+            return _zstd_decompress(bytes(data), max_bytes)
     except Exception as exc:  # every codec library has its own error types
         name = Codec(codec).name.lower()
         raise CorruptRecordError(

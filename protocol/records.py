@@ -1,4 +1,8 @@
-"""Kafka message sets, magic 0 and 1: iterate, check, build and convert.
+"""Kafka message sets: iterate, check, build and convert magic 0, 1 and 2 entries.
+
+This module owns the magic 0/1 layout (below); :mod:`protocol.recordbatch` owns magic 2 (record
+batches, KIP-98). A log or a fetch response may mix both: every entry starts with
+``offset int64, size int32`` and has its magic at byte 16, so the readers here dispatch on it.
 
 Binary layout (all integers big-endian)::
 
@@ -15,8 +19,8 @@ by a 0.10 producer, and the wrapper carries the absolute offset of the last inne
 magic-0 inner offsets are absolute. A reader resolves them as
 ``absolute = wrapper_offset - last_inner_offset + inner_offset``.
 
-The magic byte sits 16 bytes into an entry in every format (also in magic-2 record batches),
-so a newer batch is recognised and refused rather than misparsed.
+The magic byte sits 16 bytes into an entry in every format, so a v2 batch is recognised here
+and read through protocol.recordbatch; an unknown magic is yielded for the caller to refuse.
 
 Buffers may be ``bytes``, ``bytearray``, ``memoryview`` or ``mmap``; iterators release their
 memoryview when they finish or are closed, so an mmap can be closed afterwards. Malformed input
@@ -30,13 +34,14 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Iterator, NamedTuple
 
+from protocol import recordbatch as rb
 from protocol.compression import Codec, compress, decompress
-from protocol.errors import CorruptRecordError
+from protocol.errors import CorruptRecordError, UnsupportedCompressionError
 
 __all__ = [
     "Codec", "TimestampType", "NO_TIMESTAMP", "LOG_OVERHEAD", "MIN_MESSAGE_SIZE",
     "ShallowEntry", "Message", "iter_shallow", "check_entry", "iter_deep", "MessageSetBuilder",
-    "convert",
+    "convert", "first_offset",
 ]
 
 
@@ -64,13 +69,20 @@ _ENTRY_V1 = struct.Struct(">qiIbbq")      # 26 bytes
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
+# crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp of a v2 batch (at entry + 17)
+_V2_FIELDS = struct.Struct(">Ihiqq")
+_INT32_MAX = 2**31 - 1
 
 
 class ShallowEntry(NamedTuple):
     """One top-level entry of a message set, read without CRC check or decompression.
 
     ``position`` is where its 12-byte log overhead starts, ``size`` the message size (the
-    entry is ``12 + size`` bytes). ``timestamp`` is ``NO_TIMESTAMP`` unless magic is 1.
+    entry is ``12 + size`` bytes). ``offset`` is the entry's last offset: a message's own, a
+    compressed wrapper's (its last inner offset, KIP-31), a v2 batch's baseOffset +
+    lastOffsetDelta. ``timestamp`` is a magic-1 message's, a v2 batch's maxTimestamp, else
+    ``NO_TIMESTAMP``. For a v2 batch ``attributes`` is its int16 attributes and ``crc`` its
+    CRC-32C.
     """
 
     offset: int
@@ -102,7 +114,8 @@ class Message:
 
     ``offset`` is absolute; ``timestamp``/``timestamp_type`` are the wrapper's when the wrapper
     says LogAppendTime; magic-0 messages have ``NO_TIMESTAMP`` and ``CREATE_TIME``. ``codec``
-    is the codec of the wrapper the message came from (``NONE`` for a top-level message).
+    is the codec of the wrapper the message came from (``NONE`` for a top-level message), or
+    of the record batch. ``headers`` (key, value) pairs exist in record batches only.
     """
 
     offset: int
@@ -112,6 +125,7 @@ class Message:
     value: bytes | None
     magic: int
     codec: Codec
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 def _view(buf) -> memoryview:
@@ -126,8 +140,9 @@ def iter_shallow(buf, position: int = 0) -> Iterator[ShallowEntry]:
 
     Stops silently at an incomplete trailing entry (fewer bytes left than its size says, as
     fetch responses and crashed appends leave). Raises :class:`CorruptRecordError` for a size
-    below 14 bytes, or a magic-1 message too small to hold its timestamp. Other magics are
-    yielded (``timestamp`` -1) for the caller to refuse. No CRC check, no decompression.
+    below 14 bytes, a magic-1 message too small to hold its timestamp, or a v2 batch shorter
+    than its header. Other magics are yielded (``timestamp`` -1) for the caller to refuse. No
+    CRC check, no decompression.
     """
     mv = _view(buf)
     try:
@@ -136,6 +151,7 @@ def iter_shallow(buf, position: int = 0) -> Iterator[ShallowEntry]:
         unpack_log = _LOG_HEADER.unpack_from
         unpack_msg = _MSG_HEADER.unpack_from
         unpack_ts = _I64.unpack_from
+        unpack_v2 = _V2_FIELDS.unpack_from
         while pos + LOG_OVERHEAD <= n:
             offset, size = unpack_log(mv, pos)
             if size < MIN_MESSAGE_SIZE:
@@ -146,6 +162,16 @@ def iter_shallow(buf, position: int = 0) -> Iterator[ShallowEntry]:
             if end > n:
                 return
             crc, magic, attributes = unpack_msg(mv, pos + LOG_OVERHEAD)
+            if magic == rb.MAGIC:
+                if size < rb.MIN_BATCH_LENGTH:
+                    raise CorruptRecordError(
+                        f"record batch at byte {pos} (base offset {offset}) has length {size}, "
+                        f"below the {rb.MIN_BATCH_LENGTH}-byte batch header", offset=pos)
+                crc, attributes, last_delta, _, timestamp = unpack_v2(mv, pos + rb.CRC_OFFSET)
+                yield ShallowEntry(offset + last_delta, pos, size, magic, attributes, timestamp,
+                                   crc)
+                pos = end
+                continue
             if magic == 1:
                 if size < _MESSAGE_OVERHEAD[1]:
                     raise CorruptRecordError(
@@ -189,7 +215,7 @@ def _check(mv, entry: ShallowEntry, max_message_bytes: int | None
     if magic not in (0, 1):
         raise CorruptRecordError(
             f"entry at byte {pos} (offset {offset}) has magic {magic}; only message format "
-            f"magic 0 and 1 are supported", offset=pos)
+            f"magic 0, 1 and 2 are supported", offset=pos)
     if size < _MESSAGE_OVERHEAD[magic]:
         raise CorruptRecordError(
             f"entry at byte {pos} (offset {offset}) has size {size}, below the "
@@ -211,16 +237,45 @@ def _check(mv, entry: ShallowEntry, max_message_bytes: int | None
     return _check_structure(mv, pos, size, magic, offset)
 
 
+def _check_batch(mv, entry: ShallowEntry, max_message_bytes: int | None) -> rb.BatchHeader:
+    """The checks of Kafka's DefaultRecordBatch.ensureValid (size, CRC-32C) plus a sane header;
+    the records are not parsed (:func:`iter_deep` does that)."""
+    pos, size = entry.position, entry.size
+    where = f"record batch at byte {pos} (last offset {entry.offset})"
+    if max_message_bytes is not None and size > max_message_bytes:
+        raise CorruptRecordError(f"{where} has length {size}, above max.message.bytes "
+                                 f"{max_message_bytes}", offset=pos)
+    end = pos + LOG_OVERHEAD + size
+    if end > len(mv):
+        raise CorruptRecordError(f"{where} of length {size} is truncated: the buffer ends at "
+                                 f"byte {len(mv)}", offset=pos)
+    crc = rb.batch_crc(mv, pos, end)
+    if crc != entry.crc:
+        raise CorruptRecordError(f"{where} fails its CRC-32C check: stored 0x{entry.crc:08x}, "
+                                 f"computed 0x{crc:08x}", offset=pos)
+    header = rb.read_header(mv, pos)
+    if header.records_count < 0 or header.last_offset_delta < 0:
+        raise CorruptRecordError(
+            f"{where} has record count {header.records_count} and last offset delta "
+            f"{header.last_offset_delta}; neither may be negative", offset=pos)
+    return header
+
+
 def check_entry(buf, entry: ShallowEntry, max_message_bytes: int) -> None:
     """Raise :class:`CorruptRecordError` unless ``entry`` (from :func:`iter_shallow` over
-    ``buf``) is a sound magic-0/1 message: known magic, size within [minimum for its magic,
+    ``buf``) is sound. A magic-0/1 message: known magic, size within [minimum for its magic,
     ``max_message_bytes``] (the message size, as Kafka's recovery compares it), fully inside
-    ``buf``, CRC matching, key and value lengths exactly filling the message.
-    Compressed values are not opened; :func:`iter_deep` does that.
+    ``buf``, CRC matching, key and value lengths exactly filling the message. A v2 batch: what
+    Kafka's recovery checks (length within ``max_message_bytes``, fully inside ``buf``, CRC-32C
+    matching) and non-negative record count and last offset delta. Compressed contents are not
+    opened; :func:`iter_deep` does that.
     """
     mv = _view(buf)
     try:
-        _check(mv, entry, max_message_bytes)
+        if entry.magic == rb.MAGIC:
+            _check_batch(mv, entry, max_message_bytes)
+        else:
+            _check(mv, entry, max_message_bytes)
     finally:
         mv.release()
 
@@ -314,16 +369,55 @@ def iter_deep(buf, position: int = 0) -> Iterator[Message]:
     """Yield every logical message of ``buf`` from byte ``position``, decompressing wrappers.
 
     Offsets are absolute (KIP-31 relative offsets resolved); a LogAppendTime wrapper's
-    timestamp and type are applied to its inner messages. Raises :class:`CorruptRecordError`
-    for an unknown magic or codec, undecodable compression, nested compression, inner magic
-    different from the wrapper's, or key/value lengths not matching the message size. CRCs are
-    not checked (see :func:`check_entry`); an incomplete trailing top-level entry is skipped.
+    timestamp and type are applied to its inner messages, a LogAppendTime batch's maxTimestamp
+    to its records. Raises :class:`CorruptRecordError` for an unknown magic or codec,
+    undecodable compression, nested compression, inner magic different from the wrapper's,
+    key/value lengths not matching the message size, or batch records that do not exactly fill
+    the batch or differ in number from its record count. Control batches (transaction markers)
+    yield nothing. CRCs are not checked (see :func:`check_entry`); an incomplete trailing
+    top-level entry is skipped.
     """
     mv = _view(buf)
     try:
         for entry in iter_shallow(mv, position):
+            if entry.magic == rb.MAGIC:
+                yield from _batch_messages(mv, entry)
+                continue
             for t in _deep(mv, entry, False):
                 yield Message(t[0], t[1], t[2], t[3], t[4], t[5], t[6])
+    finally:
+        mv.release()
+
+
+def _batch_messages(mv, entry: ShallowEntry) -> Iterator[Message]:
+    """The records of one v2 batch as Messages (none for a control batch)."""
+    header = rb.read_header(mv, entry.position)
+    if header.is_control:
+        return
+    codec = header.codec
+    if codec > Codec.ZSTD:
+        raise CorruptRecordError(
+            f"record batch at byte {entry.position} (base offset {header.base_offset}): unknown "
+            f"compression codec {codec} in attributes", offset=entry.position)
+    codec = Codec(codec)
+    lat = header.log_append_time
+    tst = TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME
+    for r in rb.iter_records(mv, entry.position, header):
+        ts = header.max_timestamp if lat else header.base_timestamp + r.timestamp_delta
+        yield Message(header.base_offset + r.offset_delta, ts, tst, r.key, r.value, rb.MAGIC,
+                      codec, r.headers)
+
+
+def first_offset(buf, entry: ShallowEntry) -> int:
+    """The first logical offset of ``entry``: a v2 batch's baseOffset, a message's own offset,
+    a compressed wrapper's first inner offset (this decompresses)."""
+    mv = _view(buf)
+    try:
+        if entry.magic == rb.MAGIC:
+            return _I64.unpack_from(mv, entry.position)[0]
+        if entry.codec == Codec.NONE:
+            return entry.offset
+        return next(_deep(mv, entry, False))[0]
     finally:
         mv.release()
 
@@ -382,42 +476,60 @@ def _build(messages, magic: int, codec: Codec, wrapper_type: TimestampType,
 class MessageSetBuilder:
     """Accumulate messages and encode them as one message set.
 
-    Offsets are ``base_offset, base_offset + 1, ...``. With a codec the set becomes one wrapper
-    (offset of the last message; magic-1 inner offsets 0..n-1; timestamp the largest inner
-    timestamp). With ``LOG_APPEND_TIME`` the type bit goes on each uncompressed message or on
-    the wrapper only, as a broker writes it; the given timestamps are taken as the append time.
-    Magic 0 ignores timestamps.
+    Offsets are ``base_offset, base_offset + 1, ...``. Magic 2 gives one record batch (with
+    ``producer_id``, ``producer_epoch``, ``base_sequence`` and ``partition_leader_epoch`` in its
+    header, and record headers). Magic 0/1 with a codec give one wrapper (offset of the last
+    message; magic-1 inner offsets 0..n-1; timestamp the largest inner timestamp). With
+    ``LOG_APPEND_TIME`` the type bit goes on each uncompressed message, on the wrapper or on the
+    batch only, as a broker writes it; the given timestamps are taken as the append time.
+    Magic 0 ignores timestamps. zstd needs magic 2.
     """
 
     def __init__(self, magic: int = 1, codec: Codec = Codec.NONE,
                  timestamp_type: TimestampType = TimestampType.CREATE_TIME,
-                 base_offset: int = 0) -> None:
-        if magic not in (0, 1):
-            raise ValueError(f"magic must be 0 or 1, not {magic}")
+                 base_offset: int = 0, *, producer_id: int = rb.NO_PRODUCER_ID,
+                 producer_epoch: int = rb.NO_PRODUCER_EPOCH, base_sequence: int = rb.NO_SEQUENCE,
+                 partition_leader_epoch: int = rb.NO_PARTITION_LEADER_EPOCH) -> None:
+        if magic not in (0, 1, 2):
+            raise ValueError(f"magic must be 0, 1 or 2, not {magic}")
         if magic == 0 and timestamp_type != TimestampType.CREATE_TIME:
             raise ValueError("magic-0 messages have no timestamp type")
+        if magic < 2 and Codec(codec) == Codec.ZSTD:
+            raise ValueError("zstd needs magic 2 (KIP-110)")
         self.magic = magic
         self.codec = Codec(codec)
         self.timestamp_type = TimestampType(timestamp_type)
         self.base_offset = base_offset
+        self._batch = rb.BatchSpec(
+            base_offset=base_offset, codec=self.codec,
+            log_append_time=self.timestamp_type == TimestampType.LOG_APPEND_TIME,
+            producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+            partition_leader_epoch=partition_leader_epoch)
         self._messages: list[tuple] = []
 
     def append(self, value: bytes | None, key: bytes | None = None,
-               timestamp: int = NO_TIMESTAMP) -> int:
-        """Add a message; return the offset it will have."""
+               timestamp: int = NO_TIMESTAMP,
+               headers: tuple[tuple[str, bytes | None], ...] = ()) -> int:
+        """Add a message; return the offset it will have. Headers need magic 2."""
         for name, v in (("value", value), ("key", key)):
             if v is not None and not isinstance(v, (bytes, bytearray, memoryview)):
                 raise TypeError(f"{name} must be bytes or None, not {type(v).__name__}")
+        if headers and self.magic < 2:
+            raise ValueError(f"magic {self.magic} messages cannot carry headers")
         offset = self.base_offset + len(self._messages)
         if self.magic == 0:
             timestamp = NO_TIMESTAMP
+        key = None if key is None else bytes(key)
+        value = None if value is None else bytes(value)
+        if self.magic == 2:
+            self._messages.append((offset - self.base_offset, timestamp, key, value,
+                                   tuple(headers)))
+            return offset
         attrs = 0
         if (self.codec == Codec.NONE and self.magic == 1
                 and self.timestamp_type == TimestampType.LOG_APPEND_TIME):
             attrs = _TIMESTAMP_TYPE_BIT
-        self._messages.append((offset, timestamp, attrs,
-                               None if key is None else bytes(key),
-                               None if value is None else bytes(value)))
+        self._messages.append((offset, timestamp, attrs, key, value))
         return offset
 
     def __len__(self) -> int:
@@ -425,6 +537,8 @@ class MessageSetBuilder:
 
     def build(self) -> bytes:
         """The encoded set (empty bytes when nothing was appended)."""
+        if self.magic == 2:
+            return rb.build_batch(self._batch, self._messages) if self._messages else b""
         return _build(self._messages, self.magic, self.codec, self.timestamp_type, None)
 
 
@@ -436,30 +550,94 @@ def _converted(t: tuple) -> tuple:
     return (offset, NO_TIMESTAMP, attrs & ~(_TIMESTAMP_TYPE_BIT | _CODEC_MASK), key, value)
 
 
-def convert(buf, to_magic: int) -> bytes:
-    """Return ``buf`` with every message in format ``to_magic`` (0 or 1).
+def _batch_as_legacy(mv, entry: ShallowEntry, to_magic: int) -> bytes:
+    """One v2 batch down-converted: its records as magic-``to_magic`` messages, one wrapper of
+    the same codec when it is compressed (headers are dropped, as Kafka does)."""
+    codec = Codec(entry.codec)
+    if codec == Codec.ZSTD:
+        raise UnsupportedCompressionError(
+            f"record batch at byte {entry.position} (last offset {entry.offset}) is zstd "
+            f"compressed, which message format magic {to_magic} cannot hold",
+            offset=entry.position)
+    messages = list(_batch_messages(mv, entry))
+    if not messages:
+        return b""
+    lat = messages[0].timestamp_type == TimestampType.LOG_APPEND_TIME and to_magic == 1
+    attrs = _TIMESTAMP_TYPE_BIT if lat and codec == Codec.NONE else 0
+    legacy = [(m.offset, m.timestamp if to_magic == 1 else NO_TIMESTAMP, attrs, m.key, m.value)
+              for m in messages]
+    wrapper_type = TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME
+    return _build(legacy, to_magic, codec, wrapper_type, None)
 
-    Entries already at ``to_magic`` are copied unchanged. An uncompressed message is rewritten
-    alone; a wrapper is decompressed, its inner messages converted and recompressed with the
-    same codec into one wrapper at the same offset. Up-conversion gives timestamps -1
-    (CreateTime); down-conversion drops timestamps and LogAppendTime. An incomplete trailing
+
+def _legacy_as_batch(messages: list[Message], codec: Codec) -> bytes:
+    """Magic-0/1 messages (one wrapper, or a run of uncompressed ones) up-converted into one
+    batch without producer id, as Kafka's up-conversion writes it."""
+    first = messages[0].offset
+    previous = first - 1
+    for m in messages:
+        if not previous < m.offset <= first + _INT32_MAX:
+            raise CorruptRecordError(
+                f"message offsets {first}..{m.offset} cannot become one record batch: they must "
+                f"increase and span at most 2^31 - 1", offset=0)
+        previous = m.offset
+    lat = messages[0].timestamp_type == TimestampType.LOG_APPEND_TIME
+    spec = rb.BatchSpec(base_offset=first, codec=codec, log_append_time=lat)
+    return rb.build_batch(spec, [(m.offset - first, m.timestamp, m.key, m.value, ())
+                                 for m in messages])
+
+
+def convert(buf, to_magic: int) -> bytes:
+    """Return ``buf`` with every message in format ``to_magic`` (0, 1 or 2); offsets are kept.
+
+    Entries already at ``to_magic`` are copied unchanged. Between magic 0 and 1 an uncompressed
+    message is rewritten alone and a wrapper is decompressed, converted and recompressed with
+    the same codec into one wrapper at the same offset; up-conversion gives timestamps -1
+    (CreateTime), down-conversion drops timestamps and LogAppendTime. A v2 batch going down
+    becomes its records as messages (one wrapper of its codec when compressed; timestamps and
+    LogAppendTime kept at magic 1; headers dropped); zstd cannot go down
+    (:class:`UnsupportedCompressionError`). Going up to 2, each wrapper becomes one batch of its
+    codec and each run of uncompressed messages one uncompressed batch. An incomplete trailing
     entry is kept as is, so a reader still sees that a larger message follows.
     Raises :class:`CorruptRecordError` for anything :func:`iter_deep` refuses or a bad CRC.
     """
-    if to_magic not in (0, 1):
-        raise ValueError(f"to_magic must be 0 or 1, not {to_magic}")
+    if to_magic not in (0, 1, 2):
+        raise ValueError(f"to_magic must be 0, 1 or 2, not {to_magic}")
     mv = _view(buf)
     try:
         out = bytearray()
         end = 0
+        run: list[Message] = []  # uncompressed legacy messages waiting to become one batch
         for entry in iter_shallow(mv):
             end = entry.next_position
             if entry.magic == to_magic:
-                _check(mv, entry, None)
+                if run:
+                    out += _legacy_as_batch(run, Codec.NONE)
+                    run = []
+                check_entry(mv, entry, entry.size)
                 out += mv[entry.position:end]
-                continue
-            msgs = [_converted(t) for t in _deep(mv, entry, True)]
-            out += _build(msgs, to_magic, Codec(entry.codec), TimestampType.CREATE_TIME, None)
+            elif entry.magic == rb.MAGIC:
+                _check_batch(mv, entry, None)
+                out += _batch_as_legacy(mv, entry, to_magic)
+            elif to_magic == rb.MAGIC:
+                messages = [Message(t[0], t[1], t[2], t[3], t[4], t[5], t[6])
+                            for t in _deep(mv, entry, True)]
+                if entry.codec == Codec.NONE:
+                    if run and not run[-1].offset < entry.offset <= run[0].offset + _INT32_MAX:
+                        out += _legacy_as_batch(run, Codec.NONE)
+                        run = []
+                    run += messages
+                    continue
+                if run:
+                    out += _legacy_as_batch(run, Codec.NONE)
+                    run = []
+                out += _legacy_as_batch(messages, Codec(entry.codec))
+            else:
+                msgs = [_converted(t) for t in _deep(mv, entry, True)]
+                out += _build(msgs, to_magic, Codec(entry.codec), TimestampType.CREATE_TIME,
+                              None)
+        if run:
+            out += _legacy_as_batch(run, Codec.NONE)
         out += mv[end:]
         return bytes(out)
     finally:

@@ -1,0 +1,356 @@
+"""Kafka record batches, message format v2 (KIP-98): layout, read, build.
+
+Binary layout (all integers big-endian; Kafka's DefaultRecordBatch.java)::
+
+    offset  field                    size
+    0       baseOffset               int64
+    8       batchLength              int32   bytes after this field (entry = 12 + batchLength)
+    12      partitionLeaderEpoch     int32   set by the leader; outside the CRC
+    16      magic                    int8    2 (at byte 16 in every format, see records.py)
+    17      crc                      uint32  CRC-32C of bytes 21..end (attributes onwards)
+    21      attributes               int16   bits 0-2 codec, 3 timestamp type (1 = LogAppendTime),
+                                             4 transactional, 5 control, 6 delete horizon
+    23      lastOffsetDelta          int32
+    27      baseTimestamp            int64
+    35      maxTimestamp             int64
+    43      producerId               int64   -1 without an idempotent producer
+    51      producerEpoch            int16
+    53      baseSequence             int32
+    57      recordsCount             int32
+    61      records                  (compressed as a whole when the codec is not none)
+
+    record  = length varint (bytes after it), attributes int8 (unused, 0),
+              timestampDelta varlong, offsetDelta varint,
+              keyLength varint (-1 = null), key, valueLength varint (-1 = null), value,
+              headersCount varint, headers[keyLength varint, key (UTF-8),
+                                           valueLength varint (-1 = null), value]
+
+Varints are zig-zag encoded base-128 (protobuf's sint). A record's offset is baseOffset +
+offsetDelta; its timestamp baseTimestamp + timestampDelta under CreateTime, and the batch's
+maxTimestamp under LogAppendTime (the broker rewrites only the header, never the records).
+baseOffset and partitionLeaderEpoch are outside the CRC, so a broker assigns them in place.
+
+Malformed input raises :class:`~protocol.errors.CorruptRecordError` with the byte position of
+the batch; nothing else escapes the readers.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Iterator, NamedTuple
+
+from crc32c import crc32c
+
+from protocol.compression import Codec, compress, decompress
+from protocol.errors import CorruptRecordError
+
+__all__ = [
+    "MAGIC", "BASE_OFFSET_OFFSET", "LENGTH_OFFSET", "PARTITION_LEADER_EPOCH_OFFSET",
+    "MAGIC_OFFSET", "CRC_OFFSET", "ATTRIBUTES_OFFSET", "LAST_OFFSET_DELTA_OFFSET",
+    "BASE_TIMESTAMP_OFFSET", "MAX_TIMESTAMP_OFFSET", "PRODUCER_ID_OFFSET",
+    "PRODUCER_EPOCH_OFFSET", "BASE_SEQUENCE_OFFSET", "RECORDS_COUNT_OFFSET",
+    "RECORD_BATCH_OVERHEAD", "CODEC_MASK", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_MASK",
+    "CONTROL_MASK", "DELETE_HORIZON_MASK", "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH",
+    "NO_SEQUENCE", "NO_PARTITION_LEADER_EPOCH", "BatchHeader", "Record", "read_header",
+    "iter_records", "batch_crc", "build_batch", "encode_varint", "read_varint",
+]
+
+MAGIC = 2
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
+RECORD_BATCH_OVERHEAD = 61
+# batchLength of a batch without records: everything after the length field.
+MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - PARTITION_LEADER_EPOCH_OFFSET
+
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
+
+# Every header field, in order: 61 bytes.
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+assert _HEADER.size == RECORD_BATCH_OVERHEAD
+# From attributes to recordsCount: the CRC-covered part of the header.
+_HEADER_AFTER_CRC = struct.Struct(">hiqqqhii")
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+
+
+class BatchHeader(NamedTuple):
+    """The 61-byte header of a record batch, fields named as in DefaultRecordBatch."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & CODEC_MASK
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def last_sequence(self) -> int:
+        """The sequence of the last record (int32 wrap-around, as Kafka's
+        DefaultRecordBatch.incrementSequence), or -1 without a producer."""
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+    @property
+    def entry_size(self) -> int:
+        return LENGTH_OFFSET + 4 + self.batch_length
+
+
+class Record(NamedTuple):
+    """One record of a batch as stored: deltas are relative to the batch header."""
+
+    timestamp_delta: int
+    offset_delta: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+def read_header(buf, position: int = 0) -> BatchHeader:
+    """The header of the batch starting at ``position`` (at least 61 bytes must be there)."""
+    return BatchHeader._make(_HEADER.unpack_from(buf, position))
+
+
+def batch_crc(buf, position: int, end: int) -> int:
+    """CRC-32C of a batch's covered bytes (attributes to ``end``)."""
+    return crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET:end])
+
+
+# -- varints ---------------------------------------------------------------------------------
+
+def encode_varint(value: int, out: bytearray) -> None:
+    """Append ``value`` (a signed 64-bit integer) zig-zag encoded."""
+    v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
+    """(value, next position) of the zig-zag varint at ``pos``; ValueError when it runs past
+    ``end`` or beyond 10 bytes."""
+    shift = 0
+    result = 0
+    while True:
+        if pos >= end:
+            raise ValueError("varint runs past the end of the records")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint is longer than 10 bytes")
+
+
+def _read_bytes(buf, pos: int, end: int) -> tuple[bytes | None, int]:
+    length, pos = read_varint(buf, pos, end)
+    if length < 0:
+        if length != -1:
+            raise ValueError(f"length {length} is negative")
+        return None, pos
+    if pos + length > end:
+        raise ValueError(f"a {length}-byte field runs past the end of its record")
+    return bytes(buf[pos:pos + length]), pos + length
+
+
+def _parse_records(data, count: int, where: str, position: int) -> list[Record]:
+    """Every record of ``data`` (the uncompressed records section); it must hold exactly
+    ``count`` records and nothing more."""
+    records = []
+    pos, n = 0, len(data)
+    try:
+        for _ in range(count):
+            length, pos = read_varint(data, pos, n)
+            end = pos + length
+            if length < 0 or end > n:
+                raise ValueError(f"record length {length} does not fit in the batch")
+            pos += 1  # record attributes: unused
+            ts_delta, pos = read_varint(data, pos, end)
+            offset_delta, pos = read_varint(data, pos, end)
+            key, pos = _read_bytes(data, pos, end)
+            value, pos = _read_bytes(data, pos, end)
+            header_count, pos = read_varint(data, pos, end)
+            if header_count < 0:
+                raise ValueError(f"header count {header_count} is negative")
+            headers = []
+            for _ in range(header_count):
+                hkey, pos = _read_bytes(data, pos, end)
+                if hkey is None:
+                    raise ValueError("a header key is null")
+                hvalue, pos = _read_bytes(data, pos, end)
+                headers.append((hkey.decode("utf-8"), hvalue))
+            if pos != end:
+                raise ValueError(f"record has {end - pos} bytes after its headers")
+            records.append(Record(ts_delta, offset_delta, key, value, tuple(headers)))
+    except (ValueError, IndexError, UnicodeDecodeError) as exc:
+        raise CorruptRecordError(f"{where}: record {len(records)} is malformed: {exc}",
+                                 offset=position) from None
+    if pos != n:
+        raise CorruptRecordError(
+            f"{where}: {n - pos} bytes follow its {count} records", offset=position)
+    return records
+
+
+def records_section(buf, header: BatchHeader, position: int) -> bytes:
+    """The batch's records section, decompressed when the batch is compressed."""
+    start = position + RECORD_BATCH_OVERHEAD
+    end = position + header.entry_size
+    data = memoryview(buf)[start:end]
+    if header.codec == Codec.NONE:
+        return data
+    return decompress(header.codec, data, MAGIC, position=position)
+
+
+def iter_records(buf, position: int = 0, header: BatchHeader | None = None) -> list[Record]:
+    """The records of the batch at ``position`` (decompressed; no CRC check). Raises
+    CorruptRecordError when they do not exactly fill the batch or their count differs from
+    recordsCount."""
+    if header is None:
+        header = read_header(buf, position)
+    where = f"record batch at byte {position} (offset {header.base_offset})"
+    if header.records_count < 0:
+        raise CorruptRecordError(f"{where} has a negative record count {header.records_count}",
+                                 offset=position)
+    return _parse_records(records_section(buf, header, position), header.records_count, where,
+                          position)
+
+
+# -- building --------------------------------------------------------------------------------
+
+def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, key, value,
+                  headers=()) -> None:
+    """Append one record (with its length prefix) to ``out``."""
+    body = bytearray(b"\x00")
+    encode_varint(timestamp_delta, body)
+    encode_varint(offset_delta, body)
+    for field in (key, value):
+        if field is None:
+            encode_varint(-1, body)
+        else:
+            encode_varint(len(field), body)
+            body += field
+    encode_varint(len(headers), body)
+    for hkey, hvalue in headers:
+        raw = hkey.encode("utf-8")
+        encode_varint(len(raw), body)
+        body += raw
+        if hvalue is None:
+            encode_varint(-1, body)
+        else:
+            encode_varint(len(hvalue), body)
+            body += hvalue
+    encode_varint(len(body), out)
+    out += body
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSpec:
+    """Header fields of a batch to build (the rest derive from its records)."""
+
+    base_offset: int = 0
+    codec: Codec = Codec.NONE
+    log_append_time: bool = False
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    base_sequence: int = NO_SEQUENCE
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH
+    transactional: bool = False
+
+
+def build_batch(spec: BatchSpec, records, *, max_timestamp: int | None = None) -> bytes:
+    """Encode one batch. ``records`` = [(offset_delta, timestamp, key, value, headers)] with
+    absolute timestamps (-1 = none). baseTimestamp is the first record's timestamp, maxTimestamp
+    the largest (or ``max_timestamp``, e.g. the append time under LogAppendTime). An empty list
+    gives a batch without records (Kafka keeps such batches after compaction)."""
+    body = bytearray()
+    base_ts = records[0][1] if records else NO_TIMESTAMP
+    for offset_delta, ts, key, value, headers in records:
+        encode_record(body, offset_delta, ts - base_ts, key, value, headers)
+    if spec.codec != Codec.NONE:
+        body = compress(spec.codec, body, MAGIC)
+    if max_timestamp is None:
+        max_timestamp = max((r[1] for r in records), default=NO_TIMESTAMP)
+    attributes = int(spec.codec)
+    if spec.log_append_time:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if spec.transactional:
+        attributes |= TRANSACTIONAL_MASK
+    last_delta = records[-1][0] if records else 0
+    out = bytearray(_HEADER.pack(
+        spec.base_offset, RECORD_BATCH_OVERHEAD - LENGTH_OFFSET - 4 + len(body),
+        spec.partition_leader_epoch, MAGIC, 0, attributes, last_delta, base_ts, max_timestamp,
+        spec.producer_id, spec.producer_epoch, spec.base_sequence, len(records)))
+    out += body
+    _U32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def set_log_append_time(buf: bytearray, position: int, timestamp: int) -> None:
+    """Turn the batch at ``position`` into a LogAppendTime batch stamped ``timestamp``: set the
+    attribute bit and maxTimestamp, then recompute the CRC. The records are not touched."""
+    (attributes,) = _I16.unpack_from(buf, position + ATTRIBUTES_OFFSET)
+    _I16.pack_into(buf, position + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    _I64.pack_into(buf, position + MAX_TIMESTAMP_OFFSET, timestamp)
+    (length,) = _I32.unpack_from(buf, position + LENGTH_OFFSET)
+    end = position + LENGTH_OFFSET + 4 + length
+    _U32.pack_into(buf, position + CRC_OFFSET, batch_crc(buf, position, end))
+
+
+def set_base_offset(buf: bytearray, position: int, base_offset: int,
+                    partition_leader_epoch: int) -> None:
+    """Assign the batch's offsets and leader epoch in place (both outside the CRC)."""
+    _I64.pack_into(buf, position + BASE_OFFSET_OFFSET, base_offset)
+    _I32.pack_into(buf, position + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
