@@ -244,7 +244,11 @@ class TopicConfig:
         values = dict(defaults)
         for name, raw in overrides.items():
             values[name] = TOPIC_KEYS[name].parse(raw)
-        return cls(**{name.replace(".", "_"): values[name] for name in TOPIC_KEYS})
+        config = cls(**{name.replace(".", "_"): values[name] for name in TOPIC_KEYS})
+        if config.compression_type == "zstd" and config.magic < 2:
+            raise ConfigError("compression.type", "zstd needs message.format.version 0.11.0 or "
+                                                  "later (record batches, KIP-110)")
+        return config
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ REGISTRY_FILE = "chronolog-topics.json"
 META_FILE = "meta.properties"
 
 _CODECS = {"producer": None, "uncompressed": Codec.NONE, "gzip": Codec.GZIP,
-           "snappy": Codec.SNAPPY, "lz4": Codec.LZ4}
+           "snappy": Codec.SNAPPY, "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
 
 
 class StartupError(Exception):

@@ -38,15 +38,18 @@ import struct
 from dataclasses import dataclass
 from zlib import crc32 as _crc32
 
+from protocol import recordbatch as rb
 from protocol._fastscan import scan_v1
 from protocol.compression import Codec, decompress
 from protocol.errors import CorruptRecordError, ErrorCode
 from protocol.records import (
     _CODEC_MASK, _ENTRY_V1, _I32, _I64, _KEY_OFFSET, _TIMESTAMP_TYPE_BIT, _U32, LOG_OVERHEAD,
-    NO_TIMESTAMP, TimestampType, _build, _check, _deep, _view, iter_shallow,
+    NO_TIMESTAMP, TimestampType, _build, _check, _check_batch, _deep, _view, iter_shallow,
 )
 
-__all__ = ["TopicSettings", "ValidatedRecords", "Rejected", "validate_produce"]
+__all__ = ["TopicSettings", "ValidatedRecords", "ProducerBatch", "Rejected", "validate_produce"]
+
+_LONG_MAX = 2 ** 63 - 1
 
 _B = struct.Struct(">b")
 _ATTRS_TS = struct.Struct(">bq")  # attributes, timestamp: 9 bytes at entry + 17
@@ -55,15 +58,42 @@ _ATTRS_TS = struct.Struct(">bq")  # attributes, timestamp: 9 bytes at entry + 17
 @dataclass(frozen=True, slots=True)
 class TopicSettings:
     """The topic configs the validator applies (Kafka names: message.format.version ->
-    ``magic``, message.timestamp.type, message.timestamp.difference.max.ms,
-    max.message.bytes, compression.type (None = "producer"), cleanup.policy=compact)."""
+    ``magic`` 0, 1 or 2, message.timestamp.type, message.timestamp.difference.max.ms,
+    message.timestamp.before.max.ms / after.max.ms (KIP-937), max.message.bytes,
+    compression.type (None = "producer"), cleanup.policy=compact).
+
+    As in Kafka 3.9's LogConfig, a before/after bound left at its default (Long.MAX_VALUE)
+    falls back to message.timestamp.difference.max.ms: :meth:`timestamp_bounds`."""
 
     magic: int = 1
     timestamp_type: TimestampType = TimestampType.CREATE_TIME
-    max_timestamp_difference_ms: int = 2 ** 63 - 1
+    max_timestamp_difference_ms: int = _LONG_MAX
     max_message_bytes: int = 1000012
     target_codec: Codec | None = None
     compacted: bool = False
+    timestamp_before_max_ms: int = _LONG_MAX
+    timestamp_after_max_ms: int = _LONG_MAX
+
+    def timestamp_bounds(self, now_ms: int) -> tuple[int, int]:
+        """The [earliest, latest] CreateTime accepted at ``now_ms``."""
+        before = (self.timestamp_before_max_ms if self.timestamp_before_max_ms != _LONG_MAX
+                  else self.max_timestamp_difference_ms)
+        after = (self.timestamp_after_max_ms if self.timestamp_after_max_ms != _LONG_MAX
+                 else self.max_timestamp_difference_ms)
+        return now_ms - before, now_ms + after
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerBatch:
+    """What the idempotence check needs of one appended v2 batch with a producer id."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +112,7 @@ class ValidatedRecords:
     offset_of_max_timestamp: int
     log_append_time: int
     message_count: int
+    producer_batches: tuple[ProducerBatch, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,14 +136,21 @@ class _RejectError(Exception):
 _EMPTY = ValidatedRecords(b"", -1, -1, NO_TIMESTAMP, -1, -1, 0)
 
 
-def validate_produce(buf, settings: TopicSettings, *, next_offset: int,
-                     now_ms: int) -> ValidatedRecords | Rejected:
+def validate_produce(buf, settings: TopicSettings, *, next_offset: int, now_ms: int,
+                     require_magic2: bool = False,
+                     partition_leader_epoch: int = 0) -> ValidatedRecords | Rejected:
     """Validate a producer's message set for one partition and assign offsets from
     ``next_offset``; see the module docstring for the rules. Never raises for bad input:
     malformed bytes come back as ``Rejected(CORRUPT_MESSAGE, ...)``. ``buf`` is not modified.
+
+    ``require_magic2`` (Produce v3+): exactly one v2 batch, as Kafka's ProduceRequest demands.
+    ``partition_leader_epoch`` is written into every stored v2 batch.
     """
     mv = _view(buf)
     try:
+        if require_magic2 or settings.magic == 2 or (len(mv) > 16 and mv[16] == rb.MAGIC):
+            return _validate_with_batches(mv, settings, next_offset, now_ms, require_magic2,
+                                          partition_leader_epoch)
         if settings.magic == 1:
             fast = _fast_v1(mv, settings, next_offset, now_ms)
             if fast is not None:
@@ -412,3 +450,191 @@ def _result(out, first, last, msgs, settings, now_ms, lat, *, compressed: bool):
             max_off = last
     return ValidatedRecords(out, first, last, max_ts, max_off if max_ts != NO_TIMESTAMP else last,
                             -1, len(msgs))
+
+
+# -- record batches (magic 2 in or out) --------------------------------------------------------
+
+def _batch_records(mv, entry, settings: TopicSettings, now_ms: int, index: int):
+    """Check one v2 batch as Kafka 3.9's LogValidator does; return (header, records)."""
+    where = f"record batch {index} at byte {entry.position}"
+    if LOG_OVERHEAD + entry.size > settings.max_message_bytes:
+        raise _RejectError(ErrorCode.MESSAGE_TOO_LARGE,
+                           f"{where} is {LOG_OVERHEAD + entry.size} bytes, above "
+                           f"max.message.bytes {settings.max_message_bytes}")
+    header = _check_batch(mv, entry, None)
+    if header.codec > Codec.ZSTD:
+        raise _RejectError(ErrorCode.CORRUPT_MESSAGE,
+                           f"{where} has unknown compression codec {header.codec}")
+    if header.is_control or header.is_transactional:
+        raise _RejectError(ErrorCode.INVALID_RECORD,
+                           f"{where} is {'a control' if header.is_control else 'a transactional'}"
+                           f" batch: transactions are not supported by this broker")
+    if header.log_append_time:
+        raise _RejectError(ErrorCode.INVALID_TIMESTAMP,
+                           f"{where} claims LogAppendTime; producers must send CreateTime "
+                           f"(attribute bit 3 clear), the broker sets LogAppendTime")
+    if header.producer_id >= 0 and (header.base_sequence < 0 or header.producer_epoch < 0):
+        raise _RejectError(ErrorCode.INVALID_RECORD,
+                           f"{where} has producer id {header.producer_id} but sequence "
+                           f"{header.base_sequence} and epoch {header.producer_epoch}")
+    records = rb.iter_records(mv, entry.position, header)
+    if not records:
+        raise _RejectError(ErrorCode.INVALID_RECORD, f"{where} holds no records")
+    if header.last_offset_delta != header.records_count - 1:
+        raise _RejectError(ErrorCode.INVALID_RECORD,
+                           f"{where} holds {header.records_count} records but its last offset "
+                           f"delta is {header.last_offset_delta}")
+    check_time = settings.timestamp_type == TimestampType.CREATE_TIME
+    earliest, latest = settings.timestamp_bounds(now_ms)
+    for i, r in enumerate(records):
+        if r.offset_delta != i:
+            raise _RejectError(ErrorCode.INVALID_RECORD,
+                               f"{where}: record {i} has offset delta {r.offset_delta}, not {i}")
+        ts = header.base_timestamp + r.timestamp_delta
+        if check_time and ts != NO_TIMESTAMP and not earliest <= ts <= latest:
+            raise _RejectError(
+                ErrorCode.INVALID_TIMESTAMP,
+                f"{where}: record {i} has timestamp {ts}, outside [{earliest}, {latest}] "
+                f"allowed at the broker's time {now_ms} (message.timestamp.before.max.ms / "
+                f"after.max.ms / difference.max.ms)")
+        if settings.compacted and r.key is None:
+            raise _RejectError(ErrorCode.INVALID_RECORD,
+                               f"{where}: record {i} has a null key; a compacted topic accepts "
+                               f"only keyed records")
+        if r.headers and settings.magic < 2:
+            raise _RejectError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                               f"{where}: record {i} has headers, which message format magic "
+                               f"{settings.magic} (message.format.version) cannot store")
+    return header, records
+
+
+def _validate_with_batches(mv, settings: TopicSettings, next_offset: int, now_ms: int,
+                           require_magic2: bool, leader_epoch: int):
+    """Any input into a magic-2 topic, or record batches into any topic."""
+    entries = list(iter_shallow(mv))
+    if require_magic2:
+        if any(e.magic != rb.MAGIC for e in entries):
+            raise _RejectError(ErrorCode.INVALID_RECORD,
+                               "Produce v3 and later carry record batches (magic 2) only")
+        if len(entries) > 1:
+            raise _RejectError(ErrorCode.INVALID_RECORD,
+                               f"Produce v3 and later allow exactly one record batch per "
+                               f"partition; this request holds {len(entries)}")
+    if not entries:
+        return _EMPTY
+    lat = settings.timestamp_type == TimestampType.LOG_APPEND_TIME
+    if settings.magic == 2 and all(e.magic == rb.MAGIC for e in entries):
+        return _batches_to_batches(mv, entries, settings, next_offset, now_ms, lat, leader_epoch)
+    # Conversion: every message is checked, then rebuilt in the topic's format.
+    messages = []  # (timestamp, key, value, headers)
+    codec = Codec.NONE
+    for index, e in enumerate(entries):
+        if e.magic == rb.MAGIC:
+            header, records = _batch_records(mv, e, settings, now_ms, index)
+            messages += [(header.base_timestamp + r.timestamp_delta, r.key, r.value, r.headers)
+                         for r in records]
+            if e.codec != Codec.NONE:
+                codec = Codec(e.codec)  # Kafka takes the last codec seen
+            continue
+        if e.magic not in (0, 1):
+            raise _RejectError(ErrorCode.CORRUPT_MESSAGE,
+                               f"{_entry_name(e, index)} has unknown magic {e.magic}")
+        if LOG_OVERHEAD + e.size > settings.max_message_bytes:
+            raise _RejectError(ErrorCode.MESSAGE_TOO_LARGE,
+                               f"{_entry_name(e, index)} is {LOG_OVERHEAD + e.size} bytes, "
+                               f"above max.message.bytes {settings.max_message_bytes}")
+        for t in _deep(mv, e, True):
+            _offset, ts, _tst, key, value, magic, _codec, attrs, _ = t
+            _check_legacy_message(settings, now_ms, _entry_name(e, index), magic, attrs, ts,
+                                  key is None, e.attributes if e.codec else 0)
+            messages.append((ts if magic == 1 else NO_TIMESTAMP, key, value, ()))
+        if e.codec != Codec.NONE:
+            codec = Codec(e.codec)
+    target = codec if settings.target_codec is None else Codec(settings.target_codec)
+    if settings.magic < 2 and target == Codec.ZSTD:
+        target = Codec.NONE  # unreachable by config (zstd needs magic 2); never write it below
+    last = next_offset + len(messages) - 1
+    if settings.magic == 2:
+        spec = rb.BatchSpec(base_offset=next_offset, codec=target, log_append_time=lat,
+                            partition_leader_epoch=leader_epoch)
+        out = rb.build_batch(spec, [(i, now_ms if lat else ts, k, v, h)
+                                    for i, (ts, k, v, h) in enumerate(messages)],
+                             max_timestamp=now_ms if lat else None)
+        max_ts = now_ms if lat else max(m[0] for m in messages)
+        _recheck_sizes(out, settings)
+        return ValidatedRecords(out, next_offset, last, max_ts, last, now_ms if lat else -1,
+                                len(messages))
+    legacy = [(next_offset + i, NO_TIMESTAMP if settings.magic == 0 else (now_ms if lat else ts),
+               _TIMESTAMP_TYPE_BIT if lat and target == Codec.NONE else 0, k, v)
+              for i, (ts, k, v, _h) in enumerate(messages)]
+    out = _build(legacy, settings.magic, target, settings.timestamp_type,
+                 now_ms if lat else None)
+    _recheck_sizes(out, settings)
+    return _result(out, next_offset, last, legacy, settings, now_ms, lat,
+                   compressed=target != Codec.NONE)
+
+
+def _check_legacy_message(settings: TopicSettings, now_ms: int, where: str, magic: int,
+                          attrs: int, timestamp: int, key_is_null: bool, wrapper_attrs: int):
+    """A magic-0/1 message going into a record-batch topic: the v2 rules (KIP-937 bounds)."""
+    if magic == 1 and (attrs | wrapper_attrs) & _TIMESTAMP_TYPE_BIT:
+        raise _RejectError(ErrorCode.INVALID_TIMESTAMP,
+                           f"{where} claims LogAppendTime; producers must send CreateTime")
+    earliest, latest = settings.timestamp_bounds(now_ms)
+    if (magic == 1 and settings.timestamp_type == TimestampType.CREATE_TIME
+            and timestamp != NO_TIMESTAMP and not earliest <= timestamp <= latest):
+        raise _RejectError(ErrorCode.INVALID_TIMESTAMP,
+                           f"{where} has timestamp {timestamp}, outside [{earliest}, {latest}] "
+                           f"allowed at the broker's time {now_ms}")
+    if settings.compacted and key_is_null:
+        raise _RejectError(ErrorCode.INVALID_RECORD,
+                           f"{where} has a null key; a compacted topic accepts only keyed records")
+
+
+def _batches_to_batches(mv, entries, settings: TopicSettings, next_offset: int, now_ms: int,
+                        lat: bool, leader_epoch: int) -> ValidatedRecords:
+    """v2 batches into a v2 topic: kept as sent (offsets, leader epoch and, under
+    LogAppendTime, the header's type and max timestamp rewritten in place with one CRC-32C),
+    or re-encoded with the topic's codec."""
+    out = bytearray()
+    offset = next_offset
+    max_ts, max_off = NO_TIMESTAMP, -1
+    producers = []
+    for index, e in enumerate(entries):
+        header, records = _batch_records(mv, e, settings, now_ms, index)
+        count = len(records)
+        record_max = max((header.base_timestamp + r.timestamp_delta for r in records),
+                         default=NO_TIMESTAMP)
+        target = header.codec if settings.target_codec is None else settings.target_codec
+        start = len(out)
+        if target == header.codec:
+            out += mv[e.position:e.next_position]
+            if not lat and record_max != header.max_timestamp:
+                # Kafka corrects a header whose max timestamp disagrees with its records.
+                _I64.pack_into(out, start + rb.MAX_TIMESTAMP_OFFSET, record_max)
+                _U32.pack_into(out, start + rb.CRC_OFFSET,
+                               rb.batch_crc(out, start, len(out)))
+        else:
+            spec = rb.BatchSpec(codec=Codec(target), producer_id=header.producer_id,
+                                producer_epoch=header.producer_epoch,
+                                base_sequence=header.base_sequence)
+            out += rb.build_batch(spec, [(r.offset_delta, header.base_timestamp +
+                                          r.timestamp_delta, r.key, r.value, r.headers)
+                                         for r in records])
+        rb.set_base_offset(out, start, offset, leader_epoch)
+        if lat:
+            rb.set_log_append_time(out, start, now_ms)
+        batch_max = now_ms if lat else record_max
+        last = offset + count - 1
+        if batch_max > max_ts:
+            max_ts, max_off = batch_max, last
+        if header.producer_id >= 0:
+            producers.append(ProducerBatch(header.producer_id, header.producer_epoch,
+                                           header.base_sequence, header.last_sequence, offset,
+                                           last, batch_max))
+        offset += count
+    _recheck_sizes(out, settings)
+    last = offset - 1
+    return ValidatedRecords(bytes(out), next_offset, last, max_ts,
+                            max_off if max_ts != NO_TIMESTAMP else last,
+                            now_ms if lat else -1, offset - next_offset, tuple(producers))

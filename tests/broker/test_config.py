@@ -204,3 +204,11 @@ def test_cli_port_in_use_exits_1_with_a_reason(tmp_path):
                            capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "cannot start" in r.stderr and "port in use" in r.stderr
+
+
+def test_zstd_needs_record_batches():
+    c = BrokerConfig.from_properties([("log.dirs", "/tmp/x")])
+    assert TopicConfig.resolve(c.topic_defaults, {"compression.type": "zstd"}).magic == 2
+    with pytest.raises(ConfigError, match="zstd needs message.format.version"):
+        TopicConfig.resolve(c.topic_defaults, {"compression.type": "zstd",
+                                               "message.format.version": "0.10.2"})

@@ -32,7 +32,7 @@ def test_registry_round_trip_and_derived_settings(tmp_path):
     assert (a.partitions, dict(a.overrides)) == (3, {"retention.ms": "5", "compression.type": "gzip"})
     assert a.log_config.retention_ms == 5
     assert a.settings.timestamp_type == TimestampType.LOG_APPEND_TIME  # broker default
-    assert a.settings.target_codec == Codec.GZIP and a.settings.magic == 1
+    assert a.settings.target_codec == Codec.GZIP and a.settings.magic == 2  # Kafka 3.9 default
     assert b.settings.timestamp_type == TimestampType.CREATE_TIME
     assert b.settings.magic == 0 and b.settings.compacted and b.settings.target_codec is None
     with pytest.raises(ConfigError):

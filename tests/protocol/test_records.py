@@ -1,14 +1,13 @@
 """Message sets against kafka-python's legacy record code as the independent oracle."""
 from __future__ import annotations
 
-from protocol.compression import LEGACY_CODECS
-
 import mmap
 import struct
 
 import pytest
 from kafka_python_oracle import kp_build, kp_read, ours
 
+from protocol.compression import LEGACY_CODECS
 from protocol.errors import CorruptRecordError
 from protocol.records import (
     LOG_OVERHEAD, NO_TIMESTAMP, Codec, MessageSetBuilder, TimestampType, check_entry, convert,

@@ -2,8 +2,6 @@
 CorruptRecordError (or a Rejected answer), never IndexError, struct.error, codec errors..."""
 from __future__ import annotations
 
-from protocol.compression import LEGACY_CODECS
-
 import struct
 import zlib
 from unittest import mock
@@ -11,6 +9,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from protocol.compression import LEGACY_CODECS
 from protocol.errors import CorruptRecordError, ErrorCode
 from protocol.records import (
     Codec, MessageSetBuilder, TimestampType, check_entry, convert, iter_deep, iter_shallow,

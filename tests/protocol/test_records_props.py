@@ -2,8 +2,6 @@
 everything we write identically."""
 from __future__ import annotations
 
-from protocol.compression import LEGACY_CODECS
-
 from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
@@ -11,6 +9,7 @@ from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka_python_oracle import kp_read
 
+from protocol.compression import LEGACY_CODECS
 from protocol.records import (
     NO_TIMESTAMP, Codec, MessageSetBuilder, TimestampType, convert, iter_deep, iter_shallow,
 )

@@ -1,8 +1,6 @@
 """validate_produce: every rule with its exact error code; kafka-python as the oracle."""
 from __future__ import annotations
 
-from protocol.compression import LEGACY_CODECS
-
 import struct
 import zlib
 
@@ -10,6 +8,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka_python_oracle import kp_build, kp_read
 
+from protocol.compression import LEGACY_CODECS
 from protocol.compression import compress
 from protocol.errors import ErrorCode
 from protocol.records import (
@@ -140,23 +139,6 @@ def test_producer_claiming_log_append_time_is_rejected(codec):
     reason = rejected(buf, TopicSettings(), ErrorCode.INVALID_TIMESTAMP)
     assert "LogAppendTime" in reason
     rejected(buf, TopicSettings(timestamp_type=LAT), ErrorCode.INVALID_TIMESTAMP)
-
-
-def test_magic_2_batch_from_aiokafka_style_producer_is_corrupt():
-    b = DefaultRecordBatchBuilder(2, 0, -1, -1, -1, False, 10 ** 6)
-    b.append(0, NOW, b"k", b"v", [])
-    batch = bytes(b.build())
-    assert batch[16] == 2
-    reason = rejected(batch)
-    assert "magic 2" in reason
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBuilder
-    for codec in (0, 1):  # what aiokafka 0.14's producer sends, plain and gzip
-        aio = AioBuilder(magic=2, compression_type=codec, is_transactional=False,
-                         producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=16384)
-        aio.append(0, timestamp=None, key=b"k", value=b"v" * 50, headers=[])
-        assert "magic 2" in rejected(bytes(aio.build()))
-    # also when it follows good messages: nothing is accepted
-    rejected(build() + batch)
 
 
 def test_message_too_large():

@@ -1,0 +1,221 @@
+"""validate_produce with record batches (magic 2) in or out: Kafka 3.9's LogValidator rules,
+kafka-python's and aiokafka's batch code as independent oracles."""
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from protocol import recordbatch as rb
+from protocol.compression import Codec
+from protocol.errors import ErrorCode
+from protocol.records import (
+    MessageSetBuilder, TimestampType, check_entry, iter_deep, iter_shallow,
+)
+from protocol.validator import (
+    ProducerBatch, Rejected, TopicSettings, ValidatedRecords, validate_produce,
+)
+from tests.protocol.kafka_python_oracle import kp_read
+
+NOW = 1_700_000_000_000
+V2 = TopicSettings(magic=2)
+LAT = TopicSettings(magic=2, timestamp_type=TimestampType.LOG_APPEND_TIME)
+
+
+def kp_batch(codec=Codec.NONE, records=None, producer=(-1, -1, -1), transactional=False):
+    records = records or [(NOW - 3, b"k0", b"v0", []), (NOW - 9, None, b"v1" * 40, [("h", b"x")]),
+                          (NOW + 2, b"k2", None, [])]
+    b = DefaultRecordBatchBuilder(2, codec, transactional, *producer, batch_size=10 ** 7)
+    for i, (ts, key, value, headers) in enumerate(records):
+        b.append(i, ts, key, value, headers)
+    return bytes(b.build())
+
+
+def valid(buf, settings=V2, next_offset=0, now=NOW, **kw) -> ValidatedRecords:
+    result = validate_produce(buf, settings, next_offset=next_offset, now_ms=now, **kw)
+    assert isinstance(result, ValidatedRecords), result
+    for entry in iter_shallow(result.buffer):
+        check_entry(result.buffer, entry, 10 ** 8)
+    assert [(m.offset, m.timestamp, m.key, m.value) for m in iter_deep(result.buffer)] == \
+        kp_read(result.buffer)
+    return result
+
+
+def rejected(buf, error, settings=V2, now=NOW, **kw) -> str:
+    result = validate_produce(buf, settings, next_offset=0, now_ms=now, **kw)
+    assert isinstance(result, Rejected), result
+    assert result.error == error, result
+    return result.reason
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_batch_kept_as_sent_only_offsets_and_leader_epoch_change(codec):
+    sent = kp_batch(codec, producer=(42, 3, 10))
+    result = valid(sent, next_offset=100, partition_leader_epoch=4, require_magic2=True)
+    out = result.buffer
+    assert out[rb.PARTITION_LEADER_EPOCH_OFFSET + 4:] == sent[rb.PARTITION_LEADER_EPOCH_OFFSET + 4:]
+    batch = DefaultRecordBatch(out)
+    assert batch.validate_crc() and (batch.base_offset, batch.leader_epoch) == (100, 4)
+    assert (result.first_offset, result.last_offset, result.message_count) == (100, 102, 3)
+    assert (result.max_timestamp, result.offset_of_max_timestamp) == (NOW + 2, 102)
+    assert result.log_append_time == -1
+    assert result.producer_batches == (ProducerBatch(42, 3, 10, 12, 100, 102, NOW + 2),)
+    assert [m.headers for m in iter_deep(out)] == [(), (("h", b"x"),), ()]
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.LZ4, Codec.ZSTD])
+def test_log_append_time_rewrites_the_header_only(codec):
+    sent = kp_batch(codec)
+    out = valid(sent, LAT, next_offset=7).buffer
+    # records untouched: only baseOffset, leader epoch, crc, attributes and maxTimestamp differ
+    assert out[rb.LAST_OFFSET_DELTA_OFFSET:rb.MAX_TIMESTAMP_OFFSET] == \
+        sent[rb.LAST_OFFSET_DELTA_OFFSET:rb.MAX_TIMESTAMP_OFFSET]
+    assert out[rb.PRODUCER_ID_OFFSET:] == sent[rb.PRODUCER_ID_OFFSET:]
+    batch = DefaultRecordBatch(out)
+    assert batch.validate_crc() and batch.timestamp_type == 1
+    assert [(r.offset, r.timestamp) for r in batch] == [(7, NOW), (8, NOW), (9, NOW)]
+
+
+def test_create_time_bounds_before_after_and_difference():
+    old = kp_batch(records=[(NOW - 5000, b"k", b"v", [])])
+    new = kp_batch(records=[(NOW + 5000, b"k", b"v", [])])
+    none = kp_batch(records=[(-1, b"k", b"v", [])])
+    assert "outside" in rejected(old, ErrorCode.INVALID_TIMESTAMP,
+                                 TopicSettings(magic=2, max_timestamp_difference_ms=4999))
+    valid(old, TopicSettings(magic=2, max_timestamp_difference_ms=5000))
+    # KIP-937: before/after set explicitly win over difference.max.ms
+    s = TopicSettings(magic=2, max_timestamp_difference_ms=1, timestamp_before_max_ms=6000,
+                      timestamp_after_max_ms=4000)
+    valid(old, s)
+    rejected(new, ErrorCode.INVALID_TIMESTAMP, s)
+    valid(none, s)  # timestamp -1 is exempt
+    valid(old, TopicSettings(magic=2, timestamp_type=TimestampType.LOG_APPEND_TIME,
+                             max_timestamp_difference_ms=1))
+
+
+def test_header_max_timestamp_is_corrected_from_the_records():
+    sent = bytearray(kp_batch())
+    struct.pack_into(">q", sent, rb.MAX_TIMESTAMP_OFFSET, NOW - 100)
+    struct.pack_into(">I", sent, rb.CRC_OFFSET, rb.batch_crc(sent, 0, len(sent)))
+    out = valid(bytes(sent)).buffer
+    assert DefaultRecordBatch(out).max_timestamp == NOW + 2
+
+
+@pytest.mark.parametrize("transactional,control", [(True, False), (False, True)])
+def test_transactions_are_refused(transactional, control):
+    sent = bytearray(kp_batch(producer=(1, 0, 0), transactional=transactional))
+    if control:
+        attrs = struct.unpack_from(">h", sent, rb.ATTRIBUTES_OFFSET)[0] | rb.CONTROL_MASK
+        struct.pack_into(">h", sent, rb.ATTRIBUTES_OFFSET, attrs)
+        struct.pack_into(">I", sent, rb.CRC_OFFSET, rb.batch_crc(sent, 0, len(sent)))
+    assert "transactions are not supported" in rejected(bytes(sent), ErrorCode.INVALID_RECORD)
+
+
+def test_structure_rules():
+    compacted = TopicSettings(magic=2, compacted=True)
+    assert "null key" in rejected(kp_batch(), ErrorCode.INVALID_RECORD, compacted)
+    bad_crc = bytearray(kp_batch())
+    bad_crc[-1] ^= 0xFF
+    assert "CRC-32C" in rejected(bytes(bad_crc), ErrorCode.CORRUPT_MESSAGE)
+    producer_lie = kp_batch(producer=(5, 0, -1))
+    assert "sequence" in rejected(producer_lie, ErrorCode.INVALID_RECORD)
+    gap = bytearray(kp_batch())
+    struct.pack_into(">i", gap, rb.LAST_OFFSET_DELTA_OFFSET, 5)
+    struct.pack_into(">I", gap, rb.CRC_OFFSET, rb.batch_crc(gap, 0, len(gap)))
+    assert "last offset delta is 5" in rejected(bytes(gap), ErrorCode.INVALID_RECORD)
+    small = TopicSettings(magic=2, max_message_bytes=60)
+    assert "max.message.bytes" in rejected(kp_batch(), ErrorCode.MESSAGE_TOO_LARGE, small)
+    empty = rb.build_batch(rb.BatchSpec(), [])
+    assert "no records" in rejected(empty, ErrorCode.INVALID_RECORD)
+    lat_claim = bytearray(kp_batch())
+    rb.set_log_append_time(lat_claim, 0, NOW)
+    rejected(bytes(lat_claim), ErrorCode.INVALID_TIMESTAMP)
+
+
+def test_produce_v3_needs_exactly_one_batch():
+    legacy = MessageSetBuilder(1)
+    legacy.append(b"v", None, NOW)
+    assert "magic 2" in rejected(legacy.build(), ErrorCode.INVALID_RECORD, require_magic2=True)
+    two = kp_batch() + kp_batch()
+    assert "exactly one" in rejected(two, ErrorCode.INVALID_RECORD, require_magic2=True)
+    assert valid(two, next_offset=3).message_count == 6  # Produce v0-v2 may carry several
+
+
+def test_batches_into_a_magic_1_topic_are_down_converted():
+    v1 = TopicSettings(magic=1)
+    headers = kp_batch()
+    assert "headers" in rejected(headers, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, v1)
+    plain = kp_batch(Codec.GZIP, records=[(NOW - 1, b"a", b"1", []), (NOW - 2, b"b", b"2", [])])
+    result = valid(plain, v1, next_offset=5)
+    assert {e.magic for e in iter_shallow(result.buffer)} == {1}
+    assert kp_read(result.buffer) == [(5, NOW - 1, b"a", b"1"), (6, NOW - 2, b"b", b"2")]
+    lat = valid(plain, TopicSettings(magic=1, timestamp_type=TimestampType.LOG_APPEND_TIME))
+    assert {m.timestamp for m in iter_deep(lat.buffer)} == {NOW}
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.SNAPPY])
+def test_old_producers_into_a_batch_topic_are_up_converted(magic, codec):
+    b = MessageSetBuilder(magic, codec)
+    for i in range(4):
+        b.append(b"v%d" % i, b"k", NOW - i)
+    result = valid(b.build(), next_offset=10)
+    (entry,) = iter_shallow(result.buffer)
+    assert entry.magic == 2 and entry.codec == codec
+    expected_ts = [NOW - i if magic == 1 else -1 for i in range(4)]
+    assert kp_read(result.buffer) == [(10 + i, expected_ts[i], b"k", b"v%d" % i)
+                                      for i in range(4)]
+
+
+def test_topic_codec_recompresses_and_keeps_producer_fields():
+    sent = kp_batch(Codec.GZIP, producer=(8, 2, 50))
+    result = valid(sent, TopicSettings(magic=2, target_codec=Codec.ZSTD), next_offset=3)
+    batch = DefaultRecordBatch(result.buffer)
+    assert batch.compression_type == Codec.ZSTD
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (8, 2, 50)
+    assert [m.headers for m in iter_deep(result.buffer)][1] == (("h", b"x"),)
+    assert result.producer_batches[0].first_offset == 3
+
+
+def test_aiokafka_batches_are_accepted():
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBuilder
+    for codec in (0, 1):  # what aiokafka 0.14's producer sends, plain and gzip
+        aio = AioBuilder(magic=2, compression_type=codec, is_transactional=False,
+                         producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=16384)
+        aio.append(0, timestamp=NOW, key=b"k", value=b"v" * 50, headers=[])
+        assert valid(bytes(aio.build()), require_magic2=True).message_count == 1
+
+
+records = st.lists(st.tuples(st.integers(NOW - 10**6, NOW + 10**6),
+                             st.none() | st.binary(max_size=10), st.none() | st.binary(max_size=30),
+                             st.lists(st.tuples(st.text(max_size=3), st.binary(max_size=3)),
+                                      max_size=2)),
+                   min_size=1, max_size=10)
+
+
+@settings(max_examples=80, deadline=None)
+@given(records, st.sampled_from(list(Codec)), st.booleans(), st.integers(0, 2**40))
+def test_output_reads_back_as_the_input_with_offsets(recs, codec, lat, next_offset):
+    settings_ = LAT if lat else V2
+    result = valid(kp_batch(codec, recs), settings_, next_offset=next_offset)
+    got = [(m.offset, m.timestamp, m.key, m.value, m.headers) for m in iter_deep(result.buffer)]
+    assert got == [(next_offset + i, NOW if lat else ts, k, v, tuple(h))
+                   for i, (ts, k, v, h) in enumerate(recs)]
+
+
+def test_fuzzed_batches_never_raise():
+    rng = random.Random(99)
+    seeds = [kp_batch(c, producer=(1, 0, 0)) for c in Codec]
+    for _ in range(1500):
+        buf = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 3)):
+            buf[rng.randrange(len(buf))] = rng.randrange(256)
+        if rng.random() < 0.2:
+            del buf[rng.randrange(len(buf)):]
+        for s in (V2, LAT, TopicSettings(magic=1)):
+            result = validate_produce(bytes(buf), s, next_offset=0, now_ms=NOW)
+            assert isinstance(result, (Rejected, ValidatedRecords))
