@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import structlog
 
+from protocol import recordbatch as rb
 from protocol.errors import CorruptRecordError
 from protocol.records import Codec, LOG_OVERHEAD, ShallowEntry, check_entry, iter_deep, iter_shallow
 from storage.checkpoint import fsync_file
@@ -26,6 +27,7 @@ from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_
 
 # offset int64, size int32: the 12-byte log overhead of an entry
 _OFFSET_SIZE = struct.Struct(">qi")
+_I32 = struct.Struct(">i")
 # smallest magic-1 message; smaller entries are left to iter_shallow's checks
 _MIN_V1_SIZE = 22
 
@@ -304,10 +306,17 @@ class LogSegment:
         # anything unusual, go through iter_shallow with its checks.
         n = len(view)
         unpack = _OFFSET_SIZE.unpack_from
+        unpack_delta = _I32.unpack_from
         while position + LOG_OVERHEAD <= n:
             entry_offset, size = unpack(view, position)
-            if (entry_offset >= offset or size < _MIN_V1_SIZE
-                    or position + LOG_OVERHEAD + size > n):
+            if size < _MIN_V1_SIZE or position + LOG_OVERHEAD + size > n:
+                break
+            if view[position + rb.MAGIC_OFFSET] == rb.MAGIC:
+                # a batch's offset field is its first offset; skip by its last one
+                if size < rb.MIN_BATCH_LENGTH:
+                    break
+                entry_offset += unpack_delta(view, position + rb.LAST_OFFSET_DELTA_OFFSET)[0]
+            if entry_offset >= offset:
                 break
             previous = entry_offset
             position += LOG_OVERHEAD + size
@@ -331,15 +340,15 @@ class LogSegment:
         return self.fileno(), entry.position, min(self.size - entry.position, limit)
 
     def find_offset_by_timestamp(self, timestamp: int) -> TimestampOffset | None:
-        """The first message (deep inside compressed wrappers) with timestamp >= ``timestamp``,
-        starting from the time index entry just below it."""
+        """The first message (deep inside compressed wrappers and record batches) with
+        timestamp >= ``timestamp``, starting from the time index entry just below it."""
         _, index_offset = self.time_index.lookup_before(timestamp)
         _, position = self.offset_index.lookup(index_offset)
         view = self._view()
         for entry in iter_shallow(view, position):
             if entry.timestamp < timestamp:
-                continue  # a CreateTime wrapper carries its largest inner timestamp
-            if entry.codec == Codec.NONE:
+                continue  # a wrapper or batch carries its largest inner timestamp
+            if entry.codec == Codec.NONE and entry.magic < rb.MAGIC:
                 return TimestampOffset(entry.timestamp, entry.offset)
             wrapper = memoryview(view)[entry.position:entry.next_position]
             for message in iter_deep(wrapper):

@@ -1,9 +1,10 @@
 """A hypothesis state machine driving a Log through appends (out-of-order CreateTime stamps,
-compressed and plain sets), rolls, truncations, retention, crashes (torn tails, flipped bytes)
+compressed and plain sets, magic 0/1 message sets and v2 record batches mixed), rolls, truncations, retention, crashes (torn tails, flipped bytes)
 and reopens, checking every read and timestamp search against a brute-force in-memory model.
 
 The model is a list of top-level entries, each a list of (offset, timestamp, key, value): an
-uncompressed message is an entry of one, a compressed wrapper an entry of several. Truncation
+uncompressed message is an entry of one, a compressed wrapper or a record batch an entry of
+several. Truncation
 and crash recovery work on whole entries, as the Log does.
 """
 from __future__ import annotations
@@ -65,17 +66,23 @@ class LogMachine(RuleBasedStateMachine):
     @rule(stamps=st.lists(st.integers(-5 * DAY, DAY), min_size=1, max_size=6),
           codec=st.sampled_from([Codec.NONE, Codec.NONE, Codec.GZIP, Codec.LZ4, Codec.SNAPPY]),
           value_size=st.integers(0, 120), seed=st.integers(0, 2**32),
-          kind=st.sampled_from(["create"] * 6 + ["log_append", "magic0"]))
+          kind=st.sampled_from(["create"] * 4 + ["log_append", "magic0"]
+                               + ["v2"] * 4 + ["v2_log_append", "v2_zstd"]))
     def append(self, stamps, codec, value_size, seed, kind):
         # Values derived from a drawn seed: sizes after compression must replay identically.
+        # Record batches (v2) go into the same log as magic 0/1 sets, as after an upgrade.
         rng = random.Random(seed)
-        magic = 0 if kind == "magic0" else 1
+        magic = 0 if kind == "magic0" else 2 if kind.startswith("v2") else 1
+        if kind == "v2_zstd":
+            codec = Codec.ZSTD
         builder = MessageSetBuilder(magic=magic, codec=codec)
         for i, ts in enumerate(stamps):
+            headers = (("i", b"%d" % i),) if magic == 2 and i % 2 else ()
             builder.append(rng.randbytes(value_size), key=b"%d" % i,
-                           timestamp=self.clock.now + ts)
+                           timestamp=self.clock.now + ts, headers=headers)
+        lat = kind in ("log_append", "v2_log_append")
         topic = TopicSettings(magic=magic, timestamp_type=TimestampType.LOG_APPEND_TIME
-                              if kind == "log_append" else TimestampType.CREATE_TIME)
+                              if lat else TimestampType.CREATE_TIME)
         v = validate_produce(builder.build(), topic, next_offset=self.log.log_end_offset,
                              now_ms=self.clock.now)
         assert isinstance(v, ValidatedRecords)

@@ -1,0 +1,86 @@
+"""Logs holding record batches (magic 2) next to magic-1 message sets: reads inside a batch,
+timestamp search inside out-of-order batches, truncation, recovery, dump-log."""
+from __future__ import annotations
+
+import io
+import os
+
+from conftest import validated
+
+from protocol.compression import Codec
+from protocol.records import TimestampType, iter_deep, iter_shallow
+from storage import Log, LogConfig, TimestampOffset
+from storage.dump import dump_file
+
+NOW = 1_700_000_000_000
+
+
+def open_log(tmp_path, clock, **config) -> Log:
+    return Log(os.path.join(tmp_path, "t-0"), LogConfig(**config), clock=clock,
+               needs_recovery=False)
+
+
+def mixed(log) -> list[tuple[int, int]]:
+    """Append magic-1, v2 (CreateTime out of order), v2 lz4, v2 LogAppendTime; return every
+    (offset, timestamp) as a consumer sees it."""
+    log.append(validated(log, [NOW + 5, NOW + 1], magic=1))
+    log.append(validated(log, [NOW + 30, NOW + 10, NOW + 20, NOW + 15] * 10, magic=2))
+    log.append(validated(log, [NOW + 50, NOW + 40], magic=2, codec=Codec.LZ4))
+    log.append(validated(log, [NOW, NOW], magic=2, now=NOW + 70,
+                         timestamp_type=TimestampType.LOG_APPEND_TIME))
+    return [(m.offset, m.timestamp) for m in iter_deep(log.read(0, 10**6).read_bytes())]
+
+
+def brute_force(messages, ts):
+    return next((TimestampOffset(t, o) for o, t in messages if t >= ts), None)
+
+
+def test_search_read_and_truncate_inside_batches(tmp_path, clock):
+    log = open_log(tmp_path, clock, index_interval_bytes=0)
+    messages = mixed(log)
+    assert [o for o, _ in messages] == list(range(46))
+    for ts in range(NOW - 1, NOW + 72):
+        assert log.offset_for_timestamp(ts) == brute_force(messages, ts), ts
+    # a read from inside a batch starts at the batch, as for a compressed wrapper
+    data = log.read(20, 10**6)
+    first = next(iter_shallow(data.read_bytes()))
+    assert (first.magic, first.offset) == (2, 41) and data.position > 0
+    assert next(iter_deep(data.read_bytes())).offset == 2
+    log.truncate_to(43)  # inside the lz4 batch 42..43: the whole batch goes
+    assert log.log_end_offset == 42
+    log.append(validated(log, [NOW + 60], magic=2))
+    assert log.log_end_offset == 43
+
+
+def test_recovery_truncates_at_a_corrupt_batch(tmp_path, clock):
+    log = open_log(tmp_path, clock)
+    messages = mixed(log)
+    path = log.active_segment.log_path
+    log.close()
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:  # flip a byte inside the last batch's records
+        f.seek(size - 3)
+        b = f.read(1)
+        f.seek(size - 3)
+        f.write(bytes([b[0] ^ 0xFF]))
+    log = Log(os.path.join(tmp_path, "t-0"), LogConfig(), clock=clock, needs_recovery=True)
+    assert log.log_end_offset == 44
+    assert [(m.offset, m.timestamp) for m in iter_deep(log.read(0, 10**6).read_bytes())] == \
+        messages[:44]
+
+
+def test_dump_log_shows_batches_and_verifies_mixed_segments(tmp_path, clock):
+    log = open_log(tmp_path, clock, index_interval_bytes=0)
+    mixed(log)
+    log.roll()
+    path = log.segments[0].log_path
+    out, err = io.StringIO(), io.StringIO()
+    assert dump_file(path, deep=True, verify=True, out=out, err=err) == 0, err.getvalue()
+    text = out.getvalue()
+    assert "baseOffset: 2 lastOffset: 41 count: 40" in text
+    assert "LogAppendTime: %d" % (NOW + 70) in text and "compresscodec: lz4" in text
+    assert "| offset: 3 CreateTime: %d keySize: 2 valueSize: 10 sequence: -1" % (NOW + 10) in text
+    for suffix in (".index", ".timeindex"):
+        out = io.StringIO()
+        assert dump_file(path[:-4] + suffix, deep=False, verify=True, out=out,
+                         err=io.StringIO()) == 0, out.getvalue()
