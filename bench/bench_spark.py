@@ -63,10 +63,10 @@ def start_broker(workdir: str) -> tuple[subprocess.Popen, str]:
 
 def create_topic(client: BrokerClient, topic: str, partitions: int) -> None:
     conn = client._any_conn()
-    body = conn.call(ApiKey.CREATE_TOPICS, 0, {"create_topic_requests": [{
-        "topic": topic, "num_partitions": partitions, "replication_factor": 1,
-        "replica_assignment": [], "configs": []}], "timeout": 10000})
-    code = body.topic_error_codes[0].error_code
+    body = conn.call(ApiKey.CREATE_TOPICS, 0, {"topics": [{
+        "name": topic, "num_partitions": partitions, "replication_factor": 1,
+        "assignments": [], "configs": []}], "timeout_ms": 10000})
+    code = body.topics[0].error_code
     if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
         raise SystemExit(f"CreateTopics {topic}: {error_name(code)}")
 

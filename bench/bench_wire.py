@@ -1,9 +1,9 @@
 """Cost of the wire layer's hot paths on one core.
 
-Cases: decoding a Produce v2 and a Fetch v3 request frame through ServerConnection (codecs
-compiled from the schemas; the declared construct schema parsing the same body for comparison),
-encoding a Metadata v2 response, and encoding a Fetch v3 response (fast encoder with bytes
-record sets, with FileRegions, and the construct schema's build for comparison). Each case runs ~``--seconds`` per round, best of ``--repeats``; rates
+Cases: decoding Produce v2/v9 and Fetch v3/v12 request frames through ServerConnection (the
+codecs generated from Kafka's definitions; v9 and v12 are the first flexible versions),
+encoding Metadata v2/v12 responses, and encoding Fetch v3/v12 responses with bytes records and
+with FileRegions. Each case runs ~``--seconds`` per round, best of ``--repeats``; rates
 are per second of this process's CPU time (the machine is shared; wall-clock rates are recorded
 too).
 
@@ -19,38 +19,37 @@ import time
 from pathlib import Path
 
 from protocol import ApiKey, ClientConnection, FileRegion, ServerConnection
-from protocol.schemas import REQUEST_SCHEMAS, RESPONSE_SCHEMAS, encode_response_body
-from protocol.schemas.fetch import encode_fetch_response
+from protocol.schemas import encode_response_body, encode_response_chunks
 
 RESULTS = Path(__file__).resolve().parent / "results" / "wire.json"
 
 
 def produce_body(partitions: int, set_bytes: int) -> dict:
-    return {"acks": -1, "timeout": 30000, "topic_data": [
-        {"topic": "bench", "data": [{"partition": p, "record_set": b"\x01" * set_bytes}
-                                    for p in range(partitions)]}]}
+    return {"acks": -1, "timeout_ms": 30000, "topic_data": [
+        {"name": "bench", "partition_data": [{"index": p, "records": b"\x01" * set_bytes}
+                                             for p in range(partitions)]}]}
 
 
 def fetch_body(partitions: int, record_set) -> dict:
-    return {"throttle_time_ms": 0, "responses": [{"topic": "bench", "partition_responses": [
-        {"partition_header": {"partition": p, "error_code": 0, "high_watermark": 10**6},
-         "record_set": record_set} for p in range(partitions)]}]}
+    return {"throttle_time_ms": 0, "responses": [{"topic": "bench", "partitions": [
+        {"partition_index": p, "error_code": 0, "high_watermark": 10**6,
+         "records": record_set} for p in range(partitions)]}]}
 
 
 def fetch_request(partitions: int) -> dict:
-    return {"replica_id": -1, "max_wait_time": 500, "min_bytes": 1, "max_bytes": 52428800,
+    return {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 52428800,
             "topics": [{"topic": "bench", "partitions": [
-                {"partition": p, "fetch_offset": 10**6, "max_bytes": 1048576}
+                {"partition": p, "fetch_offset": 10**6, "partition_max_bytes": 1048576}
                 for p in range(partitions)]}]}
 
 
 def metadata_body(topics: int) -> dict:
     return {"brokers": [{"node_id": 0, "host": "127.0.0.1", "port": 9092, "rack": None}],
-            "cluster_id": "bench", "controller_id": 0, "topic_metadata": [
-                {"topic_error_code": 0, "topic": f"topic-{t}", "is_internal": False,
-                 "partition_metadata": [{"partition_error_code": 0, "partition_id": p,
-                                         "leader": 0, "replicas": [0], "isr": [0]}
-                                        for p in range(8)]} for t in range(topics)]}
+            "cluster_id": "bench", "controller_id": 0, "topics": [
+                {"error_code": 0, "name": f"topic-{t}", "is_internal": False,
+                 "partitions": [{"error_code": 0, "partition_index": p, "leader_id": 0,
+                                 "replica_nodes": [0], "isr_nodes": [0]}
+                                for p in range(8)]} for t in range(topics)]}
 
 
 def measure(fn, seconds: float, repeats: int) -> tuple[float, float]:
@@ -86,39 +85,34 @@ def main() -> None:
             case["mib_per_cpu_s"] = round(cpu * frame_bytes / 2**20, 1)
         cases.append(case)
 
-    requests = [(ApiKey.PRODUCE, 2, produce_body(p, n), p, n)
-                for p, n in ((1, 16384), (10, 16384), (1, 1 << 20))]
-    requests += [(ApiKey.FETCH, 3, fetch_request(p), p, 0) for p in (1, 10, 100)]
+    # Produce v2/v9 and Fetch v3/v12: the last classic and the first flexible versions.
+    requests = [(ApiKey.PRODUCE, v, produce_body(p, n), p, n)
+                for v in (2, 9) for p, n in ((1, 16384), (10, 16384), (1, 1 << 20))]
+    requests += [(ApiKey.FETCH, v, fetch_request(p), p, 0) for v in (3, 12) for p in (1, 10, 100)]
     for api, version, body, partitions, set_bytes in requests:
         _, frame = ClientConnection("bench").request(api, version, body)
-        schema = REQUEST_SCHEMAS[api, version]
-        raw_body = schema.build(body)
 
-        def compiled(frame=frame):
+        def decode(frame=frame):
             for _ in ServerConnection().receive_data(frame):
                 pass
 
-        label = f"{api.name.lower()}_v{version}_decode"
-        add(f"{label}_compiled", compiled, partitions, set_bytes, len(frame))
-        add(f"{label}_construct", lambda s=schema, r=raw_body: s.parse(r), partitions,
-            set_bytes, len(frame))
+        add(f"{api.name.lower()}_v{version}_decode", decode, partitions, set_bytes, len(frame))
 
-    for topics in (1, 50):
-        body = metadata_body(topics)
-        schema = RESPONSE_SCHEMAS[ApiKey.METADATA, 2]
-        add("metadata_v2_encode_compiled",
-            lambda b=body: encode_response_body(ApiKey.METADATA, 2, b), topics * 8, 0)
-        add("metadata_v2_encode_construct", lambda s=schema, b=body: s.build(b), topics * 8, 0)
+    for version in (2, 12):
+        for topics in (1, 50):
+            body = metadata_body(topics)
+            add(f"metadata_v{version}_encode",
+                lambda b=body, v=version: encode_response_body(ApiKey.METADATA, v, b),
+                topics * 8, 0)
 
-    schema = RESPONSE_SCHEMAS[ApiKey.FETCH, 3]
-    for partitions, set_bytes in ((1, 16384), (10, 16384), (100, 1024), (1, 1 << 20)):
-        data = fetch_body(partitions, b"\x02" * set_bytes)
-        regions = fetch_body(partitions, FileRegion(3, 0, set_bytes))
-        for name, fn in (
-                ("fetch_v3_encode_fast_bytes", lambda d=data: encode_fetch_response(3, d)),
-                ("fetch_v3_encode_fast_regions", lambda d=regions: encode_fetch_response(3, d)),
-                ("fetch_v3_encode_construct", lambda d=data: schema.build(d))):
-            add(name, fn, partitions, set_bytes)
+    for version in (3, 12):
+        for partitions, set_bytes in ((1, 16384), (10, 16384), (100, 1024), (1, 1 << 20)):
+            data = fetch_body(partitions, b"\x02" * set_bytes)
+            regions = fetch_body(partitions, FileRegion(3, 0, set_bytes))
+            for name, body in (("bytes", data), ("regions", regions)):
+                add(f"fetch_v{version}_encode_{name}",
+                    lambda b=body, v=version: encode_response_chunks(ApiKey.FETCH, v, b),
+                    partitions, set_bytes)
 
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({

@@ -22,6 +22,7 @@ import structlog
 import trio
 
 from broker.config import BrokerConfig, ConfigError, topic_name_error
+from broker.producer_ids import ProducerIdManager
 from broker.topics import Topic, TopicRegistry
 
 log = structlog.get_logger(__name__)
@@ -98,6 +99,8 @@ class BrokerContext:
         self.clock = clock
         self.admin_lock = trio.Lock()
         self.coordinator: Any = None
+        # InitProducerId's ids (broker/producer_ids.py), loaded by open_context.
+        self.producer_ids = ProducerIdManager(config.log_dirs[0])
         """The group coordinator (broker.groups), or None when it is not installed."""
         self.stopping = False
         self._partitions: dict[tuple[str, int], PartitionState] = {}

@@ -82,7 +82,7 @@ def check(host: str, port: int, timeout: float = 5.0) -> str:
             if versions.error_code != ErrorCode.NONE:
                 raise HealthCheckError(
                     f"ApiVersions answered error {_error_name(versions.error_code)}")
-            keys = {entry.api_key for entry in versions.api_versions}
+            keys = {entry.api_key for entry in versions.api_keys}
             missing = {ApiKey.API_VERSIONS, ApiKey.METADATA} - keys
             if missing:
                 raise HealthCheckError(

@@ -60,6 +60,7 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     manager = LogManager(list(config.log_dirs), config_for_topic, wall_clock_ms)
     await trio.to_thread.run_sync(manager.startup)
     ctx = BrokerContext(config, cluster_id, manager, registry)
+    await trio.to_thread.run_sync(ctx.producer_ids.load)
 
     # Reconcile: logs on disk without a registry entry keep the broker defaults; registry
     # entries whose logs are missing (crash during creation) get them now.
@@ -123,8 +124,9 @@ class Server:
         log.info("connection opened", conn=conn_id, peer=peer, active=self.active)
         reason = "closed by client"
         versions: dict[ApiKey, set[int]] = {}
+        clients: set[str] = set()
         try:
-            reason = await self._serve(stream, conn_id, versions)
+            reason = await self._serve(stream, conn_id, versions, clients)
         except ProtocolError as exc:
             reason = f"bad request: {exc}"
             log.warning("closing connection after a bad request", conn=conn_id, peer=peer,
@@ -146,12 +148,14 @@ class Server:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             log.info("connection closed", conn=conn_id, peer=peer, reason=reason,
-                     active=self.active, api_versions=_versions_used(versions))
+                     active=self.active, client_id=", ".join(sorted(clients)),
+                     api_versions=_versions_used(versions))
 
     async def _serve(self, stream: trio.SocketStream, conn_id: int,
-                     versions: dict[ApiKey, set[int]]) -> str:
-        """Serve requests until the peer or the broker ends the connection; ``versions``
-        collects every (api, version) served, for the connection-closed log line."""
+                     versions: dict[ApiKey, set[int]], clients: set[str]) -> str:
+        """Serve requests until the peer or the broker ends the connection; ``versions`` and
+        ``clients`` collect every (api, version) served and client id seen, for the
+        connection-closed log line."""
         ctx = self.ctx
         conn = ServerConnection(max_request_bytes=ctx.config.socket_request_max_bytes)
         idle_s = ctx.config.connections_max_idle_ms / 1000
@@ -170,6 +174,7 @@ class Server:
             for request in conn.receive_data(data):
                 versions.setdefault(request.header.api_key, set()).add(
                     request.header.api_version)
+                clients.add(request.header.client_id or "")
                 self._busy += 1
                 try:
                     await self._dispatch(stream, conn, request, conn_id)

@@ -17,7 +17,8 @@ __all__ = [
 
 
 class ApiKey(IntEnum):
-    """Kafka api keys (Protocol.java / ApiKeys.java) of the apis this broker implements."""
+    """Kafka api keys (ApiKeys.java) of the apis protocol.schemas has schemas for; the broker
+    serves those in :data:`SUPPORTED_VERSIONS`."""
 
     PRODUCE = 0
     FETCH = 1
@@ -32,18 +33,40 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
 
 
-# (min, max) per api: exactly the versions protocol.schemas implements (checked at import there).
-# ApiVersions answers from this table.
+# (min, max) per api: the versions the broker serves (protocol.schemas has schemas for every
+# version Kafka 3.9 defines; it checks at import that these are among them). ApiVersions answers
+# from this table, and ServerConnection refuses anything outside it.
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 2),
-    ApiKey.FETCH: (0, 3),
-    ApiKey.LIST_OFFSETS: (0, 1),
-    ApiKey.METADATA: (0, 2),
+    ApiKey.PRODUCE: (0, 11),
+    ApiKey.FETCH: (0, 17),
+    ApiKey.LIST_OFFSETS: (0, 9),
+    ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (0, 2),
     ApiKey.OFFSET_FETCH: (0, 1),
     ApiKey.FIND_COORDINATOR: (0, 0),
@@ -53,9 +76,10 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 0),
     ApiKey.DESCRIBE_GROUPS: (0, 0),
     ApiKey.LIST_GROUPS: (0, 0),
-    ApiKey.API_VERSIONS: (0, 0),
+    ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (0, 0),
     ApiKey.DELETE_TOPICS: (0, 0),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
 }
 
 
@@ -110,10 +134,11 @@ class FileRegion:
 
 
 def api_versions_body(error_code: int = ErrorCode.NONE) -> dict:
-    """The ApiVersions v0 response body advertising :data:`SUPPORTED_VERSIONS`."""
+    """The ApiVersions response body advertising :data:`SUPPORTED_VERSIONS` (any version:
+    later fields take their defaults)."""
     return {
         "error_code": int(error_code),
-        "api_versions": [
+        "api_keys": [
             {"api_key": int(key), "min_version": lo, "max_version": hi}
             for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
         ],

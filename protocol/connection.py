@@ -5,12 +5,13 @@ Wire framing (all big-endian)::
     frame           = size:int32  payload[size]
     request payload = api_key:int16 api_version:int16 correlation_id:int32
                       client_id:nullable_string(int16 length)  [tagged fields, header v2]  body
-    response payload= correlation_id:int32 body
+    response payload= correlation_id:int32 [tagged fields, header v1] body
 
-Request header v1 is what every supported api uses. Clients probe ApiVersions v3/v4 with header
-v2 (tagged fields after client_id, then a flexible body); for ApiVersions above v0 we read the
-four classic fields and ignore the rest, and answer with the v0 layout (error 35), which is what
-kafka-python and librdkafka expect before retrying with v0.
+Requests at a flexible version (KIP-482) carry header v2 (tagged fields after client_id) and
+get response header v1 (tagged fields after the correlation id), except ApiVersions, whose
+response header is always v0 so that a client can read it whatever it asked. An ApiVersions
+request above the highest version served is answered in the v0 layout with error 35
+(UNSUPPORTED_VERSION), as Kafka does, so the client retries with one we listed.
 
 Error offsets are byte indices into the frame, counting its 4-byte size prefix.
 """
@@ -33,7 +34,9 @@ from protocol.schemas import (
     decode_response_body,
     encode_request_body,
     encode_response_chunks,
+    is_flexible,
 )
+from protocol.schemas.codec import FieldError, Output, skip_tagged_fields
 
 __all__ = ["ServerConnection", "ClientConnection", "DEFAULT_MAX_FRAME_BYTES"]
 
@@ -44,7 +47,9 @@ _INT32 = struct.Struct(">i")
 _REQUEST_HEAD = struct.Struct(">hhih")
 # size int32 + correlation_id int32: the response frame prefix.
 _RESPONSE_HEAD = struct.Struct(">ii")
+_SERVED_KEYS = frozenset(int(k) for k in SUPPORTED_VERSIONS)
 _KNOWN_KEYS = frozenset(int(k) for k in ApiKey)
+_NO_TAGGED_FIELDS = b"\x00"
 # Compact the receive buffer once this many consumed bytes sit in front of it.
 _COMPACT_AT = 1 << 16
 
@@ -154,10 +159,16 @@ class ServerConnection:
         version = header.api_version
         if header.api_key == ApiKey.API_VERSIONS and request.body is None:
             version = 0
-        chunks, total = encode_response_chunks(header.api_key, version, body)
-        prefix = _RESPONSE_HEAD.pack(4 + total, header.correlation_id)
-        # The first chunk is always bytes (a body starts with fixed fields, never a region).
-        chunks[0] = prefix + chunks[0]
+        out = Output()
+        out += _RESPONSE_HEAD.pack(0, header.correlation_id)
+        if header.api_key != ApiKey.API_VERSIONS and is_flexible(header.api_key, version,
+                                                                 "response"):
+            out += _NO_TAGGED_FIELDS
+        chunks, total = encode_response_chunks(header.api_key, version, body, out)
+        # The first chunk is always bytes, holding the header: fill in the size.
+        first = bytearray(chunks[0])
+        _INT32.pack_into(first, 0, total - 4)
+        chunks[0] = bytes(first)
         return chunks
 
 
@@ -176,7 +187,7 @@ def _decode_request_view(frame: memoryview) -> Request:
                                   f"{_REQUEST_HEAD.size}-byte request header", offset=4)
     api_key, version, correlation_id, id_len = _REQUEST_HEAD.unpack_from(frame, 4)
     pos = 4 + _REQUEST_HEAD.size
-    if api_key not in _KNOWN_KEYS:
+    if api_key not in _SERVED_KEYS:
         raise UnsupportedApiError(f"api key {api_key} (version {version}, correlation id "
                                   f"{correlation_id}) is not implemented by this broker",
                                   api_key=api_key, api_version=version, offset=4)
@@ -196,14 +207,21 @@ def _decode_request_view(frame: memoryview) -> Request:
                                       offset=pos + exc.start) from None
         pos += id_len
     header = RequestHeader(key, version, correlation_id, client_id)
-    if (key, version) not in REQUEST_SCHEMAS:
-        if key == ApiKey.API_VERSIONS and version > 0:
-            # Newer clients probe with v3/v4 (header v2, flexible body): answer error 35, v0.
+    lo, hi = SUPPORTED_VERSIONS[key]
+    if not lo <= version <= hi:
+        if key == ApiKey.API_VERSIONS and version > hi:
+            # A client newer than us: answer error 35 in the v0 layout, it retries lower.
             return Request(header, None)
-        lo, hi = SUPPORTED_VERSIONS[key]
         raise UnsupportedVersionError(f"{key.name} v{version} is not supported (this broker "
                                       f"implements v{lo}-v{hi})", api_key=key,
                                       api_version=version, offset=6)
+    if is_flexible(key, version):
+        try:
+            pos = skip_tagged_fields(frame, pos, end)
+        except FieldError as exc:
+            raise MalformedFrameError(f"{key.name} v{version} request header: {exc}",
+                                      api_key=key, api_version=version,
+                                      offset=exc.offset) from None
     return Request(header, decode_request_body(key, version, frame, pos, end))
 
 
@@ -251,6 +269,8 @@ class ClientConnection:
         correlation_id = self._next_correlation_id
         self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
         head = struct.pack(">hhi", key, api_version, correlation_id) + self._client_id
+        if is_flexible(key, api_version):
+            head += _NO_TAGGED_FIELDS
         frame = _INT32.pack(len(head) + len(payload)) + head + payload
         if not (key == ApiKey.PRODUCE and body["acks"] == 0):
             self._pending[correlation_id] = (key, api_version)
@@ -285,5 +305,13 @@ class ClientConnection:
         except KeyError:
             raise MalformedFrameError(f"response correlation id {correlation_id} matches no "
                                       f"outstanding request", offset=4) from None
-        body = decode_response_body(key, version, frame, 8, len(frame))
+        pos = 8
+        if key != ApiKey.API_VERSIONS and is_flexible(key, version, "response"):
+            try:
+                pos = skip_tagged_fields(frame, pos, len(frame))
+            except FieldError as exc:
+                raise MalformedFrameError(f"{key.name} v{version} response header: {exc}",
+                                          api_key=key, api_version=version,
+                                          offset=exc.offset) from None
+        body = decode_response_body(key, version, frame, pos, len(frame))
         return Response(correlation_id, key, version, body)

@@ -179,26 +179,27 @@ class BrokerClient:
         """
         for attempt in range(_METADATA_RETRIES):
             body = self._call(self._any_conn(), ApiKey.METADATA, _METADATA_VERSION,
-                              {"topics": list(names) if allow_create else None})
+                              {"topics": [{"name": n} for n in names] if allow_create
+                               else None})
             self._nodes.update({b.node_id: (b.host, b.port) for b in body.brokers})
             found: dict[str, TopicInfo] = {}
             retry = []
-            for t in body.topic_metadata:
-                if t.topic not in names:
+            for t in body.topics:
+                if t.name not in names:
                     continue
-                if t.topic_error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     continue
-                if t.topic_error_code == ErrorCode.LEADER_NOT_AVAILABLE or any(
-                        p.partition_error_code == ErrorCode.LEADER_NOT_AVAILABLE or p.leader < 0
-                        for p in t.partition_metadata):
-                    retry.append(t.topic)
+                if t.error_code == ErrorCode.LEADER_NOT_AVAILABLE or any(
+                        p.error_code == ErrorCode.LEADER_NOT_AVAILABLE or p.leader_id < 0
+                        for p in t.partitions):
+                    retry.append(t.name)
                     continue
-                if t.topic_error_code != ErrorCode.NONE:
+                if t.error_code != ErrorCode.NONE:
                     raise BrokerResponseError(
-                        f"metadata for topic {t.topic!r} failed: "
-                        f"{error_name(t.topic_error_code)}", error_code=t.topic_error_code)
-                found[t.topic] = TopicInfo(t.topic, {p.partition_id: p.leader
-                                                     for p in t.partition_metadata})
+                        f"metadata for topic {t.name!r} failed: "
+                        f"{error_name(t.error_code)}", error_code=t.error_code)
+                found[t.name] = TopicInfo(t.name, {p.partition_index: p.leader_id
+                                                   for p in t.partitions})
             if not retry:
                 break
             time.sleep(_METADATA_BACKOFF_S)
@@ -208,7 +209,7 @@ class BrokerClient:
                 f"check the broker log", error_code=ErrorCode.LEADER_NOT_AVAILABLE)
         missing = [n for n in names if n not in found]
         if missing:
-            known = sorted(t.topic for t in body.topic_metadata)
+            known = sorted(t.name for t in body.topics)
             raise UnknownTopicError(
                 f"unknown topic {missing[0]!r} on chronolog broker "
                 f"{self._any_conn().address[0]}:{self._any_conn().address[1]}"
@@ -237,36 +238,35 @@ class BrokerClient:
             body = self._call(self._conn(self._nodes[node]), ApiKey.LIST_OFFSETS,
                               _LIST_OFFSETS_VERSION, {
                                   "replica_id": -1,
-                                  "topics": [{"topic": t, "partitions": [
-                                      {"partition": p, "timestamp": ts} for p, ts in parts]}
+                                  "topics": [{"name": t, "partitions": [
+                                      {"partition_index": p, "timestamp": ts}
+                                      for p, ts in parts]}
                                       for t, parts in topics.items()]})
-            for topic in body.responses:
-                for p in topic.partition_responses:
+            for topic in body.topics:
+                for p in topic.partitions:
                     if p.error_code != ErrorCode.NONE:
                         if p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                             raise UnknownTopicError(
-                                f"topic {topic.topic!r} partition {p.partition} does not exist "
-                                f"(ListOffsets); was the topic deleted?")
+                                f"topic {topic.name!r} partition {p.partition_index} does not "
+                                f"exist (ListOffsets); was the topic deleted?")
                         raise BrokerResponseError(
-                            f"ListOffsets for {topic.topic}[{p.partition}] failed: "
+                            f"ListOffsets for {topic.name}[{p.partition_index}] failed: "
                             f"{error_name(p.error_code)}", error_code=p.error_code)
-                    out[(topic.topic, p.partition)] = (p.timestamp, p.offset)
+                    out[(topic.name, p.partition_index)] = (p.timestamp, p.offset)
         return out
 
     # -- data -------------------------------------------------------------------------------
     def fetch(self, tp: TopicPartition, offset: int, max_bytes: int, *, max_wait_ms: int = 0
               ) -> FetchResult:
         body = self._call(self._leader_conn(tp), ApiKey.FETCH, _FETCH_VERSION, {
-            "replica_id": -1, "max_wait_time": max_wait_ms, "min_bytes": 1,
+            "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
             "max_bytes": max_bytes,
             "topics": [{"topic": tp[0], "partitions": [
-                {"partition": tp[1], "fetch_offset": offset, "max_bytes": max_bytes}]}]})
+                {"partition": tp[1], "fetch_offset": offset, "partition_max_bytes": max_bytes}]}]})
         for topic in body.responses:
-            for p in topic.partition_responses:
-                header = p.partition_header
-                if topic.topic == tp[0] and header.partition == tp[1]:
-                    return FetchResult(header.error_code, header.high_watermark,
-                                       bytes(p.record_set or b""))
+            for p in topic.partitions:
+                if topic.topic == tp[0] and p.partition_index == tp[1]:
+                    return FetchResult(p.error_code, p.high_watermark, bytes(p.records or b""))
         raise BrokerResponseError(f"fetch response for {tp[0]}[{tp[1]}] lacks that partition",
                                   error_code=ErrorCode.UNKNOWN_SERVER_ERROR)
 
@@ -281,12 +281,12 @@ class BrokerClient:
         out: dict[int, ProduceResult] = {}
         for node, sets in by_node.items():
             body = self._call(self._conn(self._nodes[node]), ApiKey.PRODUCE, _PRODUCE_VERSION, {
-                "acks": acks, "timeout": timeout_ms,
-                "topic_data": [{"topic": topic, "data": [
-                    {"partition": p, "record_set": rs} for p, rs in sets.items()]}]})
+                "acks": acks, "timeout_ms": timeout_ms,
+                "topic_data": [{"name": topic, "partition_data": [
+                    {"index": p, "records": rs} for p, rs in sets.items()]}]})
             for t in body.responses:
                 for p in t.partition_responses:
-                    out[p.partition] = ProduceResult(p.error_code, p.base_offset)
+                    out[p.index] = ProduceResult(p.error_code, p.base_offset)
         for partition in record_sets:
             if partition not in out:
                 out[partition] = ProduceResult(ErrorCode.UNKNOWN_SERVER_ERROR, -1)

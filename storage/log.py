@@ -34,6 +34,7 @@ from storage.errors import (CorruptIndexError, InvalidAppendError, InvalidTopicE
 from storage.layout import (DELETED_SUFFIX, INDEX_SUFFIX, LEFTOVER_SUFFIXES, LOG_SUFFIX,
                             TIME_INDEX_SUFFIX, parse_partition_dir, parse_segment_file,
                             segment_path)
+from storage.producer_state import ProducerStateManager
 from storage.segment import LogSegment, TimestampOffset
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class Log:
         # first offset -> (position, first entry bytes) of the last RECENT_SETS sets appended to
         # _recent_segment (the active segment when it was filled; emptied on truncation).
         self._recent_sets: dict[int, tuple[int, int]] = {}
+        self._producers: ProducerStateManager | None = None  # see producer_state()
         self._recent_segment: LogSegment | None = None
         self._closed = False
         os.makedirs(directory, exist_ok=True)
@@ -308,8 +310,30 @@ class Log:
         recent[first] = (position, LOG_OVERHEAD + _SIZE_FIELD.unpack_from(buffer, 8)[0])
         if len(recent) > RECENT_SETS:
             del recent[next(iter(recent))]
+        if self._producers is not None:
+            for b in validated.producer_batches:
+                self._producers.update(b.producer_id, b.producer_epoch, b.base_sequence,
+                                       b.last_sequence, b.first_offset, b.last_offset,
+                                       b.max_timestamp)
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
+
+    @property
+    def producer_state_loaded(self) -> bool:
+        """False until :meth:`producer_state` has scanned the log (after opening or a
+        truncation): that first call reads every segment's batch headers."""
+        return self._producers is not None
+
+    def producer_state(self) -> ProducerStateManager:
+        """The idempotent producers of this partition (storage/producer_state.py), rebuilt from
+        the batch headers of every segment on first use; appends keep it current."""
+        self._check_open()
+        if self._producers is None:
+            producers = ProducerStateManager()
+            producers.rebuild(batch for segment in self._segments
+                              for batch in segment.producer_batches())
+            self._producers = producers
+        return self._producers
 
     def append_would_sync(self, validated: ValidatedRecords) -> bool:
         """True when ``append(validated)`` would fsync (a roll, or flush.messages reached);
@@ -466,6 +490,20 @@ class Log:
                 return found
         return None
 
+    def offset_of_max_timestamp(self) -> TimestampOffset | None:
+        """KIP-734 (ListOffsets -3): the first message holding the largest timestamp in the log,
+        as Kafka 3.9 answers it (the segment with the largest timestamp, first on ties, then the
+        first message there with that timestamp); None when no message has a timestamp."""
+        self._check_open()
+        best = None
+        for segment in self._segments:
+            if segment.size and segment.max_timestamp > (best.max_timestamp if best else -1):
+                best = segment
+        if best is None:
+            return None
+        self._ensure_index(best)
+        return best.find_offset_by_timestamp(best.max_timestamp)
+
     def legacy_offsets_before(self, timestamp: int, max_num: int) -> list[int]:
         """ListOffsets v0: segment base offsets (plus the log end offset when the active
         segment holds data) whose segment mtime is <= ``timestamp``, newest first, at most
@@ -497,6 +535,7 @@ class Log:
         if offset >= self.log_end_offset:
             return
         self._recent_sets.clear()
+        self._producers = None  # rebuilt from what remains on next use
         now = self._clock()
         if offset < self.log_start_offset:
             self._truncate_fully_and_start_at(offset)

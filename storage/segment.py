@@ -356,6 +356,19 @@ class LogSegment:
                     return TimestampOffset(message.timestamp, message.offset)
         return None
 
+    def producer_batches(self):
+        """``(producer_id, epoch, first_sequence, last_sequence, first_offset, last_offset,
+        max_timestamp)`` of every record batch with a producer id, in offset order (headers
+        only: nothing is decompressed)."""
+        view = self._view()
+        for entry in iter_shallow(view):
+            if entry.magic != rb.MAGIC:
+                continue
+            h = rb.read_header(view, entry.position)
+            if h.producer_id >= 0:
+                yield (h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                       h.base_offset, h.last_offset, h.max_timestamp)
+
     # -- truncating --------------------------------------------------------------------------
     def truncate_to(self, offset: int, now_ms: int) -> int | None:
         """Remove every entry whose last offset is >= ``offset`` (a compressed wrapper holding

@@ -119,14 +119,13 @@ class PartitionRow:
 
 
 def _coordinator(bootstrap: BrokerClient, group: str, timeout: float) -> BrokerClient:
-    r = bootstrap.call(ApiKey.FIND_COORDINATOR, 0, {"group_id": group})
+    r = bootstrap.call(ApiKey.FIND_COORDINATOR, 0, {"key": group})
     if r.error_code != 0:
         raise GroupsToolError(f"no coordinator for group {group!r}: "
                               f"{_error_name(r.error_code)}; retry in a moment")
-    c = r.coordinator
-    if f"{c.host}:{c.port}" == bootstrap.address:
+    if f"{r.host}:{r.port}" == bootstrap.address:
         return bootstrap
-    return BrokerClient(c.host, c.port, timeout)
+    return BrokerClient(r.host, r.port, timeout)
 
 
 def list_groups(client: BrokerClient) -> list[tuple[str, str]]:
@@ -141,7 +140,7 @@ def describe_group(bootstrap: BrokerClient, group: str, timeout: float):
     """(DescribeGroups entry, partition rows) for one group."""
     coordinator = _coordinator(bootstrap, group, timeout)
     try:
-        (g,) = coordinator.call(ApiKey.DESCRIBE_GROUPS, 0, {"group_ids": [group]}).groups
+        (g,) = coordinator.call(ApiKey.DESCRIBE_GROUPS, 0, {"groups": [group]}).groups
         if g.error_code != 0:
             raise GroupsToolError(f"DescribeGroups for {group!r} to {coordinator.address} "
                                   f"failed: {_error_name(g.error_code)}; check the broker log "
@@ -155,22 +154,22 @@ def describe_group(bootstrap: BrokerClient, group: str, timeout: float):
                 except ValueError:
                     pass  # still rebalancing (empty assignment) or another client's format
         meta = bootstrap.call(ApiKey.METADATA, 1, {"topics": None})
-        topics = {t.topic: [p.partition_id for p in t.partition_metadata]
-                  for t in meta.topic_metadata if not t.is_internal and t.topic_error_code == 0}
-        request = [{"topic": t, "partitions": [{"partition": p} for p in sorted(parts)]}
+        topics = {t.name: [p.partition_index for p in t.partitions]
+                  for t in meta.topics if not t.is_internal and t.error_code == 0}
+        request = [{"name": t, "partition_indexes": sorted(parts)}
                    for t, parts in sorted(topics.items())]
         committed: dict[tuple[str, int], int] = {}
         if request:
             r = coordinator.call(ApiKey.OFFSET_FETCH, 1, {"group_id": group, "topics": request})
-            for t in r.responses:
-                for p in t.partition_responses:
+            for t in r.topics:
+                for p in t.partitions:
                     if p.error_code != 0:
                         raise GroupsToolError(
-                            f"OffsetFetch for {group!r} {t.topic}-{p.partition} to "
+                            f"OffsetFetch for {group!r} {t.name}-{p.partition_index} to "
                             f"{coordinator.address} failed: {_error_name(p.error_code)}; "
                             "check the broker log and retry")
-                    if p.offset >= 0:
-                        committed[(t.topic, p.partition)] = p.offset
+                    if p.committed_offset >= 0:
+                        committed[(t.name, p.partition_index)] = p.committed_offset
         wanted = sorted(set(committed) | set(owners))
         log_end: dict[tuple[str, int], int] = {}
         if wanted:
@@ -178,12 +177,13 @@ def describe_group(bootstrap: BrokerClient, group: str, timeout: float):
             for t, p in wanted:
                 by_topic.setdefault(t, []).append(p)
             r = bootstrap.call(ApiKey.LIST_OFFSETS, 1, {"replica_id": -1, "topics": [
-                {"topic": t, "partitions": [{"partition": p, "timestamp": LATEST} for p in ps]}
+                {"name": t, "partitions": [{"partition_index": p, "timestamp": LATEST}
+                                           for p in ps]}
                 for t, ps in by_topic.items()]})
-            for t in r.responses:
-                for p in t.partition_responses:
+            for t in r.topics:
+                for p in t.partitions:
                     if p.error_code == 0:
-                        log_end[(t.topic, p.partition)] = p.offset
+                        log_end[(t.name, p.partition_index)] = p.offset
         rows = [PartitionRow(t, p, committed.get((t, p), -1), log_end.get((t, p)),
                              *owners.get((t, p), ("-", "-", "-")))
                 for t, p in wanted]
@@ -227,8 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 g, rows = describe_group(client, group, args.timeout)
                 if i:
                     print()
-                print(f"GROUP {group}  STATE {g.state}  PROTOCOL-TYPE {g.protocol_type or '-'}"
-                      f"  PROTOCOL {g.protocol or '-'}  MEMBERS {len(g.members)}")
+                print(f"GROUP {group}  STATE {g.group_state}  PROTOCOL-TYPE "
+                      f"{g.protocol_type or '-'}  PROTOCOL {g.protocol_data or '-'}  MEMBERS "
+                      f"{len(g.members)}")
                 if g.members:
                     print(_table([["MEMBER-ID", "CLIENT-ID", "HOST"]]
                                  + [[m.member_id, m.client_id, m.client_host or "-"]

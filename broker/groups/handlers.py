@@ -1,7 +1,7 @@
 """Request handlers for the group apis, merged into the broker's dispatch table.
 
-Each is ``async def handler(ctx, request) -> dict``: ``request.body`` is the decoded construct
-Container (Kafka's Protocol.java field names), the dict is the response body. Before the
+Each is ``async def handler(ctx, request) -> dict``: ``request.body`` is the decoded body
+(Kafka's JSON field names in snake_case), the dict is the response body. Before the
 coordinator has started (``ctx.coordinator`` is None) every api answers
 GROUP_COORDINATOR_NOT_AVAILABLE, which clients retry. A member's client_host (DescribeGroups)
 is the peer address the server put in ``broker.context.client_host`` ("/127.0.0.1", as Kafka's
@@ -29,10 +29,9 @@ def _coordinator(ctx) -> GroupCoordinator | None:
 async def handle_find_coordinator(ctx, request: Request) -> dict:
     coordinator = _coordinator(ctx)
     if coordinator is None:
-        return {"error_code": _NOT_AVAILABLE,
-                "coordinator": {"node_id": -1, "host": "", "port": -1}}
+        return {"error_code": _NOT_AVAILABLE, "node_id": -1, "host": "", "port": -1}
     node_id, host, port = coordinator.node
-    return {"error_code": 0, "coordinator": {"node_id": node_id, "host": host, "port": port}}
+    return {"error_code": 0, "node_id": node_id, "host": host, "port": port}
 
 
 async def handle_join_group(ctx, request: Request) -> dict:
@@ -40,22 +39,21 @@ async def handle_join_group(ctx, request: Request) -> dict:
     coordinator = _coordinator(ctx)
     if coordinator is None:
         return _join_response(body.member_id, _NOT_AVAILABLE)
-    rebalance_timeout = (body.rebalance_timeout if request.header.api_version >= 1
-                         else body.session_timeout)
+    rebalance_timeout = (body.rebalance_timeout_ms if request.header.api_version >= 1
+                         else body.session_timeout_ms)
     result = await coordinator.join(
         body.group_id, body.member_id, client_id=request.header.client_id or "",
-        client_host=client_host.get(), session_timeout_ms=body.session_timeout,
+        client_host=client_host.get(), session_timeout_ms=body.session_timeout_ms,
         rebalance_timeout_ms=rebalance_timeout, protocol_type=body.protocol_type,
-        protocols=[(p.protocol_name, p.protocol_metadata) for p in body.group_protocols])
+        protocols=[(p.name, p.metadata) for p in body.protocols])
     return {"error_code": int(result.error), "generation_id": result.generation_id,
-            "group_protocol": result.protocol, "leader_id": result.leader_id,
+            "protocol_name": result.protocol, "leader": result.leader_id,
             "member_id": result.member_id,
-            "members": [{"member_id": mid, "member_metadata": meta}
-                        for mid, meta in result.members]}
+            "members": [{"member_id": mid, "metadata": meta} for mid, meta in result.members]}
 
 
 def _join_response(member_id: str, error: int) -> dict:
-    return {"error_code": error, "generation_id": 0, "group_protocol": "", "leader_id": "",
+    return {"error_code": error, "generation_id": 0, "protocol_name": "", "leader": "",
             "member_id": member_id, "members": []}
 
 
@@ -63,11 +61,11 @@ async def handle_sync_group(ctx, request: Request) -> dict:
     body = request.body
     coordinator = _coordinator(ctx)
     if coordinator is None:
-        return {"error_code": _NOT_AVAILABLE, "member_assignment": b""}
-    assignments = {a.member_id: a.member_assignment for a in body.group_assignment}
+        return {"error_code": _NOT_AVAILABLE, "assignment": b""}
+    assignments = {a.member_id: a.assignment for a in body.assignments}
     result = await coordinator.sync(body.group_id, body.generation_id, body.member_id,
                                     assignments)
-    return {"error_code": int(result.error), "member_assignment": result.assignment}
+    return {"error_code": int(result.error), "assignment": result.assignment}
 
 
 async def handle_heartbeat(ctx, request: Request) -> dict:
@@ -76,7 +74,7 @@ async def handle_heartbeat(ctx, request: Request) -> dict:
     if coordinator is None:
         return {"error_code": _NOT_AVAILABLE}
     return {"error_code": int(coordinator.heartbeat(body.group_id, body.member_id,
-                                                    body.group_generation_id))}
+                                                    body.generation_id))}
 
 
 async def handle_leave_group(ctx, request: Request) -> dict:
@@ -90,8 +88,8 @@ async def handle_leave_group(ctx, request: Request) -> dict:
 async def handle_offset_commit(ctx, request: Request) -> dict:
     body = request.body
     version = request.header.api_version
-    entries = [(t.topic, p.partition, p.offset, p.metadata,
-                p.timestamp if version == 1 else -1)
+    entries = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata,
+                p.commit_timestamp if version == 1 else -1)
                for t in body.topics for p in t.partitions]
     coordinator = _coordinator(ctx)
     if coordinator is None:
@@ -100,21 +98,23 @@ async def handle_offset_commit(ctx, request: Request) -> dict:
         if version == 0:
             generation, member = -1, UNKNOWN_MEMBER_ID
         else:
-            generation, member = body.group_generation_id, body.member_id
-        # v2's retention_time -1 means the broker's offsets.retention.minutes.
-        retention = body.retention_time if version >= 2 and body.retention_time != -1 else None
+            generation, member = body.generation_id_or_member_epoch, body.member_id
+        # v2's retention_time_ms -1 means the broker's offsets.retention.minutes.
+        retention = (body.retention_time_ms if version >= 2 and body.retention_time_ms != -1
+                     else None)
         errors = await coordinator.commit_offsets(body.group_id, member, generation, retention,
                                                   entries)
     it = iter(errors)
-    return {"responses": [
-        {"topic": t.topic, "partition_responses": [
-            {"partition": p.partition, "error_code": int(next(it))} for p in t.partitions]}
+    return {"topics": [
+        {"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": int(next(it))}
+            for p in t.partitions]}
         for t in body.topics]}
 
 
 async def handle_offset_fetch(ctx, request: Request) -> dict:
     body = request.body
-    wanted = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
+    wanted = [(t.name, p) for t in body.topics for p in t.partition_indexes]
     coordinator = _coordinator(ctx)
     if coordinator is None:
         answers = [(-1, "", _NOT_AVAILABLE)] * len(wanted)
@@ -133,27 +133,28 @@ async def handle_offset_fetch(ctx, request: Request) -> dict:
     responses = []
     for t in body.topics:
         parts = []
-        for p in t.partitions:
+        for p in t.partition_indexes:
             offset, metadata, error = next(it)
-            parts.append({"partition": p.partition, "offset": offset, "metadata": metadata,
-                          "error_code": error})
-        responses.append({"topic": t.topic, "partition_responses": parts})
-    return {"responses": responses}
+            parts.append({"partition_index": p, "committed_offset": offset,
+                          "metadata": metadata, "error_code": error})
+        responses.append({"name": t.name, "partitions": parts})
+    return {"topics": responses}
 
 
 async def handle_describe_groups(ctx, request: Request) -> dict:
     coordinator = _coordinator(ctx)
     groups = []
-    for group_id in request.body.group_ids:
+    for group_id in request.body.groups:
         if coordinator is None:
-            groups.append({"error_code": _NOT_AVAILABLE, "group_id": group_id, "state": "",
-                           "protocol_type": "", "protocol": "", "members": []})
+            groups.append({"error_code": _NOT_AVAILABLE, "group_id": group_id,
+                           "group_state": "", "protocol_type": "", "protocol_data": "",
+                           "members": []})
             continue
         error, s = coordinator.describe(group_id)
         assert s is not None
         groups.append({
-            "error_code": int(error), "group_id": group_id, "state": s.state,
-            "protocol_type": s.protocol_type, "protocol": s.protocol,
+            "error_code": int(error), "group_id": group_id, "group_state": s.state,
+            "protocol_type": s.protocol_type, "protocol_data": s.protocol,
             "members": [{"member_id": m.member_id, "client_id": m.client_id,
                          "client_host": m.client_host, "member_metadata": m.metadata,
                          "member_assignment": m.assignment} for m in s.members]})

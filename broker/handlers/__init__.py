@@ -11,6 +11,7 @@ from broker.handlers.fetch import handle_fetch, release as release_fetch_body
 from broker.handlers.metadata import handle_metadata, make_api_versions_handler
 from broker.handlers.offsets import handle_list_offsets
 from broker.handlers.produce import handle_produce
+from broker.handlers.producer_ids import handle_init_producer_id
 from protocol.api import ApiKey
 
 HANDLERS: dict = {
@@ -20,6 +21,7 @@ HANDLERS: dict = {
     ApiKey.METADATA: handle_metadata,
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
 }
 
 HANDLERS.update(GROUP_HANDLERS)

@@ -16,16 +16,16 @@ log = structlog.get_logger(__name__)
 
 def _reject(topic: str, error: ErrorCode, reason: str) -> dict:
     log.warning("topic creation rejected", topic=topic, error=error.name, reason=reason)
-    return {"topic": topic, "error_code": int(error)}
+    return {"name": topic, "error_code": int(error), "error_message": reason}
 
 
 async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
-    entries = request.body.create_topic_requests
-    counts = Counter(e.topic for e in entries)
+    entries = request.body.topics
+    counts = Counter(e.name for e in entries)
     results, seen = [], set()
     broker_id = ctx.config.broker_id
     for entry in entries:
-        name = entry.topic
+        name = entry.name
         if name in seen:
             continue
         seen.add(name)
@@ -45,23 +45,24 @@ async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
             results.append(_reject(name, ErrorCode.INVALID_REQUEST,
                                    "internal topic: the broker creates it itself"))
             continue
-        assignment = entry.replica_assignment
+        assignment = entry.assignments
         if assignment:
             if entry.num_partitions != -1 or entry.replication_factor != -1:
                 results.append(_reject(name, ErrorCode.INVALID_REQUEST,
                                        "give either replica_assignment or num_partitions and "
                                        "replication_factor (-1), not both"))
                 continue
-            ids = sorted(a.partition_id for a in assignment)
+            ids = sorted(a.partition_index for a in assignment)
             if ids != list(range(len(ids))):
                 results.append(_reject(name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                        f"partition ids {ids} are not 0..{len(ids) - 1}"))
                 continue
-            bad = [a for a in assignment if list(a.replicas) != [broker_id]]
+            bad = [a for a in assignment if list(a.broker_ids) != [broker_id]]
             if bad:
                 results.append(_reject(name, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                       f"partition {bad[0].partition_id} is assigned to "
-                                       f"{list(bad[0].replicas)}; the only broker is {broker_id}"))
+                                       f"partition {bad[0].partition_index} is assigned to "
+                                       f"{list(bad[0].broker_ids)}; the only broker is "
+                                       f"{broker_id}"))
                 continue
             partitions = len(ids)
         else:
@@ -75,7 +76,7 @@ async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
                                        "single broker, use 1 (or -1 for the default)"))
                 continue
             partitions = entry.num_partitions
-        configs = [(c.config_key, c.config_value) for c in entry.configs]
+        configs = [(c.name, c.value) for c in entry.configs]
         try:
             await ctx.create_topic(name, partitions, _config_map(configs))
         except ConfigError as exc:
@@ -90,10 +91,10 @@ async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
         except Exception as exc:
             log.error("creating topic failed", topic=name, error=repr(exc),
                       action="check the log dirs are writable and have space")
-            results.append({"topic": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
+            results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
             continue
-        results.append({"topic": name, "error_code": 0})
-    return {"topic_error_codes": results}
+        results.append({"name": name, "error_code": 0})
+    return {"topics": results}
 
 
 def _config_map(configs: list[tuple[str, str]]) -> dict[str, str]:
@@ -107,23 +108,23 @@ def _config_map(configs: list[tuple[str, str]]) -> dict[str, str]:
 
 async def handle_delete_topics(ctx: BrokerContext, request: Request) -> dict:
     results = []
-    for name in dict.fromkeys(request.body.topics):
+    for name in dict.fromkeys(request.body.topic_names):
         if name in INTERNAL_TOPICS:
             log.warning("topic deletion rejected", topic=name, error="INVALID_REQUEST",
                         reason="internal topic: the group coordinator keeps committed offsets "
                                "there")
-            results.append({"topic": name, "error_code": int(ErrorCode.INVALID_REQUEST)})
+            results.append({"name": name, "error_code": int(ErrorCode.INVALID_REQUEST)})
             continue
         try:
             deleted = await ctx.delete_topic(name)
         except Exception as exc:
             log.error("deleting topic failed", topic=name, error=repr(exc),
                       action="check the log dirs; the topic is already gone from the registry")
-            results.append({"topic": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
+            results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
             continue
         if not deleted:
             log.warning("topic deletion rejected", topic=name,
                         error="UNKNOWN_TOPIC_OR_PARTITION", reason="no such topic")
         code = ErrorCode.NONE if deleted else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        results.append({"topic": name, "error_code": int(code)})
-    return {"topic_error_codes": results}
+        results.append({"name": name, "error_code": int(code)})
+    return {"responses": results}

@@ -1,11 +1,20 @@
-"""Fetch v0-v3 with long polling and zero-copy sends.
+"""Fetch v0-v17 with long polling and zero-copy sends.
 
-A fetch that finds fewer than ``min_bytes`` waits until ``max_wait_time`` for an append to any of
+A fetch that finds fewer than ``min_bytes`` waits until ``max_wait_ms`` for an append to any of
 its partitions (trio events registered before reading, so no append is missed), then reads
 again. Data that needs no conversion is returned as FileRegions over a duplicated file
 descriptor, which the connection loop sends with os.sendfile and then closes (:func:`release`):
 the duplicate keeps the bytes readable even if retention deletes the segment meanwhile.
-v0/v1 requests get magic-0 bytes (down-converted in the worker thread).
+
+Logs may hold magic 0/1 sets and v2 record batches side by side. Fetch v4+ readers take both as
+stored (sendfile). Older readers get what their version can parse, converted in the worker
+thread from at most the partition's max bytes (so memory stays bounded, KIP-283): v0/v1
+magic 0, v2/v3 magic 1; zstd data below v10 is refused with UNSUPPORTED_COMPRESSION_TYPE, as
+Kafka does. Fetch sessions (KIP-227) are declined: every answer has session id 0, so clients
+send full requests, which for the few partitions a consumer of this single broker reads costs
+less than the session bookkeeping. With no transactions, read_committed reads up to the high
+watermark (the last stable offset) and gets no aborted transactions. Topic ids (v13+) are
+resolved through the topic registry; an unknown one answers UNKNOWN_TOPIC_ID.
 """
 from __future__ import annotations
 
@@ -16,8 +25,8 @@ import trio
 
 from broker.context import BrokerContext
 from protocol.api import FileRegion, Request
-from protocol.errors import ErrorCode
-from protocol.records import convert, iter_shallow
+from protocol.errors import ErrorCode, UnsupportedCompressionError
+from protocol.records import Codec, convert, iter_shallow
 from storage import OffsetOutOfRangeError
 
 log = structlog.get_logger(__name__)
@@ -25,20 +34,32 @@ log = structlog.get_logger(__name__)
 INT_MAX = 2**31 - 1
 
 
-def _read(log_, offset: int, max_bytes: int, min_one: bool, down_convert: bool):
+def readable_magic(version: int) -> int | None:
+    """The highest message format a Fetch version can parse; None: any (v4+)."""
+    if version <= 1:
+        return 0
+    return 1 if version <= 3 else None
+
+
+def _read(log_, offset: int, max_bytes: int, min_one: bool, to_magic: int | None,
+          zstd_ok: bool):
     """Worker thread, under the partition lock: (high_watermark, record_set) where record_set is
     bytes or a FileRegion owning a dup()ed descriptor."""
-    return _records(log_.read(offset, max_bytes, min_one_message=min_one), down_convert)
+    return _records(log_.read(offset, max_bytes, min_one_message=min_one), to_magic, zstd_ok)
 
 
-def _records(data, down_convert: bool):
-    """:func:`_read`'s answer for FetchData already found."""
+def _records(data, to_magic: int | None, zstd_ok: bool):
+    """:func:`_read`'s answer for FetchData already found; raises UnsupportedCompressionError
+    for zstd data a reader below Fetch v10 cannot take."""
     if data.length == 0:
         return data.high_watermark, b""
-    if down_convert:
+    if to_magic is not None or not zstd_ok:
         raw = data.read_bytes()
-        if any(e.magic != 0 for e in iter_shallow(raw)):
-            raw = convert(raw, 0)
+        entries = list(iter_shallow(raw))
+        if not zstd_ok and any(e.magic == 2 and e.codec == Codec.ZSTD for e in entries):
+            raise UnsupportedCompressionError("zstd data needs Fetch v10 or later (KIP-110)")
+        if to_magic is not None and any(e.magic > to_magic for e in entries):
+            raw = convert(raw, to_magic)
         return data.high_watermark, raw
     return data.high_watermark, FileRegion(os.dup(data.fileno), data.position, data.length)
 
@@ -46,10 +67,10 @@ def _records(data, down_convert: bool):
 def release(body: dict) -> None:
     """Close the descriptors of every FileRegion in a fetch response body (idempotent)."""
     for topic in body["responses"]:
-        for part in topic["partition_responses"]:
-            region = part["record_set"]
+        for part in topic["partitions"]:
+            region = part["records"]
             if isinstance(region, FileRegion):
-                part["record_set"] = b""
+                part["records"] = b""
                 os.close(region.source)
 
 
@@ -59,19 +80,26 @@ async def _read_all(ctx: BrokerContext, request: Request) -> tuple[dict, int, bo
     version = request.header.api_version
     remaining = body.max_bytes if version >= 3 else INT_MAX
     min_one = version >= 3  # KIP-74: the first message is returned even if over the limits
+    to_magic = readable_magic(version)
     total, errored = 0, False
     responses = []
-    out = {"responses": responses}
-    if version >= 1:
-        out["throttle_time_ms"] = 0
+    out = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
     try:
         for topic in body.topics:
             parts = []
-            responses.append({"topic": topic.topic, "partition_responses": parts})
+            name = topic.topic
+            if version >= 13:
+                known = ctx.topics.by_id(topic.topic_id)
+                name = known.name if known is not None else None
+            responses.append({"topic": topic.topic, "topic_id": topic.topic_id,
+                              "partitions": parts})
             for p in topic.partitions:
-                error, hw, records = await _read_partition(
-                    ctx, topic.topic, p.partition, p.fetch_offset,
-                    min(p.max_bytes, remaining), min_one, version <= 1)
+                if name is None:
+                    error, hw, start, records = ErrorCode.UNKNOWN_TOPIC_ID, -1, -1, b""
+                else:
+                    error, hw, start, records = await _read_partition(
+                        ctx, name, p.partition, p.fetch_offset,
+                        min(p.partition_max_bytes, remaining), min_one, to_magic, version >= 10)
                 size = records.length if isinstance(records, FileRegion) else len(records)
                 if size:
                     min_one = False
@@ -79,10 +107,11 @@ async def _read_all(ctx: BrokerContext, request: Request) -> tuple[dict, int, bo
                     if version >= 3:
                         remaining = max(0, remaining - size)
                 errored = errored or error != ErrorCode.NONE
-                parts.append({"partition_header": {"partition": p.partition,
-                                                   "error_code": int(error),
-                                                   "high_watermark": hw},
-                              "record_set": records})
+                parts.append({"partition_index": p.partition, "error_code": int(error),
+                              "high_watermark": hw, "last_stable_offset": hw,
+                              "log_start_offset": start,
+                              "aborted_transactions": [] if body.isolation_level else None,
+                              "preferred_read_replica": -1, "records": records})
     except BaseException:
         release(out)
         raise
@@ -90,40 +119,55 @@ async def _read_all(ctx: BrokerContext, request: Request) -> tuple[dict, int, bo
 
 
 async def _read_partition(ctx, topic: str, partition: int, offset: int, max_bytes: int,
-                          min_one: bool, down_convert: bool):
+                          min_one: bool, to_magic: int | None, zstd_ok: bool):
+    """(error, high watermark, log start offset, records) of one partition."""
     log_ = ctx.get_log(topic, partition)
     if log_ is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, b""
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, b""
     if max_bytes < 0:
-        return ErrorCode.INVALID_FETCH_SIZE, -1, b""
+        return ErrorCode.INVALID_FETCH_SIZE, -1, -1, b""
     async with ctx.partition(topic, partition).lock:
         if ctx.get_log(topic, partition) is not log_:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, b""
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, b""
+        start = log_.log_start_offset
         try:
             if max_bytes == 0 and not min_one:
-                return ErrorCode.NONE, log_.high_watermark, b""
+                return ErrorCode.NONE, log_.high_watermark, start, b""
             # A consumer at the tail (or at the log end) is answered from memory: no thread.
             data = log_.read_cached(offset, max_bytes, min_one_message=min_one)
-            if data is not None and (data.length == 0 or not down_convert):
-                hw, records = _records(data, down_convert)
+            if data is not None and (data.length == 0 or (to_magic is None and zstd_ok)):
+                hw, records = _records(data, to_magic, zstd_ok)
             else:
                 hw, records = await trio.to_thread.run_sync(
-                    _read, log_, offset, max_bytes, min_one, down_convert)
+                    _read, log_, offset, max_bytes, min_one, to_magic, zstd_ok)
         except OffsetOutOfRangeError as exc:
             log.info("fetch offset out of range", topic=topic, partition=partition,
                      offset=offset, reason=str(exc))
-            return ErrorCode.OFFSET_OUT_OF_RANGE, log_.high_watermark, b""
+            return ErrorCode.OFFSET_OUT_OF_RANGE, log_.high_watermark, start, b""
+        except UnsupportedCompressionError as exc:
+            log.warning("fetch rejected", topic=topic, partition=partition, offset=offset,
+                        error="UNSUPPORTED_COMPRESSION_TYPE", reason=str(exc),
+                        action="upgrade the consumer (zstd needs Fetch v10)")
+            return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, log_.high_watermark, start, b""
         except Exception as exc:
             log.error("fetch read failed", topic=topic, partition=partition, offset=offset,
                       error=repr(exc), action="check the log dir's disk and dump-log --verify")
-            return ErrorCode.UNKNOWN_SERVER_ERROR, -1, b""
-    return ErrorCode.NONE, hw, records
+            return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b""
+    return ErrorCode.NONE, hw, start, records
 
 
 async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
-    deadline = trio.current_time() + max(0, body.max_wait_time) / 1000
-    keys = {(t.topic, p.partition) for t in body.topics for p in t.partitions}
+    deadline = trio.current_time() + max(0, body.max_wait_ms) / 1000
+    keys = set()
+    for t in body.topics:
+        name = t.topic
+        if request.header.api_version >= 13:
+            known = ctx.topics.by_id(t.topic_id)
+            if known is None:
+                continue
+            name = known.name
+        keys.update((name, p.partition) for p in t.partitions)
     while True:
         event = trio.Event()
         states = [ctx.partition(*key) for key in keys if ctx.get_log(*key) is not None]

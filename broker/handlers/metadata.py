@@ -1,4 +1,10 @@
-"""ApiVersions v0 and Metadata v0-v2."""
+"""ApiVersions v0-v4 and Metadata v0-v12.
+
+Metadata answers are the same in every version, each version writing the fields it has: the one
+broker, which is the controller and every partition's leader (leader epoch 0), topic ids
+(KIP-516, v10+), and no authorized-operations sets (Kafka's "not requested" value) since there is
+no authorizer. v10+ requests may name topics by id; an unknown id answers UNKNOWN_TOPIC_ID.
+"""
 from __future__ import annotations
 
 import structlog
@@ -24,56 +30,58 @@ def make_api_versions_handler(handlers):
         # body None: a newer ApiVersions version; answer in the v0 layout with error 35 and the
         # list, which is what makes kafka-python and librdkafka retry at v0 (clients.md).
         error = ErrorCode.UNSUPPORTED_VERSION if request.body is None else ErrorCode.NONE
-        return {"error_code": int(error), "api_versions": api_versions(handlers)}
+        return {"error_code": int(error), "api_keys": api_versions(handlers),
+                "throttle_time_ms": 0}
     return handle_api_versions
+
+
+NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested / unknown" value
 
 
 def _partitions(ctx: BrokerContext, count: int) -> list[dict]:
     node = ctx.config.broker_id
-    return [{"partition_error_code": 0, "partition_id": p, "leader": node,
-             "replicas": [node], "isr": [node]} for p in range(count)]
+    return [{"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": 0,
+             "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
+            for p in range(count)]
 
 
 async def handle_metadata(ctx: BrokerContext, request: Request) -> dict:
     version = request.header.api_version
     requested = request.body.topics
+    allow_create = request.body.allow_auto_topic_creation if version >= 4 else True
     if requested is None or (version == 0 and len(requested) == 0):
-        names = ctx.topics.names()
+        wanted = [(name, None) for name in ctx.topics.names()]
     else:
-        names = list(dict.fromkeys(requested))
-    topic_metadata = []
-    for name in names:
+        wanted = list(dict.fromkeys((t.name, t.topic_id if t.name is None else None)
+                                    for t in requested))
+    topics = []
+    for name, topic_id in wanted:
         error, partitions = ErrorCode.NONE, []
-        topic = ctx.topics.get(name)
+        topic = ctx.topics.get(name) if name is not None else ctx.topics.by_id(topic_id)
         if topic is not None:
-            partitions = _partitions(ctx, topic.partitions)
+            name, partitions = topic.name, _partitions(ctx, topic.partitions)
+        elif name is None:
+            error = ErrorCode.UNKNOWN_TOPIC_ID
         elif topic_name_error(name):
             error = ErrorCode.INVALID_TOPIC_EXCEPTION
         elif name in INTERNAL_TOPICS:
             # Only the group coordinator creates it, with its own configs (compacted, no
             # retention), as it starts: until then it is "not yet available".
             error = ErrorCode.LEADER_NOT_AVAILABLE
-        elif ctx.config.auto_create_topics_enable and not ctx.stopping:
+        elif ctx.config.auto_create_topics_enable and allow_create and not ctx.stopping:
             error = await _auto_create(ctx, name)
         else:
             error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        entry = {"topic_error_code": int(error), "topic": name, "partition_metadata": partitions}
-        if version >= 1:
-            entry["is_internal"] = name in INTERNAL_TOPICS
-        topic_metadata.append(entry)
-
+        topics.append({"error_code": int(error), "name": name,
+                       "topic_id": topic.topic_id if topic is not None else None,
+                       "is_internal": name in INTERNAL_TOPICS, "partitions": partitions,
+                       "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS})
     config = ctx.config
-    if version == 0:
-        return {"brokers": [{"node_id": config.broker_id, "host": config.advertised_host,
-                             "port": config.advertised_port}],
-                "topic_metadata": topic_metadata}
-    body = {"brokers": [{"node_id": config.broker_id, "host": config.advertised_host,
+    return {"throttle_time_ms": 0,
+            "brokers": [{"node_id": config.broker_id, "host": config.advertised_host,
                          "port": config.advertised_port, "rack": None}],
-            "controller_id": config.broker_id,
-            "topic_metadata": topic_metadata}
-    if version >= 2:
-        body["cluster_id"] = ctx.cluster_id
-    return body
+            "cluster_id": ctx.cluster_id, "controller_id": config.broker_id, "topics": topics,
+            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS}
 
 
 async def _auto_create(ctx: BrokerContext, name: str) -> ErrorCode:

@@ -1,4 +1,11 @@
-"""ListOffsets v0 (legacy segment offsets) and v1 (KIP-79: first offset with timestamp >= t)."""
+"""ListOffsets v0 (legacy segment offsets) and v1-v9 (KIP-79: first offset with timestamp >= t).
+
+Special timestamps: -1 latest (the high watermark; with no transactions also for
+read_committed), -2 earliest, -3 the message with the largest timestamp (KIP-734, v7+), -4
+earliest local (KIP-405, v8+: every segment is local, so the log start offset), -5 latest
+tiered (v9+: nothing is tiered, so no offset). v4+ answers carry the leader epoch (0: the single
+broker has led every partition since its creation).
+"""
 from __future__ import annotations
 
 from collections import Counter
@@ -12,7 +19,8 @@ from protocol.errors import ErrorCode
 
 log = structlog.get_logger(__name__)
 
-LATEST, EARLIEST = -1, -2
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+LEADER_EPOCH = 0
 
 
 async def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int, max_num: int,
@@ -23,7 +31,7 @@ async def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int
     log_ = ctx.get_log(topic, partition)
     if log_ is None:
         return missing
-    if version >= 1 and timestamp not in (LATEST, EARLIEST) and ctx.topics.get(topic).config.magic == 0:
+    if version >= 1 and timestamp >= 0 and ctx.topics.get(topic).config.magic == 0:
         log.warning("offset lookup rejected", topic=topic, partition=partition,
                     error="UNSUPPORTED_FOR_MESSAGE_FORMAT",
                     reason="topic's message.format.version predates 0.10.0; messages carry no "
@@ -39,9 +47,16 @@ async def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int
                 return ErrorCode.NONE, list(offsets)
             if timestamp == LATEST:
                 return ErrorCode.NONE, -1, log_.high_watermark
-            if timestamp == EARLIEST:
+            if timestamp in (EARLIEST, EARLIEST_LOCAL):
                 return ErrorCode.NONE, -1, log_.log_start_offset
-            found = await trio.to_thread.run_sync(log_.offset_for_timestamp, timestamp)
+            if timestamp == LATEST_TIERED:
+                return ErrorCode.NONE, -1, -1
+            if timestamp == MAX_TIMESTAMP:
+                found = await trio.to_thread.run_sync(log_.offset_of_max_timestamp)
+            elif timestamp < 0:
+                return ErrorCode.INVALID_REQUEST, -1, -1
+            else:
+                found = await trio.to_thread.run_sync(log_.offset_for_timestamp, timestamp)
         except Exception as exc:
             log.error("offset lookup failed", topic=topic, partition=partition,
                       timestamp=timestamp, error=repr(exc),
@@ -55,30 +70,32 @@ async def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int
 
 async def handle_list_offsets(ctx: BrokerContext, request: Request) -> dict:
     version = request.header.api_version
-    counts = Counter((t.topic, p.partition) for t in request.body.topics for p in t.partitions)
+    topics = request.body.topics
+    counts = Counter((t.name, p.partition_index) for t in topics for p in t.partitions)
     grouped: dict[str, list[dict]] = {}
     seen = set()
-    for t in request.body.topics:
-        parts = grouped.setdefault(t.topic, [])
+    for t in topics:
+        parts = grouped.setdefault(t.name, [])
         for p in t.partitions:
-            key = (t.topic, p.partition)
+            key = (t.name, p.partition_index)
             if key in seen:
-                continue  # v0 collapses duplicates, v1 answers error 42 once
+                continue  # v0 collapses duplicates, v1+ answers error 42 once
             seen.add(key)
+            answer = {"partition_index": p.partition_index, "timestamp": -1, "offset": -1,
+                      "leader_epoch": -1}
             if version >= 1 and counts[key] > 1:
-                log.warning("offset lookup rejected", topic=t.topic, partition=p.partition,
+                log.warning("offset lookup rejected", topic=t.name, partition=p.partition_index,
                             error="INVALID_REQUEST", reason="partition listed more than once")
-                parts.append({"partition": p.partition, "error_code": int(ErrorCode.INVALID_REQUEST),
-                              "timestamp": -1, "offset": -1})
+                parts.append({**answer, "error_code": int(ErrorCode.INVALID_REQUEST)})
                 continue
             if version == 0:
-                error, offsets = await _lookup(ctx, t.topic, p.partition, p.timestamp,
+                error, offsets = await _lookup(ctx, t.name, p.partition_index, p.timestamp,
                                                p.max_num_offsets, 0)
-                parts.append({"partition": p.partition, "error_code": int(error),
-                              "offsets": offsets})
-            else:
-                error, ts, offset = await _lookup(ctx, t.topic, p.partition, p.timestamp, 0, 1)
-                parts.append({"partition": p.partition, "error_code": int(error),
-                              "timestamp": ts, "offset": offset})
-    return {"responses": [{"topic": name, "partition_responses": parts}
-                          for name, parts in grouped.items()]}
+                parts.append({**answer, "error_code": int(error), "old_style_offsets": offsets})
+                continue
+            error, ts, offset = await _lookup(ctx, t.name, p.partition_index, p.timestamp, 0,
+                                              version)
+            parts.append({**answer, "error_code": int(error), "timestamp": ts, "offset": offset,
+                          "leader_epoch": LEADER_EPOCH if offset >= 0 else -1})
+    return {"throttle_time_ms": 0,
+            "topics": [{"name": name, "partitions": parts} for name, parts in grouped.items()]}

@@ -1,4 +1,13 @@
-"""Produce v0-v2: validate each partition's message set with its topic's settings and append it.
+"""Produce v0-v11: validate each partition's records with its topic's settings and append them.
+
+Batches from idempotent producers (a producer id, KIP-98) are checked against the partition's
+producer state (storage/producer_state.py) before they are appended: a retried batch already
+stored is answered with its original offsets and not stored again; an out-of-order sequence or
+a fenced epoch is refused with OUT_OF_ORDER_SEQUENCE_NUMBER / INVALID_PRODUCER_EPOCH.
+
+v3+ carry exactly one record batch (magic 2) per partition; older versions message sets of magic
+0/1 (or batches). The validator converts to the topic's format. v5+ answers with the log start
+offset, v8+ with the reason of a rejection (error_message).
 
 Validation and append of one partition run while holding the partition's lock, so offsets
 assigned by the validator are exactly the log end offset at append time. A set of up to
@@ -9,6 +18,8 @@ partition and never the event loop.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import structlog
 import trio
 
@@ -17,8 +28,10 @@ from broker.errors import CloseConnectionError
 from broker.topics import Topic
 from protocol.api import Request
 from protocol.errors import ErrorCode
+from protocol import recordbatch as rb
 from protocol.records import TimestampType
 from protocol.validator import Rejected, ValidatedRecords, validate_produce
+from storage.producer_state import Duplicate, ProducerStateError
 
 log = structlog.get_logger(__name__)
 
@@ -27,12 +40,45 @@ log = structlog.get_logger(__name__)
 INLINE_BYTES = 65536
 
 
-def _validate(log_, record_set, topic: Topic, now_ms: int) -> Rejected | ValidatedRecords:
-    """Under the partition lock; CPU only (no file access)."""
+def _from_idempotent_producer(record_set: bytes) -> bool:
+    """Whether the set starts with a record batch carrying a producer id (read from its header
+    without validating, only to choose the worker thread: a first producer check scans the
+    log)."""
+    return (len(record_set) >= rb.RECORD_BATCH_OVERHEAD
+            and record_set[rb.MAGIC_OFFSET] == rb.MAGIC
+            and int.from_bytes(record_set[rb.PRODUCER_ID_OFFSET:rb.PRODUCER_EPOCH_OFFSET],
+                               "big", signed=True) >= 0)
+
+
+def _check_producers(log_, result: ValidatedRecords) -> Rejected | Duplicate | None:
+    """The idempotence check of a validated set's batches against the partition's producers."""
+    producers = log_.producer_state()
+    for b in result.producer_batches:
+        try:
+            duplicate = producers.check(b.producer_id, b.producer_epoch, b.base_sequence,
+                                        b.last_sequence)
+        except ProducerStateError as exc:
+            return Rejected(ErrorCode[exc.error_name], str(exc))
+        if duplicate is not None:
+            if len(result.producer_batches) == 1:
+                return duplicate
+            return Rejected(ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+                            f"batch of producer {b.producer_id} sequences {b.base_sequence}.."
+                            f"{b.last_sequence} is already stored, among other batches")
+    return None
+
+
+def _validate(log_, record_set, topic: Topic, now_ms: int,
+              version: int) -> Rejected | Duplicate | ValidatedRecords:
+    """Under the partition lock; CPU only, except a first producer check (log scan)."""
     result = validate_produce(record_set, topic.settings, next_offset=log_.log_end_offset,
-                              now_ms=now_ms)
+                              now_ms=now_ms, require_magic2=version >= 3)
     if isinstance(result, Rejected) or result.message_count == 0:
         return result
+    if result.producer_batches:
+        refused = _check_producers(log_, result)
+        if refused is not None:
+            return refused
     size = len(result.buffer)
     if size > topic.config.segment_bytes:
         return Rejected(ErrorCode.RECORD_LIST_TOO_LARGE,
@@ -49,21 +95,22 @@ def _append(log_, result: ValidatedRecords) -> int | None:
     return rolled if rolled != active else None
 
 
-def _validate_and_append(log_, record_set, topic: Topic, now_ms: int):
+def _validate_and_append(log_, record_set, topic: Topic, now_ms: int, version: int):
     """Runs in a worker thread under the partition lock. Returns (Rejected or ValidatedRecords,
     base offset of a segment rolled by this append or None); message_count 0 means the set held
     no complete message and nothing was appended."""
-    result = _validate(log_, record_set, topic, now_ms)
-    if isinstance(result, Rejected) or result.message_count == 0:
+    result = _validate(log_, record_set, topic, now_ms, version)
+    if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
     return result, _append(log_, result)
 
 
-async def _validate_and_append_inline(log_, record_set, topic: Topic, now_ms: int):
+async def _validate_and_append_inline(log_, record_set, topic: Topic, now_ms: int,
+                                      version: int):
     """:func:`_validate_and_append` for a small set: validation on the trio thread, the append
     too unless it would fsync."""
-    result = _validate(log_, record_set, topic, now_ms)
-    if isinstance(result, Rejected) or result.message_count == 0:
+    result = _validate(log_, record_set, topic, now_ms, version)
+    if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
     if log_.append_would_sync(result):
         return result, await trio.to_thread.run_sync(_append, log_, result)
@@ -79,9 +126,19 @@ def _last_timestamp(log_) -> int:
     return -1
 
 
+class _Answer(NamedTuple):
+    """One partition's produce answer."""
+
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
 async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int,
-                             record_set: bytes) -> tuple[ErrorCode, int, int]:
-    """(error, base_offset, log_append_time) for one partition."""
+                             record_set: bytes, version: int) -> _Answer:
+    """The answer for one partition."""
     if topic_name in INTERNAL_TOPICS:
         # Kafka 0.10.1 (ReplicaManager.appendToLocalLog) refuses client writes to internal
         # topics; here only the group coordinator writes __consumer_offsets, and its in-memory
@@ -90,14 +147,16 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
                     error="INVALID_TOPIC_EXCEPTION",
                     reason="internal topic: only the broker writes it; commit offsets with "
                            "OffsetCommit instead")
-        return ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1
+        return _Answer(ErrorCode.INVALID_TOPIC_EXCEPTION)
+    if record_set is None:
+        return _Answer(ErrorCode.INVALID_RECORD, message="null records")
     topic = ctx.topics.get(topic_name)
     log_ = ctx.get_log(topic_name, partition)
     if topic is None or log_ is None:
         log.warning("produce rejected", topic=topic_name, partition=partition,
                     error="UNKNOWN_TOPIC_OR_PARTITION",
                     reason="no such topic or partition; create it first")
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+        return _Answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     state = ctx.partition(topic_name, partition)
     async with state.lock:
         if ctx.get_log(topic_name, partition) is not log_:
@@ -105,32 +164,42 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
                         error="UNKNOWN_TOPIC_OR_PARTITION",
                         reason="topic deleted while the produce waited for the partition; "
                                "create it again")
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+            return _Answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         now = ctx.clock()
         try:
             if topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME:
                 if state.last_append_time < 0:
                     state.last_append_time = await trio.to_thread.run_sync(_last_timestamp, log_)
                 now = state.next_append_time(now)
-            if len(record_set) <= INLINE_BYTES:
-                result, rolled = await _validate_and_append_inline(log_, record_set, topic, now)
+            if len(record_set) <= INLINE_BYTES and (log_.producer_state_loaded or
+                                                     not _from_idempotent_producer(record_set)):
+                result, rolled = await _validate_and_append_inline(log_, record_set, topic, now,
+                                                                   version)
             else:
                 result, rolled = await trio.to_thread.run_sync(
-                    _validate_and_append, log_, record_set, topic, now)
+                    _validate_and_append, log_, record_set, topic, now, version)
         except Exception as exc:
             log.error("append failed", topic=topic_name, partition=partition, error=repr(exc),
                       action="check the log dir's disk; the partition may need recovery")
-            return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1
+            return _Answer(ErrorCode.UNKNOWN_SERVER_ERROR)
+        start = log_.log_start_offset
     if isinstance(result, Rejected):
         log.warning("produce rejected", topic=topic_name, partition=partition,
                     error=ErrorCode(result.error).name, reason=result.reason)
-        return ErrorCode(result.error), -1, -1
+        return _Answer(ErrorCode(result.error), log_start_offset=start, message=result.reason)
+    if isinstance(result, Duplicate):
+        # A producer's retry of a batch already stored: its original offsets, nothing stored.
+        log.info("duplicate batch from an idempotent producer answered with its offsets",
+                 topic=topic_name, partition=partition, base_offset=result.first_offset)
+        lat = topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME
+        return _Answer(ErrorCode.NONE, result.first_offset,
+                       result.max_timestamp if lat else -1, start)
     if result.message_count == 0:
-        return ErrorCode.NONE, -1, -1
+        return _Answer(ErrorCode.NONE, log_start_offset=start)
     if rolled is not None:
         log.info("rolled new segment", topic=topic_name, partition=partition, base_offset=rolled)
     state.notify()
-    return ErrorCode.NONE, result.first_offset, result.log_append_time
+    return _Answer(ErrorCode.NONE, result.first_offset, result.log_append_time, start)
 
 
 async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
@@ -139,20 +208,28 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
     acks = body.acks
     responses = []
     failed = False
+    if body.transactional_id is not None:
+        log.warning("produce rejected", transactional_id=body.transactional_id,
+                    error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+                    reason="transactions are not supported by this broker")
     for topic_data in body.topic_data:
         partition_responses = []
-        for data in topic_data.data:
+        for data in topic_data.partition_data:
             if acks not in (-1, 0, 1):
-                error, base, ts = ErrorCode.INVALID_REQUIRED_ACKS, -1, -1
+                answer = _Answer(ErrorCode.INVALID_REQUIRED_ACKS)
+            elif body.transactional_id is not None:
+                answer = _Answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                 message="transactions are not supported")
             else:
-                error, base, ts = await _produce_partition(
-                    ctx, topic_data.topic, data.partition, data.record_set)
-            failed = failed or error != ErrorCode.NONE
-            entry = {"partition": data.partition, "error_code": int(error), "base_offset": base}
-            if version >= 2:
-                entry["timestamp"] = ts
-            partition_responses.append(entry)
-        responses.append({"topic": topic_data.topic, "partition_responses": partition_responses})
+                answer = await _produce_partition(ctx, topic_data.name, data.index,
+                                                  data.records, version)
+            failed = failed or answer.error != ErrorCode.NONE
+            partition_responses.append({
+                "index": data.index, "error_code": int(answer.error),
+                "base_offset": answer.base_offset, "log_append_time_ms": answer.log_append_time,
+                "log_start_offset": answer.log_start_offset,
+                "error_message": answer.message if answer.error else None})
+        responses.append({"name": topic_data.name, "partition_responses": partition_responses})
     if acks not in (-1, 0, 1):
         log.warning("produce rejected", acks=acks, error="INVALID_REQUIRED_ACKS",
                     reason="acks must be -1, 0 or 1")
@@ -162,7 +239,4 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
             raise CloseConnectionError("a produce request with acks=0 failed; closing so the "
                                        "client refreshes metadata")
         return None
-    out = {"responses": responses}
-    if version >= 1:
-        out["throttle_time_ms"] = 0
-    return out
+    return {"responses": responses, "throttle_time_ms": 0}

@@ -16,6 +16,7 @@ from broker.server import Server, open_context
 from protocol import ApiKey, MessageSetBuilder
 from protocol.connection import ClientConnection
 from protocol.errors import ErrorCode as E
+from protocol.schemas import decode_response_body, encode_response_body
 from tests.broker.test_server import config, request
 
 
@@ -27,13 +28,15 @@ def message_set(n: int) -> bytes:
 
 
 def produce_body(acks: int, *topics: str) -> dict:
-    return {"acks": acks, "timeout": 1000, "topic_data": [
-        {"topic": t, "data": [{"partition": 0, "record_set": message_set(2)}]} for t in topics]}
+    return {"acks": acks, "timeout_ms": 1000, "topic_data": [
+        {"name": t, "partition_data": [{"index": 0, "records": message_set(2)}]}
+        for t in topics]}
 
 
 async def metadata(ctx, version: int, topics):
+    wanted = None if topics is None else [{"name": t} for t in topics]
     return await HANDLERS[ApiKey.METADATA](ctx, request(ApiKey.METADATA, version,
-                                                         {"topics": topics}))
+                                                         {"topics": wanted}))
 
 
 def test_offsets_topic_is_the_internal_topic():
@@ -60,7 +63,7 @@ async def test_produce_to_offsets_topic_is_refused_and_nothing_is_stored(tmp_pat
         for version in (0, 1, 2):
             body = await produce(ctx, request(ApiKey.PRODUCE, version,
                                               produce_body(-1, OFFSETS_TOPIC, "t")))
-            got = [(r["topic"], r["partition_responses"][0]["error_code"],
+            got = [(r["name"], r["partition_responses"][0]["error_code"],
                     r["partition_responses"][0]["base_offset"]) for r in body["responses"]]
             assert got == [(OFFSETS_TOPIC, E.INVALID_TOPIC_EXCEPTION, -1),
                            ("t", 0, 2 * version)]
@@ -76,20 +79,19 @@ async def test_offsets_topic_is_created_only_by_the_coordinator(tmp_path):
     ctx = await open_context(config(tmp_path, auto_create_topics_enable="true"))
     for version in (0, 1, 2):
         body = await metadata(ctx, version, [OFFSETS_TOPIC])
-        (entry,) = body["topic_metadata"]
-        assert (entry["topic"], entry["topic_error_code"], entry["partition_metadata"]) == (
+        (entry,) = body["topics"]
+        assert (entry["name"], entry["error_code"], entry["partitions"]) == (
             OFFSETS_TOPIC, E.LEADER_NOT_AVAILABLE, [])
     created = await HANDLERS[ApiKey.CREATE_TOPICS](ctx, request(ApiKey.CREATE_TOPICS, 0, {
-        "create_topic_requests": [{"topic": OFFSETS_TOPIC, "num_partitions": 1,
-                                   "replication_factor": 1, "replica_assignment": [],
-                                   "configs": []}], "timeout": 1000}))
-    assert created["topic_error_codes"] == [{"topic": OFFSETS_TOPIC,
-                                             "error_code": E.INVALID_REQUEST}]
+        "topics": [{"name": OFFSETS_TOPIC, "num_partitions": 1, "replication_factor": 1,
+                    "assignments": [], "configs": []}], "timeout_ms": 1000}))
+    assert [(t["name"], t["error_code"]) for t in created["topics"]] == [
+        (OFFSETS_TOPIC, E.INVALID_REQUEST)]
     assert ctx.topics.get(OFFSETS_TOPIC) is None
     assert not os.path.exists(tmp_path / f"{OFFSETS_TOPIC}-0")
     # ordinary topics are still auto-created
     body = await metadata(ctx, 1, ["plain"])
-    assert body["topic_metadata"][0]["topic_error_code"] == E.LEADER_NOT_AVAILABLE
+    assert body["topics"][0]["error_code"] == E.LEADER_NOT_AVAILABLE
     assert ctx.topics.get("plain") is not None
 
     async with trio.open_nursery() as nursery:
@@ -98,11 +100,14 @@ async def test_offsets_topic_is_created_only_by_the_coordinator(tmp_path):
         assert (topic.config.cleanup_policy, topic.config.retention_ms,
                 topic.config.retention_bytes) == ("compact", -1, -1)
         body = await metadata(ctx, 1, None)  # all topics
-        flags = {e["topic"]: (e["topic_error_code"], e["is_internal"])
-                 for e in body["topic_metadata"]}
+        flags = {e["name"]: (e["error_code"], e["is_internal"]) for e in body["topics"]}
         assert flags == {OFFSETS_TOPIC: (0, True), "plain": (0, False)}
-        (entry,) = (await metadata(ctx, 0, [OFFSETS_TOPIC]))["topic_metadata"]
-        assert entry["topic_error_code"] == 0 and "is_internal" not in entry
+        v0 = await metadata(ctx, 0, [OFFSETS_TOPIC])
+        assert v0["topics"][0]["error_code"] == 0
+        # Metadata v0 has no is_internal on the wire: a v0 client reads the default, false.
+        raw = encode_response_body(ApiKey.METADATA, 0, v0)
+        assert decode_response_body(ApiKey.METADATA, 0, raw, 0, len(raw)).topics[0].is_internal \
+            is False
         nursery.cancel_scope.cancel()
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
 
@@ -127,11 +132,11 @@ async def test_join_group_over_tcp_records_the_peer_host(tmp_path):
 
         with trio.fail_after(10):
             joined = await call(ApiKey.JOIN_GROUP, 0, {
-                "group_id": "g", "session_timeout": 10_000, "member_id": "",
+                "group_id": "g", "session_timeout_ms": 10_000, "member_id": "",
                 "protocol_type": "consumer",
-                "group_protocols": [{"protocol_name": "range", "protocol_metadata": b"m"}]})
+                "protocols": [{"name": "range", "metadata": b"m"}]})
             assert joined.error_code == 0
-            described = await call(ApiKey.DESCRIBE_GROUPS, 0, {"group_ids": ["g"]})
+            described = await call(ApiKey.DESCRIBE_GROUPS, 0, {"groups": ["g"]})
         (member,) = described.groups[0].members
         assert (member.member_id, member.client_id, member.client_host) == (
             joined.member_id, "peer-test", "/127.0.0.1")

@@ -11,13 +11,14 @@ from broker.config import BrokerConfig
 from broker.handlers import HANDLERS, release_fetch_body
 from broker.server import open_context, send_response
 from protocol import ApiKey, FileRegion, MessageSetBuilder, Request, RequestHeader, iter_deep
-from protocol.schemas import REQUEST_SCHEMAS
+from protocol.schemas import decode_request_body, encode_request_body
 
 
 def request(api_key: ApiKey, version: int, body: dict) -> Request:
     """A decoded request as the server sees it (built through the real schema)."""
-    schema = REQUEST_SCHEMAS[(api_key, version)]
-    return Request(RequestHeader(api_key, version, 1, "test"), schema.parse(schema.build(body)))
+    raw = encode_request_body(api_key, version, body)
+    return Request(RequestHeader(api_key, version, 1, "test"),
+                   decode_request_body(api_key, version, raw, 0, len(raw)))
 
 
 async def test_send_response_streams_file_regions_with_sendfile(tmp_path):
@@ -60,8 +61,9 @@ def message_set(n: int, tag: bytes) -> bytes:
 
 
 def produce_body(topic: str, record_set: bytes) -> dict:
-    return {"acks": -1, "timeout": 1000,
-            "topic_data": [{"topic": topic, "data": [{"partition": 0, "record_set": record_set}]}]}
+    return {"acks": -1, "timeout_ms": 1000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0,
+                                                               "records": record_set}]}]}
 
 
 async def test_concurrent_produces_get_disjoint_contiguous_offsets(tmp_path):
@@ -84,12 +86,12 @@ async def test_concurrent_produces_get_disjoint_contiguous_offsets(tmp_path):
     fetch = HANDLERS[ApiKey.FETCH]
     values: dict[int, bytes] = {}
     while len(values) < 120:  # a read stops at a segment's end, as in Kafka
-        body = await fetch(ctx, request(ApiKey.FETCH, 3, {
-            "replica_id": -1, "max_wait_time": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+        body = await fetch(ctx, request(ApiKey.FETCH, 10, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
             "topics": [{"topic": "t", "partitions": [
-                {"partition": 0, "fetch_offset": len(values), "max_bytes": 1 << 20}]}]}))
-        region = body["responses"][0]["partition_responses"][0]["record_set"]
-        assert isinstance(region, FileRegion)  # no conversion needed: zero-copy path
+                {"partition": 0, "fetch_offset": len(values), "partition_max_bytes": 1 << 20}]}]}))
+        region = body["responses"][0]["partitions"][0]["records"]
+        assert isinstance(region, FileRegion)  # no conversion or zstd check: zero-copy path
         raw = os.pread(region.source, region.length, region.position)
         release_fetch_body(body)
         values.update((m.offset, m.value) for m in iter_deep(raw))
@@ -102,10 +104,10 @@ async def test_long_poll_waits_for_min_bytes_and_wakes_on_append(tmp_path):
     ctx = await open_context(config(tmp_path))
     await ctx.create_topic("t", 1)
     fetch, produce = HANDLERS[ApiKey.FETCH], HANDLERS[ApiKey.PRODUCE]
-    fetch_request = request(ApiKey.FETCH, 3, {
-        "replica_id": -1, "max_wait_time": 60000, "min_bytes": 1, "max_bytes": 1 << 20,
+    fetch_request = request(ApiKey.FETCH, 10, {
+        "replica_id": -1, "max_wait_ms": 60000, "min_bytes": 1, "max_bytes": 1 << 20,
         "topics": [{"topic": "t", "partitions": [
-            {"partition": 0, "fetch_offset": 0, "max_bytes": 1 << 20}]}]})
+            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
     result = {}
 
     async def poll():
@@ -119,7 +121,7 @@ async def test_long_poll_waits_for_min_bytes_and_wakes_on_append(tmp_path):
         appended_at = trio.current_time()
         await produce(ctx, request(ApiKey.PRODUCE, 2, produce_body("t", message_set(1, b"x"))))
     assert result["at"] - appended_at < 5
-    region = result["body"]["responses"][0]["partition_responses"][0]["record_set"]
+    region = result["body"]["responses"][0]["partitions"][0]["records"]
     assert region.length > 0
     release_fetch_body(result["body"])
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)

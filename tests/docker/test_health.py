@@ -17,7 +17,7 @@ _BROKERS = [{"node_id": 0, "host": "broker", "port": 9092, "rack": None}]
 
 
 def _metadata_body(brokers=_BROKERS) -> dict:
-    return {"brokers": brokers, "controller_id": 0, "topic_metadata": []}
+    return {"brokers": brokers, "controller_id": 0, "topics": []}
 
 
 class ScriptedServer:
@@ -97,7 +97,7 @@ def test_apiversions_error_code_is_unhealthy(capsys):
 def test_apiversions_without_metadata_is_unhealthy(capsys):
     def answer(request):
         body = api_versions_body()
-        body["api_versions"] = [v for v in body["api_versions"] if v["api_key"] != ApiKey.METADATA]
+        body["api_keys"] = [v for v in body["api_keys"] if v["api_key"] != ApiKey.METADATA]
         return body
 
     with ScriptedServer(answer) as server:

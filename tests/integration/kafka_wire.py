@@ -65,21 +65,21 @@ def message_set(values, *, timestamps=None, keys=None, magic=1, codec=0) -> byte
 
 def produce(client: WireClient, topic: str, record_set: bytes, *, partition: int = 0,
             acks: int = 1, version: int = 2):
-    body = {"acks": acks, "timeout": 10000,
-            "topic_data": [{"topic": topic, "data": [{"partition": partition,
-                                                      "record_set": record_set}]}]}
+    body = {"acks": acks, "timeout_ms": 10000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition,
+                                                               "records": record_set}]}]}
     response = client.call(ApiKey.PRODUCE, version, body)
     return response.responses[0].partition_responses[0]
 
 
 def create_topic(client: WireClient, topic: str, partitions: int = 1, configs=None,
                  replication_factor: int = 1) -> int:
-    body = {"create_topic_requests": [{
-        "topic": topic, "num_partitions": partitions, "replication_factor": replication_factor,
-        "replica_assignment": [],
-        "configs": [{"config_key": k, "config_value": str(v)} for k, v in (configs or {}).items()],
-    }], "timeout": 10000}
-    return client.call(ApiKey.CREATE_TOPICS, 0, body).topic_error_codes[0].error_code
+    body = {"topics": [{
+        "name": topic, "num_partitions": partitions, "replication_factor": replication_factor,
+        "assignments": [],
+        "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()],
+    }], "timeout_ms": 10000}
+    return client.call(ApiKey.CREATE_TOPICS, 0, body).topics[0].error_code
 
 
 def frame(api_key: int, version: int, correlation_id: int, payload: bytes,

@@ -87,8 +87,9 @@ def test_connection_limits(broker_factory):
     with WireClient(b.host, b.port) as c:
         # under the limit: answered (no such topic, and Produce never creates one)
         assert produce(c, "small", message_set([b"x" * 100])).error_code == 3
-        c.send(ApiKey.PRODUCE, 2, {"acks": 1, "timeout": 1000, "topic_data": [
-            {"topic": "small", "data": [{"partition": 0, "record_set": message_set([b"x" * 3000])}]}]})
+        c.send(ApiKey.PRODUCE, 2, {"acks": 1, "timeout_ms": 1000, "topic_data": [
+            {"name": "small", "partition_data": [{"index": 0,
+                                                  "records": message_set([b"x" * 3000])}]}]})
         assert c.closed_by_peer()  # frame over socket.request.max.bytes
     out = b.log_output()
     assert "limit reached" in out and "idle for 700 ms" in out

@@ -27,14 +27,15 @@ def client(broker):
 def test_api_versions_advertises_what_is_served(client):
     body = client.call(ApiKey.API_VERSIONS, 0, {})
     assert body.error_code == 0
-    got = {v.api_key: (v.min_version, v.max_version) for v in body.api_versions}
+    got = {v.api_key: (v.min_version, v.max_version) for v in body.api_keys}
     assert got == {int(k): v for k, v in SUPPORTED_VERSIONS.items()}
 
 
 def test_newer_api_versions_gets_error_35_with_the_list_then_v0_works(broker):
     with socket.create_connection((broker.host, broker.port), timeout=10) as s:
-        # kafka-python's ApiVersions v4 probe: header v2 (tagged fields) and a flexible body.
-        s.sendall(frame(18, 4, 7, b"\x00" + b"\x06kafka\x041.0\x00"))
+        # An ApiVersions v5 probe (newer than Kafka 3.9): header v2 (tagged fields) and a
+        # flexible body.
+        s.sendall(frame(18, 5, 7, b"\x00" + b"\x06kafka\x041.0\x00"))
         size, corr, error, count = struct.unpack(">iihi", s.recv(14, socket.MSG_WAITALL))
         assert (corr, error) == (7, 35) and count == len(SUPPORTED_VERSIONS)
         s.recv(size - 10, socket.MSG_WAITALL)
@@ -45,21 +46,30 @@ def test_newer_api_versions_gets_error_35_with_the_list_then_v0_works(broker):
 
 def test_metadata_auto_creates_once_with_leader_not_available(client, broker):
     topic = name()
-    first = client.call(ApiKey.METADATA, 1, {"topics": [topic]})
-    assert first.topic_metadata[0].topic_error_code == 5
-    second = client.call(ApiKey.METADATA, 2, {"topics": [topic]})
-    t = second.topic_metadata[0]
-    assert t.topic_error_code == 0 and len(t.partition_metadata) == 1
-    p = t.partition_metadata[0]
-    assert (p.leader, list(p.replicas), list(p.isr)) == (0, [0], [0])
+    first = client.call(ApiKey.METADATA, 1, {"topics": [{"name": topic}]})
+    assert first.topics[0].error_code == 5
+    second = client.call(ApiKey.METADATA, 2, {"topics": [{"name": topic}]})
+    t = second.topics[0]
+    assert t.error_code == 0 and len(t.partitions) == 1
+    p = t.partitions[0]
+    assert (p.leader_id, list(p.replica_nodes), list(p.isr_nodes)) == (0, [0], [0])
     assert second.controller_id == 0 and second.cluster_id
     assert [(b.node_id, b.host, b.port) for b in second.brokers] == [(0, broker.host, broker.port)]
-    bad = client.call(ApiKey.METADATA, 1, {"topics": ["bad/name"]})
-    assert bad.topic_metadata[0].topic_error_code == 17
+    bad = client.call(ApiKey.METADATA, 1, {"topics": [{"name": "bad/name"}]})
+    assert bad.topics[0].error_code == 17
     none = client.call(ApiKey.METADATA, 1, {"topics": []})
-    assert list(none.topic_metadata) == []
+    assert list(none.topics) == []
     every = client.call(ApiKey.METADATA, 1, {"topics": None})
-    assert topic in {t.topic for t in every.topic_metadata}
+    assert topic in {t.name for t in every.topics}
+    # v10+: topic ids (KIP-516), and topics asked for by id
+    by_name = client.call(ApiKey.METADATA, 12, {"topics": [{"name": topic}]}).topics[0]
+    assert by_name.topic_id.int != 0
+    by_id = client.call(ApiKey.METADATA, 12, {"topics": [{"name": None,
+                                                          "topic_id": by_name.topic_id}]})
+    assert (by_id.topics[0].name, by_id.topics[0].error_code) == (topic, 0)
+    unknown = client.call(ApiKey.METADATA, 12, {"topics": [{"name": None,
+                                                            "topic_id": uuid.uuid4()}]})
+    assert unknown.topics[0].error_code == 100  # UNKNOWN_TOPIC_ID
 
 
 def test_create_topics_errors(client):
@@ -73,52 +83,55 @@ def test_create_topics_errors(client):
     assert create_topic(client, "a" * 250) == 17
     assert create_topic(client, "..") == 17
     dup = name()
-    body = {"create_topic_requests": [
-        {"topic": dup, "num_partitions": 1, "replication_factor": 1, "replica_assignment": [],
-         "configs": []}] * 2, "timeout": 1000}
-    codes = client.call(ApiKey.CREATE_TOPICS, 0, body).topic_error_codes
-    assert [(c.topic, c.error_code) for c in codes] == [(dup, 42)]
-    meta = client.call(ApiKey.METADATA, 1, {"topics": [topic]})
-    assert len(meta.topic_metadata[0].partition_metadata) == 3
+    body = {"topics": [
+        {"name": dup, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+         "configs": []}] * 2, "timeout_ms": 1000}
+    codes = client.call(ApiKey.CREATE_TOPICS, 0, body).topics
+    assert [(c.name, c.error_code) for c in codes] == [(dup, 42)]
+    meta = client.call(ApiKey.METADATA, 1, {"topics": [{"name": topic}]})
+    assert len(meta.topics[0].partitions) == 3
 
 
 def test_delete_topics(client):
     topic = name()
     assert create_topic(client, topic) == 0
     assert produce(client, topic, message_set([b"x"])).error_code == 0
-    body = client.call(ApiKey.DELETE_TOPICS, 0, {"topics": [topic, name(), "__consumer_offsets"],
-                                                 "timeout": 1000})
-    assert [c.error_code for c in body.topic_error_codes] == [0, 3, 42]
+    body = client.call(ApiKey.DELETE_TOPICS, 0, {
+        "topic_names": [topic, name(), "__consumer_offsets"], "timeout_ms": 1000})
+    assert [c.error_code for c in body.responses] == [0, 3, 42]
     assert produce(client, topic, message_set([b"x"])).error_code == 3
 
 
-def test_produce_then_fetch_v3_and_v0_down_conversion(client):
+def test_produce_then_fetch_at_every_format(client):
     topic = name()
     assert create_topic(client, topic) == 0
     ts = [1_600_000_000_000 + i for i in range(3)]
     r = produce(client, topic, message_set([b"a", b"b", None], timestamps=ts,
                                            keys=[b"k1", None, b"k3"]))
-    assert (r.error_code, r.base_offset, r.timestamp) == (0, 0, -1)
+    assert (r.error_code, r.base_offset, r.log_append_time_ms) == (0, 0, -1)
     assert produce(client, topic, message_set([b"d"], timestamps=[ts[0]])).base_offset == 3
 
     def fetch(version, offset=0, **extra):
-        body = {"replica_id": -1, "max_wait_time": 0, "min_bytes": 0,
+        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0,
                 "topics": [{"topic": topic, "partitions": [
-                    {"partition": 0, "fetch_offset": offset, "max_bytes": 1 << 20}]}], **extra}
-        return client.call(ApiKey.FETCH, version, body).responses[0].partition_responses[0]
+                    {"partition": 0, "fetch_offset": offset,
+                     "partition_max_bytes": 1 << 20}]}], **extra}
+        return client.call(ApiKey.FETCH, version, body).responses[0].partitions[0]
 
-    p = fetch(3, max_bytes=1 << 20)
-    assert (p.partition_header.error_code, p.partition_header.high_watermark) == (0, 4)
-    msgs = list(iter_deep(p.record_set))
-    assert [(m.offset, m.key, m.value, m.timestamp) for m in msgs] == [
-        (0, b"k1", b"a", ts[0]), (1, None, b"b", ts[1]), (2, b"k3", None, ts[2]), (3, None, b"d", ts[0])]
-    old = fetch(0)
-    assert {e.magic for e in iter_shallow(old.record_set)} == {0}
-    assert [m.value for m in iter_deep(old.record_set)] == [b"a", b"b", None, b"d"]
-    assert fetch(3, offset=2, max_bytes=1 << 20).record_set[:8] == struct.pack(">q", 2)
+    expected = [(0, b"k1", b"a", ts[0]), (1, None, b"b", ts[1]), (2, b"k3", None, ts[2]),
+                (3, None, b"d", ts[0])]
+    # the topic stores record batches (Kafka 3.9's default format); each Fetch version gets
+    # the newest format it can read
+    for version, magic in ((12, 2), (4, 2), (3, 1), (2, 1), (1, 0), (0, 0)):
+        p = fetch(version, max_bytes=1 << 20)
+        assert (p.error_code, p.high_watermark) == (0, 4)
+        assert {e.magic for e in iter_shallow(p.records)} == {magic}
+        got = [(m.offset, m.key, m.value, m.timestamp) for m in iter_deep(p.records)]
+        assert got == [(o, k, v, t if magic else -1) for o, k, v, t in expected], version
+    p = fetch(12)
+    assert (p.last_stable_offset, p.log_start_offset, p.preferred_read_replica) == (4, 0, -1)
     out_of_range = fetch(2, offset=99)
-    assert (out_of_range.partition_header.error_code,
-            out_of_range.partition_header.high_watermark) == (1, 4)
+    assert (out_of_range.error_code, out_of_range.high_watermark) == (1, 4)
 
 
 def test_fetch_v3_returns_first_message_over_the_limits(client):
@@ -127,37 +140,38 @@ def test_fetch_v3_returns_first_message_over_the_limits(client):
     big = b"x" * 5000
     assert produce(client, topic, message_set([big]), partition=0).error_code == 0
     assert produce(client, topic, message_set([b"small"]), partition=1).error_code == 0
-    body = {"replica_id": -1, "max_wait_time": 0, "min_bytes": 0, "max_bytes": 100,
+    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 100,
             "topics": [{"topic": topic, "partitions": [
-                {"partition": 0, "fetch_offset": 0, "max_bytes": 100},
-                {"partition": 1, "fetch_offset": 0, "max_bytes": 100}]}]}
-    parts = client.call(ApiKey.FETCH, 3, body).responses[0].partition_responses
-    assert [m.value for m in iter_deep(parts[0].record_set)] == [big]
-    assert parts[1].record_set == b""  # the request-level budget is used up
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 100},
+                {"partition": 1, "fetch_offset": 0, "partition_max_bytes": 100}]}]}
+    for version in (3, 12):
+        parts = client.call(ApiKey.FETCH, version, body).responses[0].partitions
+        assert [m.value for m in iter_deep(parts[0].records)] == [big]
+        assert parts[1].records == b""  # the request-level budget is used up
 
 
 def test_fetch_long_poll_is_woken_by_append(broker, client):
     topic = name()
     assert create_topic(client, topic) == 0
-    body = {"replica_id": -1, "max_wait_time": 300, "min_bytes": 1, "max_bytes": 1 << 20,
+    body = {"replica_id": -1, "max_wait_ms": 300, "min_bytes": 1, "max_bytes": 1 << 20,
             "topics": [{"topic": topic, "partitions": [
-                {"partition": 0, "fetch_offset": 0, "max_bytes": 1 << 20}]}]}
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}
     start = time.monotonic()
-    empty = client.call(ApiKey.FETCH, 3, body).responses[0].partition_responses[0]
-    assert empty.record_set == b"" and time.monotonic() - start >= 0.28  # held for max_wait
+    empty = client.call(ApiKey.FETCH, 11, body).responses[0].partitions[0]
+    assert empty.records == b"" and time.monotonic() - start >= 0.28  # held for max_wait
 
     def later():
         time.sleep(0.5)
         with WireClient(broker.host, broker.port) as other:
             produce(other, topic, message_set([b"wake"]))
 
-    body["max_wait_time"] = 60000
+    body["max_wait_ms"] = 60000
     thread = threading.Thread(target=later)
     thread.start()
     start = time.monotonic()
-    got = client.call(ApiKey.FETCH, 3, body).responses[0].partition_responses[0]
+    got = client.call(ApiKey.FETCH, 11, body).responses[0].partitions[0]
     thread.join()
-    assert [m.value for m in iter_deep(got.record_set)] == [b"wake"]
+    assert [m.value for m in iter_deep(got.records)] == [b"wake"]
     assert time.monotonic() - start < 30  # answered on the append, not at max_wait
 
 
@@ -167,38 +181,47 @@ def test_list_offsets(client):
     for i in range(5):
         produce(client, topic, message_set([b"v" * 50], timestamps=[1000 * (i + 1)]))
 
-    def v1(*partitions):
-        body = {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
-            {"partition": p, "timestamp": t} for p, t in partitions]}]}
-        return client.call(ApiKey.LIST_OFFSETS, 1, body).responses[0].partition_responses
+    def lookup(*partitions, version=1):
+        body = {"replica_id": -1, "topics": [{"name": topic, "partitions": [
+            {"partition_index": p, "timestamp": t} for p, t in partitions]}]}
+        return client.call(ApiKey.LIST_OFFSETS, version, body).topics[0].partitions
 
-    assert [(r.error_code, r.timestamp, r.offset) for r in v1((0, -1))] == [(0, -1, 5)]
-    assert [(r.error_code, r.timestamp, r.offset) for r in v1((0, -2))] == [(0, -1, 0)]
-    assert [(r.error_code, r.timestamp, r.offset) for r in v1((0, 2500))] == [(0, 3000, 2)]
-    assert [(r.error_code, r.timestamp, r.offset) for r in v1((0, 9999))] == [(0, -1, -1)]
-    dup = v1((0, 1000), (0, 2000))
-    assert [(r.partition, r.error_code) for r in dup] == [(0, 42)]
-    assert [r.error_code for r in v1((7, -1))] == [3]
-    body = {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
-        {"partition": 0, "timestamp": -1, "max_num_offsets": 10}] * 2}]}
-    legacy = client.call(ApiKey.LIST_OFFSETS, 0, body).responses[0].partition_responses
+    for version in (1, 4, 9):
+        def v1(*partitions):
+            return [(r.error_code, r.timestamp, r.offset) for r in lookup(*partitions,
+                                                                         version=version)]
+        assert v1((0, -1)) == [(0, -1, 5)]
+        assert v1((0, -2)) == [(0, -1, 0)]
+        assert v1((0, 2500)) == [(0, 3000, 2)]
+        assert v1((0, 9999)) == [(0, -1, -1)]
+    dup = lookup((0, 1000), (0, 2000))
+    assert [(r.partition_index, r.error_code) for r in dup] == [(0, 42)]
+    assert [r.error_code for r in lookup((7, -1))] == [3]
+    # v7+: -3, the message with the largest timestamp (KIP-734); v4+ carry the leader epoch
+    (r,) = lookup((0, -3), version=7)
+    assert (r.error_code, r.timestamp, r.offset, r.leader_epoch) == (0, 5000, 4, 0)
+    (r,) = lookup((0, -4), version=8)  # earliest local: every segment is local
+    assert (r.error_code, r.offset) == (0, 0)
+    body = {"replica_id": -1, "topics": [{"name": topic, "partitions": [
+        {"partition_index": 0, "timestamp": -1, "max_num_offsets": 10}] * 2}]}
+    legacy = client.call(ApiKey.LIST_OFFSETS, 0, body).topics[0].partitions
     assert len(legacy) == 1 and legacy[0].error_code == 0
-    offsets = list(legacy[0].offsets)
+    offsets = list(legacy[0].old_style_offsets)
     assert offsets[0] == 5 and offsets == sorted(offsets, reverse=True) and offsets[-1] == 0
 
     old = name()
     assert create_topic(client, old, 1, {"message.format.version": "0.9.0"}) == 0
-    body = {"replica_id": -1, "topics": [{"topic": old, "partitions": [
-        {"partition": 0, "timestamp": 1000}]}]}
-    r = client.call(ApiKey.LIST_OFFSETS, 1, body).responses[0].partition_responses[0]
+    body = {"replica_id": -1, "topics": [{"name": old, "partitions": [
+        {"partition_index": 0, "timestamp": 1000}]}]}
+    r = client.call(ApiKey.LIST_OFFSETS, 1, body).topics[0].partitions[0]
     assert r.error_code == 43
 
 
 def test_produce_errors(client):
     topic = name()
     assert create_topic(client, topic) == 0
-    body = {"acks": 2, "timeout": 1000, "topic_data": [{"topic": topic, "data": [
-        {"partition": 0, "record_set": message_set([b"x"])}]}]}
+    body = {"acks": 2, "timeout_ms": 1000, "topic_data": [{"name": topic, "partition_data": [
+        {"index": 0, "records": message_set([b"x"])}]}]}
     r = client.call(ApiKey.PRODUCE, 2, body).responses[0].partition_responses[0]
     assert (r.error_code, r.base_offset) == (21, -1)
     assert produce(client, name("missing"), message_set([b"x"])).error_code == 3
@@ -221,18 +244,18 @@ def test_pipelined_requests_are_answered_in_order(client):
 def test_acks_zero_gets_no_response_and_failure_closes(client, broker):
     topic = name()
     assert create_topic(client, topic) == 0
-    body = {"acks": 0, "timeout": 1000, "topic_data": [{"topic": topic, "data": [
-        {"partition": 0, "record_set": message_set([b"fire", b"forget"])}]}]}
+    body = {"acks": 0, "timeout_ms": 1000, "topic_data": [{"name": topic, "partition_data": [
+        {"index": 0, "records": message_set([b"fire", b"forget"])}]}]}
     client.send(ApiKey.PRODUCE, 2, body)
     # the next answer on the connection is for the next request: acks=0 got none
     assert client.call(ApiKey.API_VERSIONS, 0, {}).error_code == 0
-    fetch = {"replica_id": -1, "max_wait_time": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+    fetch = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
              "topics": [{"topic": topic, "partitions": [
-                 {"partition": 0, "fetch_offset": 0, "max_bytes": 1 << 20}]}]}
-    got = client.call(ApiKey.FETCH, 3, fetch).responses[0].partition_responses[0]
-    assert [m.value for m in iter_deep(got.record_set)] == [b"fire", b"forget"]
+                 {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}
+    got = client.call(ApiKey.FETCH, 3, fetch).responses[0].partitions[0]
+    assert [m.value for m in iter_deep(got.records)] == [b"fire", b"forget"]
     # a failed acks=0 produce closes the connection, Kafka's only way to signal it
-    body["topic_data"][0]["topic"] = name("missing")
+    body["topic_data"][0]["name"] = name("missing")
     client.send(ApiKey.PRODUCE, 2, body)
     assert client.closed_by_peer()
 
@@ -242,5 +265,5 @@ def test_auto_create_disabled(broker_factory):
     with WireClient(b.host, b.port) as c:
         topic = name()
         for _ in range(2):
-            meta = c.call(ApiKey.METADATA, 1, {"topics": [topic]})
-            assert meta.topic_metadata[0].topic_error_code == 3
+            meta = c.call(ApiKey.METADATA, 1, {"topics": [{"name": topic}]})
+            assert meta.topics[0].error_code == 3

@@ -33,7 +33,8 @@ def test_kafkajs_produce_group_consume_and_offsets_by_time(broker):
     seen = run_kafkajs(broker.bootstrap, topic, count)
     assert [p["errorCode"] for p in seen["produced"]] == [0]
     consumed = sorted(seen["consumed"], key=lambda m: m["offset"])
-    assert [(m["offset"], m["key"], m["value"], m["timestamp"]) for m in consumed] == [
-        (i, f"k{i}", f"value-{i}", BASE_TS + i * 1000) for i in range(count)]
+    assert [(m["offset"], m["key"], m["value"], m["timestamp"], m["headers"])
+            for m in consumed] == [
+        (i, f"k{i}", f"value-{i}", BASE_TS + i * 1000, {"seq": str(i)}) for i in range(count)]
     # the first offset at or after the middle timestamp is the middle message
     assert seen["byTime"] == [{"partition": 0, "offset": str(count // 2)}]

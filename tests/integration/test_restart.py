@@ -75,7 +75,7 @@ def test_clean_restart_needs_no_recovery_and_keeps_state(broker_factory):
     with WireClient(b.host, b.port) as c:
         first = produce(c, topic, message_set([b"a", b"b"], timestamps=[1, 2]), partition=2)
         cluster_id = c.call(ApiKey.METADATA, 2, {"topics": []}).cluster_id
-    assert first.error_code == 0 and first.timestamp > 1
+    assert first.error_code == 0 and first.log_append_time_ms > 1
     assert b.stop() == 0
     assert "clean shutdown marker written" in b.log_output()
 
@@ -83,12 +83,12 @@ def test_clean_restart_needs_no_recovery_and_keeps_state(broker_factory):
     since = b.log_output(since_start=True)
     assert "no recovery needed" in since and "no clean shutdown marker" not in since
     with WireClient(b.host, b.port) as c:
-        meta = c.call(ApiKey.METADATA, 2, {"topics": [topic]})
+        meta = c.call(ApiKey.METADATA, 2, {"topics": [{"name": topic}]})
         assert meta.cluster_id == cluster_id
-        assert len(meta.topic_metadata[0].partition_metadata) == 3
+        assert len(meta.topics[0].partitions) == 3
         again = produce(c, topic, message_set([b"c"], timestamps=[3]), partition=2)
     # still a LogAppendTime topic after the restart (configs persisted), offsets continue
-    assert again.base_offset == 2 and again.timestamp >= first.timestamp
+    assert again.base_offset == 2 and again.log_append_time_ms >= first.log_append_time_ms
     assert [r.value for r in kp_consume_all(b.bootstrap, topic, 2)] == [b"a", b"b", b"c"]
     registry = open(os.path.join(b.log_dir, "chronolog-topics.json")).read()
     assert '"retention.ms": "123456789"' in registry
@@ -107,14 +107,14 @@ def test_sigterm_answers_a_waiting_fetch_before_exiting(broker_factory):
     with WireClient(b.host, b.port) as c:
         assert wire_create_topic(c, topic) == 0
         c.send(ApiKey.FETCH, 3, {
-            "replica_id": -1, "max_wait_time": 60000, "min_bytes": 1, "max_bytes": 1 << 20,
+            "replica_id": -1, "max_wait_ms": 60000, "min_bytes": 1, "max_bytes": 1 << 20,
             "topics": [{"topic": topic, "partitions": [
-                {"partition": 0, "fetch_offset": 0, "max_bytes": 1 << 20}]}]})
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
         time.sleep(0.5)  # the fetch is now parked in the broker's long poll
         b.proc.send_signal(signal.SIGTERM)
         response = c.receive()  # answered (empty) instead of dropped
         assert response.api_key == ApiKey.FETCH
-        assert response.body.responses[0].partition_responses[0].record_set == b""
+        assert response.body.responses[0].partitions[0].records == b""
     assert b.proc.wait(30) == 0
 
 

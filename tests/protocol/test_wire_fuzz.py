@@ -1,6 +1,6 @@
 """Fuzzing: truncated, bit-flipped, spliced and random frames fed to ServerConnection and
 ClientConnection. Whatever the bytes, the only exceptions are ProtocolError subclasses (never
-IndexError, struct.error, UnicodeDecodeError, construct errors, MemoryError)."""
+IndexError, struct.error, UnicodeDecodeError, MemoryError)."""
 from __future__ import annotations
 
 import struct
@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import ApiKey, ClientConnection, ProtocolError, ServerConnection
+from protocol import SUPPORTED_VERSIONS, ApiKey, ClientConnection, ProtocolError, ServerConnection
 from protocol.schemas import REQUEST_SCHEMAS, RESPONSE_SCHEMAS
-from wire_strategies import value_strategy
+from tests.protocol.wire_strategies import value_strategy
 
-ALL = sorted(REQUEST_SCHEMAS)
+ALL = [(k, v) for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items()) for v in range(lo, hi + 1)]
 MAX_FRAME = 1 << 20
 
 
@@ -103,7 +103,7 @@ def test_random_bytes_to_server_and_client(raw, cuts):
     client = ClientConnection(max_response_bytes=MAX_FRAME)
     for api, version in ((ApiKey.METADATA, 1), (ApiKey.FETCH, 3)):
         body = {"topics": None} if api == ApiKey.METADATA else {
-            "replica_id": -1, "max_wait_time": 0, "min_bytes": 0, "max_bytes": 0, "topics": []}
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 0, "topics": []}
         client.request(api, version, body)
     _split_feed(client, raw, cuts)
 

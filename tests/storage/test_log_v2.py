@@ -28,7 +28,16 @@ def mixed(log) -> list[tuple[int, int]]:
     log.append(validated(log, [NOW + 50, NOW + 40], magic=2, codec=Codec.LZ4))
     log.append(validated(log, [NOW, NOW], magic=2, now=NOW + 70,
                          timestamp_type=TimestampType.LOG_APPEND_TIME))
-    return [(m.offset, m.timestamp) for m in iter_deep(log.read(0, 10**6).read_bytes())]
+    return read_all(log)
+
+
+def read_all(log) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    while (out[-1][0] + 1 if out else 0) < log.log_end_offset:
+        data = log.read(out[-1][0] + 1 if out else 0, 10**6).read_bytes()
+        start = out[-1][0] + 1 if out else 0
+        out += [(m.offset, m.timestamp) for m in iter_deep(data) if m.offset >= start]
+    return out
 
 
 def brute_force(messages, ts):
@@ -65,8 +74,7 @@ def test_recovery_truncates_at_a_corrupt_batch(tmp_path, clock):
         f.write(bytes([b[0] ^ 0xFF]))
     log = Log(os.path.join(tmp_path, "t-0"), LogConfig(), clock=clock, needs_recovery=True)
     assert log.log_end_offset == 44
-    assert [(m.offset, m.timestamp) for m in iter_deep(log.read(0, 10**6).read_bytes())] == \
-        messages[:44]
+    assert read_all(log) == messages[:44]
 
 
 def test_dump_log_shows_batches_and_verifies_mixed_segments(tmp_path, clock):
@@ -84,3 +92,13 @@ def test_dump_log_shows_batches_and_verifies_mixed_segments(tmp_path, clock):
         out = io.StringIO()
         assert dump_file(path[:-4] + suffix, deep=False, verify=True, out=out,
                          err=io.StringIO()) == 0, out.getvalue()
+
+
+def test_offset_of_max_timestamp_is_the_first_message_holding_it(tmp_path, clock):
+    log = open_log(tmp_path, clock, index_interval_bytes=0, segment_bytes=1000)
+    assert log.offset_of_max_timestamp() is None
+    messages = mixed(log)
+    expected = max(messages, key=lambda m: (m[1], -m[0]))
+    assert log.offset_of_max_timestamp() == TimestampOffset(expected[1], expected[0])
+    log.append(validated(log, [NOW + 70, NOW + 3], magic=1))  # ties the LogAppendTime batch
+    assert log.offset_of_max_timestamp() == TimestampOffset(NOW + 70, 44)

@@ -221,54 +221,56 @@ class Wire:
 async def test_handlers_over_the_wire(tmp_path):
     async with running(tmp_path) as (ctx, c):
         wire = Wire(ctx)
-        r = await wire(ApiKey.FIND_COORDINATOR, 0, {"group_id": "g"})
-        assert (r.error_code, r.coordinator.node_id, r.coordinator.host, r.coordinator.port) == (
-            0, 0, "127.0.0.1", 9092)
+        r = await wire(ApiKey.FIND_COORDINATOR, 0, {"key": "g"})
+        assert (r.error_code, r.node_id, r.host, r.port) == (0, 0, "127.0.0.1", 9092)
         r = await wire(ApiKey.JOIN_GROUP, 0, {
-            "group_id": "g", "session_timeout": 10_000, "member_id": "",
+            "group_id": "g", "session_timeout_ms": 10_000, "member_id": "",
             "protocol_type": "consumer",
-            "group_protocols": [{"protocol_name": "range", "protocol_metadata": b"m"}]})
+            "protocols": [{"name": "range", "metadata": b"m"}]})
         assert r.error_code == 0 and r.member_id.startswith("wire-test-")
         member, gen = r.member_id, r.generation_id
-        assert [(x.member_id, x.member_metadata) for x in r.members] == [(member, b"m")]
+        assert [(x.member_id, x.metadata) for x in r.members] == [(member, b"m")]
         r = await wire(ApiKey.SYNC_GROUP, 0, {
             "group_id": "g", "generation_id": gen, "member_id": member,
-            "group_assignment": [{"member_id": member, "member_assignment": b"asg"}]})
-        assert (r.error_code, r.member_assignment) == (0, b"asg")
-        r = await wire(ApiKey.HEARTBEAT, 0, {"group_id": "g", "group_generation_id": gen,
+            "assignments": [{"member_id": member, "assignment": b"asg"}]})
+        assert (r.error_code, r.assignment) == (0, b"asg")
+        r = await wire(ApiKey.HEARTBEAT, 0, {"group_id": "g", "generation_id": gen,
                                              "member_id": member})
         assert r.error_code == 0
-        for version, extra in [(1, {"group_generation_id": gen, "member_id": member}),
-                               (2, {"group_generation_id": gen, "member_id": member,
-                                    "retention_time": -1})]:
-            part = {"partition": 2, "offset": 100 + version, "metadata": f"v{version}"}
+        for version, extra in [(1, {"generation_id_or_member_epoch": gen, "member_id": member}),
+                               (2, {"generation_id_or_member_epoch": gen, "member_id": member,
+                                    "retention_time_ms": -1})]:
+            part = {"partition_index": 2, "committed_offset": 100 + version,
+                    "committed_metadata": f"v{version}"}
             if version == 1:
-                part["timestamp"] = -1
+                part["commit_timestamp"] = -1
             r = await wire(ApiKey.OFFSET_COMMIT, version, {
                 "group_id": "g", **extra,
-                "topics": [{"topic": "t", "partitions": [part]},
-                           {"topic": "zz", "partitions": [dict(part, partition=0)]}]})
-            assert [(t.topic, [(p.partition, p.error_code) for p in t.partition_responses])
-                    for t in r.responses] == [("t", [(2, 0)]), ("zz", [(0, 3)])]
+                "topics": [{"name": "t", "partitions": [part]},
+                           {"name": "zz", "partitions": [dict(part, partition_index=0)]}]})
+            assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions])
+                    for t in r.topics] == [("t", [(2, 0)]), ("zz", [(0, 3)])]
         # v0 commits belong to groups without membership: refused while g has members
         r = await wire(ApiKey.OFFSET_COMMIT, 0, {"group_id": "g", "topics": [
-            {"topic": "t", "partitions": [{"partition": 2, "offset": 1, "metadata": None}]}]})
-        assert r.responses[0].partition_responses[0].error_code == E.UNKNOWN_MEMBER_ID
+            {"name": "t", "partitions": [{"partition_index": 2, "committed_offset": 1,
+                                          "committed_metadata": None}]}]})
+        assert r.topics[0].partitions[0].error_code == E.UNKNOWN_MEMBER_ID
         for version in (0, 1):
             r = await wire(ApiKey.OFFSET_FETCH, version, {"group_id": "g", "topics": [
-                {"topic": "t", "partitions": [{"partition": 2}, {"partition": 3}]},
-                {"topic": "zz", "partitions": [{"partition": 0}]}]})
-            got = [(t.topic, [(p.partition, p.offset, p.metadata, p.error_code)
-                              for p in t.partition_responses]) for t in r.responses]
+                {"name": "t", "partition_indexes": [2, 3]},
+                {"name": "zz", "partition_indexes": [0]}]})
+            got = [(t.name, [(p.partition_index, p.committed_offset, p.metadata, p.error_code)
+                             for p in t.partitions]) for t in r.topics]
             assert got == [("t", [(2, 102, "v2", 0), (3, -1, "", 0)]),
                            ("zz", [(0, -1, "", 3 if version == 0 else 0)])]
-        r = await wire(ApiKey.DESCRIBE_GROUPS, 0, {"group_ids": ["g", "missing"]})
+        r = await wire(ApiKey.DESCRIBE_GROUPS, 0, {"groups": ["g", "missing"]})
         g, missing = r.groups
-        assert (g.error_code, g.state, g.protocol_type, g.protocol) == (
+        assert (g.error_code, g.group_state, g.protocol_type, g.protocol_data) == (
             0, "Stable", "consumer", "range")
         assert [(m.member_id, m.client_id, m.member_metadata, m.member_assignment)
                 for m in g.members] == [(member, "wire-test", b"m", b"asg")]
-        assert (missing.error_code, missing.state, list(missing.members)) == (0, "Dead", [])
+        assert (missing.error_code, missing.group_state, list(missing.members)) == (
+            0, "Dead", [])
         r = await wire(ApiKey.LIST_GROUPS, 0, {})
         assert (r.error_code, [(x.group_id, x.protocol_type) for x in r.groups]) == (
             0, [("g", "consumer")])
@@ -277,9 +279,9 @@ async def test_handlers_over_the_wire(tmp_path):
         r = await wire(ApiKey.LEAVE_GROUP, 0, {"group_id": "g", "member_id": member})
         assert r.error_code == E.UNKNOWN_MEMBER_ID
         r = await wire(ApiKey.JOIN_GROUP, 1, {
-            "group_id": "g", "session_timeout": 10, "rebalance_timeout": 10, "member_id": "",
-            "protocol_type": "consumer",
-            "group_protocols": [{"protocol_name": "range", "protocol_metadata": b"m"}]})
+            "group_id": "g", "session_timeout_ms": 10, "rebalance_timeout_ms": 10,
+            "member_id": "", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"m"}]})
         assert r.error_code == E.INVALID_SESSION_TIMEOUT
 
 
@@ -287,16 +289,17 @@ async def test_handlers_before_the_coordinator_started(tmp_path):
     ctx = await open_context(make_config(tmp_path))
     try:
         wire = Wire(ctx)
-        r = await wire(ApiKey.FIND_COORDINATOR, 0, {"group_id": "g"})
+        r = await wire(ApiKey.FIND_COORDINATOR, 0, {"key": "g"})
         assert r.error_code == E.GROUP_COORDINATOR_NOT_AVAILABLE
         r = await wire(ApiKey.OFFSET_COMMIT, 2, {
-            "group_id": "g", "group_generation_id": -1, "member_id": "", "retention_time": -1,
-            "topics": [{"topic": "t", "partitions": [{"partition": 0, "offset": 1,
-                                                      "metadata": ""}]}]})
-        assert r.responses[0].partition_responses[0].error_code == 15
+            "group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+            "retention_time_ms": -1,
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                     "committed_metadata": ""}]}]})
+        assert r.topics[0].partitions[0].error_code == 15
         r = await wire(ApiKey.JOIN_GROUP, 0, {
-            "group_id": "g", "session_timeout": 10_000, "member_id": "",
-            "protocol_type": "consumer", "group_protocols": []})
+            "group_id": "g", "session_timeout_ms": 10_000, "member_id": "",
+            "protocol_type": "consumer", "protocols": []})
         assert r.error_code == 15
     finally:
         ctx.log_manager.shutdown()

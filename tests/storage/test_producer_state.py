@@ -1,0 +1,79 @@
+"""Idempotent producers' state: Kafka 3.9's sequence and epoch rules, and the rebuild from the
+log after a reopen or a truncation."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from protocol.records import MessageSetBuilder
+from protocol.validator import TopicSettings, validate_produce
+from storage import Log, LogConfig
+from storage.producer_state import (
+    BATCHES_KEPT, Duplicate, InvalidProducerEpochError, OutOfOrderSequenceError,
+    ProducerStateManager,
+)
+
+NOW = 1_700_000_000_000
+
+
+def test_sequences_duplicates_and_epochs():
+    p = ProducerStateManager()
+    assert p.check(7, 0, 5, 9) is None  # unknown producer: any sequence (state lost)
+    p.update(7, 0, 5, 9, 100, 104, NOW)
+    assert p.check(7, 0, 5, 9) == Duplicate(100, 104, NOW)
+    with pytest.raises(OutOfOrderSequenceError, match="after 9"):
+        p.check(7, 0, 11, 12)
+    assert p.check(7, 0, 10, 12) is None
+    for i in range(BATCHES_KEPT):
+        p.update(7, 0, 10 + i, 10 + i, 200 + i, 200 + i, NOW)
+    assert p.check(7, 0, 10, 10) == Duplicate(200, 200, NOW)
+    with pytest.raises(OutOfOrderSequenceError):
+        p.check(7, 0, 5, 9)  # older than the last five: no longer known as a duplicate
+    with pytest.raises(OutOfOrderSequenceError, match="epoch 1 at sequence 3"):
+        p.check(7, 1, 3, 4)
+    assert p.check(7, 1, 0, 4) is None
+    p.update(7, 1, 0, 4, 300, 304, NOW)
+    with pytest.raises(InvalidProducerEpochError):
+        p.check(7, 0, 15, 15)
+
+
+def test_sequence_wraps_to_zero():
+    p = ProducerStateManager()
+    p.update(1, 0, 2**31 - 2, 2**31 - 1, 0, 1, NOW)
+    assert p.check(1, 0, 0, 3) is None
+    with pytest.raises(OutOfOrderSequenceError):
+        p.check(1, 0, 1, 3)
+
+
+def batch(log: Log, producer_id: int, epoch: int, seq: int, n: int):
+    b = MessageSetBuilder(2, producer_id=producer_id, producer_epoch=epoch, base_sequence=seq)
+    for i in range(n):
+        b.append(b"v%d" % i, b"k", NOW)
+    return validate_produce(b.build(), TopicSettings(magic=2), next_offset=log.log_end_offset,
+                            now_ms=NOW)
+
+
+def test_log_rebuilds_producer_state_after_reopen_and_truncation(tmp_path, clock):
+    directory = os.path.join(tmp_path, "t-0")
+    log = Log(directory, LogConfig(segment_bytes=200), clock=clock, needs_recovery=False)
+    assert not log.producer_state_loaded
+    log.append(batch(log, 5, 0, 0, 3))
+    log.append(batch(log, 6, 2, 0, 2))  # another producer in between
+    log.append(batch(log, 5, 0, 3, 3))  # rolls: the state spans segments
+    assert len(log.segments) > 1
+    assert log.producer_state().check(5, 0, 3, 5) == Duplicate(5, 7, NOW)
+    log.append(batch(log, 5, 0, 6, 1))  # appends keep a loaded state current
+    assert log.producer_state().check(5, 0, 6, 6) == Duplicate(8, 8, NOW)
+    log.close()
+
+    log = Log(directory, LogConfig(segment_bytes=200), clock=clock, needs_recovery=True)
+    state = log.producer_state()
+    assert state.check(5, 0, 6, 6) == Duplicate(8, 8, NOW)
+    assert state.check(6, 2, 0, 1) == Duplicate(3, 4, NOW)
+    with pytest.raises(OutOfOrderSequenceError):
+        state.check(5, 0, 9, 9)
+    log.truncate_to(5)  # the second batch of producer 5 is gone: its retry is new again
+    assert not log.producer_state_loaded
+    assert log.producer_state().check(5, 0, 3, 5) is None
+    log.close()
