@@ -17,7 +17,7 @@ from tests.integration.kafka_wire import create_topic as wire_create_topic
 
 
 def test_kill9_mid_produce_keeps_every_acknowledged_message(broker_factory):
-    b = broker_factory({"log.flush.interval.messages": 1, "log.segment.bytes": 30000,
+    b = broker_factory({"log.flush.interval.messages": 1, "log.segment.bytes": 10000,
                         "log.index.interval.bytes": 300})
     topic = topic_name("crash")
     create_topic(b.bootstrap, topic, 2)
