@@ -270,28 +270,27 @@ def iter_records(buf, position: int = 0, header: BatchHeader | None = None) -> l
 
 # -- building --------------------------------------------------------------------------------
 
+def _encode_nullable(data, out: bytearray) -> None:
+    """A varint length (-1 for None), then the bytes."""
+    if data is None:
+        encode_varint(-1, out)
+    else:
+        encode_varint(len(data), out)
+        out += data
+
+
 def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, key, value,
                   headers=()) -> None:
     """Append one record (with its length prefix) to ``out``."""
     body = bytearray(b"\x00")
     encode_varint(timestamp_delta, body)
     encode_varint(offset_delta, body)
-    for field in (key, value):
-        if field is None:
-            encode_varint(-1, body)
-        else:
-            encode_varint(len(field), body)
-            body += field
+    _encode_nullable(key, body)
+    _encode_nullable(value, body)
     encode_varint(len(headers), body)
     for hkey, hvalue in headers:
-        raw = hkey.encode("utf-8")
-        encode_varint(len(raw), body)
-        body += raw
-        if hvalue is None:
-            encode_varint(-1, body)
-        else:
-            encode_varint(len(hvalue), body)
-            body += hvalue
+        _encode_nullable(hkey.encode("utf-8"), body)
+        _encode_nullable(hvalue, body)
     encode_varint(len(body), out)
     out += body
 
