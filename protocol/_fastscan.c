@@ -1,4 +1,5 @@
-/* The produce validator's per-message hot loop over uncompressed magic-1 messages.
+/* The produce validator's per-message hot loops: uncompressed magic-1 messages (scan_v1) and the
+ * records of one record batch (scan_v2).
  *
  * protocol/validator.py calls scan_v1() for a whole uncompressed set (or a wrapper's decompressed
  * inner set) and gets back one tuple, so a request costs one call, not one interpreter loop turn
@@ -160,8 +161,104 @@ static PyObject *scan_v1(PyObject *module, PyObject *args)
     return Py_BuildValue("(LLL)", (long long)r.count, (long long)r.max_ts, (long long)r.max_index);
 }
 
+/* Record batches (magic 2): the records section of one batch, decompressed, as laid out in
+ * protocol/recordbatch.py:
+ *   record = length varint, attributes int8, timestampDelta varlong, offsetDelta varint,
+ *            keyLength varint (-1 null), key, valueLength varint (-1 null), value,
+ *            headersCount varint, headers[keyLength varint, key, valueLength varint, value]
+ * Varints are zig-zag base-128, at most 10 bytes. */
+static inline int read_varint(const unsigned char *p, int64_t end, int64_t *pos, int64_t *out)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift <= 63; shift += 7) {
+        if (*pos >= end) return 0;
+        unsigned char b = p[(*pos)++];
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *out = (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Skip a length-prefixed field; null (-1) only where allowed. */
+static inline int skip_field(const unsigned char *p, int64_t end, int64_t *pos, int nullable)
+{
+    int64_t len;
+    if (!read_varint(p, end, pos, &len)) return 0;
+    if (len == -1) return nullable;
+    if (len < 0 || len > end - *pos) return 0;
+    *pos += len;
+    return 1;
+}
+
+struct scan2_result { int ok; int64_t max_ts; };
+
+static struct scan2_result scan2(const unsigned char *p, int64_t n, int64_t count,
+                                 int64_t base_ts, int64_t lo, int64_t hi, int check_time,
+                                 int keyed)
+{
+    struct scan2_result r = {0, NO_TIMESTAMP};
+    int64_t pos = 0;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t len, ts_delta, offset_delta, key_len, headers;
+        if (!read_varint(p, n, &pos, &len) || len < 0 || len > n - pos) return r;
+        int64_t end = pos + len;
+        if (pos >= end) return r;
+        pos++;  /* record attributes: unused */
+        if (!read_varint(p, end, &pos, &ts_delta) || !read_varint(p, end, &pos, &offset_delta))
+            return r;
+        if (offset_delta != i) return r;
+        int64_t ts = base_ts + ts_delta;
+        if (check_time && ts != NO_TIMESTAMP && (ts < lo || ts > hi)) return r;
+        if (ts > r.max_ts) r.max_ts = ts;
+        if (!read_varint(p, end, &pos, &key_len)) return r;
+        if (key_len == -1) {
+            if (keyed) return r;
+        } else {
+            if (key_len < 0 || key_len > end - pos) return r;
+            pos += key_len;
+        }
+        if (!skip_field(p, end, &pos, 1)) return r;
+        if (!read_varint(p, end, &pos, &headers) || headers < 0) return r;
+        for (int64_t h = 0; h < headers; h++) {
+            if (!skip_field(p, end, &pos, 0) || !skip_field(p, end, &pos, 1)) return r;
+        }
+        if (pos != end) return r;
+    }
+    r.ok = pos == n && count > 0;
+    return r;
+}
+
+PyDoc_STRVAR(scan_v2_doc,
+"scan_v2(records, count, base_ts, lo, hi, check_time, keyed) -> max_ts | None\n\n"
+"Check the uncompressed records section of one record batch: exactly count records filling it,\n"
+"offset deltas 0..count-1, every length inside its record, and (check_time) every timestamp\n"
+"base_ts + delta other than -1 within [lo, hi]; keyed refuses null keys. Returns the largest\n"
+"record timestamp, or None at the first thing it does not accept (the validator's Python path\n"
+"then gives the precise error). Reads only; scans without the GIL from 64 KiB.");
+
+static PyObject *scan_v2(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    long long count;
+    int check_time, keyed;
+    int64_t base_ts, lo, hi;
+    if (!PyArg_ParseTuple(args, "y*LO&O&O&pp", &view, &count, saturating_i64, &base_ts,
+                          saturating_i64, &lo, saturating_i64, &hi, &check_time, &keyed))
+        return NULL;
+    PyThreadState *released = view.len >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    struct scan2_result r = scan2(view.buf, view.len, count, base_ts, lo, hi, check_time, keyed);
+    if (released) PyEval_RestoreThread(released);
+    PyBuffer_Release(&view);
+    if (!r.ok) Py_RETURN_NONE;
+    return PyLong_FromLongLong((long long)r.max_ts);
+}
+
 static PyMethodDef methods[] = {
     {"scan_v1", scan_v1, METH_VARARGS, scan_v1_doc},
+    {"scan_v2", scan_v2, METH_VARARGS, scan_v2_doc},
     {NULL, NULL, 0, NULL},
 };
 

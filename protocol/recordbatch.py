@@ -231,11 +231,12 @@ def _parse_records(data, count: int, where: str, position: int) -> list[Record]:
                 if hkey is None:
                     raise ValueError("a header key is null")
                 hvalue, pos = _read_bytes(data, pos, end)
-                headers.append((hkey.decode("utf-8"), hvalue))
+                # Kafka does not check that header keys are UTF-8; keep any bytes losslessly.
+                headers.append((hkey.decode("utf-8", "surrogateescape"), hvalue))
             if pos != end:
                 raise ValueError(f"record has {end - pos} bytes after its headers")
             records.append(Record(ts_delta, offset_delta, key, value, tuple(headers)))
-    except (ValueError, IndexError, UnicodeDecodeError) as exc:
+    except (ValueError, IndexError) as exc:
         raise CorruptRecordError(f"{where}: record {len(records)} is malformed: {exc}",
                                  offset=position) from None
     if pos != n:
@@ -289,7 +290,7 @@ def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, key, 
     _encode_nullable(value, body)
     encode_varint(len(headers), body)
     for hkey, hvalue in headers:
-        _encode_nullable(hkey.encode("utf-8"), body)
+        _encode_nullable(hkey.encode("utf-8", "surrogateescape"), body)
         _encode_nullable(hvalue, body)
     encode_varint(len(body), out)
     out += body

@@ -219,3 +219,38 @@ def test_fuzzed_batches_never_raise():
         for s in (V2, LAT, TopicSettings(magic=1)):
             result = validate_produce(bytes(buf), s, next_offset=0, now_ms=NOW)
             assert isinstance(result, (Rejected, ValidatedRecords))
+
+
+@settings(max_examples=150, deadline=None)
+@given(records, st.booleans(), st.booleans(), st.integers(0, 2), st.data())
+def test_native_scan_agrees_with_the_python_path(recs, compacted, lat, cut, data):
+    """scan_v2 accepts exactly what the Python path accepts (it may only give up more often),
+    on valid batches and on batches with a byte changed in their records."""
+    from protocol import validator
+    buf = bytearray(kp_batch(Codec.NONE, recs))
+    if cut:
+        i = data.draw(st.integers(rb.RECORD_BATCH_OVERHEAD, len(buf) - 1))
+        buf[i] = data.draw(st.integers(0, 255))
+        struct.pack_into(">I", buf, rb.CRC_OFFSET, rb.batch_crc(buf, 0, len(buf)))
+    s = TopicSettings(magic=2, compacted=compacted, max_timestamp_difference_ms=500_000,
+                      timestamp_type=TimestampType.LOG_APPEND_TIME if lat
+                      else TimestampType.CREATE_TIME)
+    with_native = validate_produce(bytes(buf), s, next_offset=3, now_ms=NOW)
+    original = validator.scan_v2
+    validator.scan_v2 = lambda *args: None  # force the Python path
+    try:
+        python_only = validate_produce(bytes(buf), s, next_offset=3, now_ms=NOW)
+    finally:
+        validator.scan_v2 = original
+    assert with_native == python_only
+
+
+def test_native_scan_takes_valid_batches():
+    from protocol._fastscan import scan_v2
+    buf = kp_batch()
+    h = rb.read_header(buf)
+    section = rb.records_section(buf, h, 0)
+    assert scan_v2(section, 3, h.base_timestamp, NOW - 100, NOW + 100, True, False) == NOW + 2
+    assert scan_v2(section, 3, h.base_timestamp, NOW - 100, NOW + 1, True, False) is None
+    assert scan_v2(section, 3, h.base_timestamp, NOW - 100, NOW + 100, True, True) is None
+    assert scan_v2(section, 2, h.base_timestamp, NOW - 100, NOW + 100, True, False) is None
