@@ -439,7 +439,8 @@ class Log:
         """``read`` answered from memory alone, or None when it needs the files (then call
         ``read``). Answered: a read at the log end, and a read at the first offset of one of the
         last RECENT_SETS sets appended to the active segment (where a consumer at the tail reads
-        next), whose position is remembered, so no index lookup or scan touches the disk.
+        next), whose position is remembered, so no index lookup or scan touches the disk, when
+        everything from there to the log end fits in the limit.
         Raises ValueError for a negative ``max_bytes``."""
         self._check_open()
         if max_bytes < 0:
@@ -452,7 +453,9 @@ class Log:
             return None
         position, entry_bytes = found
         limit = max(max_bytes, entry_bytes) if min_one_message else max_bytes
-        return FetchData(segment.fileno(), position, min(segment.size - position, limit),
+        if segment.size - position > limit:
+            return None  # read() ends the answer on a whole entry: that needs the file
+        return FetchData(segment.fileno(), position, segment.size - position,
                          self.high_watermark)
 
     def _track_open_fd(self, segment: LogSegment) -> None:

@@ -28,6 +28,8 @@ from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_
 # offset int64, size int32: the 12-byte log overhead of an entry
 _OFFSET_SIZE = struct.Struct(">qi")
 _I32 = struct.Struct(">i")
+# how many entries a read walks to end on a whole one (record batches are few per fetch)
+TRIM_STEPS = 128
 # smallest magic-1 message; smaller entries are left to iter_shallow's checks
 _MIN_V1_SIZE = 22
 
@@ -329,15 +331,37 @@ class LogSegment:
     def read(self, offset: int, max_bytes: int, *, min_one_message: bool
              ) -> tuple[int, int, int] | None:
         """(fileno, position, length) of up to ``max_bytes`` from the entry holding ``offset``
-        (a compressed wrapper is returned whole from its start), or None when the segment ends
-        before it. The last entry may be cut off, as in Kafka; ``min_one_message`` widens the
-        length to cover at least the first entry."""
+        (a compressed wrapper or record batch is returned whole from its start), or None when
+        the segment ends before it. ``min_one_message`` widens the length to cover at least the
+        first entry. Where the limit falls inside an entry, the read ends after the last whole
+        entry before it (found within TRIM_STEPS entries; else the last entry is cut off, as in
+        Kafka): a client would only discard the partial entry and fetch it again, and a record
+        batch is often as large as a fetch, so sending it would double what crosses the wire."""
         entry, _ = self._find_entry(offset)
         if entry is None:
             return None
         entry_bytes = LOG_OVERHEAD + entry.size
         limit = max(max_bytes, entry_bytes) if min_one_message else max_bytes
-        return self.fileno(), entry.position, min(self.size - entry.position, limit)
+        length = min(self.size - entry.position, limit)
+        if length < self.size - entry.position:
+            length = self._whole_entries(entry.position, length) or length
+        return self.fileno(), entry.position, length
+
+    def _whole_entries(self, position: int, length: int) -> int:
+        """The bytes of the whole entries from ``position`` within ``length``; 0 when the first
+        is not whole or they are more than TRIM_STEPS."""
+        view = self._view(position + length)
+        end = position
+        for _ in range(TRIM_STEPS):
+            if end + LOG_OVERHEAD > position + length:
+                break
+            _, size = _OFFSET_SIZE.unpack_from(view, end)
+            if size < 0 or end + LOG_OVERHEAD + size > position + length:
+                break
+            end += LOG_OVERHEAD + size
+        else:
+            return 0
+        return end - position
 
     def find_offset_by_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The first message (deep inside compressed wrappers and record batches) with
