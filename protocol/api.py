@@ -85,7 +85,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
-    """Request header v1 (v2 for flexible ApiVersions, whose tagged fields are skipped).
+    """Request header v1, or v2 at a flexible version (its tagged fields are skipped).
 
     ``client_id`` is None when the client sent a null string.
     """
@@ -98,8 +98,8 @@ class RequestHeader:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One decoded request. ``body`` is a construct Container, or None for an ApiVersions
-    request at a version above the supported one (answer it with ``api_versions_body(
+    """One decoded request. ``body`` is a ``protocol.schemas.Body``, or None for an ApiVersions
+    request above the highest version served (answer it with ``api_versions_body(
     ErrorCode.UNSUPPORTED_VERSION)``; ``ServerConnection.send`` then uses the v0 layout)."""
 
     header: RequestHeader

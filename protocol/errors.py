@@ -1,7 +1,7 @@
 """Kafka error codes and the exceptions protocol/ raises on malformed input.
 
 Every exception here derives from :class:`ProtocolError`, so a caller that feeds untrusted bytes
-needs one ``except`` clause; nothing else (IndexError, struct.error, construct errors) escapes.
+needs one ``except`` clause; nothing else (IndexError, struct.error, UnicodeDecodeError) escapes.
 """
 from __future__ import annotations
 
