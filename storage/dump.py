@@ -29,6 +29,7 @@ from protocol.records import LOG_OVERHEAD, ShallowEntry, check_entry, iter_deep,
 from storage.errors import CorruptIndexError
 from storage.index import OffsetIndex, TimeIndex
 from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, parse_segment_file
+from storage.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
 
 _I32 = struct.Struct(">i")
 # Offset of key_length within an entry, by magic (12-byte log overhead + crc, magic, attributes
@@ -234,10 +235,13 @@ def _check_time_entry(entry, previous, timeline: _Timeline) -> str | None:
 def dump_file(path: str, *, deep: bool, verify: bool, out: TextIO, err: TextIO) -> int:
     """Print one file to ``out`` (problems with the file itself to ``err``); return its exit
     status (0 sound, 1 corrupt, 2 unreadable or unknown kind)."""
-    parsed = parse_segment_file(os.path.basename(path))
+    name = os.path.basename(path)
+    if name.endswith(SNAPSHOT_SUFFIX) and name[:-len(SNAPSHOT_SUFFIX)].isdigit():
+        return _dump_snapshot(path, out, err)
+    parsed = parse_segment_file(name)
     if parsed is None:
         err.write(f"dump-log: {path}: not a segment file (expected <20-digit offset>.log, "
-                  f".index or .timeindex)\n")
+                  f".index, .timeindex or .snapshot)\n")
         return UNREADABLE
     base, suffix = parsed
     try:
@@ -250,6 +254,27 @@ def dump_file(path: str, *, deep: bool, verify: bool, out: TextIO, err: TextIO) 
     if suffix == LOG_SUFFIX:
         return _dump_log(path, deep, out)
     return _dump_index(path, base, suffix, verify, out)
+
+
+def _dump_snapshot(path: str, out: TextIO, err: TextIO) -> int:
+    """A producer state snapshot, one line per producer as Kafka's DumpLogSegments prints it."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        err.write(f"dump-log: {path}: cannot read: {exc.strerror}\n")
+        return UNREADABLE
+    out.write(f"Dumping {path}\n")
+    try:
+        entries = ProducerStateManager.from_snapshot(data).last_batches()
+    except CorruptSnapshotError as exc:
+        out.write(f"corrupt snapshot: {exc}\n")
+        return CORRUPT
+    for producer_id, epoch, first_sequence, last_sequence, last_offset, timestamp in entries:
+        out.write(f"producerId: {producer_id} producerEpoch: {epoch} firstSequence: "
+                  f"{first_sequence} lastSequence: {last_sequence} lastOffset: {last_offset} "
+                  f"lastTimestamp: {timestamp}\n")
+    return OK
 
 
 def main(argv: list[str]) -> int:

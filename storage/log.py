@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING
 import structlog
 
 from protocol.records import LOG_OVERHEAD
-from storage.checkpoint import fsync_dir
+from storage.checkpoint import fsync_dir, write_atomically
 from storage.config import INT_MAX, LogConfig
 from storage.errors import (CorruptIndexError, InvalidAppendError, InvalidTopicError,
                             LogClosedError, OffsetOutOfRangeError, RecordSetTooLargeError)
 from storage.layout import (DELETED_SUFFIX, INDEX_SUFFIX, LEFTOVER_SUFFIXES, LOG_SUFFIX,
                             TIME_INDEX_SUFFIX, parse_partition_dir, parse_segment_file,
                             segment_path)
-from storage.producer_state import ProducerStateManager
+from storage.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
 from storage.segment import LogSegment, TimestampOffset
 
 if TYPE_CHECKING:
@@ -325,15 +325,48 @@ class Log:
         return self._producers is not None
 
     def producer_state(self) -> ProducerStateManager:
-        """The idempotent producers of this partition (storage/producer_state.py), rebuilt from
-        the batch headers of every segment on first use; appends keep it current."""
+        """The idempotent producers of this partition (storage/producer_state.py): on first use
+        the newest sound snapshot at or below the log end, then the batch headers after it;
+        appends keep it current."""
         self._check_open()
         if self._producers is None:
-            producers = ProducerStateManager()
-            producers.rebuild(batch for segment in self._segments
-                              for batch in segment.producer_batches())
+            producers, start = self._load_producer_snapshot()
+            first = self._segment_index(max(start, self.log_start_offset))
+            producers.rebuild(batch for segment in self._segments[first:]
+                              for batch in segment.producer_batches() if batch[4] >= start)
             self._producers = producers
         return self._producers
+
+    def _snapshot_offsets(self) -> list[int]:
+        return sorted(int(name[:-len(SNAPSHOT_SUFFIX)]) for name in os.listdir(self.directory)
+                      if name.endswith(SNAPSHOT_SUFFIX) and name[:-len(SNAPSHOT_SUFFIX)].isdigit())
+
+    def _load_producer_snapshot(self) -> tuple[ProducerStateManager, int]:
+        """(state, offset it holds up to) from the newest sound snapshot within the log, or an
+        empty state from the log start."""
+        for offset in reversed(self._snapshot_offsets()):
+            if not self.log_start_offset <= offset <= self.log_end_offset:
+                continue
+            path = segment_path(self.directory, offset, SNAPSHOT_SUFFIX)
+            try:
+                with open(path, "rb") as f:
+                    return ProducerStateManager.from_snapshot(f.read()), offset
+            except (OSError, CorruptSnapshotError) as exc:
+                logger.warning("ignoring producer state snapshot", topic=self.topic,
+                               partition=self.partition, file=path, reason=str(exc),
+                               action="none: the state is rebuilt from the log")
+        return ProducerStateManager(), self.log_start_offset
+
+    def _write_producer_snapshot(self, offset: int) -> None:
+        """Kafka's takeSnapshot: the loaded state as of ``offset`` (the log end), durably."""
+        if self._producers is not None:
+            write_atomically(segment_path(self.directory, offset, SNAPSHOT_SUFFIX),
+                             self._producers.snapshot())
+
+    def _delete_producer_snapshots(self, keep: Callable[[int], bool]) -> None:
+        for offset in self._snapshot_offsets():
+            if not keep(offset):
+                os.unlink(segment_path(self.directory, offset, SNAPSHOT_SUFFIX))
 
     def append_would_sync(self, validated: ValidatedRecords) -> bool:
         """True when ``append(validated)`` would fsync (a roll, or flush.messages reached);
@@ -379,6 +412,7 @@ class Log:
         old.release_fd()
         self._segments.append(segment)
         self._bases.append(base)
+        self._write_producer_snapshot(base)
         fsync_dir(self.directory)
         self.flush(base)
         return segment
@@ -539,6 +573,7 @@ class Log:
             return
         self._recent_sets.clear()
         self._producers = None  # rebuilt from what remains on next use
+        self._delete_producer_snapshots(lambda snapshot: snapshot <= offset)
         now = self._clock()
         if offset < self.log_start_offset:
             self._truncate_fully_and_start_at(offset)
@@ -563,6 +598,7 @@ class Log:
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         now = self._clock()
+        self._delete_producer_snapshots(lambda snapshot: False)
         for segment in self._segments:
             self._delete_segment(segment, now, reason="truncated fully")
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
@@ -624,6 +660,7 @@ class Log:
             del self._bases[0]
             deleted += 1
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self._delete_producer_snapshots(lambda snapshot: snapshot >= self.log_start_offset)
         return deleted
 
     def _time_expired(self, segment: LogSegment, now_ms: int) -> bool:
@@ -657,6 +694,7 @@ class Log:
         del self._segments[:len(deletable)]
         del self._bases[:len(deletable)]
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self._delete_producer_snapshots(lambda snapshot: snapshot >= self.log_start_offset)
         return len(deletable)
 
     def _delete_segment(self, segment: LogSegment, now_ms: int, *, reason: str) -> None:
@@ -687,6 +725,7 @@ class Log:
             return
         self.active_segment.seal()
         self.flush()
+        self._write_producer_snapshot(self.log_end_offset)  # a start then replays nothing
         for segment in self._segments:
             segment.close()
         for _, segment in self._pending_deletes:

@@ -13,20 +13,35 @@ sequence, first and last offset, max timestamp). A batch is checked before it is
 - otherwise the first sequence must follow the last one (int32 wrap-around to 0) ->
   :class:`OutOfOrderSequenceError` (OUT_OF_ORDER_SEQUENCE_NUMBER).
 
-The state is rebuilt from the log's batch headers (:meth:`rebuild`): after a restart or a
-truncation the Log scans its segments once, so a retry after a crash is still recognised. Kafka
-bounds that scan with ``.snapshot`` files; chronolog does not write them yet.
+Snapshots: at every roll the Log writes the state to ``<20-digit offset>.snapshot`` in Kafka's
+format (ProducerStateManager.writeSnapshot, version 1), and loads the newest snapshot at or below
+its end before replaying the batch headers after it, so a start does not rescan the whole log.
+As in Kafka, a snapshot keeps each producer's last batch only::
+
+    version int16 (1), crc uint32 (CRC-32C of everything after it),
+    count int32, count x entry:
+      producer_id int64, epoch int16, last_sequence int32, last_offset int64,
+      offset_delta int32 (last - first offset), timestamp int64,
+      coordinator_epoch int32 (-1), current_txn_first_offset int64 (-1)     46 bytes
 """
 from __future__ import annotations
 
+import struct
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable
 
+from crc32c import crc32c
+
 from storage.errors import StorageError
 
 __all__ = ["ProducerStateManager", "Duplicate", "ProducerStateError", "OutOfOrderSequenceError",
-           "InvalidProducerEpochError", "BATCHES_KEPT"]
+           "InvalidProducerEpochError", "CorruptSnapshotError", "BATCHES_KEPT", "SNAPSHOT_SUFFIX"]
+
+SNAPSHOT_SUFFIX = ".snapshot"
+_SNAPSHOT_VERSION = 1
+_SNAPSHOT_HEAD = struct.Struct(">hIi")          # version, crc, count: 10 bytes
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")    # 46 bytes, see the module docstring
 
 BATCHES_KEPT = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 _INT32_MAX = 2**31 - 1
@@ -51,6 +66,11 @@ class InvalidProducerEpochError(ProducerStateError):
     id than one already seen: a fenced, zombie producer."""
 
     error_name = "INVALID_PRODUCER_EPOCH"
+
+
+class CorruptSnapshotError(StorageError):
+    """Raised by :meth:`ProducerStateManager.from_snapshot` for a snapshot file that is
+    truncated, of another version, or fails its CRC-32C: the Log then rebuilds from the log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +150,48 @@ class ProducerStateManager:
                                     max_timestamp))
 
     def rebuild(self, batches: Iterable[tuple[int, int, int, int, int, int, int]]) -> None:
-        """Forget everything, then replay ``(producer_id, epoch, first_sequence, last_sequence,
-        first_offset, last_offset, max_timestamp)`` of every stored batch in offset order."""
-        self._producers.clear()
+        """Replay ``(producer_id, epoch, first_sequence, last_sequence, first_offset,
+        last_offset, max_timestamp)`` of stored batches in offset order (on top of a loaded
+        snapshot, or of nothing)."""
         for batch in batches:
             self.update(*batch)
+
+    def last_batches(self) -> list[tuple[int, int, int, int, int, int]]:
+        """(producer_id, epoch, first_sequence, last_sequence, last_offset, max_timestamp) of
+        each producer's last batch, by producer id (what a snapshot keeps)."""
+        return [(pid, e.epoch, e.batches[-1].first_sequence, e.batches[-1].last_sequence,
+                 e.batches[-1].last_offset, e.batches[-1].max_timestamp)
+                for pid, e in sorted(self._producers.items()) if e.batches]
+
+    def snapshot(self) -> bytes:
+        """The state in Kafka's snapshot format (each producer's last batch)."""
+        entries = bytearray()
+        last_batches = self.last_batches()
+        for producer_id, epoch, first_sequence, last_sequence, last_offset, ts in last_batches:
+            first_offset = self._producers[producer_id].batches[-1].first_offset
+            entries += _SNAPSHOT_ENTRY.pack(producer_id, epoch, last_sequence, last_offset,
+                                            last_offset - first_offset, ts, -1, -1)
+        body = struct.pack(">i", len(last_batches)) + entries
+        return struct.pack(">hI", _SNAPSHOT_VERSION, crc32c(body)) + body
+
+    @classmethod
+    def from_snapshot(cls, data: bytes) -> "ProducerStateManager":
+        """The state a snapshot holds; raises :class:`CorruptSnapshotError`."""
+        if len(data) < _SNAPSHOT_HEAD.size:
+            raise CorruptSnapshotError(f"snapshot of {len(data)} bytes is shorter than its header")
+        version, crc, count = _SNAPSHOT_HEAD.unpack_from(data)
+        if version != _SNAPSHOT_VERSION:
+            raise CorruptSnapshotError(f"snapshot version {version}, only 1 is known")
+        if crc32c(data[6:]) != crc:
+            raise CorruptSnapshotError("snapshot fails its CRC-32C check")
+        if count < 0 or len(data) != _SNAPSHOT_HEAD.size + count * _SNAPSHOT_ENTRY.size:
+            raise CorruptSnapshotError(f"snapshot of {len(data)} bytes cannot hold {count} "
+                                       f"entries")
+        state = cls()
+        for i in range(count):
+            (producer_id, epoch, last_sequence, last_offset, offset_delta, timestamp, _, _
+             ) = _SNAPSHOT_ENTRY.unpack_from(data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size)
+            first_sequence = (last_sequence - offset_delta) & 0x7FFFFFFF
+            state.update(producer_id, epoch, first_sequence, last_sequence,
+                         last_offset - offset_delta, last_offset, timestamp)
+        return state

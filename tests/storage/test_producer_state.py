@@ -77,3 +77,78 @@ def test_log_rebuilds_producer_state_after_reopen_and_truncation(tmp_path, clock
     assert not log.producer_state_loaded
     assert log.producer_state().check(5, 0, 3, 5) is None
     log.close()
+
+
+def test_snapshot_format_field_by_field():
+    """Kafka's ProducerStateManager snapshot (version 1): decoded here independently."""
+    import struct
+
+    from crc32c import crc32c
+    p = ProducerStateManager()
+    p.update(9, 2, 0, 4, 10, 14, NOW)
+    p.update(9, 2, 5, 6, 15, 16, NOW + 1)
+    p.update(3, 0, 2**31 - 2, 1, 20, 23, NOW + 2)  # sequence wraps inside the batch
+    data = p.snapshot()
+    version, crc, count = struct.unpack_from(">hIi", data)
+    assert (version, count, crc) == (1, 2, crc32c(data[6:]))
+    entries = [struct.unpack_from(">qhiqiqiq", data, 10 + 46 * i) for i in range(count)]
+    assert entries == [(3, 0, 1, 23, 3, NOW + 2, -1, -1), (9, 2, 6, 16, 1, NOW + 1, -1, -1)]
+    again = ProducerStateManager.from_snapshot(data)
+    assert again.check(9, 2, 5, 6) == Duplicate(15, 16, NOW + 1)
+    assert again.check(3, 0, 2**31 - 2, 1) == Duplicate(20, 23, NOW + 2)
+    assert again.check(9, 2, 7, 7) is None
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "version"])
+def test_corrupt_snapshots_are_refused(damage):
+    from storage.producer_state import CorruptSnapshotError
+    p = ProducerStateManager()
+    p.update(1, 0, 0, 0, 0, 0, NOW)
+    data = bytearray(p.snapshot())
+    if damage == "truncate":
+        data = data[:-3]
+    elif damage == "flip":
+        data[-1] ^= 1
+    else:
+        data[1] = 2
+    with pytest.raises(CorruptSnapshotError):
+        ProducerStateManager.from_snapshot(bytes(data))
+
+
+def test_snapshots_at_roll_and_close_are_used_and_kept_in_step(tmp_path, clock):
+    directory = os.path.join(tmp_path, "t-0")
+    log = Log(directory, LogConfig(segment_bytes=150), clock=clock, needs_recovery=False)
+    log.append(batch(log, 5, 0, 0, 3))
+    log.producer_state()  # loaded: rolls now write snapshots
+    log.append(batch(log, 5, 0, 3, 3))  # rolls at offset 3
+    snapshots = sorted(f for f in os.listdir(directory) if f.endswith(".snapshot"))
+    assert snapshots == ["00000000000000000003.snapshot"]
+    log.close()
+    assert "00000000000000000006.snapshot" in os.listdir(directory)
+    # a corrupt newest snapshot is ignored for the older one plus the log after it
+    with open(os.path.join(directory, "00000000000000000006.snapshot"), "r+b") as f:
+        f.write(b"\xff")
+    log = Log(directory, LogConfig(segment_bytes=150), clock=clock, needs_recovery=False)
+    assert log.producer_state().check(5, 0, 3, 5) == Duplicate(3, 5, NOW)
+    log.truncate_to(3)
+    assert sorted(f for f in os.listdir(directory) if f.endswith(".snapshot")) == [
+        "00000000000000000003.snapshot"]
+    assert log.producer_state().check(5, 0, 0, 2) == Duplicate(0, 2, NOW)
+    log.close()
+
+
+def test_dump_log_prints_a_snapshot(tmp_path):
+    import io
+
+    from storage.dump import dump_file
+    p = ProducerStateManager()
+    p.update(9, 2, 5, 6, 15, 16, NOW)
+    path = tmp_path / "00000000000000000017.snapshot"
+    path.write_bytes(p.snapshot())
+    out = io.StringIO()
+    assert dump_file(str(path), deep=False, verify=False, out=out, err=io.StringIO()) == 0
+    assert ("producerId: 9 producerEpoch: 2 firstSequence: 5 lastSequence: 6 lastOffset: 16 "
+            f"lastTimestamp: {NOW}") in out.getvalue()
+    path.write_bytes(p.snapshot()[:-1])
+    assert dump_file(str(path), deep=False, verify=False, out=io.StringIO(),
+                     err=io.StringIO()) == 1
