@@ -307,7 +307,6 @@ class BatchSpec:
     producer_epoch: int = NO_PRODUCER_EPOCH
     base_sequence: int = NO_SEQUENCE
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH
-    transactional: bool = False
 
 
 def build_batch(spec: BatchSpec, records, *, max_timestamp: int | None = None) -> bytes:
@@ -326,8 +325,6 @@ def build_batch(spec: BatchSpec, records, *, max_timestamp: int | None = None) -
     attributes = int(spec.codec)
     if spec.log_append_time:
         attributes |= TIMESTAMP_TYPE_MASK
-    if spec.transactional:
-        attributes |= TRANSACTIONAL_MASK
     last_delta = records[-1][0] if records else 0
     out = bytearray(_HEADER.pack(
         spec.base_offset, RECORD_BATCH_OVERHEAD - LENGTH_OFFSET - 4 + len(body),

@@ -553,7 +553,7 @@ def _encode_tagged(get, tagged, out) -> None:
 class MessageCodec:
     """The decoder and encoder of one message (e.g. ProduceRequest) at one version."""
 
-    __slots__ = ("name", "version", "flexible", "decode", "encode", "field_names", "schema")
+    __slots__ = ("name", "version", "flexible", "decode", "encode", "schema")
 
     def __init__(self, name: str, version: int, flexible: bool, struct_def: _StructDef) -> None:
         self.name = name
@@ -561,7 +561,6 @@ class MessageCodec:
         self.flexible = flexible
         self.decode: Decoder = _struct_decoder(struct_def)
         self.encode: Encoder = _struct_encoder(struct_def)
-        self.field_names = tuple(f.name for f in struct_def.fields if f.present)
         self.schema = struct_def  # the field tree, for tests and tools that walk it
 
     def __repr__(self) -> str:
