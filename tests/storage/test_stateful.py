@@ -35,6 +35,9 @@ class LogMachine(RuleBasedStateMachine):
         self.tmp = tempfile.mkdtemp(prefix="storage-stateful-")
         self.clock = Clock(NOW)
         self.entries: list[list[tuple]] = []
+        # last offset of an idempotent producer's batch -> (producer id, first and last sequence)
+        self.producers: dict[int, tuple[int, int, int]] = {}
+        self.next_sequence: dict[int, int] = {}
         self.start = 0
         self.log: Log | None = None
 
@@ -67,15 +70,22 @@ class LogMachine(RuleBasedStateMachine):
           codec=st.sampled_from([Codec.NONE, Codec.NONE, Codec.GZIP, Codec.LZ4, Codec.SNAPPY]),
           value_size=st.integers(0, 120), seed=st.integers(0, 2**32),
           kind=st.sampled_from(["create"] * 4 + ["log_append", "magic0"]
-                               + ["v2"] * 4 + ["v2_log_append", "v2_zstd"]))
-    def append(self, stamps, codec, value_size, seed, kind):
+                               + ["v2"] * 4 + ["v2_log_append", "v2_zstd"]),
+          producer=st.sampled_from([None, None, 1, 2]))
+    def append(self, stamps, codec, value_size, seed, kind, producer):
         # Values derived from a drawn seed: sizes after compression must replay identically.
         # Record batches (v2) go into the same log as magic 0/1 sets, as after an upgrade.
         rng = random.Random(seed)
         magic = 0 if kind == "magic0" else 2 if kind.startswith("v2") else 1
         if kind == "v2_zstd":
             codec = Codec.ZSTD
-        builder = MessageSetBuilder(magic=magic, codec=codec)
+        idempotent = magic == 2 and producer is not None
+        # an idempotent producer's sequences only go forward, whatever the log lost or deleted
+        sequence = self.next_sequence.get(producer, 0) if idempotent else -1
+        builder = MessageSetBuilder(magic=magic, codec=codec,
+                                    producer_id=producer if idempotent else -1,
+                                    producer_epoch=0 if idempotent else -1,
+                                    base_sequence=sequence)
         for i, ts in enumerate(stamps):
             headers = (("i", b"%d" % i),) if magic == 2 and i % 2 else ()
             builder.append(rng.randbytes(value_size), key=b"%d" % i,
@@ -92,6 +102,12 @@ class LogMachine(RuleBasedStateMachine):
             wrapper = v.buffer[entry.position:entry.next_position]
             self.entries.append([(m.offset, m.timestamp, m.key, m.value)
                                  for m in iter_deep(wrapper)])
+            # keyed by last offset: one left by a truncated batch is replaced or dropped here
+            self.producers.pop(entry.offset, None)
+            if idempotent:
+                self.producers[entry.offset] = (producer, sequence,
+                                                sequence + len(stamps) - 1)
+                self.next_sequence[producer] = sequence + len(stamps)
 
     @rule()
     def roll(self):
@@ -210,6 +226,24 @@ class LogMachine(RuleBasedStateMachine):
         expected = next((TimestampOffset(ts, off) for off, ts, _, _ in self.messages
                          if ts >= target), None)
         assert self.log.offset_for_timestamp(target) == expected
+
+    @invariant()
+    def producer_state_knows_each_producers_last_batch(self):
+        """The state rebuilt (snapshot + batch headers) recognises each producer's last batch
+        still in the log as a duplicate, with its offsets, and expects the next sequence."""
+        if self.log is None:
+            return
+        last: dict[int, tuple[int, int, int, int]] = {}
+        for e in self.entries:
+            if e[-1][0] in self.producers:
+                pid, first_seq, last_seq = self.producers[e[-1][0]]
+                last[pid] = (first_seq, last_seq, e[0][0], e[-1][0])
+        state = self.log.producer_state()
+        for pid, (first_seq, last_seq, first_offset, last_offset) in last.items():
+            dup = state.check(pid, 0, first_seq, last_seq)
+            assert dup is not None and (dup.first_offset, dup.last_offset) == (
+                first_offset, last_offset), (pid, dup)
+            assert state.check(pid, 0, last_seq + 1, last_seq + 1) is None
 
     @invariant()
     def indexes_verify_against_the_log(self):
