@@ -147,8 +147,9 @@ class BrokerContext:
                 await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
                 for p in range(partitions):
                     async with self.partition(name, p).lock:
-                        await trio.to_thread.run_sync(
+                        log_ = await trio.to_thread.run_sync(
                             self.log_manager.create_log, name, p, topic.log_config)
+                        await trio.to_thread.run_sync(log_.assign_topic_id, topic.topic_id)
             except BaseException:
                 self.topics.remove(name)
                 with trio.CancelScope(shield=True):

@@ -30,7 +30,7 @@ from broker.groups import setup as setup_group_coordinator
 from broker.handlers import HANDLERS, release_fetch_body
 from broker.topics import TopicRegistry, load_or_create_meta
 from protocol import ApiKey, FileRegion, ProtocolError, Request, ServerConnection
-from storage import LogManager
+from storage import InconsistentTopicIdError, LogManager
 
 log = structlog.get_logger(__name__)
 
@@ -80,9 +80,18 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     for name in registry.names():
         topic = registry.get(name)
         for p in range(topic.partitions):
-            if manager.get_log(name, p) is None:
+            partition_log = manager.get_log(name, p)
+            if partition_log is None:
                 log.warning("creating missing partition log", topic=name, partition=p)
-                await trio.to_thread.run_sync(manager.create_log, name, p, topic.log_config)
+                partition_log = await trio.to_thread.run_sync(manager.create_log, name, p,
+                                                              topic.log_config)
+            try:
+                await trio.to_thread.run_sync(partition_log.assign_topic_id, topic.topic_id)
+            except InconsistentTopicIdError as exc:
+                log.error("partition directory belongs to another topic id", topic=name,
+                          partition=p, reason=str(exc),
+                          action="move the directory away if the topic was deleted and "
+                                 "created again; chronolog keeps serving it as it is")
     if changed:
         await trio.to_thread.run_sync(registry.save, registry.snapshot())
     log.info("logs loaded", topics=len(registry.names()),

@@ -21,8 +21,9 @@ Where this package deliberately departs from Kafka 0.10.1 ("we do better"):
   before returning; truncation happens at message-set boundaries.
 """
 from storage.config import LogConfig
-from storage.errors import (CorruptIndexError, InvalidAppendError, InvalidConfigError,
-                            InvalidTopicError, LogClosedError, LogNotFoundError,
+from storage.errors import (CorruptIndexError, InconsistentTopicIdError, InvalidAppendError,
+                            InvalidConfigError, InvalidTopicError, LogClosedError,
+                            LogNotFoundError,
                             OffsetOutOfRangeError, RecordSetTooLargeError, StorageError)
 from storage.log import FetchData, Log
 from storage.manager import LogManager
@@ -32,5 +33,5 @@ __all__ = [
     "LogConfig", "Log", "LogManager", "FetchData", "TimestampOffset",
     "StorageError", "OffsetOutOfRangeError", "InvalidTopicError", "LogNotFoundError",
     "CorruptIndexError", "InvalidAppendError", "RecordSetTooLargeError", "InvalidConfigError",
-    "LogClosedError",
+    "LogClosedError", "InconsistentTopicIdError",
 ]

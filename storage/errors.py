@@ -53,5 +53,11 @@ class InvalidConfigError(StorageError, ValueError):
     a non-integer."""
 
 
+class InconsistentTopicIdError(StorageError):
+    """Raised by :meth:`storage.log.Log.assign_topic_id` when the partition directory's
+    partition.metadata names another topic id: the directory belongs to an older topic of the
+    same name (Kafka: INCONSISTENT_TOPIC_ID)."""
+
+
 class LogClosedError(StorageError):
     """Raised when a closed or deleted Log is used."""

@@ -18,6 +18,8 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 # Leftovers of an interrupted delete/clean/swap; removed when a log is loaded.
 LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
+# KIP-516: the partition's topic id, "version: 0\ntopic_id: <base64url uuid>\n"
+PARTITION_METADATA_FILE = "partition.metadata"
 # A partition directory renamed on topic deletion; removed at start-up if a crash left it.
 DELETE_DIR_SUFFIX = "-delete"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"

@@ -17,9 +17,11 @@ propagates unchanged.
 from __future__ import annotations
 
 import bisect
+import base64
 import os
 import random
 import struct
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,11 +31,12 @@ import structlog
 from protocol.records import LOG_OVERHEAD
 from storage.checkpoint import fsync_dir, write_atomically
 from storage.config import INT_MAX, LogConfig
-from storage.errors import (CorruptIndexError, InvalidAppendError, InvalidTopicError,
-                            LogClosedError, OffsetOutOfRangeError, RecordSetTooLargeError)
+from storage.errors import (CorruptIndexError, InconsistentTopicIdError, InvalidAppendError,
+                            InvalidTopicError, LogClosedError, OffsetOutOfRangeError,
+                            RecordSetTooLargeError)
 from storage.layout import (DELETED_SUFFIX, INDEX_SUFFIX, LEFTOVER_SUFFIXES, LOG_SUFFIX,
-                            TIME_INDEX_SUFFIX, parse_partition_dir, parse_segment_file,
-                            segment_path)
+                            PARTITION_METADATA_FILE, TIME_INDEX_SUFFIX, parse_partition_dir,
+                            parse_segment_file, segment_path)
 from storage.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
 from storage.segment import LogSegment, TimestampOffset
 
@@ -323,6 +326,38 @@ class Log:
         """False until :meth:`producer_state` has scanned the log (after opening or a
         truncation): that first call reads every segment's batch headers."""
         return self._producers is not None
+
+    @property
+    def topic_id(self) -> uuid.UUID | None:
+        """The KIP-516 topic id in this directory's partition.metadata, None without one."""
+        path = os.path.join(self.directory, PARTITION_METADATA_FILE)
+        try:
+            with open(path, encoding="ascii") as f:
+                fields = dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
+        except FileNotFoundError:
+            return None
+        text = fields.get("topic_id", "")
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        if fields.get("version") != "0" or len(raw) != 16:
+            raise InconsistentTopicIdError(f"{self.name}: {path} is not a version-0 partition "
+                                           f"metadata file with a 16-byte topic id")
+        return uuid.UUID(bytes=raw)
+
+    def assign_topic_id(self, topic_id: uuid.UUID) -> None:
+        """Write partition.metadata (Kafka's format: ``version: 0`` and ``topic_id: <base64>``)
+        unless it already names ``topic_id``; raises InconsistentTopicIdError when it names
+        another."""
+        self._check_open()
+        stored = self.topic_id
+        if stored == topic_id:
+            return
+        if stored is not None:
+            raise InconsistentTopicIdError(
+                f"{self.name}: partition.metadata holds topic id {stored}, not {topic_id}: the "
+                f"directory belongs to another topic of the same name")
+        text = base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+        write_atomically(os.path.join(self.directory, PARTITION_METADATA_FILE),
+                         f"version: 0\ntopic_id: {text}\n".encode("ascii"))
 
     def producer_state(self) -> ProducerStateManager:
         """The idempotent producers of this partition (storage/producer_state.py): on first use

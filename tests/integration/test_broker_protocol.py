@@ -1,6 +1,8 @@
 """Protocol-level behaviour of the broker process, checked with raw requests."""
 from __future__ import annotations
 
+import base64
+import os
 import socket
 import struct
 import threading
@@ -64,6 +66,10 @@ def test_metadata_auto_creates_once_with_leader_not_available(client, broker):
     # v10+: topic ids (KIP-516), and topics asked for by id
     by_name = client.call(ApiKey.METADATA, 12, {"topics": [{"name": topic}]}).topics[0]
     assert by_name.topic_id.int != 0
+    if not broker.external:  # the id is also in the partition directory, as Kafka keeps it
+        metadata = os.path.join(broker.log_dir, f"{topic}-0", "partition.metadata")
+        stored = open(metadata).read().split("topic_id: ")[1].strip()
+        assert base64.urlsafe_b64decode(stored + "==") == by_name.topic_id.bytes
     by_id = client.call(ApiKey.METADATA, 12, {"topics": [{"name": None,
                                                           "topic_id": by_name.topic_id}]})
     assert (by_id.topics[0].name, by_id.topics[0].error_code) == (topic, 0)

@@ -102,3 +102,25 @@ def test_offset_of_max_timestamp_is_the_first_message_holding_it(tmp_path, clock
     assert log.offset_of_max_timestamp() == TimestampOffset(expected[1], expected[0])
     log.append(validated(log, [NOW + 70, NOW + 3], magic=1))  # ties the LogAppendTime batch
     assert log.offset_of_max_timestamp() == TimestampOffset(NOW + 70, 44)
+
+
+def test_partition_metadata_holds_the_topic_id(tmp_path, clock):
+    import uuid
+
+    import pytest
+
+    from storage import InconsistentTopicIdError
+    log = open_log(tmp_path, clock)
+    assert log.topic_id is None
+    topic_id = uuid.UUID("e3e70682-c209-4cac-629f-6fbed82c07cd")
+    log.assign_topic_id(topic_id)
+    path = os.path.join(log.directory, "partition.metadata")
+    # Kafka's PartitionMetadataFile: version 0, the id as Uuid.toString (base64url, no padding)
+    assert open(path).read() == "version: 0\ntopic_id: 4-cGgsIJTKxin2--2CwHzQ\n"
+    log.assign_topic_id(topic_id)  # the same id again: nothing to do
+    log.close()
+    log = open_log(tmp_path, clock)
+    assert log.topic_id == topic_id
+    with pytest.raises(InconsistentTopicIdError, match="another topic"):
+        log.assign_topic_id(uuid.uuid4())
+    log.close()
