@@ -114,7 +114,7 @@ class Log:
         # first offset -> (position, first entry bytes) of the last RECENT_SETS sets appended to
         # _recent_segment (the active segment when it was filled; emptied on truncation).
         self._recent_sets: dict[int, tuple[int, int]] = {}
-        self._producers: ProducerStateManager | None = None  # see producer_state()
+        self._producers = ProducerStateManager()  # loaded below, see _load_producer_state
         self._recent_segment: LogSegment | None = None
         self._closed = False
         os.makedirs(directory, exist_ok=True)
@@ -129,6 +129,7 @@ class Log:
         self.log_end_offset = active.next_offset()
         if not needs_recovery or self.recovery_point > self.log_end_offset:
             self.recovery_point = self.log_end_offset
+        self._load_producer_state(clean_shutdown=not needs_recovery)
         self.last_flush_ms = clock()
 
     # -- properties --------------------------------------------------------------------------
@@ -313,19 +314,12 @@ class Log:
         recent[first] = (position, LOG_OVERHEAD + _SIZE_FIELD.unpack_from(buffer, 8)[0])
         if len(recent) > RECENT_SETS:
             del recent[next(iter(recent))]
-        if self._producers is not None:
-            for b in validated.producer_batches:
-                self._producers.update(b.producer_id, b.producer_epoch, b.base_sequence,
-                                       b.last_sequence, b.first_offset, b.last_offset,
-                                       b.max_timestamp)
+        for b in validated.producer_batches:
+            self._producers.update(b.producer_id, b.producer_epoch, b.base_sequence,
+                                   b.last_sequence, b.first_offset, b.last_offset,
+                                   b.max_timestamp)
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
-
-    @property
-    def producer_state_loaded(self) -> bool:
-        """False until :meth:`producer_state` has scanned the log (after opening or a
-        truncation): that first call reads every segment's batch headers."""
-        return self._producers is not None
 
     @property
     def topic_id(self) -> uuid.UUID | None:
@@ -360,28 +354,44 @@ class Log:
                          f"version: 0\ntopic_id: {text}\n".encode("ascii"))
 
     def producer_state(self) -> ProducerStateManager:
-        """The idempotent producers of this partition (storage/producer_state.py): on first use
-        the newest sound snapshot at or below the log end, then the batch headers after it;
-        appends keep it current."""
+        """The idempotent producers of this partition (storage/producer_state.py), loaded when
+        the log opened and after every truncation; appends keep it current."""
         self._check_open()
-        if self._producers is None:
-            producers, start = self._load_producer_snapshot()
-            first = self._segment_index(max(start, self.log_start_offset))
-            producers.rebuild(batch for segment in self._segments[first:]
-                              for batch in segment.producer_batches() if batch[4] >= start)
-            self._producers = producers
         return self._producers
+
+    def _load_producer_state(self, *, clean_shutdown: bool) -> None:
+        """Kafka's LogLoader.rebuildProducerState: the newest sound snapshot within the log,
+        then the batch headers after it.
+
+        A cleanly shut down log without any snapshot was written before snapshots existed (or
+        by a version that kept none): as Kafka does, skip the scan of every segment and write
+        empty snapshots at the last two segment bases and the log end, so that a later
+        truncation or reload does not scan either. Every close writes a snapshot at the log end,
+        so an ordinary clean start replays nothing."""
+        # Kafka's removeStraySnapshots: recovery or truncation cut the log below them.
+        self._delete_producer_snapshots(
+            lambda snapshot: self.log_start_offset <= snapshot <= self.log_end_offset)
+        if clean_shutdown and not self._snapshot_offsets():
+            self._producers = ProducerStateManager()
+            if self.log_end_offset == self.log_start_offset:
+                return  # nothing to scan, ever
+            for offset in sorted({*self._bases[-2:], self.log_end_offset}):
+                self._write_producer_snapshot(offset)
+            return
+        producers, start = self._load_producer_snapshot()
+        first = self._segment_index(max(start, self.log_start_offset))
+        producers.rebuild(batch for segment in self._segments[first:]
+                          for batch in segment.producer_batches() if batch[4] >= start)
+        self._producers = producers
 
     def _snapshot_offsets(self) -> list[int]:
         return sorted(int(name[:-len(SNAPSHOT_SUFFIX)]) for name in os.listdir(self.directory)
                       if name.endswith(SNAPSHOT_SUFFIX) and name[:-len(SNAPSHOT_SUFFIX)].isdigit())
 
     def _load_producer_snapshot(self) -> tuple[ProducerStateManager, int]:
-        """(state, offset it holds up to) from the newest sound snapshot within the log, or an
-        empty state from the log start."""
+        """(state, offset it holds up to) from the newest sound snapshot (all lie within the
+        log), or an empty state from the log start."""
         for offset in reversed(self._snapshot_offsets()):
-            if not self.log_start_offset <= offset <= self.log_end_offset:
-                continue
             path = segment_path(self.directory, offset, SNAPSHOT_SUFFIX)
             try:
                 with open(path, "rb") as f:
@@ -394,9 +404,8 @@ class Log:
 
     def _write_producer_snapshot(self, offset: int) -> None:
         """Kafka's takeSnapshot: the loaded state as of ``offset`` (the log end), durably."""
-        if self._producers is not None:
-            write_atomically(segment_path(self.directory, offset, SNAPSHOT_SUFFIX),
-                             self._producers.snapshot())
+        write_atomically(segment_path(self.directory, offset, SNAPSHOT_SUFFIX),
+                         self._producers.snapshot())
 
     def _delete_producer_snapshots(self, keep: Callable[[int], bool]) -> None:
         for offset in self._snapshot_offsets():
@@ -607,7 +616,6 @@ class Log:
         if offset >= self.log_end_offset:
             return
         self._recent_sets.clear()
-        self._producers = None  # rebuilt from what remains on next use
         self._delete_producer_snapshots(lambda snapshot: snapshot <= offset)
         now = self._clock()
         if offset < self.log_start_offset:
@@ -628,6 +636,7 @@ class Log:
         else:
             self.log_end_offset = segment.next_offset()
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._load_producer_state(clean_shutdown=False)  # Kafka's truncateAndReload
         logger.info("log truncated", topic=self.topic, partition=self.partition,
                     requested_offset=offset, log_end_offset=self.log_end_offset)
 
@@ -645,6 +654,7 @@ class Log:
         self._open_inactive = []
         fsync_dir(self.directory)
         self.log_end_offset = self.recovery_point = offset
+        self._producers = ProducerStateManager()
         logger.info("log emptied and restarted", topic=self.topic, partition=self.partition,
                     log_start_offset=offset)
 

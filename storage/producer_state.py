@@ -13,9 +13,9 @@ sequence, first and last offset, max timestamp). A batch is checked before it is
 - otherwise the first sequence must follow the last one (int32 wrap-around to 0) ->
   :class:`OutOfOrderSequenceError` (OUT_OF_ORDER_SEQUENCE_NUMBER).
 
-Snapshots: at every roll the Log writes the state to ``<20-digit offset>.snapshot`` in Kafka's
-format (ProducerStateManager.writeSnapshot, version 1), and loads the newest snapshot at or below
-its end before replaying the batch headers after it, so a start does not rescan the whole log.
+Snapshots: at every roll and at close the Log writes the state to ``<20-digit offset>.snapshot``
+in Kafka's format (ProducerStateManager.writeSnapshot, version 1); when it opens it loads the
+newest one and replays the batch headers after it, so a start does not rescan the whole log.
 As in Kafka, a snapshot keeps each producer's last batch only::
 
     version int16 (1), crc uint32 (CRC-32C of everything after it),

@@ -28,7 +28,6 @@ from broker.errors import CloseConnectionError
 from broker.topics import Topic
 from protocol.api import Request
 from protocol.errors import ErrorCode
-from protocol import recordbatch as rb
 from protocol.records import TimestampType
 from protocol.validator import Rejected, ValidatedRecords, validate_produce
 from storage.producer_state import Duplicate, ProducerStateError
@@ -38,16 +37,6 @@ log = structlog.get_logger(__name__)
 
 # Sets up to this size are validated on the trio thread (~0.2 ms of CPU for 100 B messages).
 INLINE_BYTES = 65536
-
-
-def _from_idempotent_producer(record_set: bytes) -> bool:
-    """Whether the set starts with a record batch carrying a producer id (read from its header
-    without validating, only to choose the worker thread: a first producer check scans the
-    log)."""
-    return (len(record_set) >= rb.RECORD_BATCH_OVERHEAD
-            and record_set[rb.MAGIC_OFFSET] == rb.MAGIC
-            and int.from_bytes(record_set[rb.PRODUCER_ID_OFFSET:rb.PRODUCER_EPOCH_OFFSET],
-                               "big", signed=True) >= 0)
 
 
 def _check_producers(log_, result: ValidatedRecords) -> Rejected | Duplicate | None:
@@ -70,7 +59,7 @@ def _check_producers(log_, result: ValidatedRecords) -> Rejected | Duplicate | N
 
 def _validate(log_, record_set, topic: Topic, now_ms: int,
               version: int) -> Rejected | Duplicate | ValidatedRecords:
-    """Under the partition lock; CPU only, except a first producer check (log scan)."""
+    """Under the partition lock; CPU only."""
     result = validate_produce(record_set, topic.settings, next_offset=log_.log_end_offset,
                               now_ms=now_ms, require_magic2=version >= 3)
     if isinstance(result, Rejected) or result.message_count == 0:
@@ -171,8 +160,7 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
                 if state.last_append_time < 0:
                     state.last_append_time = await trio.to_thread.run_sync(_last_timestamp, log_)
                 now = state.next_append_time(now)
-            if len(record_set) <= INLINE_BYTES and (log_.producer_state_loaded or
-                                                     not _from_idempotent_producer(record_set)):
+            if len(record_set) <= INLINE_BYTES:
                 result, rolled = await _validate_and_append_inline(log_, record_set, topic, now,
                                                                    version)
             else:

@@ -395,7 +395,8 @@ def test_expired_active_segment_is_rolled_then_deleted(tmp_path, clock):
     assert log.delete_expired_segments(clock.now) == 1
     assert [s.base_offset for s in log.segments] == [2]
     assert (log.log_start_offset, log.log_end_offset) == (2, 2)
-    assert seg_files(log) == [f"{2:020d}.index", f"{2:020d}.log", f"{2:020d}.timeindex"]
+    assert seg_files(log) == [f"{2:020d}.index", f"{2:020d}.log", f"{2:020d}.snapshot",
+                              f"{2:020d}.timeindex"]  # the roll's producer state snapshot
     assert log.delete_expired_segments(clock.now) == 0   # an empty active segment stays
     log.append(validated(log, [clock.now]))
     assert [m.offset for m in all_messages(log)] == [2]
@@ -670,7 +671,8 @@ def test_leftover_and_orphan_files_are_removed_on_load(tmp_path, clock):
                  "00000000000000000099.timeindex"):
         open(os.path.join(d, name), "wb").write(b"x")
     log = Log(d, log.config, clock=clock, needs_recovery=False)
-    assert sorted(os.listdir(d)) == [f"{0:020d}{s}" for s in (".index", ".log", ".timeindex")]
+    assert sorted(os.listdir(d)) == [f"{0:020d}{s}" for s in (".index", ".log", ".timeindex")] + [
+        f"{1:020d}.snapshot"]  # producer state written at close
     assert log.log_end_offset == 1
 
 

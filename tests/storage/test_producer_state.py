@@ -9,6 +9,7 @@ import pytest
 from protocol.records import MessageSetBuilder
 from protocol.validator import TopicSettings, validate_produce
 from storage import Log, LogConfig
+from storage.layout import segment_path
 from storage.producer_state import (
     BATCHES_KEPT, Duplicate, InvalidProducerEpochError, OutOfOrderSequenceError,
     ProducerStateManager,
@@ -57,7 +58,6 @@ def batch(log: Log, producer_id: int, epoch: int, seq: int, n: int):
 def test_log_rebuilds_producer_state_after_reopen_and_truncation(tmp_path, clock):
     directory = os.path.join(tmp_path, "t-0")
     log = Log(directory, LogConfig(segment_bytes=200), clock=clock, needs_recovery=False)
-    assert not log.producer_state_loaded
     log.append(batch(log, 5, 0, 0, 3))
     log.append(batch(log, 6, 2, 0, 2))  # another producer in between
     log.append(batch(log, 5, 0, 3, 3))  # rolls: the state spans segments
@@ -74,7 +74,6 @@ def test_log_rebuilds_producer_state_after_reopen_and_truncation(tmp_path, clock
     with pytest.raises(OutOfOrderSequenceError):
         state.check(5, 0, 9, 9)
     log.truncate_to(5)  # the second batch of producer 5 is gone: its retry is new again
-    assert not log.producer_state_loaded
     assert log.producer_state().check(5, 0, 3, 5) is None
     log.close()
 
@@ -119,7 +118,6 @@ def test_snapshots_at_roll_and_close_are_used_and_kept_in_step(tmp_path, clock):
     directory = os.path.join(tmp_path, "t-0")
     log = Log(directory, LogConfig(segment_bytes=150), clock=clock, needs_recovery=False)
     log.append(batch(log, 5, 0, 0, 3))
-    log.producer_state()  # loaded: rolls now write snapshots
     log.append(batch(log, 5, 0, 3, 3))  # rolls at offset 3
     snapshots = sorted(f for f in os.listdir(directory) if f.endswith(".snapshot"))
     assert snapshots == ["00000000000000000003.snapshot"]
@@ -134,6 +132,54 @@ def test_snapshots_at_roll_and_close_are_used_and_kept_in_step(tmp_path, clock):
     assert sorted(f for f in os.listdir(directory) if f.endswith(".snapshot")) == [
         "00000000000000000003.snapshot"]
     assert log.producer_state().check(5, 0, 0, 2) == Duplicate(0, 2, NOW)
+    log.close()
+
+
+def _snapshots(directory):
+    return sorted(int(f.split(".")[0]) for f in os.listdir(directory) if f.endswith(".snapshot"))
+
+
+def test_state_is_loaded_when_the_log_opens(tmp_path, clock):
+    """Kafka's LogLoader: an unclean start without snapshots scans the log; a clean start without
+    any (a directory from before snapshots) skips the scan and writes empty snapshots at the last
+    two segment bases and the log end, so later reloads never scan either."""
+    directory = os.path.join(tmp_path, "t-0")
+    config = LogConfig(segment_bytes=150)
+    log = Log(directory, config, clock=clock, needs_recovery=False)
+    for seq in (0, 3, 6):
+        log.append(batch(log, 5, 0, seq, 3))
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) == 3
+    log.close()
+    for offset in _snapshots(directory):
+        os.unlink(segment_path(directory, offset, ".snapshot"))
+    log = Log(directory, config, clock=clock, needs_recovery=True)
+    assert log.producer_state().check(5, 0, 6, 8) == Duplicate(6, 8, NOW)
+    assert _snapshots(directory) == []  # a scan writes nothing until the next roll or close
+    log.close()
+
+    for offset in _snapshots(directory):
+        os.unlink(segment_path(directory, offset, ".snapshot"))
+    log = Log(directory, config, clock=clock, needs_recovery=False)
+    assert log.producer_state().check(5, 0, 6, 8) is None  # not scanned: any sequence goes
+    assert _snapshots(directory) == [bases[1], bases[2], 9]
+    log.close()
+
+
+def test_stray_snapshots_beyond_a_recovered_log_are_removed(tmp_path, clock):
+    directory = os.path.join(tmp_path, "t-0")
+    config = LogConfig(segment_bytes=150)
+    log = Log(directory, config, clock=clock, needs_recovery=False)
+    for seq in (0, 3, 6):
+        log.append(batch(log, 5, 0, seq, 3))
+    log.close()
+    assert _snapshots(directory) == [3, 6, 9]
+    os.truncate(segment_path(directory, 6, ".log"), 0)  # the last segment's batch is lost
+    log = Log(directory, config, clock=clock, needs_recovery=True, recovery_point=6)
+    assert log.log_end_offset == 6
+    assert _snapshots(directory) == [3, 6]
+    assert log.producer_state().check(5, 0, 3, 5) == Duplicate(3, 5, NOW)
+    assert log.producer_state().check(5, 0, 6, 8) is None
     log.close()
 
 
