@@ -316,9 +316,27 @@ def _inner_entries(mv, entry: ShallowEntry) -> tuple[bytes, list[ShallowEntry]]:
     return inner, entries
 
 
-def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[tuple]:
-    """Yield (offset, timestamp, timestamp_type, key, value, magic, codec, inner_attrs,
-    inner_offset_as_stored) for one shallow entry."""
+class DeepMessage(NamedTuple):
+    """One message of a magic-0/1 entry as :func:`_deep` yields it: a :class:`Message` plus
+    what a validator needs of it as sent."""
+
+    offset: int                 # absolute (KIP-31 relative offsets resolved)
+    timestamp: int              # the wrapper's under LogAppendTime
+    timestamp_type: TimestampType
+    key: bytes | None
+    value: bytes | None
+    magic: int
+    codec: Codec                # of the wrapper it came from; NONE at top level
+    attributes: int             # the message's own (inner) attributes
+    stored_offset: int          # as stored: relative to its wrapper for magic 1
+
+    def as_message(self) -> Message:
+        return Message(self.offset, self.timestamp, self.timestamp_type, self.key, self.value,
+                       self.magic, self.codec)
+
+
+def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[DeepMessage]:
+    """Every message of one magic-0/1 shallow entry (decompressed when it is a wrapper)."""
     magic = entry.magic
     if magic not in (0, 1):
         _check(mv, entry, None)  # raises with the magic in the message
@@ -331,8 +349,8 @@ def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[tuple]:
                                                           magic, entry.offset)
         key = None if klen < 0 else mv[kstart:kstart + klen].tobytes()
         value = None if vlen < 0 else mv[vstart:vstart + vlen].tobytes()
-        yield (entry.offset, entry.timestamp, entry.timestamp_type, key, value, magic,
-               Codec.NONE, entry.attributes, entry.offset)
+        yield DeepMessage(entry.offset, entry.timestamp, entry.timestamp_type, key, value, magic,
+                          Codec.NONE, entry.attributes, entry.offset)
         return
     if codec > Codec.LZ4:
         raise CorruptRecordError(
@@ -362,7 +380,8 @@ def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[tuple]:
             ts, tst = entry.timestamp, TimestampType.LOG_APPEND_TIME
         else:
             ts, tst = e.timestamp, TimestampType.CREATE_TIME
-        yield (base + e.offset, ts, tst, key, value, magic, Codec(codec), e.attributes, e.offset)
+        yield DeepMessage(base + e.offset, ts, tst, key, value, magic, Codec(codec),
+                          e.attributes, e.offset)
 
 
 def iter_deep(buf, position: int = 0) -> Iterator[Message]:
@@ -383,8 +402,8 @@ def iter_deep(buf, position: int = 0) -> Iterator[Message]:
             if entry.magic == rb.MAGIC:
                 yield from _batch_messages(mv, entry)
                 continue
-            for t in _deep(mv, entry, False):
-                yield Message(t[0], t[1], t[2], t[3], t[4], t[5], t[6])
+            for m in _deep(mv, entry, False):
+                yield m.as_message()
     finally:
         mv.release()
 
@@ -417,7 +436,7 @@ def first_offset(buf, entry: ShallowEntry) -> int:
             return _I64.unpack_from(mv, entry.position)[0]
         if entry.codec == Codec.NONE:
             return entry.offset
-        return next(_deep(mv, entry, False))[0]
+        return next(_deep(mv, entry, False)).offset
     finally:
         mv.release()
 
@@ -542,12 +561,11 @@ class MessageSetBuilder:
         return _build(self._messages, self.magic, self.codec, self.timestamp_type, None)
 
 
-def _converted(t: tuple) -> tuple:
-    """A deep-message tuple from :func:`_deep` (of another magic) as a _build input: no
-    timestamp (up-conversion has none to give, down-conversion drops it) and no type or codec
-    bits."""
-    offset, _ts, _tst, key, value, _magic, _codec, attrs, _ = t
-    return (offset, NO_TIMESTAMP, attrs & ~(_TIMESTAMP_TYPE_BIT | _CODEC_MASK), key, value)
+def _converted(m: DeepMessage) -> tuple:
+    """A message of another magic as a _build input: no timestamp (up-conversion has none to
+    give, down-conversion drops it) and no type or codec bits."""
+    return (m.offset, NO_TIMESTAMP, m.attributes & ~(_TIMESTAMP_TYPE_BIT | _CODEC_MASK), m.key,
+            m.value)
 
 
 def _batch_as_legacy(mv, entry: ShallowEntry, to_magic: int) -> bytes:
@@ -620,8 +638,7 @@ def convert(buf, to_magic: int) -> bytes:
                 _check_batch(mv, entry, None)
                 out += _batch_as_legacy(mv, entry, to_magic)
             elif to_magic == rb.MAGIC:
-                messages = [Message(t[0], t[1], t[2], t[3], t[4], t[5], t[6])
-                            for t in _deep(mv, entry, True)]
+                messages = [m.as_message() for m in _deep(mv, entry, True)]
                 if entry.codec == Codec.NONE:
                     if run and not run[-1].offset < entry.offset <= run[0].offset + _INT32_MAX:
                         out += _legacy_as_batch(run, Codec.NONE)
@@ -633,7 +650,7 @@ def convert(buf, to_magic: int) -> bytes:
                     run = []
                 out += _legacy_as_batch(messages, Codec(entry.codec))
             else:
-                msgs = [_converted(t) for t in _deep(mv, entry, True)]
+                msgs = [_converted(m) for m in _deep(mv, entry, True)]
                 out += _build(msgs, to_magic, Codec(entry.codec), TimestampType.CREATE_TIME,
                               None)
         if run:

@@ -1,45 +1,55 @@
-"""Produce-side validation of one partition's message set (Kafka 0.10.1's LogValidator rules).
+"""Produce-side validation of one partition's message set: Kafka 0.10.1's LogValidator rules for
+magic 0/1 and Kafka 3.9's for record batches (magic 2), in both directions.
 
-Pure functions: the topic's settings, the next offset and the current time are parameters.
-The steps, in order (any failure rejects the whole set, nothing is accepted):
+Pure functions: the topic's settings, the next offset and the current time are parameters. Any
+failure rejects the whole set; nothing is accepted.
 
-1. Shallow pass: magic above 1 (e.g. aiokafka's magic-2 batches) -> CORRUPT_MESSAGE; entry
-   (12 + size) above max.message.bytes -> MESSAGE_TOO_LARGE; size below the minimum, bad CRC or
-   key/value lengths not filling the message -> CORRUPT_MESSAGE. An incomplete trailing entry is
-   trimmed; nothing complete -> a result with zero messages.
-2. Per message (inner messages for wrappers, whose CRCs are checked too): a producer claiming
-   LogAppendTime (bit 3 on a message or wrapper) -> INVALID_TIMESTAMP; on a CreateTime topic of
-   magic 1, ``|timestamp - now| > max_timestamp_difference_ms`` -> INVALID_TIMESTAMP (messages
-   without a timestamp, -1, are exempt, as in later Kafka: 0.10.1 rejected every up-converted
-   magic-0 message under a small limit); null key on a compacted topic -> CORRUPT_MESSAGE.
-   Compressed inner messages that are compressed or of another magic -> CORRUPT_MESSAGE.
-3. Offsets assigned from ``next_offset``. Uncompressed sets whose magics match the topic are
-   rewritten in place (offsets; under LogAppendTime also timestamp, bit 3, CRC). Compressed sets
-   are rewritten in place (wrapper offset, timestamp, attributes, CRC only; the payload is never
-   recompressed) when the source codec equals the target, the topic magic is 1, every entry is a
-   magic-1 wrapper and each wrapper's inner offsets are exactly 0..n-1. Otherwise every message
-   is converted to the topic's magic and recompressed into one wrapper with the target codec.
-   Entries made bigger by conversion are checked against max.message.bytes again.
+Checks, per entry then per message (inner messages of wrappers and records of batches, whose CRCs
+are checked too): unknown magic -> CORRUPT_MESSAGE; entry (12 + size) above max.message.bytes ->
+MESSAGE_TOO_LARGE; bad size, CRC, layout or codec -> CORRUPT_MESSAGE; a producer claiming
+LogAppendTime -> INVALID_TIMESTAMP; on a CreateTime topic, a timestamp outside
+[now - before, now + after] (message.timestamp.before/after.max.ms, KIP-937, each falling back to
+message.timestamp.difference.max.ms) -> INVALID_TIMESTAMP (messages without a timestamp, -1, are
+exempt; as in 0.10.1, magic-0/1 messages into a magic-0 topic are not checked); a null key on a
+compacted topic -> CORRUPT_MESSAGE (magic 0/1 into a magic-0/1 topic) or INVALID_RECORD; batches:
+control or transactional, bad producer fields, record count or offset deltas -> INVALID_RECORD;
+headers into a magic-0/1 topic -> UNSUPPORTED_FOR_MESSAGE_FORMAT. An incomplete trailing entry
+is trimmed; nothing complete -> a result with zero messages.
 
-Speed: uncompressed magic-1 sets and in-place magic-1 wrappers go through one hot loop,
-``scan_v1`` in protocol/_fastscan.c: one call per set (or per wrapper) checks and rewrites the
-copy in place, one libdeflate CRC per message, without the GIL from 64 KiB up. It only ever
-accepts; anything unusual or wrong drops to the general path, which gives the precise answer.
+One path per input shape, each assigning offsets from ``next_offset``, all ending in one result
+builder (:func:`_result`):
 
-Result metadata: ``max_timestamp`` (magic 1: the largest timestamp, or ``now`` under
-LogAppendTime; -1 at magic 0 or when no message has one) and ``offset_of_max_timestamp`` (the
-shallow offset holding it, as Kafka's time index wants: the first uncompressed message with that
-timestamp, or the wrapper's offset, i.e. the last inner offset; ``last_offset`` when
-``max_timestamp`` is -1).
+1. ``_messages_kept``: uncompressed magic-0/1 messages of the topic's magic, no topic codec:
+   rewritten in place (offsets; under LogAppendTime also timestamp, bit 3, CRC).
+2. ``_wrappers_kept``: magic-1 wrappers into a magic-1 topic, codec unchanged, each wrapper's
+   inner offsets exactly 0..n-1: only the wrappers are rewritten (offset, timestamp,
+   attributes, CRC); the payload is never recompressed.
+3. ``_batches_kept``: record batches into a record-batch topic: offsets, leader epoch and,
+   under LogAppendTime, type and max timestamp set in the header with one CRC-32C; no
+   per-record rewrite. A batch whose codec differs from the topic's is re-encoded.
+4. ``_converted``: anything else (mixed magics, another format or codec): every message is
+   rebuilt in the topic's format and codec, and entries made bigger are checked against
+   max.message.bytes again.
+
+Speed: the native loops of protocol/_fastscan.c (optional: without a C compiler the Python code
+gives the same answers) check a whole uncompressed magic-1 set, each wrapper's inner set
+(``scan_v1``) or a batch's records (``scan_v2``) in one call, without the GIL from 64 KiB up.
+They only ever accept; anything unusual or wrong drops to the Python checks, which give the
+precise answer.
+
+Result metadata: ``max_timestamp`` (the largest timestamp, ``now`` under LogAppendTime; -1 at
+magic 0 or when no message has one) and ``offset_of_max_timestamp`` (the shallow offset holding
+it, as Kafka's time index wants: the first uncompressed message with that timestamp, or the
+wrapper's or batch's last offset; ``last_offset`` when ``max_timestamp`` is -1).
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 from zlib import crc32 as _crc32
 
 from protocol import recordbatch as rb
-from protocol._fastscan import scan_v1, scan_v2
 from protocol.compression import Codec, decompress
 from protocol.errors import CorruptRecordError, ErrorCode
 from protocol.records import (
@@ -47,11 +57,15 @@ from protocol.records import (
     NO_TIMESTAMP, TimestampType, _build, _check, _check_batch, _deep, _view, iter_shallow,
 )
 
+try:
+    from protocol._fastscan import scan_v1, scan_v2
+except ImportError:  # built without a C compiler: the Python paths give the same answers
+    scan_v1 = scan_v2 = None
+
 __all__ = ["TopicSettings", "ValidatedRecords", "ProducerBatch", "Rejected", "validate_produce"]
 
 _LONG_MAX = 2 ** 63 - 1
 
-_B = struct.Struct(">b")
 _ATTRS_TS = struct.Struct(">bq")  # attributes, timestamp: 9 bytes at entry + 17
 
 
@@ -136,6 +150,41 @@ class _RejectError(Exception):
 _EMPTY = ValidatedRecords(b"", -1, -1, NO_TIMESTAMP, -1, -1, 0)
 
 
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """What every path needs of one call. ``lat``: the topic stamps LogAppendTime (a magic-0
+    topic has no timestamps at all); [earliest, latest]: the CreateTime bounds at ``now_ms``."""
+
+    settings: TopicSettings
+    next_offset: int
+    now_ms: int
+    leader_epoch: int
+    lat: bool
+    earliest: int
+    latest: int
+
+
+class _Checked(NamedTuple):
+    """One message or record as sent, after its checks: what a conversion rebuilds."""
+
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple
+
+
+class _Wrapper(NamedTuple):
+    """A checked magic-1 wrapper that may be kept as sent: its inner messages are magic 1 with
+    relative offsets exactly 0..count-1, so only the wrapper needs rewriting."""
+
+    position: int
+    end: int
+    attributes: int
+    timestamp: int
+    count: int
+    max_timestamp: int
+
+
 def validate_produce(buf, settings: TopicSettings, *, next_offset: int, now_ms: int,
                      require_magic2: bool = False,
                      partition_leader_epoch: int = 0) -> ValidatedRecords | Rejected:
@@ -146,16 +195,26 @@ def validate_produce(buf, settings: TopicSettings, *, next_offset: int, now_ms: 
     ``require_magic2`` (Produce v3+): exactly one v2 batch, as Kafka's ProduceRequest demands.
     ``partition_leader_epoch`` is written into every stored v2 batch.
     """
+    earliest, latest = settings.timestamp_bounds(now_ms)
+    job = _Job(settings, next_offset, now_ms, partition_leader_epoch,
+               settings.magic >= 1 and settings.timestamp_type == TimestampType.LOG_APPEND_TIME,
+               earliest, latest)
     mv = _view(buf)
     try:
-        if require_magic2 or settings.magic == 2 or (len(mv) > 16 and mv[16] == rb.MAGIC):
-            return _validate_with_batches(mv, settings, next_offset, now_ms, require_magic2,
-                                          partition_leader_epoch)
-        if settings.magic == 1:
-            fast = _fast_v1(mv, settings, next_offset, now_ms)
+        if (settings.magic == 1 and not require_magic2 and scan_v1 is not None
+                and len(mv) > 17 and mv[16] == 1):
+            fast = _fast_magic1(mv, job)
             if fast is not None:
                 return fast
-        return _validate(mv, settings, next_offset, now_ms)
+        entries = _entries(mv, settings, require_magic2)
+        if not entries:
+            return _EMPTY
+        if settings.magic == 2 and all(e.magic == rb.MAGIC for e in entries):
+            return _batches_kept(mv, entries, job)
+        if (settings.target_codec in (None, Codec.NONE)
+                and all(e.magic == settings.magic and e.codec == Codec.NONE for e in entries)):
+            return _messages_kept(mv, entries, job)
+        return _checked_then_kept_or_converted(mv, entries, job)
     except _RejectError as exc:
         return Rejected(exc.error, exc.reason)
     except CorruptRecordError as exc:
@@ -164,305 +223,59 @@ def validate_produce(buf, settings: TopicSettings, *, next_offset: int, now_ms: 
         mv.release()
 
 
-# scan_v1 modes
-_TOP_CREATE_TIME = 0   # top-level messages: rewrite offsets
-_TOP_LOG_APPEND = 1    # top-level messages: rewrite offsets, timestamp, bit 3, CRC
-_INNER = 2             # inner messages of a wrapper: check relative offsets 0..n-1, no writes
+def _result(out, job: _Job, count: int, max_ts: int, max_off: int,
+            producers: tuple[ProducerBatch, ...] = ()) -> ValidatedRecords:
+    """The one result builder. Under LogAppendTime the caller passes ``now_ms`` as
+    ``max_ts``; with no timestamp at all (-1) the offset of the max is the last offset."""
+    first = job.next_offset
+    last = first + count - 1
+    return ValidatedRecords(bytes(out), first, last, max_ts,
+                            max_off if max_ts != NO_TIMESTAMP else last,
+                            job.now_ms if job.lat else -1, count, producers)
 
 
-def _fast_v1(mv, settings: TopicSettings, next_offset: int,
-             now_ms: int) -> ValidatedRecords | None:
-    """The common cases into a magic-1 topic: uncompressed magic-1 sets, or
-    magic-1 wrappers of one codec kept as they are (decompressed to check, only the wrappers
-    rewritten). Returns None at anything unusual or wrong (or a trailing partial entry),
-    leaving the precise answer to the general path."""
-    lat = settings.timestamp_type == TimestampType.LOG_APPEND_TIME
-    diff = settings.max_timestamp_difference_ms
-    lo, hi = (now_ms - diff, now_ms + diff) if not lat else (NO_TIMESTAMP, 2 ** 63 - 1)
-    max_size = settings.max_message_bytes - LOG_OVERHEAD
-    n = len(mv)
-    if n < 26 or mv[17] & _CODEC_MASK == Codec.NONE:
-        if settings.target_codec:
-            return None
-        out = bytearray(mv)
-        scanned = scan_v1(out, n, _TOP_LOG_APPEND if lat else _TOP_CREATE_TIME,
-                          next_offset, lo, hi, max_size, now_ms, settings.compacted)
-        if scanned is None:
-            return None
-        count, max_ts, max_index = scanned
-        last = next_offset + count - 1
-        if lat:
-            return ValidatedRecords(bytes(out), next_offset, last, now_ms, next_offset, now_ms,
-                                    count)
-        return ValidatedRecords(bytes(out), next_offset, last, max_ts,
-                                next_offset + max_index if max_ts != NO_TIMESTAMP else last,
-                                -1, count)
-    return _fast_wrappers_v1(mv, settings, next_offset, now_ms, lat, lo, hi, max_size)
+# -- checks ------------------------------------------------------------------------------------
+
+def _where(entry, index: int) -> str:
+    kind = "record batch" if entry.magic == rb.MAGIC else "message"
+    return f"{kind} {index} at byte {entry.position}"
 
 
-def _fast_wrappers_v1(mv, settings, next_offset, now_ms, lat, lo, hi, max_size):
-    out = bytearray(mv)
-    n = len(out)
-    codec = out[17] & _CODEC_MASK
-    if codec > Codec.LZ4 or settings.target_codec not in (None, codec):
-        return None
-    pos = 0
-    off = next_offset
-    max_ts, max_off = NO_TIMESTAMP, -1
-    while pos + 26 <= n:
-        _, size, crc, magic, attrs, ts = _ENTRY_V1.unpack_from(out, pos)
-        end = pos + LOG_OVERHEAD + size
-        if end > n or magic != 1 or attrs != codec or size < 22 or size > max_size:
-            return None
-        with memoryview(out) as omv:
-            if _crc32(omv[pos + 16:end]) != crc:
-                return None
-            (klen,) = _I32.unpack_from(out, pos + 26)
-            vpos = pos + 30 + (klen if klen > 0 else 0)
-            if klen < -1 or vpos + 4 > end:
-                return None
-            (vlen,) = _I32.unpack_from(out, vpos)
-            if vlen < 0 or vpos + 4 + vlen != end:
-                return None
-            try:
-                inner = decompress(codec, omv[vpos + 4:end], 1, position=pos)
-            except CorruptRecordError:
-                return None  # the general path reports it in Kafka's order
-        scanned = scan_v1(inner, len(inner), _INNER, 0, lo, hi, 2 ** 31, now_ms,
-                          settings.compacted)
-        if scanned is None:
-            return None
-        count, wrapper_max, _ = scanned
-        off += count
-        new_ts = now_ms if lat else wrapper_max
-        new_attrs = codec | (_TIMESTAMP_TYPE_BIT if lat else 0)
-        _I64.pack_into(out, pos, off - 1)
-        if new_ts != ts or new_attrs != attrs:
-            _ATTRS_TS.pack_into(out, pos + 17, new_attrs, new_ts)
-            with memoryview(out) as omv:
-                _U32.pack_into(out, pos + 12, _crc32(omv[pos + 16:end]))
-        if wrapper_max > max_ts:
-            max_ts, max_off = wrapper_max, off - 1
-        pos = end
-    if pos != n or off == next_offset:
-        return None
-    last = off - 1
-    if lat:
-        return ValidatedRecords(bytes(out), next_offset, last, now_ms, last, now_ms,
-                                off - next_offset)
-    return ValidatedRecords(bytes(out), next_offset, last, max_ts,
-                            max_off if max_ts != NO_TIMESTAMP else last, -1, off - next_offset)
-
-
-def _entry_name(entry, index: int) -> str:
-    return f"message {index} at byte {entry.position}"
-
-
-def _shallow_pass(mv, settings: TopicSettings) -> list:
-    entries = []
-    for index, entry in enumerate(iter_shallow(mv)):
-        if entry.magic not in (0, 1):
-            raise _RejectError(
-                ErrorCode.CORRUPT_MESSAGE,
-                f"{_entry_name(entry, index)} has magic {entry.magic}: this broker stores "
-                f"message format magic 0 and 1 only (Kafka 0.10); magic-2 record batches need "
-                f"Produce v3+, configure the client for broker version 0.10")
-        if LOG_OVERHEAD + entry.size > settings.max_message_bytes:
-            raise _RejectError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"{_entry_name(entry, index)} is {LOG_OVERHEAD + entry.size} bytes, above "
-                f"max.message.bytes {settings.max_message_bytes}")
-        _check(mv, entry, None)
-        if entry.codec > Codec.LZ4:
-            raise _RejectError(
-                ErrorCode.CORRUPT_MESSAGE,
-                f"{_entry_name(entry, index)} has unknown compression codec {entry.codec} "
-                f"in its attributes")
-        entries.append(entry)
+def _entries(mv, settings: TopicSettings, require_magic2: bool) -> list:
+    """The complete top-level entries (a trailing partial one is dropped), each checked for
+    magic, size against max.message.bytes, CRC and layout."""
+    entries = list(iter_shallow(mv))
+    if require_magic2:
+        if any(e.magic != rb.MAGIC for e in entries):
+            raise _RejectError(ErrorCode.INVALID_RECORD,
+                               "Produce v3 and later carry record batches (magic 2) only")
+        if len(entries) > 1:
+            raise _RejectError(ErrorCode.INVALID_RECORD,
+                               f"Produce v3 and later allow exactly one record batch per "
+                               f"partition; this request holds {len(entries)}")
+    for index, e in enumerate(entries):
+        if e.magic not in (0, 1, rb.MAGIC):
+            raise _RejectError(ErrorCode.CORRUPT_MESSAGE,
+                               f"{_where(e, index)} has unknown magic {e.magic}")
+        if LOG_OVERHEAD + e.size > settings.max_message_bytes:
+            raise _RejectError(ErrorCode.MESSAGE_TOO_LARGE,
+                               f"{_where(e, index)} is {LOG_OVERHEAD + e.size} bytes, above "
+                               f"max.message.bytes {settings.max_message_bytes}")
+        if e.magic == rb.MAGIC:
+            _batch_header(mv, e, _where(e, index))
+            continue
+        _check(mv, e, None)
+        if e.codec > Codec.LZ4:
+            raise _RejectError(ErrorCode.CORRUPT_MESSAGE,
+                               f"{_where(e, index)} has unknown compression codec {e.codec} in "
+                               f"its attributes")
     return entries
 
 
-def _check_message(settings: TopicSettings, now_ms: int, where: str, magic: int, attrs: int,
-                   timestamp: int, key_is_null: bool, wrapper_attrs: int = 0) -> None:
-    if magic == 1 and (attrs | wrapper_attrs) & _TIMESTAMP_TYPE_BIT:
-        raise _RejectError(
-            ErrorCode.INVALID_TIMESTAMP,
-            f"{where} claims LogAppendTime; producers must send CreateTime (attribute bit 3 "
-            f"clear), the broker sets LogAppendTime")
-    if (magic == 1 and settings.magic == 1
-            and settings.timestamp_type == TimestampType.CREATE_TIME
-            and timestamp != NO_TIMESTAMP
-            and abs(timestamp - now_ms) > settings.max_timestamp_difference_ms):
-        raise _RejectError(
-            ErrorCode.INVALID_TIMESTAMP,
-            f"{where} has timestamp {timestamp}, more than "
-            f"message.timestamp.difference.max.ms={settings.max_timestamp_difference_ms} away "
-            f"from the broker's time {now_ms}")
-    if settings.compacted and key_is_null:
-        raise _RejectError(
-            ErrorCode.CORRUPT_MESSAGE,
-            f"{where} has a null key; a compacted topic accepts only keyed messages")
-
-
-def _validate(mv, settings: TopicSettings, next_offset: int, now_ms: int):
-    entries = _shallow_pass(mv, settings)
-    if not entries:
-        return _EMPTY
-    source = Codec.NONE
-    for e in entries:
-        if e.codec != Codec.NONE:  # Kafka takes the last codec seen
-            source = Codec(e.codec)
-    target = source if settings.target_codec is None else Codec(settings.target_codec)
-    lat = settings.magic == 1 and settings.timestamp_type == TimestampType.LOG_APPEND_TIME
-    if source == Codec.NONE and target == Codec.NONE:
-        return _uncompressed(mv, entries, settings, next_offset, now_ms, lat)
-    return _compressed(mv, entries, settings, next_offset, now_ms, lat, source, target)
-
-
-def _uncompressed(mv, entries, settings, next_offset, now_ms, lat):
-    for index, e in enumerate(entries):
-        (klen,) = _I32.unpack_from(mv, e.position + _KEY_OFFSET[e.magic])
-        _check_message(settings, now_ms, _entry_name(e, index), e.magic, e.attributes,
-                       e.timestamp, klen < 0)
-    last = next_offset + len(entries) - 1
-    if any(e.magic != settings.magic for e in entries):
-        msgs = []
-        for index, t in enumerate(t for e in entries for t in _deep(mv, e, False)):
-            offset, ts, _tst, key, value, magic, _codec, attrs, _ = t
-            if settings.magic == 0:
-                ts = NO_TIMESTAMP
-            elif lat:
-                ts = now_ms
-            elif magic == 0:
-                ts = NO_TIMESTAMP
-            attrs = (attrs & ~(_TIMESTAMP_TYPE_BIT | _CODEC_MASK)) | (
-                _TIMESTAMP_TYPE_BIT if lat else 0)
-            msgs.append((next_offset + index, ts, attrs, key, value))
-        out = _build(msgs, settings.magic, Codec.NONE, settings.timestamp_type, None)
-        _recheck_sizes(out, settings)
-        return _result(out, next_offset, last, msgs, settings, now_ms, lat, compressed=False)
-    end = entries[-1].next_position
-    out = bytearray(mv[:end])
-    off = next_offset
-    max_ts, max_off = NO_TIMESTAMP, last
-    for e in entries:
-        p = e.position
-        _I64.pack_into(out, p, off)
-        if lat:
-            _I64.pack_into(out, p + 18, now_ms)
-            _B.pack_into(out, p + 17, e.attributes | _TIMESTAMP_TYPE_BIT)
-            _U32.pack_into(out, p + 12, _crc32(memoryview(out)[p + 16:p + 12 + e.size]))
-        elif settings.magic == 1 and e.timestamp > max_ts:
-            max_ts, max_off = e.timestamp, off
-        off += 1
-    if lat:
-        max_ts, max_off = now_ms, next_offset
-    return ValidatedRecords(bytes(out), next_offset, last, max_ts, max_off,
-                            now_ms if lat else -1, len(entries))
-
-
-def _compressed(mv, entries, settings, next_offset, now_ms, lat, source, target):
-    in_place = (source == target and settings.magic == 1
-                and all(e.magic == 1 and e.codec != Codec.NONE for e in entries))
-    msgs = []          # (offset, timestamp, attributes, key, value) for a rebuild
-    wrappers = []      # (entry, inner count, max inner timestamp) for in-place
-    index = 0
-    for e in entries:
-        count = 0
-        wrapper_max = NO_TIMESTAMP
-        for t in _deep(mv, e, True):
-            _offset, ts, _tst, key, value, magic, _codec, attrs, stored = t
-            where = (f"message {index} (inner message {count} of the wrapper at byte "
-                     f"{e.position})" if e.codec else _entry_name(e, index))
-            _check_message(settings, now_ms, where, magic, attrs, ts, key is None,
-                           e.attributes if e.codec else 0)
-            if stored != count:
-                in_place = False
-            if magic == 1 and ts > wrapper_max:
-                wrapper_max = ts
-            if settings.magic == 0 or (magic == 0 and not lat):
-                ts = NO_TIMESTAMP
-            elif magic == 0:
-                ts = now_ms
-            msgs.append((next_offset + index, ts,
-                         attrs & ~(_TIMESTAMP_TYPE_BIT | _CODEC_MASK), key, value))
-            count += 1
-            index += 1
-        wrappers.append((e, count, wrapper_max))
-    last = next_offset + index - 1
-    if in_place:
-        return _compressed_in_place(mv, wrappers, settings, next_offset, last, now_ms, lat)
-    if target == Codec.NONE:
-        if lat:
-            msgs = [(o, now_ms, a | _TIMESTAMP_TYPE_BIT, k, v) for o, _ts, a, k, v in msgs]
-        out = _build(msgs, settings.magic, Codec.NONE, settings.timestamp_type, None)
-        _recheck_sizes(out, settings)
-        return _result(out, next_offset, last, msgs, settings, now_ms, lat, compressed=False)
-    out = _build(msgs, settings.magic, target, settings.timestamp_type, now_ms if lat else None)
-    _recheck_sizes(out, settings)
-    return _result(out, next_offset, last, msgs, settings, now_ms, lat, compressed=True)
-
-
-def _compressed_in_place(mv, wrappers, settings, next_offset, last, now_ms, lat):
-    out = bytearray(mv[:wrappers[-1][0].next_position])
-    off = next_offset
-    max_ts, max_off = NO_TIMESTAMP, last
-    for e, count, wrapper_max in wrappers:
-        off += count
-        p = e.position
-        _I64.pack_into(out, p, off - 1)
-        ts = now_ms if lat else wrapper_max
-        attrs = (e.attributes & ~_TIMESTAMP_TYPE_BIT) | (_TIMESTAMP_TYPE_BIT if lat else 0)
-        if ts != e.timestamp or attrs != e.attributes:
-            _I64.pack_into(out, p + 18, ts)
-            _B.pack_into(out, p + 17, attrs)
-            _U32.pack_into(out, p + 12, _crc32(memoryview(out)[p + 16:p + 12 + e.size]))
-        if not lat and wrapper_max > max_ts:
-            max_ts, max_off = wrapper_max, off - 1
-    if lat:
-        max_ts, max_off = now_ms, last
-    return ValidatedRecords(bytes(out), next_offset, last, max_ts, max_off,
-                            now_ms if lat else -1, last - next_offset + 1)
-
-
-def _recheck_sizes(out: bytes, settings: TopicSettings) -> None:
-    """Conversion and recompression change sizes; Kafka re-checks them against the limit."""
-    for entry in iter_shallow(out):
-        if LOG_OVERHEAD + entry.size > settings.max_message_bytes:
-            raise _RejectError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"after conversion to magic {settings.magic} and compression "
-                f"{'none' if entry.codec == 0 else Codec(entry.codec).name.lower()}, the entry "
-                f"at offset {entry.offset} is {LOG_OVERHEAD + entry.size} bytes, above "
-                f"max.message.bytes {settings.max_message_bytes}")
-
-
-def _result(out, first, last, msgs, settings, now_ms, lat, *, compressed: bool):
-    if lat:
-        return ValidatedRecords(out, first, last, now_ms, last if compressed else first, now_ms,
-                                len(msgs))
-    max_ts, max_off = NO_TIMESTAMP, last
-    if settings.magic == 1:
-        for offset, ts, _a, _k, _v in msgs:
-            if ts > max_ts:
-                max_ts, max_off = ts, offset
-        if compressed:
-            max_off = last
-    return ValidatedRecords(out, first, last, max_ts, max_off if max_ts != NO_TIMESTAMP else last,
-                            -1, len(msgs))
-
-
-# -- record batches (magic 2 in or out) --------------------------------------------------------
-
-def _batch_header(mv, entry, settings: TopicSettings, index: int) -> rb.BatchHeader:
+def _batch_header(mv, entry, where: str) -> rb.BatchHeader:
     """The header checks of one v2 batch (Kafka 3.9's LogValidator.validateBatch and the
-    request's own checks): size, CRC-32C, codec, no transactions, CreateTime, producer fields,
+    request's own checks): CRC-32C, codec, no transactions, CreateTime, producer fields,
     record count."""
-    where = f"record batch {index} at byte {entry.position}"
-    if LOG_OVERHEAD + entry.size > settings.max_message_bytes:
-        raise _RejectError(ErrorCode.MESSAGE_TOO_LARGE,
-                           f"{where} is {LOG_OVERHEAD + entry.size} bytes, above "
-                           f"max.message.bytes {settings.max_message_bytes}")
     header = _check_batch(mv, entry, None)
     if header.codec > Codec.ZSTD:
         raise _RejectError(ErrorCode.CORRUPT_MESSAGE,
@@ -488,149 +301,136 @@ def _batch_header(mv, entry, settings: TopicSettings, index: int) -> rb.BatchHea
     return header
 
 
-def _batch_records(mv, entry, settings: TopicSettings, now_ms: int, index: int):
-    """Check one v2 batch and each of its records as Kafka 3.9's LogValidator does; return
-    (header, records)."""
-    where = f"record batch {index} at byte {entry.position}"
-    header = _batch_header(mv, entry, settings, index)
+def _violation(job: _Job, timestamp: int, key_is_null: bool, from_batch: bool,
+               claims_log_append_time: bool = False) -> tuple[ErrorCode, str] | None:
+    """The per-message rules, for magic-0/1 messages and v2 records alike: None, or the error
+    and what is wrong (the caller says where). The error codes are those the sender's era
+    knows: Kafka 0.10.1's CORRUPT_MESSAGE for a null key in a message into a magic-0/1 topic,
+    3.9's INVALID_RECORD otherwise. 0.10.1 checks CreateTime only on magic-1 topics; record
+    batches are always checked."""
+    settings = job.settings
+    if claims_log_append_time:
+        return (ErrorCode.INVALID_TIMESTAMP, "claims LogAppendTime; producers must send "
+                "CreateTime (attribute bit 3 clear), the broker sets LogAppendTime")
+    if (timestamp != NO_TIMESTAMP and not job.earliest <= timestamp <= job.latest
+            and settings.timestamp_type == TimestampType.CREATE_TIME
+            and (from_batch or settings.magic >= 1)):
+        return (ErrorCode.INVALID_TIMESTAMP,
+                f"has timestamp {timestamp}, outside [{job.earliest}, {job.latest}] allowed at "
+                f"the broker's time {job.now_ms} (message.timestamp.difference.max.ms="
+                f"{settings.max_timestamp_difference_ms}, before.max.ms / after.max.ms)")
+    if settings.compacted and key_is_null:
+        legacy = not from_batch and settings.magic < 2
+        return (ErrorCode.CORRUPT_MESSAGE if legacy else ErrorCode.INVALID_RECORD,
+                "has a null key; a compacted topic accepts only keyed messages")
+    return None
+
+
+def _reject(where: str, violation: tuple[ErrorCode, str]) -> _RejectError:
+    return _RejectError(violation[0], f"{where} {violation[1]}")
+
+
+def _batch_records(mv, entry, job: _Job, where: str) -> tuple[rb.BatchHeader, list[rb.Record]]:
+    """One v2 batch's records, each checked as Kafka 3.9's LogValidator does."""
+    header = rb.read_header(mv, entry.position)
     records = rb.iter_records(mv, entry.position, header)
-    check_time = settings.timestamp_type == TimestampType.CREATE_TIME
-    earliest, latest = settings.timestamp_bounds(now_ms)
     for i, r in enumerate(records):
         if r.offset_delta != i:
             raise _RejectError(ErrorCode.INVALID_RECORD,
                                f"{where}: record {i} has offset delta {r.offset_delta}, not {i}")
-        ts = header.base_timestamp + r.timestamp_delta
-        if check_time and ts != NO_TIMESTAMP and not earliest <= ts <= latest:
-            raise _RejectError(
-                ErrorCode.INVALID_TIMESTAMP,
-                f"{where}: record {i} has timestamp {ts}, outside [{earliest}, {latest}] "
-                f"allowed at the broker's time {now_ms} (message.timestamp.before.max.ms / "
-                f"after.max.ms / difference.max.ms)")
-        if settings.compacted and r.key is None:
-            raise _RejectError(ErrorCode.INVALID_RECORD,
-                               f"{where}: record {i} has a null key; a compacted topic accepts "
-                               f"only keyed records")
-        if r.headers and settings.magic < 2:
+        bad = _violation(job, header.base_timestamp + r.timestamp_delta, r.key is None, True)
+        if bad:
+            raise _reject(f"{where}: record {i}", bad)
+        if r.headers and job.settings.magic < 2:
             raise _RejectError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
                                f"{where}: record {i} has headers, which message format magic "
-                               f"{settings.magic} (message.format.version) cannot store")
+                               f"{job.settings.magic} (message.format.version) cannot store")
     return header, records
 
 
-def _validate_with_batches(mv, settings: TopicSettings, next_offset: int, now_ms: int,
-                           require_magic2: bool, leader_epoch: int):
-    """Any input into a magic-2 topic, or record batches into any topic."""
-    entries = list(iter_shallow(mv))
-    if require_magic2:
-        if any(e.magic != rb.MAGIC for e in entries):
-            raise _RejectError(ErrorCode.INVALID_RECORD,
-                               "Produce v3 and later carry record batches (magic 2) only")
-        if len(entries) > 1:
-            raise _RejectError(ErrorCode.INVALID_RECORD,
-                               f"Produce v3 and later allow exactly one record batch per "
-                               f"partition; this request holds {len(entries)}")
-    if not entries:
-        return _EMPTY
-    lat = settings.timestamp_type == TimestampType.LOG_APPEND_TIME
-    if settings.magic == 2 and all(e.magic == rb.MAGIC for e in entries):
-        return _batches_to_batches(mv, entries, settings, next_offset, now_ms, lat, leader_epoch)
-    # Conversion: every message is checked, then rebuilt in the topic's format.
-    messages = []  # (timestamp, key, value, headers)
-    codec = Codec.NONE
+# -- path 1: magic-0/1 messages kept as sent (uncompressed, the topic's magic) -----------------
+
+def _messages_kept(mv, entries, job: _Job) -> ValidatedRecords:
     for index, e in enumerate(entries):
-        if e.magic == rb.MAGIC:
-            header, records = _batch_records(mv, e, settings, now_ms, index)
-            messages += [(header.base_timestamp + r.timestamp_delta, r.key, r.value, r.headers)
-                         for r in records]
-            if e.codec != Codec.NONE:
-                codec = Codec(e.codec)  # Kafka takes the last codec seen
-            continue
-        if e.magic not in (0, 1):
-            raise _RejectError(ErrorCode.CORRUPT_MESSAGE,
-                               f"{_entry_name(e, index)} has unknown magic {e.magic}")
-        if LOG_OVERHEAD + e.size > settings.max_message_bytes:
-            raise _RejectError(ErrorCode.MESSAGE_TOO_LARGE,
-                               f"{_entry_name(e, index)} is {LOG_OVERHEAD + e.size} bytes, "
-                               f"above max.message.bytes {settings.max_message_bytes}")
-        for t in _deep(mv, e, True):
-            _offset, ts, _tst, key, value, magic, _codec, attrs, _ = t
-            _check_legacy_message(settings, now_ms, _entry_name(e, index), magic, attrs, ts,
-                                  key is None, e.attributes if e.codec else 0)
-            messages.append((ts if magic == 1 else NO_TIMESTAMP, key, value, ()))
-        if e.codec != Codec.NONE:
-            codec = Codec(e.codec)
-    target = codec if settings.target_codec is None else Codec(settings.target_codec)
-    if settings.magic < 2 and target == Codec.ZSTD:
-        target = Codec.NONE  # unreachable by config (zstd needs magic 2); never write it below
-    last = next_offset + len(messages) - 1
-    if settings.magic == 2:
-        spec = rb.BatchSpec(base_offset=next_offset, codec=target, log_append_time=lat,
-                            partition_leader_epoch=leader_epoch)
-        out = rb.build_batch(spec, [(i, now_ms if lat else ts, k, v, h)
-                                    for i, (ts, k, v, h) in enumerate(messages)],
-                             max_timestamp=now_ms if lat else None)
-        max_ts = now_ms if lat else max(m[0] for m in messages)
-        _recheck_sizes(out, settings)
-        return ValidatedRecords(out, next_offset, last, max_ts, last, now_ms if lat else -1,
-                                len(messages))
-    legacy = [(next_offset + i, NO_TIMESTAMP if settings.magic == 0 else (now_ms if lat else ts),
-               _TIMESTAMP_TYPE_BIT if lat and target == Codec.NONE else 0, k, v)
-              for i, (ts, k, v, _h) in enumerate(messages)]
-    out = _build(legacy, settings.magic, target, settings.timestamp_type,
-                 now_ms if lat else None)
-    _recheck_sizes(out, settings)
-    return _result(out, next_offset, last, legacy, settings, now_ms, lat,
-                   compressed=target != Codec.NONE)
+        (klen,) = _I32.unpack_from(mv, e.position + _KEY_OFFSET[e.magic])
+        bad = _violation(job, e.timestamp, klen < 0, False,
+                         e.timestamp_type == TimestampType.LOG_APPEND_TIME)
+        if bad:
+            raise _reject(_where(e, index), bad)
+    out = bytearray(mv[:entries[-1].next_position])
+    off = job.next_offset
+    max_ts, max_off = NO_TIMESTAMP, -1
+    for e in entries:
+        p = e.position
+        _I64.pack_into(out, p, off)
+        if job.lat:
+            _ATTRS_TS.pack_into(out, p + 17, e.attributes | _TIMESTAMP_TYPE_BIT, job.now_ms)
+            _U32.pack_into(out, p + 12, _crc32(memoryview(out)[p + 16:e.next_position]))
+        elif e.timestamp > max_ts:
+            max_ts, max_off = e.timestamp, off
+        off += 1
+    if job.lat:
+        max_ts, max_off = job.now_ms, job.next_offset
+    return _result(out, job, len(entries), max_ts, max_off)
 
 
-def _check_legacy_message(settings: TopicSettings, now_ms: int, where: str, magic: int,
-                          attrs: int, timestamp: int, key_is_null: bool, wrapper_attrs: int):
-    """A magic-0/1 message going into a record-batch topic: the v2 rules (KIP-937 bounds)."""
-    if magic == 1 and (attrs | wrapper_attrs) & _TIMESTAMP_TYPE_BIT:
-        raise _RejectError(ErrorCode.INVALID_TIMESTAMP,
-                           f"{where} claims LogAppendTime; producers must send CreateTime")
-    earliest, latest = settings.timestamp_bounds(now_ms)
-    if (magic == 1 and settings.timestamp_type == TimestampType.CREATE_TIME
-            and timestamp != NO_TIMESTAMP and not earliest <= timestamp <= latest):
-        raise _RejectError(ErrorCode.INVALID_TIMESTAMP,
-                           f"{where} has timestamp {timestamp}, outside [{earliest}, {latest}] "
-                           f"allowed at the broker's time {now_ms}")
-    if settings.compacted and key_is_null:
-        raise _RejectError(ErrorCode.INVALID_RECORD,
-                           f"{where} has a null key; a compacted topic accepts only keyed records")
+# -- path 2: magic-1 wrappers kept as sent (only the wrapper rewritten) --------------------------
+
+def _wrappers_kept(mv, wrappers: list[_Wrapper], job: _Job) -> ValidatedRecords:
+    """Each wrapper gets the absolute offset of its last inner message and, when they change,
+    its timestamp (the largest inner one, or the append time) and type bit, with a new CRC;
+    the compressed payload is never touched."""
+    out = bytearray(mv[:wrappers[-1].end])
+    off = job.next_offset
+    max_ts, max_off = NO_TIMESTAMP, -1
+    for w in wrappers:
+        off += w.count
+        _I64.pack_into(out, w.position, off - 1)
+        ts = job.now_ms if job.lat else w.max_timestamp
+        attrs = (w.attributes & ~_TIMESTAMP_TYPE_BIT) | (_TIMESTAMP_TYPE_BIT if job.lat else 0)
+        if ts != w.timestamp or attrs != w.attributes:
+            _ATTRS_TS.pack_into(out, w.position + 17, attrs, ts)
+            _U32.pack_into(out, w.position + 12,
+                           _crc32(memoryview(out)[w.position + 16:w.end]))
+        if w.max_timestamp > max_ts:
+            max_ts, max_off = w.max_timestamp, off - 1
+    count = off - job.next_offset
+    if job.lat:
+        max_ts, max_off = job.now_ms, off - 1
+    return _result(out, job, count, max_ts, max_off)
 
 
-def _batches_to_batches(mv, entries, settings: TopicSettings, next_offset: int, now_ms: int,
-                        lat: bool, leader_epoch: int) -> ValidatedRecords:
-    """v2 batches into a v2 topic: kept as sent (offsets, leader epoch and, under
-    LogAppendTime, the header's type and max timestamp rewritten in place with one CRC-32C),
-    or re-encoded with the topic's codec."""
+# -- path 3: record batches into a record-batch topic ----------------------------------------
+
+def _batches_kept(mv, entries, job: _Job) -> ValidatedRecords:
+    """Kept as sent (offsets, leader epoch and, under LogAppendTime, the header's type and max
+    timestamp rewritten in place with one CRC-32C), or re-encoded with the topic's codec."""
+    settings = job.settings
     out = bytearray()
-    offset = next_offset
+    offset = job.next_offset
     max_ts, max_off = NO_TIMESTAMP, -1
     producers = []
     check_time = settings.timestamp_type == TimestampType.CREATE_TIME
-    earliest, latest = settings.timestamp_bounds(now_ms)
     for index, e in enumerate(entries):
-        header = _batch_header(mv, e, settings, index)
+        where = _where(e, index)
+        header = rb.read_header(mv, e.position)
         target = header.codec if settings.target_codec is None else settings.target_codec
         # The native loop checks the records of a batch kept as sent; anything it does not
         # accept goes through the Python path for the precise answer.
         record_max = None
-        if target == header.codec:
+        if target == header.codec and scan_v2 is not None:
             record_max = scan_v2(rb.records_section(mv, header, e.position),
-                                 header.records_count, header.base_timestamp, earliest, latest,
-                                 check_time, settings.compacted)
+                                 header.records_count, header.base_timestamp, job.earliest,
+                                 job.latest, check_time, settings.compacted)
         if record_max is None:
-            header, records = _batch_records(mv, e, settings, now_ms, index)
+            header, records = _batch_records(mv, e, job, where)
             record_max = max((header.base_timestamp + r.timestamp_delta for r in records),
                              default=NO_TIMESTAMP)
         count = header.records_count
         start = len(out)
         if target == header.codec:
             out += mv[e.position:e.next_position]
-            if not lat and record_max != header.max_timestamp:
+            if not job.lat and record_max != header.max_timestamp:
                 # Kafka corrects a header whose max timestamp disagrees with its records.
                 _I64.pack_into(out, start + rb.MAX_TIMESTAMP_OFFSET, record_max)
                 _U32.pack_into(out, start + rb.CRC_OFFSET,
@@ -642,10 +442,10 @@ def _batches_to_batches(mv, entries, settings: TopicSettings, next_offset: int, 
             out += rb.build_batch(spec, [(r.offset_delta, header.base_timestamp +
                                           r.timestamp_delta, r.key, r.value, r.headers)
                                          for r in records])
-        rb.set_base_offset(out, start, offset, leader_epoch)
-        if lat:
-            rb.set_log_append_time(out, start, now_ms)
-        batch_max = now_ms if lat else record_max
+        rb.set_base_offset(out, start, offset, job.leader_epoch)
+        if job.lat:
+            rb.set_log_append_time(out, start, job.now_ms)
+        batch_max = job.now_ms if job.lat else record_max
         last = offset + count - 1
         if batch_max > max_ts:
             max_ts, max_off = batch_max, last
@@ -655,7 +455,158 @@ def _batches_to_batches(mv, entries, settings: TopicSettings, next_offset: int, 
                                            last, batch_max))
         offset += count
     _recheck_sizes(out, settings)
-    last = offset - 1
-    return ValidatedRecords(bytes(out), next_offset, last, max_ts,
-                            max_off if max_ts != NO_TIMESTAMP else last,
-                            now_ms if lat else -1, offset - next_offset, tuple(producers))
+    return _result(out, job, offset - job.next_offset, max_ts, max_off, tuple(producers))
+
+
+# -- path 4: everything else is checked, then kept as wrappers or converted ----------------------
+
+def _checked_then_kept_or_converted(mv, entries, job: _Job) -> ValidatedRecords:
+    """Check every message; keep magic-1 wrappers as sent when the topic is magic 1, the codec
+    stays and each wrapper's inner offsets are 0..n-1; otherwise rebuild everything in the
+    topic's format and codec (Kafka takes the last codec seen when the topic says
+    "producer")."""
+    settings = job.settings
+    checked: list[_Checked] = []
+    wrappers: list[_Wrapper] = []
+    keepable = settings.magic == 1
+    source = Codec.NONE
+    for index, e in enumerate(entries):
+        if e.codec != Codec.NONE:
+            source = Codec(e.codec)
+        if e.magic == rb.MAGIC:
+            keepable = False
+            header, records = _batch_records(mv, e, job, _where(e, index))
+            checked += [_Checked(header.base_timestamp + r.timestamp_delta, r.key, r.value,
+                                 r.headers) for r in records]
+            continue
+        keepable = keepable and e.magic == 1 and e.codec != Codec.NONE
+        count, wrapper_max = 0, NO_TIMESTAMP
+        wrapper_attributes = e.attributes if e.codec else 0
+        # _entries checked the entry itself; a wrapper's inner messages are checked here.
+        for m in _deep(mv, e, e.codec != Codec.NONE):
+            claims_lat = m.magic == 1 and (m.attributes | wrapper_attributes) & _TIMESTAMP_TYPE_BIT
+            bad = _violation(job, m.timestamp if m.magic == 1 else NO_TIMESTAMP, m.key is None,
+                             False, claims_lat)
+            if bad:
+                raise _reject(f"message {len(checked)} (inner message {count} of the wrapper at "
+                              f"byte {e.position})" if e.codec else _where(e, index), bad)
+            keepable = keepable and m.stored_offset == count
+            if m.magic == 1 and m.timestamp > wrapper_max:
+                wrapper_max = m.timestamp
+            checked.append(_Checked(m.timestamp if m.magic == 1 else NO_TIMESTAMP, m.key,
+                                    m.value, ()))
+            count += 1
+        if keepable:
+            wrappers.append(_Wrapper(e.position, e.next_position, e.attributes, e.timestamp,
+                                     count, wrapper_max))
+    target = source if settings.target_codec is None else Codec(settings.target_codec)
+    if keepable and target == source:
+        return _wrappers_kept(mv, wrappers, job)
+    return _converted(checked, job, target)
+
+
+def _converted(checked: list[_Checked], job: _Job, target: Codec) -> ValidatedRecords:
+    """Checked messages rebuilt in the topic's format: one v2 batch, or magic-0/1 messages
+    (one wrapper when compressed), offsets from ``next_offset``."""
+    settings, now, lat = job.settings, job.now_ms, job.lat
+    first, count = job.next_offset, len(checked)
+    last = first + count - 1
+    if settings.magic == 2:
+        spec = rb.BatchSpec(base_offset=first, codec=target, log_append_time=lat,
+                            partition_leader_epoch=job.leader_epoch)
+        out = rb.build_batch(spec, [(i, now if lat else m.timestamp, m.key, m.value, m.headers)
+                                    for i, m in enumerate(checked)],
+                             max_timestamp=now if lat else None)
+        _recheck_sizes(out, settings)
+        return _result(out, job, count, now if lat else max(m.timestamp for m in checked), last)
+    if target == Codec.ZSTD:
+        target = Codec.NONE  # unreachable by config (zstd needs magic 2); never write it below
+    if settings.magic == 0:
+        stored = [NO_TIMESTAMP] * count
+    else:
+        stored = [now if lat else m.timestamp for m in checked]
+    type_bit = _TIMESTAMP_TYPE_BIT if lat and target == Codec.NONE else 0
+    out = _build([(first + i, ts, type_bit, m.key, m.value)
+                  for i, (ts, m) in enumerate(zip(stored, checked))],
+                 settings.magic, target, settings.timestamp_type, now if lat else None)
+    _recheck_sizes(out, settings)
+    if lat:
+        return _result(out, job, count, now, last if target != Codec.NONE else first)
+    max_ts = max(stored)
+    max_off = last if target != Codec.NONE else first + stored.index(max_ts)
+    return _result(out, job, count, max_ts, max_off)
+
+
+def _recheck_sizes(out: bytes, settings: TopicSettings) -> None:
+    """Conversion and recompression change sizes; Kafka re-checks them against the limit."""
+    for entry in iter_shallow(out):
+        if LOG_OVERHEAD + entry.size > settings.max_message_bytes:
+            raise _RejectError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"after conversion to magic {settings.magic} and compression "
+                f"{'none' if entry.codec == 0 else Codec(entry.codec).name.lower()}, the entry "
+                f"at offset {entry.offset} is {LOG_OVERHEAD + entry.size} bytes, above "
+                f"max.message.bytes {settings.max_message_bytes}")
+
+
+# -- the native fast path for magic-1 topics ---------------------------------------------------
+
+# scan_v1 modes
+_TOP_CREATE_TIME = 0   # top-level messages: rewrite offsets
+_TOP_LOG_APPEND = 1    # top-level messages: rewrite offsets, timestamp, bit 3, CRC
+_INNER = 2             # inner messages of a wrapper: check relative offsets 0..n-1, no writes
+
+
+def _fast_magic1(mv, job: _Job) -> ValidatedRecords | None:
+    """Paths 1 and 2 through ``scan_v1`` for the common magic-1 inputs: an uncompressed set
+    (checked and rewritten in one call) or wrappers of one codec kept as sent (each inner set
+    checked in one call). None at anything unusual or wrong, or a trailing partial entry:
+    the Python paths then give the precise answer."""
+    settings = job.settings
+    lo, hi = (NO_TIMESTAMP, _LONG_MAX) if job.lat else (job.earliest, job.latest)
+    max_size = settings.max_message_bytes - LOG_OVERHEAD
+    n = len(mv)
+    codec = mv[17] & _CODEC_MASK
+    if codec == Codec.NONE:
+        if settings.target_codec:
+            return None
+        out = bytearray(mv)
+        scanned = scan_v1(out, n, _TOP_LOG_APPEND if job.lat else _TOP_CREATE_TIME,
+                          job.next_offset, lo, hi, max_size, job.now_ms, settings.compacted)
+        if scanned is None:
+            return None
+        count, max_ts, max_index = scanned
+        if job.lat:
+            return _result(out, job, count, job.now_ms, job.next_offset)
+        return _result(out, job, count, max_ts, job.next_offset + max_index)
+    if codec > Codec.LZ4 or settings.target_codec not in (None, codec):
+        return None
+    wrappers = []
+    pos = 0
+    while pos + 26 <= n:
+        _, size, crc, magic, attrs, ts = _ENTRY_V1.unpack_from(mv, pos)
+        end = pos + LOG_OVERHEAD + size
+        if end > n or magic != 1 or attrs != codec or size < 22 or size > max_size:
+            return None
+        if _crc32(mv[pos + 16:end]) != crc:
+            return None
+        (klen,) = _I32.unpack_from(mv, pos + 26)
+        vpos = pos + 30 + (klen if klen > 0 else 0)
+        if klen < -1 or vpos + 4 > end:
+            return None
+        (vlen,) = _I32.unpack_from(mv, vpos)
+        if vlen < 0 or vpos + 4 + vlen != end:
+            return None
+        try:
+            inner = decompress(codec, mv[vpos + 4:end], 1, position=pos)
+        except CorruptRecordError:
+            return None  # the Python path reports it in Kafka's order
+        scanned = scan_v1(inner, len(inner), _INNER, 0, lo, hi, 2 ** 31, job.now_ms,
+                          settings.compacted)
+        if scanned is None:
+            return None
+        wrappers.append(_Wrapper(pos, end, attrs, ts, scanned[0], scanned[1]))
+        pos = end
+    if pos != n or not wrappers:
+        return None
+    return _wrappers_kept(mv, wrappers, job)

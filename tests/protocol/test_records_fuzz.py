@@ -64,7 +64,7 @@ def exercise(buf) -> None:
                 check_entry(r.buffer, entry, 10 ** 7)
             assert len(list(iter_deep(r.buffer))) == r.message_count
         # the hot path only ever accepts what the general path accepts, identically
-        with mock.patch("protocol.validator._fast_v1", return_value=None):
+        with mock.patch("protocol.validator._fast_magic1", return_value=None):
             assert validate_produce(buf, s, next_offset=3, now_ms=NOW) == r
 
 

@@ -77,7 +77,7 @@ def test_validator_assigns_offsets_and_keeps_content(msgs, magic, codec, next_of
                       compacted=compacted)
     r = validate_produce(buf, s, next_offset=next_offset, now_ms=NOW)
     # the fast path and the general path agree
-    with mock.patch("protocol.validator._fast_v1", return_value=None):
+    with mock.patch("protocol.validator._fast_magic1", return_value=None):
         assert validate_produce(buf, s, next_offset=next_offset, now_ms=NOW) == r
     if compacted and any(k is None for k, _, _ in msgs):
         assert isinstance(r, Rejected) and r.error == ErrorCode.CORRUPT_MESSAGE

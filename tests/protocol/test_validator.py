@@ -274,13 +274,15 @@ def test_multiple_wrappers_in_place_get_consecutive_offsets():
     assert (r.max_timestamp, r.offset_of_max_timestamp) == (NOW - 1, 52)
 
 
-def test_input_is_not_modified_and_fast_path_matches_general_path():
-    from protocol.validator import _validate
-    buf = bytearray(build())
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.LZ4])
+def test_input_is_not_modified_and_fast_path_matches_general_path(codec):
+    from unittest import mock
+    buf = bytearray(build(codec=codec))
     before = bytes(buf)
     r = valid(buf, next_offset=77)
     assert bytes(buf) == before
-    assert _validate(memoryview(before), TopicSettings(), 77, NOW) == r
+    with mock.patch("protocol.validator._fast_magic1", return_value=None):
+        assert valid(before, next_offset=77) == r
 
 
 def test_magic_1_message_below_its_minimum_size_is_corrupt_even_when_lengths_seem_to_fit():
@@ -292,3 +294,21 @@ def test_magic_1_message_below_its_minimum_size_is_corrupt_even_when_lengths_see
     following[0:2] = b"\xff\xfe"       # the next entry's offset supplies the length's low bytes
     assert len(body) == 16
     rejected(short + bytes(following))
+
+
+@pytest.mark.parametrize("settings", [
+    TopicSettings(), TopicSettings(timestamp_type=LAT), TopicSettings(magic=2),
+    TopicSettings(magic=2, timestamp_type=LAT), TopicSettings(magic=0),
+    TopicSettings(max_timestamp_difference_ms=2), TopicSettings(compacted=True)],
+    ids=["v1", "v1-lat", "v2", "v2-lat", "v0", "tight-time", "compacted"])
+@pytest.mark.parametrize("magic,codec", [(1, Codec.NONE), (1, Codec.LZ4), (2, Codec.NONE),
+                                         (2, Codec.ZSTD), (0, Codec.GZIP)])
+def test_without_the_c_extension_every_answer_is_the_same(monkeypatch, settings, magic, codec):
+    """A build without a C compiler has no protocol._fastscan: the Python paths alone must give
+    identical results and identical rejections."""
+    import protocol.validator as validator
+    buf = build(magic=magic, codec=codec)
+    with_c = validate_produce(buf, settings, next_offset=9, now_ms=NOW)
+    monkeypatch.setattr(validator, "scan_v1", None)
+    monkeypatch.setattr(validator, "scan_v2", None)
+    assert validate_produce(buf, settings, next_offset=9, now_ms=NOW) == with_c
