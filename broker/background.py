@@ -5,8 +5,10 @@
 - recovery-point checkpoints every ``log.flush.offset.checkpoint.interval.ms``;
 - removal of ``.deleted`` files whose ``file.delete.delay.ms`` has passed (every second).
 
-Blocking storage calls run in worker threads. A failing pass is logged and retried next period;
-it never stops the broker.
+What each task does and which logs need it is storage's (storage.manager.Maintenance); this
+module schedules it. Blocking storage calls run in worker threads, one per log with work, so an
+idle partition costs nothing. A failing pass is logged and retried next period; it never stops
+the broker.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import structlog
 import trio
 
 from broker.context import BrokerContext
+from storage import Maintenance
 
 log = structlog.get_logger(__name__)
 
@@ -25,14 +28,14 @@ DELETE_CHECK_INTERVAL_MS = 1000
 def start(ctx: BrokerContext, nursery: trio.Nursery) -> None:
     config = ctx.config
     nursery.start_soon(_every, "retention", config.log_retention_check_interval_ms,
-                       lambda: run_retention(ctx))
+                       lambda: maintain(ctx, Maintenance.RETENTION))
     nursery.start_soon(_every, "flush", config.log_flush_scheduler_interval_ms,
-                       lambda: flush_due(ctx))
+                       lambda: maintain(ctx, Maintenance.FLUSH))
     if config.log_flush_offset_checkpoint_interval_ms > 0:
         nursery.start_soon(_every, "checkpoint", config.log_flush_offset_checkpoint_interval_ms,
                            lambda: checkpoint(ctx))
     nursery.start_soon(_every, "delete files", DELETE_CHECK_INTERVAL_MS,
-                       lambda: _each_log(ctx, "remove_deleted_files"))
+                       lambda: maintain(ctx, Maintenance.DELETE_FILES))
 
 
 async def _every(name: str, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:
@@ -45,44 +48,21 @@ async def _every(name: str, interval_ms: int, job: Callable[[], Awaitable[object
                       error=repr(exc), action="check the log dirs' disk")
 
 
-def _partitions(ctx: BrokerContext):
-    for name in ctx.topics.names():
-        topic = ctx.topics.get(name)
-        if topic is None:
-            continue
-        for p in range(topic.partitions):
-            yield name, p
-
-
-async def run_retention(ctx: BrokerContext) -> int:
-    """Delete expired segments of every partition; returns how many were deleted."""
+async def maintain(ctx: BrokerContext, task: Maintenance) -> int:
+    """Storage's ``task`` on every log that has such work (LogManager.due), each under its
+    partition lock in a worker thread; returns the sum of what LogManager.run reported."""
     total = 0
-    for name, p in list(_partitions(ctx)):
-        async with ctx.partition(name, p).lock:
-            log_ = ctx.get_log(name, p)
-            if log_ is None:
-                continue
-            deleted = await trio.to_thread.run_sync(log_.delete_expired_segments, ctx.clock())
+    for (topic, partition), due_log in ctx.log_manager.due(task, ctx.clock()):
+        async with ctx.locked_log(topic, partition) as log_:
+            if log_ is not due_log:
+                continue  # deleted meanwhile
+            done = await trio.to_thread.run_sync(ctx.log_manager.run, task, log_, ctx.clock())
             start = log_.log_start_offset
-        if deleted:
-            total += deleted
-            log.info("retention deleted segments", topic=name, partition=p, segments=deleted,
-                     log_start_offset=start)
+        total += done
+        if task is Maintenance.RETENTION and done:
+            log.info("retention deleted segments", topic=topic, partition=partition,
+                     segments=done, log_start_offset=start)
     return total
-
-
-async def flush_due(ctx: BrokerContext) -> None:
-    """Flush every partition whose flush.ms has elapsed since its last flush."""
-    await _each_log(ctx, "flush_if_due")
-
-
-async def _each_log(ctx: BrokerContext, method: str) -> None:
-    """Call ``Log.<method>(now_ms)`` on every partition, each under its lock in a thread."""
-    for name, p in list(_partitions(ctx)):
-        async with ctx.partition(name, p).lock:
-            log_ = ctx.get_log(name, p)
-            if log_ is not None:
-                await trio.to_thread.run_sync(getattr(log_, method), ctx.clock())
 
 
 async def checkpoint(ctx: BrokerContext) -> None:

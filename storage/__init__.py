@@ -26,11 +26,11 @@ from storage.errors import (CorruptIndexError, InconsistentTopicIdError, Invalid
                             LogNotFoundError,
                             OffsetOutOfRangeError, RecordSetTooLargeError, StorageError)
 from storage.log import FetchData, Log
-from storage.manager import LogManager
+from storage.manager import LogManager, Maintenance
 from storage.segment import TimestampOffset
 
 __all__ = [
-    "LogConfig", "Log", "LogManager", "FetchData", "TimestampOffset",
+    "LogConfig", "Log", "LogManager", "Maintenance", "FetchData", "TimestampOffset",
     "StorageError", "OffsetOutOfRangeError", "InvalidTopicError", "LogNotFoundError",
     "CorruptIndexError", "InvalidAppendError", "RecordSetTooLargeError", "InvalidConfigError",
     "LogClosedError", "InconsistentTopicIdError",

@@ -477,9 +477,13 @@ class Log:
         self.recovery_point = offset
         self.last_flush_ms = self._clock()
 
+    def flush_due(self, now_ms: int) -> bool:
+        """Whether unflushed data is older than flush.ms (memory only: no I/O)."""
+        return self.unflushed_messages > 0 and now_ms - self.last_flush_ms >= self.config.flush_ms
+
     def flush_if_due(self, now_ms: int) -> bool:
-        """Flush when unflushed data is older than flush.ms; True if it flushed."""
-        if self.unflushed_messages > 0 and now_ms - self.last_flush_ms >= self.config.flush_ms:
+        """Flush when :meth:`flush_due`; True if it flushed."""
+        if self.flush_due(now_ms):
             self.flush()
             return True
         return False
@@ -753,6 +757,10 @@ class Log:
             segment.delete_files()
         else:
             self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+
+    def deleted_files_due(self, now_ms: int) -> bool:
+        """Whether a .deleted segment's file.delete.delay.ms has passed (memory only)."""
+        return any(t <= now_ms for t, _ in self._pending_deletes)
 
     def remove_deleted_files(self, now_ms: int) -> int:
         """Physically remove .deleted segments whose delay has passed; return how many."""

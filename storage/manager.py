@@ -4,8 +4,13 @@ Start-up (``startup``): per log dir, remove ``*-delete`` directories left by an 
 deletion, read the recovery-point checkpoint (unreadable -> recover every log in that dir from
 offset 0), note the clean-shutdown marker, open each ``<topic>-<partition>`` directory as a Log
 (recovering it unless the marker was present), then remove the marker so a crash from now on
-forces recovery. The manager runs no threads: the broker calls ``run_retention``, ``flush_due``,
-``checkpoint_recovery_points`` and ``remove_deleted_files`` on its own schedule.
+forces recovery.
+
+Periodic work (:class:`Maintenance`: retention, flush.ms, removal of ``.deleted`` files) is
+defined here and scheduled by the caller, which owns threads and locking: ``due(task, now)``
+names the logs with work, judged from memory where it can be (so an idle partition costs no
+worker-thread round trip), and ``run(task, log, now)`` does it. ``checkpoint_recovery_points``
+is called on the caller's schedule too.
 
 Resources: an idle partition holds no file descriptor and no index memory beyond its Log and
 segment objects. Errors: InvalidTopicError for bad names, LogNotFoundError for unknown logs;
@@ -13,6 +18,7 @@ OSError from the file system propagates.
 """
 from __future__ import annotations
 
+import enum
 import os
 import shutil
 import uuid
@@ -28,6 +34,14 @@ from storage.layout import (DELETE_DIR_SUFFIX, parse_partition_dir, partition_di
 from storage.log import Log
 
 logger = structlog.get_logger(__name__)
+
+
+class Maintenance(enum.Enum):
+    """Periodic storage work; see :meth:`LogManager.due` and :meth:`LogManager.run`."""
+
+    RETENTION = "retention"          # retention.ms / retention.bytes
+    FLUSH = "flush"                  # flush.ms
+    DELETE_FILES = "delete files"    # file.delete.delay.ms
 
 
 class LogManager:
@@ -147,20 +161,27 @@ class LogManager:
         return len(keys)
 
     # -- periodic work -----------------------------------------------------------------------
-    def run_retention(self) -> int:
-        """Apply retention to every log; return how many segments were deleted."""
-        now = self._clock()
-        return sum(log.delete_expired_segments(now) for log in list(self._logs.values()))
+    def due(self, task: Maintenance, now_ms: int) -> list[tuple[tuple[str, int], Log]]:
+        """((topic, partition), log) of every log that has ``task`` work at ``now_ms``. Flush
+        and file removal are judged from memory; retention is run on every log (its check may
+        stat a segment without message timestamps). Safe to call while other threads append:
+        ``run`` checks again."""
+        logs = list(self._logs.items())
+        if task is Maintenance.RETENTION:
+            return logs
+        if task is Maintenance.FLUSH:
+            return [(key, log) for key, log in logs if log.flush_due(now_ms)]
+        return [(key, log) for key, log in logs if log.deleted_files_due(now_ms)]
 
-    def flush_due(self) -> int:
-        """Flush every log whose unflushed data is older than its flush.ms; return how many."""
-        now = self._clock()
-        return sum(log.flush_if_due(now) for log in list(self._logs.values()))
-
-    def remove_deleted_files(self) -> int:
-        """Remove .deleted segment files whose file.delete.delay.ms has passed."""
-        now = self._clock()
-        return sum(log.remove_deleted_files(now) for log in list(self._logs.values()))
+    @staticmethod
+    def run(task: Maintenance, log: Log, now_ms: int) -> int:
+        """Do ``task`` on ``log``: segments deleted by retention, 1 if it flushed, or files
+        removed. May fsync and unlink: call it where blocking is allowed."""
+        if task is Maintenance.RETENTION:
+            return log.delete_expired_segments(now_ms)
+        if task is Maintenance.FLUSH:
+            return int(log.flush_if_due(now_ms))
+        return log.remove_deleted_files(now_ms)
 
     def checkpoint_recovery_points(self) -> None:
         """Write every log dir's recovery-point-offset-checkpoint (atomically)."""

@@ -121,14 +121,11 @@ async def _read_all(ctx: BrokerContext, request: Request) -> tuple[dict, int, bo
 async def _read_partition(ctx, topic: str, partition: int, offset: int, max_bytes: int,
                           min_one: bool, to_magic: int | None, zstd_ok: bool):
     """(error, high watermark, log start offset, records) of one partition."""
-    log_ = ctx.get_log(topic, partition)
-    if log_ is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, b""
-    if max_bytes < 0:
-        return ErrorCode.INVALID_FETCH_SIZE, -1, -1, b""
-    async with ctx.partition(topic, partition).lock:
-        if ctx.get_log(topic, partition) is not log_:
+    async with ctx.locked_log(topic, partition) as log_:
+        if log_ is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, b""
+        if max_bytes < 0:
+            return ErrorCode.INVALID_FETCH_SIZE, -1, -1, b""
         start = log_.log_start_offset
         try:
             if max_bytes == 0 and not min_one:

@@ -28,8 +28,7 @@ async def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int
     """v1: (error, timestamp, offset); v0: (error, offsets)."""
     missing = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1) if version else \
         (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
-    log_ = ctx.get_log(topic, partition)
-    if log_ is None:
+    if ctx.get_log(topic, partition) is None:
         return missing
     if version >= 1 and timestamp >= 0 and ctx.topics.get(topic).config.magic == 0:
         log.warning("offset lookup rejected", topic=topic, partition=partition,
@@ -37,8 +36,8 @@ async def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int
                     reason="topic's message.format.version predates 0.10.0; messages carry no "
                            "timestamps")
         return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, -1
-    async with ctx.partition(topic, partition).lock:
-        if ctx.get_log(topic, partition) is not log_:
+    async with ctx.locked_log(topic, partition) as log_:
+        if log_ is None:
             return missing
         try:
             if version == 0:

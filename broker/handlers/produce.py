@@ -140,15 +140,14 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
     if record_set is None:
         return _Answer(ErrorCode.INVALID_RECORD, message="null records")
     topic = ctx.topics.get(topic_name)
-    log_ = ctx.get_log(topic_name, partition)
-    if topic is None or log_ is None:
+    if topic is None or ctx.get_log(topic_name, partition) is None:
         log.warning("produce rejected", topic=topic_name, partition=partition,
                     error="UNKNOWN_TOPIC_OR_PARTITION",
                     reason="no such topic or partition; create it first")
         return _Answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     state = ctx.partition(topic_name, partition)
-    async with state.lock:
-        if ctx.get_log(topic_name, partition) is not log_:
+    async with ctx.locked_log(topic_name, partition) as log_:
+        if log_ is None:
             log.warning("produce rejected", topic=topic_name, partition=partition,
                         error="UNKNOWN_TOPIC_OR_PARTITION",
                         reason="topic deleted while the produce waited for the partition; "

@@ -47,6 +47,46 @@ async def test_send_response_streams_file_regions_with_sendfile(tmp_path):
         b.close()
 
 
+async def test_small_file_regions_are_sent_inline_and_a_short_file_is_an_error(tmp_path):
+    """Regions up to INLINE_REGION_BYTES are read into the one send; over TCP (where the large
+    ones are corked) the bytes arrive identical and in order either way."""
+    import pytest
+
+    from broker.server import INLINE_REGION_BYTES, SendfileError
+    small, large = os.urandom(100), os.urandom(INLINE_REGION_BYTES + 1)
+    path = tmp_path / "segment"
+    path.write_bytes(small + large)
+    fd = os.open(path, os.O_RDONLY)
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    client = trio.socket.socket()
+    try:
+        await client.connect(listener.getsockname())
+        server, _ = await listener.accept()
+        sender, receiver = trio.SocketStream(server), trio.SocketStream(client)
+        expected = b"h" + small + b"m" + large + b"t" + small
+        received = bytearray()
+
+        async def read_all():
+            while len(received) < len(expected):
+                received.extend(await receiver.receive_some(1 << 20))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_all)
+            await send_response(sender, [b"h", FileRegion(fd, 0, 100), b"m",
+                                         FileRegion(fd, 100, len(large)), b"t",
+                                         FileRegion(fd, 0, 100)])
+        assert bytes(received) == expected
+        with pytest.raises(SendfileError):
+            await send_response(sender, [FileRegion(fd, len(small) + len(large) - 10, 20)])
+        server.close()
+    finally:
+        os.close(fd)
+        listener.close()
+        client.close()
+
+
 def config(tmp_path, **props) -> BrokerConfig:
     pairs = [("log.dirs", str(tmp_path)), ("listeners", "PLAINTEXT://127.0.0.1:0")]
     return BrokerConfig.from_properties(pairs + [(k.replace("_", "."), str(v))

@@ -8,7 +8,7 @@ from structlog.testing import capture_logs
 
 from conftest import validated
 from protocol.records import iter_deep
-from storage import InvalidTopicError, LogConfig, LogManager, LogNotFoundError
+from storage import InvalidTopicError, LogConfig, LogManager, LogNotFoundError, Maintenance
 
 DAY = 86_400_000
 
@@ -129,13 +129,22 @@ def test_periodic_work_retention_flush_and_deleted_files(tmp_path, clock):
     log.append(validated(log, [clock.now - 2 * DAY]))
     log.roll()
     log.append(validated(log, [clock.now]))
+    idle = m.create_log("t", 1)
+
+    def run_due(task):
+        return {key: m.run(task, log_, clock.now) for key, log_ in m.due(task, clock.now)}
+
+    assert run_due(Maintenance.FLUSH) == {}  # not yet flush.ms old
     clock.advance(1000)
-    assert m.flush_due() == 1 and log.recovery_point == 2
-    assert m.run_retention() == 1
+    assert run_due(Maintenance.FLUSH) == {("t", 0): 1} and log.recovery_point == 2
+    assert run_due(Maintenance.FLUSH) == {}
+    assert run_due(Maintenance.RETENTION) == {("t", 0): 1, ("t", 1): 0}
     assert any(n.endswith(".deleted") for n in os.listdir(log.directory))
+    assert run_due(Maintenance.DELETE_FILES) == {}  # file.delete.delay.ms not passed
     clock.advance(5000)
-    assert m.remove_deleted_files() == 1
+    assert run_due(Maintenance.DELETE_FILES) == {("t", 0): 1}
     assert not any(n.endswith(".deleted") for n in os.listdir(log.directory))
+    assert idle.log_end_offset == 0
 
 
 def test_idle_partitions_hold_no_file_descriptors(tmp_path, clock):

@@ -1,0 +1,120 @@
+"""What declining fetch sessions (KIP-227) costs the broker: its CPU per Fetch request as the
+number of partitions in each request grows.
+
+Without a session a consumer names every assigned partition in every Fetch, and the broker
+answers for each of them. With an incremental session it names only partitions whose fetch
+position changed, and the broker answers only for partitions with news. So the broker CPU a
+session could save per request is about (partitions - partitions with news) x the marginal cost
+of one partition, measured here.
+
+One chronolog process; a topic of ``--partitions`` (default 1000) partitions, one message in
+partition 0 so that every request returns data for exactly one partition (the busy-consumer
+case sessions are for). For each request size N, ``--requests`` Fetch v12 requests
+(max_wait_ms 0, session id 0, epoch -1: full requests, as every consumer sends today) are sent
+back to back on one connection; broker CPU (user + system, from /proc) and wall time per request
+are recorded.
+
+Usage: python bench/bench_fetch_sessions.py [--requests 2000] [--partitions 1000]
+Writes bench/results/fetch_sessions.json and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from protocol import ApiKey, ClientConnection, MessageSetBuilder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from suite.brokers import BrokerProcess  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "fetch_sessions.json"
+TOPIC = "sessions"
+SIZES = (1, 10, 100, 1000)
+
+
+class Client:
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.conn = ClientConnection(client_id="bench-fetch-sessions")
+
+    def call(self, api_key: ApiKey, version: int, body: dict):
+        self.sock.sendall(self.conn.request(api_key, version, body)[1])
+        while True:
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("broker closed the connection")
+            for response in self.conn.receive_data(data):
+                return response.body
+
+
+def fetch_body(partitions: int) -> dict:
+    return {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 52428800,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": TOPIC, "partitions": [
+                {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1048576}
+                for p in range(partitions)]}],
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--partitions", type=int, default=1000)
+    args = parser.parse_args()
+    sizes = [n for n in SIZES if n <= args.partitions]
+    with tempfile.TemporaryDirectory(prefix="bench-sessions-") as work:
+        broker = BrokerProcess("chronolog", Path(work))
+        broker.start()
+        try:
+            client = Client(broker.port)
+            created = client.call(ApiKey.CREATE_TOPICS, 0, {"topics": [{
+                "name": TOPIC, "num_partitions": args.partitions, "replication_factor": 1,
+                "assignments": [], "configs": []}], "timeout_ms": 60000})
+            assert created.topics[0].error_code == 0, created
+            builder = MessageSetBuilder(magic=2)
+            builder.append(b"x" * 100, key=None, timestamp=int(time.time() * 1000))
+            produced = client.call(ApiKey.PRODUCE, 9, {
+                "transactional_id": None, "acks": 1, "timeout_ms": 10000, "topic_data": [
+                    {"name": TOPIC, "partition_data": [{"index": 0,
+                                                        "records": builder.build()}]}]})
+            assert produced.responses[0].partition_responses[0].error_code == 0, produced
+            rows = []
+            for n in sizes:
+                body = fetch_body(n)
+                response = client.call(ApiKey.FETCH, 12, body)  # warm-up, and a check
+                parts = response.responses[0].partitions
+                assert len(parts) == n and all(p.error_code == 0 for p in parts), response
+                cpu0, wall0 = broker.usage().cpu_s, time.perf_counter()
+                for _ in range(args.requests):
+                    client.call(ApiKey.FETCH, 12, body)
+                wall = time.perf_counter() - wall0
+                cpu = broker.usage().cpu_s - cpu0
+                rows.append({"partitions_per_request": n, "requests": args.requests,
+                             "broker_cpu_us_per_request": round(cpu / args.requests * 1e6, 1),
+                             "wall_us_per_request": round(wall / args.requests * 1e6, 1)})
+                print(f"{n:5d} partitions/request: broker CPU "
+                      f"{rows[-1]['broker_cpu_us_per_request']:8.1f} us, wall "
+                      f"{rows[-1]['wall_us_per_request']:8.1f} us per request")
+        finally:
+            broker.stop()
+    small, large = rows[0], rows[-1]
+    marginal = ((large["broker_cpu_us_per_request"] - small["broker_cpu_us_per_request"])
+                / (large["partitions_per_request"] - small["partitions_per_request"]))
+    print(f"marginal broker CPU per partition in a request: {marginal:.2f} us")
+    RESULTS.write_text(json.dumps({
+        "benchmark": "broker CPU per Fetch v12 request by partitions per request (sessions "
+                     "declined: full requests)",
+        "python": platform.python_version(), "machine": platform.machine(),
+        "rows": rows, "marginal_broker_cpu_us_per_partition": round(marginal, 2),
+    }, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
