@@ -14,6 +14,11 @@ case sessions are for). For each request size N, ``--requests`` Fetch v12 reques
 back to back on one connection; broker CPU (user + system, from /proc) and wall time per request
 are recorded.
 
+Then the same with a real consumer: kafka-python (which opens a session when the broker offers
+one) reads ``--consumer-partitions`` partitions while a producer trickles one message every
+2 ms into them, round robin, for ``--seconds``; broker CPU per consumed message is compared
+with sessions on (max.incremental.fetch.session.cache.slots=1000) and off (0).
+
 Usage: python bench/bench_fetch_sessions.py [--requests 2000] [--partitions 1000]
 Writes bench/results/fetch_sessions.json and prints a table.
 """
@@ -62,10 +67,77 @@ def fetch_body(partitions: int) -> dict:
             "forgotten_topics_data": [], "rack_id": ""}
 
 
+class _Broker(BrokerProcess):
+    """A chronolog process with extra server properties."""
+
+    def __init__(self, workdir: Path, overrides: dict[str, str]) -> None:
+        super().__init__("chronolog", workdir)
+        self.overrides = overrides
+
+    def command(self) -> list[str]:
+        extra = [arg for k, v in self.overrides.items() for arg in ("--override", f"{k}={v}")]
+        return super().command() + extra
+
+
+def consumer_run(slots: int, partitions: int, seconds: float) -> dict:
+    """kafka-python reading ``partitions`` partitions of a trickle; broker CPU per message."""
+    import threading
+
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    with tempfile.TemporaryDirectory(prefix="bench-sessions-") as work:
+        broker = _Broker(Path(work), {"max.incremental.fetch.session.cache.slots": str(slots)})
+        broker.start()
+        try:
+            client = Client(broker.port)
+            created = client.call(ApiKey.CREATE_TOPICS, 0, {"topics": [{
+                "name": TOPIC, "num_partitions": partitions, "replication_factor": 1,
+                "assignments": [], "configs": []}], "timeout_ms": 60000})
+            assert created.topics[0].error_code == 0, created
+            consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None)
+            tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            consumer.poll(timeout_ms=1000)  # connected, positions known, session open
+            producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
+            stop = threading.Event()
+            sent = [0]
+
+            def trickle() -> None:
+                while not stop.is_set():
+                    producer.send(TOPIC, b"x" * 100, partition=sent[0] % partitions)
+                    sent[0] += 1
+                    time.sleep(0.002)
+
+            thread = threading.Thread(target=trickle)
+            cpu0 = broker.usage().cpu_s
+            thread.start()
+            got = 0
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                got += sum(len(r) for r in consumer.poll(timeout_ms=100).values())
+            stop.set()
+            thread.join()
+            producer.flush()
+            deadline = time.monotonic() + 10
+            while got < sent[0] and time.monotonic() < deadline:
+                got += sum(len(r) for r in consumer.poll(timeout_ms=100).values())
+            cpu = broker.usage().cpu_s - cpu0
+            consumer.close()
+            producer.close()
+            assert got == sent[0], (got, sent[0])
+            return {"session_cache_slots": slots, "partitions": partitions, "messages": got,
+                    "broker_cpu_s": round(cpu, 3),
+                    "broker_cpu_us_per_message": round(cpu / got * 1e6, 1)}
+        finally:
+            broker.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--consumer-partitions", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
     sizes = [n for n in SIZES if n <= args.partitions]
     with tempfile.TemporaryDirectory(prefix="bench-sessions-") as work:
@@ -107,11 +179,19 @@ def main() -> None:
     marginal = ((large["broker_cpu_us_per_request"] - small["broker_cpu_us_per_request"])
                 / (large["partitions_per_request"] - small["partitions_per_request"]))
     print(f"marginal broker CPU per partition in a request: {marginal:.2f} us")
+    consumers = [consumer_run(slots, args.consumer_partitions, args.seconds)
+                 for slots in (1000, 0)]
+    for row in consumers:
+        print(f"kafka-python, {row['partitions']} partitions, sessions "
+              f"{'on ' if row['session_cache_slots'] else 'off'}: broker CPU "
+              f"{row['broker_cpu_s']:.2f} s for {row['messages']} messages "
+              f"({row['broker_cpu_us_per_message']} us per message)")
     RESULTS.write_text(json.dumps({
         "benchmark": "broker CPU per Fetch v12 request by partitions per request (sessions "
                      "declined: full requests)",
         "python": platform.python_version(), "machine": platform.machine(),
         "rows": rows, "marginal_broker_cpu_us_per_partition": round(marginal, 2),
+        "kafka_python_consumer": consumers,
     }, indent=2) + "\n")
     print(f"wrote {RESULTS}")
 

@@ -297,6 +297,7 @@ BROKER_KEYS: dict[str, _Key] = {k.name: k for k in [
     _Key("offsets.retention.check.interval.ms", _long(1), 600000),
     _Key("group.min.session.timeout.ms", _int(), 6000),
     _Key("group.max.session.timeout.ms", _int(), 300000),
+    _Key("max.incremental.fetch.session.cache.slots", _int(0), 1000),
 ]}
 
 
@@ -384,6 +385,7 @@ class BrokerConfig:
     offsets_retention_check_interval_ms: int
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
+    max_incremental_fetch_session_cache_slots: int
     topic_defaults: Mapping[str, Any] = field(repr=False)
     """Typed topic-config defaults keyed by topic config name (``segment.bytes`` ...)."""
     properties: Mapping[str, str] = field(repr=False)
@@ -473,6 +475,8 @@ class BrokerConfig:
             offsets_retention_check_interval_ms=v["offsets.retention.check.interval.ms"],
             group_min_session_timeout_ms=v["group.min.session.timeout.ms"],
             group_max_session_timeout_ms=v["group.max.session.timeout.ms"],
+            max_incremental_fetch_session_cache_slots=v[
+                "max.incremental.fetch.session.cache.slots"],
             topic_defaults=defaults, properties=dict(raw),
         )
 

@@ -6,7 +6,10 @@ Concurrency rules (all state lives on the trio thread):
   Log. Calls that may wait on the disk (fsync, reads) run inside ``trio.to_thread.run_sync``, so
   a slow disk stalls only that partition; only page-cache-bound calls that cannot fsync run on
   the trio thread (a small produce whose ``Log.append_would_sync`` is False, a fetch answered
-  by ``Log.read_cached``, attribute reads).
+  by ``Log.read_cached``, attribute reads). One read skips the lock: a fetch at the log end
+  answers from the log end offset, high watermark and log start offset, plain attribute reads
+  that are each atomic, so the answer (no records) was true at an instant during the call; an
+  append in progress wakes the fetch when it is done.
 - Topic creation and deletion are serialised by ``admin_lock``.
 - Appends wake long-polling fetches through ``PartitionState.notify`` (trio events, no polling).
 """
@@ -22,6 +25,7 @@ import structlog
 import trio
 
 from broker.config import BrokerConfig, ConfigError, topic_name_error
+from broker.fetch_sessions import FetchSessionCache
 from broker.producer_ids import ProducerIdManager
 from broker.topics import Topic, TopicRegistry
 
@@ -98,10 +102,12 @@ class BrokerContext:
         self.topics = topics
         self.clock = clock
         self.admin_lock = trio.Lock()
+        # The group coordinator (broker.groups), or None when it is not installed.
         self.coordinator: Any = None
         # InitProducerId's ids (broker/producer_ids.py), loaded by open_context.
         self.producer_ids = ProducerIdManager(config.log_dirs[0])
-        """The group coordinator (broker.groups), or None when it is not installed."""
+        self.fetch_sessions = FetchSessionCache(
+            config.max_incremental_fetch_session_cache_slots, clock)
         self.stopping = False
         self._partitions: dict[tuple[str, int], PartitionState] = {}
 

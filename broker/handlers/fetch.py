@@ -10,11 +10,11 @@ Logs may hold magic 0/1 sets and v2 record batches side by side. Fetch v4+ reade
 stored (sendfile). Older readers get what their version can parse, converted in the worker
 thread from at most the partition's max bytes (so memory stays bounded, KIP-283): v0/v1
 magic 0, v2/v3 magic 1; zstd data below v10 is refused with UNSUPPORTED_COMPRESSION_TYPE, as
-Kafka does. Fetch sessions (KIP-227) are declined: every answer has session id 0, so clients
-send full requests, which for the few partitions a consumer of this single broker reads costs
-less than the session bookkeeping. With no transactions, read_committed reads up to the high
-watermark (the last stable offset) and gets no aborted transactions. Topic ids (v13+) are
-resolved through the topic registry; an unknown one answers UNKNOWN_TOPIC_ID.
+Kafka does. Fetch sessions (KIP-227, v7+) are kept by broker/fetch_sessions.py: an incremental
+request reads every partition of its session and answers only those with news. With no
+transactions, read_committed reads up to the high watermark (the last stable offset) and gets no
+aborted transactions. Topic ids (v13+) are resolved through the topic registry; an unknown one
+answers UNKNOWN_TOPIC_ID.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import structlog
 import trio
 
 from broker.context import BrokerContext
+from broker.fetch_sessions import Answer, Wanted
 from protocol.api import FileRegion, Request
 from protocol.errors import ErrorCode, UnsupportedCompressionError
 from protocol.records import Codec, convert, iter_shallow
@@ -67,55 +68,99 @@ def _records(data, to_magic: int | None, zstd_ok: bool):
 def release(body: dict) -> None:
     """Close the descriptors of every FileRegion in a fetch response body (idempotent)."""
     for topic in body["responses"]:
-        for part in topic["partitions"]:
-            region = part["records"]
-            if isinstance(region, FileRegion):
-                part["records"] = b""
-                os.close(region.source)
+        _release_parts(topic["partitions"])
 
 
-async def _read_all(ctx: BrokerContext, request: Request) -> tuple[dict, int, bool]:
-    """One pass over the requested partitions: (body, bytes found, any partition error)."""
+def _wanted(ctx: BrokerContext, request: Request) -> tuple[list[Wanted], list[Wanted]]:
+    """(partitions the request names, partitions it asks a session to forget), topic ids
+    (v13+) resolved to names through the topic registry (None: unknown)."""
+    body = request.body
+    by_id = request.header.api_version >= 13
+
+    def name_of(topic) -> str | None:
+        if not by_id:
+            return topic.topic
+        known = ctx.topics.by_id(topic.topic_id)
+        return known.name if known is not None else None
+
+    wanted = []
+    for topic in body.topics:
+        name = name_of(topic)
+        wanted += [Wanted(name, topic.topic_id, p.partition, p.fetch_offset,
+                          p.partition_max_bytes) for p in topic.partitions]
+    forgotten = []
+    for topic in body.forgotten_topics_data:
+        name = name_of(topic)
+        forgotten += [Wanted(name, topic.topic_id, p, 0, 0) for p in topic.partitions]
+    return wanted, forgotten
+
+
+async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
+    """One pass over ``wanted``: (per-partition response dicts, answers for the session cache,
+    bytes found, any partition error)."""
     body = request.body
     version = request.header.api_version
     remaining = body.max_bytes if version >= 3 else INT_MAX
     min_one = version >= 3  # KIP-74: the first message is returned even if over the limits
     to_magic = readable_magic(version)
     total, errored = 0, False
-    responses = []
-    out = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+    parts, answers = [], []
     try:
-        for topic in body.topics:
-            parts = []
-            name = topic.topic
-            if version >= 13:
-                known = ctx.topics.by_id(topic.topic_id)
-                name = known.name if known is not None else None
-            responses.append({"topic": topic.topic, "topic_id": topic.topic_id,
-                              "partitions": parts})
-            for p in topic.partitions:
-                if name is None:
-                    error, hw, start, records = ErrorCode.UNKNOWN_TOPIC_ID, -1, -1, b""
-                else:
-                    error, hw, start, records = await _read_partition(
-                        ctx, name, p.partition, p.fetch_offset,
-                        min(p.partition_max_bytes, remaining), min_one, to_magic, version >= 10)
-                size = records.length if isinstance(records, FileRegion) else len(records)
-                if size:
-                    min_one = False
-                    total += size
-                    if version >= 3:
-                        remaining = max(0, remaining - size)
-                errored = errored or error != ErrorCode.NONE
-                parts.append({"partition_index": p.partition, "error_code": int(error),
-                              "high_watermark": hw, "last_stable_offset": hw,
-                              "log_start_offset": start,
-                              "aborted_transactions": [] if body.isolation_level else None,
-                              "preferred_read_replica": -1, "records": records})
+        for w in wanted:
+            at_end = ctx.get_log(w.topic, w.partition) if w.topic is not None else None
+            if w.topic is None:
+                error, hw, start, records = ErrorCode.UNKNOWN_TOPIC_ID, -1, -1, b""
+            elif (at_end is not None and w.fetch_offset == at_end.log_end_offset
+                  and w.max_bytes >= 0):
+                # Nothing to read: answered without the lock (broker/context.py's rules).
+                error, hw, start, records = (ErrorCode.NONE, at_end.high_watermark,
+                                             at_end.log_start_offset, b"")
+            else:
+                error, hw, start, records = await _read_partition(
+                    ctx, w.topic, w.partition, w.fetch_offset, min(w.max_bytes, remaining),
+                    min_one, to_magic, version >= 10)
+            size = records.length if isinstance(records, FileRegion) else len(records)
+            if size:
+                min_one = False
+                total += size
+                if version >= 3:
+                    remaining = max(0, remaining - size)
+            errored = errored or error != ErrorCode.NONE
+            parts.append({"partition_index": w.partition, "error_code": int(error),
+                          "high_watermark": hw, "last_stable_offset": hw,
+                          "log_start_offset": start,
+                          "aborted_transactions": [] if body.isolation_level else None,
+                          "preferred_read_replica": -1, "records": records})
+            answers.append(Answer(error, hw, start, size))
     except BaseException:
-        release(out)
+        _release_parts(parts)
         raise
-    return out, total, errored
+    return parts, answers, total, errored
+
+
+def _body(wanted: list[Wanted], parts: list[dict], chosen, session_id: int,
+          error: ErrorCode = ErrorCode.NONE) -> dict:
+    """The response body: the ``chosen`` partitions grouped by topic in request order."""
+    responses = []
+    last = None
+    for index in chosen:
+        w = wanted[index]
+        if last is None or (w.topic_id, w.topic) != last:
+            last = (w.topic_id, w.topic)
+            responses.append({"topic": w.topic or "", "topic_id": w.topic_id,
+                              "partitions": []})
+        responses[-1]["partitions"].append(parts[index])
+    return {"throttle_time_ms": 0, "error_code": int(error), "session_id": session_id,
+            "responses": responses}
+
+
+def _release_parts(parts) -> None:
+    """Close the FileRegion descriptors of these partition answers (idempotent)."""
+    for part in parts:
+        region = part["records"]
+        if isinstance(region, FileRegion):
+            part["records"] = b""
+            os.close(region.source)
 
 
 async def _read_partition(ctx, topic: str, partition: int, offset: int, max_bytes: int,
@@ -155,27 +200,35 @@ async def _read_partition(ctx, topic: str, partition: int, offset: int, max_byte
 
 async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
+    version = request.header.api_version
     deadline = trio.current_time() + max(0, body.max_wait_ms) / 1000
-    keys = set()
-    for t in body.topics:
-        name = t.topic
-        if request.header.api_version >= 13:
-            known = ctx.topics.by_id(t.topic_id)
-            if known is None:
-                continue
-            name = known.name
-        keys.update((name, p.partition) for p in t.partitions)
+    requested, forgotten = _wanted(ctx, request)
+    context = ctx.fetch_sessions.context(version, body.session_id, body.session_epoch,
+                                         requested, forgotten)
+    if context.error != ErrorCode.NONE:
+        log.info("fetch session refused", session_id=body.session_id,
+                 epoch=body.session_epoch, error=context.error.name,
+                 action="none: the client starts a new session")
+        return _body([], [], [], context.respond([])[0], context.error)
+    wanted = context.wanted
+    keys = {(w.topic, w.partition) for w in wanted if w.topic is not None}
     while True:
         event = trio.Event()
         states = [ctx.partition(*key) for key in keys if ctx.get_log(*key) is not None]
         for state in states:
             state.waiters.add(event)
         try:
-            out, total, errored = await _read_all(ctx, request)
+            parts, answers, total, errored = await _read_all(ctx, request, wanted)
             if (total >= body.min_bytes or errored or ctx.stopping
                     or trio.current_time() >= deadline):
-                return out
-            release(out)
+                session_id, chosen = context.respond(answers)
+                if context.create_session and session_id:
+                    log.info("fetch session created", session_id=session_id,
+                             partitions=len(wanted), sessions=len(ctx.fetch_sessions))
+                unsent = set(range(len(parts))).difference(chosen)
+                _release_parts([parts[i] for i in unsent])
+                return _body(wanted, parts, chosen, session_id)
+            _release_parts(parts)
             with trio.move_on_at(deadline):
                 await event.wait()
         finally:
