@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test kcat node-deps build-deps run test bench compose-test clean docker-compose
+.PHONY: install install-test kcat node-deps build-deps run test test-pure bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ run: install
 
 test: install-test
 	$(BIN)/python -m pytest -q
+
+# The same suite on the pure-Python paths (protocol/native.py), as a machine without a C compiler
+# runs them; .ci/run runs both.
+test-pure: install-test
+	CHRONOLOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -30,7 +30,7 @@ from broker.errors import CloseConnectionError
 from broker.groups import setup as setup_group_coordinator
 from broker.handlers import HANDLERS, release_fetch_body
 from broker.topics import TopicRegistry, load_or_create_meta
-from protocol import ApiKey, FileRegion, ProtocolError, Request, ServerConnection
+from protocol import ApiKey, FileRegion, ProtocolError, Request, ServerConnection, native
 from storage import InconsistentTopicIdError, LogManager
 
 log = structlog.get_logger(__name__)
@@ -316,7 +316,8 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
             config = ctx.config = dataclasses.replace(config, advertised_port=port)
         log.info("listening", host=config.host or "0.0.0.0", port=port,
                  advertised=f"{config.advertised_host}:{config.advertised_port}",
-                 broker_id=config.broker_id, cluster_id=ctx.cluster_id)
+                 broker_id=config.broker_id, cluster_id=ctx.cluster_id,
+                 record_scans=native.DESCRIPTION)
         async with trio.open_nursery() as outer:
             async with trio.open_nursery() as connections:
                 bg_scope = trio.CancelScope()

@@ -57,10 +57,11 @@ from protocol.records import (
     NO_TIMESTAMP, TimestampType, _build, _check, _check_batch, _deep, _view, iter_shallow,
 )
 
-try:
-    from protocol._fastscan import scan_v1, scan_v2
-except ImportError:  # built without a C compiler: the Python paths give the same answers
-    scan_v1 = scan_v2 = None
+from protocol.native import fastscan
+
+# The native scans, or None (protocol/native.py): the Python paths then give the same answers.
+scan_v1 = fastscan.scan_v1 if fastscan else None
+scan_v2 = fastscan.scan_v2 if fastscan else None
 
 __all__ = ["TopicSettings", "ValidatedRecords", "ProducerBatch", "Rejected", "validate_produce"]
 
