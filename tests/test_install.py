@@ -24,11 +24,17 @@ def run(cmd, **kw):
 
 @pytest.mark.timeout(900)
 def test_pip_install_without_a_compiler_then_serve(tmp_path):
-    env = {**os.environ, "CC": "/bin/false", "CXX": "/bin/false"}  # no working compiler
+    # no working compiler or linker
+    env = {**os.environ, "CC": "/bin/false", "CXX": "/bin/false", "LDSHARED": "/bin/false"}
     env.pop("CHRONOLOG_PURE_PYTHON", None)
+    source = tmp_path / "source"  # the tracked files only: no build/ left by an earlier build
+    for name in run(["git", "ls-files"], cwd=REPO).stdout.splitlines():
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            (source / name).write_bytes((REPO / name).read_bytes())
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)])
-    run([str(venv / "bin" / "pip"), "install", "-q", str(REPO)], env=env, cwd=tmp_path)
+    run([str(venv / "bin" / "pip"), "install", "-q", str(source)], env=env, cwd=tmp_path)
     found = run([str(venv / "bin" / "python"), "-c",
                  "import protocol, protocol.native as n; print(protocol.__file__); "
                  "print(n.DESCRIPTION)"], cwd=tmp_path, env=env).stdout.splitlines()
@@ -68,3 +74,37 @@ def test_pip_install_without_a_compiler_then_serve(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, out.read_text()[-3000:]
+
+
+def test_the_extension_built_without_libdeflate_gives_the_same_crcs(tmp_path):
+    """Without libdeflate's headers the extension uses its own table-driven CRC-32: built that
+    way here, it must accept exactly what zlib's CRC says is intact, and refuse a flipped bit."""
+    if subprocess.run(["cc", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("no C compiler on this machine")
+    copy = tmp_path / "src"
+    copy.mkdir()
+    (copy / "protocol").mkdir()
+    for name in ("_fastscan.c",):
+        (copy / "protocol" / name).write_bytes((REPO / "protocol" / name).read_bytes())
+    (copy / "setup.py").write_text(
+        "from setuptools import Extension, setup\n"
+        "setup(name='probe', ext_modules=[Extension('protocol._fastscan', "
+        "['protocol/_fastscan.c'], extra_compile_args=['-O3', '-std=c11'])])\n")
+    run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=copy)
+    script = (
+        "import sys, zlib, struct\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import importlib.util\n"
+        "spec = importlib.util.spec_from_file_location('protocol._fastscan', next(__import__('glob').iglob("
+        "sys.argv[1] + '/protocol/_fastscan*.so')))\n"
+        "fs = importlib.util.module_from_spec(spec); spec.loader.exec_module(fs)\n"
+        "from protocol.records import MessageSetBuilder\n"
+        "b = MessageSetBuilder(magic=1)\n"
+        "for i in range(300): b.append(bytes(range(i % 256)) * 3, key=b'k%d' % i, timestamp=i)\n"
+        "buf = bytearray(b.build())\n"
+        "assert fs.scan_v1(bytearray(buf), len(buf), 0, 0, -1, 2**62, 10**6, 0, False)[0] == 300\n"
+        "buf[200] ^= 1\n"
+        "assert fs.scan_v1(buf, len(buf), 0, 0, -1, 2**62, 10**6, 0, False) is None\n"
+        "print('ok')\n")
+    out = run([sys.executable, "-c", script, str(copy)], cwd=REPO).stdout
+    assert out.strip() == "ok"
