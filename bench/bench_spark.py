@@ -81,7 +81,7 @@ def fill(bootstrap: str, topic: str, messages: int, partitions: int) -> float:
         for first in range(0, messages, 10_000):
             sets = {}
             for p in range(partitions):
-                builder = MessageSetBuilder()
+                builder = MessageSetBuilder(magic=2)
                 for i in range(first + p, min(messages, first + 10_000), partitions):
                     builder.append(value, key=b"%08d" % i, timestamp=ts)
                 sets[p] = builder.build()
@@ -105,7 +105,7 @@ def _no_io_source():
             return [InputPartition(self.rows // 2), InputPartition(self.rows - self.rows // 2)]
 
         def read(self, partition):
-            builder = MessageSetBuilder()
+            builder = MessageSetBuilder(magic=2)
             for i in range(10_000):
                 builder.append(b"v" * 100, key=b"%08d" % i, timestamp=1_700_000_000_000)
             batch, _ = decode(builder.build(), "bench", 0, start=0, end=2**62)

@@ -16,7 +16,6 @@ import dataclasses
 import errno
 import os
 import signal
-import socket
 from itertools import count
 from typing import Any
 
@@ -245,43 +244,26 @@ def _versions_used(versions: dict[ApiKey, set[int]]) -> str:
 async def send_response(stream: trio.SocketStream, chunks: list[Any]) -> None:
     """Write response chunks in order. FileRegions up to INLINE_REGION_BYTES are read (pread)
     into the buffer, so a small fetch answer is one send rather than three syscalls and three
-    TCP segments (header, sendfile, the tagged fields after the records). Larger ones go by
-    os.sendfile with the socket corked (TCP_CORK), so the kernel packs the header, the file
-    data and the tail into full segments instead of flushing each piece on its own."""
+    TCP segments (header, sendfile, the tagged fields after the records); larger ones go by
+    os.sendfile. (TCP_CORK around the pieces was tried: reads that needed the disk then stalled
+    200 ms, the kernel's cork timeout.)"""
     pending = bytearray()
-    corked = False
-    try:
-        for chunk in chunks:
-            if not isinstance(chunk, FileRegion):
-                pending += chunk
-            elif chunk.length <= INLINE_REGION_BYTES:
-                data = os.pread(chunk.source, chunk.length, chunk.position)
-                if len(data) != chunk.length:
-                    raise SendfileError(f"segment file ended {chunk.length - len(data)} bytes "
-                                        f"before the fetch response was complete")
-                pending += data
-            else:
-                if not corked:
-                    corked = _set_cork(stream.socket, True)
-                if pending:
-                    await stream.send_all(pending)
-                    pending = bytearray()
-                await _sendfile(stream.socket, chunk)
-        if pending:
-            await stream.send_all(pending)
-    finally:
-        if corked:
-            _set_cork(stream.socket, False)
-
-
-def _set_cork(sock, on: bool) -> bool:
-    """TCP_CORK on or off (off flushes what is queued); False where it does not apply (a Unix
-    socket, a socket already closed)."""
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, int(on))
-    except OSError:
-        return False
-    return True
+    for chunk in chunks:
+        if not isinstance(chunk, FileRegion):
+            pending += chunk
+        elif chunk.length <= INLINE_REGION_BYTES:
+            data = os.pread(chunk.source, chunk.length, chunk.position)
+            if len(data) != chunk.length:
+                raise SendfileError(f"segment file ended {chunk.length - len(data)} bytes "
+                                    f"before the fetch response was complete")
+            pending += data
+        else:
+            if pending:
+                await stream.send_all(pending)
+                pending = bytearray()
+            await _sendfile(stream.socket, chunk)
+    if pending:
+        await stream.send_all(pending)
 
 
 async def _sendfile(sock, region: FileRegion) -> None:

@@ -34,7 +34,7 @@ def seed(bootstrap: str, topic: str, messages: int, minutes: int, *, batch: int 
                 key = f"user-{rng.randrange(40)}".encode()
                 value = json.dumps({"n": i, "page": f"/p/{rng.randrange(500)}"}).encode()
                 part = partition_for_key(key, partitions)
-                sets.setdefault(part, MessageSetBuilder()).append(value, key=key,
+                sets.setdefault(part, MessageSetBuilder(magic=2)).append(value, key=key,
                                                                   timestamp=first + i * step)
             results = client.produce(topic, {p: b.build() for p, b in sets.items()}, acks=-1,
                                      timeout_ms=30_000)

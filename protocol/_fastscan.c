@@ -295,15 +295,84 @@ static PyObject *scan_v2(PyObject *module, PyObject *args)
     return PyLong_FromLongLong((long long)r.max_ts);
 }
 
+/* Where each record's fields lie, for readers that gather columns without a Python object per
+ * record (pyspark_chronolog/arrow.py). Eight int64 per record, in this order: */
+enum { POS_TS_DELTA, POS_OFFSET_DELTA, POS_KEY_START, POS_KEY_LEN, POS_VALUE_START,
+       POS_VALUE_LEN, POS_HEADERS_START, POS_HEADER_COUNT, POS_FIELDS };
+
+static int positions(const unsigned char *p, int64_t start, int64_t n, int64_t count,
+                     int64_t *out)
+{
+    int64_t pos = start;
+    for (int64_t i = 0; i < count; i++, out += POS_FIELDS) {
+        int64_t len;
+        if (!read_varint(p, n, &pos, &len) || len < 0 || len > n - pos) return 0;
+        int64_t end = pos + len;
+        if (pos >= end) return 0;
+        pos++;  /* record attributes: unused */
+        if (!read_varint(p, end, &pos, &out[POS_TS_DELTA])
+            || !read_varint(p, end, &pos, &out[POS_OFFSET_DELTA])) return 0;
+        for (int f = POS_KEY_START; f <= POS_VALUE_START; f += 2) {
+            int64_t flen;
+            if (!read_varint(p, end, &pos, &flen) || flen < -1 || flen > end - pos) return 0;
+            out[f] = pos;
+            out[f + 1] = flen;
+            if (flen > 0) pos += flen;
+        }
+        if (!read_varint(p, end, &pos, &out[POS_HEADER_COUNT]) || out[POS_HEADER_COUNT] < 0)
+            return 0;
+        out[POS_HEADERS_START] = pos;
+        for (int64_t h = 0; h < out[POS_HEADER_COUNT]; h++) {
+            if (!skip_field(p, end, &pos, 0) || !skip_field(p, end, &pos, 1)) return 0;
+        }
+        if (pos != end) return 0;
+    }
+    return pos == n;
+}
+
+PyDoc_STRVAR(record_positions_doc,
+"record_positions(buffer, start, end, count) -> bytes | None\n\n"
+"The records section buffer[start:end] of one record batch holding count records, as count x 8\n"
+"native int64: timestamp delta, offset delta, key start and length (-1 null), value start and\n"
+"length (-1 null), headers start, header count; positions index buffer. None when the section\n"
+"is malformed (protocol.recordbatch.record_positions then raises the precise error).");
+
+static PyObject *record_positions(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    long long start, end, count;
+    if (!PyArg_ParseTuple(args, "y*LLL", &view, &start, &end, &count))
+        return NULL;
+    if (start < 0 || end < start || end > view.len || count < 0
+            || count > (end - start) / 3 + 1) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * POS_FIELDS * 8));
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int ok = positions(view.buf, start, end, count, (int64_t *)PyBytes_AS_STRING(out));
+    PyBuffer_Release(&view);
+    if (!ok) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan_v1", scan_v1, METH_VARARGS, scan_v1_doc},
     {"scan_v2", scan_v2, METH_VARARGS, scan_v2_doc},
+    {"record_positions", record_positions, METH_VARARGS, record_positions_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "protocol._fastscan",
-    "Native hot loop of the produce validator (see protocol/validator.py).", -1, methods,
+    "Native hot loops: the produce validator's scans (protocol/validator.py) and record "
+    "positions for columnar readers.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__fastscan(void)

@@ -245,6 +245,66 @@ def _parse_records(data, count: int, where: str, position: int) -> list[Record]:
     return records
 
 
+POSITION_FIELDS = 8
+"""record_positions' columns, per record: timestamp delta, offset delta, key start, key length
+(-1 null), value start, value length (-1 null), headers start, header count."""
+
+
+def record_positions(buf, start: int, end: int, count: int) -> list[int]:
+    """The fields of the ``count`` records in ``buf[start:end]`` (a records section, already
+    decompressed) as POSITION_FIELDS ints per record, positions indexing ``buf``: what a
+    columnar reader gathers from without a Python object per record. The C extension's
+    ``record_positions`` gives the same as native int64 bytes. Raises CorruptRecordError when
+    the records do not exactly fill the section."""
+    out: list[int] = []
+    pos = start
+    try:
+        for _ in range(count):
+            length, pos = read_varint(buf, pos, end)
+            record_end = pos + length
+            if length <= 0 or record_end > end:
+                raise ValueError(f"record length {length} does not fit in the batch")
+            pos += 1  # record attributes: unused
+            ts_delta, pos = read_varint(buf, pos, record_end)
+            offset_delta, pos = read_varint(buf, pos, record_end)
+            fields = [ts_delta, offset_delta]
+            for _ in range(2):  # key, value
+                flen, pos = read_varint(buf, pos, record_end)
+                if flen < -1 or pos + flen > record_end:
+                    raise ValueError(f"a {flen}-byte field does not fit in its record")
+                fields += (pos, flen)
+                pos += max(flen, 0)
+            header_count, pos = read_varint(buf, pos, record_end)
+            if header_count < 0:
+                raise ValueError(f"header count {header_count} is negative")
+            fields += (pos, header_count)
+            for _ in range(header_count):
+                hkey, pos = _read_bytes(buf, pos, record_end)
+                if hkey is None:
+                    raise ValueError("a header key is null")
+                _, pos = _read_bytes(buf, pos, record_end)
+            if pos != record_end:
+                raise ValueError(f"record has {record_end - pos} bytes after its headers")
+            out += fields
+    except (ValueError, IndexError) as exc:
+        raise CorruptRecordError(f"records at byte {start}: record {len(out) // 8} is "
+                                 f"malformed: {exc}", offset=start) from None
+    if pos != end:
+        raise CorruptRecordError(f"records at byte {start}: {end - pos} bytes follow its "
+                                 f"{count} records", offset=start)
+    return out
+
+
+def read_headers(buf, pos: int, count: int) -> list[tuple[str, bytes | None]]:
+    """``count`` headers from ``pos`` (a position from :func:`record_positions`)."""
+    headers = []
+    for _ in range(count):
+        hkey, pos = _read_bytes(buf, pos, len(buf))
+        hvalue, pos = _read_bytes(buf, pos, len(buf))
+        headers.append((hkey.decode("utf-8", "surrogateescape"), hvalue))
+    return headers
+
+
 def records_section(buf, header: BatchHeader, position: int) -> bytes:
     """The batch's records section, decompressed when the batch is compressed."""
     start = position + RECORD_BATCH_OVERHEAD

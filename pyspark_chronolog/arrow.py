@@ -1,18 +1,29 @@
-"""Fetched message sets -> Arrow record batches with exactly the Spark schema, without a Python
+"""Fetched record sets -> Arrow record batches with exactly the Spark schema, without a Python
 object per message.
 
-Layout of an uncompressed magic-1 entry (Kafka 0.10.1, bytes from the entry start):
+A fetched set may hold record batches (magic 2) and older message sets (magic 0/1) side by
+side, as a log does; the reader takes each as stored (Fetch v4+).
+
+Record batches (protocol/recordbatch.py owns their layout): the batch header gives the base
+offset and timestamps; the records section (decompressed when the batch is) is walked once by
+``record_positions`` (the C extension's, or protocol.recordbatch's pure-Python twin), which
+gives where each record's key, value and headers lie, so numpy computes offsets and timestamps
+(the batch's max timestamp for every record of a LogAppendTime batch) and the key and value
+columns are laid over the buffer. Control batches yield no rows. Headers are decoded only when
+the ``headers`` column is asked for (option includeHeaders), and only for records that have
+some.
+
+Magic 1, uncompressed (Kafka 0.10.1, bytes from the entry start):
   0 offset int64 | 8 size int32 | 12 crc uint32 | 16 magic int8 | 17 attributes int8 |
   18 timestamp int64 | 26 key_length int32 (-1 null) | 30 key | value_length int32 | value
-Entry length = 12 + size; size = 22 + key bytes + value bytes.
-
-Fast path (magic 1): one Python loop walks the size fields to find entry positions; numpy
-gathers every header field at once; key and value columns come from an Arrow binary array laid
-over the buffer whose offsets alternate [value start, value end, next value start, ...], so
-`take` of the even elements copies the bytes in C++. A compressed wrapper is decompressed
-(protocol.compression) and its inner set parsed the same way, with KIP-31 relative offsets made
-absolute and a LogAppendTime wrapper's time applied. Magic 0, and wrappers that break a nesting
-rule, go through protocol.records.iter_deep (which raises the precise error).
+Entry length = 12 + size; size = 22 + key bytes + value bytes. One Python loop walks the size
+fields to find entry positions; numpy gathers every header field at once; key and value columns
+come from an Arrow binary array laid over the buffer whose offsets alternate [value start, value
+end, next value start, ...], so ``take`` of the even elements copies the bytes in C++. A
+compressed wrapper is decompressed (protocol.compression) and its inner set parsed the same way,
+with KIP-31 relative offsets made absolute and a LogAppendTime wrapper's time applied. Magic 0,
+and wrappers that break a nesting rule, go through protocol.records.iter_deep (which raises the
+precise error).
 """
 from __future__ import annotations
 
@@ -23,10 +34,14 @@ import numpy as np
 import pyarrow as pa
 
 from protocol import LOG_OVERHEAD, MIN_MESSAGE_SIZE, CorruptRecordError, iter_deep
+from protocol import recordbatch as rb
 from protocol.compression import decompress
+from protocol.native import fastscan
 
 SPARK_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                 "timestamp timestamp, timestampType int")
+SPARK_SCHEMA_WITH_HEADERS = SPARK_SCHEMA + ", headers array<struct<key:string,value:binary>>"
+HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 ARROW_SCHEMA = pa.schema([
     pa.field("key", pa.binary()),
     pa.field("value", pa.binary()),
@@ -36,6 +51,7 @@ ARROW_SCHEMA = pa.schema([
     pa.field("timestamp", pa.timestamp("us", tz="UTC")),
     pa.field("timestampType", pa.int32()),
 ])
+ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 
 _SIZE = struct.Struct(">i")
 _V1_OVERHEAD = 22          # message bytes besides key and value, magic 1
@@ -91,15 +107,35 @@ def _constant_string(value: str, n: int) -> pa.Array:
 
 
 def _batch(topic: str, partition: int, key: pa.Array, value: pa.Array, offsets: np.ndarray,
-           timestamps_ms: np.ndarray, ts_types: np.ndarray) -> pa.RecordBatch:
+           timestamps_ms: np.ndarray, ts_types: np.ndarray,
+           headers: pa.Array | None = None) -> pa.RecordBatch:
     n = len(offsets)
-    return pa.RecordBatch.from_arrays([
+    columns = [
         key, value, _constant_string(topic, n),
         pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array(offsets.astype(np.int64)),
         pa.array(timestamps_ms.astype(np.int64) * 1000, type=pa.timestamp("us", tz="UTC")),
         pa.array(ts_types.astype(np.int32)),
-    ], schema=ARROW_SCHEMA)
+    ]
+    if headers is None:
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays(columns + [headers], schema=ARROW_SCHEMA_WITH_HEADERS)
+
+
+def _headers_column(chunk: _Chunk | None, rows: np.ndarray) -> pa.Array:
+    """The headers of ``rows`` of ``chunk`` (None: rows without headers, magic 0/1)."""
+    n = len(rows)
+    if chunk is None or chunk.header_count is None or not np.any(chunk.header_count[rows]):
+        return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
+                                        pa.array([], HEADERS_TYPE.value_type))
+    buf = chunk.buffer
+    values = []
+    for start, count in zip(chunk.header_start[rows].tolist(), chunk.header_count[rows].tolist()):
+        # Kafka does not require UTF-8 keys; Spark (a Java String) shows U+FFFD for bad bytes.
+        values.append([{"key": key.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+                        "value": value} for key, value in rb.read_headers(buf, start, count)]
+                      if count else [])
+    return pa.array(values, HEADERS_TYPE)
 
 
 def _be(u8: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
@@ -110,7 +146,7 @@ def _be(u8: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
 
 @dataclass
 class _Chunk:
-    """Header fields of consecutive uncompressed magic-1 entries of one buffer."""
+    """Fields of consecutive messages or records of one buffer (positions index it)."""
 
     buffer: bytes
     offsets: np.ndarray
@@ -120,6 +156,9 @@ class _Chunk:
     key_len: np.ndarray
     value_start: np.ndarray
     value_len: np.ndarray
+    last_offset: int = -1         # of the entries: a batch's may lie past its last record
+    header_start: np.ndarray | None = None    # record batches only
+    header_count: np.ndarray | None = None
 
 
 def _fields(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> _Chunk:
@@ -138,9 +177,10 @@ def _fields(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> _Chunk:
         at = int(pos[np.argmax(bad)])
         raise CorruptRecordError(f"{where}: message at byte {at} has key/value lengths that do "
                                  f"not match its size", offset=at)
-    return _Chunk(buf, _be(u8, pos, 8), _be(u8, pos + 18, 8),
+    offsets = _be(u8, pos, 8)
+    return _Chunk(buf, offsets, _be(u8, pos + 18, 8),
                   ((u8[pos + 17] >> 3) & 1).astype(np.int64), key_start, key_len,
-                  value_len_at + 4, value_len)
+                  value_len_at + 4, value_len, int(offsets.max()))
 
 
 def _unwrap(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> _Chunk | None:
@@ -164,43 +204,96 @@ def _unwrap(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> _Chunk |
         return None
     chunk = _fields(inner, iu8, ipos, f"{where} (inside the wrapper at byte {int(pos[0])})")
     chunk.offsets = wrapper.offsets[0] - chunk.offsets[-1] + chunk.offsets
+    chunk.last_offset = int(wrapper.offsets[0])
     if wrapper.ts_types[0] == 1:
         chunk.timestamps = np.full_like(chunk.timestamps, wrapper.timestamps[0])
         chunk.ts_types = np.ones_like(chunk.ts_types)
     return chunk
 
 
-def decode(record_set: bytes, topic: str, partition: int, *, start: int, end: int,
-           window: tuple[int | None, int | None] = (None, None)
-           ) -> tuple[pa.RecordBatch | None, int]:
-    """Rows of ``record_set`` with start <= offset < end (and, when given, timestamp in
-    [window[0], window[1])), plus the offset to fetch next.
+def _record_batch(buf: bytes, position: int, where: str) -> _Chunk:
+    """The records of the v2 batch at ``position`` (none for a control batch)."""
+    h = rb.read_header(buf, position)
+    empty = np.zeros(0, dtype=np.int64)
+    if h.is_control:
+        return _Chunk(buf, empty, empty, empty, empty, empty, empty, empty, h.last_offset)
+    start, end = position + rb.RECORD_BATCH_OVERHEAD, position + h.entry_size
+    data = buf
+    if h.codec:
+        data = decompress(h.codec, memoryview(buf)[start:end], rb.MAGIC, position=position)
+        start, end = 0, len(data)
+    raw = (fastscan.record_positions(data, start, end, h.records_count)
+           if fastscan is not None else None)
+    if raw is None:  # no extension, or malformed: the Python walk raises the precise error
+        try:
+            fields = np.array(rb.record_positions(data, start, end, h.records_count),
+                              dtype=np.int64)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"{where}: record batch at byte {position}: {exc}",
+                                     offset=position) from None
+    else:
+        fields = np.frombuffer(raw, dtype=np.int64)
+    f = fields.reshape(-1, rb.POSITION_FIELDS)
+    n = len(f)
+    if h.log_append_time:
+        timestamps, ts_types = np.full(n, h.max_timestamp), np.ones(n, dtype=np.int64)
+    else:
+        timestamps, ts_types = h.base_timestamp + f[:, 0], np.zeros(n, dtype=np.int64)
+    return _Chunk(data, h.base_offset + f[:, 1], timestamps, ts_types, f[:, 2], f[:, 3],
+                  f[:, 4], f[:, 5], h.last_offset, f[:, 6], f[:, 7])
 
-    The next offset is one past the last complete message seen (at least ``start``; ``end`` once
-    the range is done); it equals ``start`` when the set holds no complete message.
-    Raises CorruptRecordError for entries that contradict their own sizes or cannot be
-    decompressed.
+
+def _legacy_chunks(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> list | None:
+    """Chunks of consecutive magic-1 entries (uncompressed runs and wrappers); None when a
+    wrapper needs iter_deep's precise handling."""
+    chunks = []
+    first = 0
+    for wrapper in [*np.flatnonzero(u8[pos + 17] & _CODEC_MASK), len(pos)]:
+        if first < wrapper:
+            chunks.append(_fields(buf, u8, pos[first:wrapper], where))
+        if wrapper < len(pos):
+            inner = _unwrap(buf, u8, pos[wrapper:wrapper + 1], where)
+            if inner is None:
+                return None
+            chunks.append(inner)
+        first = wrapper + 1
+    return chunks
+
+
+def decode(record_set: bytes, topic: str, partition: int, *, start: int, end: int,
+           window: tuple[int | None, int | None] = (None, None),
+           include_headers: bool = False) -> tuple[pa.RecordBatch | None, int]:
+    """Rows of ``record_set`` with start <= offset < end (and, when given, timestamp in
+    [window[0], window[1])), plus the offset to fetch next; with ``include_headers`` the batch
+    has the ``headers`` column.
+
+    The next offset is one past the last complete entry seen (a batch's last offset, even when
+    compaction removed its last records; at least ``start``; ``end`` once the range is done); it
+    equals ``start`` when the set holds no complete entry. Raises CorruptRecordError for entries
+    that contradict their own sizes or cannot be decompressed.
     """
     pos = _positions(memoryview(record_set))
     if len(pos) == 0:
         return None, start
     u8 = np.frombuffer(record_set, dtype=np.uint8)
-    if np.any(u8[pos + 16] != 1):
-        return _decode_deep(record_set, topic, partition, start=start, end=end, window=window)
+    magics = u8[pos + 16]
+    if not np.all((magics == 1) | (magics == rb.MAGIC)):
+        return _decode_deep(record_set, topic, partition, start=start, end=end, window=window,
+                            include_headers=include_headers)
     where = f"{topic}[{partition}] fetched set"
     chunks = []
-    first = 0
-    for wrapper in [*np.flatnonzero(u8[pos + 17] & _CODEC_MASK), len(pos)]:
-        if first < wrapper:
-            chunks.append(_fields(record_set, u8, pos[first:wrapper], where))
-        if wrapper < len(pos):
-            inner = _unwrap(record_set, u8, pos[wrapper:wrapper + 1], where)
-            if inner is None:
+    run = 0  # first entry of the current run of magic-1 entries
+    for i in [*np.flatnonzero(magics == rb.MAGIC), len(pos)]:
+        if run < i:
+            legacy = _legacy_chunks(record_set, u8, pos[run:i], where)
+            if legacy is None:
                 return _decode_deep(record_set, topic, partition, start=start, end=end,
-                                    window=window)
-            chunks.append(inner)
-        first = wrapper + 1
-    last = max(int(c.offsets.max()) for c in chunks)
+                                    window=window, include_headers=include_headers)
+            chunks += legacy
+        if i < len(pos):
+            chunks.append(_record_batch(record_set, int(pos[i]), where))
+        run = i + 1
+    last = max(c.last_offset for c in chunks)
     next_offset = min(end, max(start, last + 1))
     lo, hi = window
     parts = []
@@ -215,20 +308,24 @@ def decode(record_set: bytes, topic: str, partition: int, *, start: int, end: in
             buffer = pa.py_buffer(c.buffer)
             parts.append((_binary_column(buffer, c.key_start[rows], c.key_len[rows]),
                           _binary_column(buffer, c.value_start[rows], c.value_len[rows]),
-                          c.offsets[rows], c.timestamps[rows], c.ts_types[rows]))
+                          c.offsets[rows], c.timestamps[rows], c.ts_types[rows],
+                          _headers_column(c, rows) if include_headers else None))
     if not parts:
         return None, next_offset
     if len(parts) == 1:
         return _batch(topic, partition, *parts[0]), next_offset
     return _batch(topic, partition, pa.concat_arrays([p[0] for p in parts]),
                   pa.concat_arrays([p[1] for p in parts]),
-                  *(np.concatenate([p[i] for p in parts]) for i in (2, 3, 4))), next_offset
+                  *(np.concatenate([p[i] for p in parts]) for i in (2, 3, 4)),
+                  pa.concat_arrays([p[5] for p in parts]) if include_headers else None
+                  ), next_offset
 
 
 def _decode_deep(record_set: bytes, topic: str, partition: int, *, start: int, end: int,
-                 window: tuple[int | None, int | None]) -> tuple[pa.RecordBatch | None, int]:
+                 window: tuple[int | None, int | None], include_headers: bool
+                 ) -> tuple[pa.RecordBatch | None, int]:
     lo, hi = window
-    offsets, timestamps, ts_types, keys, values = [], [], [], [], []
+    offsets, timestamps, ts_types, keys, values, headers = [], [], [], [], [], []
     last = start - 1
     for m in iter_deep(record_set):
         last = max(last, m.offset)
@@ -241,8 +338,11 @@ def _decode_deep(record_set: bytes, topic: str, partition: int, *, start: int, e
         ts_types.append(int(m.timestamp_type))
         keys.append(m.key)
         values.append(m.value)
+        headers.append([{"key": k.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+                         "value": v} for k, v in m.headers])
     next_offset = min(end, max(start, last + 1))
     if not offsets:
         return None, next_offset
     return _batch(topic, partition, pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-                  np.array(offsets), np.array(timestamps), np.array(ts_types)), next_offset
+                  np.array(offsets), np.array(timestamps), np.array(ts_types),
+                  pa.array(headers, HEADERS_TYPE) if include_headers else None), next_offset

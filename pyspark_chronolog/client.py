@@ -23,8 +23,10 @@ log = structlog.get_logger(__name__)
 
 _METADATA_VERSION = 1
 _LIST_OFFSETS_VERSION = 1
-_FETCH_VERSION = 3
-_PRODUCE_VERSION = 2
+# Record batches as stored (v4+), headers (v4+ fetch / v3+ produce); the last versions before
+# flexible encoding and topic ids, which this client does not need.
+_FETCH_VERSION = 11
+_PRODUCE_VERSION = 8
 # Leader elections and topic auto-creation answer LEADER_NOT_AVAILABLE for a moment.
 _METADATA_RETRIES = 10
 _METADATA_BACKOFF_S = 0.2
@@ -260,9 +262,11 @@ class BrokerClient:
               ) -> FetchResult:
         body = self._call(self._leader_conn(tp), ApiKey.FETCH, _FETCH_VERSION, {
             "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
-            "max_bytes": max_bytes,
+            "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": tp[0], "partitions": [
-                {"partition": tp[1], "fetch_offset": offset, "partition_max_bytes": max_bytes}]}]})
+                {"partition": tp[1], "current_leader_epoch": -1, "fetch_offset": offset,
+                 "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
+            "forgotten_topics_data": [], "rack_id": ""})
         for topic in body.responses:
             for p in topic.partitions:
                 if topic.topic == tp[0] and p.partition_index == tp[1]:
@@ -272,7 +276,7 @@ class BrokerClient:
 
     def produce(self, topic: str, record_sets: dict[int, bytes], *, acks: int, timeout_ms: int
                 ) -> dict[int, ProduceResult]:
-        """Produce v2 of one message set per partition; partition -> result (error code
+        """Produce v8 of one record batch per partition; partition -> result (error code
         included: the caller decides, since a writer must check every one)."""
         by_node: dict[int, dict[int, bytes]] = {}
         for partition, record_set in record_sets.items():
@@ -281,7 +285,7 @@ class BrokerClient:
         out: dict[int, ProduceResult] = {}
         for node, sets in by_node.items():
             body = self._call(self._conn(self._nodes[node]), ApiKey.PRODUCE, _PRODUCE_VERSION, {
-                "acks": acks, "timeout_ms": timeout_ms,
+                "transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
                 "topic_data": [{"name": topic, "partition_data": [
                     {"index": p, "records": rs} for p, rs in sets.items()]}]})
             for t in body.responses:

@@ -3,7 +3,7 @@
 Names and meanings follow Spark's Kafka source (startingOffsets, endingOffsets, startingTimestamp,
 endingTimestamp, startingOffsetsByTimestamp, endingOffsetsByTimestamp,
 startingOffsetsByTimestampStrategy, failOnDataLoss, maxOffsetsPerTrigger, maxRecordsPerPartition,
-kafka.bootstrap.servers). Option names are case-insensitive, as Spark's are. Every problem raises
+kafka.bootstrap.servers, includeHeaders). Option names are case-insensitive, as Spark's are. Every problem raises
 InvalidOptionError naming the option and what a valid value looks like.
 """
 from __future__ import annotations
@@ -59,6 +59,7 @@ class ReadOptions:
     max_offsets_per_trigger: int | None = None
     max_partition_fetch_bytes: int = 4 * 1024 * 1024
     streaming: bool = False
+    include_headers: bool = False
 
     @property
     def window(self) -> tuple[int | None, int | None]:
@@ -254,7 +255,13 @@ def parse_read(options: Mapping[str, str], *, streaming: bool = False) -> ReadOp
         max_partition_fetch_bytes=_int(opts, "kafka.max.partition.fetch.bytes", 4 * 1024 * 1024,
                                        minimum=1024),
         streaming=streaming,
+        include_headers=include_headers(opts),
     )
+
+
+def include_headers(options: Mapping[str, str]) -> bool:
+    """Spark's includeHeaders: whether rows carry a ``headers`` column (default false)."""
+    return _bool(_lower(options), "includeHeaders", False)
 
 
 def parse_write(options: Mapping[str, str]) -> WriteOptions:

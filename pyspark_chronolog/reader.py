@@ -73,7 +73,8 @@ def read_range(opts: ReadOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
                     f"fetch of {rng.topic}[{rng.partition}] at offset {pos} failed: "
                     f"{error_name(result.error_code)}", error_code=result.error_code)
             batch, next_pos = decode(result.record_set, rng.topic, rng.partition,
-                                     start=pos, end=rng.end, window=opts.window)
+                                     start=pos, end=rng.end, window=opts.window,
+                                     include_headers=opts.include_headers)
             if batch is not None:
                 yield batch
             if next_pos > pos:

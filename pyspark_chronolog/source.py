@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import DataSource
 
-from .arrow import SPARK_SCHEMA
+from .arrow import SPARK_SCHEMA, SPARK_SCHEMA_WITH_HEADERS
+from .options import include_headers
 from .reader import batch_reader, stream_reader
 from .writer import make_writer
 
@@ -20,7 +21,7 @@ class ChronologDataSource(DataSource):
         return "chronolog"
 
     def schema(self) -> str:
-        return SPARK_SCHEMA
+        return SPARK_SCHEMA_WITH_HEADERS if include_headers(self.options) else SPARK_SCHEMA
 
     def reader(self, schema):
         return batch_reader(self.options)

@@ -1,9 +1,10 @@
-"""Batch and streaming writers: Arrow batches -> magic-1 message sets -> Produce v2.
+"""Batch and streaming writers: Arrow batches -> record batches (magic 2) -> Produce v8.
 
 Columns (as Spark's Kafka sink): value (binary/string, required), key (binary/string),
 topic (string; the topic option wins), partition (int; else murmur2(key) like Kafka's default
 partitioner, round-robin for null keys), timestamp (timestamp -> CreateTime; else the write
-time). Every produce response's error code is checked; a partition whose set exceeds the broker's
+time), headers (array<struct<key:string,value:binary>>; a topic held to an older message
+format refuses them). Every produce response's error code is checked; a partition whose set exceeds the broker's
 limit (RECORD_LIST_TOO_LARGE, e.g. small segment.bytes) is resent in halves. Delivery is
 at-least-once: a task retried by Spark produces its rows again.
 """
@@ -23,6 +24,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
     StringType,
@@ -46,15 +48,19 @@ _COLUMN_TYPES = {
     "partition": (IntegerType,),
     "timestamp": (TimestampType, TimestampNTZType),
 }
-# Per-message bytes besides key and value in a magic-1 entry (12 log overhead + 22).
-_ENTRY_OVERHEAD = 34
+# Bytes a record takes besides its key, value and headers, at most (varints of a small record):
+# to size produce requests, not exact.
+_RECORD_OVERHEAD = 21
 _HINTS = {
     ErrorCode.MESSAGE_TOO_LARGE: "a message exceeds the topic's max.message.bytes",
     ErrorCode.INVALID_TIMESTAMP: "a timestamp is further from the broker's clock than "
                                  "message.timestamp.difference.max.ms allows",
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "the topic or partition does not exist",
-    ErrorCode.CORRUPT_MESSAGE: "the broker rejected the message set (e.g. a null key on a "
-                               "compacted topic)",
+    ErrorCode.CORRUPT_MESSAGE: "the broker rejected the message set",
+    ErrorCode.INVALID_RECORD: "the broker rejected a record (e.g. a null key on a compacted "
+                              "topic)",
+    ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT: "the topic's message.format.version predates "
+                                              "record headers",
 }
 
 
@@ -99,9 +105,21 @@ def check_schema(schema: StructType, opts: WriteOptions) -> None:
             raise InvalidOptionError(
                 f"column {name!r} is {names[name].dataType.simpleString()}; it must be "
                 + " or ".join(t().simpleString() for t in allowed))
+    if "headers" in names and not _is_headers_type(names["headers"].dataType):
+        raise InvalidOptionError(
+            f"column 'headers' is {names['headers'].dataType.simpleString()}; it must be "
+            f"array<struct<key:string,value:binary>>")
     if opts.topic is None and "topic" not in names:
         raise InvalidOptionError('name the destination with .option("topic", ...) or a '
                                  '"topic" column')
+
+
+def _is_headers_type(data_type) -> bool:
+    if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
+        return False
+    fields = {f.name: f.dataType for f in data_type.elementType.fields}
+    return (set(fields) == {"key", "value"} and isinstance(fields["key"], StringType)
+            and isinstance(fields["value"], BinaryType))
 
 
 @dataclass
@@ -156,7 +174,12 @@ class _Producer:
                                   float(now_ms)).cast(pa.int64()).to_pylist()
         else:
             stamps = [now_ms] * n
-        for value, key, topic, part, ts in zip(values, keys, topics, parts, stamps):
+        if "headers" in names:
+            headers = [tuple((h["key"], h["value"]) for h in row or ())
+                       for row in batch.column("headers").to_pylist()]
+        else:
+            headers = [()] * n
+        for value, key, topic, part, ts, hs in zip(values, keys, topics, parts, stamps, headers):
             if topic is None:
                 raise InvalidOptionError("a row has a null 'topic' and no topic option is set")
             count = self.partitions_of(topic)
@@ -169,8 +192,11 @@ class _Producer:
             elif not 0 <= part < count:
                 raise InvalidOptionError(f"a row names partition {part} of topic {topic!r}, "
                                          f"which has partitions 0..{count - 1}")
-            self.pending.setdefault((topic, part), []).append((value, key, ts))
-            self.pending_bytes += _ENTRY_OVERHEAD + len(value or b"") + len(key or b"")
+            if any(k is None for k, _ in hs):
+                raise InvalidOptionError("a row has a header with a null key")
+            self.pending.setdefault((topic, part), []).append((value, key, ts, hs))
+            self.pending_bytes += (_RECORD_OVERHEAD + len(value or b"") + len(key or b"")
+                                   + sum(len(k) + len(v or b"") + 10 for k, v in hs))
             if self.pending_bytes >= self.opts.batch_bytes:
                 self.flush()
 
@@ -186,9 +212,9 @@ class _Producer:
         while sets:
             encoded = {}
             for part, msgs in sets.items():
-                builder = MessageSetBuilder()
-                for value, key, ts in msgs:
-                    builder.append(value, key=key, timestamp=ts)
+                builder = MessageSetBuilder(magic=2)
+                for value, key, ts, hs in msgs:
+                    builder.append(value, key=key, timestamp=ts, headers=hs)
                 encoded[part] = builder.build()
             results = self.client.produce(topic, encoded, acks=self.opts.acks,
                                           timeout_ms=self.opts.produce_timeout_ms)

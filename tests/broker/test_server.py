@@ -48,8 +48,8 @@ async def test_send_response_streams_file_regions_with_sendfile(tmp_path):
 
 
 async def test_small_file_regions_are_sent_inline_and_a_short_file_is_an_error(tmp_path):
-    """Regions up to INLINE_REGION_BYTES are read into the one send; over TCP (where the large
-    ones are corked) the bytes arrive identical and in order either way."""
+    """Regions up to INLINE_REGION_BYTES are read into the one send, larger ones sent by
+    sendfile; over TCP the bytes arrive identical and in order either way."""
     import pytest
 
     from broker.server import INLINE_REGION_BYTES, SendfileError
