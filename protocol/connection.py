@@ -36,7 +36,7 @@ from protocol.schemas import (
     encode_response_chunks,
     is_flexible,
 )
-from protocol.schemas.codec import FieldError, Output, skip_tagged_fields
+from protocol.schemas.codec import FieldError, skip_tagged_fields
 
 __all__ = ["ServerConnection", "ClientConnection", "DEFAULT_MAX_FRAME_BYTES"]
 
@@ -159,7 +159,7 @@ class ServerConnection:
         version = header.api_version
         if header.api_key == ApiKey.API_VERSIONS and request.body is None:
             version = 0
-        out = Output()
+        out = bytearray()
         out += _RESPONSE_HEAD.pack(0, header.correlation_id)
         if header.api_key != ApiKey.API_VERSIONS and is_flexible(header.api_key, version,
                                                                  "response"):
