@@ -147,9 +147,17 @@ class _StructDef:
     def __init__(self, fields: list[_Field], flexible: bool) -> None:
         self.fields = fields
         self.flexible = flexible
+        # defaults() copies the immutable defaults from a template and makes lists and
+        # structs afresh (decoders call it for every struct a version lacks).
+        self._template = {f.name: f.default() for f in fields}
+        self._fresh = [(f.name, f.default) for f in fields
+                       if isinstance(self._template[f.name], (list, dict))]
 
     def defaults(self) -> Body:
-        return Body((f.name, f.default()) for f in self.fields)
+        body = Body(self._template)
+        for name, make in self._fresh:
+            body[name] = make()
+        return body
 
 
 def _default_factory(field: dict, type_: str, struct_def: _StructDef | None):

@@ -350,7 +350,7 @@ def _tagged_decoders(w: _Writer, s) -> str:
 # variable it is given.
 
 def _encode_length(fn: _Function, d: int, n: str, flexible: bool, wide: bool) -> None:
-    """Write the non-null length or count held in ``n``."""
+    """Write the non-null length or count ``n`` (a variable or a cheap expression)."""
     if flexible:
         fn.emit(d, f"if {n} < 0x7F:")
         fn.emit(d + 1, f"out.append({n} + 1)")
@@ -464,7 +464,9 @@ def _encode_field(fn: _Function, d: int, f, flexible: bool, var: str) -> None:
 def _encode_array_count(fn: _Function, d: int, f, flexible: bool, var: str) -> None:
     """Write the count (or null) of array ``var``, leaving in ``var`` a sequence to iterate:
     a null array becomes ()."""
-    fn.emit(d, f"if {var} is None:")
+    fn.emit(d, f"if {var}.__class__ is list:")
+    _encode_length(fn, d + 1, f"len({var})", flexible, True)
+    fn.emit(d, f"elif {var} is None:")
     if f.nullable:
         _encode_null(fn, d + 1, flexible, True)
         fn.emit(d + 1, f"{var} = ()")
@@ -472,11 +474,9 @@ def _encode_array_count(fn: _Function, d: int, f, flexible: bool, var: str) -> N
         fn.emit(d + 1, f'raise FieldError("None given for array {f.name}, which is not '
                        f'nullable here")')
     fn.emit(d, "else:")
-    fn.emit(d + 1, f"if {var}.__class__ is not list and not isinstance({var}, (list, tuple)):")
+    fn.emit(d + 1, f"if not isinstance({var}, tuple):")
     fn.emit(d + 2, f"{var} = list({var})")
-    n = fn.w.fresh("n")
-    fn.emit(d + 1, f"{n} = len({var})")
-    _encode_length(fn, d + 1, n, flexible, True)
+    _encode_length(fn, d + 1, f"len({var})", flexible, True)
 
 
 def _encode_array_items(fn: _Function, d: int, f, flexible: bool, var: str) -> None:
