@@ -37,35 +37,24 @@ RUNTIME_NAMES = (
 )
 
 
-def min_size(f, flexible: bool) -> int:
-    """The fewest bytes field ``f`` takes on the wire (bounds an array's count before it is
-    allocated)."""
-    if f.type in FIXED_CODES:
-        return struct.calcsize(">" + FIXED_CODES[f.type])
-    if f.type == "uuid":
+def _min_size(type_: str, struct_def, flexible: bool) -> int:
+    """The fewest bytes a value of ``type_`` (a primitive, or "struct" with ``struct_def``)
+    takes on the wire: bounds an array's count before anything is allocated."""
+    if type_ in FIXED_CODES:
+        return struct.calcsize(">" + FIXED_CODES[type_])
+    if type_ == "uuid":
         return 16
-    if f.type == "struct":
-        return struct_min_size(f.struct)
+    if type_ == "struct":
+        return (sum(_min_size(f.type, f.struct, struct_def.flexible) for f in struct_def.fields
+                    if f.present and f.tag is None) + (1 if struct_def.flexible else 0))
     if flexible:
         return 1
-    return 2 if f.type == "string" else 4
-
-
-def struct_min_size(s) -> int:
-    return (sum(min_size(f, s.flexible) for f in s.fields if f.present and f.tag is None)
-            + (1 if s.flexible else 0))
+    return 2 if type_ == "string" else 4
 
 
 def _element_min_size(f, flexible: bool) -> int:
-    if f.element == "struct":
-        return max(struct_min_size(f.struct), 1)
-    if f.element in FIXED_CODES:
-        return struct.calcsize(">" + FIXED_CODES[f.element])
-    if f.element == "uuid":
-        return 16
-    if flexible:
-        return 1
-    return 2 if f.element == "string" else 4
+    """Array elements take at least one byte, even structs with no fields."""
+    return max(_min_size(f.element, f.struct, flexible), 1)
 
 
 class _Writer:
