@@ -36,7 +36,7 @@ from protocol.schemas import (
     encode_response_chunks,
     is_flexible,
 )
-from protocol.schemas.codec import FieldError, Output, skip_tagged_fields
+from protocol.schemas.codec import FieldError, skip_tagged_fields
 
 __all__ = ["ServerConnection", "ClientConnection", "DEFAULT_MAX_FRAME_BYTES"]
 
@@ -47,7 +47,8 @@ _INT32 = struct.Struct(">i")
 _REQUEST_HEAD = struct.Struct(">hhih")
 # size int32 + correlation_id int32: the response frame prefix.
 _RESPONSE_HEAD = struct.Struct(">ii")
-_SERVED_KEYS = frozenset(int(k) for k in SUPPORTED_VERSIONS)
+# The served api keys by number: a dict lookup, cheaper than calling ApiKey() per request.
+_SERVED_KEYS = {int(k): k for k in SUPPORTED_VERSIONS}
 _KNOWN_KEYS = frozenset(int(k) for k in ApiKey)
 _NO_TAGGED_FIELDS = b"\x00"
 # Compact the receive buffer once this many consumed bytes sit in front of it.
@@ -159,7 +160,7 @@ class ServerConnection:
         version = header.api_version
         if header.api_key == ApiKey.API_VERSIONS and request.body is None:
             version = 0
-        out = Output()
+        out = bytearray()
         out += _RESPONSE_HEAD.pack(0, header.correlation_id)
         if header.api_key != ApiKey.API_VERSIONS and is_flexible(header.api_key, version,
                                                                  "response"):
@@ -191,7 +192,7 @@ def _decode_request_view(frame: memoryview) -> Request:
         raise UnsupportedApiError(f"api key {api_key} (version {version}, correlation id "
                                   f"{correlation_id}) is not implemented by this broker",
                                   api_key=api_key, api_version=version, offset=4)
-    key = ApiKey(api_key)
+    key = _SERVED_KEYS[api_key]
     if id_len < -1 or id_len > end - pos:
         raise MalformedFrameError(f"{key.name} v{version} request: client_id length {id_len} "
                                   f"is invalid for the {end - pos} bytes left", api_key=key,

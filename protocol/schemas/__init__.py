@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from protocol.api import SUPPORTED_VERSIONS, ApiKey
 from protocol.errors import BodyEncodeError, MalformedFrameError
-from protocol.schemas.codec import Body, FieldError, MessageCodec, Output, build_codec
+from protocol.schemas.codec import Body, FieldError, MessageCodec, build_codec
 from protocol.schemas.definitions import MESSAGES
 
 __all__ = [
@@ -38,12 +38,13 @@ class _CodecTable(Mapping):
     def __init__(self, kind: str) -> None:
         self._messages = {(ApiKey(m["apiKey"]), v): m for m in MESSAGES.values()
                           if m["type"] == kind for v in _versions(m["validVersions"])}
-        self._codecs: dict[tuple[ApiKey, int], MessageCodec] = {}
+        # The codecs built so far: the hot paths below look here before calling __getitem__.
+        self.compiled: dict[tuple[ApiKey, int], MessageCodec] = {}
 
     def __getitem__(self, key) -> MessageCodec:
-        codec = self._codecs.get(key)
+        codec = self.compiled.get(key)
         if codec is None:
-            codec = self._codecs[key] = build_codec(self._messages[key], key[1])
+            codec = self.compiled[key] = build_codec(self._messages[key], key[1])
         return codec
 
     def __contains__(self, key) -> bool:
@@ -77,7 +78,8 @@ _ENCODE_ERRORS = (FieldError, KeyError, TypeError, ValueError, AttributeError, O
 def is_flexible(api_key: ApiKey, version: int, direction: str = "request") -> bool:
     """Whether this version uses KIP-482's flexible encoding (and header v2 / v1)."""
     table = REQUEST_SCHEMAS if direction == "request" else RESPONSE_SCHEMAS
-    return table[api_key, version].flexible
+    key = (api_key, version)
+    return (table.compiled.get(key) or table[key]).flexible
 
 
 def _what(api_key: ApiKey, version: int, direction: str) -> str:
@@ -86,7 +88,8 @@ def _what(api_key: ApiKey, version: int, direction: str) -> str:
 
 def _decode(table, buf, start: int, end: int, api_key: ApiKey, version: int, direction: str):
     try:
-        body, pos = table[api_key, version].decode(buf, start, end)
+        codec = table.compiled.get((api_key, version)) or table[api_key, version]
+        body, pos = codec.decode(buf, start, end)
     except FieldError as exc:
         raise MalformedFrameError(f"malformed {_what(api_key, version, direction)} at byte "
                                   f"{exc.offset}: {exc}", api_key=api_key,
@@ -112,30 +115,34 @@ def decode_response_body(api_key: ApiKey, version: int, buf, start: int, end: in
     return _decode(RESPONSE_SCHEMAS, buf, start, end, api_key, version, "response")
 
 
-def _encode(table, body, api_key: ApiKey, version: int, direction: str,
-            out: Output) -> Output:
-    try:
-        table[api_key, version].encode(body, out)
-    except _ENCODE_ERRORS as exc:
-        raise BodyEncodeError(f"cannot encode {_what(api_key, version, direction)}: "
-                              f"{type(exc).__name__}: {exc}", api_key=api_key,
-                              api_version=version) from None
-    return out
+def _encode_error(exc: Exception, api_key: ApiKey, version: int,
+                  direction: str) -> BodyEncodeError:
+    return BodyEncodeError(f"cannot encode {_what(api_key, version, direction)}: "
+                           f"{type(exc).__name__}: {exc}", api_key=api_key, api_version=version)
 
 
 def encode_request_body(api_key: ApiKey, version: int, body) -> bytes:
     """Encode a request body (dict or Body); BodyEncodeError if it does not fit."""
-    out = _encode(REQUEST_SCHEMAS, body, api_key, version, "request", Output())
-    chunks, _ = out.finish()
+    try:
+        codec = REQUEST_SCHEMAS.compiled.get((api_key, version)) \
+            or REQUEST_SCHEMAS[api_key, version]
+        chunks, _ = codec.encode(body)
+    except _ENCODE_ERRORS as exc:
+        raise _encode_error(exc, api_key, version, "request") from None
     return b"".join(chunks)
 
 
 def encode_response_chunks(api_key: ApiKey, version: int, body,
-                           out: Output | None = None) -> tuple[list, int]:
+                           out: bytearray | None = None) -> tuple[list, int]:
     """Encode a response body as ``(chunks, total_length)``: bytes, and FileRegions (or large
-    bytes, kept uncopied) standing for records fields. ``out`` may already hold a header."""
-    return _encode(RESPONSE_SCHEMAS, body, api_key, version, "response",
-                   out if out is not None else Output()).finish()
+    bytes, kept uncopied) standing for records fields; the first chunk is always bytes. ``out``
+    may already hold a header: the first chunk starts with it."""
+    try:
+        codec = RESPONSE_SCHEMAS.compiled.get((api_key, version)) \
+            or RESPONSE_SCHEMAS[api_key, version]
+        return codec.encode(body, out)
+    except _ENCODE_ERRORS as exc:
+        raise _encode_error(exc, api_key, version, "response") from None
 
 
 def encode_response_body(api_key: ApiKey, version: int, body) -> bytes:

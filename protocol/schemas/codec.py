@@ -1,5 +1,6 @@
 """Codecs built from Kafka's message definitions: one decoder and one encoder per (message,
-version), compiled once into closures over precompiled ``struct.Struct``s (kio's approach).
+version), each generated once as specialised Python source (:mod:`.compiler`) and executed here
+with the runtime helpers below.
 
 Wire types (all big-endian)::
 
@@ -24,32 +25,32 @@ field is a BodyEncodeError rather than a silently sent default.
 
 Decoders take ``(buf, pos, end)`` and return ``(value, new_pos)``; a length or count is checked
 against ``end`` before anything is allocated. Errors are :class:`FieldError` with ``offset`` =
-index into ``buf``. Encoders append to a :class:`Output`; a records field holding a
-:class:`~protocol.api.FileRegion` (or large bytes) is kept as a chunk of its own, so Fetch
-responses go out by sendfile without copying.
+index into ``buf``. Encoders take ``(value, out=None)``, append to the bytearray ``out`` (a
+fresh one when None: it may hold a header already) and return ``(chunks, total_length)``: a
+records field holding a :class:`~protocol.api.FileRegion` (or bytes of 16 KiB or more, passed
+through uncopied) is a chunk of its own, so Fetch responses go out by sendfile without copying;
+the first chunk is always bytes.
 """
 from __future__ import annotations
 
+import linecache
 import re
 import struct
 import uuid
 from typing import Any, Callable
 
 from protocol.api import FileRegion
+from protocol.schemas import compiler
 
-__all__ = ["Body", "FieldError", "Output", "MessageCodec", "build_codec", "snake_case",
-           "version_in", "skip_tagged_fields"]
+__all__ = ["Body", "FieldError", "MessageCodec", "build_codec", "snake_case", "version_in",
+           "skip_tagged_fields"]
 
 Decoder = Callable[[Any, int, int], tuple[Any, int]]
-Encoder = Callable[[Any, "Output"], None]
+Encoder = Callable[[Any, "bytearray | None"], tuple[list, int]]
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
-_FIXED = {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "int64": "q",
-          "float64": "d", "bool": "?"}
 _ZERO_UUID = uuid.UUID(int=0)
-# Records at least this large go out as their own chunk instead of being copied.
-_SEPARATE_CHUNK = 16384
 
 
 class FieldError(ValueError):
@@ -71,30 +72,6 @@ class Body(dict):
             return self[name]
         except KeyError:
             raise AttributeError(name) from None
-
-
-class Output(bytearray):
-    """An encoder's output: bytes, plus the chunks split off for records fields."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.chunks: list = []
-        self.split_total = 0  # bytes already moved into ``chunks``
-
-    def split(self, region) -> None:
-        """Close the current bytes as a chunk and add ``region`` (bytes or FileRegion)."""
-        self.chunks.append(bytes(self))
-        self.split_total += len(self)
-        del self[:]
-        self.chunks.append(region)
-        self.split_total += region.length if isinstance(region, FileRegion) else len(region)
-
-    def finish(self) -> tuple[list, int]:
-        """(chunks in wire order, total length); the first chunk is always bytes."""
-        if not self.chunks:
-            return [bytes(self)], len(self)
-        chunks = self.chunks + ([bytes(self)] if self else [])
-        return chunks, self.split_total + len(self)
 
 
 def _error(message: str, offset: int) -> FieldError:
@@ -170,9 +147,17 @@ class _StructDef:
     def __init__(self, fields: list[_Field], flexible: bool) -> None:
         self.fields = fields
         self.flexible = flexible
+        # defaults() copies the immutable defaults from a template and makes lists and
+        # structs afresh (decoders call it for every struct a version lacks).
+        self._template = {f.name: f.default() for f in fields}
+        self._fresh = [(f.name, f.default) for f in fields
+                       if isinstance(self._template[f.name], (list, dict))]
 
     def defaults(self) -> Body:
-        return Body((f.name, f.default()) for f in self.fields)
+        body = Body(self._template)
+        for name, make in self._fresh:
+            body[name] = make()
+        return body
 
 
 def _default_factory(field: dict, type_: str, struct_def: _StructDef | None):
@@ -228,156 +213,11 @@ def _struct_def(fields: list[dict], version: int, flexible: bool,
     return _StructDef(out, flexible)
 
 
-# -- decoders --------------------------------------------------------------------------------
-
-def _length_decoder(flexible: bool, wide: bool):
-    """(length or None for null, position after the prefix)."""
-    if flexible:
-        def decode(buf, pos, end):
-            n, pos = _read_uvarint(buf, pos, end)
-            return (n - 1 if n else None), pos
-        return decode
-    fmt = _INT32 if wide else _INT16
-
-    def decode_classic(buf, pos, end):
-        if end - pos < fmt.size:
-            raise _error("truncated length", pos)
-        (n,) = fmt.unpack_from(buf, pos)
-        if n < 0:
-            if n == -1:
-                return None, pos + fmt.size
-            raise _error(f"length {n} is negative", pos)
-        return n, pos + fmt.size
-    return decode_classic
-
-
-def _primitive_decoder(type_: str, nullable: bool, flexible: bool) -> Decoder:
-    if type_ in _FIXED:
-        fmt = struct.Struct(">" + _FIXED[type_])
-        size, unpack = fmt.size, fmt.unpack_from
-
-        def decode_fixed(buf, pos, end):
-            if end - pos < size:
-                raise _error(f"truncated: {size} bytes needed, {end - pos} left", pos)
-            return unpack(buf, pos)[0], pos + size
-        return decode_fixed
-    if type_ == "uuid":
-        def decode_uuid(buf, pos, end):
-            if end - pos < 16:
-                raise _error("truncated uuid", pos)
-            return uuid.UUID(bytes=bytes(buf[pos:pos + 16])), pos + 16
-        return decode_uuid
-    length = _length_decoder(flexible, type_ != "string")
-    is_string = type_ == "string"
-    what = "string" if is_string else type_
-
-    def decode(buf, pos, end):
-        n, start = length(buf, pos, end)
-        if n is None:
-            if nullable:
-                return None, start
-            raise _error(f"null {what} where it is not nullable", pos)
-        if n > end - start:
-            raise _error(f"{what} of {n} bytes exceeds the {end - start} left", pos)
-        if is_string:
-            try:
-                return str(buf[start:start + n], "utf-8"), start + n
-            except UnicodeDecodeError as exc:
-                raise _error(f"string is not valid UTF-8: {exc.reason}",
-                             start + exc.start) from None
-        return bytes(buf[start:start + n]), start + n
-    return decode
-
-
-def _min_size(f: _Field, flexible: bool) -> int:
-    if f.type in _FIXED:
-        return struct.calcsize(">" + _FIXED[f.type])
-    if f.type == "uuid":
-        return 16
-    if f.type == "struct":
-        return _struct_min(f.struct)
-    if flexible:
-        return 1
-    return 2 if f.type == "string" else 4
-
-
-def _struct_min(s: _StructDef) -> int:
-    return (sum(_min_size(f, s.flexible) for f in s.fields if f.present and f.tag is None)
-            + (1 if s.flexible else 0))
-
-
-def _field_decoder(f: _Field, flexible: bool) -> Decoder:
-    if f.type == "struct":
-        return _struct_decoder(f.struct)
-    if f.type != "[]":
-        return _primitive_decoder(f.type, f.nullable, flexible)
-    if f.element == "struct":
-        element = _struct_decoder(f.struct)
-        element_min = max(_struct_min(f.struct), 1)
-    else:
-        element = _primitive_decoder(f.element, False, flexible)
-        element_min = _min_size(_Field("", f.element, None, False, None, None, None, True),
-                                flexible)
-    count_of = _length_decoder(flexible, True)
-    nullable = f.nullable
-
-    def decode_array(buf, pos, end):
-        count, p = count_of(buf, pos, end)
-        if count is None:
-            if nullable:
-                return None, p
-            raise _error(f"null array {f.name} where it is not nullable", pos)
-        if count * element_min > end - p:
-            raise _error(f"array {f.name} of {count} elements (at least {element_min} bytes "
-                         f"each) cannot fit in the {end - p} bytes left", pos)
-        items = []
-        append = items.append
-        for _ in range(count):
-            item, p = element(buf, p, end)
-            append(item)
-        return items, p
-    return decode_array
-
-
-def _struct_decoder(s: _StructDef) -> Decoder:
-    steps: list[tuple] = []  # ("fixed", Struct, names) | ("var", name, decoder)
-    codes, names = "", []
-    for f in s.fields:
-        if not f.present or f.tag is not None:
-            continue
-        if f.type in _FIXED:
-            codes += _FIXED[f.type]
-            names.append(f.name)
-            continue
-        if codes:
-            steps.append(("fixed", struct.Struct(">" + codes), tuple(names)))
-            codes, names = "", []
-        steps.append(("var", f.name, _field_decoder(f, s.flexible)))
-    if codes:
-        steps.append(("fixed", struct.Struct(">" + codes), tuple(names)))
-    tagged = {f.tag: (f.name, _field_decoder(f, s.flexible)) for f in s.fields
-              if f.present and f.tag is not None}
-    defaults = s.defaults
-    flexible = s.flexible
-
-    def decode(buf, pos, end):
-        obj = defaults()
-        for kind, a, b in steps:
-            if kind == "fixed":
-                if end - pos < a.size:
-                    raise _error(f"truncated: {a.size} bytes needed for {', '.join(b)}, "
-                                 f"{end - pos} left", pos)
-                obj.update(zip(b, a.unpack_from(buf, pos)))
-                pos += a.size
-            else:
-                obj[a], pos = b(buf, pos, end)
-        if flexible:
-            pos = _decode_tagged(buf, pos, end, tagged, obj)
-        return obj, pos
-    return decode
-
+# -- runtime of the generated codecs ---------------------------------------------------------
 
 def _decode_tagged(buf, pos: int, end: int, tagged: dict, obj: Body) -> int:
+    """Read a tagged-field section into ``obj`` (``tagged``: tag -> (name, decoder)); unknown
+    tags are skipped. Returns the position after it."""
     count, pos = _read_uvarint(buf, pos, end)
     last = -1
     for _ in range(count):
@@ -402,145 +242,21 @@ def _decode_tagged(buf, pos: int, end: int, tagged: dict, obj: Body) -> int:
     return pos
 
 
-# -- encoders --------------------------------------------------------------------------------
-
-def _length_encoder(flexible: bool, wide: bool):
-    if flexible:
-        def encode(n, out):
-            _write_uvarint(0 if n is None else n + 1, out)
-        return encode
-    fmt = _INT32 if wide else _INT16
-    null = fmt.pack(-1)
-
-    def encode_classic(n, out):
-        out += null if n is None else fmt.pack(n)
-    return encode_classic
-
-
-def _primitive_encoder(type_: str, nullable: bool, flexible: bool, name: str) -> Encoder:
-    if type_ in _FIXED:
-        pack = struct.Struct(">" + _FIXED[type_]).pack
-
-        def encode_fixed(value, out):
-            out += pack(value)
-        return encode_fixed
-    if type_ == "uuid":
-        def encode_uuid(value, out):
-            out += (value or _ZERO_UUID).bytes
-        return encode_uuid
-    length = _length_encoder(flexible, type_ != "string")
-    is_string = type_ == "string"
-    is_records = type_ == "records"
-    limit = 0x7FFF if is_string and not flexible else 0x7FFFFFFF
-
-    def encode(value, out):
-        if value is None:
-            if not nullable:
-                raise FieldError(f"None given for {name}, which is not nullable here")
-            length(None, out)
-            return
-        if is_string:
-            if not isinstance(value, str):
-                raise FieldError(f"{name} needs str, got {type(value).__name__}")
-            data = value.encode("utf-8")
-        elif is_records and isinstance(value, FileRegion):
-            length(value.length, out)
-            out.split(value)
-            return
-        elif isinstance(value, (bytes, bytearray, memoryview)):
-            data = value if not isinstance(value, memoryview) else value.cast("B")
-        else:
-            raise FieldError(f"{name} needs bytes, got {type(value).__name__}")
-        if len(data) > limit:
-            raise FieldError(f"{name} of {len(data)} bytes exceeds {limit}")
-        length(len(data), out)
-        if is_records and len(data) >= _SEPARATE_CHUNK:
-            out.split(bytes(data))
-        else:
-            out += data
-    return encode
-
-
-def _field_encoder(f: _Field, flexible: bool) -> Encoder:
-    if f.type == "struct":
-        return _struct_encoder(f.struct)
-    if f.type != "[]":
-        return _primitive_encoder(f.type, f.nullable, flexible, f.name)
-    if f.element == "struct":
-        element = _struct_encoder(f.struct)
-    else:
-        element = _primitive_encoder(f.element, False, flexible, f.name)
-    count = _length_encoder(flexible, True)
-    nullable = f.nullable
-    name = f.name
-
-    def encode_array(value, out):
-        if value is None:
-            if not nullable:
-                raise FieldError(f"None given for array {name}, which is not nullable here")
-            count(None, out)
-            return
-        items = value if isinstance(value, (list, tuple)) else list(value)
-        count(len(items), out)
-        for item in items:
-            element(item, out)
-    return encode_array
-
-
 _MISSING = object()
 
 
-def _struct_encoder(s: _StructDef) -> Encoder:
-    steps: list[tuple] = []  # ("fixed", pack, names, defaults) | ("var", name, encoder, default)
-    codes, names, defaults = "", [], []
-    for f in s.fields:
-        if not f.present or f.tag is not None:
-            continue
-        if f.type in _FIXED:
-            codes += _FIXED[f.type]
-            names.append(f.name)
-            defaults.append(f.default())
-            continue
-        if codes:
-            steps.append(("fixed", struct.Struct(">" + codes).pack, tuple(names),
-                          tuple(defaults)))
-            codes, names, defaults = "", [], []
-        steps.append(("var", f.name, _field_encoder(f, s.flexible), f.default))
-    if codes:
-        steps.append(("fixed", struct.Struct(">" + codes).pack, tuple(names), tuple(defaults)))
-    tagged = [(f.tag, f.name, _field_encoder(f, s.flexible), f.default) for f in
-              sorted((f for f in s.fields if f.present and f.tag is not None),
-                     key=lambda f: f.tag)]
-    flexible = s.flexible
-    known = frozenset(f.name for f in s.fields)
-
-    def encode(value, out):
-        if not known.issuperset(value.keys()):
-            raise FieldError(f"unknown fields {sorted(set(value.keys()) - known)}; this struct "
-                             f"has {sorted(known)}")
-        get = value.get
-        for kind, a, b, c in steps:
-            if kind == "fixed":
-                out += a(*[get(n, d) for n, d in zip(b, c)])
-            else:
-                v = get(a, _MISSING)
-                b(c() if v is _MISSING else v, out)
-        if flexible:
-            _encode_tagged(get, tagged, out)
-    return encode
-
-
-def _encode_tagged(get, tagged, out) -> None:
+def _encode_tagged(get, tagged: list, out: bytearray) -> None:
+    """Write the tagged-field section: the fields of ``tagged`` ((tag, name, encoder, default
+    factory), by tag) whose value ``get`` finds and differs from the default."""
     fields = []
     for tag, name, encoder, default in tagged:
         v = get(name, _MISSING)
         if v is _MISSING or v == default():
             continue
-        data = Output()
-        encoder(v, data)
-        if data.chunks:
+        chunks, _ = encoder(v)
+        if len(chunks) > 1:
             raise FieldError(f"tagged field {name} cannot hold a FileRegion")
-        fields.append((tag, data))
+        fields.append((tag, chunks[0]))
     _write_uvarint(len(fields), out)
     for tag, data in fields:
         _write_uvarint(tag, out)
@@ -548,19 +264,64 @@ def _encode_tagged(get, tagged, out) -> None:
         out += data
 
 
+# Encoded strings with their length prefix (int16; uvarint in flexible versions), by value:
+# topic names, hosts and ids recur in every response. Bounded: emptied when full.
+_STRINGS: dict[str, bytes] = {}
+_COMPACT_STRINGS: dict[str, bytes] = {}
+_STRING_CACHE_ENTRIES = 4096
+
+
+def _remember_string(cache: dict, value: str, n: int, data: bytes) -> None:
+    """Cache ``data`` (``value`` in UTF-8, ``n`` bytes) with its length prefix."""
+    if len(cache) >= _STRING_CACHE_ENTRIES:
+        cache.clear()
+    if cache is _STRINGS:
+        cache[value] = _INT16.pack(n) + data
+    else:
+        prefix = bytearray()
+        _write_uvarint(n + 1, prefix)
+        cache[value] = bytes(prefix) + data
+
+
+def _unknown_fields(value, known: frozenset) -> FieldError:
+    return FieldError(f"unknown fields {sorted(set(value.keys()) - known)}; this struct "
+                      f"has {sorted(known)}")
+
+
+_RUNTIME = {"Body": Body, "FieldError": FieldError, "FileRegion": FileRegion,
+            "UUID": uuid.UUID, "_ZERO_UUID": _ZERO_UUID, "_MISSING": _MISSING,
+            "_error": _error, "_read_uvarint": _read_uvarint, "_write_uvarint": _write_uvarint,
+            "_decode_tagged": _decode_tagged, "_encode_tagged": _encode_tagged,
+            "_unknown_fields": _unknown_fields, "_INT16": _INT16, "_INT32": _INT32,
+            "_STRINGS": _STRINGS, "_COMPACT_STRINGS": _COMPACT_STRINGS,
+            "_remember_string": _remember_string}
+assert set(_RUNTIME) == set(compiler.RUNTIME_NAMES)
+
+
+def _compile(name: str, struct_def: _StructDef) -> tuple[Decoder, Encoder, str]:
+    """Generate, compile and execute the codec source of ``struct_def``: (decode, encode,
+    source). The source is put in linecache so tracebacks through it show its lines."""
+    source, constants = compiler.generate(struct_def)
+    filename = f"<codec {name}>"
+    namespace = dict(_RUNTIME, **constants)
+    exec(compile(source, filename, "exec"), namespace)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return namespace["decode"], namespace["encode"], source
+
 # -- messages --------------------------------------------------------------------------------
 
 class MessageCodec:
     """The decoder and encoder of one message (e.g. ProduceRequest) at one version."""
 
-    __slots__ = ("name", "version", "flexible", "decode", "encode", "schema")
+    __slots__ = ("name", "version", "flexible", "decode", "encode", "schema", "source")
 
     def __init__(self, name: str, version: int, flexible: bool, struct_def: _StructDef) -> None:
         self.name = name
         self.version = version
         self.flexible = flexible
-        self.decode: Decoder = _struct_decoder(struct_def)
-        self.encode: Encoder = _struct_encoder(struct_def)
+        self.decode: Decoder
+        self.encode: Encoder
+        self.decode, self.encode, self.source = _compile(f"{name}V{version}", struct_def)
         self.schema = struct_def  # the field tree, for tests and tools that walk it
 
     def __repr__(self) -> str:
