@@ -36,7 +36,7 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from protocol.errors import ErrorCode
 
@@ -61,8 +61,7 @@ class Wanted:
     max_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(NamedTuple):
     """What the handler read for one partition."""
 
     error: ErrorCode

@@ -1,8 +1,8 @@
 """Fetch v0-v17 with long polling and zero-copy sends.
 
 A fetch that finds fewer than ``min_bytes`` waits until ``max_wait_ms`` for an append to any of
-its partitions (trio events registered before reading, so no append is missed), then reads
-again. Data that needs no conversion is returned as FileRegions over a duplicated file
+its partitions (trio events, registered after the read with a check that no high watermark moved
+meanwhile, so no append is missed), then reads again. Data that needs no conversion is returned as FileRegions over a duplicated file
 descriptor, which the connection loop sends with os.sendfile and then closes (:func:`release`):
 the duplicate keeps the bytes readable even if retention deletes the segment meanwhile.
 
@@ -86,8 +86,9 @@ def _wanted(ctx: BrokerContext, request: Request) -> tuple[list[Wanted], list[Wa
     wanted = []
     for topic in body.topics:
         name = name_of(topic)
-        wanted += [Wanted(name, topic.topic_id, p.partition, p.fetch_offset,
-                          p.partition_max_bytes) for p in topic.partitions]
+        topic_id = topic.topic_id
+        wanted += [Wanted(name, topic_id, p["partition"], p["fetch_offset"],
+                          p["partition_max_bytes"]) for p in topic.partitions]
     forgotten = []
     for topic in body.forgotten_topics_data:
         name = name_of(topic)
@@ -211,26 +212,38 @@ async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
                  action="none: the client starts a new session")
         return _body([], [], [], context.respond([])[0], context.error)
     wanted = context.wanted
-    keys = {(w.topic, w.partition) for w in wanted if w.topic is not None}
     while True:
-        event = trio.Event()
-        states = [ctx.partition(*key) for key in keys if ctx.get_log(*key) is not None]
-        for state in states:
+        parts, answers, total, errored = await _read_all(ctx, request, wanted)
+        if (total >= body.min_bytes or errored or ctx.stopping
+                or trio.current_time() >= deadline):
+            session_id, chosen = context.respond(answers)
+            if context.create_session and session_id:
+                log.info("fetch session created", session_id=session_id,
+                         partitions=len(wanted), sessions=len(ctx.fetch_sessions))
+            unsent = set(range(len(parts))).difference(chosen)
+            _release_parts([parts[i] for i in unsent])
+            return _body(wanted, parts, chosen, session_id)
+        _release_parts(parts)
+        await _wait_for_append(ctx, wanted, answers, deadline)
+
+
+async def _wait_for_append(ctx: BrokerContext, wanted: list[Wanted], answers: list[Answer],
+                           deadline: float) -> None:
+    """Until an append to one of ``wanted`` or ``deadline``. The events are registered after
+    the read, which a fetch that returns at once never pays for; an append between that read
+    and the registration shows as a moved high watermark, and then this returns at once."""
+    event = trio.Event()
+    watched = []
+    for w, answer in zip(wanted, answers):
+        log_ = ctx.get_log(w.topic, w.partition) if w.topic is not None else None
+        if log_ is not None:
+            state = ctx.partition(w.topic, w.partition)
             state.waiters.add(event)
-        try:
-            parts, answers, total, errored = await _read_all(ctx, request, wanted)
-            if (total >= body.min_bytes or errored or ctx.stopping
-                    or trio.current_time() >= deadline):
-                session_id, chosen = context.respond(answers)
-                if context.create_session and session_id:
-                    log.info("fetch session created", session_id=session_id,
-                             partitions=len(wanted), sessions=len(ctx.fetch_sessions))
-                unsent = set(range(len(parts))).difference(chosen)
-                _release_parts([parts[i] for i in unsent])
-                return _body(wanted, parts, chosen, session_id)
-            _release_parts(parts)
+            watched.append((state, log_, answer.high_watermark))
+    try:
+        if all(log_.high_watermark == seen for _, log_, seen in watched):
             with trio.move_on_at(deadline):
                 await event.wait()
-        finally:
-            for state in states:
-                state.waiters.discard(event)
+    finally:
+        for state, _, _ in watched:
+            state.waiters.discard(event)
