@@ -25,12 +25,12 @@ from storage.errors import (CorruptIndexError, InconsistentTopicIdError, Invalid
                             InvalidConfigError, InvalidTopicError, LogClosedError,
                             LogNotFoundError,
                             OffsetOutOfRangeError, RecordSetTooLargeError, StorageError)
-from storage.log import FetchData, Log
+from storage.log import AppendResult, FetchData, Log
 from storage.manager import LogManager, Maintenance
 from storage.segment import TimestampOffset
 
 __all__ = [
-    "LogConfig", "Log", "LogManager", "Maintenance", "FetchData", "TimestampOffset",
+    "LogConfig", "Log", "AppendResult", "LogManager", "Maintenance", "FetchData", "TimestampOffset",
     "StorageError", "OffsetOutOfRangeError", "InvalidTopicError", "LogNotFoundError",
     "CorruptIndexError", "InvalidAppendError", "RecordSetTooLargeError", "InvalidConfigError",
     "LogClosedError", "InconsistentTopicIdError",

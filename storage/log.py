@@ -24,7 +24,7 @@ import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import structlog
 
@@ -83,6 +83,13 @@ class FetchData:
             position += len(chunk)
             remaining -= len(chunk)
         return b"".join(chunks)
+
+
+class AppendResult(NamedTuple):
+    """What :meth:`Log.append` did besides appending."""
+
+    rolled: int | None   # base offset of the segment it rolled, or None
+    synced: bool         # it fsynced (a roll, or flush.messages reached)
 
 
 class Log:
@@ -283,13 +290,15 @@ class Log:
                     deleted_segments=dropped)
 
     # -- appending ---------------------------------------------------------------------------
-    def append(self, validated: ValidatedRecords) -> None:
-        """Append a validated message set (final offsets and CRCs) at the log end.
+    def append(self, validated: ValidatedRecords) -> AppendResult:
+        """Append a validated message set (final offsets and CRCs) at the log end; returns
+        whether it rolled a new segment and whether it fsynced.
 
         Rolls first when the set would not fit (segment.bytes, full index, relative offset
         overflow) or segment.ms has passed on message timestamps; flushes afterwards when
         flush.messages is reached. Raises InvalidAppendError if the set does not start at
-        ``log_end_offset`` or is empty, RecordSetTooLargeError if it exceeds segment.bytes."""
+        ``log_end_offset`` or is empty, RecordSetTooLargeError if it exceeds segment.bytes
+        (checked before anything changes: segment.bytes is checked here and nowhere else)."""
         self._check_open()
         buffer = validated.buffer
         first, last = validated.first_offset, validated.last_offset
@@ -303,7 +312,9 @@ class Log:
             raise RecordSetTooLargeError(
                 f"{self.name}: message set of {len(buffer)} bytes exceeds segment.bytes "
                 f"{self.config.segment_bytes}")
+        before = self.active_segment
         segment = self._maybe_roll(len(buffer), last, validated.max_timestamp)
+        rolled = segment.base_offset if segment is not before else None
         position = segment.size
         segment.append(first, validated.max_timestamp, validated.offset_of_max_timestamp, buffer)
         self.log_end_offset = last + 1
@@ -318,8 +329,24 @@ class Log:
             self._producers.update(b.producer_id, b.producer_epoch, b.base_sequence,
                                    b.last_sequence, b.first_offset, b.last_offset,
                                    b.max_timestamp)
+        synced = rolled is not None
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
+            synced = True
+        return AppendResult(rolled, synced)
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply a changed topic config: later appends, rolls, retention and flushes use it."""
+        self._check_open()
+        self.config = config
+
+    def latest_timestamp(self) -> int:
+        """The largest message timestamp of the newest non-empty segment, -1 if none (where a
+        LogAppendTime topic continues after a restart, whatever the wall clock says)."""
+        for segment in reversed(self._segments):
+            if segment.size > 0:
+                return segment.max_timestamp
+        return -1
 
     @property
     def topic_id(self) -> uuid.UUID | None:

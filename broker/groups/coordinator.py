@@ -23,7 +23,6 @@ before it deleted (store.compact; crash-safe at every step).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -156,12 +155,9 @@ class GroupCoordinator:
             ctx.topics.put(fixed)
             await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
             for p in range(fixed.partitions):
-                async with ctx.partition(OFFSETS_TOPIC, p).lock:
-                    log_ = ctx.get_log(OFFSETS_TOPIC, p)
+                async with ctx.locked_log(OFFSETS_TOPIC, p) as log_:
                     if log_ is not None:  # the Log was opened with the old retention
-                        log_.config = dataclasses.replace(
-                            log_.config, retention_ms=fixed.log_config.retention_ms,
-                            retention_bytes=fixed.log_config.retention_bytes)
+                        log_.update_config(fixed.log_config)
 
     def shutdown(self) -> None:
         """Stop serving: parked requests get NOT_COORDINATOR_FOR_GROUP, new ones

@@ -30,6 +30,7 @@ from protocol.api import Request
 from protocol.errors import ErrorCode
 from protocol.records import TimestampType
 from protocol.validator import Rejected, ValidatedRecords, validate_produce
+from storage import RecordSetTooLargeError
 from storage.producer_state import Duplicate, ProducerStateError
 
 log = structlog.get_logger(__name__)
@@ -68,20 +69,17 @@ def _validate(log_, record_set, topic: Topic, now_ms: int,
         refused = _check_producers(log_, result)
         if refused is not None:
             return refused
-    size = len(result.buffer)
-    if size > topic.config.segment_bytes:
-        return Rejected(ErrorCode.RECORD_LIST_TOO_LARGE,
-                        f"message set of {size} bytes exceeds segment.bytes "
-                        f"{topic.config.segment_bytes}")
     return result
 
 
-def _append(log_, result: ValidatedRecords) -> int | None:
-    """Under the partition lock: append; the base offset of a segment rolled by it, or None."""
-    active = log_.active_segment.base_offset
-    log_.append(result)
-    rolled = log_.active_segment.base_offset
-    return rolled if rolled != active else None
+def _append(log_, result: ValidatedRecords) -> tuple[Rejected | ValidatedRecords, int | None]:
+    """Under the partition lock: append; (result, base offset of a segment rolled by it or
+    None). A set larger than segment.bytes (storage checks it before writing anything) is
+    refused with RECORD_LIST_TOO_LARGE."""
+    try:
+        return result, log_.append(result).rolled
+    except RecordSetTooLargeError as exc:
+        return Rejected(ErrorCode.RECORD_LIST_TOO_LARGE, str(exc)), None
 
 
 def _validate_and_append(log_, record_set, topic: Topic, now_ms: int, version: int):
@@ -91,7 +89,7 @@ def _validate_and_append(log_, record_set, topic: Topic, now_ms: int, version: i
     result = _validate(log_, record_set, topic, now_ms, version)
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
-    return result, _append(log_, result)
+    return _append(log_, result)
 
 
 async def _validate_and_append_inline(log_, record_set, topic: Topic, now_ms: int,
@@ -102,17 +100,8 @@ async def _validate_and_append_inline(log_, record_set, topic: Topic, now_ms: in
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
     if log_.append_would_sync(result):
-        return result, await trio.to_thread.run_sync(_append, log_, result)
-    return result, _append(log_, result)
-
-
-def _last_timestamp(log_) -> int:
-    """Largest message timestamp of the newest non-empty segment (-1 if none): after a restart,
-    LogAppendTime continues from here even if the wall clock went backwards meanwhile."""
-    for segment in reversed(log_.segments):
-        if segment.size > 0:
-            return segment.max_timestamp
-    return -1
+        return await trio.to_thread.run_sync(_append, log_, result)
+    return _append(log_, result)
 
 
 class _Answer(NamedTuple):
@@ -157,7 +146,7 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
         try:
             if topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME:
                 if state.last_append_time < 0:
-                    state.last_append_time = await trio.to_thread.run_sync(_last_timestamp, log_)
+                    state.last_append_time = await trio.to_thread.run_sync(log_.latest_timestamp)
                 now = state.next_append_time(now)
             if len(record_set) <= INLINE_BYTES:
                 result, rolled = await _validate_and_append_inline(log_, record_set, topic, now,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+from dataclasses import replace
 
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatch
@@ -202,6 +203,29 @@ def test_roll_on_segment_bytes(tmp_path, clock):
     assert seg_files(log)[:3] == [f"{bases[0]:020d}.index", f"{bases[0]:020d}.log",
                                   f"{bases[0]:020d}.timeindex"]
     assert [m.offset for m in all_messages(log)] == list(range(40))
+
+
+def test_append_says_when_it_rolled_and_synced(tmp_path, clock):
+    log = open_log(tmp_path, clock, segment_bytes=1000, flush_messages=5)
+    results = [log.append(validated(log, [i], value_size=60)) for i in range(20)]
+    rolled = [r.rolled for r in results if r.rolled is not None]
+    assert rolled == [s.base_offset for s in log.segments[1:]]
+    # flush.messages=5: every fifth append fsyncs, and every roll does
+    assert [i for i, r in enumerate(results) if r.synced] == sorted(
+        {i for i in range(20) if (i + 1) % 5 == 0} | {i for i, r in enumerate(results)
+                                                      if r.rolled is not None})
+    assert log.recovery_point == 20
+    assert log.latest_timestamp() == 19
+
+
+def test_update_config_applies_to_later_rolls_and_retention(tmp_path, clock):
+    log = open_log(tmp_path, clock)
+    log.append(validated(log, [clock.now - 2 * DAY]))
+    assert log.delete_expired_segments(clock.now) == 0  # default retention: 7 days
+    log.update_config(replace(log.config, retention_ms=DAY, segment_bytes=200))
+    assert log.append(validated(log, [clock.now], value_size=150)).rolled == 1
+    assert log.delete_expired_segments(clock.now) == 1
+    assert log.log_start_offset == 1
 
 
 def test_roll_on_segment_ms_uses_message_timestamps(tmp_path, clock):
