@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test kcat node-deps build-deps run test test-pure bench compose-test clean docker-compose
+.PHONY: install install-test kcat node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ run: install
 
 test: install-test
 	$(BIN)/python -m pytest -q
+
+# Lint and types (pyproject.toml's [tool.ruff] and [tool.mypy]).
+lint: install-test
+	$(BIN)/ruff check protocol storage broker pyspark_chronolog pipeline bench tests
+	$(BIN)/mypy
 
 # The same suite on the pure-Python paths (protocol/native.py), as a machine without a C compiler
 # runs them; .ci/run runs both.

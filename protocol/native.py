@@ -7,6 +7,7 @@ the suite on the fallback too.
 """
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
@@ -15,10 +16,10 @@ def _load() -> tuple[ModuleType | None, str]:
     if os.environ.get("CHRONOLOG_PURE_PYTHON", "") not in ("", "0"):
         return None, "pure Python (CHRONOLOG_PURE_PYTHON is set)"
     try:
-        from protocol import _fastscan
+        module = importlib.import_module("protocol._fastscan")
     except ImportError:
         return None, "pure Python (the C extension was not built: no C compiler at install)"
-    return _fastscan, "C extension protocol._fastscan"
+    return module, "C extension protocol._fastscan"
 
 
 fastscan, DESCRIPTION = _load()

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -300,6 +300,8 @@ def read_headers(buf, pos: int, count: int) -> list[tuple[str, bytes | None]]:
     headers = []
     for _ in range(count):
         hkey, pos = _read_bytes(buf, pos, len(buf))
+        if hkey is None:
+            raise CorruptRecordError(f"a header key at byte {pos} is null", offset=pos)
         hvalue, pos = _read_bytes(buf, pos, len(buf))
         headers.append((hkey.decode("utf-8", "surrogateescape"), hvalue))
     return headers
@@ -374,12 +376,11 @@ def build_batch(spec: BatchSpec, records, *, max_timestamp: int | None = None) -
     absolute timestamps (-1 = none). baseTimestamp is the first record's timestamp, maxTimestamp
     the largest (or ``max_timestamp``, e.g. the append time under LogAppendTime). An empty list
     gives a batch without records (Kafka keeps such batches after compaction)."""
-    body = bytearray()
+    raw = bytearray()
     base_ts = records[0][1] if records else NO_TIMESTAMP
     for offset_delta, ts, key, value, headers in records:
-        encode_record(body, offset_delta, ts - base_ts, key, value, headers)
-    if spec.codec != Codec.NONE:
-        body = compress(spec.codec, body, MAGIC)
+        encode_record(raw, offset_delta, ts - base_ts, key, value, headers)
+    body = compress(spec.codec, raw, MAGIC) if spec.codec != Codec.NONE else raw
     if max_timestamp is None:
         max_timestamp = max((r[1] for r in records), default=NO_TIMESTAMP)
     attributes = int(spec.codec)

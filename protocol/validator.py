@@ -176,13 +176,13 @@ class _Checked(NamedTuple):
 
 class _Wrapper(NamedTuple):
     """A checked magic-1 wrapper that may be kept as sent: its inner messages are magic 1 with
-    relative offsets exactly 0..count-1, so only the wrapper needs rewriting."""
+    relative offsets exactly 0..messages-1, so only the wrapper needs rewriting."""
 
     position: int
     end: int
     attributes: int
     timestamp: int
-    count: int
+    messages: int
     max_timestamp: int
 
 
@@ -385,7 +385,7 @@ def _wrappers_kept(mv, wrappers: list[_Wrapper], job: _Job) -> ValidatedRecords:
     off = job.next_offset
     max_ts, max_off = NO_TIMESTAMP, -1
     for w in wrappers:
-        off += w.count
+        off += w.messages
         _I64.pack_into(out, w.position, off - 1)
         ts = job.now_ms if job.lat else w.max_timestamp
         attrs = (w.attributes & ~_TIMESTAMP_TYPE_BIT) | (_TIMESTAMP_TYPE_BIT if job.lat else 0)
@@ -485,7 +485,8 @@ def _checked_then_kept_or_converted(mv, entries, job: _Job) -> ValidatedRecords:
         wrapper_attributes = e.attributes if e.codec else 0
         # _entries checked the entry itself; a wrapper's inner messages are checked here.
         for m in _deep(mv, e, e.codec != Codec.NONE):
-            claims_lat = m.magic == 1 and (m.attributes | wrapper_attributes) & _TIMESTAMP_TYPE_BIT
+            claims_lat = m.magic == 1 and bool((m.attributes | wrapper_attributes)
+                                               & _TIMESTAMP_TYPE_BIT)
             bad = _violation(job, m.timestamp if m.magic == 1 else NO_TIMESTAMP, m.key is None,
                              False, claims_lat)
             if bad:
@@ -563,6 +564,7 @@ def _fast_magic1(mv, job: _Job) -> ValidatedRecords | None:
     (checked and rewritten in one call) or wrappers of one codec kept as sent (each inner set
     checked in one call). None at anything unusual or wrong, or a trailing partial entry:
     the Python paths then give the precise answer."""
+    assert scan_v1 is not None, "the caller checks that the extension is there"
     settings = job.settings
     lo, hi = (NO_TIMESTAMP, _LONG_MAX) if job.lat else (job.earliest, job.latest)
     max_size = settings.max_message_bytes - LOG_OVERHEAD

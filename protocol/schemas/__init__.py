@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
+from typing import Any, cast
 
 from protocol.api import SUPPORTED_VERSIONS, ApiKey
 from protocol.errors import BodyEncodeError, MalformedFrameError
@@ -36,7 +37,8 @@ class _CodecTable(Mapping):
     """(ApiKey, version) -> MessageCodec for one direction, compiled on first use."""
 
     def __init__(self, kind: str) -> None:
-        self._messages = {(ApiKey(m["apiKey"]), v): m for m in MESSAGES.values()
+        messages = cast("list[dict[str, Any]]", list(MESSAGES.values()))
+        self._messages = {(ApiKey(m["apiKey"]), v): m for m in messages
                           if m["type"] == kind for v in _versions(m["validVersions"])}
         # The codecs built so far: the hot paths below look here before calling __getitem__.
         self.compiled: dict[tuple[ApiKey, int], MessageCodec] = {}
@@ -126,7 +128,7 @@ def encode_request_body(api_key: ApiKey, version: int, body) -> bytes:
     try:
         codec = REQUEST_SCHEMAS.compiled.get((api_key, version)) \
             or REQUEST_SCHEMAS[api_key, version]
-        chunks, _ = codec.encode(body)
+        chunks, _ = codec.encode(body, None)
     except _ENCODE_ERRORS as exc:
         raise _encode_error(exc, api_key, version, "request") from None
     return b"".join(chunks)

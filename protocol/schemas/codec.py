@@ -37,7 +37,7 @@ import linecache
 import re
 import struct
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from protocol.api import FileRegion
 from protocol.schemas import compiler
@@ -162,6 +162,7 @@ class _StructDef:
 
 def _default_factory(field: dict, type_: str, struct_def: _StructDef | None):
     raw = field.get("default")
+    value: Any
     if type_.startswith("[]"):
         return (lambda: None) if raw == "null" else list
     if struct_def is not None:
@@ -306,7 +307,7 @@ def _compile(name: str, struct_def: _StructDef) -> tuple[Decoder, Encoder, str]:
     namespace = dict(_RUNTIME, **constants)
     exec(compile(source, filename, "exec"), namespace)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    return namespace["decode"], namespace["encode"], source
+    return cast(Decoder, namespace["decode"]), cast(Encoder, namespace["encode"]), source
 
 # -- messages --------------------------------------------------------------------------------
 

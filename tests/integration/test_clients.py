@@ -8,7 +8,6 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
-from kafka import KafkaConsumer, TopicPartition
 
 from protocol import ApiKey, iter_shallow
 from tests.integration.clients import create_topic, kp_consume_all, kp_producer, topic_name

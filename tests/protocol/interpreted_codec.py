@@ -11,7 +11,7 @@ import uuid
 
 from protocol.api import FileRegion
 from protocol.schemas.codec import (
-    Body, Decoder, Encoder, FieldError, _decode_tagged, _error, _Field, _read_uvarint,
+    Decoder, Encoder, FieldError, _decode_tagged, _error, _Field, _read_uvarint,
     _StructDef, _write_uvarint,
 )
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from protocol import recordbatch as rb
-from protocol.compression import LEGACY_CODECS, Codec
+from protocol.compression import Codec
 from protocol.errors import CorruptRecordError, UnsupportedCompressionError
 from protocol.records import (
     NO_TIMESTAMP, MessageSetBuilder, TimestampType, check_entry, convert, first_offset, iter_deep,

@@ -11,7 +11,7 @@ from kafka_python_oracle import kp_read
 
 from protocol.compression import LEGACY_CODECS
 from protocol.records import (
-    NO_TIMESTAMP, Codec, MessageSetBuilder, TimestampType, convert, iter_deep, iter_shallow,
+    NO_TIMESTAMP, MessageSetBuilder, TimestampType, convert, iter_deep, iter_shallow,
 )
 from protocol.errors import ErrorCode
 from protocol.validator import (

@@ -5,7 +5,6 @@ import struct
 import zlib
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka_python_oracle import kp_build, kp_read
 
 from protocol.compression import LEGACY_CODECS

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from protocol import Codec, CorruptRecordError, MessageSetBuilder, TimestampType, iter_deep
+from protocol import CorruptRecordError, MessageSetBuilder, TimestampType, iter_deep
 from protocol.compression import LEGACY_CODECS  # the arrow decoder reads magic 0/1 sets
 from pyspark_chronolog.arrow import ARROW_SCHEMA, decode
 
