@@ -8,7 +8,7 @@ import zlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kafka_python_oracle import kp_build, kp_read
+from tests.protocol.kafka_python_oracle import kp_build, kp_read
 
 scan_v1 = pytest.importorskip("protocol._fastscan", reason="the C extension is not built").scan_v1
 

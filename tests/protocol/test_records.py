@@ -5,7 +5,7 @@ import mmap
 import struct
 
 import pytest
-from kafka_python_oracle import kp_build, kp_read, ours
+from tests.protocol.kafka_python_oracle import kp_build, kp_read, ours
 
 from protocol.compression import LEGACY_CODECS
 from protocol.errors import CorruptRecordError

@@ -7,7 +7,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
-from kafka_python_oracle import kp_read
+from tests.protocol.kafka_python_oracle import kp_read
 
 from protocol.compression import LEGACY_CODECS
 from protocol.records import (

@@ -5,7 +5,7 @@ import struct
 import zlib
 
 import pytest
-from kafka_python_oracle import kp_build, kp_read
+from tests.protocol.kafka_python_oracle import kp_build, kp_read
 
 from protocol.compression import LEGACY_CODECS
 from protocol.compression import compress

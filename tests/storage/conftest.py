@@ -1,42 +1,11 @@
-"""Helpers for storage tests: a controllable clock and validated message sets built with the
-protocol package's real builder and validator."""
+"""Storage test fixtures; the helpers themselves live in tests/storage/helpers.py."""
 from __future__ import annotations
 
 import pytest
 
-from protocol.compression import Codec
-from protocol.records import MessageSetBuilder, TimestampType
-from protocol.validator import TopicSettings, ValidatedRecords, validate_produce
-
-
-class Clock:
-    """A clock in ms that only moves when a test says so."""
-
-    def __init__(self, now: int = 1_700_000_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
+from tests.storage.helpers import Clock
 
 
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
-
-
-def validated(log, timestamps, *, codec=Codec.NONE, magic=1, value_size=10,
-              timestamp_type=TimestampType.CREATE_TIME, now=None, keys=True
-              ) -> ValidatedRecords:
-    """A validated set of len(timestamps) messages to append at ``log.log_end_offset``."""
-    builder = MessageSetBuilder(magic=magic, codec=codec)
-    for i, ts in enumerate(timestamps):
-        builder.append(bytes([i % 251]) * value_size, key=b"k%d" % i if keys else None,
-                       timestamp=ts)
-    settings = TopicSettings(magic=magic, timestamp_type=timestamp_type)
-    result = validate_produce(builder.build(), settings, next_offset=log.log_end_offset,
-                              now_ms=now if now is not None else 1_700_000_000_000)
-    assert isinstance(result, ValidatedRecords), result
-    return result

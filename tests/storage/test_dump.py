@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import struct
 
-from conftest import validated
+from tests.storage.helpers import validated
 from protocol.compression import Codec
 from storage import Log, LogConfig
 from storage.dump import main

@@ -11,7 +11,7 @@ from kafka.record.legacy_records import LegacyRecordBatch
 from kafka.record.memory_records import MemoryRecords
 from structlog.testing import capture_logs
 
-from conftest import validated
+from tests.storage.helpers import validated
 from protocol.compression import Codec
 from protocol.records import MessageSetBuilder, TimestampType, iter_deep, iter_shallow
 from protocol.validator import ValidatedRecords

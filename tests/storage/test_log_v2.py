@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import os
 
-from conftest import validated
+from tests.storage.helpers import validated
 
 from protocol.compression import Codec
 from protocol.records import TimestampType, iter_deep, iter_shallow

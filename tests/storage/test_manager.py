@@ -6,7 +6,7 @@ import os
 import pytest
 from structlog.testing import capture_logs
 
-from conftest import validated
+from tests.storage.helpers import validated
 from protocol.records import iter_deep
 from storage import InvalidTopicError, LogConfig, LogManager, LogNotFoundError, Maintenance
 

@@ -18,7 +18,7 @@ import tempfile
 from hypothesis import HealthCheck, assume, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from conftest import Clock
+from tests.storage.helpers import Clock
 from protocol.compression import Codec
 from protocol.records import MessageSetBuilder, TimestampType, iter_deep, iter_shallow
 from protocol.validator import TopicSettings, ValidatedRecords, validate_produce
