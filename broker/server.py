@@ -149,7 +149,7 @@ class Server:
         except SendfileError as exc:
             reason = str(exc)
             log.error("closing connection mid-response", conn=conn_id, peer=peer, reason=reason)
-        except Exception as exc:
+        except Exception as exc:  # LocalProtocolError (a response we built wrong) included
             reason = f"internal error: {exc!r}"
             log.exception("closing connection after an internal error", conn=conn_id, peer=peer,
                           action="this is a broker bug; report it with this log line")

@@ -15,6 +15,7 @@ from protocol.errors import (
     CorruptRecordError,
     ErrorCode,
     FrameTooLargeError,
+    LocalProtocolError,
     MalformedFrameError,
     ProtocolError,
     UnsupportedApiError,
@@ -40,7 +41,7 @@ from protocol.validator import Rejected, TopicSettings, ValidatedRecords, valida
 __all__ = [
     "SUPPORTED_VERSIONS", "ApiKey", "FileRegion", "Request", "RequestHeader", "Response",
     "api_versions_body", "DEFAULT_MAX_FRAME_BYTES", "ClientConnection", "ServerConnection",
-    "BodyEncodeError", "CorruptRecordError", "ErrorCode", "FrameTooLargeError",
+    "BodyEncodeError", "CorruptRecordError", "ErrorCode", "FrameTooLargeError", "LocalProtocolError",
     "MalformedFrameError", "ProtocolError", "UnsupportedApiError", "UnsupportedVersionError",
     "REQUEST_SCHEMAS", "RESPONSE_SCHEMAS",
     "LOG_OVERHEAD", "MIN_MESSAGE_SIZE", "NO_TIMESTAMP", "Codec", "Message", "MessageSetBuilder",

@@ -1,7 +1,10 @@
-"""Kafka error codes and the exceptions protocol/ raises on malformed input.
+"""Kafka error codes and the exceptions protocol/ raises.
 
-Every exception here derives from :class:`ProtocolError`, so a caller that feeds untrusted bytes
-needs one ``except`` clause; nothing else (IndexError, struct.error, UnicodeDecodeError) escapes.
+As in h11, the peer's faults and our own are different classes. Every error about bytes from the
+peer derives from :class:`ProtocolError`, so a caller that feeds untrusted bytes needs one
+``except`` clause; nothing else (IndexError, struct.error, UnicodeDecodeError) escapes. A body
+our own code asked to encode that does not fit its schema is a :class:`LocalProtocolError`: a
+bug on this side, which a server must not blame on the request.
 """
 from __future__ import annotations
 
@@ -173,7 +176,18 @@ class CorruptRecordError(ProtocolError):
     undecodable compression, or an illegal nesting of compressed messages."""
 
 
-class BodyEncodeError(ProtocolError):
+class LocalProtocolError(Exception):
+    """Base of the errors this side's own code causes (see the module docstring); ``api_key``
+    and ``api_version`` say which message, when known."""
+
+    def __init__(self, message: str, *, api_key: int | None = None,
+                 api_version: int | None = None) -> None:
+        super().__init__(message)
+        self.api_key = api_key
+        self.api_version = api_version
+
+
+class BodyEncodeError(LocalProtocolError):
     """Raised when a body given to encode does not fit its schema (missing field, value out of
     range, wrong type): a bug in the caller, reported before any byte is produced."""
 

@@ -192,3 +192,39 @@ async def test_flush_messages_1_is_fsynced_off_the_event_loop_before_the_answer(
     assert body["responses"][0]["partition_responses"][0]["error_code"] == 0
     assert len(fsync_threads) == before and ctx.get_log("plain", 0).recovery_point == 0
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+async def test_a_response_the_broker_cannot_encode_is_logged_as_its_own_bug(tmp_path):
+    """A handler's body that does not fit the response schema is this side's fault: the
+    connection closes with an internal-error line, not a "bad request" blaming the client."""
+    from structlog.testing import capture_logs
+
+    from broker.server import Server
+    from protocol import ClientConnection
+
+    ctx = await open_context(config(tmp_path))
+
+    async def broken_metadata(ctx, request):
+        return {"brokers": "not a list"}
+
+    server = Server(ctx, {**HANDLERS, ApiKey.METADATA: broken_metadata})
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    b = trio.socket.socket()
+    await b.connect(listener.getsockname())
+    a, _ = await listener.accept()
+    listener.close()
+    client = ClientConnection(client_id="t")
+    with capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.handle_connection, trio.SocketStream(a))
+            peer = trio.SocketStream(b)
+            await peer.send_all(client.request(ApiKey.METADATA, 1, {"topics": []})[1])
+            assert await peer.receive_some(100) == b""  # closed without an answer
+            await peer.aclose()
+    events = {e["event"]: e for e in logs}
+    assert "closing connection after an internal error" in events
+    assert "closing connection after a bad request" not in events
+    assert "BodyEncodeError" in events["connection closed"]["reason"]
+    ctx.log_manager.shutdown()
