@@ -1,12 +1,16 @@
 """Broker and topic configuration: Kafka's property names, parsed and validated.
 
-Broker properties come from a Java-style ``.properties`` file plus ``key=value`` overrides and
-use Kafka 0.10.1's broker names (``log.segment.bytes``, ``log.retention.hours``, ...). Topic
-configs use Kafka's topic names (``segment.bytes``, ``retention.ms``, ...); the broker's ``log.*``
-values are the defaults every topic starts from. Unknown keys and bad values raise
-:class:`ConfigError` naming the key, never a bare ``ValueError``.
+Every key is declared once, in :data:`KEYS`: its Kafka name, type, default, minimum, validator and
+scope. Broker properties come from a Java ``.properties`` file plus ``key=value`` overrides and
+use Kafka's broker names (``log.segment.bytes``, ``log.retention.hours``, ...). Topic configs use
+Kafka's topic names (``segment.bytes``, ``retention.ms``, ...); each names the broker properties
+(its synonyms, as Kafka's DescribeConfigs reports them) that set the default every topic starts
+from. From the table come :class:`BrokerConfig`, :class:`TopicConfig`, storage's ``LogConfig``
+and the validator's ``TopicSettings``. The keys storage owns (``segment.bytes``, ``flush.ms``,
+...) take their default and minimum from ``LogConfig``, where the reasons for them live. Unknown
+keys and bad values raise :class:`ConfigError` naming the key, never a bare ``ValueError``.
 
-Deliberate departures from Kafka 0.10.1 (also in the README):
+Deliberate departures from Kafka (also in the README):
 - ``max.message.time.difference.ms`` (KIP-32's name) is accepted as an alias of
   ``message.timestamp.difference.max.ms``.
 - ``log.flush.scheduler.interval.ms`` defaults to 1000 instead of Long.MaxValue, so a topic's
@@ -17,12 +21,24 @@ Deliberate departures from Kafka 0.10.1 (also in the README):
 """
 from __future__ import annotations
 
+import dataclasses
+import enum
 import re
-from dataclasses import dataclass, field
+import socket
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
+
+import javaproperties
+
+from protocol.records import Codec, TimestampType
+from protocol.validator import TopicSettings
+from storage import LogConfig
+from storage.config import MINIMUMS as LOG_MINIMUMS
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
+MINUTE_MS = 60 * 1000
+HOUR_MS = 60 * MINUTE_MS
 
 TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
@@ -53,49 +69,117 @@ def topic_name_error(name: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Value parsers: each takes the raw string and returns the value or raises ValueError(reason).
+# The key table's vocabulary (Kafka's ConfigDef: Type, Range.atLeast, ValidString.in, a validator).
 
-def _integer(lo: int, hi: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            raise ValueError(f"{raw!r} is not an integer") from None
-        if not lo <= value <= hi:
-            raise ValueError(f"{value} is out of range [{lo}, {hi}]")
-        return value
-    return parse
+class Type(enum.Enum):
+    INT = "int"
+    LONG = "long"
+    BOOLEAN = "boolean"
+    STRING = "string"
 
 
-def _int(lo: int = -2**31) -> Callable[[str], int]:
-    return _integer(lo, INT_MAX)
+_RANGES = {Type.INT: (-2**31, INT_MAX), Type.LONG: (-2**63, LONG_MAX)}
 
 
-def _long(lo: int = -2**63) -> Callable[[str], int]:
-    return _integer(lo, LONG_MAX)
+class Scope(enum.Enum):
+    BROKER = "broker"  # a broker property
+    TOPIC = "topic"    # a topic config; broker properties (its synonyms) set its default
 
 
-def _bool(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value not in ("true", "false"):
-        raise ValueError(f"{raw!r} is not true or false")
-    return value == "true"
+@dataclass(frozen=True)
+class Synonym:
+    """A broker property that sets a topic config's default, in ``unit`` (ms) per its unit."""
+
+    name: str
+    unit: int = 1
 
 
-def _choice(*choices: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        value = raw.strip()
-        if value not in choices:
-            raise ValueError(f"{raw!r} is not one of {', '.join(choices)}")
-        return value
-    return parse
+@dataclass(frozen=True)
+class ConfigKey:
+    """One configuration key. ``validator`` checks the typed value and returns it normalised, or
+    raises ValueError(reason). A topic key's ``synonyms`` are tried in order; the first one given
+    wins, else the topic default applies."""
+
+    name: str
+    type: Type
+    default: Any
+    scope: Scope
+    minimum: int | None = None
+    choices: tuple[str, ...] = ()
+    validator: Callable[[Any], Any] | None = None
+    synonyms: tuple[Synonym, ...] = ()
+
+    @property
+    def attribute(self) -> str:
+        """The Python attribute holding this key's value (``segment.bytes`` -> ``segment_bytes``)."""
+        return self.name.replace(".", "_")
+
+    def parse(self, raw: str) -> Any:
+        """The typed value of ``raw``; raises ValueError saying what is wrong with it."""
+        value: Any = raw.strip()
+        if self.type is Type.BOOLEAN:
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"{raw!r} is not true or false")
+            value = value.lower() == "true"
+        elif self.type in _RANGES:
+            lo, hi = _RANGES[self.type]
+            try:
+                value = int(value)
+            except ValueError:
+                raise ValueError(f"{raw!r} is not an integer") from None
+            lo = lo if self.minimum is None else self.minimum
+            if not lo <= value <= hi:
+                raise ValueError(f"{value} is out of range [{lo}, {hi}]")
+        elif self.choices and value not in self.choices:
+            raise ValueError(f"{raw!r} is not one of {', '.join(self.choices)}")
+        return value if self.validator is None else self.validator(value)
+
+    def broker_keys(self) -> list[ConfigKey]:
+        """The broker properties a topic key's synonyms declare. The last synonym carries the
+        default (in its unit); the ones before it override it only when given."""
+        keys = []
+        for i, synonym in enumerate(self.synonyms):
+            last = i == len(self.synonyms) - 1
+            scaled = synonym.unit != 1
+            keys.append(dataclasses.replace(
+                self, name=synonym.name, scope=Scope.BROKER, synonyms=(),
+                type=Type.INT if scaled else self.type,
+                default=(self.default // synonym.unit if scaled else self.default) if last else None,
+                minimum=None if self.minimum is None else -(-self.minimum // synonym.unit)))
+        return keys
 
 
-def _cleanup_policy(raw: str) -> str:
-    parts = [p.strip() for p in raw.split(",") if p.strip()]
+# ---------------------------------------------------------------------------------------------
+# Validators of typed values: each returns the value (normalised) or raises ValueError(reason).
+
+def _cleanup_policy(value: str) -> str:
+    parts = [p.strip() for p in value.split(",") if p.strip()]
     if not parts or any(p not in ("delete", "compact") for p in parts):
-        raise ValueError(f"{raw!r} is not a list of delete, compact")
+        raise ValueError(f"{value!r} is not a list of delete, compact")
     return ",".join(parts)
+
+
+def _unlimited_if_negative(value: int) -> int:
+    return max(value, -1)  # Kafka's KafkaConfig.logRetentionTimeMillis: any negative is -1
+
+
+def _non_empty(value: str) -> str:
+    if not value:
+        raise ValueError("value is empty")
+    return value
+
+
+def _listener(value: str) -> tuple[str, int]:
+    if "," in value:
+        raise ValueError(f"{value!r} lists several listeners; only one PLAINTEXT listener is "
+                         "supported")
+    m = re.fullmatch(r"(?:PLAINTEXT://)?\[?([^\]\s]*?)\]?:(\d+)", value)
+    if not m:
+        raise ValueError(f"{value!r} is not of the form PLAINTEXT://host:port")
+    port = int(m.group(2))
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range [0, 65535]")
+    return m.group(1), port
 
 
 # message.format.version: Kafka's MetadataVersion names (server-common MetadataVersion.java at
@@ -115,8 +199,7 @@ for _short, _count in _IV_COUNTS.items():
 DEFAULT_FORMAT_VERSION = "3.0-IV1"  # Kafka 3.9's default: record batches (magic 2)
 
 
-def _format_version(raw: str) -> str:
-    value = raw.strip()
+def _format_version(value: str) -> str:
     if value in _FORMAT_VERSIONS:
         return value
     # Kafka accepts full release numbers (0.10.1.0, 0.9.0.1, 2.8.1) by their short version.
@@ -125,7 +208,7 @@ def _format_version(raw: str) -> str:
     rest = parts[3:] if parts[0] == "0" else parts[2:]
     if short in _FORMAT_VERSIONS and len(rest) == 1 and rest[0].isdigit():
         return short
-    raise ValueError(f"{raw!r} is not a message format version (0.8.0 ... 3.9)")
+    raise ValueError(f"{value!r} is not a message format version (0.8.0 ... 3.9)")
 
 
 def format_magic(version: str) -> int:
@@ -133,58 +216,87 @@ def format_magic(version: str) -> int:
     return _FORMAT_VERSIONS[version]
 
 
-def _listener(raw: str) -> tuple[str, int]:
-    value = raw.strip()
-    if "," in value:
-        raise ValueError(f"{raw!r} lists several listeners; only one PLAINTEXT listener is supported")
-    m = re.fullmatch(r"(?:PLAINTEXT://)?\[?([^\]\s]*?)\]?:(\d+)", value)
-    if not m:
-        raise ValueError(f"{raw!r} is not of the form PLAINTEXT://host:port")
-    port = int(m.group(2))
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} is out of range [0, 65535]")
-    return m.group(1), port
-
-
-def _string(raw: str) -> str:
-    value = raw.strip()
-    if not value:
-        raise ValueError("value is empty")
-    return value
-
-
 # ---------------------------------------------------------------------------------------------
-# Topic configs (LogConfig.scala names and defaults).
+# The table. Topic configs: LogConfig.scala's names and defaults; broker properties:
+# KafkaConfig.scala's. Keys storage owns take their default and minimum from LogConfig.
 
-@dataclass(frozen=True)
-class _Key:
-    name: str
-    parse: Callable[[str], Any]
-    default: Any
+_LOG_DEFAULTS = LogConfig()
+_B, _T = Scope.BROKER, Scope.TOPIC
+_CODEC_NAMES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
-TOPIC_KEYS: dict[str, _Key] = {k.name: k for k in [
-    _Key("cleanup.policy", _cleanup_policy, "delete"),
-    _Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer"),
-    _Key("file.delete.delay.ms", _long(0), 60000),
-    _Key("flush.messages", _long(1), LONG_MAX),
-    _Key("flush.ms", _long(0), LONG_MAX),
-    _Key("index.interval.bytes", _int(0), 4096),
-    _Key("max.message.bytes", _int(0), 1000012),
-    _Key("message.format.version", _format_version, DEFAULT_FORMAT_VERSION),
-    _Key("message.timestamp.after.max.ms", _long(0), LONG_MAX),
-    _Key("message.timestamp.before.max.ms", _long(0), LONG_MAX),
-    _Key("message.timestamp.difference.max.ms", _long(0), LONG_MAX),
-    _Key("message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime"),
-    _Key("retention.bytes", _long(), -1),
-    _Key("retention.ms", _long(), 604800000),
-    _Key("segment.bytes", _int(26), 1073741824),
-    _Key("segment.index.bytes", _int(24), 10485760),
-    _Key("segment.jitter.ms", _long(0), 0),
-    _Key("segment.ms", _long(1), 604800000),
-]}
+def _log(name: str, type_: Type, *synonyms: Synonym, **extra: Any) -> ConfigKey:
+    """A topic key that storage's LogConfig owns (default and minimum from there)."""
+    field = name.replace(".", "_")
+    return ConfigKey(name, type_, getattr(_LOG_DEFAULTS, field), _T,
+                     minimum=LOG_MINIMUMS.get(field), synonyms=synonyms, **extra)
 
+
+KEYS: tuple[ConfigKey, ...] = (
+    # Broker properties.
+    ConfigKey("listeners", Type.STRING, ("", 9092), _B, validator=_listener),
+    ConfigKey("advertised.listeners", Type.STRING, None, _B, validator=_listener),
+    ConfigKey("broker.id", Type.INT, 0, _B, minimum=0),
+    ConfigKey("log.dirs", Type.STRING, None, _B, validator=_non_empty),
+    ConfigKey("log.dir", Type.STRING, "/tmp/kafka-logs", _B, validator=_non_empty),
+    ConfigKey("num.partitions", Type.INT, 1, _B, minimum=1),
+    ConfigKey("auto.create.topics.enable", Type.BOOLEAN, True, _B),
+    ConfigKey("log.retention.check.interval.ms", Type.LONG, 300000, _B, minimum=1),
+    ConfigKey("log.flush.scheduler.interval.ms", Type.LONG, 1000, _B, minimum=1),
+    ConfigKey("log.flush.offset.checkpoint.interval.ms", Type.INT, 60000, _B, minimum=0),
+    ConfigKey("socket.request.max.bytes", Type.INT, 104857600, _B, minimum=1),
+    ConfigKey("max.connections", Type.INT, INT_MAX, _B, minimum=1),
+    ConfigKey("connections.max.idle.ms", Type.LONG, 600000, _B, minimum=1),
+    ConfigKey("offset.metadata.max.bytes", Type.INT, 4096, _B, minimum=0),
+    ConfigKey("offsets.retention.minutes", Type.INT, 1440, _B, minimum=1),
+    ConfigKey("offsets.retention.check.interval.ms", Type.LONG, 600000, _B, minimum=1),
+    ConfigKey("group.min.session.timeout.ms", Type.INT, 6000, _B),
+    ConfigKey("group.max.session.timeout.ms", Type.INT, 300000, _B),
+    ConfigKey("max.incremental.fetch.session.cache.slots", Type.INT, 1000, _B, minimum=0),
+    # Topic configs, each with the broker properties that set its default.
+    ConfigKey("cleanup.policy", Type.STRING, "delete", _T, validator=_cleanup_policy,
+              synonyms=(Synonym("log.cleanup.policy"),)),
+    ConfigKey("compression.type", Type.STRING, "producer", _T, choices=_CODEC_NAMES,
+              synonyms=(Synonym("compression.type"),)),
+    _log("file.delete.delay.ms", Type.LONG, Synonym("log.segment.delete.delay.ms")),
+    _log("flush.messages", Type.LONG, Synonym("log.flush.interval.messages")),
+    _log("flush.ms", Type.LONG, Synonym("log.flush.interval.ms")),
+    _log("index.interval.bytes", Type.INT, Synonym("log.index.interval.bytes")),
+    _log("max.message.bytes", Type.INT, Synonym("message.max.bytes")),
+    ConfigKey("message.format.version", Type.STRING, DEFAULT_FORMAT_VERSION, _T,
+              validator=_format_version, synonyms=(Synonym("log.message.format.version"),)),
+    ConfigKey("message.timestamp.after.max.ms", Type.LONG, LONG_MAX, _T, minimum=0,
+              synonyms=(Synonym("log.message.timestamp.after.max.ms"),)),
+    ConfigKey("message.timestamp.before.max.ms", Type.LONG, LONG_MAX, _T, minimum=0,
+              synonyms=(Synonym("log.message.timestamp.before.max.ms"),)),
+    ConfigKey("message.timestamp.difference.max.ms", Type.LONG, LONG_MAX, _T, minimum=0,
+              synonyms=(Synonym("log.message.timestamp.difference.max.ms"),)),
+    ConfigKey("message.timestamp.type", Type.STRING, "CreateTime", _T, choices=_TIMESTAMP_TYPES,
+              synonyms=(Synonym("log.message.timestamp.type"),)),
+    _log("retention.bytes", Type.LONG, Synonym("log.retention.bytes")),
+    _log("retention.ms", Type.LONG, Synonym("log.retention.ms"),
+         Synonym("log.retention.minutes", MINUTE_MS), Synonym("log.retention.hours", HOUR_MS),
+         validator=_unlimited_if_negative),
+    _log("segment.bytes", Type.INT, Synonym("log.segment.bytes")),
+    _log("segment.index.bytes", Type.INT, Synonym("log.index.size.max.bytes")),
+    _log("segment.jitter.ms", Type.LONG, Synonym("log.roll.jitter.ms"),
+         Synonym("log.roll.jitter.hours", HOUR_MS)),
+    _log("segment.ms", Type.LONG, Synonym("log.roll.ms"), Synonym("log.roll.hours", HOUR_MS)),
+)
+
+TOPIC_KEYS: dict[str, ConfigKey] = {k.name: k for k in KEYS if k.scope is Scope.TOPIC}
+BROKER_KEYS: dict[str, ConfigKey] = {
+    k.name: k for key in KEYS
+    for k in ([key] if key.scope is Scope.BROKER else key.broker_keys())}
 TOPIC_ALIASES = {"max.message.time.difference.ms": "message.timestamp.difference.max.ms"}
+
+
+def _parse(key: ConfigKey, name: str, raw: str) -> Any:
+    try:
+        return key.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(name, str(exc)) from None
 
 
 def parse_topic_configs(entries: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -203,17 +315,19 @@ def parse_topic_configs(entries: Mapping[str, str] | Iterable[tuple[str, str]]) 
             raise ConfigError(raw_name, "value is null")
         if name in result:
             raise ConfigError(raw_name, "given more than once")
-        try:
-            value = key.parse(raw_value)
-        except ValueError as exc:
-            raise ConfigError(raw_name, str(exc)) from None
+        value = _parse(key, raw_name, raw_value)
         result[name] = str(value).lower() if isinstance(value, bool) else str(value)
     return result
 
 
+_CODECS = {"producer": None, "uncompressed": Codec.NONE, "gzip": Codec.GZIP,
+           "snappy": Codec.SNAPPY, "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
+
+
 @dataclass(frozen=True)
 class TopicConfig:
-    """The effective configuration of one topic: broker defaults with the topic's overrides."""
+    """The effective configuration of one topic: broker defaults with the topic's overrides.
+    One field per topic key of :data:`KEYS` (built from the table by :meth:`resolve`)."""
 
     cleanup_policy: str
     compression_type: str
@@ -239,132 +353,52 @@ class TopicConfig:
         return format_magic(self.message_format_version)
 
     @classmethod
-    def resolve(cls, defaults: Mapping[str, Any], overrides: Mapping[str, str]) -> "TopicConfig":
+    def resolve(cls, defaults: Mapping[str, Any], overrides: Mapping[str, str]) -> TopicConfig:
         """Topic config from typed broker defaults (by topic key name) and validated overrides."""
         values = dict(defaults)
         for name, raw in overrides.items():
             values[name] = TOPIC_KEYS[name].parse(raw)
-        config = cls(**{name.replace(".", "_"): values[name] for name in TOPIC_KEYS})
+        config = cls(**{key.attribute: values[name] for name, key in TOPIC_KEYS.items()})
         if config.compression_type == "zstd" and config.magic < 2:
             raise ConfigError("compression.type", "zstd needs message.format.version 0.11.0 or "
                                                   "later (record batches, KIP-110)")
         return config
 
+    def log_config(self) -> LogConfig:
+        """Storage's settings for this topic's partition logs (the fields share their names)."""
+        return LogConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LogConfig)})
+
+    def validator_settings(self) -> TopicSettings:
+        """The produce validator's settings for this topic."""
+        return TopicSettings(
+            magic=self.magic,
+            timestamp_type=(TimestampType.LOG_APPEND_TIME
+                            if self.message_timestamp_type == "LogAppendTime"
+                            else TimestampType.CREATE_TIME),
+            max_timestamp_difference_ms=self.message_timestamp_difference_max_ms,
+            timestamp_before_max_ms=self.message_timestamp_before_max_ms,
+            timestamp_after_max_ms=self.message_timestamp_after_max_ms,
+            max_message_bytes=self.max_message_bytes,
+            target_codec=_CODECS[self.compression_type],
+            compacted="compact" in self.cleanup_policy.split(","))
+
 
 # ---------------------------------------------------------------------------------------------
-# Broker properties (KafkaConfig.scala names).
-
-_NULL = None  # default of an optional property that falls back to another one
-
-BROKER_KEYS: dict[str, _Key] = {k.name: k for k in [
-    _Key("listeners", _listener, ("", 9092)),
-    _Key("advertised.listeners", _listener, _NULL),
-    _Key("broker.id", _int(0), 0),
-    _Key("log.dirs", _string, _NULL),
-    _Key("log.dir", _string, "/tmp/kafka-logs"),
-    _Key("num.partitions", _int(1), 1),
-    _Key("auto.create.topics.enable", _bool, True),
-    _Key("log.segment.bytes", _int(26), 1073741824),
-    _Key("log.roll.ms", _long(1), _NULL),
-    _Key("log.roll.hours", _int(1), 168),
-    _Key("log.roll.jitter.ms", _long(0), _NULL),
-    _Key("log.roll.jitter.hours", _int(0), 0),
-    _Key("log.retention.ms", _long(), _NULL),
-    _Key("log.retention.minutes", _int(), _NULL),
-    _Key("log.retention.hours", _int(), 168),
-    _Key("log.retention.bytes", _long(), -1),
-    _Key("log.retention.check.interval.ms", _long(1), 300000),
-    _Key("log.index.interval.bytes", _int(0), 4096),
-    _Key("log.index.size.max.bytes", _int(24), 10485760),
-    _Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime"),
-    _Key("log.message.timestamp.difference.max.ms", _long(0), LONG_MAX),
-    _Key("log.message.timestamp.before.max.ms", _long(0), LONG_MAX),
-    _Key("log.message.timestamp.after.max.ms", _long(0), LONG_MAX),
-    _Key("log.message.format.version", _format_version, DEFAULT_FORMAT_VERSION),
-    _Key("log.cleanup.policy", _cleanup_policy, "delete"),
-    _Key("compression.type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer"),
-    _Key("message.max.bytes", _int(0), 1000012),
-    _Key("log.flush.interval.messages", _long(1), LONG_MAX),
-    _Key("log.flush.interval.ms", _long(0), _NULL),
-    _Key("log.flush.scheduler.interval.ms", _long(1), 1000),
-    _Key("log.flush.offset.checkpoint.interval.ms", _int(0), 60000),
-    _Key("log.segment.delete.delay.ms", _long(0), 60000),
-    _Key("socket.request.max.bytes", _int(1), 104857600),
-    _Key("max.connections", _int(1), INT_MAX),
-    _Key("connections.max.idle.ms", _long(1), 600000),
-    _Key("offset.metadata.max.bytes", _int(0), 4096),
-    _Key("offsets.retention.minutes", _int(1), 1440),
-    _Key("offsets.retention.check.interval.ms", _long(1), 600000),
-    _Key("group.min.session.timeout.ms", _int(), 6000),
-    _Key("group.max.session.timeout.ms", _int(), 300000),
-    _Key("max.incremental.fetch.session.cache.slots", _int(0), 1000),
-]}
-
+# Broker properties.
 
 def parse_properties(text: str) -> list[tuple[str, str]]:
-    """Parse Java ``.properties`` text into (key, value) pairs in file order.
-
-    Supports ``#``/``!`` comments, ``=``, ``:`` or whitespace separators, backslash line
-    continuation and backslash escapes (``\\t``, ``\\n``, ``\\uXXXX``, escaped separators).
-    """
-    pairs: list[tuple[str, str]] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].lstrip()
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        # Join continuation lines: an odd number of trailing backslashes continues the line.
-        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i <= len(lines):
-            line = line[:-1] + (lines[i].lstrip() if i < len(lines) else "")
-            i += 1
-        key, value = _split_property(line)
-        pairs.append((key, value))
-    return pairs
-
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(s: str) -> str:
-    out, i = [], 0
-    while i < len(s):
-        c = s[i]
-        if c == "\\" and i + 1 < len(s):
-            n = s[i + 1]
-            if n == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[i + 2:i + 6]):
-                out.append(chr(int(s[i + 2:i + 6], 16)))
-                i += 6
-                continue
-            out.append(_ESCAPES.get(n, n))
-            i += 2
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c in "=: \t\f":
-            break
-        i += 1
-    key = line[:i]
-    rest = line[i:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape(key), _unescape(rest).strip()
+    """Parse Java ``.properties`` text into (key, value) pairs in file order, values stripped
+    (comments, separators, line continuations and escapes as java.util.Properties reads them)."""
+    return [(e.key, e.value.strip()) for e in javaproperties.parse(text)
+            if isinstance(e, javaproperties.KeyValue)]
 
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    """Validated broker configuration. Build it with :meth:`from_properties`."""
+    """Validated broker configuration. Build it with :meth:`from_properties`.
+
+    One field per broker property of :data:`KEYS`, except the listeners and log dirs, which are
+    given as the values derived from them."""
 
     host: str
     port: int
@@ -386,103 +420,58 @@ class BrokerConfig:
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
     max_incremental_fetch_session_cache_slots: int
-    topic_defaults: Mapping[str, Any] = field(repr=False)
+    topic_defaults: Mapping[str, Any] = dataclasses.field(repr=False)
     """Typed topic-config defaults keyed by topic config name (``segment.bytes`` ...)."""
-    properties: Mapping[str, str] = field(repr=False)
-    """Every property as given (after overrides), for components with their own keys."""
 
     @classmethod
-    def from_properties(cls, pairs: Iterable[tuple[str, str]]) -> "BrokerConfig":
+    def from_properties(cls, pairs: Iterable[tuple[str, str]]) -> BrokerConfig:
         """Validate broker properties (later pairs win) and derive the effective configuration.
 
         Raises ConfigError naming the first unknown or invalid key.
         """
-        raw: dict[str, str] = {}
-        for key, value in pairs:
-            if key not in BROKER_KEYS:
-                raise ConfigError(key, "unknown broker property")
-            raw[key] = value
-        v: dict[str, Any] = {}
-        for name, key in BROKER_KEYS.items():
-            if name in raw:
-                try:
-                    v[name] = key.parse(raw[name])
-                except ValueError as exc:
-                    raise ConfigError(name, str(exc)) from None
-            else:
-                v[name] = key.default
-
-        host, port = v["listeners"]
-        adv_host, adv_port = v["advertised.listeners"] or (host, port)
-        if adv_host in ("", "0.0.0.0", "::"):
-            if "advertised.listeners" in raw:
-                raise ConfigError("advertised.listeners", "must name a host clients can reach")
-            import socket
-            adv_host = socket.getfqdn()
-        if v["advertised.listeners"] is not None and adv_port == 0:
-            raise ConfigError("advertised.listeners", "port 0 cannot be advertised")
-        log_dirs = tuple(d.strip() for d in (v["log.dirs"] or v["log.dir"]).split(",") if d.strip())
-        if not log_dirs:
-            raise ConfigError("log.dirs", "no directory given")
-
-        def first(*names: str, scale: tuple[int, ...]) -> int:
-            for name, factor in zip(names, scale):
-                if v[name] is not None:
-                    return v[name] * factor
-            raise AssertionError(names)
-
-        hour, minute = 3600 * 1000, 60 * 1000
-        retention_ms = first("log.retention.ms", "log.retention.minutes", "log.retention.hours",
-                             scale=(1, minute, hour))
-        defaults = {
-            "cleanup.policy": v["log.cleanup.policy"],
-            "compression.type": v["compression.type"],
-            "file.delete.delay.ms": v["log.segment.delete.delay.ms"],
-            "flush.messages": v["log.flush.interval.messages"],
-            "flush.ms": (v["log.flush.interval.ms"] if v["log.flush.interval.ms"] is not None
-                         else LONG_MAX),
-            "index.interval.bytes": v["log.index.interval.bytes"],
-            "max.message.bytes": v["message.max.bytes"],
-            "message.format.version": v["log.message.format.version"],
-            "message.timestamp.after.max.ms": v["log.message.timestamp.after.max.ms"],
-            "message.timestamp.before.max.ms": v["log.message.timestamp.before.max.ms"],
-            "message.timestamp.difference.max.ms": v["log.message.timestamp.difference.max.ms"],
-            "message.timestamp.type": v["log.message.timestamp.type"],
-            "retention.bytes": v["log.retention.bytes"],
-            "retention.ms": retention_ms if retention_ms >= 0 else -1,
-            "segment.bytes": v["log.segment.bytes"],
-            "segment.index.bytes": v["log.index.size.max.bytes"],
-            "segment.jitter.ms": first("log.roll.jitter.ms", "log.roll.jitter.hours",
-                                       scale=(1, hour)),
-            "segment.ms": first("log.roll.ms", "log.roll.hours", scale=(1, hour)),
-        }
+        given: dict[str, Any] = {}
+        for name, raw in pairs:
+            if name not in BROKER_KEYS:
+                raise ConfigError(name, "unknown broker property")
+            given[name] = _parse(BROKER_KEYS[name], name, raw)
+        v = {name: given.get(name, key.default) for name, key in BROKER_KEYS.items()}
         if v["group.min.session.timeout.ms"] > v["group.max.session.timeout.ms"]:
             raise ConfigError("group.min.session.timeout.ms",
                               "must not exceed group.max.session.timeout.ms")
-        return cls(
-            host=host, port=port, advertised_host=adv_host, advertised_port=adv_port,
-            broker_id=v["broker.id"], log_dirs=log_dirs,
-            num_partitions=v["num.partitions"],
-            auto_create_topics_enable=v["auto.create.topics.enable"],
-            log_retention_check_interval_ms=v["log.retention.check.interval.ms"],
-            log_flush_scheduler_interval_ms=v["log.flush.scheduler.interval.ms"],
-            log_flush_offset_checkpoint_interval_ms=v["log.flush.offset.checkpoint.interval.ms"],
-            socket_request_max_bytes=v["socket.request.max.bytes"],
-            max_connections=v["max.connections"],
-            connections_max_idle_ms=v["connections.max.idle.ms"],
-            offset_metadata_max_bytes=v["offset.metadata.max.bytes"],
-            offsets_retention_minutes=v["offsets.retention.minutes"],
-            offsets_retention_check_interval_ms=v["offsets.retention.check.interval.ms"],
-            group_min_session_timeout_ms=v["group.min.session.timeout.ms"],
-            group_max_session_timeout_ms=v["group.max.session.timeout.ms"],
-            max_incremental_fetch_session_cache_slots=v[
-                "max.incremental.fetch.session.cache.slots"],
-            topic_defaults=defaults, properties=dict(raw),
-        )
+        topic_defaults = {}
+        for name, key in TOPIC_KEYS.items():
+            synonym = next(s for s in key.synonyms if v[s.name] is not None)
+            value = v[synonym.name] * synonym.unit
+            topic_defaults[name] = key.validator(value) if key.validator else value
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {key.attribute: v[name] for name, key in BROKER_KEYS.items()
+                  if key.attribute in fields}
+        values.update(_addresses(v, "advertised.listeners" in given), log_dirs=_log_dirs(v))
+        return cls(**values, topic_defaults=topic_defaults)
 
     def topic_config(self, overrides: Mapping[str, str] | None = None) -> TopicConfig:
         """The effective config of a topic with these (already validated) overrides."""
         return TopicConfig.resolve(self.topic_defaults, overrides or {})
+
+
+def _addresses(v: Mapping[str, Any], advertised_given: bool) -> dict[str, Any]:
+    """The listener's host and port, and the ones advertised to clients."""
+    host, port = v["listeners"]
+    adv_host, adv_port = v["advertised.listeners"] or (host, port)
+    if adv_host in ("", "0.0.0.0", "::"):
+        if advertised_given:
+            raise ConfigError("advertised.listeners", "must name a host clients can reach")
+        adv_host = socket.getfqdn()
+    if advertised_given and adv_port == 0:
+        raise ConfigError("advertised.listeners", "port 0 cannot be advertised")
+    return {"host": host, "port": port, "advertised_host": adv_host, "advertised_port": adv_port}
+
+
+def _log_dirs(v: Mapping[str, Any]) -> tuple[str, ...]:
+    log_dirs = tuple(d.strip() for d in (v["log.dirs"] or v["log.dir"]).split(",") if d.strip())
+    if not log_dirs:
+        raise ConfigError("log.dirs", "no directory given")
+    return log_dirs
 
 
 def load_config(path: str | None, overrides: Iterable[str] = ()) -> BrokerConfig:

@@ -23,8 +23,8 @@ from typing import Mapping
 
 import structlog
 
-from broker.config import BrokerConfig, ConfigError, TopicConfig, parse_topic_configs
-from protocol.records import Codec, TimestampType
+from broker.config import (BrokerConfig, ConfigError, TopicConfig, parse_properties,
+                           parse_topic_configs)
 from protocol.validator import TopicSettings
 from storage import LogConfig
 from storage.checkpoint import write_atomically
@@ -33,10 +33,6 @@ log = structlog.get_logger(__name__)
 
 REGISTRY_FILE = "chronolog-topics.json"
 META_FILE = "meta.properties"
-
-_CODECS = {"producer": None, "uncompressed": Codec.NONE, "gzip": Codec.GZIP,
-           "snappy": Codec.SNAPPY, "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
-
 
 class StartupError(Exception):
     """Raised at start-up when a log directory's persisted state contradicts the configuration
@@ -55,28 +51,11 @@ class Topic:
 
     @cached_property
     def log_config(self) -> LogConfig:
-        c = self.config
-        return LogConfig(
-            segment_bytes=c.segment_bytes, segment_ms=c.segment_ms,
-            segment_jitter_ms=c.segment_jitter_ms, retention_ms=c.retention_ms,
-            retention_bytes=c.retention_bytes, index_interval_bytes=c.index_interval_bytes,
-            segment_index_bytes=c.segment_index_bytes, max_message_bytes=c.max_message_bytes,
-            flush_messages=c.flush_messages, flush_ms=c.flush_ms,
-            file_delete_delay_ms=c.file_delete_delay_ms)
+        return self.config.log_config()
 
     @cached_property
     def settings(self) -> TopicSettings:
-        c = self.config
-        return TopicSettings(
-            magic=c.magic,
-            timestamp_type=(TimestampType.LOG_APPEND_TIME if c.message_timestamp_type == "LogAppendTime"
-                            else TimestampType.CREATE_TIME),
-            max_timestamp_difference_ms=c.message_timestamp_difference_max_ms,
-            timestamp_before_max_ms=c.message_timestamp_before_max_ms,
-            timestamp_after_max_ms=c.message_timestamp_after_max_ms,
-            max_message_bytes=c.max_message_bytes,
-            target_codec=_CODECS[c.compression_type],
-            compacted="compact" in c.cleanup_policy.split(","))
+        return self.config.validator_settings()
 
 
 class TopicRegistry:
@@ -197,8 +176,7 @@ def load_or_create_meta(config: BrokerConfig) -> str:
         path = os.path.join(log_dir, META_FILE)
         try:
             with open(path, encoding="utf-8") as f:
-                props = dict(line.strip().split("=", 1) for line in f
-                             if "=" in line and not line.lstrip().startswith("#"))
+                props = dict(parse_properties(f.read()))
         except FileNotFoundError:
             continue
         if props.get("broker.id") not in (None, str(config.broker_id)):

@@ -12,7 +12,7 @@ INT_MAX = 2**31 - 1
 
 # Smallest legal values: a segment must hold at least one minimal entry (12-byte log overhead +
 # 14-byte message); an index must hold at least two entries (one slot stays free for roll).
-_MINIMUMS = {
+MINIMUMS = {
     "segment_bytes": 26,
     "segment_ms": 1,
     "segment_jitter_ms": 0,
@@ -50,7 +50,7 @@ class LogConfig:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise InvalidConfigError(f"log config {field.name} must be an integer, "
                                          f"got {value!r}")
-            minimum = _MINIMUMS.get(field.name)
+            minimum = MINIMUMS.get(field.name)
             if minimum is not None and value < minimum:
                 raise InvalidConfigError(f"log config {field.name}={value} is below the "
                                          f"minimum {minimum}")
