@@ -18,6 +18,7 @@ import structlog
 import trio
 
 from broker.context import BrokerContext
+from broker.errors import STORAGE_FAILURES
 from storage import Maintenance
 
 log = structlog.get_logger(__name__)
@@ -43,9 +44,12 @@ async def _every(name: str, interval_ms: int, job: Callable[[], Awaitable[object
         await trio.sleep(interval_ms / 1000)
         try:
             await job()
-        except Exception as exc:
+        except STORAGE_FAILURES as exc:
             log.error("background task failed; retrying next period", task=name,
                       error=repr(exc), action="check the log dirs' disk")
+        except Exception:  # a bug in one job must not stop the others: Kafka's scheduler too
+            log.exception("background task failed; retrying next period", task=name,
+                          action="this is a broker bug; report it with this log line")
 
 
 async def maintain(ctx: BrokerContext, task: Maintenance) -> int:

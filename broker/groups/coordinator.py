@@ -31,6 +31,7 @@ import structlog
 import trio
 
 from broker.context import TopicExistsError
+from broker.errors import STORAGE_FAILURES
 from broker.groups.offsets import (
     CommittedOffset, OffsetCache, encode_offset_key, encode_offset_value, expire_timestamp)
 from broker.groups.state import (
@@ -304,7 +305,7 @@ class GroupCoordinator:
                           topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION,
                           error=exc.error.name, reason=str(exc),
                           action="commit fewer partitions or shorter metadata per request")
-            except Exception as exc:
+            except STORAGE_FAILURES as exc:
                 failure = ErrorCode.UNKNOWN_SERVER_ERROR
                 log.error("offset commit could not be written", group=group_id,
                           topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION, error=repr(exc),
@@ -344,7 +345,7 @@ class GroupCoordinator:
                 try:
                     await trio.to_thread.run_sync(append_records, log_, self._settings(),
                                                   records, now_ms)
-                except Exception as exc:
+                except STORAGE_FAILURES as exc:
                     log.error("could not write expired-offset tombstones", topic=OFFSETS_TOPIC,
                               partition=OFFSETS_PARTITION, count=len(expired), error=repr(exc),
                               action="check the log directory's disk; expiry is retried at "
@@ -374,7 +375,7 @@ class GroupCoordinator:
             try:
                 start, deleted = await trio.to_thread.run_sync(
                     compact, log_, self._settings(), live, now_ms)
-            except Exception as exc:
+            except STORAGE_FAILURES as exc:
                 log.error("compacting the offsets log failed; committed offsets are intact",
                           topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION, error=repr(exc),
                           action="check the log directory's disk; retried at the next "

@@ -6,6 +6,7 @@ from collections import Counter
 import structlog
 
 from broker.config import ConfigError, topic_name_error
+from broker.errors import STORAGE_FAILURES
 from broker.context import (INTERNAL_TOPICS, BrokerContext, InvalidTopicNameError,
                             TopicExistsError)
 from protocol.api import Request
@@ -88,7 +89,7 @@ async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
         except InvalidTopicNameError as exc:
             results.append(_reject(name, ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)))
             continue
-        except Exception as exc:
+        except STORAGE_FAILURES as exc:
             log.error("creating topic failed", topic=name, error=repr(exc),
                       action="check the log dirs are writable and have space")
             results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
@@ -117,7 +118,7 @@ async def handle_delete_topics(ctx: BrokerContext, request: Request) -> dict:
             continue
         try:
             deleted = await ctx.delete_topic(name)
-        except Exception as exc:
+        except STORAGE_FAILURES as exc:
             log.error("deleting topic failed", topic=name, error=repr(exc),
                       action="check the log dirs; the topic is already gone from the registry")
             results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})

@@ -24,9 +24,10 @@ import structlog
 import trio
 
 from broker.context import BrokerContext
+from broker.errors import STORAGE_FAILURES
 from broker.fetch_sessions import Answer, Wanted
 from protocol.api import FileRegion, Request
-from protocol.errors import ErrorCode, UnsupportedCompressionError
+from protocol.errors import CorruptRecordError, ErrorCode, UnsupportedCompressionError
 from protocol.records import Codec, convert, iter_shallow
 from storage import OffsetOutOfRangeError
 
@@ -192,7 +193,7 @@ async def _read_partition(ctx, topic: str, partition: int, offset: int, max_byte
                         error="UNSUPPORTED_COMPRESSION_TYPE", reason=str(exc),
                         action="upgrade the consumer (zstd needs Fetch v10)")
             return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, log_.high_watermark, start, b""
-        except Exception as exc:
+        except (*STORAGE_FAILURES, CorruptRecordError) as exc:  # a failing disk, bad bytes
             log.error("fetch read failed", topic=topic, partition=partition, offset=offset,
                       error=repr(exc), action="check the log dir's disk and dump-log --verify")
             return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import structlog
 
 from broker.config import topic_name_error
+from broker.errors import STORAGE_FAILURES
 from broker.context import (INTERNAL_TOPICS, BrokerContext, InvalidTopicNameError,
                             TopicExistsError)
 from protocol.api import SUPPORTED_VERSIONS, Request
@@ -93,7 +94,7 @@ async def _auto_create(ctx: BrokerContext, name: str) -> ErrorCode:
         pass  # created concurrently by another request: also "not yet available" to this one
     except InvalidTopicNameError:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
-    except Exception as exc:  # storage failure: the client retries, the operator reads why
+    except STORAGE_FAILURES as exc:  # the client retries, the operator reads why
         log.error("auto-creating topic failed", topic=name, error=repr(exc),
                   action="check the log dirs are writable and have space")
     return ErrorCode.LEADER_NOT_AVAILABLE

@@ -14,6 +14,7 @@ import structlog
 import trio
 
 from broker.context import BrokerContext
+from broker.errors import STORAGE_FAILURES
 from protocol.api import Request
 from protocol.errors import ErrorCode
 
@@ -56,7 +57,7 @@ async def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int
                 return ErrorCode.INVALID_REQUEST, -1, -1
             else:
                 found = await trio.to_thread.run_sync(log_.offset_for_timestamp, timestamp)
-        except Exception as exc:
+        except STORAGE_FAILURES as exc:
             log.error("offset lookup failed", topic=topic, partition=partition,
                       timestamp=timestamp, error=repr(exc),
                       action="check the log dir's disk and dump-log --verify")

@@ -24,7 +24,7 @@ import structlog
 import trio
 
 from broker.context import INTERNAL_TOPICS, BrokerContext
-from broker.errors import CloseConnectionError
+from broker.errors import STORAGE_FAILURES, CloseConnectionError
 from broker.topics import Topic
 from protocol.api import Request
 from protocol.errors import ErrorCode
@@ -154,7 +154,7 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
             else:
                 result, rolled = await trio.to_thread.run_sync(
                     _validate_and_append, log_, record_set, topic, now, version)
-        except Exception as exc:
+        except STORAGE_FAILURES as exc:
             log.error("append failed", topic=topic_name, partition=partition, error=repr(exc),
                       action="check the log dir's disk; the partition may need recovery")
             return _Answer(ErrorCode.UNKNOWN_SERVER_ERROR)
