@@ -34,7 +34,7 @@ from suite import Suite, build_plan, plot, summarize, targets, text_table  # noq
 from suite.brokers import tansu_binary  # noqa: E402
 from suite.report import readme_section  # noqa: E402
 
-log = structlog.get_logger("bench.run_all")
+logger = structlog.get_logger("bench.run_all")
 
 DEFAULT = {
     "rounds": 3,

@@ -21,7 +21,7 @@ from broker.context import BrokerContext
 from broker.errors import STORAGE_FAILURES
 from storage import Maintenance
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 DELETE_CHECK_INTERVAL_MS = 1000
 
@@ -45,10 +45,10 @@ async def _every(name: str, interval_ms: int, job: Callable[[], Awaitable[object
         try:
             await job()
         except STORAGE_FAILURES as exc:
-            log.error("background task failed; retrying next period", task=name,
+            logger.error("background task failed; retrying next period", task=name,
                       error=repr(exc), action="check the log dirs' disk")
         except Exception:  # a bug in one job must not stop the others: Kafka's scheduler too
-            log.exception("background task failed; retrying next period", task=name,
+            logger.exception("background task failed; retrying next period", task=name,
                           action="this is a broker bug; report it with this log line")
 
 
@@ -57,14 +57,14 @@ async def maintain(ctx: BrokerContext, task: Maintenance) -> int:
     partition lock in a worker thread; returns the sum of what LogManager.run reported."""
     total = 0
     for (topic, partition), due_log in ctx.log_manager.due(task, ctx.clock()):
-        async with ctx.locked_log(topic, partition) as log_:
-            if log_ is not due_log:
+        async with ctx.locked_log(topic, partition) as log:
+            if log is not due_log:
                 continue  # deleted meanwhile
-            done = await trio.to_thread.run_sync(ctx.log_manager.run, task, log_, ctx.clock())
-            start = log_.log_start_offset
+            done = await trio.to_thread.run_sync(ctx.log_manager.run, task, log, ctx.clock())
+            start = log.log_start_offset
         total += done
         if task is Maintenance.RETENTION and done:
-            log.info("retention deleted segments", topic=topic, partition=partition,
+            logger.info("retention deleted segments", topic=topic, partition=partition,
                      segments=done, log_start_offset=start)
     return total
 

@@ -17,7 +17,7 @@ import sys
 import structlog
 
 from broker.config import ConfigError, load_config
-from broker.logs import configure_logging
+from broker.logging_setup import configure_logging
 
 # subcommand -> module whose main(argv) -> int implements it
 DELEGATED = {
@@ -54,12 +54,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def serve(config_path: str | None, overrides: list[str]) -> int:
     configure_logging()
-    log = structlog.get_logger("broker")
+    logger = structlog.get_logger("broker")
     try:
         config = load_config(config_path, overrides)
     except ConfigError as exc:
         print(f"chronolog: invalid configuration: {exc}", file=sys.stderr)
-        log.error("invalid configuration", key=exc.key, reason=exc.reason)
+        logger.error("invalid configuration", key=exc.key, reason=exc.reason)
         return 2
     except OSError as exc:
         print(f"chronolog: cannot read config file: {exc}", file=sys.stderr)
@@ -70,19 +70,19 @@ def serve(config_path: str | None, overrides: list[str]) -> int:
     from broker.malloc import keep_freed_buffers
     from broker.server import run
     keep_freed_buffers()
-    from broker.topics import StartupError
+    from broker.errors import StartupError
     try:
         return trio.run(run, config)
     except StartupError as exc:
-        log.error("cannot start", reason=str(exc))
+        logger.error("cannot start", reason=str(exc))
         return 1
     except OSError as exc:
-        log.error("cannot start", error=repr(exc),
+        logger.error("cannot start", error=repr(exc),
                   action="check listeners (port in use?) and that log.dirs is writable")
         return 1
     except KeyboardInterrupt:
         return 130
     except Exception:  # includes exception groups from the nurseries
-        log.exception("broker stopped by an unexpected error",
+        logger.exception("broker stopped by an unexpected error",
                       action="this is a broker bug; report it with this log line")
         return 1

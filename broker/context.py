@@ -29,7 +29,7 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.producer_ids import ProducerIdManager
 from broker.topics import Topic, TopicRegistry
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
@@ -119,7 +119,7 @@ class BrokerContext:
         return state
 
     def locked_log(self, topic: str, partition: int) -> _LockedLog:
-        """``async with ctx.locked_log(topic, partition) as log_:`` the partition's Log while
+        """``async with ctx.locked_log(topic, partition) as log:`` the partition's Log while
         holding its lock, or None (and no lock held) when the partition does not exist or its
         topic was deleted while this waited for the lock."""
         return _LockedLog(self, topic, partition)
@@ -159,15 +159,15 @@ class BrokerContext:
                 await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
                 for p in range(partitions):
                     async with self.partition(name, p).lock:
-                        log_ = await trio.to_thread.run_sync(
+                        log = await trio.to_thread.run_sync(
                             self.log_manager.create_log, name, p, topic.log_config)
-                        await trio.to_thread.run_sync(log_.assign_topic_id, topic.topic_id)
+                        await trio.to_thread.run_sync(log.assign_topic_id, topic.topic_id)
             except BaseException:
                 self.topics.remove(name)
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
                 raise
-        log.info("created topic", topic=name, partitions=partitions, configs=dict(topic.overrides))
+        logger.info("created topic", topic=name, partitions=partitions, configs=dict(topic.overrides))
         return topic
 
     async def delete_topic(self, name: str) -> bool:
@@ -185,7 +185,7 @@ class BrokerContext:
             for p, state in enumerate(states):
                 state.notify()
                 self._partitions.pop((name, p), None)
-        log.info("deleted topic", topic=name, partitions=topic.partitions)
+        logger.info("deleted topic", topic=name, partitions=topic.partitions)
         return True
 
 
@@ -204,19 +204,19 @@ class _LockedLog:
 
     async def __aenter__(self) -> Any:
         ctx, topic, partition = self._ctx, self._topic, self._partition
-        log_ = ctx.get_log(topic, partition)
-        if log_ is None:
+        log = ctx.get_log(topic, partition)
+        if log is None:
             return None
         lock = ctx.partition(topic, partition).lock
         try:
             lock.acquire_nowait()
         except trio.WouldBlock:
             await lock.acquire()
-        if ctx.get_log(topic, partition) is not log_:
+        if ctx.get_log(topic, partition) is not log:
             lock.release()
             return None
         self._held = lock
-        return log_
+        return log
 
     async def __aexit__(self, *exc: object) -> None:
         if self._held is not None:

@@ -1,4 +1,5 @@
-"""Exceptions the broker's connection loop acts on."""
+"""Exceptions of the broker: the ones its connection loop and start-up act on, and what handlers
+catch from storage."""
 from __future__ import annotations
 
 from storage.errors import StorageError
@@ -13,3 +14,8 @@ STORAGE_FAILURES: tuple[type[Exception], ...] = (StorageError, OSError)
 """What a log dir that fails (full, read-only, EIO) or a log storage refuses raises. Handlers
 catch exactly these and answer the partition with an error; anything else is a broker bug, which
 the connection loop logs as one."""
+
+
+class StartupError(Exception):
+    """Raised at start-up when a log directory's persisted state contradicts the configuration
+    (e.g. meta.properties names another broker.id) or cannot be read."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from storage.checkpoint import write_atomically
+from storage.durable import write_atomically
 
 BLOCK_FILE = "producer-id-block"
 BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE

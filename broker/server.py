@@ -28,11 +28,12 @@ from broker.context import BrokerContext, client_host, kafka_host_string, wall_c
 from broker.errors import CloseConnectionError
 from broker.groups import setup as setup_group_coordinator
 from broker.handlers import HANDLERS, release_fetch_body
-from broker.topics import TopicRegistry, load_or_create_meta
+from broker.cluster_meta import load_or_create_meta
+from broker.topics import TopicRegistry
 from protocol import ApiKey, FileRegion, ProtocolError, Request, ServerConnection, native
 from storage import InconsistentTopicIdError, LogManager
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 RECEIVE_BYTES = 262144  # a 1 MB produce request arrives in a few reads, not sixteen
 INLINE_REGION_BYTES = 65536  # see send_response
@@ -48,7 +49,7 @@ class SendfileError(Exception):
 async def open_context(config: BrokerConfig) -> BrokerContext:
     """Load meta.properties, the topic registry and every log (recovering if needed).
 
-    Raises broker.topics.StartupError or storage errors; nothing is served yet then.
+    Raises broker.errors.StartupError or storage errors; nothing is served yet then.
     """
     cluster_id = await trio.to_thread.run_sync(load_or_create_meta, config)
     registry = TopicRegistry(config)
@@ -70,7 +71,7 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     for name, partitions in on_disk.items():
         topic = registry.get(name)
         if topic is None:
-            log.warning("topic found on disk without registered configs; using broker defaults",
+            logger.warning("topic found on disk without registered configs; using broker defaults",
                         topic=name, partitions=partitions)
             registry.put(registry.default_topic(name, partitions))
             changed = True
@@ -83,19 +84,19 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
         for p in range(topic.partitions):
             partition_log = manager.get_log(name, p)
             if partition_log is None:
-                log.warning("creating missing partition log", topic=name, partition=p)
+                logger.warning("creating missing partition log", topic=name, partition=p)
                 partition_log = await trio.to_thread.run_sync(manager.create_log, name, p,
                                                               topic.log_config)
             try:
                 await trio.to_thread.run_sync(partition_log.assign_topic_id, topic.topic_id)
             except InconsistentTopicIdError as exc:
-                log.error("partition directory belongs to another topic id", topic=name,
+                logger.error("partition directory belongs to another topic id", topic=name,
                           partition=p, reason=str(exc),
                           action="move the directory away if the topic was deleted and "
                                  "created again; chronolog keeps serving it as it is")
     if changed:
         await trio.to_thread.run_sync(registry.save, registry.snapshot())
-    log.info("logs loaded", topics=len(registry.names()),
+    logger.info("logs loaded", topics=len(registry.names()),
              partitions=sum(registry.get(n).partitions for n in registry.names()))
     return ctx
 
@@ -124,14 +125,14 @@ class Server:
             await stream.aclose()
             return
         if self.active >= config.max_connections:
-            log.warning("refusing connection: limit reached", peer=peer,
+            logger.warning("refusing connection: limit reached", peer=peer,
                         max_connections=config.max_connections,
                         action="raise max.connections or reduce the clients' connections")
             await stream.aclose()
             return
         self.active += 1
         conn_id = next(_conn_ids)
-        log.info("connection opened", conn=conn_id, peer=peer, active=self.active)
+        logger.info("connection opened", conn=conn_id, peer=peer, active=self.active)
         reason = "closed by client"
         versions: dict[ApiKey, set[int]] = {}
         clients: set[str] = set()
@@ -139,7 +140,7 @@ class Server:
             reason = await self._serve(stream, conn_id, versions, clients)
         except ProtocolError as exc:
             reason = f"bad request: {exc}"
-            log.warning("closing connection after a bad request", conn=conn_id, peer=peer,
+            logger.warning("closing connection after a bad request", conn=conn_id, peer=peer,
                         error=type(exc).__name__, reason=str(exc), api_key=exc.api_key,
                         api_version=exc.api_version)
         except CloseConnectionError as exc:
@@ -148,16 +149,16 @@ class Server:
             reason = f"connection lost: {exc!r}"
         except SendfileError as exc:
             reason = str(exc)
-            log.error("closing connection mid-response", conn=conn_id, peer=peer, reason=reason)
+            logger.error("closing connection mid-response", conn=conn_id, peer=peer, reason=reason)
         except Exception as exc:  # LocalProtocolError (a response we built wrong) included
             reason = f"internal error: {exc!r}"
-            log.exception("closing connection after an internal error", conn=conn_id, peer=peer,
+            logger.exception("closing connection after an internal error", conn=conn_id, peer=peer,
                           action="this is a broker bug; report it with this log line")
         finally:
             self.active -= 1
             with trio.CancelScope(shield=True):
                 await stream.aclose()
-            log.info("connection closed", conn=conn_id, peer=peer, reason=reason,
+            logger.info("connection closed", conn=conn_id, peer=peer, reason=reason,
                      active=self.active, client_id=", ".join(sorted(clients)),
                      api_versions=_versions_used(versions))
 
@@ -204,7 +205,7 @@ class Server:
                 "broker")
         if header.api_key != ApiKey.API_VERSIONS or request.body is not None:
             # log only at debug level: one line per request would drown everything else
-            log.debug("request", conn=conn_id, api=header.api_key.name,
+            logger.debug("request", conn=conn_id, api=header.api_key.name,
                       version=header.api_version, correlation_id=header.correlation_id)
         body = await handler(self.ctx, request)
         if body is None:
@@ -296,7 +297,7 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
         port = listeners[0].socket.getsockname()[1]
         if config.advertised_port == 0:  # listeners=...:0 picks a free port: advertise that one
             config = ctx.config = dataclasses.replace(config, advertised_port=port)
-        log.info("listening", host=config.host or "0.0.0.0", port=port,
+        logger.info("listening", host=config.host or "0.0.0.0", port=port,
                  advertised=f"{config.advertised_host}:{config.advertised_port}",
                  broker_id=config.broker_id, cluster_id=ctx.cluster_id,
                  record_scans=native.DESCRIPTION)
@@ -321,7 +322,7 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                 connections.start_soon(accept)
                 task_status.started(port)
                 async for signum in signals:
-                    log.info("shutting down", signal=signal.Signals(signum).name,
+                    logger.info("shutting down", signal=signal.Signals(signum).name,
                              open_connections=server.active)
                     break
                 accept_scope.cancel()
@@ -331,12 +332,12 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                 with trio.move_on_after(SHUTDOWN_GRACE_S) as grace:
                     await server.wait_idle()
                 if grace.cancelled_caught:
-                    log.warning("in-flight requests did not finish in time; cancelling them",
+                    logger.warning("in-flight requests did not finish in time; cancelling them",
                                 grace_s=SHUTDOWN_GRACE_S)
                 connections.cancel_scope.cancel()
             bg_scope.cancel()
         await _shutdown_storage(ctx)
-    log.info("shutdown complete")
+    logger.info("shutdown complete")
     return 0
 
 
@@ -346,4 +347,4 @@ async def _shutdown_storage(ctx: BrokerContext) -> None:
     for state in ctx.partition_states():
         await state.lock.acquire()
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
-    log.info("logs flushed, recovery points checkpointed, clean shutdown marker written")
+    logger.info("logs flushed, recovery points checkpointed, clean shutdown marker written")

@@ -5,8 +5,7 @@ its lifetime; topics registered before ids existed get one at the next start).
 
 Persisted as JSON in ``<first log dir>/chronolog-topics.json``; every change is written to a
 ``.tmp`` file, fsynced, renamed over the old file and the directory fsynced, so a crash leaves
-either the old or the new registry, never a torn one. ``meta.properties`` (broker.id, cluster.id)
-lives next to it in every log dir and is written the same way.
+either the old or the new registry, never a torn one.
 
 Not thread-safe: the broker mutates it from the trio thread only (under its admin lock) and runs
 the file writes in a worker thread.
@@ -23,21 +22,15 @@ from typing import Mapping
 
 import structlog
 
-from broker.config import (BrokerConfig, ConfigError, TopicConfig, parse_properties,
-                           parse_topic_configs)
+from broker.config import BrokerConfig, ConfigError, TopicConfig, parse_topic_configs
+from broker.errors import StartupError
 from protocol.validator import TopicSettings
 from storage import LogConfig
-from storage.checkpoint import write_atomically
+from storage.durable import write_atomically
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 REGISTRY_FILE = "chronolog-topics.json"
-META_FILE = "meta.properties"
-
-class StartupError(Exception):
-    """Raised at start-up when a log directory's persisted state contradicts the configuration
-    (e.g. meta.properties names another broker.id) or cannot be read."""
-
 
 @dataclass(frozen=True)
 class Topic:
@@ -162,45 +155,3 @@ def topic_id_from_string(text: str) -> uuid.UUID:
     if len(raw) != 16:
         raise ValueError(f"topic id {text!r} is not 16 bytes of base64")
     return uuid.UUID(bytes=raw)
-
-
-def load_or_create_meta(config: BrokerConfig) -> str:
-    """Return the cluster id, generating and persisting it in every log dir on first start.
-
-    Raises StartupError when a log dir's meta.properties names another broker.id or the log dirs
-    disagree on the cluster id.
-    """
-    cluster_ids = set()
-    for log_dir in config.log_dirs:
-        os.makedirs(log_dir, exist_ok=True)
-        path = os.path.join(log_dir, META_FILE)
-        try:
-            with open(path, encoding="utf-8") as f:
-                props = dict(parse_properties(f.read()))
-        except FileNotFoundError:
-            continue
-        if props.get("broker.id") not in (None, str(config.broker_id)):
-            raise StartupError(
-                f"{path} belongs to broker.id {props['broker.id']}, but this broker is configured "
-                f"with broker.id {config.broker_id}; fix broker.id or use another log dir")
-        if props.get("cluster.id"):
-            cluster_ids.add(props["cluster.id"])
-    if len(cluster_ids) > 1:
-        raise StartupError(f"log dirs {', '.join(config.log_dirs)} belong to different clusters "
-                           f"({', '.join(sorted(cluster_ids))})")
-    if cluster_ids:
-        cluster_id = cluster_ids.pop()
-    else:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        log.info("generated cluster id", cluster_id=cluster_id)
-    text = f"version=0\nbroker.id={config.broker_id}\ncluster.id={cluster_id}\n".encode()
-    for log_dir in config.log_dirs:
-        path = os.path.join(log_dir, META_FILE)
-        try:
-            with open(path, "rb") as f:
-                if f.read() == text:
-                    continue
-        except FileNotFoundError:
-            pass
-        write_atomically(path, text)
-    return cluster_id

@@ -19,7 +19,7 @@ from protocol import ApiKey, ClientConnection, ErrorCode, ProtocolError
 from .errors import BrokerResponseError, BrokerUnavailableError, UnknownTopicError
 from .options import ConnectOptions, TopicPartition
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 _METADATA_VERSION = 1
 _LIST_OFFSETS_VERSION = 1

@@ -11,7 +11,7 @@ from .client import BrokerClient
 from .errors import DataLossError, InvalidOptionError, TimestampNotFoundError, UnknownTopicError
 from .options import EARLIEST, LATEST, Bound, ReadOptions, TopicPartition
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def check_data_loss(tp: TopicPartition, start: int, known: PartitionOffsets, *,
                f"retention (the log now starts at {known.earliest})")
     if fail_on_data_loss:
         raise DataLossError(message + "; set failOnDataLoss=false to skip them and go on")
-    log.warning("skipping deleted offsets", topic=tp[0], partition=tp[1], requested=start,
+    logger.warning("skipping deleted offsets", topic=tp[0], partition=tp[1], requested=start,
                 log_start=known.earliest, detail=message + "; failOnDataLoss=false")
     return known.earliest
 

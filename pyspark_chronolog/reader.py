@@ -32,7 +32,7 @@ from .planning import (
     resolve,
 )
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 # A fetch that returns only part of one message is retried with a larger limit, up to this.
 _MAX_FETCH_BYTES = 256 * 1024 * 1024
@@ -106,7 +106,7 @@ def _lost_tail(opts: ReadOptions, rng: OffsetRange, pos: int, latest: int) -> in
                f"the log now ends at {latest} (truncated or deleted and recreated)")
     if opts.fail_on_data_loss:
         raise DataLossError(message + "; set failOnDataLoss=false to skip them")
-    log.warning("skipping offsets the broker no longer has", topic=rng.topic,
+    logger.warning("skipping offsets the broker no longer has", topic=rng.topic,
                 partition=rng.partition, detail=message)
     return rng.end
 
@@ -164,7 +164,7 @@ class ChronologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def prepareForTriggerAvailableNow(self) -> None:
         with BrokerClient(self.opts.connect) as client:
             self._target = {tp: k.latest for tp, k in self._latest(client).items()}
-        log.info("availableNow target recorded", target=_to_json(self._target))
+        logger.info("availableNow target recorded", target=_to_json(self._target))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = _from_json(start)

@@ -39,7 +39,7 @@ from .client import BrokerClient, error_name
 from .errors import BrokerResponseError, InvalidOptionError
 from .options import WriteOptions, parse_write
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 _COLUMN_TYPES = {
     "key": (BinaryType, StringType),
@@ -252,7 +252,7 @@ def _log_commit(messages, **extra) -> None:
         if m is not None:
             for (topic, _), count in m.rows.items():
                 rows[topic] = rows.get(topic, 0) + count
-    log.info("write committed", rows=rows, **extra)
+    logger.info("write committed", rows=rows, **extra)
 
 
 class ChronologBatchWriter(DataSourceArrowWriter):
@@ -266,7 +266,7 @@ class ChronologBatchWriter(DataSourceArrowWriter):
         _log_commit(messages)
 
     def abort(self, messages) -> None:
-        log.error("write aborted; rows of the tasks that succeeded stay in the topics (Kafka "
+        logger.error("write aborted; rows of the tasks that succeeded stay in the topics (Kafka "
                   "has no transactions at 0.10)", tasks=len([m for m in messages if m]))
 
 
@@ -281,7 +281,7 @@ class ChronologStreamWriter(DataSourceStreamArrowWriter):
         _log_commit(messages, batch_id=batchId)
 
     def abort(self, messages, batchId: int) -> None:
-        log.error("micro-batch write aborted; it will be retried and may duplicate rows",
+        logger.error("micro-batch write aborted; it will be retried and may duplicate rows",
                   batch_id=batchId)
 
 

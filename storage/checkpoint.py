@@ -6,13 +6,14 @@ Checkpoint format (Kafka's OffsetCheckpoint, version 0), text, one item a line::
     <n>                    number of entries
     <topic> <partition> <offset>   n times
 
-Both files are written atomically: write ``<name>.tmp``, fsync it, rename over the target, fsync
-the directory, so a crash leaves either the old or the new content, never a torn one.
+Both files are written atomically (storage.durable.write_atomically), so a crash leaves either
+the old or the new content, never a torn one.
 """
 from __future__ import annotations
 
 import os
 
+from storage.durable import fsync_dir, write_atomically
 from storage.errors import InvalidTopicError, StorageError
 from storage.layout import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT, validate_topic
 
@@ -22,40 +23,6 @@ CHECKPOINT_VERSION = 0
 class CheckpointError(StorageError):
     """Raised by :func:`read_checkpoint` when a checkpoint file does not follow the format; the
     caller treats every log in that dir as needing recovery from offset 0."""
-
-
-def _fsync_path(path: str, flags: int) -> None:
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(directory: str) -> None:
-    """fsync a directory so a rename or file creation in it survives a crash."""
-    _fsync_path(directory, os.O_RDONLY | os.O_DIRECTORY)
-
-
-def fsync_file(path: str) -> None:
-    """fsync a file through a temporary read-only descriptor (dirty pages are the file's, not
-    the descriptor's); FileNotFoundError if it does not exist."""
-    _fsync_path(path, os.O_RDONLY)
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    """Replace ``path`` by ``data`` via tmp + fsync + rename + directory fsync."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def write_checkpoint(path: str, offsets: dict[tuple[str, int], int]) -> None:

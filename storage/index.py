@@ -23,7 +23,7 @@ import os
 import struct
 from typing import ClassVar
 
-from storage.checkpoint import fsync_file
+from storage.durable import fsync_file
 from storage.config import INT_MAX
 from storage.errors import CorruptIndexError, InvalidAppendError
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import structlog
 
 from protocol.records import LOG_OVERHEAD
-from storage.checkpoint import fsync_dir, write_atomically
+from storage.durable import fsync_dir, write_atomically
 from storage.config import INT_MAX, LogConfig
 from storage.errors import (CorruptIndexError, InconsistentTopicIdError, InvalidAppendError,
                             InvalidTopicError, LogClosedError, OffsetOutOfRangeError,

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 import structlog
 
 from storage import checkpoint
+from storage.durable import fsync_dir
 from storage.config import LogConfig
 from storage.errors import LogNotFoundError
 from storage.layout import (DELETE_DIR_SUFFIX, parse_partition_dir, partition_dir_name,
@@ -136,7 +137,7 @@ class LogManager:
         path = os.path.join(log_dir, partition_dir_name(topic, partition))
         log = Log(path, config or self._config_for_topic(topic), clock=self._clock,
                   needs_recovery=False)
-        checkpoint.fsync_dir(log_dir)
+        fsync_dir(log_dir)
         self._logs[key] = log
         self._dir_of[key] = log_dir
         logger.info("created log", topic=topic, partition=partition, log_dir=log_dir)
@@ -155,7 +156,7 @@ class LogManager:
             log.close()
             doomed = f"{log.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
             os.rename(log.directory, doomed)
-            checkpoint.fsync_dir(log_dir)
+            fsync_dir(log_dir)
             shutil.rmtree(doomed)
             logger.info("deleted log", topic=topic, partition=key[1], log_dir=log_dir)
         return len(keys)

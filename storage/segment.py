@@ -19,7 +19,7 @@ import structlog
 from protocol import recordbatch as rb
 from protocol.errors import CorruptRecordError
 from protocol.records import Codec, LOG_OVERHEAD, ShallowEntry, check_entry, iter_deep, iter_shallow
-from storage.checkpoint import fsync_file
+from storage.durable import fsync_file
 from storage.config import INT_MAX, LogConfig
 from storage.errors import CorruptIndexError
 from storage.index import OffsetIndex, TimeIndex

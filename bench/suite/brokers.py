@@ -23,7 +23,7 @@ import structlog
 
 from .rawkafka import RawConnection
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,7 +106,7 @@ class BrokerProcess:
             try:
                 with RawConnection("127.0.0.1", self.port, timeout=2) as conn:
                     if conn.api_versions() == 0:
-                        log.info("broker_ready", broker=self.name, port=self.port, pid=self.proc.pid)
+                        logger.info("broker_ready", broker=self.name, port=self.port, pid=self.proc.pid)
                         return
             except Exception as exc:  # noqa: BLE001 - retried until the deadline
                 last_error = f"{type(exc).__name__}: {exc}"

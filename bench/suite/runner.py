@@ -21,7 +21,7 @@ import structlog
 from . import scenarios
 from .brokers import BrokerProcess, BrokerStartError
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 BROKERS = ("chronolog", "tansu")
 CPU_RESOLUTION_S = 0.01  # psutil reads /proc/<pid>/stat, counted in 10 ms clock ticks
@@ -198,9 +198,9 @@ class Suite:
             t = time.monotonic()
             res = run_in_child(b, setup, {}, dict(self.params, round=0, tag=f"setup-{b.starts}"), timed=False)
             if "error" in res:
-                log.warning("setup_failed", broker=name, setup=setup, error=res["error"])
+                logger.warning("setup_failed", broker=name, setup=setup, error=res["error"])
             else:
-                log.info("setup_done", broker=name, setup=setup, seconds=round(time.monotonic() - t, 1),
+                logger.info("setup_done", broker=name, setup=setup, seconds=round(time.monotonic() - t, 1),
                          **{k: v for k, v in res.items() if k != "digest"})
             self.setups[name][setup] = res
         return None
@@ -234,7 +234,7 @@ class Suite:
         res = run_in_child(self.brokers[name], spec.fn, spec.kwargs, params)
         summary = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in res.items()
                    if k in ("msgs_per_s", "MB_per_s", "p50_ms", "p99_ms", "error", "wrong_answers")}
-        log.info("run", scenario=spec.key, broker=name, round=r,
+        logger.info("run", scenario=spec.key, broker=name, round=r,
                  seconds=round(time.monotonic() - started, 1), **summary)
         return res
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import structlog
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 MASK64 = (1 << 64) - 1
 
@@ -103,7 +103,7 @@ def admin_delete_topic(bootstrap: str, topic: str) -> None:
     try:
         admin.delete_topics([topic], request_timeout=10)[topic].result(10)
     except Exception as exc:  # noqa: BLE001 - cleanup only; the figure is already taken
-        log.info("delete_topic_failed", topic=topic, error=str(exc))
+        logger.info("delete_topic_failed", topic=topic, error=str(exc))
 
 
 def confluent_producer(bootstrap: str, **config):

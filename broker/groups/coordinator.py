@@ -40,7 +40,7 @@ from broker.groups.store import (
     OffsetStoreError, append_records, compact, load_offsets, needs_compaction)
 from protocol.errors import ErrorCode
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITION = 0
@@ -117,22 +117,22 @@ class GroupCoordinator:
             except TopicExistsError:
                 pass  # created concurrently (no client path can, but creation is idempotent)
         await self._repair_retention()
-        log_ = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
-        if log_ is None:
+        log = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
+        if log is None:
             raise RuntimeError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log after creation")
         async with ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION).lock:
             count = await trio.to_thread.run_sync(
-                lambda: load_offsets(log_, self.offsets, default_retention_ms=self.retention_ms,
+                lambda: load_offsets(log, self.offsets, default_retention_ms=self.retention_ms,
                                      topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION))
         for group in self.offsets.groups():
             self.machine.ensure_group(group)
-        log.info("group coordinator loaded offsets", records_replayed=count,
+        logger.info("group coordinator loaded offsets", records_replayed=count,
                  groups=len(self.offsets.groups()), offsets=len(self.offsets))
         await self.compact_offsets(ctx.clock())
         if ctx.stopping:  # shutdown began during start-up: Server.begin_shutdown saw no coordinator
             return
         self.active = True
-        log.info("group coordinator started")
+        logger.info("group coordinator started")
         nursery.start_soon(self._run_timers)
 
     async def _repair_retention(self) -> None:
@@ -143,7 +143,7 @@ class GroupCoordinator:
         topic = ctx.topics.get(OFFSETS_TOPIC)
         if topic.config.retention_ms < 0 and topic.config.retention_bytes < 0:
             return
-        log.warning("the offsets topic had time or size retention, which can delete committed "
+        logger.warning("the offsets topic had time or size retention, which can delete committed "
                     "offsets; switching it off", topic=OFFSETS_TOPIC,
                     retention_ms=topic.config.retention_ms,
                     retention_bytes=topic.config.retention_bytes,
@@ -156,9 +156,9 @@ class GroupCoordinator:
             ctx.topics.put(fixed)
             await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
             for p in range(fixed.partitions):
-                async with ctx.locked_log(OFFSETS_TOPIC, p) as log_:
-                    if log_ is not None:  # the Log was opened with the old retention
-                        log_.update_config(fixed.log_config)
+                async with ctx.locked_log(OFFSETS_TOPIC, p) as log:
+                    if log is not None:  # the Log was opened with the old retention
+                        log.update_config(fixed.log_config)
 
     def shutdown(self) -> None:
         """Stop serving: parked requests get NOT_COORDINATOR_FOR_GROUP, new ones
@@ -167,7 +167,7 @@ class GroupCoordinator:
             return
         self.active = False
         self._deliver(self.machine.abandon_all(ErrorCode.NOT_COORDINATOR_FOR_GROUP))
-        log.info("group coordinator stopped")
+        logger.info("group coordinator stopped")
 
     async def _run_timers(self) -> None:
         next_check = self._ctx.clock() + self.retention_check_interval_ms
@@ -240,7 +240,7 @@ class GroupCoordinator:
         error, out = self.machine.leave(group_id, member_id, now_ms=self._ctx.clock())
         self._deliver(out)
         if error is ErrorCode.NONE:
-            log.info("member left group", group=group_id, member=member_id)
+            logger.info("member left group", group=group_id, member=member_id)
         return error
 
     def describe(self, group_id: str) -> tuple[ErrorCode, GroupSummary | None]:
@@ -292,22 +292,22 @@ class GroupCoordinator:
         state = ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION)
         failure: ErrorCode | None = None
         async with state.lock:
-            log_ = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
+            log = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
             try:
-                await trio.to_thread.run_sync(append_records, log_, self._settings(), records,
+                await trio.to_thread.run_sync(append_records, log, self._settings(), records,
                                               now)
             except OffsetStoreError as exc:
                 failure = (ErrorCode.INVALID_COMMIT_OFFSET_SIZE
                            if exc.error in (ErrorCode.MESSAGE_TOO_LARGE,
                                             ErrorCode.RECORD_LIST_TOO_LARGE)
                            else ErrorCode.UNKNOWN_SERVER_ERROR)
-                log.error("offset commit refused by the offsets log", group=group_id,
+                logger.error("offset commit refused by the offsets log", group=group_id,
                           topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION,
                           error=exc.error.name, reason=str(exc),
                           action="commit fewer partitions or shorter metadata per request")
             except STORAGE_FAILURES as exc:
                 failure = ErrorCode.UNKNOWN_SERVER_ERROR
-                log.error("offset commit could not be written", group=group_id,
+                logger.error("offset commit could not be written", group=group_id,
                           topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION, error=repr(exc),
                           action="check the log directory's disk; the client will retry")
             else:
@@ -341,12 +341,12 @@ class GroupCoordinator:
             if expired:
                 records = [(encode_offset_key(k.group, k.topic, k.partition), None)
                            for k in expired]
-                log_ = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
+                log = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
                 try:
-                    await trio.to_thread.run_sync(append_records, log_, self._settings(),
+                    await trio.to_thread.run_sync(append_records, log, self._settings(),
                                                   records, now_ms)
                 except STORAGE_FAILURES as exc:
-                    log.error("could not write expired-offset tombstones", topic=OFFSETS_TOPIC,
+                    logger.error("could not write expired-offset tombstones", topic=OFFSETS_TOPIC,
                               partition=OFFSETS_PARTITION, count=len(expired), error=repr(exc),
                               action="check the log directory's disk; expiry is retried at "
                                      "the next offsets.retention.check.interval.ms")
@@ -356,7 +356,7 @@ class GroupCoordinator:
         removed = [g for g in list(self.machine.groups)
                    if not self.offsets.has_group(g) and self.machine.remove_group(g)]
         if expired or removed:
-            log.info("expired committed offsets", offsets=len(expired), groups_removed=removed)
+            logger.info("expired committed offsets", offsets=len(expired), groups_removed=removed)
         return len(expired)
 
     async def compact_offsets(self, now_ms: int) -> int:
@@ -365,24 +365,24 @@ class GroupCoordinator:
         which is logged and retried at the next check)."""
         ctx = self._ctx
         async with ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION).lock:
-            log_ = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
-            if log_ is None or not needs_compaction(log_, len(self.offsets),
+            log = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
+            if log is None or not needs_compaction(log, len(self.offsets),
                                                     min_bytes=self.compact_min_bytes,
                                                     ratio=self.compact_ratio):
                 return 0
-            before = (log_.size, log_.log_end_offset - log_.log_start_offset)
+            before = (log.size, log.log_end_offset - log.log_start_offset)
             live = list(self.offsets.items())  # under the lock: commits cannot interleave
             try:
                 start, deleted = await trio.to_thread.run_sync(
-                    compact, log_, self._settings(), live, now_ms)
+                    compact, log, self._settings(), live, now_ms)
             except STORAGE_FAILURES as exc:
-                log.error("compacting the offsets log failed; committed offsets are intact",
+                logger.error("compacting the offsets log failed; committed offsets are intact",
                           topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION, error=repr(exc),
                           action="check the log directory's disk; retried at the next "
                                  "offsets.retention.check.interval.ms")
                 return 0
-            after = (log_.size, log_.log_end_offset - log_.log_start_offset)
-        log.info("compacted the offsets log", topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION,
+            after = (log.size, log.log_end_offset - log.log_start_offset)
+        logger.info("compacted the offsets log", topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION,
                  live_offsets=len(live), snapshot_offset=start, segments_deleted=deleted,
                  bytes_before=before[0], records_before=before[1], bytes_after=after[0],
                  records_after=after[1])

@@ -23,7 +23,7 @@ from protocol.errors import ErrorCode
 from protocol.records import MessageSetBuilder, iter_deep
 from protocol.validator import Rejected, validate_produce
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 READ_CHUNK_BYTES = 1 << 20
 # Compaction writes its snapshot in message sets of about this size: far below the offsets
@@ -41,35 +41,35 @@ class OffsetStoreError(Exception):
         self.error = error
 
 
-def append_records(log_, settings, records: Iterable[tuple[bytes, bytes | None]],
+def append_records(log, settings, records: Iterable[tuple[bytes, bytes | None]],
                    now_ms: int) -> int:
     """Append (key, value-or-None) records as one message set and fsync; returns the first
     offset. Raises OffsetStoreError when the set is refused; storage errors propagate."""
-    first = _append(log_, settings, records, now_ms)
-    log_.flush()
+    first = _append(log, settings, records, now_ms)
+    log.flush()
     return first
 
 
-def _append(log_, settings, records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> int:
-    builder = MessageSetBuilder(magic=1, base_offset=log_.log_end_offset)
+def _append(log, settings, records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> int:
+    builder = MessageSetBuilder(magic=1, base_offset=log.log_end_offset)
     for key, value in records:
         builder.append(value, key=key, timestamp=now_ms)
-    result = validate_produce(builder.build(), settings, next_offset=log_.log_end_offset,
+    result = validate_produce(builder.build(), settings, next_offset=log.log_end_offset,
                               now_ms=now_ms)
     if isinstance(result, Rejected):
         raise OffsetStoreError(result.error, result.reason)
-    log_.append(result)
+    log.append(result)
     return result.first_offset
 
 
-def needs_compaction(log_, live: int, *, min_bytes: int, ratio: int) -> bool:
+def needs_compaction(log, live: int, *, min_bytes: int, ratio: int) -> bool:
     """True when the log holds more than ``min_bytes`` and more than ``ratio`` records per
     live offset (records counted as offsets between log start and log end)."""
-    records = log_.log_end_offset - log_.log_start_offset
-    return log_.size > min_bytes and records > ratio * max(live, 1)
+    records = log.log_end_offset - log.log_start_offset
+    return log.size > min_bytes and records > ratio * max(live, 1)
 
 
-def compact(log_, settings, live: Iterable[tuple[OffsetKey, CommittedOffset]],
+def compact(log, settings, live: Iterable[tuple[OffsetKey, CommittedOffset]],
             now_ms: int) -> tuple[int, int]:
     """Rewrite the live offsets as a snapshot at the log end, then drop everything before it.
 
@@ -82,8 +82,8 @@ def compact(log_, settings, live: Iterable[tuple[OffsetKey, CommittedOffset]],
     Returns (snapshot's first offset, segments deleted). Raises OffsetStoreError when a set is
     refused (nothing is deleted then); storage errors propagate. Caller holds the lock.
     """
-    log_.roll()
-    start = log_.log_end_offset
+    log.roll()
+    start = log.log_end_offset
     batch: list[tuple[bytes, bytes]] = []
     size = 0
     for key, value in live:
@@ -92,24 +92,24 @@ def compact(log_, settings, live: Iterable[tuple[OffsetKey, CommittedOffset]],
         batch.append(record)
         size += len(record[0]) + len(record[1]) + _RECORD_OVERHEAD
         if size >= SNAPSHOT_SET_BYTES:
-            _append(log_, settings, batch, now_ms)
+            _append(log, settings, batch, now_ms)
             batch, size = [], 0
     if batch:
-        _append(log_, settings, batch, now_ms)
-    log_.flush()
-    return start, log_.delete_segments_before(start, now_ms)
+        _append(log, settings, batch, now_ms)
+    log.flush()
+    return start, log.delete_segments_before(start, now_ms)
 
 
-def load_offsets(log_, cache: OffsetCache, *, default_retention_ms: int,
+def load_offsets(log, cache: OffsetCache, *, default_retention_ms: int,
                  topic: str, partition: int) -> int:
     """Replay the whole log into ``cache`` (later records win, null values delete). Returns the
     number of records replayed. Records that do not decode are skipped with an error log: they
     cannot be client commits (every commit is written by this module)."""
-    offset = log_.log_start_offset
-    end = log_.log_end_offset
+    offset = log.log_start_offset
+    end = log.log_end_offset
     count = 0
     while offset < end:
-        data = log_.read(offset, READ_CHUNK_BYTES, min_one_message=True)
+        data = log.read(offset, READ_CHUNK_BYTES, min_one_message=True)
         buf = data.read_bytes()
         last = None
         for message in iter_deep(buf):
@@ -127,7 +127,7 @@ def load_offsets(log_, cache: OffsetCache, *, default_retention_ms: int,
 def _apply(cache: OffsetCache, message, default_retention_ms: int, topic: str,
            partition: int) -> None:
     if message.key is None:
-        log.error("skipping a keyless record in the offsets log", topic=topic,
+        logger.error("skipping a keyless record in the offsets log", topic=topic,
                   partition=partition, offset=message.offset,
                   action="something other than the group coordinator wrote to this topic")
         return
@@ -142,7 +142,7 @@ def _apply(cache: OffsetCache, message, default_retention_ms: int, topic: str,
         value: CommittedOffset = decode_offset_value(
             message.value, default_retention_ms=default_retention_ms)
     except OffsetRecordError as exc:
-        log.error("skipping an undecodable record in the offsets log", topic=topic,
+        logger.error("skipping an undecodable record in the offsets log", topic=topic,
                   partition=partition, offset=message.offset, reason=str(exc),
                   action="something other than the group coordinator wrote to this topic")
         return

@@ -8,8 +8,9 @@ from __future__ import annotations
 from broker.groups.handlers import GROUP_HANDLERS
 from broker.handlers.admin import handle_create_topics, handle_delete_topics
 from broker.handlers.fetch import handle_fetch, release as release_fetch_body
-from broker.handlers.metadata import handle_metadata, make_api_versions_handler
-from broker.handlers.offsets import handle_list_offsets
+from broker.handlers.api_versions import make_api_versions_handler
+from broker.handlers.metadata import handle_metadata
+from broker.handlers.list_offsets import handle_list_offsets
 from broker.handlers.produce import handle_produce
 from broker.handlers.producer_ids import handle_init_producer_id
 from protocol.api import ApiKey

@@ -12,11 +12,11 @@ from broker.context import (INTERNAL_TOPICS, BrokerContext, InvalidTopicNameErro
 from protocol.api import Request
 from protocol.errors import ErrorCode
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 
 def _reject(topic: str, error: ErrorCode, reason: str) -> dict:
-    log.warning("topic creation rejected", topic=topic, error=error.name, reason=reason)
+    logger.warning("topic creation rejected", topic=topic, error=error.name, reason=reason)
     return {"name": topic, "error_code": int(error), "error_message": reason}
 
 
@@ -90,7 +90,7 @@ async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
             results.append(_reject(name, ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)))
             continue
         except STORAGE_FAILURES as exc:
-            log.error("creating topic failed", topic=name, error=repr(exc),
+            logger.error("creating topic failed", topic=name, error=repr(exc),
                       action="check the log dirs are writable and have space")
             results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
             continue
@@ -111,7 +111,7 @@ async def handle_delete_topics(ctx: BrokerContext, request: Request) -> dict:
     results = []
     for name in dict.fromkeys(request.body.topic_names):
         if name in INTERNAL_TOPICS:
-            log.warning("topic deletion rejected", topic=name, error="INVALID_REQUEST",
+            logger.warning("topic deletion rejected", topic=name, error="INVALID_REQUEST",
                         reason="internal topic: the group coordinator keeps committed offsets "
                                "there")
             results.append({"name": name, "error_code": int(ErrorCode.INVALID_REQUEST)})
@@ -119,12 +119,12 @@ async def handle_delete_topics(ctx: BrokerContext, request: Request) -> dict:
         try:
             deleted = await ctx.delete_topic(name)
         except STORAGE_FAILURES as exc:
-            log.error("deleting topic failed", topic=name, error=repr(exc),
+            logger.error("deleting topic failed", topic=name, error=repr(exc),
                       action="check the log dirs; the topic is already gone from the registry")
             results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
             continue
         if not deleted:
-            log.warning("topic deletion rejected", topic=name,
+            logger.warning("topic deletion rejected", topic=name,
                         error="UNKNOWN_TOPIC_OR_PARTITION", reason="no such topic")
         code = ErrorCode.NONE if deleted else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         results.append({"name": name, "error_code": int(code)})

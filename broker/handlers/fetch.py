@@ -31,7 +31,7 @@ from protocol.errors import CorruptRecordError, ErrorCode, UnsupportedCompressio
 from protocol.records import Codec, convert, iter_shallow
 from storage import OffsetOutOfRangeError
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 INT_MAX = 2**31 - 1
 
@@ -43,11 +43,11 @@ def readable_magic(version: int) -> int | None:
     return 1 if version <= 3 else None
 
 
-def _read(log_, offset: int, max_bytes: int, min_one: bool, to_magic: int | None,
+def _read(log, offset: int, max_bytes: int, min_one: bool, to_magic: int | None,
           zstd_ok: bool):
     """Worker thread, under the partition lock: (high_watermark, record_set) where record_set is
     bytes or a FileRegion owning a dup()ed descriptor."""
-    return _records(log_.read(offset, max_bytes, min_one_message=min_one), to_magic, zstd_ok)
+    return _records(log.read(offset, max_bytes, min_one_message=min_one), to_magic, zstd_ok)
 
 
 def _records(data, to_magic: int | None, zstd_ok: bool):
@@ -168,33 +168,33 @@ def _release_parts(parts) -> None:
 async def _read_partition(ctx, topic: str, partition: int, offset: int, max_bytes: int,
                           min_one: bool, to_magic: int | None, zstd_ok: bool):
     """(error, high watermark, log start offset, records) of one partition."""
-    async with ctx.locked_log(topic, partition) as log_:
-        if log_ is None:
+    async with ctx.locked_log(topic, partition) as log:
+        if log is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, b""
         if max_bytes < 0:
             return ErrorCode.INVALID_FETCH_SIZE, -1, -1, b""
-        start = log_.log_start_offset
+        start = log.log_start_offset
         try:
             if max_bytes == 0 and not min_one:
-                return ErrorCode.NONE, log_.high_watermark, start, b""
+                return ErrorCode.NONE, log.high_watermark, start, b""
             # A consumer at the tail (or at the log end) is answered from memory: no thread.
-            data = log_.read_cached(offset, max_bytes, min_one_message=min_one)
+            data = log.read_cached(offset, max_bytes, min_one_message=min_one)
             if data is not None and (data.length == 0 or (to_magic is None and zstd_ok)):
                 hw, records = _records(data, to_magic, zstd_ok)
             else:
                 hw, records = await trio.to_thread.run_sync(
-                    _read, log_, offset, max_bytes, min_one, to_magic, zstd_ok)
+                    _read, log, offset, max_bytes, min_one, to_magic, zstd_ok)
         except OffsetOutOfRangeError as exc:
-            log.info("fetch offset out of range", topic=topic, partition=partition,
+            logger.info("fetch offset out of range", topic=topic, partition=partition,
                      offset=offset, reason=str(exc))
-            return ErrorCode.OFFSET_OUT_OF_RANGE, log_.high_watermark, start, b""
+            return ErrorCode.OFFSET_OUT_OF_RANGE, log.high_watermark, start, b""
         except UnsupportedCompressionError as exc:
-            log.warning("fetch rejected", topic=topic, partition=partition, offset=offset,
+            logger.warning("fetch rejected", topic=topic, partition=partition, offset=offset,
                         error="UNSUPPORTED_COMPRESSION_TYPE", reason=str(exc),
                         action="upgrade the consumer (zstd needs Fetch v10)")
-            return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, log_.high_watermark, start, b""
+            return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, log.high_watermark, start, b""
         except (*STORAGE_FAILURES, CorruptRecordError) as exc:  # a failing disk, bad bytes
-            log.error("fetch read failed", topic=topic, partition=partition, offset=offset,
+            logger.error("fetch read failed", topic=topic, partition=partition, offset=offset,
                       error=repr(exc), action="check the log dir's disk and dump-log --verify")
             return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b""
     return ErrorCode.NONE, hw, start, records
@@ -208,7 +208,7 @@ async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
     context = ctx.fetch_sessions.context(version, body.session_id, body.session_epoch,
                                          requested, forgotten)
     if context.error != ErrorCode.NONE:
-        log.info("fetch session refused", session_id=body.session_id,
+        logger.info("fetch session refused", session_id=body.session_id,
                  epoch=body.session_epoch, error=context.error.name,
                  action="none: the client starts a new session")
         return _body([], [], [], context.respond([])[0], context.error)
@@ -219,7 +219,7 @@ async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
                 or trio.current_time() >= deadline):
             session_id, chosen = context.respond(answers)
             if context.create_session and session_id:
-                log.info("fetch session created", session_id=session_id,
+                logger.info("fetch session created", session_id=session_id,
                          partitions=len(wanted), sessions=len(ctx.fetch_sessions))
             unsent = set(range(len(parts))).difference(chosen)
             _release_parts([parts[i] for i in unsent])
@@ -236,13 +236,13 @@ async def _wait_for_append(ctx: BrokerContext, wanted: list[Wanted], answers: li
     event = trio.Event()
     watched = []
     for w, answer in zip(wanted, answers):
-        log_ = ctx.get_log(w.topic, w.partition) if w.topic is not None else None
-        if log_ is not None:
+        log = ctx.get_log(w.topic, w.partition) if w.topic is not None else None
+        if log is not None:
             state = ctx.partition(w.topic, w.partition)
             state.waiters.add(event)
-            watched.append((state, log_, answer.high_watermark))
+            watched.append((state, log, answer.high_watermark))
     try:
-        if all(log_.high_watermark == seen for _, log_, seen in watched):
+        if all(log.high_watermark == seen for _, log, seen in watched):
             with trio.move_on_at(deadline):
                 await event.wait()
     finally:

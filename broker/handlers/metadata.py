@@ -1,4 +1,4 @@
-"""ApiVersions v0-v4 and Metadata v0-v12.
+"""Metadata v0-v12.
 
 Metadata answers are the same in every version, each version writing the fields it has: the one
 broker, which is the controller and every partition's leader (leader epoch 0), topic ids
@@ -13,28 +13,10 @@ from broker.config import topic_name_error
 from broker.errors import STORAGE_FAILURES
 from broker.context import (INTERNAL_TOPICS, BrokerContext, InvalidTopicNameError,
                             TopicExistsError)
-from protocol.api import SUPPORTED_VERSIONS, Request
+from protocol.api import Request
 from protocol.errors import ErrorCode
 
-log = structlog.get_logger(__name__)
-
-
-def api_versions(implemented) -> list[dict]:
-    """The api list: protocol's version ranges for the apis this broker dispatches."""
-    return [{"api_key": int(key), "min_version": lo, "max_version": hi}
-            for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items()) if key in implemented]
-
-
-def make_api_versions_handler(handlers):
-    """ApiVersions answers from the final dispatch table, so it advertises exactly what runs."""
-    async def handle_api_versions(ctx: BrokerContext, request: Request) -> dict:
-        # body None: a newer ApiVersions version; answer in the v0 layout with error 35 and the
-        # list, which is what makes kafka-python and librdkafka retry at v0 (clients.md).
-        error = ErrorCode.UNSUPPORTED_VERSION if request.body is None else ErrorCode.NONE
-        return {"error_code": int(error), "api_keys": api_versions(handlers),
-                "throttle_time_ms": 0}
-    return handle_api_versions
-
+logger = structlog.get_logger(__name__)
 
 NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested / unknown" value
 
@@ -95,6 +77,6 @@ async def _auto_create(ctx: BrokerContext, name: str) -> ErrorCode:
     except InvalidTopicNameError:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     except STORAGE_FAILURES as exc:  # the client retries, the operator reads why
-        log.error("auto-creating topic failed", topic=name, error=repr(exc),
+        logger.error("auto-creating topic failed", topic=name, error=repr(exc),
                   action="check the log dirs are writable and have space")
     return ErrorCode.LEADER_NOT_AVAILABLE

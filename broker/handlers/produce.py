@@ -33,16 +33,16 @@ from protocol.validator import Rejected, ValidatedRecords, validate_produce
 from storage import RecordSetTooLargeError
 from storage.producer_state import Duplicate, ProducerStateError
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 
 # Sets up to this size are validated on the trio thread (~0.2 ms of CPU for 100 B messages).
 INLINE_BYTES = 65536
 
 
-def _check_producers(log_, result: ValidatedRecords) -> Rejected | Duplicate | None:
+def _check_producers(log, result: ValidatedRecords) -> Rejected | Duplicate | None:
     """The idempotence check of a validated set's batches against the partition's producers."""
-    producers = log_.producer_state()
+    producers = log.producer_state()
     for b in result.producer_batches:
         try:
             duplicate = producers.check(b.producer_id, b.producer_epoch, b.base_sequence,
@@ -58,50 +58,50 @@ def _check_producers(log_, result: ValidatedRecords) -> Rejected | Duplicate | N
     return None
 
 
-def _validate(log_, record_set, topic: Topic, now_ms: int,
+def _validate(log, record_set, topic: Topic, now_ms: int,
               version: int) -> Rejected | Duplicate | ValidatedRecords:
     """Under the partition lock; CPU only."""
-    result = validate_produce(record_set, topic.settings, next_offset=log_.log_end_offset,
+    result = validate_produce(record_set, topic.settings, next_offset=log.log_end_offset,
                               now_ms=now_ms, require_magic2=version >= 3)
     if isinstance(result, Rejected) or result.message_count == 0:
         return result
     if result.producer_batches:
-        refused = _check_producers(log_, result)
+        refused = _check_producers(log, result)
         if refused is not None:
             return refused
     return result
 
 
-def _append(log_, result: ValidatedRecords) -> tuple[Rejected | ValidatedRecords, int | None]:
+def _append(log, result: ValidatedRecords) -> tuple[Rejected | ValidatedRecords, int | None]:
     """Under the partition lock: append; (result, base offset of a segment rolled by it or
     None). A set larger than segment.bytes (storage checks it before writing anything) is
     refused with RECORD_LIST_TOO_LARGE."""
     try:
-        return result, log_.append(result).rolled
+        return result, log.append(result).rolled
     except RecordSetTooLargeError as exc:
         return Rejected(ErrorCode.RECORD_LIST_TOO_LARGE, str(exc)), None
 
 
-def _validate_and_append(log_, record_set, topic: Topic, now_ms: int, version: int):
+def _validate_and_append(log, record_set, topic: Topic, now_ms: int, version: int):
     """Runs in a worker thread under the partition lock. Returns (Rejected or ValidatedRecords,
     base offset of a segment rolled by this append or None); message_count 0 means the set held
     no complete message and nothing was appended."""
-    result = _validate(log_, record_set, topic, now_ms, version)
+    result = _validate(log, record_set, topic, now_ms, version)
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
-    return _append(log_, result)
+    return _append(log, result)
 
 
-async def _validate_and_append_inline(log_, record_set, topic: Topic, now_ms: int,
+async def _validate_and_append_inline(log, record_set, topic: Topic, now_ms: int,
                                       version: int):
     """:func:`_validate_and_append` for a small set: validation on the trio thread, the append
     too unless it would fsync."""
-    result = _validate(log_, record_set, topic, now_ms, version)
+    result = _validate(log, record_set, topic, now_ms, version)
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
-    if log_.append_would_sync(result):
-        return await trio.to_thread.run_sync(_append, log_, result)
-    return _append(log_, result)
+    if log.append_would_sync(result):
+        return await trio.to_thread.run_sync(_append, log, result)
+    return _append(log, result)
 
 
 class _Answer(NamedTuple):
@@ -121,7 +121,7 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
         # Kafka 0.10.1 (ReplicaManager.appendToLocalLog) refuses client writes to internal
         # topics; here only the group coordinator writes __consumer_offsets, and its in-memory
         # offsets must match the log.
-        log.warning("produce rejected", topic=topic_name, partition=partition,
+        logger.warning("produce rejected", topic=topic_name, partition=partition,
                     error="INVALID_TOPIC_EXCEPTION",
                     reason="internal topic: only the broker writes it; commit offsets with "
                            "OffsetCommit instead")
@@ -130,14 +130,14 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
         return _Answer(ErrorCode.INVALID_RECORD, message="null records")
     topic = ctx.topics.get(topic_name)
     if topic is None or ctx.get_log(topic_name, partition) is None:
-        log.warning("produce rejected", topic=topic_name, partition=partition,
+        logger.warning("produce rejected", topic=topic_name, partition=partition,
                     error="UNKNOWN_TOPIC_OR_PARTITION",
                     reason="no such topic or partition; create it first")
         return _Answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     state = ctx.partition(topic_name, partition)
-    async with ctx.locked_log(topic_name, partition) as log_:
-        if log_ is None:
-            log.warning("produce rejected", topic=topic_name, partition=partition,
+    async with ctx.locked_log(topic_name, partition) as log:
+        if log is None:
+            logger.warning("produce rejected", topic=topic_name, partition=partition,
                         error="UNKNOWN_TOPIC_OR_PARTITION",
                         reason="topic deleted while the produce waited for the partition; "
                                "create it again")
@@ -146,26 +146,26 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
         try:
             if topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME:
                 if state.last_append_time < 0:
-                    state.last_append_time = await trio.to_thread.run_sync(log_.latest_timestamp)
+                    state.last_append_time = await trio.to_thread.run_sync(log.latest_timestamp)
                 now = state.next_append_time(now)
             if len(record_set) <= INLINE_BYTES:
-                result, rolled = await _validate_and_append_inline(log_, record_set, topic, now,
+                result, rolled = await _validate_and_append_inline(log, record_set, topic, now,
                                                                    version)
             else:
                 result, rolled = await trio.to_thread.run_sync(
-                    _validate_and_append, log_, record_set, topic, now, version)
+                    _validate_and_append, log, record_set, topic, now, version)
         except STORAGE_FAILURES as exc:
-            log.error("append failed", topic=topic_name, partition=partition, error=repr(exc),
+            logger.error("append failed", topic=topic_name, partition=partition, error=repr(exc),
                       action="check the log dir's disk; the partition may need recovery")
             return _Answer(ErrorCode.UNKNOWN_SERVER_ERROR)
-        start = log_.log_start_offset
+        start = log.log_start_offset
     if isinstance(result, Rejected):
-        log.warning("produce rejected", topic=topic_name, partition=partition,
+        logger.warning("produce rejected", topic=topic_name, partition=partition,
                     error=ErrorCode(result.error).name, reason=result.reason)
         return _Answer(ErrorCode(result.error), log_start_offset=start, message=result.reason)
     if isinstance(result, Duplicate):
         # A producer's retry of a batch already stored: its original offsets, nothing stored.
-        log.info("duplicate batch from an idempotent producer answered with its offsets",
+        logger.info("duplicate batch from an idempotent producer answered with its offsets",
                  topic=topic_name, partition=partition, base_offset=result.first_offset)
         lat = topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME
         return _Answer(ErrorCode.NONE, result.first_offset,
@@ -173,7 +173,7 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
     if result.message_count == 0:
         return _Answer(ErrorCode.NONE, log_start_offset=start)
     if rolled is not None:
-        log.info("rolled new segment", topic=topic_name, partition=partition, base_offset=rolled)
+        logger.info("rolled new segment", topic=topic_name, partition=partition, base_offset=rolled)
     state.notify()
     return _Answer(ErrorCode.NONE, result.first_offset, result.log_append_time, start)
 
@@ -185,7 +185,7 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
     responses = []
     failed = False
     if body.transactional_id is not None:
-        log.warning("produce rejected", transactional_id=body.transactional_id,
+        logger.warning("produce rejected", transactional_id=body.transactional_id,
                     error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
                     reason="transactions are not supported by this broker")
     for topic_data in body.topic_data:
@@ -207,7 +207,7 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
                 "error_message": answer.message if answer.error else None})
         responses.append({"name": topic_data.name, "partition_responses": partition_responses})
     if acks not in (-1, 0, 1):
-        log.warning("produce rejected", acks=acks, error="INVALID_REQUIRED_ACKS",
+        logger.warning("produce rejected", acks=acks, error="INVALID_REQUIRED_ACKS",
                     reason="acks must be -1, 0 or 1")
     if acks == 0:
         if failed:

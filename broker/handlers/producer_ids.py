@@ -14,13 +14,13 @@ from broker.context import BrokerContext
 from protocol.api import Request
 from protocol.errors import ErrorCode
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 
 async def handle_init_producer_id(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     if body.transactional_id is not None:
-        log.warning("InitProducerId rejected", transactional_id=body.transactional_id,
+        logger.warning("InitProducerId rejected", transactional_id=body.transactional_id,
                     error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
                     reason="transactions are not supported by this broker; use an idempotent "
                            "producer without transactional.id")
@@ -32,7 +32,7 @@ async def handle_init_producer_id(ctx: BrokerContext, request: Request) -> dict:
             try:
                 await trio.to_thread.run_sync(ids.reserve_block)
             except OSError as exc:
-                log.error("reserving producer ids failed", error=repr(exc),
+                logger.error("reserving producer ids failed", error=repr(exc),
                           action="check the first log dir is writable and has space")
                 return {"error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR), "producer_id": -1,
                         "producer_epoch": -1}

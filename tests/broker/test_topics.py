@@ -7,7 +7,9 @@ import pytest
 
 from broker.config import BrokerConfig, ConfigError
 from broker.context import PartitionState
-from broker.topics import StartupError, TopicRegistry, load_or_create_meta
+from broker.cluster_meta import load_or_create_meta
+from broker.errors import StartupError
+from broker.topics import TopicRegistry
 from protocol.records import Codec, TimestampType
 
 

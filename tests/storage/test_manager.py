@@ -132,7 +132,7 @@ def test_periodic_work_retention_flush_and_deleted_files(tmp_path, clock):
     idle = m.create_log("t", 1)
 
     def run_due(task):
-        return {key: m.run(task, log_, clock.now) for key, log_ in m.due(task, clock.now)}
+        return {key: m.run(task, log, clock.now) for key, log in m.due(task, clock.now)}
 
     assert run_due(Maintenance.FLUSH) == {}  # not yet flush.ms old
     clock.advance(1000)

@@ -47,8 +47,8 @@ async def running(log_dir, *, clock=None, clean=True, topics=(("t", 4),), **prop
     if clean:
         ctx.log_manager.shutdown()
     else:
-        for log_ in ctx.log_manager.all_logs():
-            log_.close()
+        for log in ctx.log_manager.all_logs():
+            log.close()
 
 
 def trio_ms() -> int:
@@ -330,8 +330,8 @@ async def test_offsets_topic_with_retention_is_repaired(tmp_path):
             topic = ctx.topics.get(OFFSETS_TOPIC)
             assert (topic.config.retention_ms, topic.config.retention_bytes) == (-1, -1)
             assert topic.config.cleanup_policy == "compact"
-            log_ = ctx.get_log(OFFSETS_TOPIC, 0)
-            assert (log_.config.retention_ms, log_.config.retention_bytes) == (-1, -1)
+            log = ctx.get_log(OFFSETS_TOPIC, 0)
+            assert (log.config.retention_ms, log.config.retention_bytes) == (-1, -1)
     warnings = [e for e in logs if e["log_level"] == "warning"
                 and "offsets topic had time or size retention" in e["event"]]
     assert len(warnings) == 1 and warnings[0]["retention_ms"] == 7 * 24 * 3600 * 1000
@@ -364,13 +364,13 @@ async def test_offsets_log_is_compacted_at_start_up(tmp_path, monkeypatch):
     from broker.groups import coordinator as coordinator_module
     async with running(tmp_path) as (ctx, c):
         last = await commit_many(c, 200)
-        log_ = ctx.get_log(OFFSETS_TOPIC, 0)
-        assert (log_.log_start_offset, log_.log_end_offset) == (0, 200)  # not due: < 16 MiB
+        log = ctx.get_log(OFFSETS_TOPIC, 0)
+        assert (log.log_start_offset, log.log_end_offset) == (0, 200)  # not due: < 16 MiB
     monkeypatch.setattr(coordinator_module, "COMPACT_MIN_BYTES", 1000)
     async with running(tmp_path, clean=False) as (ctx, c):
-        log_ = ctx.get_log(OFFSETS_TOPIC, 0)
-        assert (log_.log_start_offset, log_.log_end_offset) == (200, 204)  # 4 live offsets
-        assert [s.base_offset for s in log_.segments] == [200]
+        log = ctx.get_log(OFFSETS_TOPIC, 0)
+        assert (log.log_start_offset, log.log_end_offset) == (200, 204)  # 4 live offsets
+        assert [s.base_offset for s in log.segments] == [200]
         got = c.fetch_offsets("g", [("t", p) for p in range(4)])
         assert [(p.offset, p.metadata) for p in got] == [(last[p], "meta") for p in range(4)]
     monkeypatch.setattr(coordinator_module, "COMPACT_MIN_BYTES", 16 << 20)
@@ -382,14 +382,14 @@ async def test_offsets_log_is_compacted_at_start_up(tmp_path, monkeypatch):
 async def test_offsets_log_is_compacted_on_the_timer(tmp_path):
     async with running(tmp_path, offsets_retention_check_interval_ms=100) as (ctx, c):
         last = await commit_many(c, 200)
-        log_ = ctx.get_log(OFFSETS_TOPIC, 0)
+        log = ctx.get_log(OFFSETS_TOPIC, 0)
         await trio.sleep(0.3)  # several checks: not due, the log is far below 16 MiB
-        assert log_.log_start_offset == 0
+        assert log.log_start_offset == 0
         c.compact_min_bytes = 2000
         with trio.fail_after(10):
-            while log_.log_start_offset == 0:
+            while log.log_start_offset == 0:
                 await trio.sleep(0.05)
-        assert log_.log_end_offset - log_.log_start_offset == 4
+        assert log.log_end_offset - log.log_start_offset == 4
         got = c.fetch_offsets("g", [("t", p) for p in range(4)])
         assert [p.offset for p in got] == [last[p] for p in range(4)]
         # commits after compaction land after the snapshot and win on replay

@@ -24,17 +24,17 @@ SETTINGS = TopicSettings(compacted=True)
 
 def replay(directory: str) -> dict[OffsetKey, CommittedOffset]:
     """Open a partition directory as after a crash (full recovery) and replay it."""
-    log_ = Log(directory, CONFIG, clock=lambda: NOW, needs_recovery=True, recovery_point=0)
+    log = Log(directory, CONFIG, clock=lambda: NOW, needs_recovery=True, recovery_point=0)
     try:
         cache = OffsetCache()
-        load_offsets(log_, cache, default_retention_ms=86_400_000, topic="__consumer_offsets",
+        load_offsets(log, cache, default_retention_ms=86_400_000, topic="__consumer_offsets",
                      partition=0)
         return cache.as_dict()
     finally:
-        log_.close()
+        log.close()
 
 
-def fill(log_, rng: random.Random, rounds: int) -> dict[OffsetKey, CommittedOffset]:
+def fill(log, rng: random.Random, rounds: int) -> dict[OffsetKey, CommittedOffset]:
     """Random commits and tombstones over a few keys; returns the oracle's live set."""
     oracle: dict[OffsetKey, CommittedOffset] = {}
     keys = [OffsetKey(f"g{g}", "t", p) for g in range(3) for p in range(5)]
@@ -49,7 +49,7 @@ def fill(log_, rng: random.Random, rounds: int) -> dict[OffsetKey, CommittedOffs
                 oracle[key] = value
                 batch.append((encode_offset_key(key.group, key.topic, key.partition),
                               encode_offset_value(value)))
-        append_records(log_, SETTINGS, batch, NOW + i)
+        append_records(log, SETTINGS, batch, NOW + i)
     return oracle
 
 
@@ -58,16 +58,16 @@ def test_compaction_gives_the_same_replay_at_every_crash_point(tmp_path, monkeyp
     rng = random.Random(seed)
     monkeypatch.setattr(store, "SNAPSHOT_SET_BYTES", 200)  # a snapshot of several sets
     directory = str(tmp_path / "live" / "__consumer_offsets-0")
-    log_ = Log(directory, CONFIG, clock=lambda: NOW)
-    oracle = fill(log_, rng, 300)
-    assert replay_copy(log_, tmp_path / "before") == oracle
-    old_segments = len(log_.segments)
+    log = Log(directory, CONFIG, clock=lambda: NOW)
+    oracle = fill(log, rng, 300)
+    assert replay_copy(log, tmp_path / "before") == oracle
+    old_segments = len(log.segments)
     assert old_segments > 5
 
     points: list[tuple[str, str]] = []
 
     def capture(name):
-        orig = getattr(log_, name)
+        orig = getattr(log, name)
 
         def wrapped(*args, **kw):
             result = orig(*args, **kw)
@@ -75,20 +75,20 @@ def test_compaction_gives_the_same_replay_at_every_crash_point(tmp_path, monkeyp
             shutil.copytree(directory, dst)
             points.append((name, str(dst)))
             return result
-        monkeypatch.setattr(log_, name, wrapped)
+        monkeypatch.setattr(log, name, wrapped)
 
     for name in ("roll", "append", "flush", "_delete_segment"):
         capture(name)
     cache = OffsetCache()
     for key, value in oracle.items():
         cache.put(key.group, key.topic, key.partition, value)
-    start, deleted = compact(log_, SETTINGS, cache.items(), NOW + 10**5)
+    start, deleted = compact(log, SETTINGS, cache.items(), NOW + 10**5)
 
     names = [n for n, _ in points]
     assert names.count("append") > 3 and names.count("_delete_segment") == deleted
     assert deleted == old_segments  # every old segment (the roll sealed the last one)
-    assert log_.log_start_offset == start
-    assert [s.base_offset for s in log_.segments][0] == start
+    assert log.log_start_offset == start
+    assert [s.base_offset for s in log.segments][0] == start
     for name, copy in points:
         assert replay(copy) == oracle, f"crash after {name} ({copy})"
         if name != "append":
@@ -100,7 +100,7 @@ def test_compaction_gives_the_same_replay_at_every_crash_point(tmp_path, monkeyp
         if size > 20:
             os.truncate(path, size - 7)
             assert replay(copy) == oracle, f"torn crash after {name} ({copy})"
-    log_.close()
+    log.close()
     assert replay(directory) == oracle
     # replay now reads only the snapshot
     reopened = Log(directory, CONFIG, clock=lambda: NOW, needs_recovery=False)
@@ -108,25 +108,25 @@ def test_compaction_gives_the_same_replay_at_every_crash_point(tmp_path, monkeyp
     reopened.close()
 
 
-def replay_copy(log_, where) -> dict[OffsetKey, CommittedOffset]:
+def replay_copy(log, where) -> dict[OffsetKey, CommittedOffset]:
     dst = where / "__consumer_offsets-0"
-    shutil.copytree(log_.directory, dst)
+    shutil.copytree(log.directory, dst)
     return replay(str(dst))
 
 
 def test_compaction_with_no_live_offsets_empties_the_log(tmp_path):
-    log_ = Log(str(tmp_path / "__consumer_offsets-0"), CONFIG, clock=lambda: NOW)
+    log = Log(str(tmp_path / "__consumer_offsets-0"), CONFIG, clock=lambda: NOW)
     key = encode_offset_key("g", "t", 0)
     for i in range(60):
-        append_records(log_, SETTINGS, [(key, encode_offset_value(
+        append_records(log, SETTINGS, [(key, encode_offset_value(
             CommittedOffset(i, "", NOW, NOW + 1)))], NOW)
-    append_records(log_, SETTINGS, [(key, None)], NOW)
-    end = log_.log_end_offset
-    assert needs_compaction(log_, 0, min_bytes=1000, ratio=4)
-    assert not needs_compaction(log_, 0, min_bytes=log_.size, ratio=4)
-    assert not needs_compaction(log_, 16, min_bytes=1000, ratio=4)   # 61 records <= 4 * 16
-    start, deleted = compact(log_, SETTINGS, [], NOW)
-    assert (start, log_.log_start_offset, log_.log_end_offset) == (end, end, end)
-    assert deleted > 0 and log_.size == 0
-    log_.close()
+    append_records(log, SETTINGS, [(key, None)], NOW)
+    end = log.log_end_offset
+    assert needs_compaction(log, 0, min_bytes=1000, ratio=4)
+    assert not needs_compaction(log, 0, min_bytes=log.size, ratio=4)
+    assert not needs_compaction(log, 16, min_bytes=1000, ratio=4)   # 61 records <= 4 * 16
+    start, deleted = compact(log, SETTINGS, [], NOW)
+    assert (start, log.log_start_offset, log.log_end_offset) == (end, end, end)
+    assert deleted > 0 and log.size == 0
+    log.close()
     assert replay(str(tmp_path / "__consumer_offsets-0")) == {}

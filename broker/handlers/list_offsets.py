@@ -18,7 +18,7 @@ from broker.errors import STORAGE_FAILURES
 from protocol.api import Request
 from protocol.errors import ErrorCode
 
-log = structlog.get_logger(__name__)
+logger = structlog.get_logger(__name__)
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 LEADER_EPOCH = 0
@@ -32,33 +32,33 @@ async def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int
     if ctx.get_log(topic, partition) is None:
         return missing
     if version >= 1 and timestamp >= 0 and ctx.topics.get(topic).config.magic == 0:
-        log.warning("offset lookup rejected", topic=topic, partition=partition,
+        logger.warning("offset lookup rejected", topic=topic, partition=partition,
                     error="UNSUPPORTED_FOR_MESSAGE_FORMAT",
                     reason="topic's message.format.version predates 0.10.0; messages carry no "
                            "timestamps")
         return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, -1
-    async with ctx.locked_log(topic, partition) as log_:
-        if log_ is None:
+    async with ctx.locked_log(topic, partition) as log:
+        if log is None:
             return missing
         try:
             if version == 0:
                 offsets = await trio.to_thread.run_sync(
-                    log_.legacy_offsets_before, timestamp, max_num)
+                    log.legacy_offsets_before, timestamp, max_num)
                 return ErrorCode.NONE, list(offsets)
             if timestamp == LATEST:
-                return ErrorCode.NONE, -1, log_.high_watermark
+                return ErrorCode.NONE, -1, log.high_watermark
             if timestamp in (EARLIEST, EARLIEST_LOCAL):
-                return ErrorCode.NONE, -1, log_.log_start_offset
+                return ErrorCode.NONE, -1, log.log_start_offset
             if timestamp == LATEST_TIERED:
                 return ErrorCode.NONE, -1, -1
             if timestamp == MAX_TIMESTAMP:
-                found = await trio.to_thread.run_sync(log_.offset_of_max_timestamp)
+                found = await trio.to_thread.run_sync(log.offset_of_max_timestamp)
             elif timestamp < 0:
                 return ErrorCode.INVALID_REQUEST, -1, -1
             else:
-                found = await trio.to_thread.run_sync(log_.offset_for_timestamp, timestamp)
+                found = await trio.to_thread.run_sync(log.offset_for_timestamp, timestamp)
         except STORAGE_FAILURES as exc:
-            log.error("offset lookup failed", topic=topic, partition=partition,
+            logger.error("offset lookup failed", topic=topic, partition=partition,
                       timestamp=timestamp, error=repr(exc),
                       action="check the log dir's disk and dump-log --verify")
             return (ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1) if version else \
@@ -84,7 +84,7 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request) -> dict:
             answer = {"partition_index": p.partition_index, "timestamp": -1, "offset": -1,
                       "leader_epoch": -1}
             if version >= 1 and counts[key] > 1:
-                log.warning("offset lookup rejected", topic=t.name, partition=p.partition_index,
+                logger.warning("offset lookup rejected", topic=t.name, partition=p.partition_index,
                             error="INVALID_REQUEST", reason="partition listed more than once")
                 parts.append({**answer, "error_code": int(ErrorCode.INVALID_REQUEST)})
                 continue

@@ -1,0 +1,43 @@
+"""Durable file writes: fsync of files and directories, and atomic replacement of small files.
+
+``write_atomically`` writes ``<name>.tmp``, fsyncs it, renames it over the target and fsyncs the
+directory, so a crash leaves either the old or the new content, never a torn one. Every error is
+the OSError of the failing call; a failed write leaves the target as it was.
+"""
+from __future__ import annotations
+
+import os
+
+
+def _fsync_path(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: str) -> None:
+    """fsync a directory so a rename or file creation in it survives a crash."""
+    _fsync_path(directory, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def fsync_file(path: str) -> None:
+    """fsync a file through a temporary read-only descriptor (dirty pages are the file's, not
+    the descriptor's); FileNotFoundError if it does not exist."""
+    _fsync_path(path, os.O_RDONLY)
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Replace ``path`` by ``data`` via tmp + fsync + rename + directory fsync."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
