@@ -27,13 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from protocol import ApiKey, ClientConnection, MessageSetBuilder
+from client import BrokerConnection
+from protocol import ApiKey, MessageSetBuilder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite.brokers import BrokerProcess  # noqa: E402
@@ -41,21 +41,6 @@ from suite.brokers import BrokerProcess  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results" / "fetch_sessions.json"
 TOPIC = "sessions"
 SIZES = (1, 10, 100, 1000)
-
-
-class Client:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.conn = ClientConnection(client_id="bench-fetch-sessions")
-
-    def call(self, api_key: ApiKey, version: int, body: dict):
-        self.sock.sendall(self.conn.request(api_key, version, body)[1])
-        while True:
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise ConnectionError("broker closed the connection")
-            for response in self.conn.receive_data(data):
-                return response.body
 
 
 def fetch_body(partitions: int) -> dict:
@@ -88,7 +73,8 @@ def consumer_run(slots: int, partitions: int, seconds: float) -> dict:
         broker = _Broker(Path(work), {"max.incremental.fetch.session.cache.slots": str(slots)})
         broker.start()
         try:
-            client = Client(broker.port)
+            client = BrokerConnection("127.0.0.1", broker.port, client_id="bench-fetch-sessions",
+                                      timeout_s=30)
             created = client.call(ApiKey.CREATE_TOPICS, 0, {"topics": [{
                 "name": TOPIC, "num_partitions": partitions, "replication_factor": 1,
                 "assignments": [], "configs": []}], "timeout_ms": 60000})
@@ -144,7 +130,8 @@ def main() -> None:
         broker = BrokerProcess("chronolog", Path(work))
         broker.start()
         try:
-            client = Client(broker.port)
+            client = BrokerConnection("127.0.0.1", broker.port, client_id="bench-fetch-sessions",
+                                      timeout_s=30)
             created = client.call(ApiKey.CREATE_TOPICS, 0, {"topics": [{
                 "name": TOPIC, "num_partitions": args.partitions, "replication_factor": 1,
                 "assignments": [], "configs": []}], "timeout_ms": 60000})

@@ -1,20 +1,20 @@
 """A small blocking Kafka client over chronolog's sans-IO ClientConnection.
 
-One plain TCP socket per broker address; each call sends one request and reads until its
-response arrives (no pipelining: the connector's calls are sequential). Every socket is closed by
+One client.BrokerConnection per broker address; each call sends one request and reads its
+response (no pipelining: the connector's calls are sequential). Every socket is closed by
 close() / the context manager. Connection failures and timeouts raise BrokerUnavailableError
 naming the address; Kafka error codes are returned to the caller (fetch, produce) or raised as
 typed errors (metadata, list_offsets) so each caller decides what is recoverable.
 """
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass
 
 import structlog
 
-from protocol import ApiKey, ClientConnection, ErrorCode, ProtocolError
+from client import BrokerConnection, BrokerConnectionError, ConnectError, error_name
+from protocol import ApiKey, ErrorCode
 
 from .errors import BrokerResponseError, BrokerUnavailableError, UnknownTopicError
 from .options import ConnectOptions, TopicPartition
@@ -32,13 +32,6 @@ _METADATA_RETRIES = 10
 _METADATA_BACKOFF_S = 0.2
 
 
-def error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error code {code}"
-
-
 @dataclass(frozen=True)
 class FetchResult:
     error_code: int
@@ -52,54 +45,13 @@ class ProduceResult:
     base_offset: int
 
 
-class _Connection:
-    """One socket plus its codec; closed for good after any I/O or protocol failure."""
-
-    def __init__(self, address: tuple[str, int], timeout_s: float) -> None:
-        self.address = address
-        self._timeout_s = timeout_s
-        self._codec = ClientConnection(client_id="chronolog-spark")
-        try:
-            self._sock = socket.create_connection(address, timeout=timeout_s)
-        except OSError as exc:
-            raise BrokerUnavailableError(
-                f"cannot connect to chronolog broker at {address[0]}:{address[1]} ({exc}); is it "
-                f"running (`make run`) and is bootstrap.servers right?") from None
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def call(self, api_key: ApiKey, version: int, body: dict):
-        correlation_id, frame = self._codec.request(api_key, version, body)
-        where = f"{self.address[0]}:{self.address[1]}"
-        try:
-            self._sock.sendall(frame)
-            while True:
-                data = self._sock.recv(1 << 20)
-                if not data:
-                    self.close()
-                    raise BrokerUnavailableError(
-                        f"chronolog broker at {where} closed the connection during "
-                        f"{api_key.name} v{version}; check the broker log")
-                for response in self._codec.receive_data(data):
-                    if response.correlation_id == correlation_id:
-                        return response.body
-        except socket.timeout:
-            self.close()
-            raise BrokerUnavailableError(
-                f"chronolog broker at {where} did not answer {api_key.name} v{version} within "
-                f"{self._timeout_s:.0f} s (kafka.request.timeout.ms)") from None
-        except ProtocolError as exc:
-            self.close()
-            raise BrokerUnavailableError(
-                f"chronolog broker at {where} sent an undecodable {api_key.name} response: "
-                f"{exc}") from None
-        except OSError as exc:
-            self.close()
-            raise BrokerUnavailableError(
-                f"connection to chronolog broker at {where} failed during {api_key.name}: "
-                f"{exc}") from None
-
-    def close(self) -> None:
-        self._sock.close()
+def _open(address: tuple[str, int], timeout_s: float) -> BrokerConnection:
+    try:
+        return BrokerConnection(*address, client_id="chronolog-spark", timeout_s=timeout_s)
+    except ConnectError as exc:
+        raise BrokerUnavailableError(
+            f"cannot connect to chronolog broker at {address[0]}:{address[1]} ({exc.reason}); "
+            f"is it running (`make run`) and is bootstrap.servers right?") from None
 
 
 @dataclass(frozen=True)
@@ -114,10 +66,10 @@ class BrokerClient:
     def __init__(self, connect: ConnectOptions) -> None:
         self._connect = connect
         self._timeout_s = connect.request_timeout_ms / 1000
-        self._conns: dict[tuple[str, int], _Connection] = {}
+        self._conns: dict[tuple[str, int], BrokerConnection] = {}
         self._nodes: dict[int, tuple[str, int]] = {}
         self._leaders: dict[TopicPartition, int] = {}
-        self._bootstrap: _Connection | None = None
+        self._bootstrap: BrokerConnection | None = None
 
     def __enter__(self) -> BrokerClient:
         return self
@@ -132,13 +84,13 @@ class BrokerClient:
         self._bootstrap = None
 
     # -- connections ------------------------------------------------------------------------
-    def _conn(self, address: tuple[str, int]) -> _Connection:
+    def _conn(self, address: tuple[str, int]) -> BrokerConnection:
         conn = self._conns.get(address)
         if conn is None:
-            conn = self._conns[address] = _Connection(address, self._timeout_s)
+            conn = self._conns[address] = _open(address, self._timeout_s)
         return conn
 
-    def _any_conn(self) -> _Connection:
+    def _any_conn(self) -> BrokerConnection:
         if self._bootstrap is not None:
             return self._bootstrap
         failures = []
@@ -153,16 +105,19 @@ class BrokerClient:
             f"no chronolog broker reachable at bootstrap.servers={servers}: "
             + "; ".join(failures))
 
-    def _call(self, conn: _Connection, api_key: ApiKey, version: int, body: dict):
+    def _call(self, conn: BrokerConnection, api_key: ApiKey, version: int, body: dict):
         try:
             return conn.call(api_key, version, body)
-        except BrokerUnavailableError:
-            self._conns.pop(conn.address, None)
+        except BrokerConnectionError as exc:
+            self._conns = {a: c for a, c in self._conns.items() if c is not conn}
             if conn is self._bootstrap:
                 self._bootstrap = None
-            raise
+            raise BrokerUnavailableError(
+                f"chronolog broker at {exc.address}: {exc} ({api_key.name} v{version}, "
+                f"kafka.request.timeout.ms={self._timeout_s * 1000:.0f}); check the broker "
+                "log") from None
 
-    def _leader_conn(self, tp: TopicPartition) -> _Connection:
+    def _leader_conn(self, tp: TopicPartition) -> BrokerConnection:
         if tp not in self._leaders:
             self.topics([tp[0]])
         node = self._leaders.get(tp)
@@ -213,8 +168,7 @@ class BrokerClient:
         if missing:
             known = sorted(t.name for t in body.topics)
             raise UnknownTopicError(
-                f"unknown topic {missing[0]!r} on chronolog broker "
-                f"{self._any_conn().address[0]}:{self._any_conn().address[1]}"
+                f"unknown topic {missing[0]!r} on chronolog broker {self._any_conn().address}"
                 + (f" (topics there: {', '.join(known[:20])})" if known and not allow_create
                    else "") + "; check the topic/subscribe option or create the topic")
         for info in found.values():

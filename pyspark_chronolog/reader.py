@@ -15,10 +15,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from client import error_name
 from protocol import ErrorCode
 
 from .arrow import decode
-from .client import BrokerClient, error_name
+from .client import BrokerClient
 from .errors import BrokerResponseError, DataLossError
 from .options import ReadOptions, TopicPartition, parse_read
 from .planning import (

@@ -33,9 +33,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from client import error_name
 from protocol import ErrorCode, MessageSetBuilder
 
-from .client import BrokerClient, error_name
+from .client import BrokerClient
 from .errors import BrokerResponseError, InvalidOptionError
 from .options import WriteOptions, parse_write
 

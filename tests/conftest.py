@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -29,6 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from client import BrokerConnection, BrokerConnectionError
+from protocol import ApiKey
+
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
@@ -36,28 +37,11 @@ STOP_TIMEOUT_S = 20.0
 
 def api_versions_ok(host: str, port: int, timeout: float = 1.0) -> bool:
     """True when host:port answers an ApiVersions v0 request with error code 0."""
-    client_id = b"chronolog-tests"
-    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
     try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
-            s.sendall(struct.pack(">i", len(body)) + body)
-            head = _recv_exactly(s, 4)
-            (size,) = struct.unpack(">i", head)
-            payload = _recv_exactly(s, size)
-    except OSError:
+        with BrokerConnection(host, port, client_id="chronolog-tests", timeout_s=timeout) as c:
+            return c.call(ApiKey.API_VERSIONS, 0, {}).error_code == 0
+    except BrokerConnectionError:
         return False
-    correlation_id, error = struct.unpack_from(">ih", payload)
-    return correlation_id == 1 and error == 0
-
-
-def _recv_exactly(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        buf += chunk
-    return bytes(buf)
 
 
 class BrokerProcess:

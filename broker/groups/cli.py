@@ -16,65 +16,25 @@ ListOffsets v1 (latest).
 from __future__ import annotations
 
 import argparse
-import socket
 import struct
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.health import parse_host_port
+from client import BrokerConnection, BrokerConnectionError, ConnectError, error_name
 from protocol.api import ApiKey
-from protocol.connection import ClientConnection
-from protocol.errors import ErrorCode, ProtocolError
 
 LATEST = -1
 
 
 class GroupsToolError(Exception):
-    """Raised when the broker cannot be reached, closes the connection, or answers an error;
-    the message says which request and what to do."""
+    """Raised when the broker answers a request with an error; the message says which request
+    and what to do. (A broker that cannot be reached raises client.BrokerConnectionError.)"""
 
 
-def _error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"
-
-
-class BrokerClient:
-    """One blocking connection speaking the Kafka protocol through protocol.ClientConnection.
-    Every socket operation is bounded by ``timeout`` seconds."""
-
-    def __init__(self, host: str, port: int, timeout: float) -> None:
-        self.address = f"{host}:{port}"
-        try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
-        except OSError as exc:
-            raise GroupsToolError(f"cannot connect to {self.address}: {exc}; is the broker "
-                                  "running and is --bootstrap-server right?") from None
-        self._conn = ClientConnection(client_id="chronolog-groups")
-
-    def call(self, key: ApiKey, version: int, body: dict):
-        _, frame = self._conn.request(key, version, body)
-        try:
-            self._sock.sendall(frame)
-            while True:
-                data = self._sock.recv(65536)
-                if not data:
-                    raise GroupsToolError(f"{self.address} closed the connection during "
-                                          f"{key.name} v{version}")
-                for response in self._conn.receive_data(data):
-                    return response.body
-        except OSError as exc:
-            raise GroupsToolError(f"{key.name} v{version} to {self.address} failed: "
-                                  f"{exc}") from None
-        except ProtocolError as exc:
-            raise GroupsToolError(f"{self.address} sent a malformed {key.name} response: "
-                                  f"{exc}") from None
-
-    def close(self) -> None:
-        self._sock.close()
+def _connect(host: str, port: int, timeout: float) -> BrokerConnection:
+    return BrokerConnection(host, port, client_id="chronolog-groups", timeout_s=timeout)
 
 
 def decode_assignment(buf: bytes) -> list[tuple[str, int]]:
@@ -118,32 +78,32 @@ class PartitionRow:
         return str(max(self.log_end - self.committed, 0))
 
 
-def _coordinator(bootstrap: BrokerClient, group: str, timeout: float) -> BrokerClient:
+def _coordinator(bootstrap: BrokerConnection, group: str, timeout: float) -> BrokerConnection:
     r = bootstrap.call(ApiKey.FIND_COORDINATOR, 0, {"key": group})
     if r.error_code != 0:
         raise GroupsToolError(f"no coordinator for group {group!r}: "
-                              f"{_error_name(r.error_code)}; retry in a moment")
+                              f"{error_name(r.error_code)}; retry in a moment")
     if f"{r.host}:{r.port}" == bootstrap.address:
         return bootstrap
-    return BrokerClient(r.host, r.port, timeout)
+    return _connect(r.host, r.port, timeout)
 
 
-def list_groups(client: BrokerClient) -> list[tuple[str, str]]:
+def list_groups(client: BrokerConnection) -> list[tuple[str, str]]:
     r = client.call(ApiKey.LIST_GROUPS, 0, {})
     if r.error_code != 0:
         raise GroupsToolError(f"ListGroups to {client.address} failed: "
-                              f"{_error_name(r.error_code)}; check the broker log and retry")
+                              f"{error_name(r.error_code)}; check the broker log and retry")
     return sorted((g.group_id, g.protocol_type) for g in r.groups)
 
 
-def describe_group(bootstrap: BrokerClient, group: str, timeout: float):
+def describe_group(bootstrap: BrokerConnection, group: str, timeout: float):
     """(DescribeGroups entry, partition rows) for one group."""
     coordinator = _coordinator(bootstrap, group, timeout)
     try:
         (g,) = coordinator.call(ApiKey.DESCRIBE_GROUPS, 0, {"groups": [group]}).groups
         if g.error_code != 0:
             raise GroupsToolError(f"DescribeGroups for {group!r} to {coordinator.address} "
-                                  f"failed: {_error_name(g.error_code)}; check the broker log "
+                                  f"failed: {error_name(g.error_code)}; check the broker log "
                                   "and retry")
         owners: dict[tuple[str, int], tuple[str, str, str]] = {}
         if g.protocol_type == "consumer":
@@ -166,7 +126,7 @@ def describe_group(bootstrap: BrokerClient, group: str, timeout: float):
                     if p.error_code != 0:
                         raise GroupsToolError(
                             f"OffsetFetch for {group!r} {t.name}-{p.partition_index} to "
-                            f"{coordinator.address} failed: {_error_name(p.error_code)}; "
+                            f"{coordinator.address} failed: {error_name(p.error_code)}; "
                             "check the broker log and retry")
                     if p.committed_offset >= 0:
                         committed[(t.name, p.partition_index)] = p.committed_offset
@@ -215,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     host, port = args.bootstrap_server
     try:
-        client = BrokerClient(host, port, args.timeout)
+        client = _connect(host, port, args.timeout)
         try:
             if args.command == "list":
                 groups = list_groups(client)
@@ -247,6 +207,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             client.close()
     except GroupsToolError as exc:
         print(f"chronolog groups: {exc}", file=sys.stderr)
+        return 1
+    except ConnectError as exc:
+        print(f"chronolog groups: cannot connect to {exc.address}: {exc.reason}; is the broker "
+              "running and is --bootstrap-server right?", file=sys.stderr)
+        return 1
+    except BrokerConnectionError as exc:
+        print(f"chronolog groups: broker at {exc.address}: {exc}; check the broker log and "
+              "retry", file=sys.stderr)
         return 1
 
 

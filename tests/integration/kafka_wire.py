@@ -1,45 +1,22 @@
-"""A tiny blocking Kafka client over protocol.ClientConnection, for protocol-level checks that
-real clients cannot express (duplicate partitions, v0 requests, raw frames)."""
+"""The shared blocking client (client.BrokerConnection) with raw socket access, for
+protocol-level checks that real clients cannot express (duplicate partitions, v0 requests, raw
+frames)."""
 from __future__ import annotations
 
 import socket
 import struct
 
-from protocol import ApiKey, ClientConnection, MessageSetBuilder
+from client import BrokerConnection
+from protocol import ApiKey, MessageSetBuilder
 
 
-class WireClient:
+class WireClient(BrokerConnection):
+    """client.BrokerConnection with the raw socket (``sock``) and the sans-IO connection
+    (``conn``) at hand, for hand-made and malformed frames."""
+
     def __init__(self, host: str, port: int, timeout: float = 15.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.conn = ClientConnection(client_id="wire-test")
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> "WireClient":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def send(self, api_key: ApiKey, version: int, body) -> int:
-        correlation_id, frame = self.conn.request(api_key, version, body)
-        self.sock.sendall(frame)
-        return correlation_id
-
-    def receive(self):
-        while True:
-            for response in self.conn.receive_data(b""):
-                return response
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise ConnectionError("broker closed the connection")
-            for response in self.conn.receive_data(data):
-                return response
-
-    def call(self, api_key: ApiKey, version: int, body):
-        self.send(api_key, version, body)
-        return self.receive().body
+        super().__init__(host, port, client_id="wire-test", timeout_s=timeout)
+        self.sock, self.conn = self.socket, self.codec
 
     def closed_by_peer(self, timeout: float = 10.0) -> bool:
         """True when the broker closes the connection (EOF/reset) within ``timeout``."""
