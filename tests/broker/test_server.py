@@ -6,6 +6,7 @@ import threading
 
 import trio
 import trio.testing
+from trio.testing import wait_all_tasks_blocked
 
 from broker.config import BrokerConfig
 from broker.handlers import HANDLERS, release_fetch_body
@@ -34,7 +35,7 @@ async def test_send_response_streams_file_regions_with_sendfile(tmp_path):
 
         async def slow_reader():
             while len(received) < 2 + len(data) + 3:
-                await trio.sleep(0.001)
+                await wait_all_tasks_blocked()  # the sender waits on a full socket: EAGAIN
                 received.extend(await receiver.receive_some(65536))
 
         async with trio.open_nursery() as nursery:
@@ -156,7 +157,7 @@ async def test_long_poll_waits_for_min_bytes_and_wakes_on_append(tmp_path):
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(poll)
-        await trio.sleep(0.2)
+        await wait_all_tasks_blocked()
         assert "body" not in result  # nothing yet: still waiting
         appended_at = trio.current_time()
         await produce(ctx, request(ApiKey.PRODUCE, 2, produce_body("t", message_set(1, b"x"))))

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
+from trio.testing import wait_all_tasks_blocked
 
 from broker.config import BrokerConfig
 from broker.groups import OFFSETS_TOPIC, setup
@@ -191,7 +192,7 @@ async def test_shutdown_answers_parked_requests(tmp_path):
 
         async with trio.open_nursery() as n:
             n.start_soon(join_b)
-            await trio.sleep(0.1)
+            await wait_all_tasks_blocked()
             assert "b" not in results  # parked until the rebalance ends
             Server(ctx).begin_shutdown()  # what SIGTERM does
         assert results["b"].error is E.NOT_COORDINATOR_FOR_GROUP
@@ -383,12 +384,26 @@ async def test_offsets_log_is_compacted_on_the_timer(tmp_path):
     async with running(tmp_path, offsets_retention_check_interval_ms=100) as (ctx, c):
         last = await commit_many(c, 200)
         log = ctx.get_log(OFFSETS_TOPIC, 0)
-        await trio.sleep(0.3)  # several checks: not due, the log is far below 16 MiB
-        assert log.log_start_offset == 0
+        checks: list[int] = []
+        checked_thrice, compacted = trio.Event(), trio.Event()
+        check = c.compact_offsets
+
+        async def counted_check(now_ms: int) -> int:
+            deleted = await check(now_ms)
+            checks.append(deleted)
+            if len(checks) == 3:
+                checked_thrice.set()
+            if deleted:
+                compacted.set()
+            return deleted
+
+        c.compact_offsets = counted_check
+        with trio.fail_after(10):
+            await checked_thrice.wait()  # several checks: not due, the log is far below 16 MiB
+        assert checks[:3] == [0, 0, 0] and log.log_start_offset == 0
         c.compact_min_bytes = 2000
         with trio.fail_after(10):
-            while log.log_start_offset == 0:
-                await trio.sleep(0.05)
+            await compacted.wait()
         assert log.log_end_offset - log.log_start_offset == 4
         got = c.fetch_offsets("g", [("t", p) for p in range(4)])
         assert [p.offset for p in got] == [last[p] for p in range(4)]
