@@ -20,7 +20,7 @@ import itertools
 import os
 import struct
 import sys
-from typing import NamedTuple, TextIO
+from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from protocol import recordbatch as rb
 from protocol.compression import Codec
@@ -30,6 +30,9 @@ from storage.errors import CorruptIndexError
 from storage.index import OffsetIndex, TimeIndex
 from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, parse_segment_file
 from storage.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 _I32 = struct.Struct(">i")
 # Offset of key_length within an entry, by magic (12-byte log overhead + crc, magic, attributes
@@ -45,7 +48,7 @@ def _codec_name(codec: int) -> str:
         return f"UNKNOWN({codec})"
 
 
-def _key_value_sizes(data, entry: ShallowEntry) -> tuple[int, int] | None:
+def _key_value_sizes(data: Buffer, entry: ShallowEntry) -> tuple[int, int] | None:
     if entry.magic not in (0, 1):
         return None
     at = entry.position + _KEY_LENGTH_AT[entry.magic]
@@ -60,7 +63,7 @@ def _key_value_sizes(data, entry: ShallowEntry) -> tuple[int, int] | None:
     return key_size, value_size
 
 
-def _dump_batch(data, entry: ShallowEntry, valid: bool, problem: str, deep: bool,
+def _dump_batch(data: Buffer, entry: ShallowEntry, valid: bool, problem: str, deep: bool,
                 out: TextIO) -> int:
     """One v2 batch in the words of Kafka's DumpLogSegments; with ``deep`` its records."""
     h = rb.read_header(data, entry.position)
@@ -205,7 +208,8 @@ def _dump_index(path: str, base: int, suffix: str, verify: bool, out: TextIO) ->
     return status
 
 
-def _check_offset_entry(entry, previous, starts) -> str | None:
+def _check_offset_entry(entry: tuple[int, int], previous: tuple[int, int] | None,
+                        starts: dict[int, tuple[int, int]]) -> str | None:
     offset, position = entry
     if previous is not None and (offset <= previous[0] or position <= previous[1]):
         return f"entry ({offset}, {position}) does not follow ({previous[0]}, {previous[1]})"
@@ -218,12 +222,13 @@ def _check_offset_entry(entry, previous, starts) -> str | None:
     return None
 
 
-def _check_time_entry(entry, previous, timeline: _Timeline) -> str | None:
+def _check_time_entry(entry: tuple[int, int], previous: tuple[int, int] | None,
+                      timeline: _Timeline) -> str | None:
     timestamp, offset = entry
     if previous is not None and (timestamp <= previous[0] or offset < previous[1]):
         return f"entry ({timestamp}, {offset}) does not follow ({previous[0]}, {previous[1]})"
     upto = bisect.bisect_right(timeline.offsets, offset)  # messages with offsets <= offset
-    if not upto or offset > timeline.last_offset:
+    if not upto or timeline.last_offset is None or offset > timeline.last_offset:
         return f"offset {offset} is beyond the last message of the log"
     largest = timeline.max_timestamps[upto - 1]
     if largest != timestamp:

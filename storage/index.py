@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import os
 import struct
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from storage.durable import fsync_file
 from storage.config import INT_MAX
@@ -156,7 +156,7 @@ class AbstractIndex(abc.ABC):
             pass
 
     # -- searching ---------------------------------------------------------------------------
-    def _last_slot_where(self, predicate) -> int:
+    def _last_slot_where(self, predicate: Callable[[tuple[int, int]], bool]) -> int:
         """Index of the last entry e with predicate(e) true, -1 if none; predicate must be true
         for a prefix of the entries."""
         self._loaded()

@@ -12,7 +12,8 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from typing import NamedTuple
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, NamedTuple
 
 import structlog
 
@@ -24,6 +25,9 @@ from storage.config import INT_MAX, LogConfig
 from storage.errors import CorruptIndexError
 from storage.index import OffsetIndex, TimeIndex
 from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_path
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 # offset int64, size int32: the 12-byte log overhead of an entry
 _OFFSET_SIZE = struct.Struct(">qi")
@@ -51,7 +55,7 @@ class RecoveryResult(NamedTuple):
     reason: str | None
 
 
-def _write_all(fd: int, data, position: int) -> None:
+def _write_all(fd: int, data: Buffer, position: int) -> None:
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, position)
@@ -100,7 +104,7 @@ class LogSegment:
             self._fd = os.open(self.log_path, os.O_RDWR)
         return self._fd
 
-    def _view(self, size: int | None = None):
+    def _view(self, size: int | None = None) -> bytes | mmap.mmap:
         """A read-only map of the first ``size`` bytes (default: the segment size)."""
         size = self.size if size is None else size
         if size == 0:
@@ -267,7 +271,7 @@ class LogSegment:
 
     # -- appending ---------------------------------------------------------------------------
     def append(self, first_offset: int, max_timestamp: int, offset_of_max_timestamp: int,
-               buffer) -> None:
+               buffer: bytes | bytearray | memoryview) -> None:
         """Append a validated message set whose first offset is ``first_offset``; add index
         entries when index.interval.bytes have passed since the last one (counted before this
         set, so a segment's first set is never indexed)."""
@@ -380,7 +384,7 @@ class LogSegment:
                     return TimestampOffset(message.timestamp, message.offset)
         return None
 
-    def producer_batches(self):
+    def producer_batches(self) -> Iterator[tuple[int, int, int, int, int, int, int]]:
         """``(producer_id, epoch, first_sequence, last_sequence, first_offset, last_offset,
         max_timestamp)`` of every record batch with a producer id, in offset order (headers
         only: nothing is decompressed)."""
