@@ -18,7 +18,7 @@ partition and never the event loop.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import structlog
 import trio
@@ -114,6 +114,13 @@ class _Answer(NamedTuple):
     message: str | None = None
 
 
+def _rejected(topic: str, partition: int, error: ErrorCode, reason: str, **answer: Any
+              ) -> _Answer:
+    logger.warning("produce rejected", topic=topic, partition=partition, error=error.name,
+                   reason=reason)
+    return _Answer(error, **answer)
+
+
 async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int,
                              record_set: bytes, version: int) -> _Answer:
     """The answer for one partition."""
@@ -121,27 +128,21 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
         # Kafka 0.10.1 (ReplicaManager.appendToLocalLog) refuses client writes to internal
         # topics; here only the group coordinator writes __consumer_offsets, and its in-memory
         # offsets must match the log.
-        logger.warning("produce rejected", topic=topic_name, partition=partition,
-                    error="INVALID_TOPIC_EXCEPTION",
-                    reason="internal topic: only the broker writes it; commit offsets with "
-                           "OffsetCommit instead")
-        return _Answer(ErrorCode.INVALID_TOPIC_EXCEPTION)
+        return _rejected(topic_name, partition, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         "internal topic: only the broker writes it; commit offsets with "
+                         "OffsetCommit instead")
     if record_set is None:
         return _Answer(ErrorCode.INVALID_RECORD, message="null records")
     topic = ctx.topics.get(topic_name)
     if topic is None or ctx.get_log(topic_name, partition) is None:
-        logger.warning("produce rejected", topic=topic_name, partition=partition,
-                    error="UNKNOWN_TOPIC_OR_PARTITION",
-                    reason="no such topic or partition; create it first")
-        return _Answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return _rejected(topic_name, partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                         "no such topic or partition; create it first")
     state = ctx.partition(topic_name, partition)
     async with ctx.locked_log(topic_name, partition) as log:
         if log is None:
-            logger.warning("produce rejected", topic=topic_name, partition=partition,
-                        error="UNKNOWN_TOPIC_OR_PARTITION",
-                        reason="topic deleted while the produce waited for the partition; "
-                               "create it again")
-            return _Answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return _rejected(topic_name, partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             "topic deleted while the produce waited for the partition; "
+                             "create it again")
         now = ctx.clock()
         try:
             if topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME:
@@ -160,9 +161,8 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
             return _Answer(ErrorCode.UNKNOWN_SERVER_ERROR)
         start = log.log_start_offset
     if isinstance(result, Rejected):
-        logger.warning("produce rejected", topic=topic_name, partition=partition,
-                    error=ErrorCode(result.error).name, reason=result.reason)
-        return _Answer(ErrorCode(result.error), log_start_offset=start, message=result.reason)
+        return _rejected(topic_name, partition, ErrorCode(result.error), result.reason,
+                         log_start_offset=start, message=result.reason)
     if isinstance(result, Duplicate):
         # A producer's retry of a batch already stored: its original offsets, nothing stored.
         logger.info("duplicate batch from an idempotent producer answered with its offsets",
