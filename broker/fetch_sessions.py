@@ -2,8 +2,7 @@
 cache with an injected clock; the Fetch handler drives it.
 
 A consumer with many partitions otherwise names every one of them in every Fetch, and the broker
-answers for each: about 22 us of broker CPU per partition per request here
-(bench/bench_fetch_sessions.py). In a session the client sends only the partitions whose fetch
+answers for each, which costs broker CPU per partition per request (bench/NOTES.md). In a session the client sends only the partitions whose fetch
 position changed, and the broker answers only for partitions with news.
 
 Request metadata (Fetch v7+ ``session_id``, ``session_epoch``):

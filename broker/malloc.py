@@ -2,8 +2,8 @@
 
 A produce request moves a few ~1 MB buffers through Python (the frame, the validated copy).
 glibc serves allocations above its mmap threshold with fresh mmaps and trims the heap top once
-128 KiB is free, so every request faults its buffers in again; on the sandboxed VMs this project
-is measured on a page fault costs ~3 µs, ~0.8 ms per MB, more than validating the megabyte.
+128 KiB is free, so every request faults its buffers in again, which costs more than validating
+them (bench/NOTES.md).
 Raising both thresholds lets the next request reuse the same pages. Only the serve process does
 this; RSS then follows the largest working set rather than the current one.
 """

@@ -36,7 +36,8 @@ from storage.producer_state import Duplicate, ProducerStateError
 logger = structlog.get_logger(__name__)
 
 
-# Sets up to this size are validated on the trio thread (~0.2 ms of CPU for 100 B messages).
+# Sets up to this size are validated on the trio thread: cheaper than a thread hand-off
+# (bench/NOTES.md).
 INLINE_BYTES = 65536
 
 
