@@ -54,7 +54,8 @@ test: install-test
 
 # Lint and types (pyproject.toml's [tool.ruff] and [tool.mypy]).
 lint: install-test
-	$(BIN)/ruff check protocol storage broker pyspark_chronolog pipeline bench tests
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # The same suite on the pure-Python paths (protocol/native.py), as a machine without a C compiler

@@ -7,6 +7,7 @@ a consumer polling concurrently (the broker's long poll is woken by appends). Bo
 
     .venv/bin/python bench/bench_e2e.py [--messages 200000] [--max-seconds 30]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,10 +38,22 @@ def start_broker(log_dir: str) -> tuple[subprocess.Popen, str]:
         port = s.getsockname()[1]
     broker_log = os.path.join(log_dir, "..", "broker.log")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "serve", "--config", str(REPO / "config/server.properties"),
-         "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-         "--override", f"log.dirs={log_dir}"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(broker_log, "wb"))
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "serve",
+            "--config",
+            str(REPO / "config/server.properties"),
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            "--override",
+            f"log.dirs={log_dir}",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=open(broker_log, "wb"),
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -49,20 +62,29 @@ def start_broker(log_dir: str) -> tuple[subprocess.Popen, str]:
         except OSError:
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError(f"broker did not accept connections on port {port} within 30 s; "
-                       f"see {os.path.normpath(broker_log)}")
+    raise RuntimeError(
+        f"broker did not accept connections on port {port} within 30 s; "
+        f"see {os.path.normpath(broker_log)}"
+    )
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
+
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
         future.result(15)
 
 
 def produce_phase(bootstrap: str, topic: str, count: int, max_s: float) -> dict:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1,
-                         "queue.buffering.max.messages": 1_000_000})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "acks": 1,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
     payload = b"x" * MESSAGE_BYTES
     delivered = [0]
 
@@ -82,14 +104,18 @@ def produce_phase(bootstrap: str, topic: str, count: int, max_s: float) -> dict:
             producer.poll(0)
     producer.flush(max_s)
     elapsed = time.perf_counter() - start
-    return {"messages": delivered[0], "seconds": round(elapsed, 3),
-            "messages_per_s": round(delivered[0] / elapsed),
-            "mb_per_s": round(delivered[0] * MESSAGE_BYTES / elapsed / 1e6, 2)}
+    return {
+        "messages": delivered[0],
+        "seconds": round(elapsed, 3),
+        "messages_per_s": round(delivered[0] / elapsed),
+        "mb_per_s": round(delivered[0] * MESSAGE_BYTES / elapsed / 1e6, 2),
+    }
 
 
 def consume_phase(bootstrap: str, topic: str, count: int, max_s: float) -> dict:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False}
+    )
     consumer.assign([TopicPartition(topic, 0, 0)])
     got = 0
     start = time.perf_counter()
@@ -99,14 +125,23 @@ def consume_phase(bootstrap: str, topic: str, count: int, max_s: float) -> dict:
                 got += 1
     elapsed = time.perf_counter() - start
     consumer.close()
-    return {"messages": got, "seconds": round(elapsed, 3),
-            "messages_per_s": round(got / elapsed),
-            "mb_per_s": round(got * MESSAGE_BYTES / elapsed / 1e6, 2)}
+    return {
+        "messages": got,
+        "seconds": round(elapsed, 3),
+        "messages_per_s": round(got / elapsed),
+        "mb_per_s": round(got * MESSAGE_BYTES / elapsed / 1e6, 2),
+    }
 
 
 def latency_phase(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-latency",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 500})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-latency",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 500,
+        }
+    )
     consumer.assign([TopicPartition(topic, 0, 0)])
     latencies: list[float] = []
     done = threading.Event()
@@ -140,8 +175,13 @@ def latency_phase(bootstrap: str, topic: str, rate: int, seconds: float) -> dict
     def pct(p):
         return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))], 2)
 
-    return {"messages": len(latencies), "rate_per_s": rate, "p50_ms": pct(0.50),
-            "p99_ms": pct(0.99), "max_ms": round(latencies[-1], 2)}
+    return {
+        "messages": len(latencies),
+        "rate_per_s": rate,
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "max_ms": round(latencies[-1], 2),
+    }
 
 
 def main() -> int:
@@ -173,10 +213,15 @@ def main() -> int:
         "client": "confluent-kafka " + confluent_kafka.__version__,
         "message_bytes": MESSAGE_BYTES,
         "producer": {"linger.ms": 5, "acks": 1},
-        "produce": produce, "consume": consume, "produce_to_consume_latency": latency,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform(),
-                    "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
+        "produce": produce,
+        "consume": consume,
+        "produce_to_consume_latency": latency,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        },
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     RESULT.parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ with sessions on (max.incremental.fetch.session.cache.slots=1000) and off (0).
 Usage: python bench/bench_fetch_sessions.py [--requests 2000] [--partitions 1000]
 Writes bench/results/fetch_sessions.json and prints a table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,12 +45,26 @@ SIZES = (1, 10, 100, 1000)
 
 
 def fetch_body(partitions: int) -> dict:
-    return {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 52428800,
-            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": TOPIC, "partitions": [
-                {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1048576}
-                for p in range(partitions)]}],
-            "forgotten_topics_data": [], "rack_id": ""}
+    return {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": 52428800,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": TOPIC,
+                "partitions": [
+                    {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1048576}
+                    for p in range(partitions)
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
 
 
 class _Broker(BrokerProcess):
@@ -69,15 +84,30 @@ def consumer_run(slots: int, partitions: int, seconds: float) -> dict:
     import threading
 
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
     with tempfile.TemporaryDirectory(prefix="bench-sessions-") as work:
         broker = _Broker(Path(work), {"max.incremental.fetch.session.cache.slots": str(slots)})
         broker.start()
         try:
-            client = BrokerConnection("127.0.0.1", broker.port, client_id="bench-fetch-sessions",
-                                      timeout_s=30)
-            created = client.call(ApiKey.CREATE_TOPICS, 0, {"topics": [{
-                "name": TOPIC, "num_partitions": partitions, "replication_factor": 1,
-                "assignments": [], "configs": []}], "timeout_ms": 60000})
+            client = BrokerConnection(
+                "127.0.0.1", broker.port, client_id="bench-fetch-sessions", timeout_s=30
+            )
+            created = client.call(
+                ApiKey.CREATE_TOPICS,
+                0,
+                {
+                    "topics": [
+                        {
+                            "name": TOPIC,
+                            "num_partitions": partitions,
+                            "replication_factor": 1,
+                            "assignments": [],
+                            "configs": [],
+                        }
+                    ],
+                    "timeout_ms": 60000,
+                },
+            )
             assert created.topics[0].error_code == 0, created
             consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None)
             tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
@@ -111,9 +141,13 @@ def consumer_run(slots: int, partitions: int, seconds: float) -> dict:
             consumer.close()
             producer.close()
             assert got == sent[0], (got, sent[0])
-            return {"session_cache_slots": slots, "partitions": partitions, "messages": got,
-                    "broker_cpu_s": round(cpu, 3),
-                    "broker_cpu_us_per_message": round(cpu / got * 1e6, 1)}
+            return {
+                "session_cache_slots": slots,
+                "partitions": partitions,
+                "messages": got,
+                "broker_cpu_s": round(cpu, 3),
+                "broker_cpu_us_per_message": round(cpu / got * 1e6, 1),
+            }
         finally:
             broker.stop()
 
@@ -130,18 +164,43 @@ def main() -> None:
         broker = BrokerProcess("chronolog", Path(work))
         broker.start()
         try:
-            client = BrokerConnection("127.0.0.1", broker.port, client_id="bench-fetch-sessions",
-                                      timeout_s=30)
-            created = client.call(ApiKey.CREATE_TOPICS, 0, {"topics": [{
-                "name": TOPIC, "num_partitions": args.partitions, "replication_factor": 1,
-                "assignments": [], "configs": []}], "timeout_ms": 60000})
+            client = BrokerConnection(
+                "127.0.0.1", broker.port, client_id="bench-fetch-sessions", timeout_s=30
+            )
+            created = client.call(
+                ApiKey.CREATE_TOPICS,
+                0,
+                {
+                    "topics": [
+                        {
+                            "name": TOPIC,
+                            "num_partitions": args.partitions,
+                            "replication_factor": 1,
+                            "assignments": [],
+                            "configs": [],
+                        }
+                    ],
+                    "timeout_ms": 60000,
+                },
+            )
             assert created.topics[0].error_code == 0, created
             builder = MessageSetBuilder(magic=2)
             builder.append(b"x" * 100, key=None, timestamp=int(time.time() * 1000))
-            produced = client.call(ApiKey.PRODUCE, 9, {
-                "transactional_id": None, "acks": 1, "timeout_ms": 10000, "topic_data": [
-                    {"name": TOPIC, "partition_data": [{"index": 0,
-                                                        "records": builder.build()}]}]})
+            produced = client.call(
+                ApiKey.PRODUCE,
+                9,
+                {
+                    "transactional_id": None,
+                    "acks": 1,
+                    "timeout_ms": 10000,
+                    "topic_data": [
+                        {
+                            "name": TOPIC,
+                            "partition_data": [{"index": 0, "records": builder.build()}],
+                        }
+                    ],
+                },
+            )
             assert produced.responses[0].partition_responses[0].error_code == 0, produced
             rows = []
             for n in sizes:
@@ -154,32 +213,49 @@ def main() -> None:
                     client.call(ApiKey.FETCH, 12, body)
                 wall = time.perf_counter() - wall0
                 cpu = broker.usage().cpu_s - cpu0
-                rows.append({"partitions_per_request": n, "requests": args.requests,
-                             "broker_cpu_us_per_request": round(cpu / args.requests * 1e6, 1),
-                             "wall_us_per_request": round(wall / args.requests * 1e6, 1)})
-                print(f"{n:5d} partitions/request: broker CPU "
-                      f"{rows[-1]['broker_cpu_us_per_request']:8.1f} us, wall "
-                      f"{rows[-1]['wall_us_per_request']:8.1f} us per request")
+                rows.append(
+                    {
+                        "partitions_per_request": n,
+                        "requests": args.requests,
+                        "broker_cpu_us_per_request": round(cpu / args.requests * 1e6, 1),
+                        "wall_us_per_request": round(wall / args.requests * 1e6, 1),
+                    }
+                )
+                print(
+                    f"{n:5d} partitions/request: broker CPU "
+                    f"{rows[-1]['broker_cpu_us_per_request']:8.1f} us, wall "
+                    f"{rows[-1]['wall_us_per_request']:8.1f} us per request"
+                )
         finally:
             broker.stop()
     small, large = rows[0], rows[-1]
-    marginal = ((large["broker_cpu_us_per_request"] - small["broker_cpu_us_per_request"])
-                / (large["partitions_per_request"] - small["partitions_per_request"]))
+    marginal = (large["broker_cpu_us_per_request"] - small["broker_cpu_us_per_request"]) / (
+        large["partitions_per_request"] - small["partitions_per_request"]
+    )
     print(f"marginal broker CPU per partition in a request: {marginal:.2f} us")
-    consumers = [consumer_run(slots, args.consumer_partitions, args.seconds)
-                 for slots in (1000, 0)]
+    consumers = [consumer_run(slots, args.consumer_partitions, args.seconds) for slots in (1000, 0)]
     for row in consumers:
-        print(f"kafka-python, {row['partitions']} partitions, sessions "
-              f"{'on ' if row['session_cache_slots'] else 'off'}: broker CPU "
-              f"{row['broker_cpu_s']:.2f} s for {row['messages']} messages "
-              f"({row['broker_cpu_us_per_message']} us per message)")
-    RESULTS.write_text(json.dumps({
-        "benchmark": "broker CPU per Fetch v12 request by partitions per request (sessions "
-                     "declined: full requests)",
-        "python": platform.python_version(), "machine": platform.machine(),
-        "rows": rows, "marginal_broker_cpu_us_per_partition": round(marginal, 2),
-        "kafka_python_consumer": consumers,
-    }, indent=2) + "\n")
+        print(
+            f"kafka-python, {row['partitions']} partitions, sessions "
+            f"{'on ' if row['session_cache_slots'] else 'off'}: broker CPU "
+            f"{row['broker_cpu_s']:.2f} s for {row['messages']} messages "
+            f"({row['broker_cpu_us_per_message']} us per message)"
+        )
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "benchmark": "broker CPU per Fetch v12 request by partitions per request (sessions "
+                "declined: full requests)",
+                "python": platform.python_version(),
+                "machine": platform.machine(),
+                "rows": rows,
+                "marginal_broker_cpu_us_per_partition": round(marginal, 2),
+                "kafka_python_consumer": consumers,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {RESULTS}")
 
 

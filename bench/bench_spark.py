@@ -13,6 +13,7 @@ times, --runs times each:
 and writes medians and every run to bench/results/spark.json. Bounded: message count and a
 timeout per Spark run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,9 +48,20 @@ def free_port() -> int:
 def start_broker(workdir: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "serve", "--override",
-         f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={workdir}/logs"],
-        cwd=REPO, stdout=open(f"{workdir}/broker.log", "wb"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "serve",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            "--override",
+            f"log.dirs={workdir}/logs",
+        ],
+        cwd=REPO,
+        stdout=open(f"{workdir}/broker.log", "wb"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -63,9 +75,22 @@ def start_broker(workdir: str) -> tuple[subprocess.Popen, str]:
 
 def create_topic(client: BrokerClient, topic: str, partitions: int) -> None:
     conn = client._any_conn()
-    body = conn.call(ApiKey.CREATE_TOPICS, 0, {"topics": [{
-        "name": topic, "num_partitions": partitions, "replication_factor": 1,
-        "assignments": [], "configs": []}], "timeout_ms": 10000})
+    body = conn.call(
+        ApiKey.CREATE_TOPICS,
+        0,
+        {
+            "topics": [
+                {
+                    "name": topic,
+                    "num_partitions": partitions,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
+            ],
+            "timeout_ms": 10000,
+        },
+    )
     code = body.topics[0].error_code
     if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
         raise SystemExit(f"CreateTopics {topic}: {error_name(code)}")
@@ -121,6 +146,7 @@ def _no_io_source():
 
         def schema(self):
             from pyspark_chronolog import SPARK_SCHEMA
+
             return SPARK_SCHEMA
 
         def reader(self, schema):
@@ -138,26 +164,35 @@ def _timed_noop(df, runs: int) -> list[float]:
     return out
 
 
-def spark_runs(bootstrap: str, topic: str, runs: int, messages: int
-               ) -> tuple[list[float], list[float]]:
+def spark_runs(
+    bootstrap: str, topic: str, runs: int, messages: int
+) -> tuple[list[float], list[float]]:
     """(chronolog read runs, no-I/O source runs), both local[2] into the noop sink."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     from pyspark_chronolog import ChronologDataSource
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
-             .config("spark.ui.enabled", "false").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-spark")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(ChronologDataSource)
     spark.dataSource.register(_no_io_source())
-    df = (spark.read.format("chronolog").option("bootstrap.servers", bootstrap)
-          .option("topic", topic).load())
-    assert df.count() == messages, "read returned the wrong number of rows"   # warm-up
+    df = (
+        spark.read.format("chronolog")
+        .option("bootstrap.servers", bootstrap)
+        .option("topic", topic)
+        .load()
+    )
+    assert df.count() == messages, "read returned the wrong number of rows"  # warm-up
     no_io = spark.read.format("chronolog_no_io").option("rows", str(messages)).load()
     assert no_io.count() == messages
     read_s, no_io_s = [], []
-    for _ in range(runs):      # alternate, so both see the same machine load
+    for _ in range(runs):  # alternate, so both see the same machine load
         read_s += _timed_noop(df, 1)
         no_io_s += _timed_noop(no_io, 1)
     spark.stop()
@@ -201,7 +236,7 @@ def main() -> None:
             topic = f"bench-spark-{int(time.time())}"
             fill_s = fill(bootstrap, topic, args.messages, args.partitions)
             fetch_s, sets = fetch_runs(bootstrap, topic, args.runs)
-            decode(sets[0], topic, 0, start=0, end=2**62)     # warm-up (lazy imports)
+            decode(sets[0], topic, 0, start=0, end=2**62)  # warm-up (lazy imports)
             decode_rows, start = 0, time.perf_counter()
             for record_set in sets:
                 batch, _ = decode(record_set, topic, 0, start=0, end=2**62)
@@ -215,8 +250,12 @@ def main() -> None:
     n = args.messages
     result = {
         "benchmark": "spark_read",
-        "messages": n, "partitions": args.partitions, "value_bytes": 100, "key_bytes": 8,
-        "spark_master": "local[2]", "sink": "noop",
+        "messages": n,
+        "partitions": args.partitions,
+        "value_bytes": 100,
+        "key_bytes": 8,
+        "spark_master": "local[2]",
+        "sink": "noop",
         "spark_rows_per_s_median": round(n / statistics.median(spark_s)),
         "spark_rows_per_s_best": round(n / min(spark_s)),
         "spark_seconds": [round(s, 3) for s in spark_s],
@@ -227,7 +266,8 @@ def main() -> None:
         "decode_only_rows_per_s_one_core": round(decode_rows / decode_s),
         "produce_fill_seconds": round(fill_s, 1),
         "reference_ceiling_rows_per_s": "1.75-2.5 M (Arrow batches, no I/O; docs/notes)",
-        "load_average_1m": os.getloadavg()[0], "cpus": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -23,6 +23,7 @@ budget while the measured operations read from the page cache either way. Runtim
 Usage: python bench/bench_storage.py [--partitions 10000] [--append-mib 48]
 Writes bench/results/storage.json and prints a table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,9 @@ def quiet() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
 
 
-def make_sets(count: int, *, start_offset: int = 0, spread_ms: int = 0,
-              rng: random.Random | None = None) -> list[ValidatedRecords]:
+def make_sets(
+    count: int, *, start_offset: int = 0, spread_ms: int = 0, rng: random.Random | None = None
+) -> list[ValidatedRecords]:
     """``count`` validated 16 KiB sets of 100-byte messages with consecutive offsets."""
     per_set = SET_BYTES // (12 + 22 + 4 + 4 + len(VALUE))
     sets, offset = [], start_offset
@@ -77,16 +79,18 @@ def clock() -> int:
     return NOW + 10**6
 
 
-def bench_append(tmp: str, sets: list[ValidatedRecords], segment_bytes: int,
-                 rounds: int = 3) -> dict:
+def bench_append(
+    tmp: str, sets: list[ValidatedRecords], segment_bytes: int, rounds: int = 3
+) -> dict:
     """Median of ``rounds`` runs, each appending every set to a fresh log."""
     messages = sum(v.message_count for v in sets)
     nbytes = sum(len(v.buffer) for v in sets)
     runs = []
     for r in range(rounds):
         directory = os.path.join(tmp, f"append{segment_bytes}.{r}-0")
-        log = Log(directory, LogConfig(segment_bytes=segment_bytes), clock=clock,
-                  needs_recovery=False)
+        log = Log(
+            directory, LogConfig(segment_bytes=segment_bytes), clock=clock, needs_recovery=False
+        )
         cpu, wall = time.process_time(), time.perf_counter()
         for v in sets:
             log.append(v)
@@ -96,11 +100,17 @@ def bench_append(tmp: str, sets: list[ValidatedRecords], segment_bytes: int,
         shutil.rmtree(directory)
     wall = sorted(w for w, _ in runs)[rounds // 2]
     cpu = sorted(c for _, c in runs)[rounds // 2]
-    return {"segment_bytes": segment_bytes, "segments": segments, "messages": messages,
-            "bytes": nbytes, "seconds": round(wall, 3),
-            "messages_per_s": round(messages / wall), "mb_per_s": round(nbytes / wall / MIB, 1),
-            "messages_per_cpu_s": round(messages / cpu),
-            "mb_per_cpu_s": round(nbytes / cpu / MIB, 1)}
+    return {
+        "segment_bytes": segment_bytes,
+        "segments": segments,
+        "messages": messages,
+        "bytes": nbytes,
+        "seconds": round(wall, 3),
+        "messages_per_s": round(messages / wall),
+        "mb_per_s": round(nbytes / wall / MIB, 1),
+        "messages_per_cpu_s": round(messages / cpu),
+        "mb_per_cpu_s": round(nbytes / cpu / MIB, 1),
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -111,8 +121,7 @@ def percentile(values: list[float], q: float) -> float:
 def bench_search(tmp: str, segments: int, searches: int) -> dict:
     directory = os.path.join(tmp, "search-0")
     rng = random.Random(5)
-    log = Log(directory, LogConfig(index_interval_bytes=4096), clock=clock,
-              needs_recovery=False)
+    log = Log(directory, LogConfig(index_interval_bytes=4096), clock=clock, needs_recovery=False)
     for v in make_sets(segments, spread_ms=5000, rng=rng):
         log.append(v)
         log.roll()
@@ -121,7 +130,7 @@ def bench_search(tmp: str, segments: int, searches: int) -> dict:
     log = Log(directory, log.config, clock=clock, needs_recovery=False)
     targets = [rng.randrange(NOW, last + 1000) for _ in range(searches)]
     passes = {}
-    for name in ("cold", "warm"):   # cold: indexes load lazily on first touch
+    for name in ("cold", "warm"):  # cold: indexes load lazily on first touch
         latencies = []
         found = 0
         for target in targets:
@@ -129,14 +138,21 @@ def bench_search(tmp: str, segments: int, searches: int) -> dict:
             result = log.offset_for_timestamp(target)
             latencies.append(time.perf_counter() - start)
             found += result is not None
-        passes[name] = {"p50_us": round(percentile(latencies, 0.5) * 1e6),
-                        "p99_us": round(percentile(latencies, 0.99) * 1e6),
-                        "max_us": round(max(latencies) * 1e6)}
+        passes[name] = {
+            "p50_us": round(percentile(latencies, 0.5) * 1e6),
+            "p99_us": round(percentile(latencies, 0.99) * 1e6),
+            "max_us": round(max(latencies) * 1e6),
+        }
     log.close()
     shutil.rmtree(directory)
-    return {"segments": segments, "searches": searches, "found": found,
-            "p50_us": passes["warm"]["p50_us"], "p99_us": passes["warm"]["p99_us"],
-            "first_pass_after_open": passes["cold"]}
+    return {
+        "segments": segments,
+        "searches": searches,
+        "found": found,
+        "p50_us": passes["warm"]["p50_us"],
+        "p99_us": passes["warm"]["p99_us"],
+        "first_pass_after_open": passes["cold"],
+    }
 
 
 def bench_recovery(tmp: str, sets: list[ValidatedRecords]) -> dict:
@@ -145,16 +161,23 @@ def bench_recovery(tmp: str, sets: list[ValidatedRecords]) -> dict:
     for v in sets:
         log.append(v)
     log.close()
-    size = sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
-               if n.endswith(".log"))
+    size = sum(
+        os.path.getsize(os.path.join(directory, n))
+        for n in os.listdir(directory)
+        if n.endswith(".log")
+    )
     cpu, wall = time.process_time(), time.perf_counter()
     log = Log(directory, log.config, clock=clock, needs_recovery=True, recovery_point=0)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     assert log.log_end_offset == sets[-1].last_offset + 1
     log.close()
     shutil.rmtree(directory)
-    return {"bytes": size, "seconds": round(wall, 3), "mb_per_s": round(size / wall / MIB, 1),
-            "mb_per_cpu_s": round(size / cpu / MIB, 1)}
+    return {
+        "bytes": size,
+        "seconds": round(wall, 3),
+        "mb_per_s": round(size / wall / MIB, 1),
+        "mb_per_cpu_s": round(size / cpu / MIB, 1),
+    }
 
 
 def build_idle_layout(root: str, partitions: int) -> None:
@@ -169,8 +192,10 @@ def build_idle_layout(root: str, partitions: int) -> None:
     os.makedirs(log_dir)
     for p in range(partitions):
         shutil.copytree(template, os.path.join(log_dir, f"idle-{p}"))
-    write_checkpoint(os.path.join(log_dir, "recovery-point-offset-checkpoint"),
-                     {("idle", p): 1 for p in range(partitions)})
+    write_checkpoint(
+        os.path.join(log_dir, "recovery-point-offset-checkpoint"),
+        {("idle", p): 1 for p in range(partitions)},
+    )
     write_clean_shutdown_marker(log_dir)
 
 
@@ -192,11 +217,18 @@ def child_open(log_dir: str) -> None:
     seconds = time.perf_counter() - start
     after_rss, after_fds = rss_kib(), len(os.listdir("/proc/self/fd"))
     n = len(manager.all_logs())
-    print(json.dumps({"partitions": n, "open_seconds": round(seconds, 2),
-                      "rss_before_mib": round(before_rss / 1024, 1),
-                      "rss_after_mib": round(after_rss / 1024, 1),
-                      "rss_per_partition_kib": round((after_rss - before_rss) / n, 2),
-                      "fds_held": after_fds - before_fds}))
+    print(
+        json.dumps(
+            {
+                "partitions": n,
+                "open_seconds": round(seconds, 2),
+                "rss_before_mib": round(before_rss / 1024, 1),
+                "rss_after_mib": round(after_rss / 1024, 1),
+                "rss_per_partition_kib": round((after_rss - before_rss) / n, 2),
+                "fds_held": after_fds - before_fds,
+            }
+        )
+    )
 
 
 def bench_idle(tmp: str, partitions: int) -> dict:
@@ -204,8 +236,13 @@ def bench_idle(tmp: str, partitions: int) -> dict:
     start = time.perf_counter()
     build_idle_layout(root, partitions)
     built = time.perf_counter() - start
-    out = subprocess.run([sys.executable, __file__, "--child-open", os.path.join(root, "logs")],
-                         check=True, capture_output=True, text=True, timeout=300).stdout
+    out = subprocess.run(
+        [sys.executable, __file__, "--child-open", os.path.join(root, "logs")],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
     shutil.rmtree(root)
     result = json.loads(out.strip().splitlines()[-1])
     result["layout_build_seconds"] = round(built, 1)
@@ -224,8 +261,9 @@ def main() -> None:
         return
     quiet()
     tmp = tempfile.mkdtemp(prefix="bench-storage-")
-    scratch = tempfile.mkdtemp(prefix="bench-storage-",
-                               dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    scratch = tempfile.mkdtemp(
+        prefix="bench-storage-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+    )
     phases: dict[str, float] = {}
 
     def timed(name, fn, *fn_args):
@@ -239,10 +277,12 @@ def main() -> None:
         results = {
             "append_no_roll": timed("append_no_roll", bench_append, tmp, sets, 1024 * MIB),
             "append_roll_4mib_fsync": timed("append_roll", bench_append, tmp, sets, 4 * MIB),
-            "search_1000_segments": timed("search", bench_search, scratch,
-                                          args.search_segments, 2000),
-            "recovery_scan": timed("recovery", bench_recovery, scratch,
-                                   sets[: 32 * MIB // SET_BYTES]),
+            "search_1000_segments": timed(
+                "search", bench_search, scratch, args.search_segments, 2000
+            ),
+            "recovery_scan": timed(
+                "recovery", bench_recovery, scratch, sets[: 32 * MIB // SET_BYTES]
+            ),
             "idle_partitions": timed("idle", bench_idle, scratch, args.partitions),
         }
     finally:
@@ -250,28 +290,45 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     results["phase_seconds"] = phases
     results["data_dirs"] = {"append": "disk (temp dir)", "other": scratch.rsplit("/", 1)[0]}
-    results["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(),
-                          "load_avg_1m": round(os.getloadavg()[0], 1),
-                          "note": "shared machine; CPU-time rates are the steadier figures"}
+    results["machine"] = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 1),
+        "note": "shared machine; CPU-time rates are the steadier figures",
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     a, r = results["append_no_roll"], results["append_roll_4mib_fsync"]
-    s, rec, idle = (results["search_1000_segments"], results["recovery_scan"],
-                    results["idle_partitions"])
+    s, rec, idle = (
+        results["search_1000_segments"],
+        results["recovery_scan"],
+        results["idle_partitions"],
+    )
     rows = [
-        ("append, no roll", f"{a['messages_per_s']:,} msg/s  {a['mb_per_s']} MB/s wall; "
-                            f"{a['messages_per_cpu_s']:,} msg/s  {a['mb_per_cpu_s']} MB/s CPU"),
-        ("append, 4 MiB roll+fsync", f"{r['messages_per_s']:,} msg/s  {r['mb_per_s']} MB/s wall; "
-                                     f"{r['messages_per_cpu_s']:,} msg/s  {r['mb_per_cpu_s']} "
-                                     f"MB/s CPU ({r['segments']} segments)"),
-        ("timestamp search, 1000 seg", f"p50 {s['p50_us']} us  p99 {s['p99_us']} us "
-                                       f"(first pass after open: p50 "
-                                       f"{s['first_pass_after_open']['p50_us']} us  p99 "
-                                       f"{s['first_pass_after_open']['p99_us']} us)"),
+        (
+            "append, no roll",
+            f"{a['messages_per_s']:,} msg/s  {a['mb_per_s']} MB/s wall; "
+            f"{a['messages_per_cpu_s']:,} msg/s  {a['mb_per_cpu_s']} MB/s CPU",
+        ),
+        (
+            "append, 4 MiB roll+fsync",
+            f"{r['messages_per_s']:,} msg/s  {r['mb_per_s']} MB/s wall; "
+            f"{r['messages_per_cpu_s']:,} msg/s  {r['mb_per_cpu_s']} "
+            f"MB/s CPU ({r['segments']} segments)",
+        ),
+        (
+            "timestamp search, 1000 seg",
+            f"p50 {s['p50_us']} us  p99 {s['p99_us']} us "
+            f"(first pass after open: p50 "
+            f"{s['first_pass_after_open']['p50_us']} us  p99 "
+            f"{s['first_pass_after_open']['p99_us']} us)",
+        ),
         ("recovery scan", f"{rec['mb_per_s']} MB/s wall, {rec['mb_per_cpu_s']} MB/s CPU"),
-        (f"open {idle['partitions']:,} idle partitions",
-         f"{idle['open_seconds']} s, RSS +{idle['rss_per_partition_kib']} KiB/partition "
-         f"({idle['rss_after_mib']} MiB total), {idle['fds_held']} fds held"),
+        (
+            f"open {idle['partitions']:,} idle partitions",
+            f"{idle['open_seconds']} s, RSS +{idle['rss_per_partition_kib']} KiB/partition "
+            f"({idle['rss_after_mib']} MiB total), {idle['fds_held']} fds held",
+        ),
     ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:

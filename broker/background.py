@@ -10,6 +10,7 @@ module schedules it. Blocking storage calls run in worker threads, one per log w
 idle partition costs nothing. A failing pass is logged and retried next period; it never stops
 the broker.
 """
+
 from __future__ import annotations
 
 from typing import Awaitable, Callable
@@ -28,15 +29,31 @@ DELETE_CHECK_INTERVAL_MS = 1000
 
 def start(ctx: BrokerContext, nursery: trio.Nursery) -> None:
     config = ctx.config
-    nursery.start_soon(_every, "retention", config.log_retention_check_interval_ms,
-                       lambda: maintain(ctx, Maintenance.RETENTION))
-    nursery.start_soon(_every, "flush", config.log_flush_scheduler_interval_ms,
-                       lambda: maintain(ctx, Maintenance.FLUSH))
+    nursery.start_soon(
+        _every,
+        "retention",
+        config.log_retention_check_interval_ms,
+        lambda: maintain(ctx, Maintenance.RETENTION),
+    )
+    nursery.start_soon(
+        _every,
+        "flush",
+        config.log_flush_scheduler_interval_ms,
+        lambda: maintain(ctx, Maintenance.FLUSH),
+    )
     if config.log_flush_offset_checkpoint_interval_ms > 0:
-        nursery.start_soon(_every, "checkpoint", config.log_flush_offset_checkpoint_interval_ms,
-                           lambda: checkpoint(ctx))
-    nursery.start_soon(_every, "delete files", DELETE_CHECK_INTERVAL_MS,
-                       lambda: maintain(ctx, Maintenance.DELETE_FILES))
+        nursery.start_soon(
+            _every,
+            "checkpoint",
+            config.log_flush_offset_checkpoint_interval_ms,
+            lambda: checkpoint(ctx),
+        )
+    nursery.start_soon(
+        _every,
+        "delete files",
+        DELETE_CHECK_INTERVAL_MS,
+        lambda: maintain(ctx, Maintenance.DELETE_FILES),
+    )
 
 
 async def _every(name: str, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:
@@ -45,11 +62,18 @@ async def _every(name: str, interval_ms: int, job: Callable[[], Awaitable[object
         try:
             await job()
         except STORAGE_FAILURES as exc:
-            logger.error("background task failed; retrying next period", task=name,
-                      error=repr(exc), action="check the log dirs' disk")
+            logger.error(
+                "background task failed; retrying next period",
+                task=name,
+                error=repr(exc),
+                action="check the log dirs' disk",
+            )
         except Exception:  # a bug in one job must not stop the others: Kafka's scheduler too
-            logger.exception("background task failed; retrying next period", task=name,
-                          action="this is a broker bug; report it with this log line")
+            logger.exception(
+                "background task failed; retrying next period",
+                task=name,
+                action="this is a broker bug; report it with this log line",
+            )
 
 
 async def maintain(ctx: BrokerContext, task: Maintenance) -> int:
@@ -64,8 +88,13 @@ async def maintain(ctx: BrokerContext, task: Maintenance) -> int:
             start = log.log_start_offset
         total += done
         if task is Maintenance.RETENTION and done:
-            logger.info("retention deleted segments", topic=topic, partition=partition,
-                     segments=done, log_start_offset=start)
+            logger.info(
+                "retention deleted segments",
+                topic=topic,
+                partition=partition,
+                segments=done,
+                log_start_offset=start,
+            )
     return total
 
 

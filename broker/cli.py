@@ -8,6 +8,7 @@
 Exit status: 0 after a clean shutdown, 2 for unknown or invalid configuration, 1 when the broker
 cannot start (log dir state, port in use) or fails.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,13 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the broker until SIGTERM/SIGINT")
     serve.add_argument("--config", metavar="FILE", help="Kafka-style server.properties")
-    serve.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
-                       help="set a broker property (repeatable; wins over --config)")
+    serve.add_argument(
+        "--override",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="set a broker property (repeatable; wins over --config)",
+    )
     for name, module in DELEGATED.items():
         sub.add_parser(name, help=f"see `chronolog {name} --help` ({module})", add_help=False)
     return parser
@@ -69,20 +75,27 @@ def serve(config_path: str | None, overrides: list[str]) -> int:
 
     from broker.malloc import keep_freed_buffers
     from broker.server import run
+
     keep_freed_buffers()
     from broker.errors import StartupError
+
     try:
         return trio.run(run, config)
     except StartupError as exc:
         logger.error("cannot start", reason=str(exc))
         return 1
     except OSError as exc:
-        logger.error("cannot start", error=repr(exc),
-                  action="check listeners (port in use?) and that log.dirs is writable")
+        logger.error(
+            "cannot start",
+            error=repr(exc),
+            action="check listeners (port in use?) and that log.dirs is writable",
+        )
         return 1
     except KeyboardInterrupt:
         return 130
     except Exception:  # includes exception groups from the nurseries
-        logger.exception("broker stopped by an unexpected error",
-                      action="this is a broker bug; report it with this log line")
+        logger.exception(
+            "broker stopped by an unexpected error",
+            action="this is a broker bug; report it with this log line",
+        )
         return 1

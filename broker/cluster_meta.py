@@ -1,5 +1,6 @@
 """The cluster's identity on disk: ``meta.properties`` in every log dir (broker.id, cluster.id),
 as Kafka writes it. Written atomically (storage.durable.write_atomically)."""
+
 from __future__ import annotations
 
 import base64
@@ -35,12 +36,15 @@ def load_or_create_meta(config: BrokerConfig) -> str:
         if props.get("broker.id") not in (None, str(config.broker_id)):
             raise StartupError(
                 f"{path} belongs to broker.id {props['broker.id']}, but this broker is configured "
-                f"with broker.id {config.broker_id}; fix broker.id or use another log dir")
+                f"with broker.id {config.broker_id}; fix broker.id or use another log dir"
+            )
         if props.get("cluster.id"):
             cluster_ids.add(props["cluster.id"])
     if len(cluster_ids) > 1:
-        raise StartupError(f"log dirs {', '.join(config.log_dirs)} belong to different clusters "
-                           f"({', '.join(sorted(cluster_ids))})")
+        raise StartupError(
+            f"log dirs {', '.join(config.log_dirs)} belong to different clusters "
+            f"({', '.join(sorted(cluster_ids))})"
+        )
     if cluster_ids:
         cluster_id = cluster_ids.pop()
     else:

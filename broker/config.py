@@ -19,6 +19,7 @@ Deliberate departures from Kafka (also in the README):
   always full and would roll a segment on every append. Likewise ``segment.bytes`` >= 26 (one
   minimal entry), ``segment.ms`` >= 1 and ``flush.messages`` >= 1.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -71,6 +72,7 @@ def topic_name_error(name: str) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # The key table's vocabulary (Kafka's ConfigDef: Type, Range.atLeast, ValidString.in, a validator).
 
+
 class Type(enum.Enum):
     INT = "int"
     LONG = "long"
@@ -78,12 +80,12 @@ class Type(enum.Enum):
     STRING = "string"
 
 
-_RANGES = {Type.INT: (-2**31, INT_MAX), Type.LONG: (-2**63, LONG_MAX)}
+_RANGES = {Type.INT: (-(2**31), INT_MAX), Type.LONG: (-(2**63), LONG_MAX)}
 
 
 class Scope(enum.Enum):
     BROKER = "broker"  # a broker property
-    TOPIC = "topic"    # a topic config; broker properties (its synonyms) set its default
+    TOPIC = "topic"  # a topic config; broker properties (its synonyms) set its default
 
 
 @dataclass(frozen=True)
@@ -141,16 +143,25 @@ class ConfigKey:
         for i, synonym in enumerate(self.synonyms):
             last = i == len(self.synonyms) - 1
             scaled = synonym.unit != 1
-            keys.append(dataclasses.replace(
-                self, name=synonym.name, scope=Scope.BROKER, synonyms=(),
-                type=Type.INT if scaled else self.type,
-                default=(self.default // synonym.unit if scaled else self.default) if last else None,
-                minimum=None if self.minimum is None else -(-self.minimum // synonym.unit)))
+            keys.append(
+                dataclasses.replace(
+                    self,
+                    name=synonym.name,
+                    scope=Scope.BROKER,
+                    synonyms=(),
+                    type=Type.INT if scaled else self.type,
+                    default=(self.default // synonym.unit if scaled else self.default)
+                    if last
+                    else None,
+                    minimum=None if self.minimum is None else -(-self.minimum // synonym.unit),
+                )
+            )
         return keys
 
 
 # ---------------------------------------------------------------------------------------------
 # Validators of typed values: each returns the value (normalised) or raises ValueError(reason).
+
 
 def _cleanup_policy(value: str) -> str:
     parts = [p.strip() for p in value.split(",") if p.strip()]
@@ -171,8 +182,9 @@ def _non_empty(value: str) -> str:
 
 def _listener(value: str) -> tuple[str, int]:
     if "," in value:
-        raise ValueError(f"{value!r} lists several listeners; only one PLAINTEXT listener is "
-                         "supported")
+        raise ValueError(
+            f"{value!r} lists several listeners; only one PLAINTEXT listener is supported"
+        )
     m = re.fullmatch(r"(?:PLAINTEXT://)?\[?([^\]\s]*?)\]?:(\d+)", value)
     if not m:
         raise ValueError(f"{value!r} is not of the form PLAINTEXT://host:port")
@@ -187,9 +199,31 @@ def _listener(value: str) -> tuple[str, int]:
 # and later magic 2 (record batches, KIP-98). Kafka 3.x ignores the setting for brokers at 3.0+;
 # chronolog honours it, so a topic can still be held to an old format.
 _IV_COUNTS = {
-    "0.10.0": 2, "0.10.1": 3, "0.10.2": 1, "0.11.0": 3, "1.0": 1, "1.1": 1, "2.0": 2, "2.1": 3,
-    "2.2": 2, "2.3": 2, "2.4": 2, "2.5": 1, "2.6": 1, "2.7": 3, "2.8": 2, "3.0": 2, "3.1": 1,
-    "3.2": 1, "3.3": 4, "3.4": 1, "3.5": 3, "3.6": 3, "3.7": 5, "3.8": 1, "3.9": 1,
+    "0.10.0": 2,
+    "0.10.1": 3,
+    "0.10.2": 1,
+    "0.11.0": 3,
+    "1.0": 1,
+    "1.1": 1,
+    "2.0": 2,
+    "2.1": 3,
+    "2.2": 2,
+    "2.3": 2,
+    "2.4": 2,
+    "2.5": 1,
+    "2.6": 1,
+    "2.7": 3,
+    "2.8": 2,
+    "3.0": 2,
+    "3.1": 1,
+    "3.2": 1,
+    "3.3": 4,
+    "3.4": 1,
+    "3.5": 3,
+    "3.6": 3,
+    "3.7": 5,
+    "3.8": 1,
+    "3.9": 1,
 }
 _FORMAT_VERSIONS = {"0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0}
 for _short, _count in _IV_COUNTS.items():
@@ -229,8 +263,15 @@ _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 def _log(name: str, type_: Type, *synonyms: Synonym, **extra: Any) -> ConfigKey:
     """A topic key that storage's LogConfig owns (default and minimum from there)."""
     field = name.replace(".", "_")
-    return ConfigKey(name, type_, getattr(_LOG_DEFAULTS, field), _T,
-                     minimum=LOG_MINIMUMS.get(field), synonyms=synonyms, **extra)
+    return ConfigKey(
+        name,
+        type_,
+        getattr(_LOG_DEFAULTS, field),
+        _T,
+        minimum=LOG_MINIMUMS.get(field),
+        synonyms=synonyms,
+        **extra,
+    )
 
 
 KEYS: tuple[ConfigKey, ...] = (
@@ -255,40 +296,91 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("group.max.session.timeout.ms", Type.INT, 300000, _B),
     ConfigKey("max.incremental.fetch.session.cache.slots", Type.INT, 1000, _B, minimum=0),
     # Topic configs, each with the broker properties that set its default.
-    ConfigKey("cleanup.policy", Type.STRING, "delete", _T, validator=_cleanup_policy,
-              synonyms=(Synonym("log.cleanup.policy"),)),
-    ConfigKey("compression.type", Type.STRING, "producer", _T, choices=_CODEC_NAMES,
-              synonyms=(Synonym("compression.type"),)),
+    ConfigKey(
+        "cleanup.policy",
+        Type.STRING,
+        "delete",
+        _T,
+        validator=_cleanup_policy,
+        synonyms=(Synonym("log.cleanup.policy"),),
+    ),
+    ConfigKey(
+        "compression.type",
+        Type.STRING,
+        "producer",
+        _T,
+        choices=_CODEC_NAMES,
+        synonyms=(Synonym("compression.type"),),
+    ),
     _log("file.delete.delay.ms", Type.LONG, Synonym("log.segment.delete.delay.ms")),
     _log("flush.messages", Type.LONG, Synonym("log.flush.interval.messages")),
     _log("flush.ms", Type.LONG, Synonym("log.flush.interval.ms")),
     _log("index.interval.bytes", Type.INT, Synonym("log.index.interval.bytes")),
     _log("max.message.bytes", Type.INT, Synonym("message.max.bytes")),
-    ConfigKey("message.format.version", Type.STRING, DEFAULT_FORMAT_VERSION, _T,
-              validator=_format_version, synonyms=(Synonym("log.message.format.version"),)),
-    ConfigKey("message.timestamp.after.max.ms", Type.LONG, LONG_MAX, _T, minimum=0,
-              synonyms=(Synonym("log.message.timestamp.after.max.ms"),)),
-    ConfigKey("message.timestamp.before.max.ms", Type.LONG, LONG_MAX, _T, minimum=0,
-              synonyms=(Synonym("log.message.timestamp.before.max.ms"),)),
-    ConfigKey("message.timestamp.difference.max.ms", Type.LONG, LONG_MAX, _T, minimum=0,
-              synonyms=(Synonym("log.message.timestamp.difference.max.ms"),)),
-    ConfigKey("message.timestamp.type", Type.STRING, "CreateTime", _T, choices=_TIMESTAMP_TYPES,
-              synonyms=(Synonym("log.message.timestamp.type"),)),
+    ConfigKey(
+        "message.format.version",
+        Type.STRING,
+        DEFAULT_FORMAT_VERSION,
+        _T,
+        validator=_format_version,
+        synonyms=(Synonym("log.message.format.version"),),
+    ),
+    ConfigKey(
+        "message.timestamp.after.max.ms",
+        Type.LONG,
+        LONG_MAX,
+        _T,
+        minimum=0,
+        synonyms=(Synonym("log.message.timestamp.after.max.ms"),),
+    ),
+    ConfigKey(
+        "message.timestamp.before.max.ms",
+        Type.LONG,
+        LONG_MAX,
+        _T,
+        minimum=0,
+        synonyms=(Synonym("log.message.timestamp.before.max.ms"),),
+    ),
+    ConfigKey(
+        "message.timestamp.difference.max.ms",
+        Type.LONG,
+        LONG_MAX,
+        _T,
+        minimum=0,
+        synonyms=(Synonym("log.message.timestamp.difference.max.ms"),),
+    ),
+    ConfigKey(
+        "message.timestamp.type",
+        Type.STRING,
+        "CreateTime",
+        _T,
+        choices=_TIMESTAMP_TYPES,
+        synonyms=(Synonym("log.message.timestamp.type"),),
+    ),
     _log("retention.bytes", Type.LONG, Synonym("log.retention.bytes")),
-    _log("retention.ms", Type.LONG, Synonym("log.retention.ms"),
-         Synonym("log.retention.minutes", MINUTE_MS), Synonym("log.retention.hours", HOUR_MS),
-         validator=_unlimited_if_negative),
+    _log(
+        "retention.ms",
+        Type.LONG,
+        Synonym("log.retention.ms"),
+        Synonym("log.retention.minutes", MINUTE_MS),
+        Synonym("log.retention.hours", HOUR_MS),
+        validator=_unlimited_if_negative,
+    ),
     _log("segment.bytes", Type.INT, Synonym("log.segment.bytes")),
     _log("segment.index.bytes", Type.INT, Synonym("log.index.size.max.bytes")),
-    _log("segment.jitter.ms", Type.LONG, Synonym("log.roll.jitter.ms"),
-         Synonym("log.roll.jitter.hours", HOUR_MS)),
+    _log(
+        "segment.jitter.ms",
+        Type.LONG,
+        Synonym("log.roll.jitter.ms"),
+        Synonym("log.roll.jitter.hours", HOUR_MS),
+    ),
     _log("segment.ms", Type.LONG, Synonym("log.roll.ms"), Synonym("log.roll.hours", HOUR_MS)),
 )
 
 TOPIC_KEYS: dict[str, ConfigKey] = {k.name: k for k in KEYS if k.scope is Scope.TOPIC}
 BROKER_KEYS: dict[str, ConfigKey] = {
-    k.name: k for key in KEYS
-    for k in ([key] if key.scope is Scope.BROKER else key.broker_keys())}
+    k.name: k for key in KEYS for k in ([key] if key.scope is Scope.BROKER else key.broker_keys())
+}
 TOPIC_ALIASES = {"max.message.time.difference.ms": "message.timestamp.difference.max.ms"}
 
 
@@ -320,8 +412,14 @@ def parse_topic_configs(entries: Mapping[str, str] | Iterable[tuple[str, str]]) 
     return result
 
 
-_CODECS = {"producer": None, "uncompressed": Codec.NONE, "gzip": Codec.GZIP,
-           "snappy": Codec.SNAPPY, "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
+_CODECS = {
+    "producer": None,
+    "uncompressed": Codec.NONE,
+    "gzip": Codec.GZIP,
+    "snappy": Codec.SNAPPY,
+    "lz4": Codec.LZ4,
+    "zstd": Codec.ZSTD,
+}
 
 
 @dataclass(frozen=True)
@@ -360,8 +458,10 @@ class TopicConfig:
             values[name] = TOPIC_KEYS[name].parse(raw)
         config = cls(**{key.attribute: values[name] for name, key in TOPIC_KEYS.items()})
         if config.compression_type == "zstd" and config.magic < 2:
-            raise ConfigError("compression.type", "zstd needs message.format.version 0.11.0 or "
-                                                  "later (record batches, KIP-110)")
+            raise ConfigError(
+                "compression.type",
+                "zstd needs message.format.version 0.11.0 or later (record batches, KIP-110)",
+            )
         return config
 
     def log_config(self) -> LogConfig:
@@ -372,25 +472,32 @@ class TopicConfig:
         """The produce validator's settings for this topic."""
         return TopicSettings(
             magic=self.magic,
-            timestamp_type=(TimestampType.LOG_APPEND_TIME
-                            if self.message_timestamp_type == "LogAppendTime"
-                            else TimestampType.CREATE_TIME),
+            timestamp_type=(
+                TimestampType.LOG_APPEND_TIME
+                if self.message_timestamp_type == "LogAppendTime"
+                else TimestampType.CREATE_TIME
+            ),
             max_timestamp_difference_ms=self.message_timestamp_difference_max_ms,
             timestamp_before_max_ms=self.message_timestamp_before_max_ms,
             timestamp_after_max_ms=self.message_timestamp_after_max_ms,
             max_message_bytes=self.max_message_bytes,
             target_codec=_CODECS[self.compression_type],
-            compacted="compact" in self.cleanup_policy.split(","))
+            compacted="compact" in self.cleanup_policy.split(","),
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # Broker properties.
 
+
 def parse_properties(text: str) -> list[tuple[str, str]]:
     """Parse Java ``.properties`` text into (key, value) pairs in file order, values stripped
     (comments, separators, line continuations and escapes as java.util.Properties reads them)."""
-    return [(e.key, e.value.strip()) for e in javaproperties.parse(text)
-            if isinstance(e, javaproperties.KeyValue)]
+    return [
+        (e.key, e.value.strip())
+        for e in javaproperties.parse(text)
+        if isinstance(e, javaproperties.KeyValue)
+    ]
 
 
 @dataclass(frozen=True)
@@ -436,16 +543,18 @@ class BrokerConfig:
             given[name] = _parse(BROKER_KEYS[name], name, raw)
         v = {name: given.get(name, key.default) for name, key in BROKER_KEYS.items()}
         if v["group.min.session.timeout.ms"] > v["group.max.session.timeout.ms"]:
-            raise ConfigError("group.min.session.timeout.ms",
-                              "must not exceed group.max.session.timeout.ms")
+            raise ConfigError(
+                "group.min.session.timeout.ms", "must not exceed group.max.session.timeout.ms"
+            )
         topic_defaults = {}
         for name, key in TOPIC_KEYS.items():
             synonym = next(s for s in key.synonyms if v[s.name] is not None)
             value = v[synonym.name] * synonym.unit
             topic_defaults[name] = key.validator(value) if key.validator else value
         fields = {f.name for f in dataclasses.fields(cls)}
-        values = {key.attribute: v[name] for name, key in BROKER_KEYS.items()
-                  if key.attribute in fields}
+        values = {
+            key.attribute: v[name] for name, key in BROKER_KEYS.items() if key.attribute in fields
+        }
         values.update(_addresses(v, "advertised.listeners" in given), log_dirs=_log_dirs(v))
         return cls(**values, topic_defaults=topic_defaults)
 

@@ -13,6 +13,7 @@ Concurrency rules (all state lives on the trio thread):
 - Topic creation and deletion are serialised by ``admin_lock``.
 - Appends wake long-polling fetches through ``PartitionState.notify`` (trio events, no polling).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -94,8 +95,14 @@ class PartitionState:
 class BrokerContext:
     """The broker's shared state: config, storage, topics, partition coordination, coordinator."""
 
-    def __init__(self, config: BrokerConfig, cluster_id: str, log_manager: Any,
-                 topics: TopicRegistry, clock: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        cluster_id: str,
+        log_manager: Any,
+        topics: TopicRegistry,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
         self.config = config
         self.cluster_id = cluster_id
         self.log_manager = log_manager
@@ -107,7 +114,8 @@ class BrokerContext:
         # InitProducerId's ids (broker/producer_ids.py), loaded by open_context.
         self.producer_ids = ProducerIdManager(config.log_dirs[0])
         self.fetch_sessions = FetchSessionCache(
-            config.max_incremental_fetch_session_cache_slots, clock)
+            config.max_incremental_fetch_session_cache_slots, clock
+        )
         self.stopping = False
         self._partitions: dict[tuple[str, int], PartitionState] = {}
 
@@ -139,8 +147,9 @@ class BrokerContext:
         for state in self._partitions.values():
             state.notify()
 
-    async def create_topic(self, name: str, partitions: int,
-                           overrides: Mapping[str, str] | None = None) -> Topic:
+    async def create_topic(
+        self, name: str, partitions: int, overrides: Mapping[str, str] | None = None
+    ) -> Topic:
         """Create a topic: validate, persist the registry, then create every partition's log.
 
         Raises InvalidTopicNameError, TopicExistsError, or ConfigError (bad override); storage
@@ -160,14 +169,17 @@ class BrokerContext:
                 for p in range(partitions):
                     async with self.partition(name, p).lock:
                         log = await trio.to_thread.run_sync(
-                            self.log_manager.create_log, name, p, topic.log_config)
+                            self.log_manager.create_log, name, p, topic.log_config
+                        )
                         await trio.to_thread.run_sync(log.assign_topic_id, topic.topic_id)
             except BaseException:
                 self.topics.remove(name)
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
                 raise
-        logger.info("created topic", topic=name, partitions=partitions, configs=dict(topic.overrides))
+        logger.info(
+            "created topic", topic=name, partitions=partitions, configs=dict(topic.overrides)
+        )
         return topic
 
     async def delete_topic(self, name: str) -> bool:
@@ -242,5 +254,14 @@ class _all_locks:
         self._held.clear()
 
 
-__all__ = ["BrokerContext", "PartitionState", "TopicExistsError", "InvalidTopicNameError",
-           "ConfigError", "INTERNAL_TOPICS", "client_host", "kafka_host_string", "wall_clock_ms"]
+__all__ = [
+    "BrokerContext",
+    "PartitionState",
+    "TopicExistsError",
+    "InvalidTopicNameError",
+    "ConfigError",
+    "INTERNAL_TOPICS",
+    "client_host",
+    "kafka_host_string",
+    "wall_clock_ms",
+]

@@ -1,5 +1,6 @@
 """Exceptions of the broker: the ones its connection loop and start-up act on, and what handlers
 catch from storage."""
+
 from __future__ import annotations
 
 from storage.errors import StorageError

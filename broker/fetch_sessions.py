@@ -30,6 +30,7 @@ The cache holds at most ``max.incremental.fetch.session.cache.slots`` sessions (
 sessions). When it is full a new session may evict the least recently used one if that has been
 idle for EVICTION_MS, or else the smallest one if the new one has more partitions.
 """
+
 from __future__ import annotations
 
 import random
@@ -72,7 +73,7 @@ class Answer(NamedTuple):
 @dataclass(slots=True)
 class _Cached:
     wanted: Wanted
-    high_watermark: int = -1   # last sent, -1 after an error so the partition is sent again
+    high_watermark: int = -1  # last sent, -1 after an error so the partition is sent again
     log_start_offset: int = -1
 
     def must_respond(self, answer: Answer) -> bool:
@@ -94,7 +95,7 @@ class _Session:
     partitions: dict[Key, _Cached]
     created_ms: int
     last_used_ms: int
-    epoch: int = 1   # the epoch the next incremental request must carry
+    epoch: int = 1  # the epoch the next incremental request must carry
 
 
 def _key(wanted: Wanted, uses_topic_ids: bool) -> Key:
@@ -149,8 +150,9 @@ class FetchSessionCache:
     """The broker's fetch sessions; see the module docstring. Not thread-safe: the trio thread
     alone uses it. ``clock`` gives milliseconds."""
 
-    def __init__(self, max_slots: int, clock: Callable[[], int], *,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self, max_slots: int, clock: Callable[[], int], *, rng: random.Random | None = None
+    ) -> None:
         self.max_slots = max_slots
         self._clock = clock
         self._rng = rng or random.Random()
@@ -159,8 +161,14 @@ class FetchSessionCache:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def context(self, version: int, session_id: int, epoch: int, wanted: list[Wanted],
-                forgotten: Iterable[Wanted]) -> FetchContext:
+    def context(
+        self,
+        version: int,
+        session_id: int,
+        epoch: int,
+        wanted: list[Wanted],
+        forgotten: Iterable[Wanted],
+    ) -> FetchContext:
         """The context of one Fetch request (Kafka's FetchManager.newContext)."""
         uses_topic_ids = version >= 13
         if version < 7:
@@ -168,9 +176,12 @@ class FetchSessionCache:
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session_id != INVALID_SESSION_ID:
                 self._sessions.pop(session_id, None)
-            return FetchContext(self, wanted, create_session=(epoch == INITIAL_EPOCH
-                                                             and self.max_slots > 0),
-                                uses_topic_ids=uses_topic_ids)
+            return FetchContext(
+                self,
+                wanted,
+                create_session=(epoch == INITIAL_EPOCH and self.max_slots > 0),
+                uses_topic_ids=uses_topic_ids,
+            )
         session = self._sessions.get(session_id)
         if session is None:
             return FetchContext(self, [], ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
@@ -192,8 +203,12 @@ class FetchSessionCache:
             return FetchContext(self, wanted)
         session.last_used_ms = self._clock()
         session.epoch = 1 if session.epoch == _INT32_MAX else session.epoch + 1
-        return FetchContext(self, [c.wanted for c in session.partitions.values()],
-                            uses_topic_ids=uses_topic_ids, session=session)
+        return FetchContext(
+            self,
+            [c.wanted for c in session.partitions.values()],
+            uses_topic_ids=uses_topic_ids,
+            session=session,
+        )
 
     def create(self, wanted: list[Wanted], answers: list[Answer], uses_topic_ids: bool) -> int:
         """A new session holding ``wanted`` as just answered; its id, or 0 when the cache is

@@ -36,7 +36,8 @@ def parse_host_port(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not HOST:PORT (expected HOST:PORT, for example 127.0.0.1:9092)")
+            f"{text!r} is not HOST:PORT (expected HOST:PORT, for example 127.0.0.1:9092)"
+        )
     return host.strip("[]"), int(port)
 
 
@@ -46,17 +47,24 @@ def check(host: str, port: int, timeout: float = 5.0) -> str:
     Raises HealthCheckError (also for socket errors) when the broker is not healthy."""
     deadline = time.monotonic() + timeout
     try:
-        with BrokerConnection(host, port, client_id="chronolog-health", timeout_s=timeout,
-                              max_response_bytes=_MAX_RESPONSE_BYTES) as conn:
+        with BrokerConnection(
+            host,
+            port,
+            client_id="chronolog-health",
+            timeout_s=timeout,
+            max_response_bytes=_MAX_RESPONSE_BYTES,
+        ) as conn:
             versions = conn.call(ApiKey.API_VERSIONS, 0, {}, deadline=deadline)
             if versions.error_code != ErrorCode.NONE:
                 raise HealthCheckError(
-                    f"ApiVersions answered error {error_name(versions.error_code)}")
+                    f"ApiVersions answered error {error_name(versions.error_code)}"
+                )
             keys = {entry.api_key for entry in versions.api_keys}
             missing = {ApiKey.API_VERSIONS, ApiKey.METADATA} - keys
             if missing:
                 raise HealthCheckError(
-                    "ApiVersions does not list " + ", ".join(k.name for k in sorted(missing)))
+                    "ApiVersions does not list " + ", ".join(k.name for k in sorted(missing))
+                )
             metadata = conn.call(ApiKey.METADATA, 1, {"topics": []}, deadline=deadline)
     except BrokerConnectionError as exc:
         raise HealthCheckError(str(exc)) from exc
@@ -70,11 +78,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the check; print the summary and return 0, or print why not and return 1."""
     parser = argparse.ArgumentParser(
         prog="chronolog health",
-        description="Exit 0 if the broker answers ApiVersions and Metadata correctly, else 1.")
-    parser.add_argument("--bootstrap", required=True, type=parse_host_port, metavar="HOST:PORT",
-                        help="broker address to check")
-    parser.add_argument("--timeout", type=float, default=5.0,
-                        help="seconds for the whole check (default 5)")
+        description="Exit 0 if the broker answers ApiVersions and Metadata correctly, else 1.",
+    )
+    parser.add_argument(
+        "--bootstrap",
+        required=True,
+        type=parse_host_port,
+        metavar="HOST:PORT",
+        help="broker address to check",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds for the whole check (default 5)"
+    )
     args = parser.parse_args(argv)
     host, port = args.bootstrap
     try:

@@ -7,6 +7,7 @@ them (bench/NOTES.md).
 Raising both thresholds lets the next request reuse the same pages. Only the serve process does
 this; RSS then follows the largest working set rather than the current one.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -17,7 +18,7 @@ __all__ = ["keep_freed_buffers"]
 # mallopt() parameters (glibc's malloc.h)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024   # glibc's ceiling for this parameter on 64-bit
+MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024  # glibc's ceiling for this parameter on 64-bit
 TRIM_THRESHOLD_BYTES = 64 * 1024 * 1024
 
 
@@ -31,5 +32,7 @@ def keep_freed_buffers() -> bool:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-                and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    return bool(
+        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    )

@@ -7,6 +7,7 @@ A block is reserved by writing the new end durably (tmp file, fsync, rename, dir
 before any id in it is handed out, so a crash at any point loses at most the unused rest of a
 block and never repeats an id.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,7 +47,8 @@ class ProducerIdManager:
         if not text.isdigit():
             raise ProducerIdBlockError(
                 f"{self._path} holds {text[:40]!r}, not a producer id; restore it from a backup "
-                "or set it above every producer id in use")
+                "or set it above every producer id in use"
+            )
         self._next = self._end = int(text)
 
     def needs_block(self) -> bool:

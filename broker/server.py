@@ -10,6 +10,7 @@ Shutdown (SIGTERM/SIGINT): stop accepting, close idle connections, let in-flight
 parked JoinGroup/SyncGroup answer NOT_COORDINATOR_FOR_GROUP) for up to ``SHUTDOWN_GRACE_S``, then
 flush, checkpoint and write the clean-shutdown marker through ``LogManager.shutdown``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -71,13 +72,17 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     for name, partitions in on_disk.items():
         topic = registry.get(name)
         if topic is None:
-            logger.warning("topic found on disk without registered configs; using broker defaults",
-                        topic=name, partitions=partitions)
+            logger.warning(
+                "topic found on disk without registered configs; using broker defaults",
+                topic=name,
+                partitions=partitions,
+            )
             registry.put(registry.default_topic(name, partitions))
             changed = True
         elif partitions > topic.partitions:
-            registry.put(registry.make_topic(name, partitions, topic.overrides,
-                                             topic_id=topic.topic_id))
+            registry.put(
+                registry.make_topic(name, partitions, topic.overrides, topic_id=topic.topic_id)
+            )
             changed = True
     for name in registry.names():
         topic = registry.get(name)
@@ -85,19 +90,27 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
             partition_log = manager.get_log(name, p)
             if partition_log is None:
                 logger.warning("creating missing partition log", topic=name, partition=p)
-                partition_log = await trio.to_thread.run_sync(manager.create_log, name, p,
-                                                              topic.log_config)
+                partition_log = await trio.to_thread.run_sync(
+                    manager.create_log, name, p, topic.log_config
+                )
             try:
                 await trio.to_thread.run_sync(partition_log.assign_topic_id, topic.topic_id)
             except InconsistentTopicIdError as exc:
-                logger.error("partition directory belongs to another topic id", topic=name,
-                          partition=p, reason=str(exc),
-                          action="move the directory away if the topic was deleted and "
-                                 "created again; chronolog keeps serving it as it is")
+                logger.error(
+                    "partition directory belongs to another topic id",
+                    topic=name,
+                    partition=p,
+                    reason=str(exc),
+                    action="move the directory away if the topic was deleted and "
+                    "created again; chronolog keeps serving it as it is",
+                )
     if changed:
         await trio.to_thread.run_sync(registry.save, registry.snapshot())
-    logger.info("logs loaded", topics=len(registry.names()),
-             partitions=sum(registry.get(n).partitions for n in registry.names()))
+    logger.info(
+        "logs loaded",
+        topics=len(registry.names()),
+        partitions=sum(registry.get(n).partitions for n in registry.names()),
+    )
     return ctx
 
 
@@ -125,9 +138,12 @@ class Server:
             await stream.aclose()
             return
         if self.active >= config.max_connections:
-            logger.warning("refusing connection: limit reached", peer=peer,
-                        max_connections=config.max_connections,
-                        action="raise max.connections or reduce the clients' connections")
+            logger.warning(
+                "refusing connection: limit reached",
+                peer=peer,
+                max_connections=config.max_connections,
+                action="raise max.connections or reduce the clients' connections",
+            )
             await stream.aclose()
             return
         self.active += 1
@@ -140,9 +156,15 @@ class Server:
             reason = await self._serve(stream, conn_id, versions, clients)
         except ProtocolError as exc:
             reason = f"bad request: {exc}"
-            logger.warning("closing connection after a bad request", conn=conn_id, peer=peer,
-                        error=type(exc).__name__, reason=str(exc), api_key=exc.api_key,
-                        api_version=exc.api_version)
+            logger.warning(
+                "closing connection after a bad request",
+                conn=conn_id,
+                peer=peer,
+                error=type(exc).__name__,
+                reason=str(exc),
+                api_key=exc.api_key,
+                api_version=exc.api_version,
+            )
         except CloseConnectionError as exc:
             reason = str(exc)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
@@ -152,18 +174,33 @@ class Server:
             logger.error("closing connection mid-response", conn=conn_id, peer=peer, reason=reason)
         except Exception as exc:  # LocalProtocolError (a response we built wrong) included
             reason = f"internal error: {exc!r}"
-            logger.exception("closing connection after an internal error", conn=conn_id, peer=peer,
-                          action="this is a broker bug; report it with this log line")
+            logger.exception(
+                "closing connection after an internal error",
+                conn=conn_id,
+                peer=peer,
+                action="this is a broker bug; report it with this log line",
+            )
         finally:
             self.active -= 1
             with trio.CancelScope(shield=True):
                 await stream.aclose()
-            logger.info("connection closed", conn=conn_id, peer=peer, reason=reason,
-                     active=self.active, client_id=", ".join(sorted(clients)),
-                     api_versions=_versions_used(versions))
+            logger.info(
+                "connection closed",
+                conn=conn_id,
+                peer=peer,
+                reason=reason,
+                active=self.active,
+                client_id=", ".join(sorted(clients)),
+                api_versions=_versions_used(versions),
+            )
 
-    async def _serve(self, stream: trio.SocketStream, conn_id: int,
-                     versions: dict[ApiKey, set[int]], clients: set[str]) -> str:
+    async def _serve(
+        self,
+        stream: trio.SocketStream,
+        conn_id: int,
+        versions: dict[ApiKey, set[int]],
+        clients: set[str],
+    ) -> str:
         """Serve requests until the peer or the broker ends the connection; ``versions`` and
         ``clients`` collect every (api, version) served and client id seen, for the
         connection-closed log line."""
@@ -178,13 +215,15 @@ class Server:
                 finally:
                     self._idle_scopes.discard(scope)
             if scope.cancelled_caught:
-                return "broker shutting down" if ctx.stopping else \
-                    f"idle for {ctx.config.connections_max_idle_ms} ms"
+                return (
+                    "broker shutting down"
+                    if ctx.stopping
+                    else f"idle for {ctx.config.connections_max_idle_ms} ms"
+                )
             if not data:
                 return "closed by client"
             for request in conn.receive_data(data):
-                versions.setdefault(request.header.api_key, set()).add(
-                    request.header.api_version)
+                versions.setdefault(request.header.api_key, set()).add(request.header.api_version)
                 clients.add(request.header.client_id or "")
                 self._busy += 1
                 try:
@@ -195,18 +234,25 @@ class Server:
                     self._all_done.set()
         return "broker shutting down"
 
-    async def _dispatch(self, stream, conn: ServerConnection, request: Request,
-                        conn_id: int) -> None:
+    async def _dispatch(
+        self, stream, conn: ServerConnection, request: Request, conn_id: int
+    ) -> None:
         header = request.header
         handler = self.handlers.get(header.api_key)
         if handler is None:
             raise CloseConnectionError(
                 f"{header.api_key.name} (api key {int(header.api_key)}) is not served by this "
-                "broker")
+                "broker"
+            )
         if header.api_key != ApiKey.API_VERSIONS or request.body is not None:
             # log only at debug level: one line per request would drown everything else
-            logger.debug("request", conn=conn_id, api=header.api_key.name,
-                      version=header.api_version, correlation_id=header.correlation_id)
+            logger.debug(
+                "request",
+                conn=conn_id,
+                api=header.api_key.name,
+                version=header.api_version,
+                correlation_id=header.correlation_id,
+            )
         body = await handler(self.ctx, request)
         if body is None:
             return
@@ -238,8 +284,9 @@ class Server:
 def _versions_used(versions: dict[ApiKey, set[int]]) -> str:
     """``"API_VERSIONS v3, METADATA v12, PRODUCE v9"``: what a client negotiated, in one field of
     the connection-closed line (tests assert on it; operators see which clients are old)."""
-    return ", ".join(f"{api.name} v{'/'.join(map(str, sorted(vs)))}"
-                     for api, vs in sorted(versions.items()))
+    return ", ".join(
+        f"{api.name} v{'/'.join(map(str, sorted(vs)))}" for api, vs in sorted(versions.items())
+    )
 
 
 async def send_response(stream: trio.SocketStream, chunks: list[Any]) -> None:
@@ -255,8 +302,10 @@ async def send_response(stream: trio.SocketStream, chunks: list[Any]) -> None:
         elif chunk.length <= INLINE_REGION_BYTES:
             data = os.pread(chunk.source, chunk.length, chunk.position)
             if len(data) != chunk.length:
-                raise SendfileError(f"segment file ended {chunk.length - len(data)} bytes "
-                                    f"before the fetch response was complete")
+                raise SendfileError(
+                    f"segment file ended {chunk.length - len(data)} bytes "
+                    f"before the fetch response was complete"
+                )
             pending += data
         else:
             if pending:
@@ -281,8 +330,9 @@ async def _sendfile(sock, region: FileRegion) -> None:
                 raise trio.BrokenResourceError(repr(exc)) from exc
             raise
         if sent == 0:
-            raise SendfileError(f"segment file ended {remaining} bytes before the fetch "
-                                "response was complete")
+            raise SendfileError(
+                f"segment file ended {remaining} bytes before the fetch response was complete"
+            )
         position += sent
         remaining -= sent
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -297,10 +347,15 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
         port = listeners[0].socket.getsockname()[1]
         if config.advertised_port == 0:  # listeners=...:0 picks a free port: advertise that one
             config = ctx.config = dataclasses.replace(config, advertised_port=port)
-        logger.info("listening", host=config.host or "0.0.0.0", port=port,
-                 advertised=f"{config.advertised_host}:{config.advertised_port}",
-                 broker_id=config.broker_id, cluster_id=ctx.cluster_id,
-                 record_scans=native.DESCRIPTION)
+        logger.info(
+            "listening",
+            host=config.host or "0.0.0.0",
+            port=port,
+            advertised=f"{config.advertised_host}:{config.advertised_port}",
+            broker_id=config.broker_id,
+            cluster_id=ctx.cluster_id,
+            record_scans=native.DESCRIPTION,
+        )
         async with trio.open_nursery() as outer:
             async with trio.open_nursery() as connections:
                 bg_scope = trio.CancelScope()
@@ -316,14 +371,18 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
 
                 async def accept() -> None:
                     with accept_scope:
-                        await trio.serve_listeners(server.handle_connection, listeners,
-                                                   handler_nursery=connections)
+                        await trio.serve_listeners(
+                            server.handle_connection, listeners, handler_nursery=connections
+                        )
 
                 connections.start_soon(accept)
                 task_status.started(port)
                 async for signum in signals:
-                    logger.info("shutting down", signal=signal.Signals(signum).name,
-                             open_connections=server.active)
+                    logger.info(
+                        "shutting down",
+                        signal=signal.Signals(signum).name,
+                        open_connections=server.active,
+                    )
                     break
                 accept_scope.cancel()
                 for listener in listeners:  # refuse new connections instead of queueing them
@@ -332,8 +391,10 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                 with trio.move_on_after(SHUTDOWN_GRACE_S) as grace:
                     await server.wait_idle()
                 if grace.cancelled_caught:
-                    logger.warning("in-flight requests did not finish in time; cancelling them",
-                                grace_s=SHUTDOWN_GRACE_S)
+                    logger.warning(
+                        "in-flight requests did not finish in time; cancelling them",
+                        grace_s=SHUTDOWN_GRACE_S,
+                    )
                 connections.cancel_scope.cancel()
             bg_scope.cancel()
         await _shutdown_storage(ctx)

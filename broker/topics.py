@@ -10,6 +10,7 @@ either the old or the new registry, never a torn one.
 Not thread-safe: the broker mutates it from the trio thread only (under its admin lock) and runs
 the file writes in a worker thread.
 """
+
 from __future__ import annotations
 
 import base64
@@ -31,6 +32,7 @@ from storage.durable import write_atomically
 logger = structlog.get_logger(__name__)
 
 REGISTRY_FILE = "chronolog-topics.json"
+
 
 @dataclass(frozen=True)
 class Topic:
@@ -71,25 +73,41 @@ class TopicRegistry:
         except FileNotFoundError:
             return
         except (OSError, ValueError) as exc:
-            raise StartupError(f"cannot read topic registry {self._path}: {exc}; "
-                               "restore it from a backup or remove it to fall back to defaults") from exc
+            raise StartupError(
+                f"cannot read topic registry {self._path}: {exc}; "
+                "restore it from a backup or remove it to fall back to defaults"
+            ) from exc
         for name, entry in doc.get("topics", {}).items():
             try:
                 topic_id = entry.get("topic_id")
                 self._topics[name] = self.make_topic(
-                    name, int(entry["partitions"]), entry.get("configs", {}),
-                    topic_id=None if topic_id is None else topic_id_from_string(topic_id))
+                    name,
+                    int(entry["partitions"]),
+                    entry.get("configs", {}),
+                    topic_id=None if topic_id is None else topic_id_from_string(topic_id),
+                )
             except (ConfigError, KeyError, TypeError, ValueError) as exc:
                 raise StartupError(f"topic registry {self._path}: topic {name!r}: {exc}") from exc
             self.ids_assigned = self.ids_assigned or topic_id is None
 
-    def make_topic(self, name: str, partitions: int, overrides: Mapping[str, str], *,
-                   topic_id: uuid.UUID | None = None) -> Topic:
+    def make_topic(
+        self,
+        name: str,
+        partitions: int,
+        overrides: Mapping[str, str],
+        *,
+        topic_id: uuid.UUID | None = None,
+    ) -> Topic:
         """Validate overrides (ConfigError) and build a Topic without registering it; a new
         topic id is made unless one is given."""
         normalised = parse_topic_configs(overrides)
-        return Topic(name, partitions, normalised, self._config.topic_config(normalised),
-                     topic_id or new_topic_id())
+        return Topic(
+            name,
+            partitions,
+            normalised,
+            self._config.topic_config(normalised),
+            topic_id or new_topic_id(),
+        )
 
     def by_id(self, topic_id: uuid.UUID) -> Topic | None:
         return self._by_id().get(topic_id)
@@ -123,10 +141,17 @@ class TopicRegistry:
 
     def snapshot(self) -> bytes:
         """The registry file contents for the current state (taken on the trio thread)."""
-        doc = {"version": 1, "topics": {
-            t.name: {"partitions": t.partitions, "configs": dict(t.overrides),
-                     "topic_id": topic_id_string(t.topic_id)}
-            for t in self._topics.values()}}
+        doc = {
+            "version": 1,
+            "topics": {
+                t.name: {
+                    "partitions": t.partitions,
+                    "configs": dict(t.overrides),
+                    "topic_id": topic_id_string(t.topic_id),
+                }
+                for t in self._topics.values()
+            },
+        }
         return json.dumps(doc, indent=1, sort_keys=True).encode()
 
     def save(self, snapshot: bytes) -> None:

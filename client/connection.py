@@ -5,6 +5,7 @@ one is given. Any failure (connect, send, receive, timeout, a response that does
 raises :class:`BrokerConnectionError` and closes the socket, since its stream position is then
 unknown. Kafka error codes inside responses are the caller's to judge.
 """
+
 from __future__ import annotations
 
 import socket
@@ -49,8 +50,15 @@ def error_name(code: int) -> str:
 class BrokerConnection:
     """A blocking connection to ``host:port``; close() (or the context manager) releases it."""
 
-    def __init__(self, host: str, port: int, *, client_id: str, timeout_s: float,
-                 max_response_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str,
+        timeout_s: float,
+        max_response_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
         self.address = f"{host}:{port}"
         self.timeout_s = timeout_s
         self.codec = ClientConnection(client_id=client_id, max_response_bytes=max_response_bytes)
@@ -69,8 +77,9 @@ class BrokerConnection:
     def close(self) -> None:
         self.socket.close()
 
-    def call(self, api_key: ApiKey, version: int, body: Any, *,
-             deadline: float | None = None) -> Any:
+    def call(
+        self, api_key: ApiKey, version: int, body: Any, *, deadline: float | None = None
+    ) -> Any:
         """Send one request and return its decoded response body. ``deadline`` is a
         time.monotonic() value bounding the whole call."""
         self.send(api_key, version, body)

@@ -6,6 +6,7 @@ Keys are user-<n> for a few dozen users; timestamps (CreateTime) increase evenly
 minutes to now. Uses the connector's client directly (no Spark) and checks every produce
 response.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,15 @@ from pyspark_chronolog.options import parse_connect
 from pyspark_chronolog.writer import partition_for_key
 
 
-def seed(bootstrap: str, topic: str, messages: int, minutes: int, *, batch: int = 2000,
-         rng: random.Random | None = None) -> dict:
+def seed(
+    bootstrap: str,
+    topic: str,
+    messages: int,
+    minutes: int,
+    *,
+    batch: int = 2000,
+    rng: random.Random | None = None,
+) -> dict:
     rng = rng or random.Random(7)
     now = int(time.time() * 1000)
     first = now - minutes * 60_000
@@ -34,18 +42,26 @@ def seed(bootstrap: str, topic: str, messages: int, minutes: int, *, batch: int 
                 key = f"user-{rng.randrange(40)}".encode()
                 value = json.dumps({"n": i, "page": f"/p/{rng.randrange(500)}"}).encode()
                 part = partition_for_key(key, partitions)
-                sets.setdefault(part, MessageSetBuilder(magic=2)).append(value, key=key,
-                                                                  timestamp=first + i * step)
-            results = client.produce(topic, {p: b.build() for p, b in sets.items()}, acks=-1,
-                                     timeout_ms=30_000)
+                sets.setdefault(part, MessageSetBuilder(magic=2)).append(
+                    value, key=key, timestamp=first + i * step
+                )
+            results = client.produce(
+                topic, {p: b.build() for p, b in sets.items()}, acks=-1, timeout_ms=30_000
+            )
             for part, result in results.items():
                 if result.error_code != ErrorCode.NONE:
-                    raise SystemExit(f"producing to {topic}[{part}] at {bootstrap} failed: "
-                                     f"{error_name(result.error_code)}; check the broker log "
-                                     "and run the seed again")
+                    raise SystemExit(
+                        f"producing to {topic}[{part}] at {bootstrap} failed: "
+                        f"{error_name(result.error_code)}; check the broker log "
+                        "and run the seed again"
+                    )
             sent += sum(len(b) for b in sets.values())
-    return {"topic": topic, "messages": sent, "first_ms": first, "last_ms": first +
-            (sent - 1) * step}
+    return {
+        "topic": topic,
+        "messages": sent,
+        "first_ms": first,
+        "last_ms": first + (sent - 1) * step,
+    }
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ only that slice of each partition is fetched. Results go to Parquet (overwritten
 message per (key, minute), to the output topic: key = the key, value = JSON {"minute_ms",
 "messages", "bytes"}, timestamp (CreateTime) = the minute's start.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,54 +25,85 @@ def session() -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark_chronolog import ChronologDataSource
 
-    spark = (SparkSession.builder.master("local[2]").appName("chronolog-window-counts")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("chronolog-window-counts")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     # Registering explicitly also works when the job is not started from the repository root.
     spark.dataSource.register(ChronologDataSource)
     return spark
 
 
-def per_minute(spark: SparkSession, bootstrap: str, topic: str, start_ms: int, end_ms: int
-               ) -> DataFrame:
+def per_minute(
+    spark: SparkSession, bootstrap: str, topic: str, start_ms: int, end_ms: int
+) -> DataFrame:
     """(key, minute, messages, bytes) for messages with start_ms <= timestamp < end_ms."""
-    messages = (spark.read.format("chronolog")
-                .option("bootstrap.servers", bootstrap)
-                .option("topic", topic)
-                .option("startingTimestamp", str(start_ms))
-                .option("endingTimestamp", str(end_ms))
-                # an empty window is a result, not an error
-                .option("startingOffsetsByTimestampStrategy", "latest")
-                .load())
-    return (messages
-            .groupBy("key", F.window("timestamp", "1 minute").start.alias("minute"))
-            .agg(F.count(F.lit(1)).alias("messages"),
-                 F.sum(F.coalesce(F.length("value"), F.lit(0))).cast("long").alias("bytes"))
-            .orderBy("minute", "key"))
+    messages = (
+        spark.read.format("chronolog")
+        .option("bootstrap.servers", bootstrap)
+        .option("topic", topic)
+        .option("startingTimestamp", str(start_ms))
+        .option("endingTimestamp", str(end_ms))
+        # an empty window is a result, not an error
+        .option("startingOffsetsByTimestampStrategy", "latest")
+        .load()
+    )
+    return (
+        messages.groupBy("key", F.window("timestamp", "1 minute").start.alias("minute"))
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.sum(F.coalesce(F.length("value"), F.lit(0))).cast("long").alias("bytes"),
+        )
+        .orderBy("minute", "key")
+    )
 
 
-def run(spark: SparkSession, *, bootstrap: str, topic: str, start_ms: int, end_ms: int,
-        output_topic: str | None, parquet: str | None) -> dict:
+def run(
+    spark: SparkSession,
+    *,
+    bootstrap: str,
+    topic: str,
+    start_ms: int,
+    end_ms: int,
+    output_topic: str | None,
+    parquet: str | None,
+) -> dict:
     result = per_minute(spark, bootstrap, topic, start_ms, end_ms).cache()
     rows = result.count()
     if parquet:
         result.write.mode("overwrite").parquet(parquet)
     if output_topic:
-        (result.select(
-            F.col("key"),
-            F.to_json(F.struct(F.unix_millis("minute").alias("minute_ms"), "messages",
-                               "bytes")).alias("value"),
-            F.col("minute").alias("timestamp"))
-         .write.format("chronolog").mode("append")
-         .option("bootstrap.servers", bootstrap).option("topic", output_topic).save())
+        (
+            result.select(
+                F.col("key"),
+                F.to_json(
+                    F.struct(F.unix_millis("minute").alias("minute_ms"), "messages", "bytes")
+                ).alias("value"),
+                F.col("minute").alias("timestamp"),
+            )
+            .write.format("chronolog")
+            .mode("append")
+            .option("bootstrap.servers", bootstrap)
+            .option("topic", output_topic)
+            .save()
+        )
     totals = result.agg(F.sum("messages"), F.sum("bytes")).first()
     result.unpersist()
-    return {"topic": topic, "start_ms": start_ms, "end_ms": end_ms, "rows": rows,
-            "messages": int(totals[0] or 0), "bytes": int(totals[1] or 0),
-            "parquet": parquet, "output_topic": output_topic}
+    return {
+        "topic": topic,
+        "start_ms": start_ms,
+        "end_ms": end_ms,
+        "rows": rows,
+        "messages": int(totals[0] or 0),
+        "bytes": int(totals[1] or 0),
+        "parquet": parquet,
+        "output_topic": output_topic,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -79,8 +111,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--topic", required=True)
     window = parser.add_mutually_exclusive_group()
-    window.add_argument("--last-minutes", type=int, default=60,
-                        help="window = the last N minutes up to now (default 60)")
+    window.add_argument(
+        "--last-minutes",
+        type=int,
+        default=60,
+        help="window = the last N minutes up to now (default 60)",
+    )
     window.add_argument("--start-ms", type=int, help="window start, ms since the epoch")
     parser.add_argument("--end-ms", type=int, help="window end (exclusive); default now")
     parser.add_argument("--output-topic", help="default: <topic>-per-minute")
@@ -93,11 +129,17 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--end-ms {end_ms} is before the window start {start_ms}")
     spark = session()
     try:
-        summary = run(spark, bootstrap=args.bootstrap, topic=args.topic, start_ms=start_ms,
-                      end_ms=end_ms,
-                      output_topic=None if args.no_output_topic
-                      else args.output_topic or f"{args.topic}-per-minute",
-                      parquet=args.parquet or f"build/pipeline/{args.topic}-per-minute")
+        summary = run(
+            spark,
+            bootstrap=args.bootstrap,
+            topic=args.topic,
+            start_ms=start_ms,
+            end_ms=end_ms,
+            output_topic=None
+            if args.no_output_topic
+            else args.output_topic or f"{args.topic}-per-minute",
+            parquet=args.parquet or f"build/pipeline/{args.topic}-per-minute",
+        )
     finally:
         spark.stop()
     print(json.dumps(summary))

@@ -2,6 +2,7 @@
 
 Everything here is plain data: frozen dataclasses and enums, no I/O.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +12,12 @@ from typing import Any
 from protocol.errors import ErrorCode
 
 __all__ = [
-    "ApiKey", "SUPPORTED_VERSIONS", "RequestHeader", "Request", "Response", "FileRegion",
+    "ApiKey",
+    "SUPPORTED_VERSIONS",
+    "RequestHeader",
+    "Request",
+    "Response",
+    "FileRegion",
     "api_versions_body",
 ]
 
@@ -129,8 +135,10 @@ class FileRegion:
 
     def __post_init__(self) -> None:
         if self.position < 0 or self.length < 0:
-            raise ValueError(f"FileRegion needs position >= 0 and length >= 0, "
-                             f"got position={self.position} length={self.length}")
+            raise ValueError(
+                f"FileRegion needs position >= 0 and length >= 0, "
+                f"got position={self.position} length={self.length}"
+            )
 
 
 def api_versions_body(error_code: int = ErrorCode.NONE) -> dict:

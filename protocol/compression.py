@@ -19,6 +19,7 @@ set of inner entries; for magic 2 they are a record batch's records section. Lay
 Every failure to decode raises :class:`~protocol.errors.CorruptRecordError` carrying the byte
 offset of the wrapper message; no codec library exception escapes.
 """
+
 from __future__ import annotations
 
 import struct
@@ -142,7 +143,7 @@ def _snappy_compress(data) -> bytes:
     out = bytearray(_XERIAL_HEADER)
     mv = memoryview(data)
     for start in range(0, len(mv), _XERIAL_BLOCK):
-        block = bytes(cramjam.snappy.compress_raw(mv[start:start + _XERIAL_BLOCK]))
+        block = bytes(cramjam.snappy.compress_raw(mv[start : start + _XERIAL_BLOCK]))
         out += _I32.pack(len(block))
         out += block
     return bytes(out)
@@ -171,18 +172,25 @@ def _snappy_decompress(data, limit: int) -> bytes:
         (length,) = _I32.unpack_from(data, pos)
         pos += 4
         if length < 0 or pos + length > n:
-            raise ValueError(f"xerial snappy block of {length} bytes at {pos - 4} overruns "
-                             f"the {n}-byte stream")
-        parts.append(_snappy_raw(data[pos:pos + length], limit - total, limit))
+            raise ValueError(
+                f"xerial snappy block of {length} bytes at {pos - 4} overruns the {n}-byte stream"
+            )
+        parts.append(_snappy_raw(data[pos : pos + length], limit - total, limit))
         total += len(parts[-1])
         pos += length
     return b"".join(parts)
 
 
 def _lz4_compress(data, magic: int) -> bytes:
-    frame = bytearray(lz4.frame.compress(
-        bytes(data), block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
-        content_checksum=False, store_size=False))
+    frame = bytearray(
+        lz4.frame.compress(
+            bytes(data),
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            store_size=False,
+        )
+    )
     if magic == 0:
         # Descriptor is magic(4) FLG BD HC; Kafka < 0.10 hashed the magic bytes too.
         frame[6] = (xxh32(bytes(frame[0:6])) >> 8) & 0xFF
@@ -202,10 +210,15 @@ def _lz4_decompress(data, magic: int, limit: int) -> bytes:
     if head[hc_pos] != correct:
         if magic != 0:
             broken = (xxh32(head[0:hc_pos]) >> 8) & 0xFF
-            hint = (" (it is the pre-KIP-57 checksum, valid only in magic-0 message sets)"
-                    if head[hc_pos] == broken else "")
-            raise ValueError(f"LZ4 frame header checksum 0x{head[hc_pos]:02x} is wrong, "
-                             f"expected 0x{correct:02x}{hint}")
+            hint = (
+                " (it is the pre-KIP-57 checksum, valid only in magic-0 message sets)"
+                if head[hc_pos] == broken
+                else ""
+            )
+            raise ValueError(
+                f"LZ4 frame header checksum 0x{head[hc_pos]:02x} is wrong, "
+                f"expected 0x{correct:02x}{hint}"
+            )
         frame = bytearray(data)
         frame[hc_pos] = correct
     if len(frame) * _LZ4_MAX_RATIO <= limit:
@@ -252,8 +265,9 @@ def compress(codec: Codec, data, magic: int) -> bytes:
     raise ValueError(f"cannot compress with codec {codec!r}")
 
 
-def decompress(codec: int, data, magic: int, *, position: int = 0,
-               max_bytes: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+def decompress(
+    codec: int, data, magic: int, *, position: int = 0, max_bytes: int = MAX_DECOMPRESSED_BYTES
+) -> bytes:
     """Decompress a wrapper's value.
 
     Raises :class:`CorruptRecordError` (``offset=position``, the wrapper's byte offset) for an
@@ -273,7 +287,9 @@ def decompress(codec: int, data, magic: int, *, position: int = 0,
         name = Codec(codec).name.lower()
         raise CorruptRecordError(
             f"message at byte {position}: cannot decompress its {name} value: {exc}",
-            offset=position) from exc
+            offset=position,
+        ) from exc
     raise CorruptRecordError(
         f"message at byte {position}: unknown compression codec {codec} in attributes",
-        offset=position)
+        offset=position,
+    )

@@ -15,6 +15,7 @@ request above the highest version served is answered in the v0 layout with error
 
 Error offsets are byte indices into the frame, counting its 4-byte size prefix.
 """
+
 from __future__ import annotations
 
 import struct
@@ -88,9 +89,11 @@ class _FrameBuffer:
             raise MalformedFrameError(f"{self._what} frame size {size} is negative", offset=0)
         if size > self.max_frame_bytes:
             self._discard()
-            raise FrameTooLargeError(f"{self._what} frame of {size} bytes exceeds the maximum of "
-                                     f"{self.max_frame_bytes}; closing the connection",
-                                     offset=0)
+            raise FrameTooLargeError(
+                f"{self._what} frame of {size} bytes exceeds the maximum of "
+                f"{self.max_frame_bytes}; closing the connection",
+                offset=0,
+            )
         end = pos + 4 + size
         if len(buf) < end:
             if pos:
@@ -145,9 +148,11 @@ class ServerConnection:
         if len(chunks) == 1:
             return chunks[0]
         if not all(isinstance(c, bytes) for c in chunks):
-            raise BodyEncodeError("response holds a FileRegion; use send_chunks",
-                                  api_key=request.header.api_key,
-                                  api_version=request.header.api_version)
+            raise BodyEncodeError(
+                "response holds a FileRegion; use send_chunks",
+                api_key=request.header.api_key,
+                api_version=request.header.api_version,
+            )
         return b"".join(chunks)
 
     def send_chunks(self, request: Request, body) -> list:
@@ -162,8 +167,9 @@ class ServerConnection:
             version = 0
         out = bytearray()
         out += _RESPONSE_HEAD.pack(0, header.correlation_id)
-        if header.api_key != ApiKey.API_VERSIONS and is_flexible(header.api_key, version,
-                                                                 "response"):
+        if header.api_key != ApiKey.API_VERSIONS and is_flexible(
+            header.api_key, version, "response"
+        ):
             out += _NO_TAGGED_FIELDS
         chunks, total = encode_response_chunks(header.api_key, version, body, out)
         # The first chunk is always bytes, holding the header: fill in the size.
@@ -184,28 +190,42 @@ def _decode_request(buf, start: int, end: int) -> Request:
 def _decode_request_view(frame: memoryview) -> Request:
     end = len(frame)
     if end < 4 + _REQUEST_HEAD.size:
-        raise MalformedFrameError(f"request frame of {end - 4} bytes is shorter than the "
-                                  f"{_REQUEST_HEAD.size}-byte request header", offset=4)
+        raise MalformedFrameError(
+            f"request frame of {end - 4} bytes is shorter than the "
+            f"{_REQUEST_HEAD.size}-byte request header",
+            offset=4,
+        )
     api_key, version, correlation_id, id_len = _REQUEST_HEAD.unpack_from(frame, 4)
     pos = 4 + _REQUEST_HEAD.size
     if api_key not in _SERVED_KEYS:
-        raise UnsupportedApiError(f"api key {api_key} (version {version}, correlation id "
-                                  f"{correlation_id}) is not implemented by this broker",
-                                  api_key=api_key, api_version=version, offset=4)
+        raise UnsupportedApiError(
+            f"api key {api_key} (version {version}, correlation id "
+            f"{correlation_id}) is not implemented by this broker",
+            api_key=api_key,
+            api_version=version,
+            offset=4,
+        )
     key = _SERVED_KEYS[api_key]
     if id_len < -1 or id_len > end - pos:
-        raise MalformedFrameError(f"{key.name} v{version} request: client_id length {id_len} "
-                                  f"is invalid for the {end - pos} bytes left", api_key=key,
-                                  api_version=version, offset=pos - 2)
+        raise MalformedFrameError(
+            f"{key.name} v{version} request: client_id length {id_len} "
+            f"is invalid for the {end - pos} bytes left",
+            api_key=key,
+            api_version=version,
+            offset=pos - 2,
+        )
     if id_len == -1:
         client_id = None
     else:
         try:
-            client_id = str(frame[pos:pos + id_len], "utf-8")
+            client_id = str(frame[pos : pos + id_len], "utf-8")
         except UnicodeDecodeError as exc:
-            raise MalformedFrameError(f"{key.name} v{version} request: client_id is not valid "
-                                      f"UTF-8", api_key=key, api_version=version,
-                                      offset=pos + exc.start) from None
+            raise MalformedFrameError(
+                f"{key.name} v{version} request: client_id is not valid UTF-8",
+                api_key=key,
+                api_version=version,
+                offset=pos + exc.start,
+            ) from None
         pos += id_len
     header = RequestHeader(key, version, correlation_id, client_id)
     lo, hi = SUPPORTED_VERSIONS[key]
@@ -213,16 +233,22 @@ def _decode_request_view(frame: memoryview) -> Request:
         if key == ApiKey.API_VERSIONS and version > hi:
             # A client newer than us: answer error 35 in the v0 layout, it retries lower.
             return Request(header, None)
-        raise UnsupportedVersionError(f"{key.name} v{version} is not supported (this broker "
-                                      f"implements v{lo}-v{hi})", api_key=key,
-                                      api_version=version, offset=6)
+        raise UnsupportedVersionError(
+            f"{key.name} v{version} is not supported (this broker implements v{lo}-v{hi})",
+            api_key=key,
+            api_version=version,
+            offset=6,
+        )
     if is_flexible(key, version):
         try:
             pos = skip_tagged_fields(frame, pos, end)
         except FieldError as exc:
-            raise MalformedFrameError(f"{key.name} v{version} request header: {exc}",
-                                      api_key=key, api_version=version,
-                                      offset=exc.offset) from None
+            raise MalformedFrameError(
+                f"{key.name} v{version} request header: {exc}",
+                api_key=key,
+                api_version=version,
+                offset=exc.offset,
+            ) from None
     return Request(header, decode_request_body(key, version, frame, pos, end))
 
 
@@ -234,8 +260,9 @@ class ClientConnection:
     no response and are not remembered.
     """
 
-    def __init__(self, client_id: str | None = "chronolog",
-                 max_response_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self, client_id: str | None = "chronolog", max_response_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    ) -> None:
         self.client_id = client_id
         if client_id is None:
             self._client_id = b"\xff\xff"
@@ -260,12 +287,14 @@ class ClientConnection:
         schema table, BodyEncodeError if ``body`` does not fit the schema.
         """
         if api_key not in _KNOWN_KEYS:
-            raise UnsupportedApiError(f"api key {api_key} has no schema", api_key=api_key,
-                                      api_version=api_version)
+            raise UnsupportedApiError(
+                f"api key {api_key} has no schema", api_key=api_key, api_version=api_version
+            )
         key = ApiKey(api_key)
         if (key, api_version) not in REQUEST_SCHEMAS:
-            raise UnsupportedVersionError(f"{key.name} v{api_version} has no schema",
-                                          api_key=key, api_version=api_version)
+            raise UnsupportedVersionError(
+                f"{key.name} v{api_version} has no schema", api_key=key, api_version=api_version
+            )
         payload = encode_request_body(key, api_version, body)
         correlation_id = self._next_correlation_id
         self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
@@ -298,21 +327,26 @@ class ClientConnection:
 
     def _decode_response(self, frame: memoryview) -> Response:
         if len(frame) < 8:
-            raise MalformedFrameError(f"response frame of {len(frame) - 4} bytes has no "
-                                      f"correlation id", offset=4)
+            raise MalformedFrameError(
+                f"response frame of {len(frame) - 4} bytes has no correlation id", offset=4
+            )
         (correlation_id,) = _INT32.unpack_from(frame, 4)
         try:
             key, version = self._pending.pop(correlation_id)
         except KeyError:
-            raise MalformedFrameError(f"response correlation id {correlation_id} matches no "
-                                      f"outstanding request", offset=4) from None
+            raise MalformedFrameError(
+                f"response correlation id {correlation_id} matches no outstanding request", offset=4
+            ) from None
         pos = 8
         if key != ApiKey.API_VERSIONS and is_flexible(key, version, "response"):
             try:
                 pos = skip_tagged_fields(frame, pos, len(frame))
             except FieldError as exc:
-                raise MalformedFrameError(f"{key.name} v{version} response header: {exc}",
-                                          api_key=key, api_version=version,
-                                          offset=exc.offset) from None
+                raise MalformedFrameError(
+                    f"{key.name} v{version} response header: {exc}",
+                    api_key=key,
+                    api_version=version,
+                    offset=exc.offset,
+                ) from None
         body = decode_response_body(key, version, frame, pos, len(frame))
         return Response(correlation_id, key, version, body)

@@ -6,6 +6,7 @@ peer derives from :class:`ProtocolError`, so a caller that feeds untrusted bytes
 our own code asked to encode that does not fit its schema is a :class:`LocalProtocolError`: a
 bug on this side, which a server must not blame on the request.
 """
+
 from __future__ import annotations
 
 from enum import IntEnum
@@ -145,8 +146,14 @@ class ProtocolError(Exception):
     where the problem is, when known; ``str(exc)`` is a sentence for a person.
     """
 
-    def __init__(self, message: str, *, api_key: int | None = None,
-                 api_version: int | None = None, offset: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        api_key: int | None = None,
+        api_version: int | None = None,
+        offset: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.api_key = api_key
         self.api_version = api_version
@@ -180,8 +187,9 @@ class LocalProtocolError(Exception):
     """Base of the errors this side's own code causes (see the module docstring); ``api_key``
     and ``api_version`` say which message, when known."""
 
-    def __init__(self, message: str, *, api_key: int | None = None,
-                 api_version: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, api_key: int | None = None, api_version: int | None = None
+    ) -> None:
         super().__init__(message)
         self.api_key = api_key
         self.api_version = api_version

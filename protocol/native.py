@@ -5,6 +5,7 @@ a pure-Python path that gives the same answers, only slower (the tests run both)
 environment variable ``CHRONOLOG_PURE_PYTHON=1`` ignores a built extension, so that CI can run
 the suite on the fallback too.
 """
+
 from __future__ import annotations
 
 import importlib

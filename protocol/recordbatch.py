@@ -33,6 +33,7 @@ baseOffset and partitionLeaderEpoch are outside the CRC, so a broker assigns the
 Malformed input raises :class:`~protocol.errors.CorruptRecordError` with the byte position of
 the batch; nothing else escapes the readers.
 """
+
 from __future__ import annotations
 
 import struct
@@ -45,14 +46,38 @@ from protocol.compression import Codec, compress, decompress
 from protocol.errors import CorruptRecordError
 
 __all__ = [
-    "MAGIC", "BASE_OFFSET_OFFSET", "LENGTH_OFFSET", "PARTITION_LEADER_EPOCH_OFFSET",
-    "MAGIC_OFFSET", "CRC_OFFSET", "ATTRIBUTES_OFFSET", "LAST_OFFSET_DELTA_OFFSET",
-    "BASE_TIMESTAMP_OFFSET", "MAX_TIMESTAMP_OFFSET", "PRODUCER_ID_OFFSET",
-    "PRODUCER_EPOCH_OFFSET", "BASE_SEQUENCE_OFFSET", "RECORDS_COUNT_OFFSET",
-    "RECORD_BATCH_OVERHEAD", "CODEC_MASK", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_MASK",
-    "CONTROL_MASK", "DELETE_HORIZON_MASK", "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH",
-    "NO_SEQUENCE", "NO_PARTITION_LEADER_EPOCH", "BatchHeader", "Record", "read_header",
-    "iter_records", "batch_crc", "build_batch", "encode_varint", "read_varint",
+    "MAGIC",
+    "BASE_OFFSET_OFFSET",
+    "LENGTH_OFFSET",
+    "PARTITION_LEADER_EPOCH_OFFSET",
+    "MAGIC_OFFSET",
+    "CRC_OFFSET",
+    "ATTRIBUTES_OFFSET",
+    "LAST_OFFSET_DELTA_OFFSET",
+    "BASE_TIMESTAMP_OFFSET",
+    "MAX_TIMESTAMP_OFFSET",
+    "PRODUCER_ID_OFFSET",
+    "PRODUCER_EPOCH_OFFSET",
+    "BASE_SEQUENCE_OFFSET",
+    "RECORDS_COUNT_OFFSET",
+    "RECORD_BATCH_OVERHEAD",
+    "CODEC_MASK",
+    "TIMESTAMP_TYPE_MASK",
+    "TRANSACTIONAL_MASK",
+    "CONTROL_MASK",
+    "DELETE_HORIZON_MASK",
+    "NO_PRODUCER_ID",
+    "NO_PRODUCER_EPOCH",
+    "NO_SEQUENCE",
+    "NO_PARTITION_LEADER_EPOCH",
+    "BatchHeader",
+    "Record",
+    "read_header",
+    "iter_records",
+    "batch_crc",
+    "build_batch",
+    "encode_varint",
+    "read_varint",
 ]
 
 MAGIC = 2
@@ -163,10 +188,11 @@ def read_header(buf, position: int = 0) -> BatchHeader:
 
 def batch_crc(buf, position: int, end: int) -> int:
     """CRC-32C of a batch's covered bytes (attributes to ``end``)."""
-    return crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET:end])
+    return crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET : end])
 
 
 # -- varints ---------------------------------------------------------------------------------
+
 
 def encode_varint(value: int, out: bytearray) -> None:
     """Append ``value`` (a signed 64-bit integer) zig-zag encoded."""
@@ -203,7 +229,7 @@ def _read_bytes(buf, pos: int, end: int) -> tuple[bytes | None, int]:
         return None, pos
     if pos + length > end:
         raise ValueError(f"a {length}-byte field runs past the end of its record")
-    return bytes(buf[pos:pos + length]), pos + length
+    return bytes(buf[pos : pos + length]), pos + length
 
 
 def _parse_records(data, count: int, where: str, position: int) -> list[Record]:
@@ -237,11 +263,13 @@ def _parse_records(data, count: int, where: str, position: int) -> list[Record]:
                 raise ValueError(f"record has {end - pos} bytes after its headers")
             records.append(Record(ts_delta, offset_delta, key, value, tuple(headers)))
     except (ValueError, IndexError) as exc:
-        raise CorruptRecordError(f"{where}: record {len(records)} is malformed: {exc}",
-                                 offset=position) from None
+        raise CorruptRecordError(
+            f"{where}: record {len(records)} is malformed: {exc}", offset=position
+        ) from None
     if pos != n:
         raise CorruptRecordError(
-            f"{where}: {n - pos} bytes follow its {count} records", offset=position)
+            f"{where}: {n - pos} bytes follow its {count} records", offset=position
+        )
     return records
 
 
@@ -287,11 +315,13 @@ def record_positions(buf, start: int, end: int, count: int) -> list[int]:
                 raise ValueError(f"record has {record_end - pos} bytes after its headers")
             out += fields
     except (ValueError, IndexError) as exc:
-        raise CorruptRecordError(f"records at byte {start}: record {len(out) // 8} is "
-                                 f"malformed: {exc}", offset=start) from None
+        raise CorruptRecordError(
+            f"records at byte {start}: record {len(out) // 8} is malformed: {exc}", offset=start
+        ) from None
     if pos != end:
-        raise CorruptRecordError(f"records at byte {start}: {end - pos} bytes follow its "
-                                 f"{count} records", offset=start)
+        raise CorruptRecordError(
+            f"records at byte {start}: {end - pos} bytes follow its {count} records", offset=start
+        )
     return out
 
 
@@ -325,13 +355,16 @@ def iter_records(buf, position: int = 0, header: BatchHeader | None = None) -> l
         header = read_header(buf, position)
     where = f"record batch at byte {position} (offset {header.base_offset})"
     if header.records_count < 0:
-        raise CorruptRecordError(f"{where} has a negative record count {header.records_count}",
-                                 offset=position)
-    return _parse_records(records_section(buf, header, position), header.records_count, where,
-                          position)
+        raise CorruptRecordError(
+            f"{where} has a negative record count {header.records_count}", offset=position
+        )
+    return _parse_records(
+        records_section(buf, header, position), header.records_count, where, position
+    )
 
 
 # -- building --------------------------------------------------------------------------------
+
 
 def _encode_nullable(data, out: bytearray) -> None:
     """A varint length (-1 for None), then the bytes."""
@@ -342,8 +375,9 @@ def _encode_nullable(data, out: bytearray) -> None:
         out += data
 
 
-def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, key, value,
-                  headers=()) -> None:
+def encode_record(
+    out: bytearray, offset_delta: int, timestamp_delta: int, key, value, headers=()
+) -> None:
     """Append one record (with its length prefix) to ``out``."""
     body = bytearray(b"\x00")
     encode_varint(timestamp_delta, body)
@@ -387,10 +421,23 @@ def build_batch(spec: BatchSpec, records, *, max_timestamp: int | None = None) -
     if spec.log_append_time:
         attributes |= TIMESTAMP_TYPE_MASK
     last_delta = records[-1][0] if records else 0
-    out = bytearray(_HEADER.pack(
-        spec.base_offset, RECORD_BATCH_OVERHEAD - LENGTH_OFFSET - 4 + len(body),
-        spec.partition_leader_epoch, MAGIC, 0, attributes, last_delta, base_ts, max_timestamp,
-        spec.producer_id, spec.producer_epoch, spec.base_sequence, len(records)))
+    out = bytearray(
+        _HEADER.pack(
+            spec.base_offset,
+            RECORD_BATCH_OVERHEAD - LENGTH_OFFSET - 4 + len(body),
+            spec.partition_leader_epoch,
+            MAGIC,
+            0,
+            attributes,
+            last_delta,
+            base_ts,
+            max_timestamp,
+            spec.producer_id,
+            spec.producer_epoch,
+            spec.base_sequence,
+            len(records),
+        )
+    )
     out += body
     _U32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
@@ -407,8 +454,9 @@ def set_log_append_time(buf: bytearray, position: int, timestamp: int) -> None:
     _U32.pack_into(buf, position + CRC_OFFSET, batch_crc(buf, position, end))
 
 
-def set_base_offset(buf: bytearray, position: int, base_offset: int,
-                    partition_leader_epoch: int) -> None:
+def set_base_offset(
+    buf: bytearray, position: int, base_offset: int, partition_leader_epoch: int
+) -> None:
     """Assign the batch's offsets and leader epoch in place (both outside the CRC)."""
     _I64.pack_into(buf, position + BASE_OFFSET_OFFSET, base_offset)
     _I32.pack_into(buf, position + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)

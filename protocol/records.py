@@ -26,6 +26,7 @@ Buffers may be ``bytes``, ``bytearray``, ``memoryview`` or ``mmap``; iterators r
 memoryview when they finish or are closed, so an mmap can be closed afterwards. Malformed input
 raises :class:`CorruptRecordError` with the byte offset of the bad entry; nothing else escapes.
 """
+
 from __future__ import annotations
 
 import struct
@@ -39,9 +40,19 @@ from protocol.compression import Codec, compress, decompress
 from protocol.errors import CorruptRecordError, UnsupportedCompressionError
 
 __all__ = [
-    "Codec", "TimestampType", "NO_TIMESTAMP", "LOG_OVERHEAD", "MIN_MESSAGE_SIZE",
-    "ShallowEntry", "Message", "iter_shallow", "check_entry", "iter_deep", "MessageSetBuilder",
-    "convert", "first_offset",
+    "Codec",
+    "TimestampType",
+    "NO_TIMESTAMP",
+    "LOG_OVERHEAD",
+    "MIN_MESSAGE_SIZE",
+    "ShallowEntry",
+    "Message",
+    "iter_shallow",
+    "check_entry",
+    "iter_deep",
+    "MessageSetBuilder",
+    "convert",
+    "first_offset",
 ]
 
 
@@ -62,10 +73,10 @@ _KEY_OFFSET = (LOG_OVERHEAD + 6, LOG_OVERHEAD + 14)
 _CODEC_MASK = 0x07
 _TIMESTAMP_TYPE_BIT = 0x08
 
-_LOG_HEADER = struct.Struct(">qi")        # offset, size
-_MSG_HEADER = struct.Struct(">Ibb")       # crc, magic, attributes (at entry + 12)
-_ENTRY_V0 = struct.Struct(">qiIbb")       # 18 bytes
-_ENTRY_V1 = struct.Struct(">qiIbbq")      # 26 bytes
+_LOG_HEADER = struct.Struct(">qi")  # offset, size
+_MSG_HEADER = struct.Struct(">Ibb")  # crc, magic, attributes (at entry + 12)
+_ENTRY_V0 = struct.Struct(">qiIbb")  # 18 bytes
+_ENTRY_V1 = struct.Struct(">qiIbbq")  # 26 bytes
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
@@ -157,7 +168,9 @@ def iter_shallow(buf, position: int = 0) -> Iterator[ShallowEntry]:
             if size < MIN_MESSAGE_SIZE:
                 raise CorruptRecordError(
                     f"entry at byte {pos} (offset {offset}) has size {size}, below the "
-                    f"{MIN_MESSAGE_SIZE}-byte minimum message", offset=pos)
+                    f"{MIN_MESSAGE_SIZE}-byte minimum message",
+                    offset=pos,
+                )
             end = pos + LOG_OVERHEAD + size
             if end > n:
                 return
@@ -166,17 +179,22 @@ def iter_shallow(buf, position: int = 0) -> Iterator[ShallowEntry]:
                 if size < rb.MIN_BATCH_LENGTH:
                     raise CorruptRecordError(
                         f"record batch at byte {pos} (base offset {offset}) has length {size}, "
-                        f"below the {rb.MIN_BATCH_LENGTH}-byte batch header", offset=pos)
+                        f"below the {rb.MIN_BATCH_LENGTH}-byte batch header",
+                        offset=pos,
+                    )
                 crc, attributes, last_delta, _, timestamp = unpack_v2(mv, pos + rb.CRC_OFFSET)
-                yield ShallowEntry(offset + last_delta, pos, size, magic, attributes, timestamp,
-                                   crc)
+                yield ShallowEntry(
+                    offset + last_delta, pos, size, magic, attributes, timestamp, crc
+                )
                 pos = end
                 continue
             if magic == 1:
                 if size < _MESSAGE_OVERHEAD[1]:
                     raise CorruptRecordError(
                         f"entry at byte {pos} (offset {offset}) has size {size}, below the "
-                        f"{_MESSAGE_OVERHEAD[1]}-byte minimum of a magic-1 message", offset=pos)
+                        f"{_MESSAGE_OVERHEAD[1]}-byte minimum of a magic-1 message",
+                        offset=pos,
+                    )
                 (timestamp,) = unpack_ts(mv, pos + 18)
             else:
                 timestamp = NO_TIMESTAMP
@@ -196,7 +214,9 @@ def _check_structure(mv, pos: int, size: int, magic: int, offset: int) -> tuple[
     if klen < -1 or p + max(klen, 0) + 4 > end:
         raise CorruptRecordError(
             f"entry at byte {pos} (offset {offset}): key length {klen} does not fit in the "
-            f"{size}-byte message", offset=pos)
+            f"{size}-byte message",
+            offset=pos,
+        )
     kstart = p
     p += max(klen, 0)
     (vlen,) = _I32.unpack_from(mv, p)
@@ -204,36 +224,47 @@ def _check_structure(mv, pos: int, size: int, magic: int, offset: int) -> tuple[
     if vlen < -1 or p + max(vlen, 0) != end:
         raise CorruptRecordError(
             f"entry at byte {pos} (offset {offset}): value length {vlen} does not match the "
-            f"{size}-byte message ({end - p} bytes left for the value)", offset=pos)
+            f"{size}-byte message ({end - p} bytes left for the value)",
+            offset=pos,
+        )
     return kstart, klen, p, vlen
 
 
-def _check(mv, entry: ShallowEntry, max_message_bytes: int | None
-           ) -> tuple[int, int, int, int]:
+def _check(mv, entry: ShallowEntry, max_message_bytes: int | None) -> tuple[int, int, int, int]:
     """Every check of :func:`check_entry`; returns :func:`_check_structure`'s result."""
     pos, size, magic, offset = entry.position, entry.size, entry.magic, entry.offset
     if magic not in (0, 1):
         raise CorruptRecordError(
             f"entry at byte {pos} (offset {offset}) has magic {magic}; only message format "
-            f"magic 0, 1 and 2 are supported", offset=pos)
+            f"magic 0, 1 and 2 are supported",
+            offset=pos,
+        )
     if size < _MESSAGE_OVERHEAD[magic]:
         raise CorruptRecordError(
             f"entry at byte {pos} (offset {offset}) has size {size}, below the "
-            f"{_MESSAGE_OVERHEAD[magic]}-byte minimum of a magic-{magic} message", offset=pos)
+            f"{_MESSAGE_OVERHEAD[magic]}-byte minimum of a magic-{magic} message",
+            offset=pos,
+        )
     if max_message_bytes is not None and size > max_message_bytes:
         raise CorruptRecordError(
             f"entry at byte {pos} (offset {offset}) has size {size}, above max.message.bytes "
-            f"{max_message_bytes}", offset=pos)
+            f"{max_message_bytes}",
+            offset=pos,
+        )
     end = pos + LOG_OVERHEAD + size
     if end > len(mv):
         raise CorruptRecordError(
             f"entry at byte {pos} (offset {offset}) of size {size} is truncated: the buffer "
-            f"ends at byte {len(mv)}", offset=pos)
-    crc = zlib.crc32(mv[pos + 16:end])
+            f"ends at byte {len(mv)}",
+            offset=pos,
+        )
+    crc = zlib.crc32(mv[pos + 16 : end])
     if crc != entry.crc:
         raise CorruptRecordError(
             f"entry at byte {pos} (offset {offset}) fails its CRC check: stored "
-            f"0x{entry.crc:08x}, computed 0x{crc:08x}", offset=pos)
+            f"0x{entry.crc:08x}, computed 0x{crc:08x}",
+            offset=pos,
+        )
     return _check_structure(mv, pos, size, magic, offset)
 
 
@@ -243,21 +274,27 @@ def _check_batch(mv, entry: ShallowEntry, max_message_bytes: int | None) -> rb.B
     pos, size = entry.position, entry.size
     where = f"record batch at byte {pos} (last offset {entry.offset})"
     if max_message_bytes is not None and size > max_message_bytes:
-        raise CorruptRecordError(f"{where} has length {size}, above max.message.bytes "
-                                 f"{max_message_bytes}", offset=pos)
+        raise CorruptRecordError(
+            f"{where} has length {size}, above max.message.bytes {max_message_bytes}", offset=pos
+        )
     end = pos + LOG_OVERHEAD + size
     if end > len(mv):
-        raise CorruptRecordError(f"{where} of length {size} is truncated: the buffer ends at "
-                                 f"byte {len(mv)}", offset=pos)
+        raise CorruptRecordError(
+            f"{where} of length {size} is truncated: the buffer ends at byte {len(mv)}", offset=pos
+        )
     crc = rb.batch_crc(mv, pos, end)
     if crc != entry.crc:
-        raise CorruptRecordError(f"{where} fails its CRC-32C check: stored 0x{entry.crc:08x}, "
-                                 f"computed 0x{crc:08x}", offset=pos)
+        raise CorruptRecordError(
+            f"{where} fails its CRC-32C check: stored 0x{entry.crc:08x}, computed 0x{crc:08x}",
+            offset=pos,
+        )
     header = rb.read_header(mv, pos)
     if header.records_count < 0 or header.last_offset_delta < 0:
         raise CorruptRecordError(
             f"{where} has record count {header.records_count} and last offset delta "
-            f"{header.last_offset_delta}; neither may be negative", offset=pos)
+            f"{header.last_offset_delta}; neither may be negative",
+            offset=pos,
+        )
     return header
 
 
@@ -286,33 +323,40 @@ def _inner_entries(mv, entry: ShallowEntry) -> tuple[bytes, list[ShallowEntry]]:
     _, klen, vstart, vlen = _check_structure(mv, pos, entry.size, magic, offset)
     if vlen < 0:
         raise CorruptRecordError(
-            f"compressed message at byte {pos} (offset {offset}) has a null value", offset=pos)
-    inner = decompress(entry.codec, mv[vstart:vstart + vlen], magic, position=pos)
+            f"compressed message at byte {pos} (offset {offset}) has a null value", offset=pos
+        )
+    inner = decompress(entry.codec, mv[vstart : vstart + vlen], magic, position=pos)
     try:
         entries = list(iter_shallow(inner))
     except CorruptRecordError as exc:
         raise CorruptRecordError(
-            f"compressed message at byte {pos} (offset {offset}): inner {exc}",
-            offset=pos) from exc
+            f"compressed message at byte {pos} (offset {offset}): inner {exc}", offset=pos
+        ) from exc
     consumed = entries[-1].next_position if entries else 0
     if consumed != len(inner):
         raise CorruptRecordError(
             f"compressed message at byte {pos} (offset {offset}): decompressed inner message "
             f"set has {len(inner) - consumed} trailing bytes of an incomplete entry "
-            f"at inner byte {consumed}", offset=pos)
+            f"at inner byte {consumed}",
+            offset=pos,
+        )
     if not entries:
         raise CorruptRecordError(
-            f"compressed message at byte {pos} (offset {offset}) holds no messages", offset=pos)
+            f"compressed message at byte {pos} (offset {offset}) holds no messages", offset=pos
+        )
     for e in entries:
         if e.codec != Codec.NONE:
             raise CorruptRecordError(
                 f"compressed message at byte {pos} (offset {offset}) holds a compressed inner "
                 f"message at inner byte {e.position}; only one level of compression is legal",
-                offset=pos)
+                offset=pos,
+            )
         if e.magic != magic:
             raise CorruptRecordError(
                 f"compressed message at byte {pos} (offset {offset}) has magic {magic} but its "
-                f"inner message at inner byte {e.position} has magic {e.magic}", offset=pos)
+                f"inner message at inner byte {e.position} has magic {e.magic}",
+                offset=pos,
+            )
     return inner, entries
 
 
@@ -320,19 +364,26 @@ class DeepMessage(NamedTuple):
     """One message of a magic-0/1 entry as :func:`_deep` yields it: a :class:`Message` plus
     what a validator needs of it as sent."""
 
-    offset: int                 # absolute (KIP-31 relative offsets resolved)
-    timestamp: int              # the wrapper's under LogAppendTime
+    offset: int  # absolute (KIP-31 relative offsets resolved)
+    timestamp: int  # the wrapper's under LogAppendTime
     timestamp_type: TimestampType
     key: bytes | None
     value: bytes | None
     magic: int
-    codec: Codec                # of the wrapper it came from; NONE at top level
-    attributes: int             # the message's own (inner) attributes
-    stored_offset: int          # as stored: relative to its wrapper for magic 1
+    codec: Codec  # of the wrapper it came from; NONE at top level
+    attributes: int  # the message's own (inner) attributes
+    stored_offset: int  # as stored: relative to its wrapper for magic 1
 
     def as_message(self) -> Message:
-        return Message(self.offset, self.timestamp, self.timestamp_type, self.key, self.value,
-                       self.magic, self.codec)
+        return Message(
+            self.offset,
+            self.timestamp,
+            self.timestamp_type,
+            self.key,
+            self.value,
+            self.magic,
+            self.codec,
+        )
 
 
 def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[DeepMessage]:
@@ -345,17 +396,29 @@ def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[DeepMessage]:
         if check_crc:
             kstart, klen, vstart, vlen = _check(mv, entry, None)
         else:
-            kstart, klen, vstart, vlen = _check_structure(mv, entry.position, entry.size,
-                                                          magic, entry.offset)
-        key = None if klen < 0 else mv[kstart:kstart + klen].tobytes()
-        value = None if vlen < 0 else mv[vstart:vstart + vlen].tobytes()
-        yield DeepMessage(entry.offset, entry.timestamp, entry.timestamp_type, key, value, magic,
-                          Codec.NONE, entry.attributes, entry.offset)
+            kstart, klen, vstart, vlen = _check_structure(
+                mv, entry.position, entry.size, magic, entry.offset
+            )
+        key = None if klen < 0 else mv[kstart : kstart + klen].tobytes()
+        value = None if vlen < 0 else mv[vstart : vstart + vlen].tobytes()
+        yield DeepMessage(
+            entry.offset,
+            entry.timestamp,
+            entry.timestamp_type,
+            key,
+            value,
+            magic,
+            Codec.NONE,
+            entry.attributes,
+            entry.offset,
+        )
         return
     if codec > Codec.LZ4:
         raise CorruptRecordError(
             f"message at byte {entry.position} (offset {entry.offset}): unknown compression "
-            f"codec {codec} in attributes", offset=entry.position)
+            f"codec {codec} in attributes",
+            offset=entry.position,
+        )
     if check_crc:
         _check(mv, entry, None)
     inner, entries = _inner_entries(mv, entry)
@@ -369,19 +432,21 @@ def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[DeepMessage]:
             except CorruptRecordError as exc:
                 raise CorruptRecordError(
                     f"compressed message at byte {entry.position} (offset {entry.offset}): "
-                    f"inner {exc}", offset=entry.position) from exc
+                    f"inner {exc}",
+                    offset=entry.position,
+                ) from exc
         else:
-            kstart, klen, vstart, vlen = _check_structure(imv, e.position, e.size, magic,
-                                                          e.offset)
-        key = None if klen < 0 else imv[kstart:kstart + klen].tobytes()
-        value = None if vlen < 0 else imv[vstart:vstart + vlen].tobytes()
+            kstart, klen, vstart, vlen = _check_structure(imv, e.position, e.size, magic, e.offset)
+        key = None if klen < 0 else imv[kstart : kstart + klen].tobytes()
+        value = None if vlen < 0 else imv[vstart : vstart + vlen].tobytes()
         # Readers take the type from the wrapper alone; inner type bits are ignored.
         if wrapper_lat:
             ts, tst = entry.timestamp, TimestampType.LOG_APPEND_TIME
         else:
             ts, tst = e.timestamp, TimestampType.CREATE_TIME
-        yield DeepMessage(base + e.offset, ts, tst, key, value, magic, Codec(codec),
-                          e.attributes, e.offset)
+        yield DeepMessage(
+            base + e.offset, ts, tst, key, value, magic, Codec(codec), e.attributes, e.offset
+        )
 
 
 def iter_deep(buf, position: int = 0) -> Iterator[Message]:
@@ -417,14 +482,17 @@ def _batch_messages(mv, entry: ShallowEntry) -> Iterator[Message]:
     if codec > Codec.ZSTD:
         raise CorruptRecordError(
             f"record batch at byte {entry.position} (base offset {header.base_offset}): unknown "
-            f"compression codec {codec} in attributes", offset=entry.position)
+            f"compression codec {codec} in attributes",
+            offset=entry.position,
+        )
     codec = Codec(codec)
     lat = header.log_append_time
     tst = TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME
     for r in rb.iter_records(mv, entry.position, header):
         ts = header.max_timestamp if lat else header.base_timestamp + r.timestamp_delta
-        yield Message(header.base_offset + r.offset_delta, ts, tst, r.key, r.value, rb.MAGIC,
-                      codec, r.headers)
+        yield Message(
+            header.base_offset + r.offset_delta, ts, tst, r.key, r.value, rb.MAGIC, codec, r.headers
+        )
 
 
 def first_offset(buf, entry: ShallowEntry) -> int:
@@ -441,8 +509,9 @@ def first_offset(buf, entry: ShallowEntry) -> int:
         mv.release()
 
 
-def _append_message(out: bytearray, offset: int, magic: int, attributes: int, timestamp: int,
-                    key, value) -> None:
+def _append_message(
+    out: bytearray, offset: int, magic: int, attributes: int, timestamp: int, key, value
+) -> None:
     """Append one entry to ``out`` with a correct CRC."""
     klen = -1 if key is None else len(key)
     vlen = -1 if value is None else len(value)
@@ -458,11 +527,12 @@ def _append_message(out: bytearray, offset: int, magic: int, attributes: int, ti
     out += _I32.pack(vlen)
     if vlen > 0:
         out += value
-    _U32.pack_into(out, start + 12, zlib.crc32(memoryview(out)[start + 16:]))
+    _U32.pack_into(out, start + 12, zlib.crc32(memoryview(out)[start + 16 :]))
 
 
-def _build(messages, magic: int, codec: Codec, wrapper_type: TimestampType,
-           wrapper_timestamp: int | None) -> bytes:
+def _build(
+    messages, magic: int, codec: Codec, wrapper_type: TimestampType, wrapper_timestamp: int | None
+) -> bytes:
     """Encode ``messages`` = [(absolute offset, timestamp, inner attributes, key, value)].
 
     Uncompressed: one entry each, attributes as given. Compressed: one wrapper whose offset is
@@ -479,16 +549,16 @@ def _build(messages, magic: int, codec: Codec, wrapper_type: TimestampType,
         return bytes(out)
     first = messages[0][0]
     for offset, ts, attrs, key, value in messages:
-        _append_message(out, offset - first if magic == 1 else offset, magic, attrs, ts,
-                        key, value)
+        _append_message(out, offset - first if magic == 1 else offset, magic, attrs, ts, key, value)
     if wrapper_timestamp is None:
         wrapper_timestamp = max(m[1] for m in messages) if magic == 1 else NO_TIMESTAMP
     attrs = int(codec)
     if magic == 1 and wrapper_type == TimestampType.LOG_APPEND_TIME:
         attrs |= _TIMESTAMP_TYPE_BIT
     wrapper = bytearray()
-    _append_message(wrapper, messages[-1][0], magic, attrs, wrapper_timestamp, None,
-                    compress(codec, out, magic))
+    _append_message(
+        wrapper, messages[-1][0], magic, attrs, wrapper_timestamp, None, compress(codec, out, magic)
+    )
     return bytes(wrapper)
 
 
@@ -504,11 +574,18 @@ class MessageSetBuilder:
     Magic 0 ignores timestamps. zstd needs magic 2.
     """
 
-    def __init__(self, magic: int = 1, codec: Codec = Codec.NONE,
-                 timestamp_type: TimestampType = TimestampType.CREATE_TIME,
-                 base_offset: int = 0, *, producer_id: int = rb.NO_PRODUCER_ID,
-                 producer_epoch: int = rb.NO_PRODUCER_EPOCH, base_sequence: int = rb.NO_SEQUENCE,
-                 partition_leader_epoch: int = rb.NO_PARTITION_LEADER_EPOCH) -> None:
+    def __init__(
+        self,
+        magic: int = 1,
+        codec: Codec = Codec.NONE,
+        timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+        base_offset: int = 0,
+        *,
+        producer_id: int = rb.NO_PRODUCER_ID,
+        producer_epoch: int = rb.NO_PRODUCER_EPOCH,
+        base_sequence: int = rb.NO_SEQUENCE,
+        partition_leader_epoch: int = rb.NO_PARTITION_LEADER_EPOCH,
+    ) -> None:
         if magic not in (0, 1, 2):
             raise ValueError(f"magic must be 0, 1 or 2, not {magic}")
         if magic == 0 and timestamp_type != TimestampType.CREATE_TIME:
@@ -520,15 +597,23 @@ class MessageSetBuilder:
         self.timestamp_type = TimestampType(timestamp_type)
         self.base_offset = base_offset
         self._batch = rb.BatchSpec(
-            base_offset=base_offset, codec=self.codec,
+            base_offset=base_offset,
+            codec=self.codec,
             log_append_time=self.timestamp_type == TimestampType.LOG_APPEND_TIME,
-            producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
-            partition_leader_epoch=partition_leader_epoch)
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            partition_leader_epoch=partition_leader_epoch,
+        )
         self._messages: list[tuple] = []
 
-    def append(self, value: bytes | None, key: bytes | None = None,
-               timestamp: int = NO_TIMESTAMP,
-               headers: tuple[tuple[str, bytes | None], ...] = ()) -> int:
+    def append(
+        self,
+        value: bytes | None,
+        key: bytes | None = None,
+        timestamp: int = NO_TIMESTAMP,
+        headers: tuple[tuple[str, bytes | None], ...] = (),
+    ) -> int:
         """Add a message; return the offset it will have. Headers need magic 2."""
         for name, v in (("value", value), ("key", key)):
             if v is not None and not isinstance(v, (bytes, bytearray, memoryview)):
@@ -541,12 +626,16 @@ class MessageSetBuilder:
         key = None if key is None else bytes(key)
         value = None if value is None else bytes(value)
         if self.magic == 2:
-            self._messages.append((offset - self.base_offset, timestamp, key, value,
-                                   tuple(headers)))
+            self._messages.append(
+                (offset - self.base_offset, timestamp, key, value, tuple(headers))
+            )
             return offset
         attrs = 0
-        if (self.codec == Codec.NONE and self.magic == 1
-                and self.timestamp_type == TimestampType.LOG_APPEND_TIME):
+        if (
+            self.codec == Codec.NONE
+            and self.magic == 1
+            and self.timestamp_type == TimestampType.LOG_APPEND_TIME
+        ):
             attrs = _TIMESTAMP_TYPE_BIT
         self._messages.append((offset, timestamp, attrs, key, value))
         return offset
@@ -564,8 +653,13 @@ class MessageSetBuilder:
 def _converted(m: DeepMessage) -> tuple:
     """A message of another magic as a _build input: no timestamp (up-conversion has none to
     give, down-conversion drops it) and no type or codec bits."""
-    return (m.offset, NO_TIMESTAMP, m.attributes & ~(_TIMESTAMP_TYPE_BIT | _CODEC_MASK), m.key,
-            m.value)
+    return (
+        m.offset,
+        NO_TIMESTAMP,
+        m.attributes & ~(_TIMESTAMP_TYPE_BIT | _CODEC_MASK),
+        m.key,
+        m.value,
+    )
 
 
 def _batch_as_legacy(mv, entry: ShallowEntry, to_magic: int) -> bytes:
@@ -576,14 +670,17 @@ def _batch_as_legacy(mv, entry: ShallowEntry, to_magic: int) -> bytes:
         raise UnsupportedCompressionError(
             f"record batch at byte {entry.position} (last offset {entry.offset}) is zstd "
             f"compressed, which message format magic {to_magic} cannot hold",
-            offset=entry.position)
+            offset=entry.position,
+        )
     messages = list(_batch_messages(mv, entry))
     if not messages:
         return b""
     lat = messages[0].timestamp_type == TimestampType.LOG_APPEND_TIME and to_magic == 1
     attrs = _TIMESTAMP_TYPE_BIT if lat and codec == Codec.NONE else 0
-    legacy = [(m.offset, m.timestamp if to_magic == 1 else NO_TIMESTAMP, attrs, m.key, m.value)
-              for m in messages]
+    legacy = [
+        (m.offset, m.timestamp if to_magic == 1 else NO_TIMESTAMP, attrs, m.key, m.value)
+        for m in messages
+    ]
     wrapper_type = TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME
     return _build(legacy, to_magic, codec, wrapper_type, None)
 
@@ -597,12 +694,15 @@ def _legacy_as_batch(messages: list[Message], codec: Codec) -> bytes:
         if not previous < m.offset <= first + _INT32_MAX:
             raise CorruptRecordError(
                 f"message offsets {first}..{m.offset} cannot become one record batch: they must "
-                f"increase and span at most 2^31 - 1", offset=0)
+                f"increase and span at most 2^31 - 1",
+                offset=0,
+            )
         previous = m.offset
     lat = messages[0].timestamp_type == TimestampType.LOG_APPEND_TIME
     spec = rb.BatchSpec(base_offset=first, codec=codec, log_append_time=lat)
-    return rb.build_batch(spec, [(m.offset - first, m.timestamp, m.key, m.value, ())
-                                 for m in messages])
+    return rb.build_batch(
+        spec, [(m.offset - first, m.timestamp, m.key, m.value, ()) for m in messages]
+    )
 
 
 def convert(buf, to_magic: int) -> bytes:
@@ -633,7 +733,7 @@ def convert(buf, to_magic: int) -> bytes:
                     out += _legacy_as_batch(run, Codec.NONE)
                     run = []
                 check_entry(mv, entry, entry.size)
-                out += mv[entry.position:end]
+                out += mv[entry.position : end]
             elif entry.magic == rb.MAGIC:
                 _check_batch(mv, entry, None)
                 out += _batch_as_legacy(mv, entry, to_magic)
@@ -651,8 +751,7 @@ def convert(buf, to_magic: int) -> bytes:
                 out += _legacy_as_batch(messages, Codec(entry.codec))
             else:
                 msgs = [_converted(m) for m in _deep(mv, entry, True)]
-                out += _build(msgs, to_magic, Codec(entry.codec), TimestampType.CREATE_TIME,
-                              None)
+                out += _build(msgs, to_magic, Codec(entry.codec), TimestampType.CREATE_TIME, None)
         if run:
             out += _legacy_as_batch(run, Codec.NONE)
         out += mv[end:]

@@ -42,6 +42,7 @@ magic 0 or when no message has one) and ``offset_of_max_timestamp`` (the shallow
 it, as Kafka's time index wants: the first uncompressed message with that timestamp, or the
 wrapper's or batch's last offset; ``last_offset`` when ``max_timestamp`` is -1).
 """
+
 from __future__ import annotations
 
 import struct
@@ -53,8 +54,22 @@ from protocol import recordbatch as rb
 from protocol.compression import Codec, decompress
 from protocol.errors import CorruptRecordError, ErrorCode
 from protocol.records import (
-    _CODEC_MASK, _ENTRY_V1, _I32, _I64, _KEY_OFFSET, _TIMESTAMP_TYPE_BIT, _U32, LOG_OVERHEAD,
-    NO_TIMESTAMP, TimestampType, _build, _check, _check_batch, _deep, _view, iter_shallow,
+    _CODEC_MASK,
+    _ENTRY_V1,
+    _I32,
+    _I64,
+    _KEY_OFFSET,
+    _TIMESTAMP_TYPE_BIT,
+    _U32,
+    LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    TimestampType,
+    _build,
+    _check,
+    _check_batch,
+    _deep,
+    _view,
+    iter_shallow,
 )
 
 from protocol.native import fastscan
@@ -65,7 +80,7 @@ scan_v2 = fastscan.scan_v2 if fastscan else None
 
 __all__ = ["TopicSettings", "ValidatedRecords", "ProducerBatch", "Rejected", "validate_produce"]
 
-_LONG_MAX = 2 ** 63 - 1
+_LONG_MAX = 2**63 - 1
 
 _ATTRS_TS = struct.Struct(">bq")  # attributes, timestamp: 9 bytes at entry + 17
 
@@ -91,10 +106,16 @@ class TopicSettings:
 
     def timestamp_bounds(self, now_ms: int) -> tuple[int, int]:
         """The [earliest, latest] CreateTime accepted at ``now_ms``."""
-        before = (self.timestamp_before_max_ms if self.timestamp_before_max_ms != _LONG_MAX
-                  else self.max_timestamp_difference_ms)
-        after = (self.timestamp_after_max_ms if self.timestamp_after_max_ms != _LONG_MAX
-                 else self.max_timestamp_difference_ms)
+        before = (
+            self.timestamp_before_max_ms
+            if self.timestamp_before_max_ms != _LONG_MAX
+            else self.max_timestamp_difference_ms
+        )
+        after = (
+            self.timestamp_after_max_ms
+            if self.timestamp_after_max_ms != _LONG_MAX
+            else self.max_timestamp_difference_ms
+        )
         return now_ms - before, now_ms + after
 
 
@@ -186,9 +207,15 @@ class _Wrapper(NamedTuple):
     max_timestamp: int
 
 
-def validate_produce(buf, settings: TopicSettings, *, next_offset: int, now_ms: int,
-                     require_magic2: bool = False,
-                     partition_leader_epoch: int = 0) -> ValidatedRecords | Rejected:
+def validate_produce(
+    buf,
+    settings: TopicSettings,
+    *,
+    next_offset: int,
+    now_ms: int,
+    require_magic2: bool = False,
+    partition_leader_epoch: int = 0,
+) -> ValidatedRecords | Rejected:
     """Validate a producer's message set for one partition and assign offsets from
     ``next_offset``; see the module docstring for the rules. Never raises for bad input:
     malformed bytes come back as ``Rejected(CORRUPT_MESSAGE, ...)``. ``buf`` is not modified.
@@ -197,13 +224,24 @@ def validate_produce(buf, settings: TopicSettings, *, next_offset: int, now_ms: 
     ``partition_leader_epoch`` is written into every stored v2 batch.
     """
     earliest, latest = settings.timestamp_bounds(now_ms)
-    job = _Job(settings, next_offset, now_ms, partition_leader_epoch,
-               settings.magic >= 1 and settings.timestamp_type == TimestampType.LOG_APPEND_TIME,
-               earliest, latest)
+    job = _Job(
+        settings,
+        next_offset,
+        now_ms,
+        partition_leader_epoch,
+        settings.magic >= 1 and settings.timestamp_type == TimestampType.LOG_APPEND_TIME,
+        earliest,
+        latest,
+    )
     mv = _view(buf)
     try:
-        if (settings.magic == 1 and not require_magic2 and scan_v1 is not None
-                and len(mv) > 17 and mv[16] == 1):
+        if (
+            settings.magic == 1
+            and not require_magic2
+            and scan_v1 is not None
+            and len(mv) > 17
+            and mv[16] == 1
+        ):
             fast = _fast_magic1(mv, job)
             if fast is not None:
                 return fast
@@ -212,8 +250,9 @@ def validate_produce(buf, settings: TopicSettings, *, next_offset: int, now_ms: 
             return _EMPTY
         if settings.magic == 2 and all(e.magic == rb.MAGIC for e in entries):
             return _batches_kept(mv, entries, job)
-        if (settings.target_codec in (None, Codec.NONE)
-                and all(e.magic == settings.magic and e.codec == Codec.NONE for e in entries)):
+        if settings.target_codec in (None, Codec.NONE) and all(
+            e.magic == settings.magic and e.codec == Codec.NONE for e in entries
+        ):
             return _messages_kept(mv, entries, job)
         return _checked_then_kept_or_converted(mv, entries, job)
     except _RejectError as exc:
@@ -224,18 +263,27 @@ def validate_produce(buf, settings: TopicSettings, *, next_offset: int, now_ms: 
         mv.release()
 
 
-def _result(out, job: _Job, count: int, max_ts: int, max_off: int,
-            producers: tuple[ProducerBatch, ...] = ()) -> ValidatedRecords:
+def _result(
+    out, job: _Job, count: int, max_ts: int, max_off: int, producers: tuple[ProducerBatch, ...] = ()
+) -> ValidatedRecords:
     """The one result builder. Under LogAppendTime the caller passes ``now_ms`` as
     ``max_ts``; with no timestamp at all (-1) the offset of the max is the last offset."""
     first = job.next_offset
     last = first + count - 1
-    return ValidatedRecords(bytes(out), first, last, max_ts,
-                            max_off if max_ts != NO_TIMESTAMP else last,
-                            job.now_ms if job.lat else -1, count, producers)
+    return ValidatedRecords(
+        bytes(out),
+        first,
+        last,
+        max_ts,
+        max_off if max_ts != NO_TIMESTAMP else last,
+        job.now_ms if job.lat else -1,
+        count,
+        producers,
+    )
 
 
 # -- checks ------------------------------------------------------------------------------------
+
 
 def _where(entry, index: int) -> str:
     kind = "record batch" if entry.magic == rb.MAGIC else "message"
@@ -248,28 +296,35 @@ def _entries(mv, settings: TopicSettings, require_magic2: bool) -> list:
     entries = list(iter_shallow(mv))
     if require_magic2:
         if any(e.magic != rb.MAGIC for e in entries):
-            raise _RejectError(ErrorCode.INVALID_RECORD,
-                               "Produce v3 and later carry record batches (magic 2) only")
+            raise _RejectError(
+                ErrorCode.INVALID_RECORD, "Produce v3 and later carry record batches (magic 2) only"
+            )
         if len(entries) > 1:
-            raise _RejectError(ErrorCode.INVALID_RECORD,
-                               f"Produce v3 and later allow exactly one record batch per "
-                               f"partition; this request holds {len(entries)}")
+            raise _RejectError(
+                ErrorCode.INVALID_RECORD,
+                f"Produce v3 and later allow exactly one record batch per "
+                f"partition; this request holds {len(entries)}",
+            )
     for index, e in enumerate(entries):
         if e.magic not in (0, 1, rb.MAGIC):
-            raise _RejectError(ErrorCode.CORRUPT_MESSAGE,
-                               f"{_where(e, index)} has unknown magic {e.magic}")
+            raise _RejectError(
+                ErrorCode.CORRUPT_MESSAGE, f"{_where(e, index)} has unknown magic {e.magic}"
+            )
         if LOG_OVERHEAD + e.size > settings.max_message_bytes:
-            raise _RejectError(ErrorCode.MESSAGE_TOO_LARGE,
-                               f"{_where(e, index)} is {LOG_OVERHEAD + e.size} bytes, above "
-                               f"max.message.bytes {settings.max_message_bytes}")
+            raise _RejectError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"{_where(e, index)} is {LOG_OVERHEAD + e.size} bytes, above "
+                f"max.message.bytes {settings.max_message_bytes}",
+            )
         if e.magic == rb.MAGIC:
             _batch_header(mv, e, _where(e, index))
             continue
         _check(mv, e, None)
         if e.codec > Codec.LZ4:
-            raise _RejectError(ErrorCode.CORRUPT_MESSAGE,
-                               f"{_where(e, index)} has unknown compression codec {e.codec} in "
-                               f"its attributes")
+            raise _RejectError(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"{_where(e, index)} has unknown compression codec {e.codec} in its attributes",
+            )
     return entries
 
 
@@ -279,31 +334,45 @@ def _batch_header(mv, entry, where: str) -> rb.BatchHeader:
     record count."""
     header = _check_batch(mv, entry, None)
     if header.codec > Codec.ZSTD:
-        raise _RejectError(ErrorCode.CORRUPT_MESSAGE,
-                           f"{where} has unknown compression codec {header.codec}")
+        raise _RejectError(
+            ErrorCode.CORRUPT_MESSAGE, f"{where} has unknown compression codec {header.codec}"
+        )
     if header.is_control or header.is_transactional:
-        raise _RejectError(ErrorCode.INVALID_RECORD,
-                           f"{where} is {'a control' if header.is_control else 'a transactional'}"
-                           f" batch: transactions are not supported by this broker")
+        raise _RejectError(
+            ErrorCode.INVALID_RECORD,
+            f"{where} is {'a control' if header.is_control else 'a transactional'}"
+            f" batch: transactions are not supported by this broker",
+        )
     if header.log_append_time:
-        raise _RejectError(ErrorCode.INVALID_TIMESTAMP,
-                           f"{where} claims LogAppendTime; producers must send CreateTime "
-                           f"(attribute bit 3 clear), the broker sets LogAppendTime")
+        raise _RejectError(
+            ErrorCode.INVALID_TIMESTAMP,
+            f"{where} claims LogAppendTime; producers must send CreateTime "
+            f"(attribute bit 3 clear), the broker sets LogAppendTime",
+        )
     if header.producer_id >= 0 and (header.base_sequence < 0 or header.producer_epoch < 0):
-        raise _RejectError(ErrorCode.INVALID_RECORD,
-                           f"{where} has producer id {header.producer_id} but sequence "
-                           f"{header.base_sequence} and epoch {header.producer_epoch}")
+        raise _RejectError(
+            ErrorCode.INVALID_RECORD,
+            f"{where} has producer id {header.producer_id} but sequence "
+            f"{header.base_sequence} and epoch {header.producer_epoch}",
+        )
     if header.records_count <= 0:
         raise _RejectError(ErrorCode.INVALID_RECORD, f"{where} holds no records")
     if header.last_offset_delta != header.records_count - 1:
-        raise _RejectError(ErrorCode.INVALID_RECORD,
-                           f"{where} holds {header.records_count} records but its last offset "
-                           f"delta is {header.last_offset_delta}")
+        raise _RejectError(
+            ErrorCode.INVALID_RECORD,
+            f"{where} holds {header.records_count} records but its last offset "
+            f"delta is {header.last_offset_delta}",
+        )
     return header
 
 
-def _violation(job: _Job, timestamp: int, key_is_null: bool, from_batch: bool,
-               claims_log_append_time: bool = False) -> tuple[ErrorCode, str] | None:
+def _violation(
+    job: _Job,
+    timestamp: int,
+    key_is_null: bool,
+    from_batch: bool,
+    claims_log_append_time: bool = False,
+) -> tuple[ErrorCode, str] | None:
     """The per-message rules, for magic-0/1 messages and v2 records alike: None, or the error
     and what is wrong (the caller says where). The error codes are those the sender's era
     knows: Kafka 0.10.1's CORRUPT_MESSAGE for a null key in a message into a magic-0/1 topic,
@@ -311,19 +380,29 @@ def _violation(job: _Job, timestamp: int, key_is_null: bool, from_batch: bool,
     batches are always checked."""
     settings = job.settings
     if claims_log_append_time:
-        return (ErrorCode.INVALID_TIMESTAMP, "claims LogAppendTime; producers must send "
-                "CreateTime (attribute bit 3 clear), the broker sets LogAppendTime")
-    if (timestamp != NO_TIMESTAMP and not job.earliest <= timestamp <= job.latest
-            and settings.timestamp_type == TimestampType.CREATE_TIME
-            and (from_batch or settings.magic >= 1)):
-        return (ErrorCode.INVALID_TIMESTAMP,
-                f"has timestamp {timestamp}, outside [{job.earliest}, {job.latest}] allowed at "
-                f"the broker's time {job.now_ms} (message.timestamp.difference.max.ms="
-                f"{settings.max_timestamp_difference_ms}, before.max.ms / after.max.ms)")
+        return (
+            ErrorCode.INVALID_TIMESTAMP,
+            "claims LogAppendTime; producers must send "
+            "CreateTime (attribute bit 3 clear), the broker sets LogAppendTime",
+        )
+    if (
+        timestamp != NO_TIMESTAMP
+        and not job.earliest <= timestamp <= job.latest
+        and settings.timestamp_type == TimestampType.CREATE_TIME
+        and (from_batch or settings.magic >= 1)
+    ):
+        return (
+            ErrorCode.INVALID_TIMESTAMP,
+            f"has timestamp {timestamp}, outside [{job.earliest}, {job.latest}] allowed at "
+            f"the broker's time {job.now_ms} (message.timestamp.difference.max.ms="
+            f"{settings.max_timestamp_difference_ms}, before.max.ms / after.max.ms)",
+        )
     if settings.compacted and key_is_null:
         legacy = not from_batch and settings.magic < 2
-        return (ErrorCode.CORRUPT_MESSAGE if legacy else ErrorCode.INVALID_RECORD,
-                "has a null key; a compacted topic accepts only keyed messages")
+        return (
+            ErrorCode.CORRUPT_MESSAGE if legacy else ErrorCode.INVALID_RECORD,
+            "has a null key; a compacted topic accepts only keyed messages",
+        )
     return None
 
 
@@ -337,28 +416,34 @@ def _batch_records(mv, entry, job: _Job, where: str) -> tuple[rb.BatchHeader, li
     records = rb.iter_records(mv, entry.position, header)
     for i, r in enumerate(records):
         if r.offset_delta != i:
-            raise _RejectError(ErrorCode.INVALID_RECORD,
-                               f"{where}: record {i} has offset delta {r.offset_delta}, not {i}")
+            raise _RejectError(
+                ErrorCode.INVALID_RECORD,
+                f"{where}: record {i} has offset delta {r.offset_delta}, not {i}",
+            )
         bad = _violation(job, header.base_timestamp + r.timestamp_delta, r.key is None, True)
         if bad:
             raise _reject(f"{where}: record {i}", bad)
         if r.headers and job.settings.magic < 2:
-            raise _RejectError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                               f"{where}: record {i} has headers, which message format magic "
-                               f"{job.settings.magic} (message.format.version) cannot store")
+            raise _RejectError(
+                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                f"{where}: record {i} has headers, which message format magic "
+                f"{job.settings.magic} (message.format.version) cannot store",
+            )
     return header, records
 
 
 # -- path 1: magic-0/1 messages kept as sent (uncompressed, the topic's magic) -----------------
 
+
 def _messages_kept(mv, entries, job: _Job) -> ValidatedRecords:
     for index, e in enumerate(entries):
         (klen,) = _I32.unpack_from(mv, e.position + _KEY_OFFSET[e.magic])
-        bad = _violation(job, e.timestamp, klen < 0, False,
-                         e.timestamp_type == TimestampType.LOG_APPEND_TIME)
+        bad = _violation(
+            job, e.timestamp, klen < 0, False, e.timestamp_type == TimestampType.LOG_APPEND_TIME
+        )
         if bad:
             raise _reject(_where(e, index), bad)
-    out = bytearray(mv[:entries[-1].next_position])
+    out = bytearray(mv[: entries[-1].next_position])
     off = job.next_offset
     max_ts, max_off = NO_TIMESTAMP, -1
     for e in entries:
@@ -366,7 +451,7 @@ def _messages_kept(mv, entries, job: _Job) -> ValidatedRecords:
         _I64.pack_into(out, p, off)
         if job.lat:
             _ATTRS_TS.pack_into(out, p + 17, e.attributes | _TIMESTAMP_TYPE_BIT, job.now_ms)
-            _U32.pack_into(out, p + 12, _crc32(memoryview(out)[p + 16:e.next_position]))
+            _U32.pack_into(out, p + 12, _crc32(memoryview(out)[p + 16 : e.next_position]))
         elif e.timestamp > max_ts:
             max_ts, max_off = e.timestamp, off
         off += 1
@@ -377,11 +462,12 @@ def _messages_kept(mv, entries, job: _Job) -> ValidatedRecords:
 
 # -- path 2: magic-1 wrappers kept as sent (only the wrapper rewritten) --------------------------
 
+
 def _wrappers_kept(mv, wrappers: list[_Wrapper], job: _Job) -> ValidatedRecords:
     """Each wrapper gets the absolute offset of its last inner message and, when they change,
     its timestamp (the largest inner one, or the append time) and type bit, with a new CRC;
     the compressed payload is never touched."""
-    out = bytearray(mv[:wrappers[-1].end])
+    out = bytearray(mv[: wrappers[-1].end])
     off = job.next_offset
     max_ts, max_off = NO_TIMESTAMP, -1
     for w in wrappers:
@@ -391,8 +477,7 @@ def _wrappers_kept(mv, wrappers: list[_Wrapper], job: _Job) -> ValidatedRecords:
         attrs = (w.attributes & ~_TIMESTAMP_TYPE_BIT) | (_TIMESTAMP_TYPE_BIT if job.lat else 0)
         if ts != w.timestamp or attrs != w.attributes:
             _ATTRS_TS.pack_into(out, w.position + 17, attrs, ts)
-            _U32.pack_into(out, w.position + 12,
-                           _crc32(memoryview(out)[w.position + 16:w.end]))
+            _U32.pack_into(out, w.position + 12, _crc32(memoryview(out)[w.position + 16 : w.end]))
         if w.max_timestamp > max_ts:
             max_ts, max_off = w.max_timestamp, off - 1
     count = off - job.next_offset
@@ -402,6 +487,7 @@ def _wrappers_kept(mv, wrappers: list[_Wrapper], job: _Job) -> ValidatedRecords:
 
 
 # -- path 3: record batches into a record-batch topic ----------------------------------------
+
 
 def _batches_kept(mv, entries, job: _Job) -> ValidatedRecords:
     """Kept as sent (offsets, leader epoch and, under LogAppendTime, the header's type and max
@@ -420,29 +506,48 @@ def _batches_kept(mv, entries, job: _Job) -> ValidatedRecords:
         # accept goes through the Python path for the precise answer.
         record_max = None
         if target == header.codec and scan_v2 is not None:
-            record_max = scan_v2(rb.records_section(mv, header, e.position),
-                                 header.records_count, header.base_timestamp, job.earliest,
-                                 job.latest, check_time, settings.compacted)
+            record_max = scan_v2(
+                rb.records_section(mv, header, e.position),
+                header.records_count,
+                header.base_timestamp,
+                job.earliest,
+                job.latest,
+                check_time,
+                settings.compacted,
+            )
         if record_max is None:
             header, records = _batch_records(mv, e, job, where)
-            record_max = max((header.base_timestamp + r.timestamp_delta for r in records),
-                             default=NO_TIMESTAMP)
+            record_max = max(
+                (header.base_timestamp + r.timestamp_delta for r in records), default=NO_TIMESTAMP
+            )
         count = header.records_count
         start = len(out)
         if target == header.codec:
-            out += mv[e.position:e.next_position]
+            out += mv[e.position : e.next_position]
             if not job.lat and record_max != header.max_timestamp:
                 # Kafka corrects a header whose max timestamp disagrees with its records.
                 _I64.pack_into(out, start + rb.MAX_TIMESTAMP_OFFSET, record_max)
-                _U32.pack_into(out, start + rb.CRC_OFFSET,
-                               rb.batch_crc(out, start, len(out)))
+                _U32.pack_into(out, start + rb.CRC_OFFSET, rb.batch_crc(out, start, len(out)))
         else:
-            spec = rb.BatchSpec(codec=Codec(target), producer_id=header.producer_id,
-                                producer_epoch=header.producer_epoch,
-                                base_sequence=header.base_sequence)
-            out += rb.build_batch(spec, [(r.offset_delta, header.base_timestamp +
-                                          r.timestamp_delta, r.key, r.value, r.headers)
-                                         for r in records])
+            spec = rb.BatchSpec(
+                codec=Codec(target),
+                producer_id=header.producer_id,
+                producer_epoch=header.producer_epoch,
+                base_sequence=header.base_sequence,
+            )
+            out += rb.build_batch(
+                spec,
+                [
+                    (
+                        r.offset_delta,
+                        header.base_timestamp + r.timestamp_delta,
+                        r.key,
+                        r.value,
+                        r.headers,
+                    )
+                    for r in records
+                ],
+            )
         rb.set_base_offset(out, start, offset, job.leader_epoch)
         if job.lat:
             rb.set_log_append_time(out, start, job.now_ms)
@@ -451,15 +556,24 @@ def _batches_kept(mv, entries, job: _Job) -> ValidatedRecords:
         if batch_max > max_ts:
             max_ts, max_off = batch_max, last
         if header.producer_id >= 0:
-            producers.append(ProducerBatch(header.producer_id, header.producer_epoch,
-                                           header.base_sequence, header.last_sequence, offset,
-                                           last, batch_max))
+            producers.append(
+                ProducerBatch(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.last_sequence,
+                    offset,
+                    last,
+                    batch_max,
+                )
+            )
         offset += count
     _recheck_sizes(out, settings)
     return _result(out, job, offset - job.next_offset, max_ts, max_off, tuple(producers))
 
 
 # -- path 4: everything else is checked, then kept as wrappers or converted ----------------------
+
 
 def _checked_then_kept_or_converted(mv, entries, job: _Job) -> ValidatedRecords:
     """Check every message; keep magic-1 wrappers as sent when the topic is magic 1, the codec
@@ -477,30 +591,41 @@ def _checked_then_kept_or_converted(mv, entries, job: _Job) -> ValidatedRecords:
         if e.magic == rb.MAGIC:
             keepable = False
             header, records = _batch_records(mv, e, job, _where(e, index))
-            checked += [_Checked(header.base_timestamp + r.timestamp_delta, r.key, r.value,
-                                 r.headers) for r in records]
+            checked += [
+                _Checked(header.base_timestamp + r.timestamp_delta, r.key, r.value, r.headers)
+                for r in records
+            ]
             continue
         keepable = keepable and e.magic == 1 and e.codec != Codec.NONE
         count, wrapper_max = 0, NO_TIMESTAMP
         wrapper_attributes = e.attributes if e.codec else 0
         # _entries checked the entry itself; a wrapper's inner messages are checked here.
         for m in _deep(mv, e, e.codec != Codec.NONE):
-            claims_lat = m.magic == 1 and bool((m.attributes | wrapper_attributes)
-                                               & _TIMESTAMP_TYPE_BIT)
-            bad = _violation(job, m.timestamp if m.magic == 1 else NO_TIMESTAMP, m.key is None,
-                             False, claims_lat)
+            claims_lat = m.magic == 1 and bool(
+                (m.attributes | wrapper_attributes) & _TIMESTAMP_TYPE_BIT
+            )
+            bad = _violation(
+                job, m.timestamp if m.magic == 1 else NO_TIMESTAMP, m.key is None, False, claims_lat
+            )
             if bad:
-                raise _reject(f"message {len(checked)} (inner message {count} of the wrapper at "
-                              f"byte {e.position})" if e.codec else _where(e, index), bad)
+                raise _reject(
+                    f"message {len(checked)} (inner message {count} of the wrapper at "
+                    f"byte {e.position})"
+                    if e.codec
+                    else _where(e, index),
+                    bad,
+                )
             keepable = keepable and m.stored_offset == count
             if m.magic == 1 and m.timestamp > wrapper_max:
                 wrapper_max = m.timestamp
-            checked.append(_Checked(m.timestamp if m.magic == 1 else NO_TIMESTAMP, m.key,
-                                    m.value, ()))
+            checked.append(
+                _Checked(m.timestamp if m.magic == 1 else NO_TIMESTAMP, m.key, m.value, ())
+            )
             count += 1
         if keepable:
-            wrappers.append(_Wrapper(e.position, e.next_position, e.attributes, e.timestamp,
-                                     count, wrapper_max))
+            wrappers.append(
+                _Wrapper(e.position, e.next_position, e.attributes, e.timestamp, count, wrapper_max)
+            )
     target = source if settings.target_codec is None else Codec(settings.target_codec)
     if keepable and target == source:
         return _wrappers_kept(mv, wrappers, job)
@@ -514,11 +639,20 @@ def _converted(checked: list[_Checked], job: _Job, target: Codec) -> ValidatedRe
     first, count = job.next_offset, len(checked)
     last = first + count - 1
     if settings.magic == 2:
-        spec = rb.BatchSpec(base_offset=first, codec=target, log_append_time=lat,
-                            partition_leader_epoch=job.leader_epoch)
-        out = rb.build_batch(spec, [(i, now if lat else m.timestamp, m.key, m.value, m.headers)
-                                    for i, m in enumerate(checked)],
-                             max_timestamp=now if lat else None)
+        spec = rb.BatchSpec(
+            base_offset=first,
+            codec=target,
+            log_append_time=lat,
+            partition_leader_epoch=job.leader_epoch,
+        )
+        out = rb.build_batch(
+            spec,
+            [
+                (i, now if lat else m.timestamp, m.key, m.value, m.headers)
+                for i, m in enumerate(checked)
+            ],
+            max_timestamp=now if lat else None,
+        )
         _recheck_sizes(out, settings)
         return _result(out, job, count, now if lat else max(m.timestamp for m in checked), last)
     if target == Codec.ZSTD:
@@ -528,9 +662,16 @@ def _converted(checked: list[_Checked], job: _Job, target: Codec) -> ValidatedRe
     else:
         stored = [now if lat else m.timestamp for m in checked]
     type_bit = _TIMESTAMP_TYPE_BIT if lat and target == Codec.NONE else 0
-    out = _build([(first + i, ts, type_bit, m.key, m.value)
-                  for i, (ts, m) in enumerate(zip(stored, checked))],
-                 settings.magic, target, settings.timestamp_type, now if lat else None)
+    out = _build(
+        [
+            (first + i, ts, type_bit, m.key, m.value)
+            for i, (ts, m) in enumerate(zip(stored, checked))
+        ],
+        settings.magic,
+        target,
+        settings.timestamp_type,
+        now if lat else None,
+    )
     _recheck_sizes(out, settings)
     if lat:
         return _result(out, job, count, now, last if target != Codec.NONE else first)
@@ -548,15 +689,16 @@ def _recheck_sizes(out: bytes, settings: TopicSettings) -> None:
                 f"after conversion to magic {settings.magic} and compression "
                 f"{'none' if entry.codec == 0 else Codec(entry.codec).name.lower()}, the entry "
                 f"at offset {entry.offset} is {LOG_OVERHEAD + entry.size} bytes, above "
-                f"max.message.bytes {settings.max_message_bytes}")
+                f"max.message.bytes {settings.max_message_bytes}",
+            )
 
 
 # -- the native fast path for magic-1 topics ---------------------------------------------------
 
 # scan_v1 modes
-_TOP_CREATE_TIME = 0   # top-level messages: rewrite offsets
-_TOP_LOG_APPEND = 1    # top-level messages: rewrite offsets, timestamp, bit 3, CRC
-_INNER = 2             # inner messages of a wrapper: check relative offsets 0..n-1, no writes
+_TOP_CREATE_TIME = 0  # top-level messages: rewrite offsets
+_TOP_LOG_APPEND = 1  # top-level messages: rewrite offsets, timestamp, bit 3, CRC
+_INNER = 2  # inner messages of a wrapper: check relative offsets 0..n-1, no writes
 
 
 def _fast_magic1(mv, job: _Job) -> ValidatedRecords | None:
@@ -574,8 +716,17 @@ def _fast_magic1(mv, job: _Job) -> ValidatedRecords | None:
         if settings.target_codec:
             return None
         out = bytearray(mv)
-        scanned = scan_v1(out, n, _TOP_LOG_APPEND if job.lat else _TOP_CREATE_TIME,
-                          job.next_offset, lo, hi, max_size, job.now_ms, settings.compacted)
+        scanned = scan_v1(
+            out,
+            n,
+            _TOP_LOG_APPEND if job.lat else _TOP_CREATE_TIME,
+            job.next_offset,
+            lo,
+            hi,
+            max_size,
+            job.now_ms,
+            settings.compacted,
+        )
         if scanned is None:
             return None
         count, max_ts, max_index = scanned
@@ -591,7 +742,7 @@ def _fast_magic1(mv, job: _Job) -> ValidatedRecords | None:
         end = pos + LOG_OVERHEAD + size
         if end > n or magic != 1 or attrs != codec or size < 22 or size > max_size:
             return None
-        if _crc32(mv[pos + 16:end]) != crc:
+        if _crc32(mv[pos + 16 : end]) != crc:
             return None
         (klen,) = _I32.unpack_from(mv, pos + 26)
         vpos = pos + 30 + (klen if klen > 0 else 0)
@@ -601,11 +752,12 @@ def _fast_magic1(mv, job: _Job) -> ValidatedRecords | None:
         if vlen < 0 or vpos + 4 + vlen != end:
             return None
         try:
-            inner = decompress(codec, mv[vpos + 4:end], 1, position=pos)
+            inner = decompress(codec, mv[vpos + 4 : end], 1, position=pos)
         except CorruptRecordError:
             return None  # the Python path reports it in Kafka's order
-        scanned = scan_v1(inner, len(inner), _INNER, 0, lo, hi, 2 ** 31, job.now_ms,
-                          settings.compacted)
+        scanned = scan_v1(
+            inner, len(inner), _INNER, 0, lo, hi, 2**31, job.now_ms, settings.compacted
+        )
         if scanned is None:
             return None
         wrappers.append(_Wrapper(pos, end, attrs, ts, scanned[0], scanned[1]))

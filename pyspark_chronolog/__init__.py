@@ -6,6 +6,7 @@ rows to the broker. Spark registers it by itself: a top-level module named pyspa
 DefaultSource is picked up from the Python path; spark.dataSource.register(ChronologDataSource)
 works too. See README.md, section "Spark".
 """
+
 from .arrow import ARROW_SCHEMA, SPARK_SCHEMA
 from .errors import (
     BrokerResponseError,
@@ -21,7 +22,15 @@ from .source import ChronologDataSource
 DefaultSource = ChronologDataSource
 
 __all__ = [
-    "ARROW_SCHEMA", "SPARK_SCHEMA", "ChronologDataSource", "DefaultSource",
-    "BrokerResponseError", "BrokerUnavailableError", "ChronologSourceError", "DataLossError",
-    "InvalidOptionError", "TimestampNotFoundError", "UnknownTopicError",
+    "ARROW_SCHEMA",
+    "SPARK_SCHEMA",
+    "ChronologDataSource",
+    "DefaultSource",
+    "BrokerResponseError",
+    "BrokerUnavailableError",
+    "ChronologSourceError",
+    "DataLossError",
+    "InvalidOptionError",
+    "TimestampNotFoundError",
+    "UnknownTopicError",
 ]

@@ -25,6 +25,7 @@ with KIP-31 relative offsets made absolute and a LogAppendTime wrapper's time ap
 and wrappers that break a nesting rule, go through protocol.records.iter_deep (which raises the
 precise error).
 """
+
 from __future__ import annotations
 
 import struct
@@ -38,23 +39,27 @@ from protocol import recordbatch as rb
 from protocol.compression import decompress
 from protocol.native import fastscan
 
-SPARK_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
-                "timestamp timestamp, timestampType int")
+SPARK_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
 SPARK_SCHEMA_WITH_HEADERS = SPARK_SCHEMA + ", headers array<struct<key:string,value:binary>>"
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
-ARROW_SCHEMA = pa.schema([
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("topic", pa.string()),
-    pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()),
-    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-    pa.field("timestampType", pa.int32()),
-])
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+)
 ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 
 _SIZE = struct.Struct(">i")
-_V1_OVERHEAD = 22          # message bytes besides key and value, magic 1
+_V1_OVERHEAD = 22  # message bytes besides key and value, magic 1
 _TIMESTAMP_TYPE_BIT = 0x08
 _CODEC_MASK = 0x07
 
@@ -69,8 +74,9 @@ def _positions(mv: memoryview) -> np.ndarray:
     while pos + LOG_OVERHEAD <= n:
         size = unpack(mv, pos + 8)[0]
         if size < MIN_MESSAGE_SIZE:
-            raise CorruptRecordError(f"message at byte {pos} has size {size} < "
-                                     f"{MIN_MESSAGE_SIZE}", offset=pos)
+            raise CorruptRecordError(
+                f"message at byte {pos} has size {size} < {MIN_MESSAGE_SIZE}", offset=pos
+            )
         if pos + LOG_OVERHEAD + size > n:
             break
         append(pos)
@@ -94,24 +100,33 @@ def _binary_column(buffer: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -
     valid = np.zeros(2 * n - 1, dtype=bool)
     valid[0::2] = lengths >= 0
     validity = pa.array(valid).buffers()[1]
-    laid = pa.Array.from_buffers(pa.binary(), 2 * n - 1,
-                                 [validity, pa.py_buffer(offsets), buffer])
+    laid = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [validity, pa.py_buffer(offsets), buffer])
     return laid.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
 
 
 def _constant_string(value: str, n: int) -> pa.Array:
     raw = value.encode()
     offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
-                                                  pa.py_buffer(raw * n)])
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)]
+    )
 
 
-def _batch(topic: str, partition: int, key: pa.Array, value: pa.Array, offsets: np.ndarray,
-           timestamps_ms: np.ndarray, ts_types: np.ndarray,
-           headers: pa.Array | None = None) -> pa.RecordBatch:
+def _batch(
+    topic: str,
+    partition: int,
+    key: pa.Array,
+    value: pa.Array,
+    offsets: np.ndarray,
+    timestamps_ms: np.ndarray,
+    ts_types: np.ndarray,
+    headers: pa.Array | None = None,
+) -> pa.RecordBatch:
     n = len(offsets)
     columns = [
-        key, value, _constant_string(topic, n),
+        key,
+        value,
+        _constant_string(topic, n),
         pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array(offsets.astype(np.int64)),
         pa.array(timestamps_ms.astype(np.int64) * 1000, type=pa.timestamp("us", tz="UTC")),
@@ -126,15 +141,24 @@ def _headers_column(chunk: _Chunk | None, rows: np.ndarray) -> pa.Array:
     """The headers of ``rows`` of ``chunk`` (None: rows without headers, magic 0/1)."""
     n = len(rows)
     if chunk is None or chunk.header_count is None or not np.any(chunk.header_count[rows]):
-        return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
-                                        pa.array([], HEADERS_TYPE.value_type))
+        return pa.ListArray.from_arrays(
+            pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], HEADERS_TYPE.value_type)
+        )
     buf = chunk.buffer
     values = []
     for start, count in zip(chunk.header_start[rows].tolist(), chunk.header_count[rows].tolist()):
         # Kafka does not require UTF-8 keys; Spark (a Java String) shows U+FFFD for bad bytes.
-        values.append([{"key": key.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
-                        "value": value} for key, value in rb.read_headers(buf, start, count)]
-                      if count else [])
+        values.append(
+            [
+                {
+                    "key": key.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+                    "value": value,
+                }
+                for key, value in rb.read_headers(buf, start, count)
+            ]
+            if count
+            else []
+        )
     return pa.array(values, HEADERS_TYPE)
 
 
@@ -156,8 +180,8 @@ class _Chunk:
     key_len: np.ndarray
     value_start: np.ndarray
     value_len: np.ndarray
-    last_offset: int = -1         # of the entries: a batch's may lie past its last record
-    header_start: np.ndarray | None = None    # record batches only
+    last_offset: int = -1  # of the entries: a batch's may lie past its last record
+    header_start: np.ndarray | None = None  # record batches only
     header_count: np.ndarray | None = None
 
 
@@ -171,16 +195,27 @@ def _fields(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> _Chunk:
     value_len = np.zeros_like(key_len)
     if not np.any(bad):
         value_len = _be(u8, value_len_at, 4)
-        bad = (value_len < -1) | (_V1_OVERHEAD + np.maximum(key_len, 0)
-                                  + np.maximum(value_len, 0) != sizes)
+        bad = (value_len < -1) | (
+            _V1_OVERHEAD + np.maximum(key_len, 0) + np.maximum(value_len, 0) != sizes
+        )
     if np.any(bad):
         at = int(pos[np.argmax(bad)])
-        raise CorruptRecordError(f"{where}: message at byte {at} has key/value lengths that do "
-                                 f"not match its size", offset=at)
+        raise CorruptRecordError(
+            f"{where}: message at byte {at} has key/value lengths that do not match its size",
+            offset=at,
+        )
     offsets = _be(u8, pos, 8)
-    return _Chunk(buf, offsets, _be(u8, pos + 18, 8),
-                  ((u8[pos + 17] >> 3) & 1).astype(np.int64), key_start, key_len,
-                  value_len_at + 4, value_len, int(offsets.max()))
+    return _Chunk(
+        buf,
+        offsets,
+        _be(u8, pos + 18, 8),
+        ((u8[pos + 17] >> 3) & 1).astype(np.int64),
+        key_start,
+        key_len,
+        value_len_at + 4,
+        value_len,
+        int(offsets.max()),
+    )
 
 
 def _unwrap(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> _Chunk | None:
@@ -192,15 +227,19 @@ def _unwrap(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> _Chunk |
     if wrapper.value_len[0] < 0 or codec > 3:
         return None
     vstart = int(wrapper.value_start[0])
-    inner = decompress(codec, memoryview(buf)[vstart:vstart + int(wrapper.value_len[0])], 1,
-                       position=int(pos[0]))
+    inner = decompress(
+        codec, memoryview(buf)[vstart : vstart + int(wrapper.value_len[0])], 1, position=int(pos[0])
+    )
     ipos = _positions(memoryview(inner))
     if not len(ipos):
         return None
     iu8 = np.frombuffer(inner, dtype=np.uint8)
     last_end = int(ipos[-1]) + LOG_OVERHEAD + int(_be(iu8, ipos[-1:] + 8, 4)[0])
-    if last_end != len(inner) or np.any(iu8[ipos + 16] != 1) or np.any(iu8[ipos + 17]
-                                                                        & _CODEC_MASK):
+    if (
+        last_end != len(inner)
+        or np.any(iu8[ipos + 16] != 1)
+        or np.any(iu8[ipos + 17] & _CODEC_MASK)
+    ):
         return None
     chunk = _fields(inner, iu8, ipos, f"{where} (inside the wrapper at byte {int(pos[0])})")
     chunk.offsets = wrapper.offsets[0] - chunk.offsets[-1] + chunk.offsets
@@ -222,15 +261,20 @@ def _record_batch(buf: bytes, position: int, where: str) -> _Chunk:
     if h.codec:
         data = decompress(h.codec, memoryview(buf)[start:end], rb.MAGIC, position=position)
         start, end = 0, len(data)
-    raw = (fastscan.record_positions(data, start, end, h.records_count)
-           if fastscan is not None else None)
+    raw = (
+        fastscan.record_positions(data, start, end, h.records_count)
+        if fastscan is not None
+        else None
+    )
     if raw is None:  # no extension, or malformed: the Python walk raises the precise error
         try:
-            fields = np.array(rb.record_positions(data, start, end, h.records_count),
-                              dtype=np.int64)
+            fields = np.array(
+                rb.record_positions(data, start, end, h.records_count), dtype=np.int64
+            )
         except CorruptRecordError as exc:
-            raise CorruptRecordError(f"{where}: record batch at byte {position}: {exc}",
-                                     offset=position) from None
+            raise CorruptRecordError(
+                f"{where}: record batch at byte {position}: {exc}", offset=position
+            ) from None
     else:
         fields = np.frombuffer(raw, dtype=np.int64)
     f = fields.reshape(-1, rb.POSITION_FIELDS)
@@ -239,8 +283,19 @@ def _record_batch(buf: bytes, position: int, where: str) -> _Chunk:
         timestamps, ts_types = np.full(n, h.max_timestamp), np.ones(n, dtype=np.int64)
     else:
         timestamps, ts_types = h.base_timestamp + f[:, 0], np.zeros(n, dtype=np.int64)
-    return _Chunk(data, h.base_offset + f[:, 1], timestamps, ts_types, f[:, 2], f[:, 3],
-                  f[:, 4], f[:, 5], h.last_offset, f[:, 6], f[:, 7])
+    return _Chunk(
+        data,
+        h.base_offset + f[:, 1],
+        timestamps,
+        ts_types,
+        f[:, 2],
+        f[:, 3],
+        f[:, 4],
+        f[:, 5],
+        h.last_offset,
+        f[:, 6],
+        f[:, 7],
+    )
 
 
 def _legacy_chunks(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> list | None:
@@ -252,7 +307,7 @@ def _legacy_chunks(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> l
         if first < wrapper:
             chunks.append(_fields(buf, u8, pos[first:wrapper], where))
         if wrapper < len(pos):
-            inner = _unwrap(buf, u8, pos[wrapper:wrapper + 1], where)
+            inner = _unwrap(buf, u8, pos[wrapper : wrapper + 1], where)
             if inner is None:
                 return None
             chunks.append(inner)
@@ -260,9 +315,16 @@ def _legacy_chunks(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> l
     return chunks
 
 
-def decode(record_set: bytes, topic: str, partition: int, *, start: int, end: int,
-           window: tuple[int | None, int | None] = (None, None),
-           include_headers: bool = False) -> tuple[pa.RecordBatch | None, int]:
+def decode(
+    record_set: bytes,
+    topic: str,
+    partition: int,
+    *,
+    start: int,
+    end: int,
+    window: tuple[int | None, int | None] = (None, None),
+    include_headers: bool = False,
+) -> tuple[pa.RecordBatch | None, int]:
     """Rows of ``record_set`` with start <= offset < end (and, when given, timestamp in
     [window[0], window[1])), plus the offset to fetch next; with ``include_headers`` the batch
     has the ``headers`` column.
@@ -278,8 +340,15 @@ def decode(record_set: bytes, topic: str, partition: int, *, start: int, end: in
     u8 = np.frombuffer(record_set, dtype=np.uint8)
     magics = u8[pos + 16]
     if not np.all((magics == 1) | (magics == rb.MAGIC)):
-        return _decode_deep(record_set, topic, partition, start=start, end=end, window=window,
-                            include_headers=include_headers)
+        return _decode_deep(
+            record_set,
+            topic,
+            partition,
+            start=start,
+            end=end,
+            window=window,
+            include_headers=include_headers,
+        )
     where = f"{topic}[{partition}] fetched set"
     chunks = []
     run = 0  # first entry of the current run of magic-1 entries
@@ -287,8 +356,15 @@ def decode(record_set: bytes, topic: str, partition: int, *, start: int, end: in
         if run < i:
             legacy = _legacy_chunks(record_set, u8, pos[run:i], where)
             if legacy is None:
-                return _decode_deep(record_set, topic, partition, start=start, end=end,
-                                    window=window, include_headers=include_headers)
+                return _decode_deep(
+                    record_set,
+                    topic,
+                    partition,
+                    start=start,
+                    end=end,
+                    window=window,
+                    include_headers=include_headers,
+                )
             chunks += legacy
         if i < len(pos):
             chunks.append(_record_batch(record_set, int(pos[i]), where))
@@ -306,24 +382,40 @@ def decode(record_set: bytes, topic: str, partition: int, *, start: int, end: in
         rows = np.flatnonzero(keep)
         if len(rows):
             buffer = pa.py_buffer(c.buffer)
-            parts.append((_binary_column(buffer, c.key_start[rows], c.key_len[rows]),
-                          _binary_column(buffer, c.value_start[rows], c.value_len[rows]),
-                          c.offsets[rows], c.timestamps[rows], c.ts_types[rows],
-                          _headers_column(c, rows) if include_headers else None))
+            parts.append(
+                (
+                    _binary_column(buffer, c.key_start[rows], c.key_len[rows]),
+                    _binary_column(buffer, c.value_start[rows], c.value_len[rows]),
+                    c.offsets[rows],
+                    c.timestamps[rows],
+                    c.ts_types[rows],
+                    _headers_column(c, rows) if include_headers else None,
+                )
+            )
     if not parts:
         return None, next_offset
     if len(parts) == 1:
         return _batch(topic, partition, *parts[0]), next_offset
-    return _batch(topic, partition, pa.concat_arrays([p[0] for p in parts]),
-                  pa.concat_arrays([p[1] for p in parts]),
-                  *(np.concatenate([p[i] for p in parts]) for i in (2, 3, 4)),
-                  pa.concat_arrays([p[5] for p in parts]) if include_headers else None
-                  ), next_offset
+    return _batch(
+        topic,
+        partition,
+        pa.concat_arrays([p[0] for p in parts]),
+        pa.concat_arrays([p[1] for p in parts]),
+        *(np.concatenate([p[i] for p in parts]) for i in (2, 3, 4)),
+        pa.concat_arrays([p[5] for p in parts]) if include_headers else None,
+    ), next_offset
 
 
-def _decode_deep(record_set: bytes, topic: str, partition: int, *, start: int, end: int,
-                 window: tuple[int | None, int | None], include_headers: bool
-                 ) -> tuple[pa.RecordBatch | None, int]:
+def _decode_deep(
+    record_set: bytes,
+    topic: str,
+    partition: int,
+    *,
+    start: int,
+    end: int,
+    window: tuple[int | None, int | None],
+    include_headers: bool,
+) -> tuple[pa.RecordBatch | None, int]:
     lo, hi = window
     offsets, timestamps, ts_types, keys, values, headers = [], [], [], [], [], []
     last = start - 1
@@ -338,11 +430,22 @@ def _decode_deep(record_set: bytes, topic: str, partition: int, *, start: int, e
         ts_types.append(int(m.timestamp_type))
         keys.append(m.key)
         values.append(m.value)
-        headers.append([{"key": k.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
-                         "value": v} for k, v in m.headers])
+        headers.append(
+            [
+                {"key": k.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), "value": v}
+                for k, v in m.headers
+            ]
+        )
     next_offset = min(end, max(start, last + 1))
     if not offsets:
         return None, next_offset
-    return _batch(topic, partition, pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-                  np.array(offsets), np.array(timestamps), np.array(ts_types),
-                  pa.array(headers, HEADERS_TYPE) if include_headers else None), next_offset
+    return _batch(
+        topic,
+        partition,
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        np.array(offsets),
+        np.array(timestamps),
+        np.array(ts_types),
+        pa.array(headers, HEADERS_TYPE) if include_headers else None,
+    ), next_offset

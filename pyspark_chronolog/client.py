@@ -6,6 +6,7 @@ close() / the context manager. Connection failures and timeouts raise BrokerUnav
 naming the address; Kafka error codes are returned to the caller (fetch, produce) or raised as
 typed errors (metadata, list_offsets) so each caller decides what is recoverable.
 """
+
 from __future__ import annotations
 
 import time
@@ -51,13 +52,14 @@ def _open(address: tuple[str, int], timeout_s: float) -> BrokerConnection:
     except ConnectError as exc:
         raise BrokerUnavailableError(
             f"cannot connect to chronolog broker at {address[0]}:{address[1]} ({exc.reason}); "
-            f"is it running (`make run`) and is bootstrap.servers right?") from None
+            f"is it running (`make run`) and is bootstrap.servers right?"
+        ) from None
 
 
 @dataclass(frozen=True)
 class TopicInfo:
     name: str
-    partitions: dict[int, int]          # partition -> leader node id
+    partitions: dict[int, int]  # partition -> leader node id
 
 
 class BrokerClient:
@@ -102,8 +104,8 @@ class BrokerClient:
                 failures.append(str(exc))
         servers = ",".join(f"{h}:{p}" for h, p in self._connect.bootstrap)
         raise BrokerUnavailableError(
-            f"no chronolog broker reachable at bootstrap.servers={servers}: "
-            + "; ".join(failures))
+            f"no chronolog broker reachable at bootstrap.servers={servers}: " + "; ".join(failures)
+        )
 
     def _call(self, conn: BrokerConnection, api_key: ApiKey, version: int, body: dict):
         try:
@@ -115,7 +117,8 @@ class BrokerClient:
             raise BrokerUnavailableError(
                 f"chronolog broker at {exc.address}: {exc} ({api_key.name} v{version}, "
                 f"kafka.request.timeout.ms={self._timeout_s * 1000:.0f}); check the broker "
-                "log") from None
+                "log"
+            ) from None
 
     def _leader_conn(self, tp: TopicPartition) -> BrokerConnection:
         if tp not in self._leaders:
@@ -126,8 +129,9 @@ class BrokerClient:
         return self._conn(self._nodes[node])
 
     # -- metadata ---------------------------------------------------------------------------
-    def topics(self, names: list[str] | tuple[str, ...], *, allow_create: bool = False
-               ) -> dict[str, TopicInfo]:
+    def topics(
+        self, names: list[str] | tuple[str, ...], *, allow_create: bool = False
+    ) -> dict[str, TopicInfo]:
         """Partition -> leader of each named topic.
 
         Readers ask for all topics (a null list), because asking for a name makes a broker with
@@ -135,9 +139,12 @@ class BrokerClient:
         ``allow_create`` (writers) asks for the names, as Kafka producers do.
         """
         for attempt in range(_METADATA_RETRIES):
-            body = self._call(self._any_conn(), ApiKey.METADATA, _METADATA_VERSION,
-                              {"topics": [{"name": n} for n in names] if allow_create
-                               else None})
+            body = self._call(
+                self._any_conn(),
+                ApiKey.METADATA,
+                _METADATA_VERSION,
+                {"topics": [{"name": n} for n in names] if allow_create else None},
+            )
             self._nodes.update({b.node_id: (b.host, b.port) for b in body.brokers})
             found: dict[str, TopicInfo] = {}
             retry = []
@@ -147,30 +154,40 @@ class BrokerClient:
                 if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     continue
                 if t.error_code == ErrorCode.LEADER_NOT_AVAILABLE or any(
-                        p.error_code == ErrorCode.LEADER_NOT_AVAILABLE or p.leader_id < 0
-                        for p in t.partitions):
+                    p.error_code == ErrorCode.LEADER_NOT_AVAILABLE or p.leader_id < 0
+                    for p in t.partitions
+                ):
                     retry.append(t.name)
                     continue
                 if t.error_code != ErrorCode.NONE:
                     raise BrokerResponseError(
-                        f"metadata for topic {t.name!r} failed: "
-                        f"{error_name(t.error_code)}", error_code=t.error_code)
-                found[t.name] = TopicInfo(t.name, {p.partition_index: p.leader_id
-                                                   for p in t.partitions})
+                        f"metadata for topic {t.name!r} failed: {error_name(t.error_code)}",
+                        error_code=t.error_code,
+                    )
+                found[t.name] = TopicInfo(
+                    t.name, {p.partition_index: p.leader_id for p in t.partitions}
+                )
             if not retry:
                 break
             time.sleep(_METADATA_BACKOFF_S)
         else:
             raise BrokerResponseError(
                 f"topics {retry} have no leader after {_METADATA_RETRIES} metadata attempts; "
-                f"check the broker log", error_code=ErrorCode.LEADER_NOT_AVAILABLE)
+                f"check the broker log",
+                error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+            )
         missing = [n for n in names if n not in found]
         if missing:
             known = sorted(t.name for t in body.topics)
             raise UnknownTopicError(
                 f"unknown topic {missing[0]!r} on chronolog broker {self._any_conn().address}"
-                + (f" (topics there: {', '.join(known[:20])})" if known and not allow_create
-                   else "") + "; check the topic/subscribe option or create the topic")
+                + (
+                    f" (topics there: {', '.join(known[:20])})"
+                    if known and not allow_create
+                    else ""
+                )
+                + "; check the topic/subscribe option or create the topic"
+            )
         for info in found.values():
             for partition, leader in info.partitions.items():
                 self._leaders[(info.name, partition)] = leader
@@ -182,7 +199,9 @@ class BrokerClient:
         return sorted((t, p) for t in topics for p in infos[t].partitions)
 
     # -- offsets ----------------------------------------------------------------------------
-    def list_offsets(self, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
+    def list_offsets(
+        self, wanted: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
         """ListOffsets v1: tp -> (timestamp, offset) for each tp -> time (ms, -1 latest,
         -2 earliest). A time later than every message answers (-1, -1) (KIP-79)."""
         by_node: dict[int, dict[str, list[tuple[int, int]]]] = {}
@@ -191,45 +210,85 @@ class BrokerClient:
             by_node.setdefault(self._leaders[tp], {}).setdefault(tp[0], []).append((tp[1], ts))
         out: dict[TopicPartition, tuple[int, int]] = {}
         for node, topics in by_node.items():
-            body = self._call(self._conn(self._nodes[node]), ApiKey.LIST_OFFSETS,
-                              _LIST_OFFSETS_VERSION, {
-                                  "replica_id": -1,
-                                  "topics": [{"name": t, "partitions": [
-                                      {"partition_index": p, "timestamp": ts}
-                                      for p, ts in parts]}
-                                      for t, parts in topics.items()]})
+            body = self._call(
+                self._conn(self._nodes[node]),
+                ApiKey.LIST_OFFSETS,
+                _LIST_OFFSETS_VERSION,
+                {
+                    "replica_id": -1,
+                    "topics": [
+                        {
+                            "name": t,
+                            "partitions": [
+                                {"partition_index": p, "timestamp": ts} for p, ts in parts
+                            ],
+                        }
+                        for t, parts in topics.items()
+                    ],
+                },
+            )
             for topic in body.topics:
                 for p in topic.partitions:
                     if p.error_code != ErrorCode.NONE:
                         if p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                             raise UnknownTopicError(
                                 f"topic {topic.name!r} partition {p.partition_index} does not "
-                                f"exist (ListOffsets); was the topic deleted?")
+                                f"exist (ListOffsets); was the topic deleted?"
+                            )
                         raise BrokerResponseError(
                             f"ListOffsets for {topic.name}[{p.partition_index}] failed: "
-                            f"{error_name(p.error_code)}", error_code=p.error_code)
+                            f"{error_name(p.error_code)}",
+                            error_code=p.error_code,
+                        )
                     out[(topic.name, p.partition_index)] = (p.timestamp, p.offset)
         return out
 
     # -- data -------------------------------------------------------------------------------
-    def fetch(self, tp: TopicPartition, offset: int, max_bytes: int, *, max_wait_ms: int = 0
-              ) -> FetchResult:
-        body = self._call(self._leader_conn(tp), ApiKey.FETCH, _FETCH_VERSION, {
-            "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
-            "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": tp[0], "partitions": [
-                {"partition": tp[1], "current_leader_epoch": -1, "fetch_offset": offset,
-                 "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
-            "forgotten_topics_data": [], "rack_id": ""})
+    def fetch(
+        self, tp: TopicPartition, offset: int, max_bytes: int, *, max_wait_ms: int = 0
+    ) -> FetchResult:
+        body = self._call(
+            self._leader_conn(tp),
+            ApiKey.FETCH,
+            _FETCH_VERSION,
+            {
+                "replica_id": -1,
+                "max_wait_ms": max_wait_ms,
+                "min_bytes": 1,
+                "max_bytes": max_bytes,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [
+                    {
+                        "topic": tp[0],
+                        "partitions": [
+                            {
+                                "partition": tp[1],
+                                "current_leader_epoch": -1,
+                                "fetch_offset": offset,
+                                "log_start_offset": -1,
+                                "partition_max_bytes": max_bytes,
+                            }
+                        ],
+                    }
+                ],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            },
+        )
         for topic in body.responses:
             for p in topic.partitions:
                 if topic.topic == tp[0] and p.partition_index == tp[1]:
                     return FetchResult(p.error_code, p.high_watermark, bytes(p.records or b""))
-        raise BrokerResponseError(f"fetch response for {tp[0]}[{tp[1]}] lacks that partition",
-                                  error_code=ErrorCode.UNKNOWN_SERVER_ERROR)
+        raise BrokerResponseError(
+            f"fetch response for {tp[0]}[{tp[1]}] lacks that partition",
+            error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+        )
 
-    def produce(self, topic: str, record_sets: dict[int, bytes], *, acks: int, timeout_ms: int
-                ) -> dict[int, ProduceResult]:
+    def produce(
+        self, topic: str, record_sets: dict[int, bytes], *, acks: int, timeout_ms: int
+    ) -> dict[int, ProduceResult]:
         """Produce v8 of one record batch per partition; partition -> result (error code
         included: the caller decides, since a writer must check every one)."""
         by_node: dict[int, dict[int, bytes]] = {}
@@ -238,10 +297,24 @@ class BrokerClient:
             by_node.setdefault(self._leaders[(topic, partition)], {})[partition] = record_set
         out: dict[int, ProduceResult] = {}
         for node, sets in by_node.items():
-            body = self._call(self._conn(self._nodes[node]), ApiKey.PRODUCE, _PRODUCE_VERSION, {
-                "transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
-                "topic_data": [{"name": topic, "partition_data": [
-                    {"index": p, "records": rs} for p, rs in sets.items()]}]})
+            body = self._call(
+                self._conn(self._nodes[node]),
+                ApiKey.PRODUCE,
+                _PRODUCE_VERSION,
+                {
+                    "transactional_id": None,
+                    "acks": acks,
+                    "timeout_ms": timeout_ms,
+                    "topic_data": [
+                        {
+                            "name": topic,
+                            "partition_data": [
+                                {"index": p, "records": rs} for p, rs in sets.items()
+                            ],
+                        }
+                    ],
+                },
+            )
             for t in body.responses:
                 for p in t.partition_responses:
                     out[p.index] = ProduceResult(p.error_code, p.base_offset)

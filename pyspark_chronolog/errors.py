@@ -3,6 +3,7 @@
 They travel from Python workers to the Spark driver as text inside a PythonException, so every
 message names the topic/partition and the option or action that fixes it.
 """
+
 from __future__ import annotations
 
 

@@ -1,6 +1,7 @@
 """Batch and micro-batch readers. Planning talks to the broker through ListOffsets; read() runs
 in Spark's Python workers, opens its own connection and yields Arrow record batches (one per
 Fetch response), closing the connection when the iterator ends or is abandoned."""
+
 from __future__ import annotations
 
 from typing import Iterator
@@ -72,16 +73,24 @@ def read_range(opts: ReadOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
             if result.error_code != ErrorCode.NONE:
                 raise BrokerResponseError(
                     f"fetch of {rng.topic}[{rng.partition}] at offset {pos} failed: "
-                    f"{error_name(result.error_code)}", error_code=result.error_code)
-            batch, next_pos = decode(result.record_set, rng.topic, rng.partition,
-                                     start=pos, end=rng.end, window=opts.window,
-                                     include_headers=opts.include_headers)
+                    f"{error_name(result.error_code)}",
+                    error_code=result.error_code,
+                )
+            batch, next_pos = decode(
+                result.record_set,
+                rng.topic,
+                rng.partition,
+                start=pos,
+                end=rng.end,
+                window=opts.window,
+                include_headers=opts.include_headers,
+            )
             if batch is not None:
                 yield batch
             if next_pos > pos:
                 pos = next_pos
             elif result.record_set and max_bytes < _MAX_FETCH_BYTES:
-                max_bytes *= 2      # one message larger than the fetch limit
+                max_bytes *= 2  # one message larger than the fetch limit
             elif pos >= result.high_watermark:
                 pos = _lost_tail(opts, rng, pos, result.high_watermark)
             else:
@@ -89,26 +98,33 @@ def read_range(opts: ReadOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
                     f"fetch of {rng.topic}[{rng.partition}] at offset {pos} returned no "
                     f"complete message ({len(result.record_set)} bytes, limit {max_bytes}) "
                     f"although the high watermark is {result.high_watermark}",
-                    error_code=ErrorCode.CORRUPT_MESSAGE)
+                    error_code=ErrorCode.CORRUPT_MESSAGE,
+                )
 
 
-def _after_out_of_range(client: BrokerClient, opts: ReadOptions, rng: OffsetRange,
-                        pos: int) -> int:
+def _after_out_of_range(client: BrokerClient, opts: ReadOptions, rng: OffsetRange, pos: int) -> int:
     tp = (rng.topic, rng.partition)
     known = offsets_now(client, [tp])[tp]
     if pos < known.earliest:
-        return min(rng.end, check_data_loss(tp, pos, known,
-                                            fail_on_data_loss=opts.fail_on_data_loss))
+        return min(
+            rng.end, check_data_loss(tp, pos, known, fail_on_data_loss=opts.fail_on_data_loss)
+        )
     return _lost_tail(opts, rng, pos, known.latest)
 
 
 def _lost_tail(opts: ReadOptions, rng: OffsetRange, pos: int, latest: int) -> int:
-    message = (f"{rng.topic}[{rng.partition}]: offsets {pos}..{rng.end - 1} were planned but "
-               f"the log now ends at {latest} (truncated or deleted and recreated)")
+    message = (
+        f"{rng.topic}[{rng.partition}]: offsets {pos}..{rng.end - 1} were planned but "
+        f"the log now ends at {latest} (truncated or deleted and recreated)"
+    )
     if opts.fail_on_data_loss:
         raise DataLossError(message + "; set failOnDataLoss=false to skip them")
-    logger.warning("skipping offsets the broker no longer has", topic=rng.topic,
-                partition=rng.partition, detail=message)
+    logger.warning(
+        "skipping offsets the broker no longer has",
+        topic=rng.topic,
+        partition=rng.partition,
+        detail=message,
+    )
     return rng.end
 
 
@@ -153,8 +169,13 @@ class ChronologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def initialOffset(self) -> dict:
         with BrokerClient(self.opts.connect) as client:
             known = self._latest(client)
-            start = resolve(client, self.opts.starting, known, starting=True,
-                            timestamp_strategy=self.opts.timestamp_strategy)
+            start = resolve(
+                client,
+                self.opts.starting,
+                known,
+                starting=True,
+                timestamp_strategy=self.opts.timestamp_strategy,
+            )
         return _to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -173,8 +194,9 @@ class ChronologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             known = self._latest(client)
         latest = {tp: k.latest for tp, k in known.items()}
         if self._target is not None:
-            latest = {tp: min(off, self._target.get(tp, known[tp].earliest))
-                      for tp, off in latest.items()}
+            latest = {
+                tp: min(off, self._target.get(tp, known[tp].earliest)) for tp, off in latest.items()
+            }
         for tp in latest:
             if tp not in begin:
                 begin[tp] = known[tp].earliest
@@ -194,10 +216,16 @@ class ChronologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         starts = {}
         for tp in tps:
             first = begin.get(tp, known[tp].earliest)
-            starts[tp] = min(stop[tp], check_data_loss(
-                tp, first, known[tp], fail_on_data_loss=self.opts.fail_on_data_loss))
-        return [RangePartition(r) for r in plan(starts, {tp: stop[tp] for tp in tps},
-                                                self.opts.max_records_per_partition)]
+            starts[tp] = min(
+                stop[tp],
+                check_data_loss(
+                    tp, first, known[tp], fail_on_data_loss=self.opts.fail_on_data_loss
+                ),
+            )
+        return [
+            RangePartition(r)
+            for r in plan(starts, {tp: stop[tp] for tp in tps}, self.opts.max_records_per_partition)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.opts, partition)

@@ -1,4 +1,5 @@
 """The DataSource Spark finds under the name "chronolog"."""
+
 from __future__ import annotations
 
 from pyspark.sql.datasource import DataSource

@@ -8,6 +8,7 @@ format refuses them). Every produce response's error code is checked; a partitio
 limit (RECORD_LIST_TOO_LARGE, e.g. small segment.bytes) is resent in halves. Delivery is
 at-least-once: a task retried by Spark produces its rows again.
 """
+
 from __future__ import annotations
 
 import struct
@@ -55,13 +56,12 @@ _RECORD_OVERHEAD = 21
 _HINTS = {
     ErrorCode.MESSAGE_TOO_LARGE: "a message exceeds the topic's max.message.bytes",
     ErrorCode.INVALID_TIMESTAMP: "a timestamp is further from the broker's clock than "
-                                 "message.timestamp.difference.max.ms allows",
+    "message.timestamp.difference.max.ms allows",
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "the topic or partition does not exist",
     ErrorCode.CORRUPT_MESSAGE: "the broker rejected the message set",
-    ErrorCode.INVALID_RECORD: "the broker rejected a record (e.g. a null key on a compacted "
-                              "topic)",
+    ErrorCode.INVALID_RECORD: "the broker rejected a record (e.g. a null key on a compacted topic)",
     ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT: "the topic's message.format.version predates "
-                                              "record headers",
+    "record headers",
 }
 
 
@@ -100,27 +100,34 @@ def check_schema(schema: StructType, opts: WriteOptions) -> None:
     if "value" not in names:
         raise InvalidOptionError(
             f"writing to chronolog needs a 'value' column (binary or string); the DataFrame has "
-            f"{list(names)}")
+            f"{list(names)}"
+        )
     for name, allowed in _COLUMN_TYPES.items():
         if name in names and not isinstance(names[name].dataType, allowed):
             raise InvalidOptionError(
                 f"column {name!r} is {names[name].dataType.simpleString()}; it must be "
-                + " or ".join(t().simpleString() for t in allowed))
+                + " or ".join(t().simpleString() for t in allowed)
+            )
     if "headers" in names and not _is_headers_type(names["headers"].dataType):
         raise InvalidOptionError(
             f"column 'headers' is {names['headers'].dataType.simpleString()}; it must be "
-            f"array<struct<key:string,value:binary>>")
+            f"array<struct<key:string,value:binary>>"
+        )
     if opts.topic is None and "topic" not in names:
-        raise InvalidOptionError('name the destination with .option("topic", ...) or a '
-                                 '"topic" column')
+        raise InvalidOptionError(
+            'name the destination with .option("topic", ...) or a "topic" column'
+        )
 
 
 def _is_headers_type(data_type) -> bool:
     if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
         return False
     fields = {f.name: f.dataType for f in data_type.elementType.fields}
-    return (set(fields) == {"key", "value"} and isinstance(fields["key"], StringType)
-            and isinstance(fields["value"], BinaryType))
+    return (
+        set(fields) == {"key", "value"}
+        and isinstance(fields["key"], StringType)
+        and isinstance(fields["value"], BinaryType)
+    )
 
 
 @dataclass
@@ -171,13 +178,18 @@ class _Producer:
         now_ms = int(time.time() * 1000)
         if "timestamp" in names:
             micros = batch.column("timestamp").cast(pa.int64())
-            stamps = pc.fill_null(pc.floor(pc.divide(micros.cast(pa.float64()), 1000)),
-                                  float(now_ms)).cast(pa.int64()).to_pylist()
+            stamps = (
+                pc.fill_null(pc.floor(pc.divide(micros.cast(pa.float64()), 1000)), float(now_ms))
+                .cast(pa.int64())
+                .to_pylist()
+            )
         else:
             stamps = [now_ms] * n
         if "headers" in names:
-            headers = [tuple((h["key"], h["value"]) for h in row or ())
-                       for row in batch.column("headers").to_pylist()]
+            headers = [
+                tuple((h["key"], h["value"]) for h in row or ())
+                for row in batch.column("headers").to_pylist()
+            ]
         else:
             headers = [()] * n
         for value, key, topic, part, ts, hs in zip(values, keys, topics, parts, stamps, headers):
@@ -191,13 +203,19 @@ class _Producer:
                 else:
                     part = partition_for_key(key, count)
             elif not 0 <= part < count:
-                raise InvalidOptionError(f"a row names partition {part} of topic {topic!r}, "
-                                         f"which has partitions 0..{count - 1}")
+                raise InvalidOptionError(
+                    f"a row names partition {part} of topic {topic!r}, "
+                    f"which has partitions 0..{count - 1}"
+                )
             if any(k is None for k, _ in hs):
                 raise InvalidOptionError("a row has a header with a null key")
             self.pending.setdefault((topic, part), []).append((value, key, ts, hs))
-            self.pending_bytes += (_RECORD_OVERHEAD + len(value or b"") + len(key or b"")
-                                   + sum(len(k) + len(v or b"") + 10 for k, v in hs))
+            self.pending_bytes += (
+                _RECORD_OVERHEAD
+                + len(value or b"")
+                + len(key or b"")
+                + sum(len(k) + len(v or b"") + 10 for k, v in hs)
+            )
             if self.pending_bytes >= self.opts.batch_bytes:
                 self.flush()
 
@@ -217,8 +235,9 @@ class _Producer:
                 for value, key, ts, hs in msgs:
                     builder.append(value, key=key, timestamp=ts, headers=hs)
                 encoded[part] = builder.build()
-            results = self.client.produce(topic, encoded, acks=self.opts.acks,
-                                          timeout_ms=self.opts.produce_timeout_ms)
+            results = self.client.produce(
+                topic, encoded, acks=self.opts.acks, timeout_ms=self.opts.produce_timeout_ms
+            )
             retry: dict[int, list[tuple]] = {}
             for part, msgs in sets.items():
                 code = results[part].error_code
@@ -234,7 +253,9 @@ class _Producer:
                         f"producing {len(msgs)} messages to {topic}[{part}] failed: "
                         f"{error_name(code)}"
                         + (f" ({_HINTS[code]})" if code in _HINTS else "")
-                        + "; nothing of that set was written", error_code=code)
+                        + "; nothing of that set was written",
+                        error_code=code,
+                    )
             sets = retry
 
 
@@ -267,8 +288,11 @@ class ChronologBatchWriter(DataSourceArrowWriter):
         _log_commit(messages)
 
     def abort(self, messages) -> None:
-        logger.error("write aborted; rows of the tasks that succeeded stay in the topics (Kafka "
-                  "has no transactions at 0.10)", tasks=len([m for m in messages if m]))
+        logger.error(
+            "write aborted; rows of the tasks that succeeded stay in the topics (Kafka "
+            "has no transactions at 0.10)",
+            tasks=len([m for m in messages if m]),
+        )
 
 
 class ChronologStreamWriter(DataSourceStreamArrowWriter):
@@ -282,14 +306,17 @@ class ChronologStreamWriter(DataSourceStreamArrowWriter):
         _log_commit(messages, batch_id=batchId)
 
     def abort(self, messages, batchId: int) -> None:
-        logger.error("micro-batch write aborted; it will be retried and may duplicate rows",
-                  batch_id=batchId)
+        logger.error(
+            "micro-batch write aborted; it will be retried and may duplicate rows", batch_id=batchId
+        )
 
 
 def make_writer(options, schema: StructType, overwrite: bool, *, streaming: bool):
     if overwrite:
-        raise InvalidOptionError("chronolog topics are append-only; use mode('append') "
-                                 "(or outputMode('append') for streams)")
+        raise InvalidOptionError(
+            "chronolog topics are append-only; use mode('append') "
+            "(or outputMode('append') for streams)"
+        )
     opts = parse_write(options)
     check_schema(schema, opts)
     return ChronologStreamWriter(opts) if streaming else ChronologBatchWriter(opts)

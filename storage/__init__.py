@@ -20,18 +20,40 @@ Where this package deliberately departs from Kafka 0.10.1 ("we do better"):
 * Rolling uses the incoming set's timestamp (KAFKA-4099 fixed) and fsyncs the old segment
   before returning; truncation happens at message-set boundaries.
 """
+
 from storage.config import LogConfig
-from storage.errors import (CorruptIndexError, InconsistentTopicIdError, InvalidAppendError,
-                            InvalidConfigError, InvalidTopicError, LogClosedError,
-                            LogNotFoundError,
-                            OffsetOutOfRangeError, RecordSetTooLargeError, StorageError)
+from storage.errors import (
+    CorruptIndexError,
+    InconsistentTopicIdError,
+    InvalidAppendError,
+    InvalidConfigError,
+    InvalidTopicError,
+    LogClosedError,
+    LogNotFoundError,
+    OffsetOutOfRangeError,
+    RecordSetTooLargeError,
+    StorageError,
+)
 from storage.log import AppendResult, FetchData, Log
 from storage.manager import LogManager, Maintenance
 from storage.segment import TimestampOffset
 
 __all__ = [
-    "LogConfig", "Log", "AppendResult", "LogManager", "Maintenance", "FetchData", "TimestampOffset",
-    "StorageError", "OffsetOutOfRangeError", "InvalidTopicError", "LogNotFoundError",
-    "CorruptIndexError", "InvalidAppendError", "RecordSetTooLargeError", "InvalidConfigError",
-    "LogClosedError", "InconsistentTopicIdError",
+    "LogConfig",
+    "Log",
+    "AppendResult",
+    "LogManager",
+    "Maintenance",
+    "FetchData",
+    "TimestampOffset",
+    "StorageError",
+    "OffsetOutOfRangeError",
+    "InvalidTopicError",
+    "LogNotFoundError",
+    "CorruptIndexError",
+    "InvalidAppendError",
+    "RecordSetTooLargeError",
+    "InvalidConfigError",
+    "LogClosedError",
+    "InconsistentTopicIdError",
 ]

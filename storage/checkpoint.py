@@ -9,6 +9,7 @@ Checkpoint format (Kafka's OffsetCheckpoint, version 0), text, one item a line::
 Both files are written atomically (storage.durable.write_atomically), so a crash leaves either
 the old or the new content, never a torn one.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,9 @@ class CheckpointError(StorageError):
 def write_checkpoint(path: str, offsets: dict[tuple[str, int], int]) -> None:
     """Write a checkpoint file mapping (topic, partition) -> offset, atomically."""
     lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
-    lines += [f"{topic} {partition} {offset}"
-              for (topic, partition), offset in sorted(offsets.items())]
+    lines += [
+        f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())
+    ]
     write_atomically(path, ("\n".join(lines) + "\n").encode("ascii"))
 
 
@@ -57,8 +59,9 @@ def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
         raise CheckpointError(f"checkpoint {path} has a bad entry count {lines[1]!r}") from None
     entries = [line for line in lines[2:] if line.strip()]
     if len(entries) != expected:
-        raise CheckpointError(f"checkpoint {path} announces {expected} entries but holds "
-                              f"{len(entries)}")
+        raise CheckpointError(
+            f"checkpoint {path} announces {expected} entries but holds {len(entries)}"
+        )
     offsets: dict[tuple[str, int], int] = {}
     for line in entries:
         parts = line.split()

@@ -1,4 +1,5 @@
 """Per-topic log configuration (Kafka's topic-level names in snake_case, Kafka's defaults)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,15 +49,19 @@ class LogConfig:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if not isinstance(value, int) or isinstance(value, bool):
-                raise InvalidConfigError(f"log config {field.name} must be an integer, "
-                                         f"got {value!r}")
+                raise InvalidConfigError(
+                    f"log config {field.name} must be an integer, got {value!r}"
+                )
             minimum = MINIMUMS.get(field.name)
             if minimum is not None and value < minimum:
-                raise InvalidConfigError(f"log config {field.name}={value} is below the "
-                                         f"minimum {minimum}")
+                raise InvalidConfigError(
+                    f"log config {field.name}={value} is below the minimum {minimum}"
+                )
         if self.segment_bytes > INT_MAX:
-            raise InvalidConfigError(f"log config segment_bytes={self.segment_bytes} exceeds "
-                                     f"{INT_MAX}: index positions are int32")
+            raise InvalidConfigError(
+                f"log config segment_bytes={self.segment_bytes} exceeds "
+                f"{INT_MAX}: index positions are int32"
+            )
 
     def with_overrides(self, overrides: Mapping[str, str | int]) -> LogConfig:
         """A copy with Kafka topic-config overrides applied; keys may use Kafka's dotted names

@@ -12,6 +12,7 @@ DumpLogSegments.
 Exit status: 0 when everything read is sound, 1 when corruption or an index mismatch was found,
 2 when a file is missing, unreadable or of an unknown kind.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,30 +64,35 @@ def _key_value_sizes(data: Buffer, entry: ShallowEntry) -> tuple[int, int] | Non
     return key_size, value_size
 
 
-def _dump_batch(data: Buffer, entry: ShallowEntry, valid: bool, problem: str, deep: bool,
-                out: TextIO) -> int:
+def _dump_batch(
+    data: Buffer, entry: ShallowEntry, valid: bool, problem: str, deep: bool, out: TextIO
+) -> int:
     """One v2 batch in the words of Kafka's DumpLogSegments; with ``deep`` its records."""
     h = rb.read_header(data, entry.position)
     time_name = "LogAppendTime" if h.log_append_time else "CreateTime"
-    out.write(f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: "
-              f"{h.records_count} baseSequence: {h.base_sequence} lastSequence: "
-              f"{h.last_sequence} producerId: {h.producer_id} producerEpoch: "
-              f"{h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
-              f"isTransactional: {str(h.is_transactional).lower()} isControl: "
-              f"{str(h.is_control).lower()} position: {entry.position} {time_name}: "
-              f"{h.max_timestamp} size: {LOG_OVERHEAD + entry.size} magic: 2 compresscodec: "
-              f"{_codec_name(h.codec).lower()} crc: {h.crc} isvalid: "
-              f"{str(valid).lower()}{problem}\n")
+    out.write(
+        f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: "
+        f"{h.records_count} baseSequence: {h.base_sequence} lastSequence: "
+        f"{h.last_sequence} producerId: {h.producer_id} producerEpoch: "
+        f"{h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
+        f"isTransactional: {str(h.is_transactional).lower()} isControl: "
+        f"{str(h.is_control).lower()} position: {entry.position} {time_name}: "
+        f"{h.max_timestamp} size: {LOG_OVERHEAD + entry.size} magic: 2 compresscodec: "
+        f"{_codec_name(h.codec).lower()} crc: {h.crc} isvalid: "
+        f"{str(valid).lower()}{problem}\n"
+    )
     if not (deep and valid):
         return OK
     try:
         for i, r in enumerate(rb.iter_records(data, entry.position, h)):
             ts = h.max_timestamp if h.log_append_time else h.base_timestamp + r.timestamp_delta
             sequence = -1 if h.base_sequence < 0 else (h.base_sequence + i) & 0x7FFFFFFF
-            out.write(f"| offset: {h.base_offset + r.offset_delta} {time_name}: {ts} keySize: "
-                      f"{-1 if r.key is None else len(r.key)} valueSize: "
-                      f"{-1 if r.value is None else len(r.value)} sequence: {sequence} "
-                      f"headerKeys: [{','.join(k for k, _ in r.headers)}]\n")
+            out.write(
+                f"| offset: {h.base_offset + r.offset_delta} {time_name}: {ts} keySize: "
+                f"{-1 if r.key is None else len(r.key)} valueSize: "
+                f"{-1 if r.value is None else len(r.value)} sequence: {sequence} "
+                f"headerKeys: [{','.join(k for k, _ in r.headers)}]\n"
+            )
     except CorruptRecordError as exc:
         out.write(f"| cannot read the records: {exc}\n")
         return CORRUPT
@@ -116,18 +122,22 @@ def _dump_log(path: str, deep: bool, out: TextIO) -> int:
                 continue
             sizes = _key_value_sizes(data, entry)
             key_size, value_size = sizes if sizes else ("?", "?")
-            out.write(f"offset: {entry.offset} position: {entry.position} magic: {entry.magic} "
-                      f"compresscodec: {_codec_name(entry.codec)} timestamptype: "
-                      f"{entry.timestamp_type.name} timestamp: {entry.timestamp} keysize: "
-                      f"{key_size} valuesize: {value_size} crc: {entry.crc} isvalid: "
-                      f"{str(valid).lower()}{problem}\n")
+            out.write(
+                f"offset: {entry.offset} position: {entry.position} magic: {entry.magic} "
+                f"compresscodec: {_codec_name(entry.codec)} timestamptype: "
+                f"{entry.timestamp_type.name} timestamp: {entry.timestamp} keysize: "
+                f"{key_size} valuesize: {value_size} crc: {entry.crc} isvalid: "
+                f"{str(valid).lower()}{problem}\n"
+            )
             if deep and valid and entry.codec != Codec.NONE:
                 try:
-                    for m in iter_deep(memoryview(data)[entry.position:end]):
-                        out.write(f"| offset: {m.offset} magic: {m.magic} timestamptype: "
-                                  f"{m.timestamp_type.name} timestamp: {m.timestamp} keysize: "
-                                  f"{-1 if m.key is None else len(m.key)} valuesize: "
-                                  f"{-1 if m.value is None else len(m.value)}\n")
+                    for m in iter_deep(memoryview(data)[entry.position : end]):
+                        out.write(
+                            f"| offset: {m.offset} magic: {m.magic} timestamptype: "
+                            f"{m.timestamp_type.name} timestamp: {m.timestamp} keysize: "
+                            f"{-1 if m.key is None else len(m.key)} valuesize: "
+                            f"{-1 if m.value is None else len(m.value)}\n"
+                        )
                 except CorruptRecordError as exc:
                     out.write(f"| cannot read the inner messages: {exc}\n")
                     status = CORRUPT
@@ -135,8 +145,10 @@ def _dump_log(path: str, deep: bool, out: TextIO) -> int:
         out.write(f"corrupt entry, the rest of the file is unreadable: {exc}\n")
         return CORRUPT
     if end < len(data):
-        out.write(f"{len(data) - end} trailing bytes at position {end} do not form a complete "
-                  f"entry (torn write)\n")
+        out.write(
+            f"{len(data) - end} trailing bytes at position {end} do not form a complete "
+            f"entry (torn write)\n"
+        )
         status = CORRUPT
     return status
 
@@ -197,8 +209,11 @@ def _dump_index(path: str, base: int, suffix: str, verify: bool, out: TextIO) ->
             out.write(f"timestamp: {entry[0]} offset: {entry[1]}\n")
         if facts is None:
             continue
-        problem = (_check_offset_entry(entry, previous, facts[0]) if suffix == INDEX_SUFFIX
-                   else _check_time_entry(entry, previous, facts[1]))
+        problem = (
+            _check_offset_entry(entry, previous, facts[0])
+            if suffix == INDEX_SUFFIX
+            else _check_time_entry(entry, previous, facts[1])
+        )
         if problem:
             out.write(f"  mismatch: {problem}\n")
             status = CORRUPT
@@ -208,8 +223,9 @@ def _dump_index(path: str, base: int, suffix: str, verify: bool, out: TextIO) ->
     return status
 
 
-def _check_offset_entry(entry: tuple[int, int], previous: tuple[int, int] | None,
-                        starts: dict[int, tuple[int, int]]) -> str | None:
+def _check_offset_entry(
+    entry: tuple[int, int], previous: tuple[int, int] | None, starts: dict[int, tuple[int, int]]
+) -> str | None:
     offset, position = entry
     if previous is not None and (offset <= previous[0] or position <= previous[1]):
         return f"entry ({offset}, {position}) does not follow ({previous[0]}, {previous[1]})"
@@ -217,13 +233,16 @@ def _check_offset_entry(entry: tuple[int, int], previous: tuple[int, int] | None
         return f"position {position} is not the start of an entry in the log"
     before, last = starts[position]
     if not before < offset <= last:
-        return (f"offset {offset} is not in the entry at position {position}, which holds "
-                f"offsets {before + 1}..{last}")
+        return (
+            f"offset {offset} is not in the entry at position {position}, which holds "
+            f"offsets {before + 1}..{last}"
+        )
     return None
 
 
-def _check_time_entry(entry: tuple[int, int], previous: tuple[int, int] | None,
-                      timeline: _Timeline) -> str | None:
+def _check_time_entry(
+    entry: tuple[int, int], previous: tuple[int, int] | None, timeline: _Timeline
+) -> str | None:
     timestamp, offset = entry
     if previous is not None and (timestamp <= previous[0] or offset < previous[1]):
         return f"entry ({timestamp}, {offset}) does not follow ({previous[0]}, {previous[1]})"
@@ -232,8 +251,9 @@ def _check_time_entry(entry: tuple[int, int], previous: tuple[int, int] | None,
         return f"offset {offset} is beyond the last message of the log"
     largest = timeline.max_timestamps[upto - 1]
     if largest != timestamp:
-        return (f"the largest timestamp up to offset {offset} is {largest}, the entry says "
-                f"{timestamp}")
+        return (
+            f"the largest timestamp up to offset {offset} is {largest}, the entry says {timestamp}"
+        )
     return None
 
 
@@ -241,12 +261,14 @@ def dump_file(path: str, *, deep: bool, verify: bool, out: TextIO, err: TextIO) 
     """Print one file to ``out`` (problems with the file itself to ``err``); return its exit
     status (0 sound, 1 corrupt, 2 unreadable or unknown kind)."""
     name = os.path.basename(path)
-    if name.endswith(SNAPSHOT_SUFFIX) and name[:-len(SNAPSHOT_SUFFIX)].isdigit():
+    if name.endswith(SNAPSHOT_SUFFIX) and name[: -len(SNAPSHOT_SUFFIX)].isdigit():
         return _dump_snapshot(path, out, err)
     parsed = parse_segment_file(name)
     if parsed is None:
-        err.write(f"dump-log: {path}: not a segment file (expected <20-digit offset>.log, "
-                  f".index, .timeindex or .snapshot)\n")
+        err.write(
+            f"dump-log: {path}: not a segment file (expected <20-digit offset>.log, "
+            f".index, .timeindex or .snapshot)\n"
+        )
         return UNREADABLE
     base, suffix = parsed
     try:
@@ -276,28 +298,35 @@ def _dump_snapshot(path: str, out: TextIO, err: TextIO) -> int:
         out.write(f"corrupt snapshot: {exc}\n")
         return CORRUPT
     for producer_id, epoch, first_sequence, last_sequence, last_offset, timestamp in entries:
-        out.write(f"producerId: {producer_id} producerEpoch: {epoch} firstSequence: "
-                  f"{first_sequence} lastSequence: {last_sequence} lastOffset: {last_offset} "
-                  f"lastTimestamp: {timestamp}\n")
+        out.write(
+            f"producerId: {producer_id} producerEpoch: {epoch} firstSequence: "
+            f"{first_sequence} lastSequence: {last_sequence} lastOffset: {last_offset} "
+            f"lastTimestamp: {timestamp}\n"
+        )
     return OK
 
 
 def main(argv: list[str]) -> int:
     """Entry point (``chronolog dump-log``); returns the worst exit status of all files."""
-    parser = argparse.ArgumentParser(prog="chronolog dump-log",
-                                     description="Print Kafka segment files (.log, .index, "
-                                                 ".timeindex).")
+    parser = argparse.ArgumentParser(
+        prog="chronolog dump-log",
+        description="Print Kafka segment files (.log, .index, .timeindex).",
+    )
     parser.add_argument("files", nargs="+", metavar="FILE")
-    parser.add_argument("--deep", action="store_true",
-                        help="also print the messages inside compressed wrappers")
-    parser.add_argument("--verify", action="store_true",
-                        help="check every index entry against the segment's .log")
+    parser.add_argument(
+        "--deep", action="store_true", help="also print the messages inside compressed wrappers"
+    )
+    parser.add_argument(
+        "--verify", action="store_true", help="check every index entry against the segment's .log"
+    )
     args = parser.parse_args(argv)
     status = OK
     try:
         for path in args.files:
-            status = max(status, dump_file(path, deep=args.deep, verify=args.verify,
-                                           out=sys.stdout, err=sys.stderr))
+            status = max(
+                status,
+                dump_file(path, deep=args.deep, verify=args.verify, out=sys.stdout, err=sys.stderr),
+            )
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
     return status

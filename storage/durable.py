@@ -4,6 +4,7 @@
 directory, so a crash leaves either the old or the new content, never a torn one. Every error is
 the OSError of the failing call; a failed write leaves the target as it was.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,7 +36,7 @@ def write_atomically(path: str, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -3,6 +3,7 @@
 Every exception derives from :class:`StorageError`; ``str(exc)`` names the topic/partition or file
 concerned and, where there is one, what to do about it.
 """
+
 from __future__ import annotations
 
 
@@ -14,8 +15,9 @@ class OffsetOutOfRangeError(StorageError):
     """Raised by ``Log.read`` when the requested offset is below the log start offset or above
     the log end offset (Kafka error OFFSET_OUT_OF_RANGE, 1)."""
 
-    def __init__(self, message: str, *, offset: int, log_start_offset: int,
-                 log_end_offset: int) -> None:
+    def __init__(
+        self, message: str, *, offset: int, log_start_offset: int, log_end_offset: int
+    ) -> None:
         super().__init__(message)
         self.offset = offset
         self.log_start_offset = log_start_offset

@@ -16,6 +16,7 @@ appended to the file as they are made (fsynced by ``flush``); an inactive segmen
 into memory on first lookup only. "Full" is still defined by segment.index.bytes, as in Kafka, and
 the time index keeps one slot free for the entry written when the segment is rolled or closed.
 """
+
 from __future__ import annotations
 
 import abc
@@ -59,7 +60,8 @@ class AbstractIndex(abc.ABC):
             if len(data) % self.ENTRY.size:
                 raise CorruptIndexError(
                     f"{self.KIND} {self.path} is {len(data)} bytes, not a multiple of the "
-                    f"{self.ENTRY.size}-byte entry size; it will be rebuilt from the log")
+                    f"{self.ENTRY.size}-byte entry size; it will be rebuilt from the log"
+                )
             self._data = data
         return self._data
 
@@ -101,8 +103,10 @@ class AbstractIndex(abc.ABC):
     def _relative(self, offset: int) -> int:
         relative = offset - self.base_offset
         if not 0 <= relative <= INT_MAX:
-            raise InvalidAppendError(f"offset {offset} does not fit a {self.KIND} entry relative "
-                                     f"to base offset {self.base_offset}")
+            raise InvalidAppendError(
+                f"offset {offset} does not fit a {self.KIND} entry relative "
+                f"to base offset {self.base_offset}"
+            )
         return relative
 
     # -- writing -----------------------------------------------------------------------------
@@ -199,13 +203,15 @@ class OffsetIndex(AbstractIndex):
 
     def append(self, offset: int, position: int) -> None:
         if self.is_full():
-            raise InvalidAppendError(f"{self.KIND} {self.path} is full "
-                                     f"({self.max_entries} entries)")
+            raise InvalidAppendError(
+                f"{self.KIND} {self.path} is full ({self.max_entries} entries)"
+            )
         last_offset, last_position = self.last_entry()
         if self.entries and (offset <= last_offset or position <= last_position):
             raise InvalidAppendError(
                 f"{self.KIND} {self.path}: entry ({offset}, {position}) does not follow the "
-                f"last entry ({last_offset}, {last_position})")
+                f"last entry ({last_offset}, {last_position})"
+            )
         self._write_entry(self.ENTRY.pack(self._relative(offset), position))
 
     def truncate_to(self, offset: int) -> None:
@@ -222,21 +228,29 @@ class OffsetIndex(AbstractIndex):
         first_offset, first_position = self.entry(0)
         last_offset, last_position = self.entry(count - 1)
         if first_offset <= self.base_offset:
-            raise CorruptIndexError(f"{self.KIND} {self.path}: first entry offset {first_offset} "
-                                    f"is not above the base offset {self.base_offset}")
+            raise CorruptIndexError(
+                f"{self.KIND} {self.path}: first entry offset {first_offset} "
+                f"is not above the base offset {self.base_offset}"
+            )
         if last_offset < first_offset or last_position < first_position:
-            raise CorruptIndexError(f"{self.KIND} {self.path}: last entry ({last_offset}, "
-                                    f"{last_position}) precedes the first ({first_offset}, "
-                                    f"{first_position})")
+            raise CorruptIndexError(
+                f"{self.KIND} {self.path}: last entry ({last_offset}, "
+                f"{last_position}) precedes the first ({first_offset}, "
+                f"{first_position})"
+            )
         if last_position >= log_size:
-            raise CorruptIndexError(f"{self.KIND} {self.path}: last entry points at position "
-                                    f"{last_position}, beyond the {log_size}-byte log")
+            raise CorruptIndexError(
+                f"{self.KIND} {self.path}: last entry points at position "
+                f"{last_position}, beyond the {log_size}-byte log"
+            )
         if self._data is not None:  # loaded anyway: check every entry, not just the ends
             previous = (-1, -1)
             for entry in self.ENTRY.iter_unpack(self._data):
                 if entry[0] <= previous[0] or entry[1] <= previous[1]:
-                    raise CorruptIndexError(f"{self.KIND} {self.path}: entry {entry} (relative "
-                                            f"offset, position) does not follow {previous}")
+                    raise CorruptIndexError(
+                        f"{self.KIND} {self.path}: entry {entry} (relative "
+                        f"offset, position) does not follow {previous}"
+                    )
                 previous = entry
 
 
@@ -273,12 +287,15 @@ class TimeIndex(AbstractIndex):
     def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:
         """Append (timestamp, offset) if the timestamp is above the last entry's."""
         if not skip_full_check and self.is_full():
-            raise InvalidAppendError(f"{self.KIND} {self.path} is full "
-                                     f"({self.max_entries} entries)")
+            raise InvalidAppendError(
+                f"{self.KIND} {self.path} is full ({self.max_entries} entries)"
+            )
         last_timestamp, last_offset = self.last_entry()
         if self.entries and offset < last_offset:
-            raise InvalidAppendError(f"{self.KIND} {self.path}: offset {offset} is below the "
-                                     f"last entry's offset {last_offset}")
+            raise InvalidAppendError(
+                f"{self.KIND} {self.path}: offset {offset} is below the "
+                f"last entry's offset {last_offset}"
+            )
         if timestamp > last_timestamp:
             if self.entries >= self.max_entries:
                 raise InvalidAppendError(f"{self.KIND} {self.path} has no free slot")
@@ -297,16 +314,22 @@ class TimeIndex(AbstractIndex):
         first_timestamp, first_offset = self.entry(0)
         last_timestamp, last_offset = self.entry(count - 1)
         if first_offset < self.base_offset or last_offset < first_offset:
-            raise CorruptIndexError(f"{self.KIND} {self.path}: entry offsets {first_offset}.."
-                                    f"{last_offset} are out of order for base offset "
-                                    f"{self.base_offset}")
+            raise CorruptIndexError(
+                f"{self.KIND} {self.path}: entry offsets {first_offset}.."
+                f"{last_offset} are out of order for base offset "
+                f"{self.base_offset}"
+            )
         if last_timestamp < first_timestamp:
-            raise CorruptIndexError(f"{self.KIND} {self.path}: last timestamp {last_timestamp} is "
-                                    f"below the first {first_timestamp}")
+            raise CorruptIndexError(
+                f"{self.KIND} {self.path}: last timestamp {last_timestamp} is "
+                f"below the first {first_timestamp}"
+            )
         if self._data is not None:  # loaded anyway: check every entry, not just the ends
-            previous = (-2**63, -1)
+            previous = (-(2**63), -1)
             for entry in self.ENTRY.iter_unpack(self._data):
                 if entry[0] <= previous[0] or entry[1] < previous[1]:
-                    raise CorruptIndexError(f"{self.KIND} {self.path}: entry {entry} (timestamp, "
-                                            f"relative offset) does not follow {previous}")
+                    raise CorruptIndexError(
+                        f"{self.KIND} {self.path}: entry {entry} (timestamp, "
+                        f"relative offset) does not follow {previous}"
+                    )
                 previous = entry

@@ -3,6 +3,7 @@
 <log.dir>/<topic>-<partition>/<20-digit base offset>.log|.index|.timeindex, plus per log dir
 ``recovery-point-offset-checkpoint`` and ``.kafka_cleanshutdown``.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,14 +39,17 @@ def validate_topic(topic: str, partition: int = 0) -> None:
     if topic in (".", ".."):
         raise InvalidTopicError(f"topic name {topic!r} is not allowed")
     if len(topic) > MAX_TOPIC_LENGTH:
-        raise InvalidTopicError(f"topic name is {len(topic)} characters long, the limit is "
-                                f"{MAX_TOPIC_LENGTH}")
+        raise InvalidTopicError(
+            f"topic name is {len(topic)} characters long, the limit is {MAX_TOPIC_LENGTH}"
+        )
     if not _TOPIC_RE.fullmatch(topic):
-        raise InvalidTopicError(f"topic name {topic!r} may only contain ASCII letters, digits, "
-                                f"'.', '_' and '-'")
+        raise InvalidTopicError(
+            f"topic name {topic!r} may only contain ASCII letters, digits, '.', '_' and '-'"
+        )
     if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < 2**31:
-        raise InvalidTopicError(f"partition {partition!r} of topic {topic!r} is not a "
-                                f"non-negative int32")
+        raise InvalidTopicError(
+            f"partition {partition!r} of topic {topic!r} is not a non-negative int32"
+        )
 
 
 def partition_dir_name(topic: str, partition: int) -> str:

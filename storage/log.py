@@ -14,6 +14,7 @@ appended, index memory only for the active segment and for inactive segments tha
 searched). Errors: the StorageError subclasses named on each method; OSError from the file system
 propagates unchanged.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -31,12 +32,26 @@ import structlog
 from protocol.records import LOG_OVERHEAD
 from storage.durable import fsync_dir, write_atomically
 from storage.config import INT_MAX, LogConfig
-from storage.errors import (CorruptIndexError, InconsistentTopicIdError, InvalidAppendError,
-                            InvalidTopicError, LogClosedError, OffsetOutOfRangeError,
-                            RecordSetTooLargeError)
-from storage.layout import (DELETED_SUFFIX, INDEX_SUFFIX, LEFTOVER_SUFFIXES, LOG_SUFFIX,
-                            PARTITION_METADATA_FILE, TIME_INDEX_SUFFIX, parse_partition_dir,
-                            parse_segment_file, segment_path)
+from storage.errors import (
+    CorruptIndexError,
+    InconsistentTopicIdError,
+    InvalidAppendError,
+    InvalidTopicError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordSetTooLargeError,
+)
+from storage.layout import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LEFTOVER_SUFFIXES,
+    LOG_SUFFIX,
+    PARTITION_METADATA_FILE,
+    TIME_INDEX_SUFFIX,
+    parse_partition_dir,
+    parse_segment_file,
+    segment_path,
+)
 from storage.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
 from storage.segment import LogSegment, TimestampOffset
 
@@ -88,8 +103,8 @@ class FetchData:
 class AppendResult(NamedTuple):
     """What :meth:`Log.append` did besides appending."""
 
-    rolled: int | None   # base offset of the segment it rolled, or None
-    synced: bool         # it fsynced (a roll, or flush.messages reached)
+    rolled: int | None  # base offset of the segment it rolled, or None
+    synced: bool  # it fsynced (a roll, or flush.messages reached)
 
 
 class Log:
@@ -99,13 +114,22 @@ class Log:
     the one holding ``recovery_point``, truncate at the first bad entry and drop later segments.
     """
 
-    def __init__(self, directory: str, config: LogConfig, *, clock: Callable[[], int],
-                 recovery_point: int = 0, needs_recovery: bool = True,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        directory: str,
+        config: LogConfig,
+        *,
+        clock: Callable[[], int],
+        recovery_point: int = 0,
+        needs_recovery: bool = True,
+        rng: random.Random | None = None,
+    ) -> None:
         parsed = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
         if parsed is None:
-            raise InvalidTopicError(f"log directory {directory!r} is not named "
-                                    f"<topic>-<partition> with a legal topic name")
+            raise InvalidTopicError(
+                f"log directory {directory!r} is not named "
+                f"<topic>-<partition> with a legal topic name"
+            )
         self.topic, self.partition = parsed
         self.directory = directory
         self.config = config
@@ -185,8 +209,14 @@ class Log:
         return self._rng.randrange(jitter) if jitter > 0 else 0
 
     def _new_segment(self, base_offset: int, *, create: bool) -> LogSegment:
-        return LogSegment(self.directory, base_offset, self.config, now_ms=self._clock(),
-                          jitter_ms=self._jitter(), create=create)
+        return LogSegment(
+            self.directory,
+            base_offset,
+            self.config,
+            now_ms=self._clock(),
+            jitter_ms=self._jitter(),
+            create=create,
+        )
 
     # -- loading and recovery ----------------------------------------------------------------
     def _load_segments(self) -> None:
@@ -196,8 +226,9 @@ class Log:
         for name in names:
             path = os.path.join(self.directory, name)
             if name.endswith(LEFTOVER_SUFFIXES):
-                logger.info("removing leftover file", topic=self.topic, partition=self.partition,
-                            file=path)
+                logger.info(
+                    "removing leftover file", topic=self.topic, partition=self.partition, file=path
+                )
                 os.unlink(path)
                 continue
             parsed = parse_segment_file(name)
@@ -210,8 +241,12 @@ class Log:
                 index_files.append((base, path))
         for base, path in index_files:
             if base not in bases:
-                logger.info("removing index without a log file", topic=self.topic,
-                            partition=self.partition, file=path)
+                logger.info(
+                    "removing index without a log file",
+                    topic=self.topic,
+                    partition=self.partition,
+                    file=path,
+                )
                 os.unlink(path)
         ordered = sorted(bases)
         for base in ordered:
@@ -255,10 +290,16 @@ class Log:
 
     def _rebuild_indexes(self, segment: LogSegment, why: str) -> None:
         result = segment.recover(self._recovery_size_limit)
-        logger.warning("rebuilt segment indexes from the log", topic=self.topic,
-                       partition=self.partition, segment=segment.base_offset, reason=why,
-                       scanned_bytes=result.valid_bytes + result.truncated_bytes,
-                       truncated_bytes=result.truncated_bytes, truncation_reason=result.reason)
+        logger.warning(
+            "rebuilt segment indexes from the log",
+            topic=self.topic,
+            partition=self.partition,
+            segment=segment.base_offset,
+            reason=why,
+            scanned_bytes=result.valid_bytes + result.truncated_bytes,
+            truncated_bytes=result.truncated_bytes,
+            truncation_reason=result.reason,
+        )
 
     def _recover(self) -> None:
         start = self._segment_index(self.recovery_point)
@@ -276,18 +317,24 @@ class Log:
             if result.truncated_bytes:
                 truncated = result.truncated_bytes
                 reason = f"segment {segment.base_offset}: {result.reason}"
-                for later in self._segments[i + 1:]:
+                for later in self._segments[i + 1 :]:
                     truncated += later.size
                     dropped.append(later.base_offset)
                     later.delete_files()
-                del self._segments[i + 1:]
-                del self._bases[i + 1:]
+                del self._segments[i + 1 :]
+                del self._bases[i + 1 :]
                 break
-        logger.info("log recovered after unclean shutdown", topic=self.topic,
-                    partition=self.partition, recovery_point=self.recovery_point,
-                    scanned_segments=len(self._segments) - start, scanned_bytes=scanned,
-                    truncated_bytes=truncated, truncation_reason=reason,
-                    deleted_segments=dropped)
+        logger.info(
+            "log recovered after unclean shutdown",
+            topic=self.topic,
+            partition=self.partition,
+            recovery_point=self.recovery_point,
+            scanned_segments=len(self._segments) - start,
+            scanned_bytes=scanned,
+            truncated_bytes=truncated,
+            truncation_reason=reason,
+            deleted_segments=dropped,
+        )
 
     # -- appending ---------------------------------------------------------------------------
     def append(self, validated: ValidatedRecords) -> AppendResult:
@@ -303,15 +350,19 @@ class Log:
         buffer = validated.buffer
         first, last = validated.first_offset, validated.last_offset
         if first != self.log_end_offset:
-            raise InvalidAppendError(f"{self.name}: message set starts at offset {first}, but "
-                                     f"the log end offset is {self.log_end_offset}")
+            raise InvalidAppendError(
+                f"{self.name}: message set starts at offset {first}, but "
+                f"the log end offset is {self.log_end_offset}"
+            )
         if not len(buffer) or last < first:
-            raise InvalidAppendError(f"{self.name}: empty message set or offsets {first}.."
-                                     f"{last} running backwards")
+            raise InvalidAppendError(
+                f"{self.name}: empty message set or offsets {first}..{last} running backwards"
+            )
         if len(buffer) > self.config.segment_bytes:
             raise RecordSetTooLargeError(
                 f"{self.name}: message set of {len(buffer)} bytes exceeds segment.bytes "
-                f"{self.config.segment_bytes}")
+                f"{self.config.segment_bytes}"
+            )
         before = self.active_segment
         segment = self._maybe_roll(len(buffer), last, validated.max_timestamp)
         rolled = segment.base_offset if segment is not before else None
@@ -326,9 +377,15 @@ class Log:
         if len(recent) > RECENT_SETS:
             del recent[next(iter(recent))]
         for b in validated.producer_batches:
-            self._producers.update(b.producer_id, b.producer_epoch, b.base_sequence,
-                                   b.last_sequence, b.first_offset, b.last_offset,
-                                   b.max_timestamp)
+            self._producers.update(
+                b.producer_id,
+                b.producer_epoch,
+                b.base_sequence,
+                b.last_sequence,
+                b.first_offset,
+                b.last_offset,
+                b.max_timestamp,
+            )
         synced = rolled is not None
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
@@ -360,8 +417,10 @@ class Log:
         text = fields.get("topic_id", "")
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         if fields.get("version") != "0" or len(raw) != 16:
-            raise InconsistentTopicIdError(f"{self.name}: {path} is not a version-0 partition "
-                                           f"metadata file with a 16-byte topic id")
+            raise InconsistentTopicIdError(
+                f"{self.name}: {path} is not a version-0 partition "
+                f"metadata file with a 16-byte topic id"
+            )
         return uuid.UUID(bytes=raw)
 
     def assign_topic_id(self, topic_id: uuid.UUID) -> None:
@@ -375,10 +434,13 @@ class Log:
         if stored is not None:
             raise InconsistentTopicIdError(
                 f"{self.name}: partition.metadata holds topic id {stored}, not {topic_id}: the "
-                f"directory belongs to another topic of the same name")
+                f"directory belongs to another topic of the same name"
+            )
         text = base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
-        write_atomically(os.path.join(self.directory, PARTITION_METADATA_FILE),
-                         f"version: 0\ntopic_id: {text}\n".encode("ascii"))
+        write_atomically(
+            os.path.join(self.directory, PARTITION_METADATA_FILE),
+            f"version: 0\ntopic_id: {text}\n".encode("ascii"),
+        )
 
     def producer_state(self) -> ProducerStateManager:
         """The idempotent producers of this partition (storage/producer_state.py), loaded when
@@ -397,7 +459,8 @@ class Log:
         so an ordinary clean start replays nothing."""
         # Kafka's removeStraySnapshots: recovery or truncation cut the log below them.
         self._delete_producer_snapshots(
-            lambda snapshot: self.log_start_offset <= snapshot <= self.log_end_offset)
+            lambda snapshot: self.log_start_offset <= snapshot <= self.log_end_offset
+        )
         if clean_shutdown and not self._snapshot_offsets():
             self._producers = ProducerStateManager()
             if self.log_end_offset == self.log_start_offset:
@@ -407,13 +470,20 @@ class Log:
             return
         producers, start = self._load_producer_snapshot()
         first = self._segment_index(max(start, self.log_start_offset))
-        producers.rebuild(batch for segment in self._segments[first:]
-                          for batch in segment.producer_batches() if batch[4] >= start)
+        producers.rebuild(
+            batch
+            for segment in self._segments[first:]
+            for batch in segment.producer_batches()
+            if batch[4] >= start
+        )
         self._producers = producers
 
     def _snapshot_offsets(self) -> list[int]:
-        return sorted(int(name[:-len(SNAPSHOT_SUFFIX)]) for name in os.listdir(self.directory)
-                      if name.endswith(SNAPSHOT_SUFFIX) and name[:-len(SNAPSHOT_SUFFIX)].isdigit())
+        return sorted(
+            int(name[: -len(SNAPSHOT_SUFFIX)])
+            for name in os.listdir(self.directory)
+            if name.endswith(SNAPSHOT_SUFFIX) and name[: -len(SNAPSHOT_SUFFIX)].isdigit()
+        )
 
     def _load_producer_snapshot(self) -> tuple[ProducerStateManager, int]:
         """(state, offset it holds up to) from the newest sound snapshot (all lie within the
@@ -424,15 +494,21 @@ class Log:
                 with open(path, "rb") as f:
                     return ProducerStateManager.from_snapshot(f.read()), offset
             except (OSError, CorruptSnapshotError) as exc:
-                logger.warning("ignoring producer state snapshot", topic=self.topic,
-                               partition=self.partition, file=path, reason=str(exc),
-                               action="none: the state is rebuilt from the log")
+                logger.warning(
+                    "ignoring producer state snapshot",
+                    topic=self.topic,
+                    partition=self.partition,
+                    file=path,
+                    reason=str(exc),
+                    action="none: the state is rebuilt from the log",
+                )
         return ProducerStateManager(), self.log_start_offset
 
     def _write_producer_snapshot(self, offset: int) -> None:
         """Kafka's takeSnapshot: the loaded state as of ``offset`` (the log end), durably."""
-        write_atomically(segment_path(self.directory, offset, SNAPSHOT_SUFFIX),
-                         self._producers.snapshot())
+        write_atomically(
+            segment_path(self.directory, offset, SNAPSHOT_SUFFIX), self._producers.snapshot()
+        )
 
     def _delete_producer_snapshots(self, keep: Callable[[int], bool]) -> None:
         for offset in self._snapshot_offsets():
@@ -444,20 +520,25 @@ class Log:
         False when it only writes to the page cache and the index maps, so a caller may run it
         where waiting on the disk is not allowed (the broker's event loop)."""
         self._check_open()
-        return (validated.last_offset + 1 - self.recovery_point >= self.config.flush_messages
-                or self._roll_due(len(validated.buffer), validated.last_offset,
-                                  validated.max_timestamp))
+        return (
+            validated.last_offset + 1 - self.recovery_point >= self.config.flush_messages
+            or self._roll_due(len(validated.buffer), validated.last_offset, validated.max_timestamp)
+        )
 
     def _roll_due(self, set_size: int, last_offset: int, max_timestamp: int) -> bool:
         segment = self.active_segment
         config = self.config
-        return (segment.size > config.segment_bytes - set_size
-                or (segment.size > 0
-                    and segment.time_waited_for_roll(self._clock(), max_timestamp)
-                    > config.segment_ms - segment.jitter_ms)
-                or segment.offset_index.is_full()
-                or segment.time_index.is_full()
-                or last_offset - segment.base_offset > INT_MAX)
+        return (
+            segment.size > config.segment_bytes - set_size
+            or (
+                segment.size > 0
+                and segment.time_waited_for_roll(self._clock(), max_timestamp)
+                > config.segment_ms - segment.jitter_ms
+            )
+            or segment.offset_index.is_full()
+            or segment.time_index.is_full()
+            or last_offset - segment.base_offset > INT_MAX
+        )
 
     def _maybe_roll(self, set_size: int, last_offset: int, max_timestamp: int) -> LogSegment:
         if self._roll_due(set_size, last_offset, max_timestamp):
@@ -475,8 +556,12 @@ class Log:
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             path = segment_path(self.directory, base, suffix)
             if os.path.exists(path):
-                logger.warning("removing stale file in the way of a new segment",
-                               topic=self.topic, partition=self.partition, file=path)
+                logger.warning(
+                    "removing stale file in the way of a new segment",
+                    topic=self.topic,
+                    partition=self.partition,
+                    file=path,
+                )
                 os.unlink(path)
         segment = self._new_segment(base, create=True)
         old.seal()
@@ -532,9 +617,12 @@ class Log:
         if not self.log_start_offset <= offset <= self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"{self.name}: offset {offset} is outside the log's range "
-                f"[{self.log_start_offset}, {self.log_end_offset}]", offset=offset,
-                log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset)
-        for segment in self._segments[self._segment_index(offset):]:
+                f"[{self.log_start_offset}, {self.log_end_offset}]",
+                offset=offset,
+                log_start_offset=self.log_start_offset,
+                log_end_offset=self.log_end_offset,
+            )
+        for segment in self._segments[self._segment_index(offset) :]:
             self._ensure_index(segment)
             found = segment.read(offset, max_bytes, min_one_message=min_one_message)
             if found is not None:
@@ -543,8 +631,9 @@ class Log:
                 return FetchData(*found, self.high_watermark)
         return FetchData(-1, 0, 0, self.high_watermark)
 
-    def read_cached(self, offset: int, max_bytes: int, *,
-                    min_one_message: bool = False) -> FetchData | None:
+    def read_cached(
+        self, offset: int, max_bytes: int, *, min_one_message: bool = False
+    ) -> FetchData | None:
         """``read`` answered from memory alone, or None when it needs the files (then call
         ``read``). Answered: a read at the log end, and a read at the first offset of one of the
         last RECENT_SETS sets appended to the active segment (where a consumer at the tail reads
@@ -564,8 +653,7 @@ class Log:
         limit = max(max_bytes, entry_bytes) if min_one_message else max_bytes
         if segment.size - position > limit:
             return None  # read() ends the answer on a whole entry: that needs the file
-        return FetchData(segment.fileno(), position, segment.size - position,
-                         self.high_watermark)
+        return FetchData(segment.fileno(), position, segment.size - position, self.high_watermark)
 
     def _track_open_fd(self, segment: LogSegment) -> None:
         """Keep at most MAX_OPEN_INACTIVE_FDS inactive segment files open per log (least
@@ -591,8 +679,10 @@ class Log:
         if timestamp == EARLIEST_TIMESTAMP:
             return TimestampOffset(-1, self.log_start_offset)
         if timestamp < 0:
-            raise ValueError(f"{self.name}: timestamp {timestamp} is negative and neither -1 "
-                             f"(latest) nor -2 (earliest)")
+            raise ValueError(
+                f"{self.name}: timestamp {timestamp} is negative and neither -1 "
+                f"(latest) nor -2 (earliest)"
+            )
         for segment in self._segments:
             if segment.largest_timestamp < timestamp:
                 continue
@@ -653,12 +743,12 @@ class Log:
             self._truncate_fully_and_start_at(offset)
             return
         keep = self._segment_index(offset)
-        for segment in self._segments[keep + 1:]:
+        for segment in self._segments[keep + 1 :]:
             self._delete_segment(segment, now, reason="truncated")
-        del self._segments[keep + 1:]
-        del self._bases[keep + 1:]
+        del self._segments[keep + 1 :]
+        del self._bases[keep + 1 :]
         segment = self._segments[keep]
-        if segment in self._open_inactive:   # active again: its descriptor is not tracked
+        if segment in self._open_inactive:  # active again: its descriptor is not tracked
             self._open_inactive.remove(segment)
         self._ensure_index(segment)
         next_offset = segment.truncate_to(offset, now)
@@ -668,8 +758,13 @@ class Log:
             self.log_end_offset = segment.next_offset()
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self._load_producer_state(clean_shutdown=False)  # Kafka's truncateAndReload
-        logger.info("log truncated", topic=self.topic, partition=self.partition,
-                    requested_offset=offset, log_end_offset=self.log_end_offset)
+        logger.info(
+            "log truncated",
+            topic=self.topic,
+            partition=self.partition,
+            requested_offset=offset,
+            log_end_offset=self.log_end_offset,
+        )
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         now = self._clock()
@@ -686,8 +781,12 @@ class Log:
         fsync_dir(self.directory)
         self.log_end_offset = self.recovery_point = offset
         self._producers = ProducerStateManager()
-        logger.info("log emptied and restarted", topic=self.topic, partition=self.partition,
-                    log_start_offset=offset)
+        logger.info(
+            "log emptied and restarted",
+            topic=self.topic,
+            partition=self.partition,
+            log_start_offset=offset,
+        )
 
     # -- retention ---------------------------------------------------------------------------
     def delete_expired_segments(self, now_ms: int) -> int:
@@ -698,7 +797,8 @@ class Log:
         deleted = 0
         if self.config.retention_ms >= 0:
             deleted += self._delete_old_segments(
-                lambda segment: self._time_expired(segment, now_ms), now_ms, "retention.ms")
+                lambda segment: self._time_expired(segment, now_ms), now_ms, "retention.ms"
+            )
         if self.config.retention_bytes >= 0:
             excess = self.size - self.config.retention_bytes
 
@@ -725,8 +825,7 @@ class Log:
         every record after it. Raises ValueError for a negative ``offset``."""
         self._check_open()
         if offset < 0:
-            raise ValueError(f"{self.name}: cannot delete segments before negative offset "
-                             f"{offset}")
+            raise ValueError(f"{self.name}: cannot delete segments before negative offset {offset}")
         deleted = 0
         while len(self._segments) > 1 and self._bases[1] <= offset:
             segment = self._segments[0]
@@ -743,17 +842,27 @@ class Log:
         largest = segment.largest_timestamp
         if now_ms - largest > self.config.retention_ms:
             return True
-        if (segment.size and largest > now_ms
-                and (segment.base_offset, largest) not in self._reported_pins):
+        if (
+            segment.size
+            and largest > now_ms
+            and (segment.base_offset, largest) not in self._reported_pins
+        ):
             self._reported_pins.add((segment.base_offset, largest))
-            logger.warning("segment timestamp is in the future; time retention cannot delete "
-                           "it or any later segment until then (check producer clocks and "
-                           "timestamp units)", topic=self.topic, partition=self.partition,
-                           segment=segment.base_offset, largest_timestamp=largest, now=now_ms)
+            logger.warning(
+                "segment timestamp is in the future; time retention cannot delete "
+                "it or any later segment until then (check producer clocks and "
+                "timestamp units)",
+                topic=self.topic,
+                partition=self.partition,
+                segment=segment.base_offset,
+                largest_timestamp=largest,
+                now=now_ms,
+            )
         return False
 
-    def _delete_old_segments(self, predicate: Callable[[LogSegment], bool], now_ms: int,
-                             reason: str) -> int:
+    def _delete_old_segments(
+        self, predicate: Callable[[LogSegment], bool], now_ms: int, reason: str
+    ) -> int:
         deletable = []
         for segment in self._segments:
             if not predicate(segment):
@@ -767,16 +876,22 @@ class Log:
             self.roll()
         for segment in deletable:
             self._delete_segment(segment, now_ms, reason=reason)
-        del self._segments[:len(deletable)]
-        del self._bases[:len(deletable)]
+        del self._segments[: len(deletable)]
+        del self._bases[: len(deletable)]
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         self._delete_producer_snapshots(lambda snapshot: snapshot >= self.log_start_offset)
         return len(deletable)
 
     def _delete_segment(self, segment: LogSegment, now_ms: int, *, reason: str) -> None:
         """Rename the segment's files to .deleted; remove them after file.delete.delay.ms."""
-        logger.info("deleting segment", topic=self.topic, partition=self.partition,
-                    segment=segment.base_offset, size=segment.size, reason=reason)
+        logger.info(
+            "deleting segment",
+            topic=self.topic,
+            partition=self.partition,
+            segment=segment.base_offset,
+            size=segment.size,
+            reason=reason,
+        )
         if segment in self._open_inactive:
             self._open_inactive.remove(segment)
         segment.rename_to_deleted(DELETED_SUFFIX)

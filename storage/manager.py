@@ -16,6 +16,7 @@ Resources: an idle partition holds no file descriptor and no index memory beyond
 segment objects. Errors: InvalidTopicError for bad names, LogNotFoundError for unknown logs;
 OSError from the file system propagates.
 """
+
 from __future__ import annotations
 
 import enum
@@ -30,8 +31,12 @@ from storage import checkpoint
 from storage.durable import fsync_dir
 from storage.config import LogConfig
 from storage.errors import LogNotFoundError
-from storage.layout import (DELETE_DIR_SUFFIX, parse_partition_dir, partition_dir_name,
-                            validate_topic)
+from storage.layout import (
+    DELETE_DIR_SUFFIX,
+    parse_partition_dir,
+    partition_dir_name,
+    validate_topic,
+)
 from storage.log import Log
 
 logger = structlog.get_logger(__name__)
@@ -40,16 +45,20 @@ logger = structlog.get_logger(__name__)
 class Maintenance(enum.Enum):
     """Periodic storage work; see :meth:`LogManager.due` and :meth:`LogManager.run`."""
 
-    RETENTION = "retention"          # retention.ms / retention.bytes
-    FLUSH = "flush"                  # flush.ms
-    DELETE_FILES = "delete files"    # file.delete.delay.ms
+    RETENTION = "retention"  # retention.ms / retention.bytes
+    FLUSH = "flush"  # flush.ms
+    DELETE_FILES = "delete files"  # file.delete.delay.ms
 
 
 class LogManager:
     """Owns the Log of every partition; see the module docstring."""
 
-    def __init__(self, log_dirs: Iterable[str], config_for_topic: Callable[[str], LogConfig],
-                 clock: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        log_dirs: Iterable[str],
+        config_for_topic: Callable[[str], LogConfig],
+        clock: Callable[[], int],
+    ) -> None:
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         if not self.log_dirs:
             raise ValueError("LogManager needs at least one log dir")
@@ -70,8 +79,12 @@ class LogManager:
         try:
             recovery_points = checkpoint.read_checkpoint(checkpoint.recovery_point_path(log_dir))
         except checkpoint.CheckpointError as exc:
-            logger.warning("recovery point checkpoint unreadable; recovering every log in the "
-                           "dir from offset 0", log_dir=log_dir, error=str(exc))
+            logger.warning(
+                "recovery point checkpoint unreadable; recovering every log in the "
+                "dir from offset 0",
+                log_dir=log_dir,
+                error=str(exc),
+            )
             recovery_points, clean = {}, False
         loaded = 0
         for name in sorted(os.listdir(log_dir)):
@@ -87,21 +100,34 @@ class LogManager:
                 logger.warning("ignoring directory that is not <topic>-<partition>", path=path)
                 continue
             if parsed in self._logs:
-                logger.error("partition found in two log dirs; keeping the first, remove the "
-                             "other copy by hand", topic=parsed[0], partition=parsed[1],
-                             kept=self._dir_of[parsed], ignored=log_dir)
+                logger.error(
+                    "partition found in two log dirs; keeping the first, remove the "
+                    "other copy by hand",
+                    topic=parsed[0],
+                    partition=parsed[1],
+                    kept=self._dir_of[parsed],
+                    ignored=log_dir,
+                )
                 continue
-            self._logs[parsed] = Log(path, self._config_for_topic(parsed[0]), clock=self._clock,
-                                     recovery_point=recovery_points.get(parsed, 0),
-                                     needs_recovery=not clean)
+            self._logs[parsed] = Log(
+                path,
+                self._config_for_topic(parsed[0]),
+                clock=self._clock,
+                recovery_point=recovery_points.get(parsed, 0),
+                needs_recovery=not clean,
+            )
             self._dir_of[parsed] = log_dir
             loaded += 1
         if clean:
-            logger.info("clean shutdown marker found: no recovery needed", log_dir=log_dir,
-                        logs=loaded)
+            logger.info(
+                "clean shutdown marker found: no recovery needed", log_dir=log_dir, logs=loaded
+            )
         else:
-            logger.info("no clean shutdown marker: logs recovered from their recovery points",
-                        log_dir=log_dir, logs=loaded)
+            logger.info(
+                "no clean shutdown marker: logs recovered from their recovery points",
+                log_dir=log_dir,
+                logs=loaded,
+            )
         checkpoint.remove_clean_shutdown_marker(log_dir)
 
     # -- logs --------------------------------------------------------------------------------
@@ -135,8 +161,9 @@ class LogManager:
         counts = self._partition_counts()
         log_dir = min(self.log_dirs, key=lambda d: counts[d])
         path = os.path.join(log_dir, partition_dir_name(topic, partition))
-        log = Log(path, config or self._config_for_topic(topic), clock=self._clock,
-                  needs_recovery=False)
+        log = Log(
+            path, config or self._config_for_topic(topic), clock=self._clock, needs_recovery=False
+        )
         fsync_dir(log_dir)
         self._logs[key] = log
         self._dir_of[key] = log_dir
@@ -188,8 +215,11 @@ class LogManager:
         """Write every log dir's recovery-point-offset-checkpoint (atomically)."""
         for log_dir in self.log_dirs:
             # Copies: the broker may create a log in another thread meanwhile.
-            points = {key: log.recovery_point for key, log in list(self._logs.items())
-                      if self._dir_of.get(key) == log_dir}
+            points = {
+                key: log.recovery_point
+                for key, log in list(self._logs.items())
+                if self._dir_of.get(key) == log_dir
+            }
             checkpoint.write_checkpoint(checkpoint.recovery_point_path(log_dir), points)
 
     def shutdown(self) -> None:

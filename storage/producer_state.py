@@ -24,6 +24,7 @@ As in Kafka, a snapshot keeps each producer's last batch only::
       offset_delta int32 (last - first offset), timestamp int64,
       coordinator_epoch int32 (-1), current_txn_first_offset int64 (-1)     46 bytes
 """
+
 from __future__ import annotations
 
 import struct
@@ -35,13 +36,21 @@ from crc32c import crc32c
 
 from storage.errors import StorageError
 
-__all__ = ["ProducerStateManager", "Duplicate", "ProducerStateError", "OutOfOrderSequenceError",
-           "InvalidProducerEpochError", "CorruptSnapshotError", "BATCHES_KEPT", "SNAPSHOT_SUFFIX"]
+__all__ = [
+    "ProducerStateManager",
+    "Duplicate",
+    "ProducerStateError",
+    "OutOfOrderSequenceError",
+    "InvalidProducerEpochError",
+    "CorruptSnapshotError",
+    "BATCHES_KEPT",
+    "SNAPSHOT_SUFFIX",
+]
 
 SNAPSHOT_SUFFIX = ".snapshot"
 _SNAPSHOT_VERSION = 1
-_SNAPSHOT_HEAD = struct.Struct(">hIi")          # version, crc, count: 10 bytes
-_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")    # 46 bytes, see the module docstring
+_SNAPSHOT_HEAD = struct.Struct(">hIi")  # version, crc, count: 10 bytes
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # 46 bytes, see the module docstring
 
 BATCHES_KEPT = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 _INT32_MAX = 2**31 - 1
@@ -113,8 +122,9 @@ class ProducerStateManager:
     def __len__(self) -> int:
         return len(self._producers)
 
-    def check(self, producer_id: int, epoch: int, first_sequence: int,
-              last_sequence: int) -> Duplicate | None:
+    def check(
+        self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int
+    ) -> Duplicate | None:
         """Check a batch before it is appended: a :class:`Duplicate` of a stored batch, None when
         it may be appended; raises :class:`InvalidProducerEpochError` or
         :class:`OutOfOrderSequenceError` otherwise."""
@@ -124,12 +134,14 @@ class ProducerStateManager:
         if epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"producer {producer_id} epoch {epoch} is older than its current epoch "
-                f"{entry.epoch}: another producer with this id has taken over")
+                f"{entry.epoch}: another producer with this id has taken over"
+            )
         if epoch > entry.epoch:
             if first_sequence != 0:
                 raise OutOfOrderSequenceError(
                     f"producer {producer_id} started epoch {epoch} at sequence {first_sequence}, "
-                    f"not 0")
+                    f"not 0"
+                )
             return None
         for batch in entry.batches:
             if (batch.first_sequence, batch.last_sequence) == (first_sequence, last_sequence):
@@ -137,17 +149,27 @@ class ProducerStateManager:
         if entry.batches and not _in_sequence(entry.batches[-1].last_sequence, first_sequence):
             raise OutOfOrderSequenceError(
                 f"producer {producer_id} epoch {epoch} sent sequence {first_sequence} after "
-                f"{entry.batches[-1].last_sequence}; a batch in between is missing")
+                f"{entry.batches[-1].last_sequence}; a batch in between is missing"
+            )
         return None
 
-    def update(self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int,
-               first_offset: int, last_offset: int, max_timestamp: int) -> None:
+    def update(
+        self,
+        producer_id: int,
+        epoch: int,
+        first_sequence: int,
+        last_sequence: int,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+    ) -> None:
         """Record an appended batch (or one found in the log while rebuilding)."""
         entry = self._producers.get(producer_id)
         if entry is None or epoch > entry.epoch:
             entry = self._producers[producer_id] = _Producer(epoch)
-        entry.batches.append(_Batch(first_sequence, last_sequence, first_offset, last_offset,
-                                    max_timestamp))
+        entry.batches.append(
+            _Batch(first_sequence, last_sequence, first_offset, last_offset, max_timestamp)
+        )
 
     def rebuild(self, batches: Iterable[tuple[int, int, int, int, int, int, int]]) -> None:
         """Replay ``(producer_id, epoch, first_sequence, last_sequence, first_offset,
@@ -159,9 +181,18 @@ class ProducerStateManager:
     def last_batches(self) -> list[tuple[int, int, int, int, int, int]]:
         """(producer_id, epoch, first_sequence, last_sequence, last_offset, max_timestamp) of
         each producer's last batch, by producer id (what a snapshot keeps)."""
-        return [(pid, e.epoch, e.batches[-1].first_sequence, e.batches[-1].last_sequence,
-                 e.batches[-1].last_offset, e.batches[-1].max_timestamp)
-                for pid, e in sorted(self._producers.items()) if e.batches]
+        return [
+            (
+                pid,
+                e.epoch,
+                e.batches[-1].first_sequence,
+                e.batches[-1].last_sequence,
+                e.batches[-1].last_offset,
+                e.batches[-1].max_timestamp,
+            )
+            for pid, e in sorted(self._producers.items())
+            if e.batches
+        ]
 
     def snapshot(self) -> bytes:
         """The state in Kafka's snapshot format (each producer's last batch)."""
@@ -169,8 +200,16 @@ class ProducerStateManager:
         last_batches = self.last_batches()
         for producer_id, epoch, first_sequence, last_sequence, last_offset, ts in last_batches:
             first_offset = self._producers[producer_id].batches[-1].first_offset
-            entries += _SNAPSHOT_ENTRY.pack(producer_id, epoch, last_sequence, last_offset,
-                                            last_offset - first_offset, ts, -1, -1)
+            entries += _SNAPSHOT_ENTRY.pack(
+                producer_id,
+                epoch,
+                last_sequence,
+                last_offset,
+                last_offset - first_offset,
+                ts,
+                -1,
+                -1,
+            )
         body = struct.pack(">i", len(last_batches)) + entries
         return struct.pack(">hI", _SNAPSHOT_VERSION, crc32c(body)) + body
 
@@ -185,13 +224,20 @@ class ProducerStateManager:
         if crc32c(data[6:]) != crc:
             raise CorruptSnapshotError("snapshot fails its CRC-32C check")
         if count < 0 or len(data) != _SNAPSHOT_HEAD.size + count * _SNAPSHOT_ENTRY.size:
-            raise CorruptSnapshotError(f"snapshot of {len(data)} bytes cannot hold {count} "
-                                       f"entries")
+            raise CorruptSnapshotError(f"snapshot of {len(data)} bytes cannot hold {count} entries")
         state = cls()
         for i in range(count):
-            (producer_id, epoch, last_sequence, last_offset, offset_delta, timestamp, _, _
-             ) = _SNAPSHOT_ENTRY.unpack_from(data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size)
+            (producer_id, epoch, last_sequence, last_offset, offset_delta, timestamp, _, _) = (
+                _SNAPSHOT_ENTRY.unpack_from(data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size)
+            )
             first_sequence = (last_sequence - offset_delta) & 0x7FFFFFFF
-            state.update(producer_id, epoch, first_sequence, last_sequence,
-                         last_offset - offset_delta, last_offset, timestamp)
+            state.update(
+                producer_id,
+                epoch,
+                first_sequence,
+                last_sequence,
+                last_offset - offset_delta,
+                last_offset,
+                timestamp,
+            )
         return state

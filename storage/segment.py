@@ -7,6 +7,7 @@ own duration. The indexes of an
 inactive segment are loaded on first lookup. Errors: OSError from the file system propagates;
 CorruptRecordError (protocol.errors) escapes reads only if the file was damaged after recovery.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -66,19 +67,45 @@ def _write_all(fd: int, data: Buffer, position: int) -> None:
 class LogSegment:
     """A segment starting at ``base_offset``; see the module docstring for resources."""
 
-    __slots__ = ("base_offset", "config", "log_path", "offset_index", "time_index",
-                 "size", "max_timestamp", "offset_of_max_timestamp", "rolling_based_timestamp",
-                 "created_ms", "jitter_ms", "bytes_since_last_index_entry", "_fd")
+    __slots__ = (
+        "base_offset",
+        "config",
+        "log_path",
+        "offset_index",
+        "time_index",
+        "size",
+        "max_timestamp",
+        "offset_of_max_timestamp",
+        "rolling_based_timestamp",
+        "created_ms",
+        "jitter_ms",
+        "bytes_since_last_index_entry",
+        "_fd",
+    )
 
-    def __init__(self, directory: str, base_offset: int, config: LogConfig, *, now_ms: int,
-                 jitter_ms: int = 0, create: bool = False) -> None:
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        config: LogConfig,
+        *,
+        now_ms: int,
+        jitter_ms: int = 0,
+        create: bool = False,
+    ) -> None:
         self.base_offset = base_offset
         self.config = config
         self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
-        self.offset_index = OffsetIndex(segment_path(directory, base_offset, INDEX_SUFFIX),
-                                        base_offset, config.segment_index_bytes)
-        self.time_index = TimeIndex(segment_path(directory, base_offset, TIME_INDEX_SUFFIX),
-                                    base_offset, config.segment_index_bytes)
+        self.offset_index = OffsetIndex(
+            segment_path(directory, base_offset, INDEX_SUFFIX),
+            base_offset,
+            config.segment_index_bytes,
+        )
+        self.time_index = TimeIndex(
+            segment_path(directory, base_offset, TIME_INDEX_SUFFIX),
+            base_offset,
+            config.segment_index_bytes,
+        )
         self._fd: int | None = None
         if create:
             with open(self.log_path, "wb"):
@@ -142,8 +169,9 @@ class LogSegment:
         segment's max timestamp, so a restart reads it without a scan), fsync everything and
         release the index memory and descriptors (the .log descriptor is the caller's call)."""
         if self.max_timestamp >= 0:
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
-                                         skip_full_check=True)
+            self.time_index.maybe_append(
+                self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
+            )
         self.flush()
         self.offset_index.close()
         self.time_index.close()
@@ -192,7 +220,10 @@ class LogSegment:
                 raise CorruptIndexError(f"{index.KIND} {index.path} is missing")
         self.offset_index.sanity_check(self.size)
         self.time_index.sanity_check()
-        if self.time_index.entries and self.time_index.last_entry()[1] >= self.base_offset + INT_MAX:
+        if (
+            self.time_index.entries
+            and self.time_index.last_entry()[1] >= self.base_offset + INT_MAX
+        ):
             raise CorruptIndexError(f"{self.time_index.path}: last entry offset is out of range")
 
     def load_max_timestamp_from_index(self) -> None:
@@ -228,15 +259,22 @@ class LogSegment:
                 if entry.offset <= previous_offset:
                     raise CorruptRecordError(
                         f"entry at byte {entry.position} has offset {entry.offset}, not above "
-                        f"the previous offset {previous_offset}", offset=entry.position)
+                        f"the previous offset {previous_offset}",
+                        offset=entry.position,
+                    )
                 if entry.offset - self.base_offset > INT_MAX:
                     raise CorruptRecordError(
                         f"entry at byte {entry.position} has offset {entry.offset}, beyond the "
-                        f"int32 range of base offset {self.base_offset}", offset=entry.position)
+                        f"int32 range of base offset {self.base_offset}",
+                        offset=entry.position,
+                    )
                 if entry.timestamp > max_timestamp:
                     max_timestamp, offset_of_max = entry.timestamp, entry.offset
-                if (valid - last_index_position > self.config.index_interval_bytes
-                        and not self.offset_index.is_full() and not self.time_index.is_full()):
+                if (
+                    valid - last_index_position > self.config.index_interval_bytes
+                    and not self.offset_index.is_full()
+                    and not self.time_index.is_full()
+                ):
                     # The set at `valid` starts right after the previous entry's offset.
                     self.offset_index.append(previous_offset + 1, valid)
                     self.time_index.maybe_append(max_timestamp, offset_of_max)
@@ -270,8 +308,13 @@ class LogSegment:
         return max(last + 1, self.base_offset)
 
     # -- appending ---------------------------------------------------------------------------
-    def append(self, first_offset: int, max_timestamp: int, offset_of_max_timestamp: int,
-               buffer: bytes | bytearray | memoryview) -> None:
+    def append(
+        self,
+        first_offset: int,
+        max_timestamp: int,
+        offset_of_max_timestamp: int,
+        buffer: bytes | bytearray | memoryview,
+    ) -> None:
         """Append a validated message set whose first offset is ``first_offset``; add index
         entries when index.interval.bytes have passed since the last one (counted before this
         set, so a segment's first set is never indexed)."""
@@ -281,8 +324,10 @@ class LogSegment:
         _write_all(self.fileno(), buffer, position)
         self.size += len(buffer)
         if max_timestamp > self.max_timestamp:
-            self.max_timestamp, self.offset_of_max_timestamp = (max_timestamp,
-                                                                offset_of_max_timestamp)
+            self.max_timestamp, self.offset_of_max_timestamp = (
+                max_timestamp,
+                offset_of_max_timestamp,
+            )
         if self.bytes_since_last_index_entry > self.config.index_interval_bytes:
             self.offset_index.append(first_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
@@ -332,8 +377,9 @@ class LogSegment:
             previous = entry.offset
         return None, previous
 
-    def read(self, offset: int, max_bytes: int, *, min_one_message: bool
-             ) -> tuple[int, int, int] | None:
+    def read(
+        self, offset: int, max_bytes: int, *, min_one_message: bool
+    ) -> tuple[int, int, int] | None:
         """(fileno, position, length) of up to ``max_bytes`` from the entry holding ``offset``
         (a compressed wrapper or record batch is returned whole from its start), or None when
         the segment ends before it. ``min_one_message`` widens the length to cover at least the
@@ -378,7 +424,7 @@ class LogSegment:
                 continue  # a wrapper or batch carries its largest inner timestamp
             if entry.codec == Codec.NONE and entry.magic < rb.MAGIC:
                 return TimestampOffset(entry.timestamp, entry.offset)
-            wrapper = memoryview(view)[entry.position:entry.next_position]
+            wrapper = memoryview(view)[entry.position : entry.next_position]
             for message in iter_deep(wrapper):
                 if message.timestamp >= timestamp:
                     return TimestampOffset(message.timestamp, message.offset)
@@ -394,8 +440,15 @@ class LogSegment:
                 continue
             h = rb.read_header(view, entry.position)
             if h.producer_id >= 0:
-                yield (h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                       h.base_offset, h.last_offset, h.max_timestamp)
+                yield (
+                    h.producer_id,
+                    h.producer_epoch,
+                    h.base_sequence,
+                    h.last_sequence,
+                    h.base_offset,
+                    h.last_offset,
+                    h.max_timestamp,
+                )
 
     # -- truncating --------------------------------------------------------------------------
     def truncate_to(self, offset: int, now_ms: int) -> int | None:

@@ -14,6 +14,7 @@ and the log dir across restart(), writes the process's output to
 ``<tmp>/broker.log`` (appended over restarts; ``log_output(since_start=True)`` reads the latest
 start's part) and waits until the broker answers ApiVersions.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,11 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        props = {"listeners": f"PLAINTEXT://{self.host}:{self.port or 0}",
-                 "log.dirs": ",".join(self.log_dirs), **self.overrides}
+        props = {
+            "listeners": f"PLAINTEXT://{self.host}:{self.port or 0}",
+            "log.dirs": ",".join(self.log_dirs),
+            **self.overrides,
+        }
         cmd = [sys.executable, "-m", "broker", "serve"]
         for key, value in props.items():
             cmd += ["--override", f"{key}={value}"]
@@ -80,15 +84,21 @@ class BrokerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self._log_start = out.tell()
-            self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         self.returncode = None
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 self.returncode = self.proc.returncode
-                raise RuntimeError(f"broker exited with status {self.returncode} at start-up:\n"
-                                   f"{self.log_tail()}")
+                raise RuntimeError(
+                    f"broker exited with status {self.returncode} at start-up:\n{self.log_tail()}"
+                )
             if self.port is None:
                 self.port = self._logged_port()
             elif api_versions_ok(self.host, self.port):

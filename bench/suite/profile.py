@@ -64,12 +64,19 @@ def top_functions(collapsed: str, n: int = 15) -> dict:
     if not total:
         return {"samples": 0}
     pct = lambda k: round(100.0 * k / total, 1)  # noqa: E731
-    ours = collections.Counter({f: c for f, c in incl_counts.items()
-                                if any(m in f for m in PROJECT_MARKERS) and not f.endswith(ENTRY_FRAMES)})
-    return {"samples": total,
-            "self_top": [[f, pct(c)] for f, c in self_counts.most_common(n)],
-            "inclusive_top_project": [[f, pct(c)] for f, c in ours.most_common(n)],
-            "inclusive_top": [[f, pct(c)] for f, c in incl_counts.most_common(n)]}
+    ours = collections.Counter(
+        {
+            f: c
+            for f, c in incl_counts.items()
+            if any(m in f for m in PROJECT_MARKERS) and not f.endswith(ENTRY_FRAMES)
+        }
+    )
+    return {
+        "samples": total,
+        "self_top": [[f, pct(c)] for f, c in self_counts.most_common(n)],
+        "inclusive_top_project": [[f, pct(c)] for f, c in ours.most_common(n)],
+        "inclusive_top": [[f, pct(c)] for f, c in incl_counts.most_common(n)],
+    }
 
 
 def profile_scenarios(specs: list[Spec], params: dict, workdir: Path, rate: int = 250) -> dict:
@@ -93,10 +100,26 @@ def profile_scenarios(specs: list[Spec], params: dict, workdir: Path, rate: int 
             def on_mark(label: str) -> None:
                 nonlocal err
                 if label == "start":
-                    spy.append(subprocess.Popen(
-                        [py_spy(), "record", "--pid", str(broker.pid()), "--format", "raw", "--output", str(out),
-                         "--rate", str(rate), "--nonblocking", "--gil"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+                    spy.append(
+                        subprocess.Popen(
+                            [
+                                py_spy(),
+                                "record",
+                                "--pid",
+                                str(broker.pid()),
+                                "--format",
+                                "raw",
+                                "--output",
+                                str(out),
+                                "--rate",
+                                str(rate),
+                                "--nonblocking",
+                                "--gil",
+                            ],
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE,
+                        )
+                    )
                 elif spy:
                     spy[0].send_signal(signal.SIGINT)
                     try:
@@ -110,10 +133,15 @@ def profile_scenarios(specs: list[Spec], params: dict, workdir: Path, rate: int 
                 spy[0].kill()
                 spy[0].wait()
             if not out.exists():
-                results[spec.key] = {"error": f"py-spy wrote no profile: {err.decode(errors='replace')[-400:]}"}
+                results[spec.key] = {
+                    "error": f"py-spy wrote no profile: {err.decode(errors='replace')[-400:]}"
+                }
                 continue
-            figures = {k: v for k, v in run.items() if k in ("msgs_per_s", "MB_per_s", "error",
-                                                             "broker_cpu_s_per_million_msgs")}
+            figures = {
+                k: v
+                for k, v in run.items()
+                if k in ("msgs_per_s", "MB_per_s", "error", "broker_cpu_s_per_million_msgs")
+            }
             results[spec.key] = {"run": figures, **top_functions(out.read_text())}
         finally:
             broker.stop(purge=True)

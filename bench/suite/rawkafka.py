@@ -64,7 +64,9 @@ class RawConnection:
 
     def _roundtrip(self, api_key: int, api_version: int, body: bytes) -> memoryview:
         self._correlation_id += 1
-        header = _HEADER.pack(api_key, api_version, self._correlation_id, len(CLIENT_ID)) + CLIENT_ID
+        header = (
+            _HEADER.pack(api_key, api_version, self._correlation_id, len(CLIENT_ID)) + CLIENT_ID
+        )
         payload = header + body
         self._sock.sendall(_INT32.pack(len(payload)) + payload)
         (size,) = _INT32.unpack(self._recv_exact(4))
@@ -109,5 +111,7 @@ class RawConnection:
             pos += 2 + name_len + 4  # topic name, then partition count
             _, error_code, ts, offset = _PARTITION_ANSWER.unpack_from(resp, pos)
         except struct.error as exc:
-            raise RawKafkaError(f"short ListOffsets v1 response for {topic}/{partition}: {exc}") from exc
+            raise RawKafkaError(
+                f"short ListOffsets v1 response for {topic}/{partition}: {exc}"
+            ) from exc
         return OffsetAnswer(error_code, ts, offset)

@@ -10,15 +10,21 @@ from .runner import Spec, median_of
 HEADLINE = {
     "throughput": [("msgs_per_s", "msgs/s"), ("MB_per_s", "MB/s")],
     "latency": [("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"), ("p999_ms", "p99.9 ms")],
-    "lookup": [("raw_listoffsets_v1.p50_ms", "raw p50 ms"), ("raw_listoffsets_v1.p99_ms", "raw p99 ms"),
-               ("confluent_offsets_for_times.p99_ms", "confluent p99 ms"),
-               ("kafka_python_offsets_for_times.p99_ms", "kafka-python p99 ms"),
-               ("wrong_answers", "wrong answers")],
+    "lookup": [
+        ("raw_listoffsets_v1.p50_ms", "raw p50 ms"),
+        ("raw_listoffsets_v1.p99_ms", "raw p99 ms"),
+        ("confluent_offsets_for_times.p99_ms", "confluent p99 ms"),
+        ("kafka_python_offsets_for_times.p99_ms", "kafka-python p99 ms"),
+        ("wrong_answers", "wrong answers"),
+    ],
 }
-RESOURCES = [("broker_cpu_s_per_million_msgs", "CPU s / M msgs"), ("broker_rss_peak_mb", "RSS peak MB"),
-             # the client process (all its threads) in the timed section: the same client costs more or
-             # less depending on the message format the broker's API versions let it choose
-             ("client_cpu_s_per_million_msgs", "client CPU s / M msgs")]
+RESOURCES = [
+    ("broker_cpu_s_per_million_msgs", "CPU s / M msgs"),
+    ("broker_rss_peak_mb", "RSS peak MB"),
+    # the client process (all its threads) in the timed section: the same client costs more or
+    # less depending on the message format the broker's API versions let it choose
+    ("client_cpu_s_per_million_msgs", "client CPU s / M msgs"),
+]
 
 
 def summarize(plan: list[Spec], runs: dict, brokers: tuple[str, ...]) -> dict:
@@ -48,17 +54,24 @@ def targets(summary: dict) -> dict:
     """The issue's four targets, each with the figures it was judged on and whether it is met."""
 
     def ratios(prefix: str) -> dict:
-        return {k: v.get("ratio_chronolog_over_tansu", {}).get("msgs_per_s")
-                for k, v in summary.items() if k.startswith(prefix)}
+        return {
+            k: v.get("ratio_chronolog_over_tansu", {}).get("msgs_per_s")
+            for k, v in summary.items()
+            if k.startswith(prefix)
+        }
 
     def judge_ratio(prefix: str) -> dict:
         rs = ratios(prefix)
         vals = [v for v in rs.values() if v is not None]
         missing = [k for k, v in rs.items() if v is None]
         geo = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
-        return {"rule": "every scenario's chronolog/tansu msgs/s >= 1.0", "per_scenario": rs,
-                "geometric_mean": geo, "not_measured": missing,
-                "met": bool(vals) and not missing and min(vals) >= 1.0}
+        return {
+            "rule": "every scenario's chronolog/tansu msgs/s >= 1.0",
+            "per_scenario": rs,
+            "geometric_mean": geo,
+            "not_measured": missing,
+            "met": bool(vals) and not missing and min(vals) >= 1.0,
+        }
 
     def chronolog(key: str, metric: str):
         e = summary.get(key, {}).get("chronolog", {})
@@ -70,10 +83,17 @@ def targets(summary: dict) -> dict:
     return {
         "produce_ratio_ge_1": judge_ratio("produce/"),
         "consume_ratio_ge_1": judge_ratio("consume/"),
-        "latency_p99_le_10ms_at_10k_per_s": {"value_ms": lat, "error": lat_err,
-                                             "met": lat is not None and lat <= 10.0},
-        "offsets_for_times_p99_le_2ms": {"value_ms": oft, "error": oft_err, "wrong_answers": wrong,
-                                         "met": oft is not None and oft <= 2.0 and not wrong},
+        "latency_p99_le_10ms_at_10k_per_s": {
+            "value_ms": lat,
+            "error": lat_err,
+            "met": lat is not None and lat <= 10.0,
+        },
+        "offsets_for_times_p99_le_2ms": {
+            "value_ms": oft,
+            "error": oft_err,
+            "wrong_answers": wrong,
+            "met": oft is not None and oft <= 2.0 and not wrong,
+        },
     }
 
 
@@ -110,9 +130,16 @@ def text_table(summary: dict, brokers: tuple[str, ...]) -> str:
     rows = table_rows(summary, brokers)
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-              for r in rows]
-    errs = [f"  {key} [{b}]: {e[b]['error']}" for key, e in summary.items() for b in brokers if e[b].get("error")]
+    lines += [
+        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        for r in rows
+    ]
+    errs = [
+        f"  {key} [{b}]: {e[b]['error']}"
+        for key, e in summary.items()
+        for b in brokers
+        if e[b].get("error")
+    ]
     if errs:
         lines += ["errors (no successful run):", *errs]
     return "\n".join(lines)
@@ -142,7 +169,9 @@ def plot(summary: dict, brokers: tuple[str, ...], path, title: str) -> None:
         width = 0.8 / len(brokers)
         for j, b in enumerate(brokers):
             ys = [summary[key][b]["median"].get(metric, float("nan")) for key, metric, _ in items]
-            ax.bar([i + j * width for i in range(len(items))], ys, width, label=b, color=colors.get(b))
+            ax.bar(
+                [i + j * width for i in range(len(items))], ys, width, label=b, color=colors.get(b)
+            )
         ax.set_xticks([i + width * (len(brokers) - 1) / 2 for i in range(len(items))])
         ax.set_xticklabels([lbl for _, _, lbl in items], rotation=35, ha="right", fontsize=8)
         ax.set_ylabel(ylabel)
@@ -152,8 +181,11 @@ def plot(summary: dict, brokers: tuple[str, ...], path, title: str) -> None:
         ax.grid(axis="y", alpha=0.3)
 
     keys = list(summary)
-    prod = [(k, "msgs_per_s", k.replace("produce/", "").replace("partitions/", "parts/")) for k in keys
-            if k.startswith(("produce/", "partitions/"))]
+    prod = [
+        (k, "msgs_per_s", k.replace("produce/", "").replace("partitions/", "parts/"))
+        for k in keys
+        if k.startswith(("produce/", "partitions/"))
+    ]
     cons = [(k, "msgs_per_s", k.replace("consume/", "")) for k in keys if k.startswith("consume/")]
     lat = []
     for k in keys:
@@ -161,9 +193,19 @@ def plot(summary: dict, brokers: tuple[str, ...], path, title: str) -> None:
             tag = "fetch wait 10ms " if k.endswith("fetch-wait-10ms") else "default "
             lat += [(k, m, f"e2e {tag}{m[:-3]}") for m in ("p50_ms", "p99_ms", "p999_ms")]
         if k.startswith("offsets_for_times/"):
-            lat += [(k, f"raw_listoffsets_v1.{m}", f"ListOffsets {m[:-3]}") for m in ("p50_ms", "p99_ms", "p999_ms")]
-    cpu = [(k, "broker_cpu_s_per_million_msgs", k.split("/")[0] + "/" + "/".join(k.split("/")[1:])[:28])
-           for k in keys if summary[k]["kind"] == "throughput"]
+            lat += [
+                (k, f"raw_listoffsets_v1.{m}", f"ListOffsets {m[:-3]}")
+                for m in ("p50_ms", "p99_ms", "p999_ms")
+            ]
+    cpu = [
+        (
+            k,
+            "broker_cpu_s_per_million_msgs",
+            k.split("/")[0] + "/" + "/".join(k.split("/")[1:])[:28],
+        )
+        for k in keys
+        if summary[k]["kind"] == "throughput"
+    ]
     bars(axes[0][0], prod, "produce messages/s (median)", log=True)
     axes[0][0].set_title("Produce throughput")
     bars(axes[0][1], cons, "consume messages/s (median)", log=True)
@@ -182,11 +224,17 @@ def _headline_row(scenario: str, figure: str) -> bool:
     if figure in ("msgs/s", "p99 ms", "raw p99 ms", "wrong answers"):
         return True
     if figure.startswith("CPU s"):
-        return scenario in ("produce/confluent/100B/none", "consume/confluent/1KiB/warm",
-                            "partitions/100x10-producers/100B")
+        return scenario in (
+            "produce/confluent/100B/none",
+            "consume/confluent/1KiB/warm",
+            "partitions/100x10-producers/100B",
+        )
     if figure.startswith("client CPU"):
         return scenario.startswith("produce/confluent/")
-    return figure.startswith("RSS") and scenario in ("produce/confluent/1KiB/none", "partitions/100x10-producers/100B")
+    return figure.startswith("RSS") and scenario in (
+        "produce/confluent/1KiB/none",
+        "partitions/100x10-producers/100B",
+    )
 
 
 def readme_section(doc: dict) -> str:

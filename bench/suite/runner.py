@@ -44,21 +44,44 @@ def build_plan() -> list[Spec]:
     for client in ("confluent", "kafka-python"):
         for size, label in ((100, "100B"), (1024, "1KiB")):
             for codec in ("none", "lz4"):
-                plan.append(Spec(f"produce/{client}/{label}/{codec}", "produce", "throughput",
-                                 {"client": client, "size": size, "codec": codec}))
+                plan.append(
+                    Spec(
+                        f"produce/{client}/{label}/{codec}",
+                        "produce",
+                        "throughput",
+                        {"client": client, "size": size, "codec": codec},
+                    )
+                )
     for client in ("confluent", "kafka-python"):
         for cache in ("cold", "warm"):
-            plan.append(Spec(f"consume/{client}/1KiB/{cache}", "consume", "throughput",
-                             {"client": client, "cache": cache}, needs="consume_setup"))
+            plan.append(
+                Spec(
+                    f"consume/{client}/1KiB/{cache}",
+                    "consume",
+                    "throughput",
+                    {"client": client, "cache": cache},
+                    needs="consume_setup",
+                )
+            )
     plan.append(Spec("latency/confluent/100B/10k-per-s", "latency", "latency"))
-    plan.append(Spec("latency/confluent/100B/10k-per-s/fetch-wait-10ms", "latency", "latency",
-                     {"fetch_wait_ms": 10}))
-    plan.append(Spec("offsets_for_times/1000-segments", "offsets_for_times", "lookup", needs="oft_setup"))
+    plan.append(
+        Spec(
+            "latency/confluent/100B/10k-per-s/fetch-wait-10ms",
+            "latency",
+            "latency",
+            {"fetch_wait_ms": 10},
+        )
+    )
+    plan.append(
+        Spec("offsets_for_times/1000-segments", "offsets_for_times", "lookup", needs="oft_setup")
+    )
     plan.append(Spec("partitions/100x10-producers/100B", "partitions", "throughput"))
     return plan
 
 
-def _child_main(conn, fn_name: str, kwargs: dict, bootstrap: str, log_dir: str | None, params: dict) -> None:
+def _child_main(
+    conn, fn_name: str, kwargs: dict, bootstrap: str, log_dir: str | None, params: dict
+) -> None:
     os.setpgrp()  # the parent kills this group on timeout, with any helper processes in it
 
     client_cpu: dict[str, float] = {}
@@ -82,8 +105,14 @@ def _child_main(conn, fn_name: str, kwargs: dict, bootstrap: str, log_dir: str |
         conn.send(("error", msg))
 
 
-def run_in_child(broker: BrokerProcess, fn_name: str, kwargs: dict, params: dict, timed: bool = True,
-                 on_mark=None) -> dict:
+def run_in_child(
+    broker: BrokerProcess,
+    fn_name: str,
+    kwargs: dict,
+    params: dict,
+    timed: bool = True,
+    on_mark=None,
+) -> dict:
     """Run one scenario function against ``broker``; returns its figures or {"error": ...}.
 
     ``timed=False`` is for setup functions, which have no measured section. ``on_mark(label)`` is
@@ -92,8 +121,10 @@ def run_in_child(broker: BrokerProcess, fn_name: str, kwargs: dict, params: dict
     timeout = params["scenario_timeout_s"]
     ctx = multiprocessing.get_context("spawn")
     parent_conn, child_conn = ctx.Pipe()
-    proc = ctx.Process(target=_child_main,
-                       args=(child_conn, fn_name, kwargs, broker.bootstrap, broker.log_dir, params))
+    proc = ctx.Process(
+        target=_child_main,
+        args=(child_conn, fn_name, kwargs, broker.bootstrap, broker.log_dir, params),
+    )
     proc.start()
     child_conn.close()
     deadline = time.monotonic() + timeout
@@ -130,12 +161,16 @@ def run_in_child(broker: BrokerProcess, fn_name: str, kwargs: dict, params: dict
                 else:
                     outcome = {"error": payload}
             elif not proc.is_alive():
-                outcome = {"error": f"scenario process exited with code {proc.exitcode} without a result"}
+                outcome = {
+                    "error": f"scenario process exited with code {proc.exitcode} without a result"
+                }
             if u0 is not None and u1 is None:
                 rss_peak = max(rss_peak, broker.usage().rss_bytes)
             if not broker.alive():
-                outcome = {"error": f"{broker.name} died during the scenario (exit {broker.proc.returncode}); "
-                                    f"output tail: {broker.output_tail()}"}
+                outcome = {
+                    "error": f"{broker.name} died during the scenario (exit {broker.proc.returncode}); "
+                    f"output tail: {broker.output_tail()}"
+                }
     finally:
         if proc.is_alive():
             try:
@@ -152,7 +187,9 @@ def run_in_child(broker: BrokerProcess, fn_name: str, kwargs: dict, params: dict
     elapsed = t1 - t0
     n = outcome.get("messages", 0)
     cpu = u1.cpu_s - u0.cpu_s
-    outcome.update({"elapsed_s": elapsed, "broker_cpu_s": cpu, "broker_rss_peak_mb": rss_peak / 1e6})
+    outcome.update(
+        {"elapsed_s": elapsed, "broker_cpu_s": cpu, "broker_rss_peak_mb": rss_peak / 1e6}
+    )
     if cpu < CPU_RESOLUTION_S * 5:
         outcome["broker_cpu_low_resolution"] = True
     if n:
@@ -174,7 +211,9 @@ class Suite:
         self.brokers = {name: BrokerProcess(name, workdir / name) for name in brokers}
         self.setups: dict[str, dict[str, dict]] = {name: {} for name in brokers}
         self.events: list[str] = []
-        self.runs: dict[str, dict[str, list[dict]]] = {s.key: {b: [] for b in brokers} for s in plan}
+        self.runs: dict[str, dict[str, list[dict]]] = {
+            s.key: {b: [] for b in brokers} for s in plan
+        }
         self.start_errors: dict[str, list[str]] = {name: [] for name in brokers}
         self.deadline = time.monotonic() + params["suite_budget_s"]
 
@@ -186,8 +225,10 @@ class Suite:
         if len(self.start_errors[name]) >= MAX_START_FAILURES:
             return f"gave up after {MAX_START_FAILURES} failed starts; last: {self.start_errors[name][-1]}"
         if b.starts:
-            self.events.append(f"{name} was not running (exit {b.proc.returncode}); restarting it. "
-                               f"Output tail: {b.output_tail()}")
+            self.events.append(
+                f"{name} was not running (exit {b.proc.returncode}); restarting it. "
+                f"Output tail: {b.output_tail()}"
+            )
         try:
             b.start()
         except BrokerStartError as exc:
@@ -196,12 +237,19 @@ class Suite:
         self.setups[name] = {}
         for setup in sorted({s.needs for s in self.plan if s.needs}):
             t = time.monotonic()
-            res = run_in_child(b, setup, {}, dict(self.params, round=0, tag=f"setup-{b.starts}"), timed=False)
+            res = run_in_child(
+                b, setup, {}, dict(self.params, round=0, tag=f"setup-{b.starts}"), timed=False
+            )
             if "error" in res:
                 logger.warning("setup_failed", broker=name, setup=setup, error=res["error"])
             else:
-                logger.info("setup_done", broker=name, setup=setup, seconds=round(time.monotonic() - t, 1),
-                         **{k: v for k, v in res.items() if k != "digest"})
+                logger.info(
+                    "setup_done",
+                    broker=name,
+                    setup=setup,
+                    seconds=round(time.monotonic() - t, 1),
+                    **{k: v for k, v in res.items() if k != "digest"},
+                )
             self.setups[name][setup] = res
         return None
 
@@ -220,7 +268,9 @@ class Suite:
 
     def _one(self, spec: Spec, name: str, r: int) -> dict:
         if time.monotonic() > self.deadline:
-            return {"error": f"skipped: the suite's time budget ({self.params['suite_budget_s']} s) is spent"}
+            return {
+                "error": f"skipped: the suite's time budget ({self.params['suite_budget_s']} s) is spent"
+            }
         err = self._ensure(name)
         if err:
             return {"error": f"broker not available: {err}"}
@@ -232,10 +282,19 @@ class Suite:
             params["setup"] = setup
         started = time.monotonic()
         res = run_in_child(self.brokers[name], spec.fn, spec.kwargs, params)
-        summary = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in res.items()
-                   if k in ("msgs_per_s", "MB_per_s", "p50_ms", "p99_ms", "error", "wrong_answers")}
-        logger.info("run", scenario=spec.key, broker=name, round=r,
-                 seconds=round(time.monotonic() - started, 1), **summary)
+        summary = {
+            k: (round(v, 3) if isinstance(v, float) else v)
+            for k, v in res.items()
+            if k in ("msgs_per_s", "MB_per_s", "p50_ms", "p99_ms", "error", "wrong_answers")
+        }
+        logger.info(
+            "run",
+            scenario=spec.key,
+            broker=name,
+            round=r,
+            seconds=round(time.monotonic() - started, 1),
+            **summary,
+        )
         return res
 
 

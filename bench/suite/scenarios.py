@@ -69,11 +69,18 @@ def percentiles(samples_us: list[float]) -> dict:
     def rank(q: float) -> float:
         return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))] / 1000.0
 
-    return {"p50_ms": rank(0.50), "p99_ms": rank(0.99), "p999_ms": rank(0.999), "max_ms": xs[-1] / 1000.0,
-            "mean_ms": statistics.fmean(xs) / 1000.0, "samples": len(xs)}
+    return {
+        "p50_ms": rank(0.50),
+        "p99_ms": rank(0.99),
+        "p999_ms": rank(0.999),
+        "max_ms": xs[-1] / 1000.0,
+        "mean_ms": statistics.fmean(xs) / 1000.0,
+        "samples": len(xs),
+    }
 
 
 # --- produce ---------------------------------------------------------------------------------------
+
 
 def produce(run: Run, client: str, size: int, codec: str) -> dict:
     """Throughput of one producer sending N values of ``size`` bytes to a fresh 1-partition topic."""
@@ -85,18 +92,26 @@ def produce(run: Run, client: str, size: int, codec: str) -> dict:
     values = make_values(n, size, tag=p["round"])
     want = Digest.of(values)
     if client == "confluent":
-        producer, errors = confluent_producer(run.bootstrap, **{"linger.ms": 5, "compression.type": codec})
+        producer, errors = confluent_producer(
+            run.bootstrap, **{"linger.ms": 5, "compression.type": codec}
+        )
         producer.list_topics(topic, timeout=10)  # connect + metadata outside the measured section
         run.mark("start")
         confluent_produce_all(producer, topic, values, deadline)
         run.mark("end")
         if errors:
-            raise ScenarioError(f"produce to {topic}: {len(errors)} failed deliveries, first: {errors[0]}")
+            raise ScenarioError(
+                f"produce to {topic}: {len(errors)} failed deliveries, first: {errors[0]}"
+            )
     else:
         from kafka import KafkaProducer
 
-        producer = KafkaProducer(bootstrap_servers=run.bootstrap, linger_ms=5, batch_size=256 * 1024,
-                                 compression_type=None if codec == "none" else codec)
+        producer = KafkaProducer(
+            bootstrap_servers=run.bootstrap,
+            linger_ms=5,
+            batch_size=256 * 1024,
+            compression_type=None if codec == "none" else codec,
+        )
         producer.partitions_for(topic)
         run.mark("start")
         futures = [producer.send(topic, v) for v in values]
@@ -105,8 +120,10 @@ def produce(run: Run, client: str, size: int, codec: str) -> dict:
         failed = [f for f in futures if not f.succeeded()]
         producer.close(timeout=5)
         if failed:
-            raise ScenarioError(f"produce to {topic} (kafka-python): {len(failed)} of {n} sends failed, "
-                                f"first: {failed[0].exception!r}")
+            raise ScenarioError(
+                f"produce to {topic} (kafka-python): {len(failed)} of {n} sends failed, "
+                f"first: {failed[0].exception!r}"
+            )
     verify(consume_confluent(run.bootstrap, topic, 1, n, deadline), want, f"produce {topic}")
     admin_delete_topic(run.bootstrap, topic)
     return {"messages": n, "value_bytes": size}
@@ -126,7 +143,9 @@ def consume_setup(run: Run) -> dict:
     producer, errors = confluent_producer(run.bootstrap, **{"linger.ms": 5})
     confluent_produce_all(producer, CONSUME_TOPIC, values, run.deadline)
     if errors:
-        raise ScenarioError(f"prefill {CONSUME_TOPIC}: {len(errors)} failed deliveries, first: {errors[0]}")
+        raise ScenarioError(
+            f"prefill {CONSUME_TOPIC}: {len(errors)} failed deliveries, first: {errors[0]}"
+        )
     d = Digest.of(values)
     return {"messages": n, "digest": [d.count, d.crc_sum]}
 
@@ -152,8 +171,12 @@ def resident_bytes(paths: list[Path]) -> int | str:
     exe = shutil.which("fincore")
     if exe is None or not paths:
         return "not measured (no fincore or no files)"
-    out = subprocess.run([exe, "--bytes", "--noheadings", "--output", "RES", *map(str, paths)],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [exe, "--bytes", "--noheadings", "--output", "RES", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if out.returncode != 0:
         return f"not measured: fincore: {out.stderr.strip()[:200]}"
     return sum(int(x) for x in out.stdout.split())
@@ -172,7 +195,8 @@ def consume(run: Run, client: str, cache: str) -> dict:
         extra["page_cache"] = drop_page_cache()
         if run.log_dir is not None:
             extra["page_cache"]["topic_log_bytes_resident"] = resident_bytes(
-                sorted(Path(run.log_dir, f"{CONSUME_TOPIC}-0").glob("*.log")))
+                sorted(Path(run.log_dir, f"{CONSUME_TOPIC}-0").glob("*.log"))
+            )
     else:
         # Warm: one untimed pass first, so the measured one reads from memory.
         consume_confluent(run.bootstrap, CONSUME_TOPIC, 1, want.count, deadline)
@@ -187,22 +211,39 @@ def consume(run: Run, client: str, cache: str) -> dict:
         run.mark("start")
 
     if client == "confluent":
-        got = consume_confluent(run.bootstrap, CONSUME_TOPIC, 1, want.count, deadline, on_first=on_first)
+        got = consume_confluent(
+            run.bootstrap, CONSUME_TOPIC, 1, want.count, deadline, on_first=on_first
+        )
     else:
-        got = consume_kafka_python(run.bootstrap, CONSUME_TOPIC, 1, want.count, deadline, on_first=on_first)
+        got = consume_kafka_python(
+            run.bootstrap, CONSUME_TOPIC, 1, want.count, deadline, on_first=on_first
+        )
     run.mark("end")
     verify(got, want, f"consume {CONSUME_TOPIC} ({client}, {cache})")
-    return {"messages": want.count - 1, "value_bytes": 1024, "first_message_s": first_at[0] - opened,
-            **extra}
+    return {
+        "messages": want.count - 1,
+        "value_bytes": 1024,
+        "first_message_s": first_at[0] - opened,
+        **extra,
+    }
 
 
 # --- produce-to-consume latency at a fixed rate ----------------------------------------------------
 
-_STAMP = struct.Struct(">qq")  # sequence number, send time (CLOCK_MONOTONIC ns, system-wide on Linux)
+_STAMP = struct.Struct(
+    ">qq"
+)  # sequence number, send time (CLOCK_MONOTONIC ns, system-wide on Linux)
 
 
-def _latency_consumer(bootstrap: str, topic: str, expected: int, timeout_s: float, fetch_wait_ms: int | None,
-                      ready, out) -> None:
+def _latency_consumer(
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    timeout_s: float,
+    fetch_wait_ms: int | None,
+    ready,
+    out,
+) -> None:
     """Child of the latency scenario: consume and report (digest, [latency µs]) through ``out``.
 
     poll() returns each message as soon as it arrives (consume() would wait to fill a batch).
@@ -212,7 +253,11 @@ def _latency_consumer(bootstrap: str, topic: str, expected: int, timeout_s: floa
     try:
         from confluent_kafka import Consumer, TopicPartition
 
-        conf = {"bootstrap.servers": bootstrap, "group.id": "bench-latency", "enable.auto.commit": False}
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-latency",
+            "enable.auto.commit": False,
+        }
         if fetch_wait_ms is not None:
             conf["fetch.wait.max.ms"] = fetch_wait_ms
         c = Consumer(conf)
@@ -227,7 +272,9 @@ def _latency_consumer(bootstrap: str, topic: str, expected: int, timeout_s: floa
                 now = time.monotonic_ns()
                 if m is None:
                     if time.monotonic() > deadline:
-                        raise ScenarioError(f"latency consumer: {len(lat)} of {expected} messages by the deadline")
+                        raise ScenarioError(
+                            f"latency consumer: {len(lat)} of {expected} messages by the deadline"
+                        )
                     continue
                 if m.error() is not None:
                     raise ScenarioError(f"latency consumer {topic}/0: {m.error()}")
@@ -256,8 +303,11 @@ def latency(run: Run, fetch_wait_ms: int | None = None) -> dict:
     filler = make_values(1, 100)[0][16:]
     ctx = multiprocessing.get_context("spawn")
     ready, out = ctx.Event(), ctx.Queue()
-    proc = ctx.Process(target=_latency_consumer, daemon=True,
-                       args=(run.bootstrap, topic, n, p["scenario_timeout_s"] * 0.8, fetch_wait_ms, ready, out))
+    proc = ctx.Process(
+        target=_latency_consumer,
+        daemon=True,
+        args=(run.bootstrap, topic, n, p["scenario_timeout_s"] * 0.8, fetch_wait_ms, ready, out),
+    )
     proc.start()
     try:
         if not ready.wait(60):
@@ -290,12 +340,18 @@ def latency(run: Run, fetch_wait_ms: int | None = None) -> dict:
     if status != "ok":
         raise ScenarioError(f"latency consumer: {digest}")
     if errors:
-        raise ScenarioError(f"latency producer: {len(errors)} failed deliveries, first: {errors[0]}")
+        raise ScenarioError(
+            f"latency producer: {len(errors)} failed deliveries, first: {errors[0]}"
+        )
     verify(Digest(*digest), Digest(n, crc & ((1 << 64) - 1)), f"latency {topic}")
     warmup = int(rate * p["latency_warmup_s"])
     admin_delete_topic(run.bootstrap, topic)
-    return {"messages": n, "achieved_rate": n / send_s, "warmup_messages_excluded": warmup,
-            **percentiles(lat[warmup:])}
+    return {
+        "messages": n,
+        "achieved_rate": n / send_s,
+        "warmup_messages_excluded": warmup,
+        **percentiles(lat[warmup:]),
+    }
 
 
 # --- offsets_for_times over a many-segment topic -------------------------------------------------
@@ -314,13 +370,25 @@ def oft_setup(run: Run) -> dict:
     admin_create_topic(run.bootstrap, OFT_TOPIC, 1, {"segment.bytes": str(p["oft_segment_bytes"])})
     values = make_values(n, 200, tag=77)
     # Small batches, so segments roll at segment.bytes rather than once per 1 MB batch.
-    producer, errors = confluent_producer(run.bootstrap, **{"linger.ms": 2, "batch.size": p["oft_batch_bytes"]})
-    confluent_produce_all(producer, OFT_TOPIC, values, run.deadline,
-                          timestamps=[t0 + i * OFT_STEP_MS for i in range(n)])
+    producer, errors = confluent_producer(
+        run.bootstrap, **{"linger.ms": 2, "batch.size": p["oft_batch_bytes"]}
+    )
+    confluent_produce_all(
+        producer,
+        OFT_TOPIC,
+        values,
+        run.deadline,
+        timestamps=[t0 + i * OFT_STEP_MS for i in range(n)],
+    )
     if errors:
-        raise ScenarioError(f"prefill {OFT_TOPIC}: {len(errors)} failed deliveries, first: {errors[0]}")
-    verify(consume_confluent(run.bootstrap, OFT_TOPIC, 1, n, run.deadline), Digest.of(values),
-           f"prefill {OFT_TOPIC}")
+        raise ScenarioError(
+            f"prefill {OFT_TOPIC}: {len(errors)} failed deliveries, first: {errors[0]}"
+        )
+    verify(
+        consume_confluent(run.bootstrap, OFT_TOPIC, 1, n, run.deadline),
+        Digest.of(values),
+        f"prefill {OFT_TOPIC}",
+    )
     out = {"messages": n, "t0": t0}
     if run.log_dir is not None:
         out["segments"] = len(list(Path(run.log_dir, f"{OFT_TOPIC}-0").glob("*.log")))
@@ -355,18 +423,32 @@ def offsets_for_times(run: Run) -> dict:
             ans = conn.list_offsets(OFT_TOPIC, 0, t)
             raw_us.append((time.perf_counter_ns() - t1) / 1000.0)
             if ans.error_code != 0 or ans.offset != expected(t):
-                wrong.append({"query_ts": t, "expected_offset": expected(t), "offset": ans.offset,
-                              "timestamp": ans.timestamp, "error_code": ans.error_code})
+                wrong.append(
+                    {
+                        "query_ts": t,
+                        "expected_offset": expected(t),
+                        "offset": ans.offset,
+                        "timestamp": ans.timestamp,
+                        "error_code": ans.error_code,
+                    }
+                )
             if time.monotonic() > stop:
                 break
         run.mark("end")
-    result = {"messages": len(raw_us), "raw_listoffsets_v1": percentiles(raw_us), **percentiles(raw_us),
-              "wrong_answers": len(wrong), "wrong_samples": wrong[:3]}
+    result = {
+        "messages": len(raw_us),
+        "raw_listoffsets_v1": percentiles(raw_us),
+        **percentiles(raw_us),
+        "wrong_answers": len(wrong),
+        "wrong_samples": wrong[:3],
+    }
 
     # Through the clients (each call is a blocking ListOffsets v1 round trip plus client overhead).
     from confluent_kafka import Consumer, TopicPartition as CTP
 
-    c = Consumer({"bootstrap.servers": run.bootstrap, "group.id": "bench-oft", "enable.auto.commit": False})
+    c = Consumer(
+        {"bootstrap.servers": run.bootstrap, "group.id": "bench-oft", "enable.auto.commit": False}
+    )
     conf_us: list[float] = []
     stop = time.monotonic() + budget
     for t in targets:
@@ -397,14 +479,19 @@ def offsets_for_times(run: Run) -> dict:
         segs = len(list(Path(run.log_dir, f"{OFT_TOPIC}-0").glob("*.log")))
         result["segments"] = segs
         if segs < p["oft_min_segments"]:
-            raise ScenarioError(f"{OFT_TOPIC} has {segs} segments on disk, the scenario needs "
-                                f">= {p['oft_min_segments']}: segment.bytes topic config not applied?")
+            raise ScenarioError(
+                f"{OFT_TOPIC} has {segs} segments on disk, the scenario needs "
+                f">= {p['oft_min_segments']}: segment.bytes topic config not applied?"
+            )
     return result
 
 
 # --- 100 partitions x 10 producers -------------------------------------------------------------------
 
-def _partition_producer(bootstrap: str, topic: str, partitions: int, n: int, tag: int, go, out) -> None:
+
+def _partition_producer(
+    bootstrap: str, topic: str, partitions: int, n: int, tag: int, go, out
+) -> None:
     """One of the concurrent producers: waits for ``go``, sends ``n`` values round-robin."""
     try:
         values = make_values(n, 100, tag=tag)
@@ -412,7 +499,9 @@ def _partition_producer(bootstrap: str, topic: str, partitions: int, n: int, tag
         producer.list_topics(topic, timeout=10)
         out.put(("ready", tag, None))
         go.wait(60)
-        confluent_produce_all(producer, topic, values, time.monotonic() + 120, partitions=partitions)
+        confluent_produce_all(
+            producer, topic, values, time.monotonic() + 120, partitions=partitions
+        )
         d = Digest.of(values)
         out.put(("done", tag, [d.count, d.crc_sum, errors[:1], len(errors)]))
     except Exception as exc:  # noqa: BLE001 - reported to the parent scenario as its error
@@ -429,8 +518,14 @@ def partitions(run: Run) -> dict:
     admin_create_topic(run.bootstrap, topic, parts)
     ctx = multiprocessing.get_context("spawn")
     go, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_partition_producer, daemon=True,
-                         args=(run.bootstrap, topic, parts, per, tag, go, out)) for tag in range(nprod)]
+    procs = [
+        ctx.Process(
+            target=_partition_producer,
+            daemon=True,
+            args=(run.bootstrap, topic, parts, per, tag, go, out),
+        )
+        for tag in range(nprod)
+    ]
     for pr in procs:
         pr.start()
     try:
@@ -449,7 +544,9 @@ def partitions(run: Run) -> dict:
                 raise ScenarioError(f"producer {tag}: {info}")
             count, crc_sum, first_err, n_err = info
             if n_err:
-                raise ScenarioError(f"producer {tag}: {n_err} failed deliveries, first: {first_err[0]}")
+                raise ScenarioError(
+                    f"producer {tag}: {n_err} failed deliveries, first: {first_err[0]}"
+                )
             want = want + Digest(count, crc_sum)
         run.mark("end")
     finally:
@@ -457,6 +554,10 @@ def partitions(run: Run) -> dict:
             pr.join(5)
             if pr.is_alive():
                 pr.kill()
-    verify(consume_confluent(run.bootstrap, topic, parts, want.count, deadline), want, f"partitions {topic}")
+    verify(
+        consume_confluent(run.bootstrap, topic, parts, want.count, deadline),
+        want,
+        f"partitions {topic}",
+    )
     admin_delete_topic(run.bootstrap, topic)
     return {"messages": want.count, "value_bytes": 100, "producers": nprod, "partitions": parts}

@@ -61,8 +61,9 @@ def make_values(n: int, size: int, seed: int = 7, tag: int = 0) -> list[bytes]:
     return [(prefix % (tag, i)) + filler[i % 512 : i % 512 + size - 16] + b"|" for i in range(n)]
 
 
-def admin_create_topic(bootstrap: str, topic: str, partitions: int, config: dict | None = None,
-                       timeout: float = 30.0) -> None:
+def admin_create_topic(
+    bootstrap: str, topic: str, partitions: int, config: dict | None = None, timeout: float = 30.0
+) -> None:
     """Create ``topic`` with CreateTopics and wait until Metadata shows a leader for every partition.
 
     Raises ScenarioError if the broker refuses the topic or it has no leaders before ``timeout``.
@@ -80,18 +81,25 @@ def admin_create_topic(bootstrap: str, topic: str, partitions: int, config: dict
     except KafkaException as exc:
         err = exc.args[0]
         if err.name() != "TOPIC_ALREADY_EXISTS":
-            raise ScenarioError(f"CreateTopics {topic} ({partitions} partitions, {config}): {err}") from exc
+            raise ScenarioError(
+                f"CreateTopics {topic} ({partitions} partitions, {config}): {err}"
+            ) from exc
     deadline = time.monotonic() + timeout
     while True:
         md = admin.list_topics(topic, timeout=5)
         tmd = md.topics.get(topic)
-        if tmd is not None and tmd.error is None and len(tmd.partitions) == partitions and all(
-            p.leader >= 0 for p in tmd.partitions.values()
+        if (
+            tmd is not None
+            and tmd.error is None
+            and len(tmd.partitions) == partitions
+            and all(p.leader >= 0 for p in tmd.partitions.values())
         ):
             return
         if time.monotonic() > deadline:
-            raise ScenarioError(f"topic {topic}: no leader for all {partitions} partitions after {timeout}s "
-                                f"(metadata: {tmd and tmd.error})")
+            raise ScenarioError(
+                f"topic {topic}: no leader for all {partitions} partitions after {timeout}s "
+                f"(metadata: {tmd and tmd.error})"
+            )
         time.sleep(0.1)
 
 
@@ -116,14 +124,19 @@ def confluent_producer(bootstrap: str, **config):
         if err is not None:
             errors.append(str(err))
 
-    conf = {"bootstrap.servers": bootstrap, "delivery.report.only.error": True,
-            "on_delivery": on_delivery, "queue.buffering.max.messages": 1_000_000}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "delivery.report.only.error": True,
+        "on_delivery": on_delivery,
+        "queue.buffering.max.messages": 1_000_000,
+    }
     conf.update(config)
     return Producer(conf), errors
 
 
-def confluent_produce_all(producer, topic: str, values, deadline: float, partitions: int | None = None,
-                          timestamps=None) -> None:
+def confluent_produce_all(
+    producer, topic: str, values, deadline: float, partitions: int | None = None, timestamps=None
+) -> None:
     """Send every value, backing off on a full local queue; raise ScenarioError past ``deadline``."""
     produce = producer.produce
     for i, v in enumerate(values):
@@ -139,15 +152,26 @@ def confluent_produce_all(producer, topic: str, values, deadline: float, partiti
             except BufferError:
                 producer.poll(0.005)
                 if time.monotonic() > deadline:
-                    raise ScenarioError(f"produce to {topic}: local queue still full at the deadline "
-                                        f"after {i} of {len(values)} messages") from None
+                    raise ScenarioError(
+                        f"produce to {topic}: local queue still full at the deadline "
+                        f"after {i} of {len(values)} messages"
+                    ) from None
     remaining = producer.flush(max(0.0, deadline - time.monotonic()))
     if remaining:
-        raise ScenarioError(f"produce to {topic}: {remaining} messages still undelivered at the deadline")
+        raise ScenarioError(
+            f"produce to {topic}: {remaining} messages still undelivered at the deadline"
+        )
 
 
-def consume_confluent(bootstrap: str, topic: str, partitions: int, expected: int, deadline: float,
-                      on_first=None, **config) -> Digest:
+def consume_confluent(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    expected: int,
+    deadline: float,
+    on_first=None,
+    **config,
+) -> Digest:
     """Read ``expected`` messages from offset 0 of every partition; return their digest.
 
     ``on_first()``, if given, is called once the first message has been delivered (consumer start-up
@@ -160,8 +184,14 @@ def consume_confluent(bootstrap: str, topic: str, partitions: int, expected: int
     # local queue holds more than queued.min.messages (100,000) undelivered messages. A broker fast
     # enough to get that far ahead of this loop then measured ~160 k msg/s instead of ~600 k, at
     # random: the client's own sleep, not the broker. Both brokers get the same setting.
-    conf = {"bootstrap.servers": bootstrap, "group.id": f"bench-{topic}", "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "enable.partition.eof": False, "fetch.queue.backoff.ms": 10}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-{topic}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+        "fetch.queue.backoff.ms": 10,
+    }
     conf.update(config)
     consumer = Consumer(conf)
     try:
@@ -171,10 +201,14 @@ def consume_confluent(bootstrap: str, topic: str, partitions: int, expected: int
         crc32 = zlib.crc32
         while n < expected:
             if time.monotonic() > deadline:
-                raise ScenarioError(f"consume {topic} (confluent): {n} of {expected} messages before the deadline")
+                raise ScenarioError(
+                    f"consume {topic} (confluent): {n} of {expected} messages before the deadline"
+                )
             # consume() waits for num_messages or the timeout, so never ask for more than remain.
             first = on_first is not None and n == 0
-            batch = consumer.consume(num_messages=1 if first else min(10_000, expected - n), timeout=0.5)
+            batch = consumer.consume(
+                num_messages=1 if first else min(10_000, expected - n), timeout=0.5
+            )
             for m in batch:
                 err = m.error()
                 if err is not None:
@@ -188,13 +222,19 @@ def consume_confluent(bootstrap: str, topic: str, partitions: int, expected: int
         consumer.close()
 
 
-def consume_kafka_python(bootstrap: str, topic: str, partitions: int, expected: int, deadline: float,
-                         on_first=None) -> Digest:
+def consume_kafka_python(
+    bootstrap: str, topic: str, partitions: int, expected: int, deadline: float, on_first=None
+) -> Digest:
     """kafka-python counterpart of consume_confluent (no group: assign + seek to the beginning)."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest", client_id=f"bench-{topic}")
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        client_id=f"bench-{topic}",
+    )
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
@@ -204,9 +244,13 @@ def consume_kafka_python(bootstrap: str, topic: str, partitions: int, expected: 
         crc32 = zlib.crc32
         while n < expected:
             if time.monotonic() > deadline:
-                raise ScenarioError(f"consume {topic} (kafka-python): {n} of {expected} messages before the deadline")
+                raise ScenarioError(
+                    f"consume {topic} (kafka-python): {n} of {expected} messages before the deadline"
+                )
             first = on_first is not None and n == 0
-            for records in consumer.poll(timeout_ms=500, max_records=1 if first else 10_000).values():
+            for records in consumer.poll(
+                timeout_ms=500, max_records=1 if first else 10_000
+            ).values():
                 for r in records:
                     s += crc32(r.value)
                 n += len(records)
@@ -220,5 +264,7 @@ def consume_kafka_python(bootstrap: str, topic: str, partitions: int, expected: 
 def verify(got: Digest, want: Digest, what: str) -> None:
     """Raise ScenarioError unless the consumed-back digest equals the produced one."""
     if got != want:
-        raise ScenarioError(f"{what}: consumed back {got.count} messages (crc sum {got.crc_sum:#x}), "
-                            f"produced {want.count} (crc sum {want.crc_sum:#x}): data lost or altered")
+        raise ScenarioError(
+            f"{what}: consumed back {got.count} messages (crc sum {got.crc_sum:#x}), "
+            f"produced {want.count} (crc sum {want.crc_sum:#x}): data lost or altered"
+        )

@@ -6,8 +6,15 @@
 - :mod:`broker.groups.handlers`: ``GROUP_HANDLERS`` for the broker's dispatch table.
 - :mod:`broker.groups.cli`: ``chronolog groups`` (list / describe over the Kafka protocol).
 """
+
 from broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, setup
 from broker.groups.state import GroupMachine, GroupState, IllegalGroupTransitionError
 
-__all__ = ["setup", "GroupCoordinator", "GroupMachine", "GroupState", "OFFSETS_TOPIC",
-           "IllegalGroupTransitionError"]
+__all__ = [
+    "setup",
+    "GroupCoordinator",
+    "GroupMachine",
+    "GroupState",
+    "OFFSETS_TOPIC",
+    "IllegalGroupTransitionError",
+]

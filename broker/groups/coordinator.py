@@ -21,6 +21,7 @@ than COMPACT_MIN_BYTES and COMPACT_RATIO records per live offset (checked at sta
 timer), it is compacted: the live offsets are written again as a snapshot and the segments
 before it deleted (store.compact; crash-safe at every step).
 """
+
 from __future__ import annotations
 
 import math
@@ -33,11 +34,20 @@ import trio
 from broker.context import TopicExistsError
 from broker.errors import STORAGE_FAILURES
 from broker.groups.offsets import (
-    CommittedOffset, OffsetCache, encode_offset_key, encode_offset_value, expire_timestamp)
-from broker.groups.state import (
-    Delivery, GroupMachine, GroupSummary, JoinResult, SyncResult)
+    CommittedOffset,
+    OffsetCache,
+    encode_offset_key,
+    encode_offset_value,
+    expire_timestamp,
+)
+from broker.groups.state import Delivery, GroupMachine, GroupSummary, JoinResult, SyncResult
 from broker.groups.store import (
-    OffsetStoreError, append_records, compact, load_offsets, needs_compaction)
+    OffsetStoreError,
+    append_records,
+    compact,
+    load_offsets,
+    needs_compaction,
+)
 from protocol.errors import ErrorCode
 
 logger = structlog.get_logger(__name__)
@@ -94,8 +104,10 @@ class GroupCoordinator:
         cfg = ctx.config
         self._ctx = ctx
         self.node = (cfg.broker_id, cfg.advertised_host, cfg.advertised_port)
-        self.machine = GroupMachine(min_session_timeout_ms=cfg.group_min_session_timeout_ms,
-                                    max_session_timeout_ms=cfg.group_max_session_timeout_ms)
+        self.machine = GroupMachine(
+            min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+            max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+        )
         self.offsets = OffsetCache()
         self.retention_ms = cfg.offsets_retention_minutes * 60_000
         self.retention_check_interval_ms = cfg.offsets_retention_check_interval_ms
@@ -122,12 +134,22 @@ class GroupCoordinator:
             raise RuntimeError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log after creation")
         async with ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION).lock:
             count = await trio.to_thread.run_sync(
-                lambda: load_offsets(log, self.offsets, default_retention_ms=self.retention_ms,
-                                     topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION))
+                lambda: load_offsets(
+                    log,
+                    self.offsets,
+                    default_retention_ms=self.retention_ms,
+                    topic=OFFSETS_TOPIC,
+                    partition=OFFSETS_PARTITION,
+                )
+            )
         for group in self.offsets.groups():
             self.machine.ensure_group(group)
-        logger.info("group coordinator loaded offsets", records_replayed=count,
-                 groups=len(self.offsets.groups()), offsets=len(self.offsets))
+        logger.info(
+            "group coordinator loaded offsets",
+            records_replayed=count,
+            groups=len(self.offsets.groups()),
+            offsets=len(self.offsets),
+        )
         await self.compact_offsets(ctx.clock())
         if ctx.stopping:  # shutdown began during start-up: Server.begin_shutdown saw no coordinator
             return
@@ -143,16 +165,22 @@ class GroupCoordinator:
         topic = ctx.topics.get(OFFSETS_TOPIC)
         if topic.config.retention_ms < 0 and topic.config.retention_bytes < 0:
             return
-        logger.warning("the offsets topic had time or size retention, which can delete committed "
-                    "offsets; switching it off", topic=OFFSETS_TOPIC,
-                    retention_ms=topic.config.retention_ms,
-                    retention_bytes=topic.config.retention_bytes,
-                    action="none: the registry entry is rewritten with retention.ms=-1 and "
-                           "retention.bytes=-1")
+        logger.warning(
+            "the offsets topic had time or size retention, which can delete committed "
+            "offsets; switching it off",
+            topic=OFFSETS_TOPIC,
+            retention_ms=topic.config.retention_ms,
+            retention_bytes=topic.config.retention_bytes,
+            action="none: the registry entry is rewritten with retention.ms=-1 and "
+            "retention.bytes=-1",
+        )
         async with ctx.admin_lock:
-            fixed = ctx.topics.make_topic(OFFSETS_TOPIC, topic.partitions,
-                                          {**topic.overrides, **OFFSETS_TOPIC_CONFIGS},
-                                          topic_id=topic.topic_id)
+            fixed = ctx.topics.make_topic(
+                OFFSETS_TOPIC,
+                topic.partitions,
+                {**topic.overrides, **OFFSETS_TOPIC_CONFIGS},
+                topic_id=topic.topic_id,
+            )
             ctx.topics.put(fixed)
             await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
             for p in range(fixed.partitions):
@@ -200,28 +228,55 @@ class GroupCoordinator:
             waiter.result = result
             waiter.event.set()
 
-    async def join(self, group_id: str, member_id: str, *, client_id: str, client_host: str,
-                   session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
-                   protocols: Sequence[tuple[str, bytes]]) -> JoinResult:
+    async def join(
+        self,
+        group_id: str,
+        member_id: str,
+        *,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+    ) -> JoinResult:
         if not self.active:
             return JoinResult(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, member_id)
         waiter = _Waiter()
-        self._deliver(self.machine.join(
-            group_id, member_id, client_id=client_id, client_host=client_host,
-            session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
-            protocol_type=protocol_type, protocols=protocols, now_ms=self._ctx.clock(),
-            waiter=waiter))
+        self._deliver(
+            self.machine.join(
+                group_id,
+                member_id,
+                client_id=client_id,
+                client_host=client_host,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                protocol_type=protocol_type,
+                protocols=protocols,
+                now_ms=self._ctx.clock(),
+                waiter=waiter,
+            )
+        )
         result = await waiter.wait()
         assert isinstance(result, JoinResult)
         return result
 
-    async def sync(self, group_id: str, generation_id: int, member_id: str,
-                   assignments: dict[str, bytes]) -> SyncResult:
+    async def sync(
+        self, group_id: str, generation_id: int, member_id: str, assignments: dict[str, bytes]
+    ) -> SyncResult:
         if not self.active:
             return SyncResult(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE)
         waiter = _Waiter()
-        self._deliver(self.machine.sync(group_id, generation_id, member_id, assignments,
-                                        now_ms=self._ctx.clock(), waiter=waiter))
+        self._deliver(
+            self.machine.sync(
+                group_id,
+                generation_id,
+                member_id,
+                assignments,
+                now_ms=self._ctx.clock(),
+                waiter=waiter,
+            )
+        )
         result = await waiter.wait()
         assert isinstance(result, SyncResult)
         return result
@@ -229,8 +284,7 @@ class GroupCoordinator:
     def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
         if not self.active:
             return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
-        error = self.machine.heartbeat(group_id, member_id, generation_id,
-                                       now_ms=self._ctx.clock())
+        error = self.machine.heartbeat(group_id, member_id, generation_id, now_ms=self._ctx.clock())
         self._changed.set()
         return error
 
@@ -255,10 +309,14 @@ class GroupCoordinator:
 
     # ---- offsets ---------------------------------------------------------------------------
 
-    async def commit_offsets(self, group_id: str, member_id: str, generation_id: int,
-                             retention_ms: int | None,
-                             entries: Sequence[tuple[str, int, int, str | None, int]],
-                             ) -> list[ErrorCode]:
+    async def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        retention_ms: int | None,
+        entries: Sequence[tuple[str, int, int, str | None, int]],
+    ) -> list[ErrorCode]:
         """Commit (topic, partition, offset, metadata, timestamp) entries; one error code per
         entry, in order. ``retention_ms`` None = offsets.retention.minutes; ``timestamp`` -1
         = now (only v1 sends others). Durable (fsynced) before this returns NONE."""
@@ -281,35 +339,58 @@ class GroupCoordinator:
                 errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
             else:
                 errors.append(ErrorCode.NONE)
-                to_store.append((i, topic, partition, CommittedOffset(
-                    offset, metadata or "", now,
-                    expire_timestamp(now_ms=now, retention_ms=retention,
-                                     commit_timestamp=timestamp))))
+                to_store.append(
+                    (
+                        i,
+                        topic,
+                        partition,
+                        CommittedOffset(
+                            offset,
+                            metadata or "",
+                            now,
+                            expire_timestamp(
+                                now_ms=now, retention_ms=retention, commit_timestamp=timestamp
+                            ),
+                        ),
+                    )
+                )
         if not to_store:
             return errors
-        records = [(encode_offset_key(group_id, topic, partition), encode_offset_value(value))
-                   for _, topic, partition, value in to_store]
+        records = [
+            (encode_offset_key(group_id, topic, partition), encode_offset_value(value))
+            for _, topic, partition, value in to_store
+        ]
         state = ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION)
         failure: ErrorCode | None = None
         async with state.lock:
             log = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
             try:
-                await trio.to_thread.run_sync(append_records, log, self._settings(), records,
-                                              now)
+                await trio.to_thread.run_sync(append_records, log, self._settings(), records, now)
             except OffsetStoreError as exc:
-                failure = (ErrorCode.INVALID_COMMIT_OFFSET_SIZE
-                           if exc.error in (ErrorCode.MESSAGE_TOO_LARGE,
-                                            ErrorCode.RECORD_LIST_TOO_LARGE)
-                           else ErrorCode.UNKNOWN_SERVER_ERROR)
-                logger.error("offset commit refused by the offsets log", group=group_id,
-                          topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION,
-                          error=exc.error.name, reason=str(exc),
-                          action="commit fewer partitions or shorter metadata per request")
+                failure = (
+                    ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+                    if exc.error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE)
+                    else ErrorCode.UNKNOWN_SERVER_ERROR
+                )
+                logger.error(
+                    "offset commit refused by the offsets log",
+                    group=group_id,
+                    topic=OFFSETS_TOPIC,
+                    partition=OFFSETS_PARTITION,
+                    error=exc.error.name,
+                    reason=str(exc),
+                    action="commit fewer partitions or shorter metadata per request",
+                )
             except STORAGE_FAILURES as exc:
                 failure = ErrorCode.UNKNOWN_SERVER_ERROR
-                logger.error("offset commit could not be written", group=group_id,
-                          topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION, error=repr(exc),
-                          action="check the log directory's disk; the client will retry")
+                logger.error(
+                    "offset commit could not be written",
+                    group=group_id,
+                    topic=OFFSETS_TOPIC,
+                    partition=OFFSETS_PARTITION,
+                    error=repr(exc),
+                    action="check the log directory's disk; the client will retry",
+                )
             else:
                 # Still under the lock, so the cache follows the log's order.
                 for _, topic, partition, value in to_store:
@@ -319,16 +400,22 @@ class GroupCoordinator:
                 errors[i] = failure
         return errors
 
-    def fetch_offsets(self, group_id: str,
-                      partitions: Sequence[tuple[str, int]]) -> list[PartitionOffset]:
+    def fetch_offsets(
+        self, group_id: str, partitions: Sequence[tuple[str, int]]
+    ) -> list[PartitionOffset]:
         if not self.active:
-            return [PartitionOffset(-1, "", ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE)
-                    for _ in partitions]
+            return [
+                PartitionOffset(-1, "", ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE)
+                for _ in partitions
+            ]
         out = []
         for topic, partition in partitions:
             value = self.offsets.get(group_id, topic, partition)
-            out.append(PartitionOffset(-1, "", ErrorCode.NONE) if value is None
-                       else PartitionOffset(value.offset, value.metadata, ErrorCode.NONE))
+            out.append(
+                PartitionOffset(-1, "", ErrorCode.NONE)
+                if value is None
+                else PartitionOffset(value.offset, value.metadata, ErrorCode.NONE)
+            )
         return out
 
     async def expire_offsets(self, now_ms: int) -> int:
@@ -339,22 +426,32 @@ class GroupCoordinator:
         async with state.lock:
             expired = list(self.offsets.expired(now_ms))
             if expired:
-                records = [(encode_offset_key(k.group, k.topic, k.partition), None)
-                           for k in expired]
+                records = [
+                    (encode_offset_key(k.group, k.topic, k.partition), None) for k in expired
+                ]
                 log = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
                 try:
-                    await trio.to_thread.run_sync(append_records, log, self._settings(),
-                                                  records, now_ms)
+                    await trio.to_thread.run_sync(
+                        append_records, log, self._settings(), records, now_ms
+                    )
                 except STORAGE_FAILURES as exc:
-                    logger.error("could not write expired-offset tombstones", topic=OFFSETS_TOPIC,
-                              partition=OFFSETS_PARTITION, count=len(expired), error=repr(exc),
-                              action="check the log directory's disk; expiry is retried at "
-                                     "the next offsets.retention.check.interval.ms")
+                    logger.error(
+                        "could not write expired-offset tombstones",
+                        topic=OFFSETS_TOPIC,
+                        partition=OFFSETS_PARTITION,
+                        count=len(expired),
+                        error=repr(exc),
+                        action="check the log directory's disk; expiry is retried at "
+                        "the next offsets.retention.check.interval.ms",
+                    )
                     return 0
                 for k in expired:
                     self.offsets.delete(k.group, k.topic, k.partition)
-        removed = [g for g in list(self.machine.groups)
-                   if not self.offsets.has_group(g) and self.machine.remove_group(g)]
+        removed = [
+            g
+            for g in list(self.machine.groups)
+            if not self.offsets.has_group(g) and self.machine.remove_group(g)
+        ]
         if expired or removed:
             logger.info("expired committed offsets", offsets=len(expired), groups_removed=removed)
         return len(expired)
@@ -366,26 +463,39 @@ class GroupCoordinator:
         ctx = self._ctx
         async with ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION).lock:
             log = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
-            if log is None or not needs_compaction(log, len(self.offsets),
-                                                    min_bytes=self.compact_min_bytes,
-                                                    ratio=self.compact_ratio):
+            if log is None or not needs_compaction(
+                log, len(self.offsets), min_bytes=self.compact_min_bytes, ratio=self.compact_ratio
+            ):
                 return 0
             before = (log.size, log.log_end_offset - log.log_start_offset)
             live = list(self.offsets.items())  # under the lock: commits cannot interleave
             try:
                 start, deleted = await trio.to_thread.run_sync(
-                    compact, log, self._settings(), live, now_ms)
+                    compact, log, self._settings(), live, now_ms
+                )
             except STORAGE_FAILURES as exc:
-                logger.error("compacting the offsets log failed; committed offsets are intact",
-                          topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION, error=repr(exc),
-                          action="check the log directory's disk; retried at the next "
-                                 "offsets.retention.check.interval.ms")
+                logger.error(
+                    "compacting the offsets log failed; committed offsets are intact",
+                    topic=OFFSETS_TOPIC,
+                    partition=OFFSETS_PARTITION,
+                    error=repr(exc),
+                    action="check the log directory's disk; retried at the next "
+                    "offsets.retention.check.interval.ms",
+                )
                 return 0
             after = (log.size, log.log_end_offset - log.log_start_offset)
-        logger.info("compacted the offsets log", topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION,
-                 live_offsets=len(live), snapshot_offset=start, segments_deleted=deleted,
-                 bytes_before=before[0], records_before=before[1], bytes_after=after[0],
-                 records_after=after[1])
+        logger.info(
+            "compacted the offsets log",
+            topic=OFFSETS_TOPIC,
+            partition=OFFSETS_PARTITION,
+            live_offsets=len(live),
+            snapshot_offset=start,
+            segments_deleted=deleted,
+            bytes_before=before[0],
+            records_before=before[1],
+            bytes_after=after[0],
+            records_after=after[1],
+        )
         return deleted
 
     def _settings(self):

@@ -10,6 +10,7 @@ KafkaApis passes ``clientAddress.toString``).
 OffsetFetch v0 and OffsetCommit v0 use the same store as v1+: Kafka 0.10.1 kept v0 offsets in
 ZooKeeper, which this broker does not have.
 """
+
 from __future__ import annotations
 
 from broker.context import client_host
@@ -39,22 +40,38 @@ async def handle_join_group(ctx, request: Request) -> dict:
     coordinator = _coordinator(ctx)
     if coordinator is None:
         return _join_response(body.member_id, _NOT_AVAILABLE)
-    rebalance_timeout = (body.rebalance_timeout_ms if request.header.api_version >= 1
-                         else body.session_timeout_ms)
+    rebalance_timeout = (
+        body.rebalance_timeout_ms if request.header.api_version >= 1 else body.session_timeout_ms
+    )
     result = await coordinator.join(
-        body.group_id, body.member_id, client_id=request.header.client_id or "",
-        client_host=client_host.get(), session_timeout_ms=body.session_timeout_ms,
-        rebalance_timeout_ms=rebalance_timeout, protocol_type=body.protocol_type,
-        protocols=[(p.name, p.metadata) for p in body.protocols])
-    return {"error_code": int(result.error), "generation_id": result.generation_id,
-            "protocol_name": result.protocol, "leader": result.leader_id,
-            "member_id": result.member_id,
-            "members": [{"member_id": mid, "metadata": meta} for mid, meta in result.members]}
+        body.group_id,
+        body.member_id,
+        client_id=request.header.client_id or "",
+        client_host=client_host.get(),
+        session_timeout_ms=body.session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout,
+        protocol_type=body.protocol_type,
+        protocols=[(p.name, p.metadata) for p in body.protocols],
+    )
+    return {
+        "error_code": int(result.error),
+        "generation_id": result.generation_id,
+        "protocol_name": result.protocol,
+        "leader": result.leader_id,
+        "member_id": result.member_id,
+        "members": [{"member_id": mid, "metadata": meta} for mid, meta in result.members],
+    }
 
 
 def _join_response(member_id: str, error: int) -> dict:
-    return {"error_code": error, "generation_id": 0, "protocol_name": "", "leader": "",
-            "member_id": member_id, "members": []}
+    return {
+        "error_code": error,
+        "generation_id": 0,
+        "protocol_name": "",
+        "leader": "",
+        "member_id": member_id,
+        "members": [],
+    }
 
 
 async def handle_sync_group(ctx, request: Request) -> dict:
@@ -63,8 +80,7 @@ async def handle_sync_group(ctx, request: Request) -> dict:
     if coordinator is None:
         return {"error_code": _NOT_AVAILABLE, "assignment": b""}
     assignments = {a.member_id: a.assignment for a in body.assignments}
-    result = await coordinator.sync(body.group_id, body.generation_id, body.member_id,
-                                    assignments)
+    result = await coordinator.sync(body.group_id, body.generation_id, body.member_id, assignments)
     return {"error_code": int(result.error), "assignment": result.assignment}
 
 
@@ -73,8 +89,9 @@ async def handle_heartbeat(ctx, request: Request) -> dict:
     coordinator = _coordinator(ctx)
     if coordinator is None:
         return {"error_code": _NOT_AVAILABLE}
-    return {"error_code": int(coordinator.heartbeat(body.group_id, body.member_id,
-                                                    body.generation_id))}
+    return {
+        "error_code": int(coordinator.heartbeat(body.group_id, body.member_id, body.generation_id))
+    }
 
 
 async def handle_leave_group(ctx, request: Request) -> dict:
@@ -88,9 +105,17 @@ async def handle_leave_group(ctx, request: Request) -> dict:
 async def handle_offset_commit(ctx, request: Request) -> dict:
     body = request.body
     version = request.header.api_version
-    entries = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata,
-                p.commit_timestamp if version == 1 else -1)
-               for t in body.topics for p in t.partitions]
+    entries = [
+        (
+            t.name,
+            p.partition_index,
+            p.committed_offset,
+            p.committed_metadata,
+            p.commit_timestamp if version == 1 else -1,
+        )
+        for t in body.topics
+        for p in t.partitions
+    ]
     coordinator = _coordinator(ctx)
     if coordinator is None:
         errors = [ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE] * len(entries)
@@ -100,16 +125,25 @@ async def handle_offset_commit(ctx, request: Request) -> dict:
         else:
             generation, member = body.generation_id_or_member_epoch, body.member_id
         # v2's retention_time_ms -1 means the broker's offsets.retention.minutes.
-        retention = (body.retention_time_ms if version >= 2 and body.retention_time_ms != -1
-                     else None)
-        errors = await coordinator.commit_offsets(body.group_id, member, generation, retention,
-                                                  entries)
+        retention = (
+            body.retention_time_ms if version >= 2 and body.retention_time_ms != -1 else None
+        )
+        errors = await coordinator.commit_offsets(
+            body.group_id, member, generation, retention, entries
+        )
     it = iter(errors)
-    return {"topics": [
-        {"name": t.name, "partitions": [
-            {"partition_index": p.partition_index, "error_code": int(next(it))}
-            for p in t.partitions]}
-        for t in body.topics]}
+    return {
+        "topics": [
+            {
+                "name": t.name,
+                "partitions": [
+                    {"partition_index": p.partition_index, "error_code": int(next(it))}
+                    for p in t.partitions
+                ],
+            }
+            for t in body.topics
+        ]
+    }
 
 
 async def handle_offset_fetch(ctx, request: Request) -> dict:
@@ -120,11 +154,9 @@ async def handle_offset_fetch(ctx, request: Request) -> dict:
         answers = [(-1, "", _NOT_AVAILABLE)] * len(wanted)
     else:
         answers = []
-        for (topic, partition), po in zip(wanted, coordinator.fetch_offsets(body.group_id,
-                                                                            wanted)):
+        for (topic, partition), po in zip(wanted, coordinator.fetch_offsets(body.group_id, wanted)):
             t = ctx.topics.get(topic)
-            if request.header.api_version == 0 and (t is None or not 0 <= partition
-                                                    < t.partitions):
+            if request.header.api_version == 0 and (t is None or not 0 <= partition < t.partitions):
                 # v0 (Kafka: ZooKeeper) answers unknown partitions with error 3.
                 answers.append((-1, "", int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
             else:
@@ -135,8 +167,14 @@ async def handle_offset_fetch(ctx, request: Request) -> dict:
         parts = []
         for p in t.partition_indexes:
             offset, metadata, error = next(it)
-            parts.append({"partition_index": p, "committed_offset": offset,
-                          "metadata": metadata, "error_code": error})
+            parts.append(
+                {
+                    "partition_index": p,
+                    "committed_offset": offset,
+                    "metadata": metadata,
+                    "error_code": error,
+                }
+            )
         responses.append({"name": t.name, "partitions": parts})
     return {"topics": responses}
 
@@ -146,18 +184,38 @@ async def handle_describe_groups(ctx, request: Request) -> dict:
     groups = []
     for group_id in request.body.groups:
         if coordinator is None:
-            groups.append({"error_code": _NOT_AVAILABLE, "group_id": group_id,
-                           "group_state": "", "protocol_type": "", "protocol_data": "",
-                           "members": []})
+            groups.append(
+                {
+                    "error_code": _NOT_AVAILABLE,
+                    "group_id": group_id,
+                    "group_state": "",
+                    "protocol_type": "",
+                    "protocol_data": "",
+                    "members": [],
+                }
+            )
             continue
         error, s = coordinator.describe(group_id)
         assert s is not None
-        groups.append({
-            "error_code": int(error), "group_id": group_id, "group_state": s.state,
-            "protocol_type": s.protocol_type, "protocol_data": s.protocol,
-            "members": [{"member_id": m.member_id, "client_id": m.client_id,
-                         "client_host": m.client_host, "member_metadata": m.metadata,
-                         "member_assignment": m.assignment} for m in s.members]})
+        groups.append(
+            {
+                "error_code": int(error),
+                "group_id": group_id,
+                "group_state": s.state,
+                "protocol_type": s.protocol_type,
+                "protocol_data": s.protocol,
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": m.metadata,
+                        "member_assignment": m.assignment,
+                    }
+                    for m in s.members
+                ],
+            }
+        )
     return {"groups": groups}
 
 
@@ -166,8 +224,10 @@ async def handle_list_groups(ctx, request: Request) -> dict:
     if coordinator is None:
         return {"error_code": _NOT_AVAILABLE, "groups": []}
     error, overview = coordinator.list_groups()
-    return {"error_code": int(error),
-            "groups": [{"group_id": g, "protocol_type": pt} for g, pt in overview]}
+    return {
+        "error_code": int(error),
+        "groups": [{"group_id": g, "protocol_type": pt} for g, pt in overview],
+    }
 
 
 GROUP_HANDLERS = {

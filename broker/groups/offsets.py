@@ -18,6 +18,7 @@ A record with a null value is a tombstone: the key's offset (or group) is gone. 
 metadata records (key version 2) are recognised and skipped: this coordinator does not
 restore membership across restarts (members rejoin), only offsets.
 """
+
 from __future__ import annotations
 
 import struct
@@ -81,7 +82,8 @@ class _Reader:
     def take(self, st: struct.Struct) -> tuple:
         if self.pos + st.size > len(self.buf):
             raise OffsetRecordError(
-                f"{self.what} truncated at byte {self.pos} (length {len(self.buf)})")
+                f"{self.what} truncated at byte {self.pos} (length {len(self.buf)})"
+            )
         values = st.unpack_from(self.buf, self.pos)
         self.pos += st.size
         return values
@@ -91,8 +93,9 @@ class _Reader:
         if n < 0 or self.pos + n > len(self.buf):
             raise OffsetRecordError(
                 f"{self.what}: string length {n} at byte {self.pos - 2} does not fit in "
-                f"{len(self.buf)} bytes")
-        raw = bytes(self.buf[self.pos:self.pos + n])
+                f"{len(self.buf)} bytes"
+            )
+        raw = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
         try:
             return raw.decode("utf-8")
@@ -102,7 +105,8 @@ class _Reader:
     def done(self) -> None:
         if self.pos != len(self.buf):
             raise OffsetRecordError(
-                f"{self.what}: {len(self.buf) - self.pos} bytes left over after the last field")
+                f"{self.what}: {len(self.buf) - self.pos} bytes left over after the last field"
+            )
 
 
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:

@@ -19,6 +19,7 @@ member is removed (LeaveGroup, expiry) is answered UNKNOWN_MEMBER_ID instead of 
 request superseded by a second one from the same member is answered REBALANCE_IN_PROGRESS; a
 heartbeat during PreparingRebalance refreshes the session (as Kafka 0.10.2 does).
 """
+
 from __future__ import annotations
 
 import uuid
@@ -42,7 +43,8 @@ class GroupState(Enum):
 _VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
     GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
     GroupState.PREPARING_REBALANCE: frozenset(
-        {GroupState.EMPTY, GroupState.STABLE, GroupState.AWAITING_SYNC}),
+        {GroupState.EMPTY, GroupState.STABLE, GroupState.AWAITING_SYNC}
+    ),
     GroupState.AWAITING_SYNC: frozenset({GroupState.PREPARING_REBALANCE}),
     GroupState.STABLE: frozenset({GroupState.AWAITING_SYNC}),
     GroupState.DEAD: frozenset(GroupState),
@@ -127,7 +129,8 @@ class Member:
             if name == protocol:
                 return metadata
         raise IllegalGroupTransitionError(
-            f"member {self.member_id} does not support the group's protocol {protocol!r}")
+            f"member {self.member_id} does not support the group's protocol {protocol!r}"
+        )
 
     def matches(self, protocols: Sequence[tuple[str, bytes]]) -> bool:
         return tuple((n, bytes(m)) for n, m in protocols) == self.protocols
@@ -164,7 +167,8 @@ class Group:
             raise IllegalGroupTransitionError(
                 f"group {self.group_id!r} cannot move from {self.state.value} to "
                 f"{target.value}; allowed from "
-                f"{sorted(s.value for s in _VALID_PREVIOUS[target])}")
+                f"{sorted(s.value for s in _VALID_PREVIOUS[target])}"
+            )
         self.state = target
 
     def add(self, member: Member) -> None:
@@ -214,13 +218,21 @@ class Group:
     def summary(self) -> GroupSummary:
         if self.state is GroupState.STABLE:
             assert self.protocol is not None
-            members = tuple(MemberSummary(m.member_id, m.client_id, m.client_host,
-                                          m.metadata_for(self.protocol), m.assignment)
-                            for m in self.members.values())
-            return GroupSummary(self.state.value, self.protocol_type or "", self.protocol,
-                                members)
-        members = tuple(MemberSummary(m.member_id, m.client_id, m.client_host, b"", b"")
-                        for m in self.members.values())
+            members = tuple(
+                MemberSummary(
+                    m.member_id,
+                    m.client_id,
+                    m.client_host,
+                    m.metadata_for(self.protocol),
+                    m.assignment,
+                )
+                for m in self.members.values()
+            )
+            return GroupSummary(self.state.value, self.protocol_type or "", self.protocol, members)
+        members = tuple(
+            MemberSummary(m.member_id, m.client_id, m.client_host, b"", b"")
+            for m in self.members.values()
+        )
         return GroupSummary(self.state.value, self.protocol_type or "", "", members)
 
 
@@ -240,9 +252,13 @@ class GroupMachine:
     ``new_member_id(client_id)`` makes member ids (injectable for tests).
     """
 
-    def __init__(self, *, min_session_timeout_ms: int = 6000,
-                 max_session_timeout_ms: int = 300000,
-                 new_member_id: Callable[[str], str] = random_member_id) -> None:
+    def __init__(
+        self,
+        *,
+        min_session_timeout_ms: int = 6000,
+        max_session_timeout_ms: int = 300000,
+        new_member_id: Callable[[str], str] = random_member_id,
+    ) -> None:
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self._new_member_id = new_member_id
@@ -279,16 +295,25 @@ class GroupMachine:
 
     # ---- JoinGroup -----------------------------------------------------------------------
 
-    def join(self, group_id: str, member_id: str, *, client_id: str, client_host: str,
-             session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
-             protocols: Sequence[tuple[str, bytes]], now_ms: int,
-             waiter: Hashable) -> list[Delivery]:
+    def join(
+        self,
+        group_id: str,
+        member_id: str,
+        *,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+        now_ms: int,
+        waiter: Hashable,
+    ) -> list[Delivery]:
         """Handle JoinGroup; ``waiter`` is answered now or when the rebalance completes."""
         protocols = tuple((name, bytes(meta)) for name, meta in protocols)
         if not group_id:
             return [(waiter, JoinResult(ErrorCode.INVALID_GROUP_ID, member_id))]
-        if not (self.min_session_timeout_ms <= session_timeout_ms
-                <= self.max_session_timeout_ms):
+        if not (self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms):
             return [(waiter, JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id))]
         if not protocols:
             # Kafka would crash computing candidate protocols; a member must support one.
@@ -301,7 +326,8 @@ class GroupMachine:
 
         names = frozenset(name for name, _ in protocols)
         if group.state is not GroupState.EMPTY and (
-                group.protocol_type != protocol_type or not group.supports_protocols(names)):
+            group.protocol_type != protocol_type or not group.supports_protocols(names)
+        ):
             return [(waiter, JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))]
         if member_id != UNKNOWN_MEMBER_ID and member_id not in group.members:
             return [(waiter, JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id))]
@@ -309,27 +335,43 @@ class GroupMachine:
         out: list[Delivery] = []
         state = group.state
         if member_id == UNKNOWN_MEMBER_ID:
-            member = Member(member_id=self._new_member_id(client_id), client_id=client_id,
-                            client_host=client_host, session_timeout_ms=session_timeout_ms,
-                            rebalance_timeout_ms=rebalance_timeout_ms,
-                            protocol_type=protocol_type, protocols=protocols,
-                            join_waiter=waiter)
+            member = Member(
+                member_id=self._new_member_id(client_id),
+                client_id=client_id,
+                client_host=client_host,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                protocol_type=protocol_type,
+                protocols=protocols,
+                join_waiter=waiter,
+            )
             group.add(member)
             self._maybe_prepare_rebalance(group, now_ms, out)
         else:
             member = group.members[member_id]
             current = state in (GroupState.STABLE, GroupState.AWAITING_SYNC)
             is_follower_no_change = (
-                current and member.matches(protocols)
-                and (state is GroupState.AWAITING_SYNC or member_id != group.leader_id))
+                current
+                and member.matches(protocols)
+                and (state is GroupState.AWAITING_SYNC or member_id != group.leader_id)
+            )
             if is_follower_no_change:
                 # A lost JoinGroup response, or a follower rejoining without change: answer
                 # with the current generation so it can go on to SyncGroup.
-                members = (group.leader_member_metadata()
-                           if member_id == group.leader_id else ())
-                out.append((waiter, JoinResult(
-                    ErrorCode.NONE, member_id, group.generation_id, group.protocol or "",
-                    group.leader_id or "", members)))
+                members = group.leader_member_metadata() if member_id == group.leader_id else ()
+                out.append(
+                    (
+                        waiter,
+                        JoinResult(
+                            ErrorCode.NONE,
+                            member_id,
+                            group.generation_id,
+                            group.protocol or "",
+                            group.leader_id or "",
+                            members,
+                        ),
+                    )
+                )
             else:
                 self._supersede(member, out)
                 member.protocols = protocols
@@ -341,9 +383,16 @@ class GroupMachine:
 
     # ---- SyncGroup -----------------------------------------------------------------------
 
-    def sync(self, group_id: str, generation_id: int, member_id: str,
-             assignments: Mapping[str, bytes], *, now_ms: int,
-             waiter: Hashable) -> list[Delivery]:
+    def sync(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        assignments: Mapping[str, bytes],
+        *,
+        now_ms: int,
+        waiter: Hashable,
+    ) -> list[Delivery]:
         """Handle SyncGroup; followers wait for the leader's assignment."""
         group = self.groups.get(group_id)
         if group is None or member_id not in group.members:
@@ -370,8 +419,9 @@ class GroupMachine:
 
     # ---- Heartbeat / LeaveGroup ------------------------------------------------------------
 
-    def heartbeat(self, group_id: str, member_id: str, generation_id: int, *,
-                  now_ms: int) -> ErrorCode:
+    def heartbeat(
+        self, group_id: str, member_id: str, generation_id: int, *, now_ms: int
+    ) -> ErrorCode:
         group = self.groups.get(group_id)
         if group is None or group.state in (GroupState.EMPTY, GroupState.DEAD):
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -387,8 +437,9 @@ class GroupMachine:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def leave(self, group_id: str, member_id: str, *,
-              now_ms: int) -> tuple[ErrorCode, list[Delivery]]:
+    def leave(
+        self, group_id: str, member_id: str, *, now_ms: int
+    ) -> tuple[ErrorCode, list[Delivery]]:
         group = self.groups.get(group_id)
         if group is None or member_id not in group.members:
             return ErrorCode.UNKNOWN_MEMBER_ID, []
@@ -398,8 +449,9 @@ class GroupMachine:
 
     # ---- OffsetCommit -----------------------------------------------------------------------
 
-    def check_commit(self, group_id: str, member_id: str, generation_id: int, *,
-                     now_ms: int) -> ErrorCode:
+    def check_commit(
+        self, group_id: str, member_id: str, generation_id: int, *, now_ms: int
+    ) -> ErrorCode:
         """May this member commit offsets now? A generation < 0 means a group that only
         stores offsets (no membership); such a group is created Empty if unknown."""
         group = self.groups.get(group_id)
@@ -428,8 +480,9 @@ class GroupMachine:
         for group in self.groups.values():
             if group.rebalance_deadline_ms is not None:
                 deadlines.append(group.rebalance_deadline_ms)
-            deadlines.extend(m.session_deadline_ms for m in group.members.values()
-                             if not m.kept_alive)
+            deadlines.extend(
+                m.session_deadline_ms for m in group.members.values() if not m.kept_alive
+            )
         return min(deadlines, default=None)
 
     def expire(self, now_ms: int) -> list[Delivery]:
@@ -437,12 +490,17 @@ class GroupMachine:
         out: list[Delivery] = []
         for group in list(self.groups.values()):
             for member in list(group.members.values()):
-                if (member.member_id in group.members and not member.kept_alive
-                        and now_ms >= member.session_deadline_ms):
+                if (
+                    member.member_id in group.members
+                    and not member.kept_alive
+                    and now_ms >= member.session_deadline_ms
+                ):
                     self._on_member_failure(group, member, now_ms, out)
-            if (group.state is GroupState.PREPARING_REBALANCE
-                    and group.rebalance_deadline_ms is not None
-                    and now_ms >= group.rebalance_deadline_ms):
+            if (
+                group.state is GroupState.PREPARING_REBALANCE
+                and group.rebalance_deadline_ms is not None
+                and now_ms >= group.rebalance_deadline_ms
+            ):
                 self._complete_join(group, now_ms, out)
         return out
 
@@ -464,8 +522,9 @@ class GroupMachine:
     @staticmethod
     def _supersede(member: Member, out: list[Delivery]) -> None:
         if member.join_waiter is not None:
-            out.append((member.join_waiter,
-                        JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id)))
+            out.append(
+                (member.join_waiter, JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
+            )
             member.join_waiter = None
 
     def _maybe_prepare_rebalance(self, group: Group, now_ms: int, out: list[Delivery]) -> None:
@@ -480,20 +539,23 @@ class GroupMachine:
         group.rebalance_deadline_ms = now_ms + group.rebalance_timeout_ms()
         self._try_complete_join(group, now_ms, out)
 
-    def _propagate_assignment(self, group: Group, error: ErrorCode, now_ms: int,
-                              out: list[Delivery]) -> None:
+    def _propagate_assignment(
+        self, group: Group, error: ErrorCode, now_ms: int, out: list[Delivery]
+    ) -> None:
         for m in group.members.values():
             if m.sync_waiter is not None:
                 out.append((m.sync_waiter, SyncResult(error, m.assignment)))
                 m.sync_waiter = None
                 m.last_heartbeat_ms = now_ms
 
-    def _on_member_failure(self, group: Group, member: Member, now_ms: int,
-                           out: list[Delivery]) -> None:
+    def _on_member_failure(
+        self, group: Group, member: Member, now_ms: int, out: list[Delivery]
+    ) -> None:
         group.remove(member.member_id)
         if member.join_waiter is not None:
-            out.append((member.join_waiter,
-                        JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id)))
+            out.append(
+                (member.join_waiter, JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id))
+            )
         if member.sync_waiter is not None:
             out.append((member.sync_waiter, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)))
         member.join_waiter = member.sync_waiter = None
@@ -519,8 +581,18 @@ class GroupMachine:
         group.transition_to(GroupState.AWAITING_SYNC)
         leader_view = group.leader_member_metadata()
         for m in group.members.values():
-            out.append((m.join_waiter, JoinResult(
-                ErrorCode.NONE, m.member_id, group.generation_id, group.protocol,
-                group.leader_id or "", leader_view if m.member_id == group.leader_id else ())))
+            out.append(
+                (
+                    m.join_waiter,
+                    JoinResult(
+                        ErrorCode.NONE,
+                        m.member_id,
+                        group.generation_id,
+                        group.protocol,
+                        group.leader_id or "",
+                        leader_view if m.member_id == group.leader_id else (),
+                    ),
+                )
+            )
             m.join_waiter = None
             m.last_heartbeat_ms = now_ms

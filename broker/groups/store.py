@@ -10,6 +10,7 @@ Compaction (:func:`compact`) keeps replay short: the live offsets are appended a
 snapshot, fsynced, and every segment wholly before the snapshot is deleted. A crash at any point
 leaves a log whose replay gives the same offsets (see :func:`compact` for why).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -17,8 +18,16 @@ from collections.abc import Iterable
 import structlog
 
 from broker.groups.offsets import (
-    CommittedOffset, GroupKey, OffsetCache, OffsetKey, OffsetRecordError, decode_key,
-    decode_offset_value, encode_offset_key, encode_offset_value)
+    CommittedOffset,
+    GroupKey,
+    OffsetCache,
+    OffsetKey,
+    OffsetRecordError,
+    decode_key,
+    decode_offset_value,
+    encode_offset_key,
+    encode_offset_value,
+)
 from protocol.errors import ErrorCode
 from protocol.records import MessageSetBuilder, iter_deep
 from protocol.validator import Rejected, validate_produce
@@ -41,8 +50,9 @@ class OffsetStoreError(Exception):
         self.error = error
 
 
-def append_records(log, settings, records: Iterable[tuple[bytes, bytes | None]],
-                   now_ms: int) -> int:
+def append_records(
+    log, settings, records: Iterable[tuple[bytes, bytes | None]], now_ms: int
+) -> int:
     """Append (key, value-or-None) records as one message set and fsync; returns the first
     offset. Raises OffsetStoreError when the set is refused; storage errors propagate."""
     first = _append(log, settings, records, now_ms)
@@ -54,8 +64,9 @@ def _append(log, settings, records: Iterable[tuple[bytes, bytes | None]], now_ms
     builder = MessageSetBuilder(magic=1, base_offset=log.log_end_offset)
     for key, value in records:
         builder.append(value, key=key, timestamp=now_ms)
-    result = validate_produce(builder.build(), settings, next_offset=log.log_end_offset,
-                              now_ms=now_ms)
+    result = validate_produce(
+        builder.build(), settings, next_offset=log.log_end_offset, now_ms=now_ms
+    )
     if isinstance(result, Rejected):
         raise OffsetStoreError(result.error, result.reason)
     log.append(result)
@@ -69,8 +80,9 @@ def needs_compaction(log, live: int, *, min_bytes: int, ratio: int) -> bool:
     return log.size > min_bytes and records > ratio * max(live, 1)
 
 
-def compact(log, settings, live: Iterable[tuple[OffsetKey, CommittedOffset]],
-            now_ms: int) -> tuple[int, int]:
+def compact(
+    log, settings, live: Iterable[tuple[OffsetKey, CommittedOffset]], now_ms: int
+) -> tuple[int, int]:
     """Rewrite the live offsets as a snapshot at the log end, then drop everything before it.
 
     Steps, each leaving a log whose replay gives exactly ``live``: roll (the snapshot starts a
@@ -87,8 +99,10 @@ def compact(log, settings, live: Iterable[tuple[OffsetKey, CommittedOffset]],
     batch: list[tuple[bytes, bytes]] = []
     size = 0
     for key, value in live:
-        record = (encode_offset_key(key.group, key.topic, key.partition),
-                  encode_offset_value(value))
+        record = (
+            encode_offset_key(key.group, key.topic, key.partition),
+            encode_offset_value(value),
+        )
         batch.append(record)
         size += len(record[0]) + len(record[1]) + _RECORD_OVERHEAD
         if size >= SNAPSHOT_SET_BYTES:
@@ -100,8 +114,9 @@ def compact(log, settings, live: Iterable[tuple[OffsetKey, CommittedOffset]],
     return start, log.delete_segments_before(start, now_ms)
 
 
-def load_offsets(log, cache: OffsetCache, *, default_retention_ms: int,
-                 topic: str, partition: int) -> int:
+def load_offsets(
+    log, cache: OffsetCache, *, default_retention_ms: int, topic: str, partition: int
+) -> int:
     """Replay the whole log into ``cache`` (later records win, null values delete). Returns the
     number of records replayed. Records that do not decode are skipped with an error log: they
     cannot be client commits (every commit is written by this module)."""
@@ -124,12 +139,17 @@ def load_offsets(log, cache: OffsetCache, *, default_retention_ms: int,
     return count
 
 
-def _apply(cache: OffsetCache, message, default_retention_ms: int, topic: str,
-           partition: int) -> None:
+def _apply(
+    cache: OffsetCache, message, default_retention_ms: int, topic: str, partition: int
+) -> None:
     if message.key is None:
-        logger.error("skipping a keyless record in the offsets log", topic=topic,
-                  partition=partition, offset=message.offset,
-                  action="something other than the group coordinator wrote to this topic")
+        logger.error(
+            "skipping a keyless record in the offsets log",
+            topic=topic,
+            partition=partition,
+            offset=message.offset,
+            action="something other than the group coordinator wrote to this topic",
+        )
         return
     try:
         key = decode_key(message.key)
@@ -140,10 +160,16 @@ def _apply(cache: OffsetCache, message, default_retention_ms: int, topic: str,
             cache.delete(key.group, key.topic, key.partition)
             return
         value: CommittedOffset = decode_offset_value(
-            message.value, default_retention_ms=default_retention_ms)
+            message.value, default_retention_ms=default_retention_ms
+        )
     except OffsetRecordError as exc:
-        logger.error("skipping an undecodable record in the offsets log", topic=topic,
-                  partition=partition, offset=message.offset, reason=str(exc),
-                  action="something other than the group coordinator wrote to this topic")
+        logger.error(
+            "skipping an undecodable record in the offsets log",
+            topic=topic,
+            partition=partition,
+            offset=message.offset,
+            reason=str(exc),
+            action="something other than the group coordinator wrote to this topic",
+        )
         return
     cache.put(key.group, key.topic, key.partition, value)

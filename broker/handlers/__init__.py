@@ -3,6 +3,7 @@
 The group apis come from ``broker.groups.handlers.GROUP_HANDLERS``; ApiVersions advertises
 exactly the keys in the final table.
 """
+
 from __future__ import annotations
 
 from broker.groups.handlers import GROUP_HANDLERS

@@ -16,6 +16,7 @@ transactions, read_committed reads up to the high watermark (the last stable off
 aborted transactions. Topic ids (v13+) are resolved through the topic registry; an unknown one
 answers UNKNOWN_TOPIC_ID.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,7 @@ def readable_magic(version: int) -> int | None:
     return 1 if version <= 3 else None
 
 
-def _read(log, offset: int, max_bytes: int, min_one: bool, to_magic: int | None,
-          zstd_ok: bool):
+def _read(log, offset: int, max_bytes: int, min_one: bool, to_magic: int | None, zstd_ok: bool):
     """Worker thread, under the partition lock: (high_watermark, record_set) where record_set is
     bytes or a FileRegion owning a dup()ed descriptor."""
     return _records(log.read(offset, max_bytes, min_one_message=min_one), to_magic, zstd_ok)
@@ -88,8 +88,10 @@ def _wanted(ctx: BrokerContext, request: Request) -> tuple[list[Wanted], list[Wa
     for topic in body.topics:
         name = name_of(topic)
         topic_id = topic.topic_id
-        wanted += [Wanted(name, topic_id, p["partition"], p["fetch_offset"],
-                          p["partition_max_bytes"]) for p in topic.partitions]
+        wanted += [
+            Wanted(name, topic_id, p["partition"], p["fetch_offset"], p["partition_max_bytes"])
+            for p in topic.partitions
+        ]
     forgotten = []
     for topic in body.forgotten_topics_data:
         name = name_of(topic)
@@ -112,15 +114,27 @@ async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
             at_end = ctx.get_log(w.topic, w.partition) if w.topic is not None else None
             if w.topic is None:
                 error, hw, start, records = ErrorCode.UNKNOWN_TOPIC_ID, -1, -1, b""
-            elif (at_end is not None and w.fetch_offset == at_end.log_end_offset
-                  and w.max_bytes >= 0):
+            elif (
+                at_end is not None and w.fetch_offset == at_end.log_end_offset and w.max_bytes >= 0
+            ):
                 # Nothing to read: answered without the lock (broker/context.py's rules).
-                error, hw, start, records = (ErrorCode.NONE, at_end.high_watermark,
-                                             at_end.log_start_offset, b"")
+                error, hw, start, records = (
+                    ErrorCode.NONE,
+                    at_end.high_watermark,
+                    at_end.log_start_offset,
+                    b"",
+                )
             else:
                 error, hw, start, records = await _read_partition(
-                    ctx, w.topic, w.partition, w.fetch_offset, min(w.max_bytes, remaining),
-                    min_one, to_magic, version >= 10)
+                    ctx,
+                    w.topic,
+                    w.partition,
+                    w.fetch_offset,
+                    min(w.max_bytes, remaining),
+                    min_one,
+                    to_magic,
+                    version >= 10,
+                )
             size = records.length if isinstance(records, FileRegion) else len(records)
             if size:
                 min_one = False
@@ -128,11 +142,18 @@ async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
                 if version >= 3:
                     remaining = max(0, remaining - size)
             errored = errored or error != ErrorCode.NONE
-            parts.append({"partition_index": w.partition, "error_code": int(error),
-                          "high_watermark": hw, "last_stable_offset": hw,
-                          "log_start_offset": start,
-                          "aborted_transactions": [] if body.isolation_level else None,
-                          "preferred_read_replica": -1, "records": records})
+            parts.append(
+                {
+                    "partition_index": w.partition,
+                    "error_code": int(error),
+                    "high_watermark": hw,
+                    "last_stable_offset": hw,
+                    "log_start_offset": start,
+                    "aborted_transactions": [] if body.isolation_level else None,
+                    "preferred_read_replica": -1,
+                    "records": records,
+                }
+            )
             answers.append(Answer(error, hw, start, size))
     except BaseException:
         _release_parts(parts)
@@ -140,8 +161,13 @@ async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
     return parts, answers, total, errored
 
 
-def _body(wanted: list[Wanted], parts: list[dict], chosen, session_id: int,
-          error: ErrorCode = ErrorCode.NONE) -> dict:
+def _body(
+    wanted: list[Wanted],
+    parts: list[dict],
+    chosen,
+    session_id: int,
+    error: ErrorCode = ErrorCode.NONE,
+) -> dict:
     """The response body: the ``chosen`` partitions grouped by topic in request order."""
     responses = []
     last = None
@@ -149,11 +175,14 @@ def _body(wanted: list[Wanted], parts: list[dict], chosen, session_id: int,
         w = wanted[index]
         if last is None or (w.topic_id, w.topic) != last:
             last = (w.topic_id, w.topic)
-            responses.append({"topic": w.topic or "", "topic_id": w.topic_id,
-                              "partitions": []})
+            responses.append({"topic": w.topic or "", "topic_id": w.topic_id, "partitions": []})
         responses[-1]["partitions"].append(parts[index])
-    return {"throttle_time_ms": 0, "error_code": int(error), "session_id": session_id,
-            "responses": responses}
+    return {
+        "throttle_time_ms": 0,
+        "error_code": int(error),
+        "session_id": session_id,
+        "responses": responses,
+    }
 
 
 def _release_parts(parts) -> None:
@@ -165,8 +194,16 @@ def _release_parts(parts) -> None:
             os.close(region.source)
 
 
-async def _read_partition(ctx, topic: str, partition: int, offset: int, max_bytes: int,
-                          min_one: bool, to_magic: int | None, zstd_ok: bool):
+async def _read_partition(
+    ctx,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    min_one: bool,
+    to_magic: int | None,
+    zstd_ok: bool,
+):
     """(error, high watermark, log start offset, records) of one partition."""
     async with ctx.locked_log(topic, partition) as log:
         if log is None:
@@ -183,19 +220,37 @@ async def _read_partition(ctx, topic: str, partition: int, offset: int, max_byte
                 hw, records = _records(data, to_magic, zstd_ok)
             else:
                 hw, records = await trio.to_thread.run_sync(
-                    _read, log, offset, max_bytes, min_one, to_magic, zstd_ok)
+                    _read, log, offset, max_bytes, min_one, to_magic, zstd_ok
+                )
         except OffsetOutOfRangeError as exc:
-            logger.info("fetch offset out of range", topic=topic, partition=partition,
-                     offset=offset, reason=str(exc))
+            logger.info(
+                "fetch offset out of range",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                reason=str(exc),
+            )
             return ErrorCode.OFFSET_OUT_OF_RANGE, log.high_watermark, start, b""
         except UnsupportedCompressionError as exc:
-            logger.warning("fetch rejected", topic=topic, partition=partition, offset=offset,
-                        error="UNSUPPORTED_COMPRESSION_TYPE", reason=str(exc),
-                        action="upgrade the consumer (zstd needs Fetch v10)")
+            logger.warning(
+                "fetch rejected",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                error="UNSUPPORTED_COMPRESSION_TYPE",
+                reason=str(exc),
+                action="upgrade the consumer (zstd needs Fetch v10)",
+            )
             return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, log.high_watermark, start, b""
         except (*STORAGE_FAILURES, CorruptRecordError) as exc:  # a failing disk, bad bytes
-            logger.error("fetch read failed", topic=topic, partition=partition, offset=offset,
-                      error=repr(exc), action="check the log dir's disk and dump-log --verify")
+            logger.error(
+                "fetch read failed",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                error=repr(exc),
+                action="check the log dir's disk and dump-log --verify",
+            )
             return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b""
     return ErrorCode.NONE, hw, start, records
 
@@ -205,22 +260,30 @@ async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
     version = request.header.api_version
     deadline = trio.current_time() + max(0, body.max_wait_ms) / 1000
     requested, forgotten = _wanted(ctx, request)
-    context = ctx.fetch_sessions.context(version, body.session_id, body.session_epoch,
-                                         requested, forgotten)
+    context = ctx.fetch_sessions.context(
+        version, body.session_id, body.session_epoch, requested, forgotten
+    )
     if context.error != ErrorCode.NONE:
-        logger.info("fetch session refused", session_id=body.session_id,
-                 epoch=body.session_epoch, error=context.error.name,
-                 action="none: the client starts a new session")
+        logger.info(
+            "fetch session refused",
+            session_id=body.session_id,
+            epoch=body.session_epoch,
+            error=context.error.name,
+            action="none: the client starts a new session",
+        )
         return _body([], [], [], context.respond([])[0], context.error)
     wanted = context.wanted
     while True:
         parts, answers, total, errored = await _read_all(ctx, request, wanted)
-        if (total >= body.min_bytes or errored or ctx.stopping
-                or trio.current_time() >= deadline):
+        if total >= body.min_bytes or errored or ctx.stopping or trio.current_time() >= deadline:
             session_id, chosen = context.respond(answers)
             if context.create_session and session_id:
-                logger.info("fetch session created", session_id=session_id,
-                         partitions=len(wanted), sessions=len(ctx.fetch_sessions))
+                logger.info(
+                    "fetch session created",
+                    session_id=session_id,
+                    partitions=len(wanted),
+                    sessions=len(ctx.fetch_sessions),
+                )
             unsent = set(range(len(parts))).difference(chosen)
             _release_parts([parts[i] for i in unsent])
             return _body(wanted, parts, chosen, session_id)
@@ -228,8 +291,9 @@ async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
         await _wait_for_append(ctx, wanted, answers, deadline)
 
 
-async def _wait_for_append(ctx: BrokerContext, wanted: list[Wanted], answers: list[Answer],
-                           deadline: float) -> None:
+async def _wait_for_append(
+    ctx: BrokerContext, wanted: list[Wanted], answers: list[Answer], deadline: float
+) -> None:
     """Until an append to one of ``wanted`` or ``deadline``. The events are registered after
     the read, which a fetch that returns at once never pays for; an append between that read
     and the registration shows as a moved high watermark, and then this returns at once."""

@@ -6,6 +6,7 @@ earliest local (KIP-405, v8+: every segment is local, so the log start offset), 
 tiered (v9+: nothing is tiered, so no offset). v4+ answers carry the leader epoch (0: the single
 broker has led every partition since its creation).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -24,18 +25,25 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 LEADER_EPOCH = 0
 
 
-async def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int, max_num: int,
-                  version: int):
+async def _lookup(
+    ctx: BrokerContext, topic: str, partition: int, timestamp: int, max_num: int, version: int
+):
     """v1: (error, timestamp, offset); v0: (error, offsets)."""
-    missing = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1) if version else \
-        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
+    missing = (
+        (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+        if version
+        else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
+    )
     if ctx.get_log(topic, partition) is None:
         return missing
     if version >= 1 and timestamp >= 0 and ctx.topics.get(topic).config.magic == 0:
-        logger.warning("offset lookup rejected", topic=topic, partition=partition,
-                    error="UNSUPPORTED_FOR_MESSAGE_FORMAT",
-                    reason="topic's message.format.version predates 0.10.0; messages carry no "
-                           "timestamps")
+        logger.warning(
+            "offset lookup rejected",
+            topic=topic,
+            partition=partition,
+            error="UNSUPPORTED_FOR_MESSAGE_FORMAT",
+            reason="topic's message.format.version predates 0.10.0; messages carry no timestamps",
+        )
         return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, -1
     async with ctx.locked_log(topic, partition) as log:
         if log is None:
@@ -43,7 +51,8 @@ async def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int
         try:
             if version == 0:
                 offsets = await trio.to_thread.run_sync(
-                    log.legacy_offsets_before, timestamp, max_num)
+                    log.legacy_offsets_before, timestamp, max_num
+                )
                 return ErrorCode.NONE, list(offsets)
             if timestamp == LATEST:
                 return ErrorCode.NONE, -1, log.high_watermark
@@ -58,11 +67,19 @@ async def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int
             else:
                 found = await trio.to_thread.run_sync(log.offset_for_timestamp, timestamp)
         except STORAGE_FAILURES as exc:
-            logger.error("offset lookup failed", topic=topic, partition=partition,
-                      timestamp=timestamp, error=repr(exc),
-                      action="check the log dir's disk and dump-log --verify")
-            return (ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1) if version else \
-                (ErrorCode.UNKNOWN_SERVER_ERROR, [])
+            logger.error(
+                "offset lookup failed",
+                topic=topic,
+                partition=partition,
+                timestamp=timestamp,
+                error=repr(exc),
+                action="check the log dir's disk and dump-log --verify",
+            )
+            return (
+                (ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1)
+                if version
+                else (ErrorCode.UNKNOWN_SERVER_ERROR, [])
+            )
     if found is None:
         return ErrorCode.NONE, -1, -1
     return ErrorCode.NONE, found.timestamp, found.offset
@@ -81,21 +98,41 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request) -> dict:
             if key in seen:
                 continue  # v0 collapses duplicates, v1+ answers error 42 once
             seen.add(key)
-            answer = {"partition_index": p.partition_index, "timestamp": -1, "offset": -1,
-                      "leader_epoch": -1}
+            answer = {
+                "partition_index": p.partition_index,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
             if version >= 1 and counts[key] > 1:
-                logger.warning("offset lookup rejected", topic=t.name, partition=p.partition_index,
-                            error="INVALID_REQUEST", reason="partition listed more than once")
+                logger.warning(
+                    "offset lookup rejected",
+                    topic=t.name,
+                    partition=p.partition_index,
+                    error="INVALID_REQUEST",
+                    reason="partition listed more than once",
+                )
                 parts.append({**answer, "error_code": int(ErrorCode.INVALID_REQUEST)})
                 continue
             if version == 0:
-                error, offsets = await _lookup(ctx, t.name, p.partition_index, p.timestamp,
-                                               p.max_num_offsets, 0)
+                error, offsets = await _lookup(
+                    ctx, t.name, p.partition_index, p.timestamp, p.max_num_offsets, 0
+                )
                 parts.append({**answer, "error_code": int(error), "old_style_offsets": offsets})
                 continue
-            error, ts, offset = await _lookup(ctx, t.name, p.partition_index, p.timestamp, 0,
-                                              version)
-            parts.append({**answer, "error_code": int(error), "timestamp": ts, "offset": offset,
-                          "leader_epoch": LEADER_EPOCH if offset >= 0 else -1})
-    return {"throttle_time_ms": 0,
-            "topics": [{"name": name, "partitions": parts} for name, parts in grouped.items()]}
+            error, ts, offset = await _lookup(
+                ctx, t.name, p.partition_index, p.timestamp, 0, version
+            )
+            parts.append(
+                {
+                    **answer,
+                    "error_code": int(error),
+                    "timestamp": ts,
+                    "offset": offset,
+                    "leader_epoch": LEADER_EPOCH if offset >= 0 else -1,
+                }
+            )
+    return {
+        "throttle_time_ms": 0,
+        "topics": [{"name": name, "partitions": parts} for name, parts in grouped.items()],
+    }

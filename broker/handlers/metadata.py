@@ -5,14 +5,14 @@ broker, which is the controller and every partition's leader (leader epoch 0), t
 (KIP-516, v10+), and no authorized-operations sets (Kafka's "not requested" value) since there is
 no authorizer. v10+ requests may name topics by id; an unknown id answers UNKNOWN_TOPIC_ID.
 """
+
 from __future__ import annotations
 
 import structlog
 
 from broker.config import topic_name_error
 from broker.errors import STORAGE_FAILURES
-from broker.context import (INTERNAL_TOPICS, BrokerContext, InvalidTopicNameError,
-                            TopicExistsError)
+from broker.context import INTERNAL_TOPICS, BrokerContext, InvalidTopicNameError, TopicExistsError
 from protocol.api import Request
 from protocol.errors import ErrorCode
 
@@ -23,9 +23,18 @@ NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested / unknown" valu
 
 def _partitions(ctx: BrokerContext, count: int) -> list[dict]:
     node = ctx.config.broker_id
-    return [{"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": 0,
-             "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
-            for p in range(count)]
+    return [
+        {
+            "error_code": 0,
+            "partition_index": p,
+            "leader_id": node,
+            "leader_epoch": 0,
+            "replica_nodes": [node],
+            "isr_nodes": [node],
+            "offline_replicas": [],
+        }
+        for p in range(count)
+    ]
 
 
 async def handle_metadata(ctx: BrokerContext, request: Request) -> dict:
@@ -35,8 +44,9 @@ async def handle_metadata(ctx: BrokerContext, request: Request) -> dict:
     if requested is None or (version == 0 and len(requested) == 0):
         wanted = [(name, None) for name in ctx.topics.names()]
     else:
-        wanted = list(dict.fromkeys((t.name, t.topic_id if t.name is None else None)
-                                    for t in requested))
+        wanted = list(
+            dict.fromkeys((t.name, t.topic_id if t.name is None else None) for t in requested)
+        )
     topics = []
     for name, topic_id in wanted:
         error, partitions = ErrorCode.NONE, []
@@ -55,16 +65,32 @@ async def handle_metadata(ctx: BrokerContext, request: Request) -> dict:
             error = await _auto_create(ctx, name)
         else:
             error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        topics.append({"error_code": int(error), "name": name,
-                       "topic_id": topic.topic_id if topic is not None else None,
-                       "is_internal": name in INTERNAL_TOPICS, "partitions": partitions,
-                       "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS})
+        topics.append(
+            {
+                "error_code": int(error),
+                "name": name,
+                "topic_id": topic.topic_id if topic is not None else None,
+                "is_internal": name in INTERNAL_TOPICS,
+                "partitions": partitions,
+                "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            }
+        )
     config = ctx.config
-    return {"throttle_time_ms": 0,
-            "brokers": [{"node_id": config.broker_id, "host": config.advertised_host,
-                         "port": config.advertised_port, "rack": None}],
-            "cluster_id": ctx.cluster_id, "controller_id": config.broker_id, "topics": topics,
-            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS}
+    return {
+        "throttle_time_ms": 0,
+        "brokers": [
+            {
+                "node_id": config.broker_id,
+                "host": config.advertised_host,
+                "port": config.advertised_port,
+                "rack": None,
+            }
+        ],
+        "cluster_id": ctx.cluster_id,
+        "controller_id": config.broker_id,
+        "topics": topics,
+        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    }
 
 
 async def _auto_create(ctx: BrokerContext, name: str) -> ErrorCode:
@@ -77,6 +103,10 @@ async def _auto_create(ctx: BrokerContext, name: str) -> ErrorCode:
     except InvalidTopicNameError:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     except STORAGE_FAILURES as exc:  # the client retries, the operator reads why
-        logger.error("auto-creating topic failed", topic=name, error=repr(exc),
-                  action="check the log dirs are writable and have space")
+        logger.error(
+            "auto-creating topic failed",
+            topic=name,
+            error=repr(exc),
+            action="check the log dirs are writable and have space",
+        )
     return ErrorCode.LEADER_NOT_AVAILABLE

@@ -16,6 +16,7 @@ fsync (roll or flush.messages): a worker-thread round trip costs more than such 
 Larger sets and fsyncing appends run in one worker thread call, so a slow disk stalls only that
 partition and never the event loop.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -46,24 +47,33 @@ def _check_producers(log, result: ValidatedRecords) -> Rejected | Duplicate | No
     producers = log.producer_state()
     for b in result.producer_batches:
         try:
-            duplicate = producers.check(b.producer_id, b.producer_epoch, b.base_sequence,
-                                        b.last_sequence)
+            duplicate = producers.check(
+                b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence
+            )
         except ProducerStateError as exc:
             return Rejected(ErrorCode[exc.error_name], str(exc))
         if duplicate is not None:
             if len(result.producer_batches) == 1:
                 return duplicate
-            return Rejected(ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
-                            f"batch of producer {b.producer_id} sequences {b.base_sequence}.."
-                            f"{b.last_sequence} is already stored, among other batches")
+            return Rejected(
+                ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+                f"batch of producer {b.producer_id} sequences {b.base_sequence}.."
+                f"{b.last_sequence} is already stored, among other batches",
+            )
     return None
 
 
-def _validate(log, record_set, topic: Topic, now_ms: int,
-              version: int) -> Rejected | Duplicate | ValidatedRecords:
+def _validate(
+    log, record_set, topic: Topic, now_ms: int, version: int
+) -> Rejected | Duplicate | ValidatedRecords:
     """Under the partition lock; CPU only."""
-    result = validate_produce(record_set, topic.settings, next_offset=log.log_end_offset,
-                              now_ms=now_ms, require_magic2=version >= 3)
+    result = validate_produce(
+        record_set,
+        topic.settings,
+        next_offset=log.log_end_offset,
+        now_ms=now_ms,
+        require_magic2=version >= 3,
+    )
     if isinstance(result, Rejected) or result.message_count == 0:
         return result
     if result.producer_batches:
@@ -93,8 +103,7 @@ def _validate_and_append(log, record_set, topic: Topic, now_ms: int, version: in
     return _append(log, result)
 
 
-async def _validate_and_append_inline(log, record_set, topic: Topic, now_ms: int,
-                                      version: int):
+async def _validate_and_append_inline(log, record_set, topic: Topic, now_ms: int, version: int):
     """:func:`_validate_and_append` for a small set: validation on the trio thread, the append
     too unless it would fsync."""
     result = _validate(log, record_set, topic, now_ms, version)
@@ -115,35 +124,46 @@ class _Answer(NamedTuple):
     message: str | None = None
 
 
-def _rejected(topic: str, partition: int, error: ErrorCode, reason: str, **answer: Any
-              ) -> _Answer:
-    logger.warning("produce rejected", topic=topic, partition=partition, error=error.name,
-                   reason=reason)
+def _rejected(topic: str, partition: int, error: ErrorCode, reason: str, **answer: Any) -> _Answer:
+    logger.warning(
+        "produce rejected", topic=topic, partition=partition, error=error.name, reason=reason
+    )
     return _Answer(error, **answer)
 
 
-async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int,
-                             record_set: bytes, version: int) -> _Answer:
+async def _produce_partition(
+    ctx: BrokerContext, topic_name: str, partition: int, record_set: bytes, version: int
+) -> _Answer:
     """The answer for one partition."""
     if topic_name in INTERNAL_TOPICS:
         # Kafka 0.10.1 (ReplicaManager.appendToLocalLog) refuses client writes to internal
         # topics; here only the group coordinator writes __consumer_offsets, and its in-memory
         # offsets must match the log.
-        return _rejected(topic_name, partition, ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         "internal topic: only the broker writes it; commit offsets with "
-                         "OffsetCommit instead")
+        return _rejected(
+            topic_name,
+            partition,
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            "internal topic: only the broker writes it; commit offsets with OffsetCommit instead",
+        )
     if record_set is None:
         return _Answer(ErrorCode.INVALID_RECORD, message="null records")
     topic = ctx.topics.get(topic_name)
     if topic is None or ctx.get_log(topic_name, partition) is None:
-        return _rejected(topic_name, partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                         "no such topic or partition; create it first")
+        return _rejected(
+            topic_name,
+            partition,
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            "no such topic or partition; create it first",
+        )
     state = ctx.partition(topic_name, partition)
     async with ctx.locked_log(topic_name, partition) as log:
         if log is None:
-            return _rejected(topic_name, partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                             "topic deleted while the produce waited for the partition; "
-                             "create it again")
+            return _rejected(
+                topic_name,
+                partition,
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                "topic deleted while the produce waited for the partition; create it again",
+            )
         now = ctx.clock()
         try:
             if topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME:
@@ -151,26 +171,44 @@ async def _produce_partition(ctx: BrokerContext, topic_name: str, partition: int
                     state.last_append_time = await trio.to_thread.run_sync(log.latest_timestamp)
                 now = state.next_append_time(now)
             if len(record_set) <= INLINE_BYTES:
-                result, rolled = await _validate_and_append_inline(log, record_set, topic, now,
-                                                                   version)
+                result, rolled = await _validate_and_append_inline(
+                    log, record_set, topic, now, version
+                )
             else:
                 result, rolled = await trio.to_thread.run_sync(
-                    _validate_and_append, log, record_set, topic, now, version)
+                    _validate_and_append, log, record_set, topic, now, version
+                )
         except STORAGE_FAILURES as exc:
-            logger.error("append failed", topic=topic_name, partition=partition, error=repr(exc),
-                      action="check the log dir's disk; the partition may need recovery")
+            logger.error(
+                "append failed",
+                topic=topic_name,
+                partition=partition,
+                error=repr(exc),
+                action="check the log dir's disk; the partition may need recovery",
+            )
             return _Answer(ErrorCode.UNKNOWN_SERVER_ERROR)
         start = log.log_start_offset
     if isinstance(result, Rejected):
-        return _rejected(topic_name, partition, ErrorCode(result.error), result.reason,
-                         log_start_offset=start, message=result.reason)
+        return _rejected(
+            topic_name,
+            partition,
+            ErrorCode(result.error),
+            result.reason,
+            log_start_offset=start,
+            message=result.reason,
+        )
     if isinstance(result, Duplicate):
         # A producer's retry of a batch already stored: its original offsets, nothing stored.
-        logger.info("duplicate batch from an idempotent producer answered with its offsets",
-                 topic=topic_name, partition=partition, base_offset=result.first_offset)
+        logger.info(
+            "duplicate batch from an idempotent producer answered with its offsets",
+            topic=topic_name,
+            partition=partition,
+            base_offset=result.first_offset,
+        )
         lat = topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME
-        return _Answer(ErrorCode.NONE, result.first_offset,
-                       result.max_timestamp if lat else -1, start)
+        return _Answer(
+            ErrorCode.NONE, result.first_offset, result.max_timestamp if lat else -1, start
+        )
     if result.message_count == 0:
         return _Answer(ErrorCode.NONE, log_start_offset=start)
     if rolled is not None:
@@ -186,34 +224,50 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
     responses = []
     failed = False
     if body.transactional_id is not None:
-        logger.warning("produce rejected", transactional_id=body.transactional_id,
-                    error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-                    reason="transactions are not supported by this broker")
+        logger.warning(
+            "produce rejected",
+            transactional_id=body.transactional_id,
+            error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+            reason="transactions are not supported by this broker",
+        )
     for topic_data in body.topic_data:
         partition_responses = []
         for data in topic_data.partition_data:
             if acks not in (-1, 0, 1):
                 answer = _Answer(ErrorCode.INVALID_REQUIRED_ACKS)
             elif body.transactional_id is not None:
-                answer = _Answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                 message="transactions are not supported")
+                answer = _Answer(
+                    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    message="transactions are not supported",
+                )
             else:
-                answer = await _produce_partition(ctx, topic_data.name, data.index,
-                                                  data.records, version)
+                answer = await _produce_partition(
+                    ctx, topic_data.name, data.index, data.records, version
+                )
             failed = failed or answer.error != ErrorCode.NONE
-            partition_responses.append({
-                "index": data.index, "error_code": int(answer.error),
-                "base_offset": answer.base_offset, "log_append_time_ms": answer.log_append_time,
-                "log_start_offset": answer.log_start_offset,
-                "error_message": answer.message if answer.error else None})
+            partition_responses.append(
+                {
+                    "index": data.index,
+                    "error_code": int(answer.error),
+                    "base_offset": answer.base_offset,
+                    "log_append_time_ms": answer.log_append_time,
+                    "log_start_offset": answer.log_start_offset,
+                    "error_message": answer.message if answer.error else None,
+                }
+            )
         responses.append({"name": topic_data.name, "partition_responses": partition_responses})
     if acks not in (-1, 0, 1):
-        logger.warning("produce rejected", acks=acks, error="INVALID_REQUIRED_ACKS",
-                    reason="acks must be -1, 0 or 1")
+        logger.warning(
+            "produce rejected",
+            acks=acks,
+            error="INVALID_REQUIRED_ACKS",
+            reason="acks must be -1, 0 or 1",
+        )
     if acks == 0:
         if failed:
             # As Kafka does: with acks=0 the only way to tell the producer is to close.
-            raise CloseConnectionError("a produce request with acks=0 failed; closing so the "
-                                       "client refreshes metadata")
+            raise CloseConnectionError(
+                "a produce request with acks=0 failed; closing so the client refreshes metadata"
+            )
         return None
     return {"responses": responses, "throttle_time_ms": 0}

@@ -5,6 +5,7 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED and a log line saying why. Without one, Ka
 every request with a fresh producer id at epoch 0 (whatever id and epoch a v3+ client sends), so
 does this handler. Ids come in durable blocks (broker/producer_ids.py), never reused.
 """
+
 from __future__ import annotations
 
 import structlog
@@ -20,21 +21,33 @@ logger = structlog.get_logger(__name__)
 async def handle_init_producer_id(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     if body.transactional_id is not None:
-        logger.warning("InitProducerId rejected", transactional_id=body.transactional_id,
-                    error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-                    reason="transactions are not supported by this broker; use an idempotent "
-                           "producer without transactional.id")
-        return {"error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-                "producer_id": -1, "producer_epoch": -1}
+        logger.warning(
+            "InitProducerId rejected",
+            transactional_id=body.transactional_id,
+            error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+            reason="transactions are not supported by this broker; use an idempotent "
+            "producer without transactional.id",
+        )
+        return {
+            "error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
     ids = ctx.producer_ids
     async with ctx.admin_lock:
         if ids.needs_block():
             try:
                 await trio.to_thread.run_sync(ids.reserve_block)
             except OSError as exc:
-                logger.error("reserving producer ids failed", error=repr(exc),
-                          action="check the first log dir is writable and has space")
-                return {"error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR), "producer_id": -1,
-                        "producer_epoch": -1}
+                logger.error(
+                    "reserving producer ids failed",
+                    error=repr(exc),
+                    action="check the first log dir is writable and has space",
+                )
+                return {
+                    "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                }
         producer_id = ids.next_id()
     return {"error_code": 0, "producer_id": producer_id, "producer_epoch": 0}

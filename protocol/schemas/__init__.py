@@ -10,6 +10,7 @@ in :data:`protocol.api.SUPPORTED_VERSIONS` must be in it (checked at import).
 Decoding takes a buffer (bytes or memoryview) and a body range, so the connection layer parses in
 place; offsets in the errors raised are indices into that buffer.
 """
+
 from __future__ import annotations
 
 import struct
@@ -22,9 +23,15 @@ from protocol.schemas.codec import Body, FieldError, MessageCodec, build_codec
 from protocol.schemas.definitions import MESSAGES
 
 __all__ = [
-    "REQUEST_SCHEMAS", "RESPONSE_SCHEMAS", "Body", "decode_request_body",
-    "decode_response_body", "encode_request_body", "encode_response_chunks",
-    "encode_response_body", "is_flexible",
+    "REQUEST_SCHEMAS",
+    "RESPONSE_SCHEMAS",
+    "Body",
+    "decode_request_body",
+    "decode_response_body",
+    "encode_request_body",
+    "encode_response_chunks",
+    "encode_response_body",
+    "is_flexible",
 ]
 
 
@@ -38,8 +45,12 @@ class _CodecTable(Mapping):
 
     def __init__(self, kind: str) -> None:
         messages = cast("list[dict[str, Any]]", list(MESSAGES.values()))
-        self._messages = {(ApiKey(m["apiKey"]), v): m for m in messages
-                          if m["type"] == kind for v in _versions(m["validVersions"])}
+        self._messages = {
+            (ApiKey(m["apiKey"]), v): m
+            for m in messages
+            if m["type"] == kind
+            for v in _versions(m["validVersions"])
+        }
         # The codecs built so far: the hot paths below look here before calling __getitem__.
         self.compiled: dict[tuple[ApiKey, int], MessageCodec] = {}
 
@@ -65,16 +76,26 @@ RESPONSE_SCHEMAS = _CodecTable("response")
 
 def _check_table() -> None:
     for key, (lo, hi) in SUPPORTED_VERSIONS.items():
-        missing = [v for v in range(lo, hi + 1)
-                   if (key, v) not in REQUEST_SCHEMAS or (key, v) not in RESPONSE_SCHEMAS]
+        missing = [
+            v
+            for v in range(lo, hi + 1)
+            if (key, v) not in REQUEST_SCHEMAS or (key, v) not in RESPONSE_SCHEMAS
+        ]
         if missing:
             raise AssertionError(f"{key.name} versions {missing} are served but have no schema")
 
 
 _check_table()
 
-_ENCODE_ERRORS = (FieldError, KeyError, TypeError, ValueError, AttributeError, OverflowError,
-                  struct.error)
+_ENCODE_ERRORS = (
+    FieldError,
+    KeyError,
+    TypeError,
+    ValueError,
+    AttributeError,
+    OverflowError,
+    struct.error,
+)
 
 
 def is_flexible(api_key: ApiKey, version: int, direction: str = "request") -> bool:
@@ -93,13 +114,19 @@ def _decode(table, buf, start: int, end: int, api_key: ApiKey, version: int, dir
         codec = table.compiled.get((api_key, version)) or table[api_key, version]
         body, pos = codec.decode(buf, start, end)
     except FieldError as exc:
-        raise MalformedFrameError(f"malformed {_what(api_key, version, direction)} at byte "
-                                  f"{exc.offset}: {exc}", api_key=api_key,
-                                  api_version=version, offset=exc.offset) from None
+        raise MalformedFrameError(
+            f"malformed {_what(api_key, version, direction)} at byte {exc.offset}: {exc}",
+            api_key=api_key,
+            api_version=version,
+            offset=exc.offset,
+        ) from None
     if pos != end:
-        raise MalformedFrameError(f"{end - pos} unexpected bytes after the "
-                                  f"{_what(api_key, version, direction)} body", api_key=api_key,
-                                  api_version=version, offset=pos)
+        raise MalformedFrameError(
+            f"{end - pos} unexpected bytes after the {_what(api_key, version, direction)} body",
+            api_key=api_key,
+            api_version=version,
+            offset=pos,
+        )
     return body
 
 
@@ -117,31 +144,36 @@ def decode_response_body(api_key: ApiKey, version: int, buf, start: int, end: in
     return _decode(RESPONSE_SCHEMAS, buf, start, end, api_key, version, "response")
 
 
-def _encode_error(exc: Exception, api_key: ApiKey, version: int,
-                  direction: str) -> BodyEncodeError:
-    return BodyEncodeError(f"cannot encode {_what(api_key, version, direction)}: "
-                           f"{type(exc).__name__}: {exc}", api_key=api_key, api_version=version)
+def _encode_error(exc: Exception, api_key: ApiKey, version: int, direction: str) -> BodyEncodeError:
+    return BodyEncodeError(
+        f"cannot encode {_what(api_key, version, direction)}: {type(exc).__name__}: {exc}",
+        api_key=api_key,
+        api_version=version,
+    )
 
 
 def encode_request_body(api_key: ApiKey, version: int, body) -> bytes:
     """Encode a request body (dict or Body); BodyEncodeError if it does not fit."""
     try:
-        codec = REQUEST_SCHEMAS.compiled.get((api_key, version)) \
-            or REQUEST_SCHEMAS[api_key, version]
+        codec = (
+            REQUEST_SCHEMAS.compiled.get((api_key, version)) or REQUEST_SCHEMAS[api_key, version]
+        )
         chunks, _ = codec.encode(body, None)
     except _ENCODE_ERRORS as exc:
         raise _encode_error(exc, api_key, version, "request") from None
     return b"".join(chunks)
 
 
-def encode_response_chunks(api_key: ApiKey, version: int, body,
-                           out: bytearray | None = None) -> tuple[list, int]:
+def encode_response_chunks(
+    api_key: ApiKey, version: int, body, out: bytearray | None = None
+) -> tuple[list, int]:
     """Encode a response body as ``(chunks, total_length)``: bytes, and FileRegions (or large
     bytes, kept uncopied) standing for records fields; the first chunk is always bytes. ``out``
     may already hold a header: the first chunk starts with it."""
     try:
-        codec = RESPONSE_SCHEMAS.compiled.get((api_key, version)) \
-            or RESPONSE_SCHEMAS[api_key, version]
+        codec = (
+            RESPONSE_SCHEMAS.compiled.get((api_key, version)) or RESPONSE_SCHEMAS[api_key, version]
+        )
         return codec.encode(body, out)
     except _ENCODE_ERRORS as exc:
         raise _encode_error(exc, api_key, version, "response") from None
@@ -152,6 +184,9 @@ def encode_response_body(api_key: ApiKey, version: int, body) -> bytes:
     FileRegion."""
     chunks, _ = encode_response_chunks(api_key, version, body)
     if any(not isinstance(c, (bytes, bytearray)) for c in chunks):
-        raise BodyEncodeError(f"{_what(api_key, version, 'response')} holds a FileRegion; "
-                              f"use send_chunks", api_key=api_key, api_version=version)
+        raise BodyEncodeError(
+            f"{_what(api_key, version, 'response')} holds a FileRegion; use send_chunks",
+            api_key=api_key,
+            api_version=version,
+        )
     return b"".join(chunks)

@@ -31,6 +31,7 @@ records field holding a :class:`~protocol.api.FileRegion` (or bytes of 16 KiB or
 through uncopied) is a chunk of its own, so Fetch responses go out by sendfile without copying;
 the first chunk is always bytes.
 """
+
 from __future__ import annotations
 
 import linecache
@@ -42,8 +43,15 @@ from typing import Any, Callable, cast
 from protocol.api import FileRegion
 from protocol.schemas import compiler
 
-__all__ = ["Body", "FieldError", "MessageCodec", "build_codec", "snake_case", "version_in",
-           "skip_tagged_fields"]
+__all__ = [
+    "Body",
+    "FieldError",
+    "MessageCodec",
+    "build_codec",
+    "snake_case",
+    "version_in",
+    "skip_tagged_fields",
+]
 
 Decoder = Callable[[Any, int, int], tuple[Any, int]]
 Encoder = Callable[[Any, "bytearray | None"], tuple[list, int]]
@@ -99,6 +107,7 @@ def version_in(spec: str | None, version: int) -> bool:
 
 # -- varints ---------------------------------------------------------------------------------
 
+
 def _read_uvarint(buf, pos: int, end: int) -> tuple[int, int]:
     result = shift = 0
     start = pos
@@ -124,21 +133,21 @@ def _write_uvarint(value: int, out: bytearray) -> None:
 
 # -- field descriptions ----------------------------------------------------------------------
 
+
 class _Field:
     """One field of a struct at one version."""
 
-    __slots__ = ("name", "type", "element", "nullable", "tag", "default", "struct",
-                 "present")
+    __slots__ = ("name", "type", "element", "nullable", "tag", "default", "struct", "present")
 
     def __init__(self, name, type_, element, nullable, tag, default, struct_, present):
-        self.name = name          # snake_case
-        self.type = type_         # "int32", "string", "[]", "struct", ...
-        self.element = element    # array element: a primitive type name or "struct"
+        self.name = name  # snake_case
+        self.type = type_  # "int32", "string", "[]", "struct", ...
+        self.element = element  # array element: a primitive type name or "struct"
         self.nullable = nullable
-        self.tag = tag            # None unless tagged at this version
-        self.default = default    # callable making the default value
-        self.struct = struct_     # _StructDef for struct / array-of-struct
-        self.present = present    # in this version (regular or tagged)
+        self.tag = tag  # None unless tagged at this version
+        self.default = default  # callable making the default value
+        self.struct = struct_  # _StructDef for struct / array-of-struct
+        self.present = present  # in this version (regular or tagged)
 
 
 class _StructDef:
@@ -150,8 +159,9 @@ class _StructDef:
         # defaults() copies the immutable defaults from a template and makes lists and
         # structs afresh (decoders call it for every struct a version lacks).
         self._template = {f.name: f.default() for f in fields}
-        self._fresh = [(f.name, f.default) for f in fields
-                       if isinstance(self._template[f.name], (list, dict))]
+        self._fresh = [
+            (f.name, f.default) for f in fields if isinstance(self._template[f.name], (list, dict))
+        ]
 
     def defaults(self) -> Body:
         body = Body(self._template)
@@ -190,8 +200,9 @@ def _default_factory(field: dict, type_: str, struct_def: _StructDef | None):
     raise ValueError(f"unknown type {type_!r} in field {field['name']}")
 
 
-def _struct_def(fields: list[dict], version: int, flexible: bool,
-                common: dict[str, list[dict]]) -> _StructDef:
+def _struct_def(
+    fields: list[dict], version: int, flexible: bool, common: dict[str, list[dict]]
+) -> _StructDef:
     out = []
     for f in fields:
         type_ = f["type"]
@@ -208,13 +219,23 @@ def _struct_def(fields: list[dict], version: int, flexible: bool,
         element = None
         if kind == "[]":
             element = "struct" if struct_def is not None else base
-        out.append(_Field(snake_case(f["name"]), kind, element,
-                          version_in(f.get("nullableVersions"), version), tag,
-                          _default_factory(f, type_, struct_def), struct_def, present))
+        out.append(
+            _Field(
+                snake_case(f["name"]),
+                kind,
+                element,
+                version_in(f.get("nullableVersions"), version),
+                tag,
+                _default_factory(f, type_, struct_def),
+                struct_def,
+                present,
+            )
+        )
     return _StructDef(out, flexible)
 
 
 # -- runtime of the generated codecs ---------------------------------------------------------
+
 
 def _decode_tagged(buf, pos: int, end: int, tagged: dict, obj: Body) -> int:
     """Read a tagged-field section into ``obj`` (``tagged``: tag -> (name, decoder)); unknown
@@ -229,15 +250,15 @@ def _decode_tagged(buf, pos: int, end: int, tagged: dict, obj: Body) -> int:
             raise _error(f"tagged field {tag} out of order after {last}", start)
         last = tag
         if size > end - pos:
-            raise _error(f"tagged field {tag} of {size} bytes exceeds the {end - pos} left",
-                         start)
+            raise _error(f"tagged field {tag} of {size} bytes exceeds the {end - pos} left", start)
         known = tagged.get(tag)
         if known is not None:
             name, decoder = known
             value, after = decoder(buf, pos, pos + size)
             if after != pos + size:
-                raise _error(f"tagged field {tag} ({name}) has {pos + size - after} bytes "
-                             f"left over", pos)
+                raise _error(
+                    f"tagged field {tag} ({name}) has {pos + size - after} bytes left over", pos
+                )
             obj[name] = value
         pos += size
     return pos
@@ -285,17 +306,30 @@ def _remember_string(cache: dict, value: str, n: int, data: bytes) -> None:
 
 
 def _unknown_fields(value, known: frozenset) -> FieldError:
-    return FieldError(f"unknown fields {sorted(set(value.keys()) - known)}; this struct "
-                      f"has {sorted(known)}")
+    return FieldError(
+        f"unknown fields {sorted(set(value.keys()) - known)}; this struct has {sorted(known)}"
+    )
 
 
-_RUNTIME = {"Body": Body, "FieldError": FieldError, "FileRegion": FileRegion,
-            "UUID": uuid.UUID, "_ZERO_UUID": _ZERO_UUID, "_MISSING": _MISSING,
-            "_error": _error, "_read_uvarint": _read_uvarint, "_write_uvarint": _write_uvarint,
-            "_decode_tagged": _decode_tagged, "_encode_tagged": _encode_tagged,
-            "_unknown_fields": _unknown_fields, "_INT16": _INT16, "_INT32": _INT32,
-            "_STRINGS": _STRINGS, "_COMPACT_STRINGS": _COMPACT_STRINGS,
-            "_remember_string": _remember_string}
+_RUNTIME = {
+    "Body": Body,
+    "FieldError": FieldError,
+    "FileRegion": FileRegion,
+    "UUID": uuid.UUID,
+    "_ZERO_UUID": _ZERO_UUID,
+    "_MISSING": _MISSING,
+    "_error": _error,
+    "_read_uvarint": _read_uvarint,
+    "_write_uvarint": _write_uvarint,
+    "_decode_tagged": _decode_tagged,
+    "_encode_tagged": _encode_tagged,
+    "_unknown_fields": _unknown_fields,
+    "_INT16": _INT16,
+    "_INT32": _INT32,
+    "_STRINGS": _STRINGS,
+    "_COMPACT_STRINGS": _COMPACT_STRINGS,
+    "_remember_string": _remember_string,
+}
 assert set(_RUNTIME) == set(compiler.RUNTIME_NAMES)
 
 
@@ -309,7 +343,9 @@ def _compile(name: str, struct_def: _StructDef) -> tuple[Decoder, Encoder, str]:
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     return cast(Decoder, namespace["decode"]), cast(Encoder, namespace["encode"]), source
 
+
 # -- messages --------------------------------------------------------------------------------
+
 
 class MessageCodec:
     """The decoder and encoder of one message (e.g. ProduceRequest) at one version."""
@@ -333,8 +369,12 @@ def build_codec(message: dict, version: int) -> MessageCodec:
     """The codec of ``message`` (an entry of definitions.MESSAGES) at ``version``."""
     flexible = version_in(message["flexibleVersions"], version)
     common = {s["name"]: s["fields"] for s in message.get("commonStructs", [])}
-    return MessageCodec(message["name"], version, flexible,
-                        _struct_def(message["fields"], version, flexible, common))
+    return MessageCodec(
+        message["name"],
+        version,
+        flexible,
+        _struct_def(message["fields"], version, flexible, common),
+    )
 
 
 def skip_tagged_fields(buf, pos: int, end: int) -> int:

@@ -13,6 +13,7 @@ in :data:`RUNTIME_NAMES`) plus the constants the generator collected (structs, t
 default factories). The semantics, error messages and offsets are those of the wire types
 documented in :mod:`protocol.schemas.codec`.
 """
+
 from __future__ import annotations
 
 import struct
@@ -20,8 +21,15 @@ import struct
 __all__ = ["RUNTIME_NAMES", "generate"]
 
 # struct format character of each fixed-width wire type ("?" reads any non-zero byte as true).
-FIXED_CODES = {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "int64": "q",
-               "float64": "d", "bool": "?"}
+FIXED_CODES = {
+    "int8": "b",
+    "int16": "h",
+    "uint16": "H",
+    "int32": "i",
+    "int64": "q",
+    "float64": "d",
+    "bool": "?",
+}
 # Records at least this large go out as their own chunk instead of being copied.
 SEPARATE_CHUNK = 16384
 # Encoded strings up to this many bytes are cached with their length prefix.
@@ -31,9 +39,23 @@ CACHED_STRING_BYTES = 255
 _NULL_LENGTH = {False: b"\xff\xff", True: b"\xff\xff\xff\xff"}
 # Names the generated text uses and the executing namespace must provide.
 RUNTIME_NAMES = (
-    "Body", "FieldError", "FileRegion", "UUID", "_ZERO_UUID", "_MISSING", "_error",
-    "_read_uvarint", "_write_uvarint", "_decode_tagged", "_encode_tagged", "_unknown_fields",
-    "_INT16", "_INT32", "_STRINGS", "_COMPACT_STRINGS", "_remember_string",
+    "Body",
+    "FieldError",
+    "FileRegion",
+    "UUID",
+    "_ZERO_UUID",
+    "_MISSING",
+    "_error",
+    "_read_uvarint",
+    "_write_uvarint",
+    "_decode_tagged",
+    "_encode_tagged",
+    "_unknown_fields",
+    "_INT16",
+    "_INT32",
+    "_STRINGS",
+    "_COMPACT_STRINGS",
+    "_remember_string",
 )
 
 
@@ -45,8 +67,11 @@ def _min_size(type_: str, struct_def, flexible: bool) -> int:
     if type_ == "uuid":
         return 16
     if type_ == "struct":
-        return (sum(_min_size(f.type, f.struct, struct_def.flexible) for f in struct_def.fields
-                    if f.present and f.tag is None) + (1 if struct_def.flexible else 0))
+        return sum(
+            _min_size(f.type, f.struct, struct_def.flexible)
+            for f in struct_def.fields
+            if f.present and f.tag is None
+        ) + (1 if struct_def.flexible else 0)
     if flexible:
         return 1
     return 2 if type_ == "string" else 4
@@ -61,7 +86,7 @@ class _Writer:
     """Accumulates generated functions and the constants they refer to."""
 
     def __init__(self) -> None:
-        self.functions: list[str] = []     # complete top-level definitions, in order
+        self.functions: list[str] = []  # complete top-level definitions, in order
         self.constants: dict[str, object] = {}
         self._structs: dict[str, str] = {}  # format -> constant name
         self._counter = 0
@@ -131,8 +156,10 @@ def _is_mutable_default(f) -> bool:
 # Generated decoders take (buf, pos, end); `pos` is the running position. Each emitter leaves
 # the decoded value in the variable it is given and `pos` after it.
 
-def _decode_length(fn: _Function, d: int, target: str, start: str, flexible: bool,
-                   wide: bool) -> None:
+
+def _decode_length(
+    fn: _Function, d: int, target: str, start: str, flexible: bool, wide: bool
+) -> None:
     """Read a length or count into ``target`` (None for null) and advance pos; ``start`` keeps
     the prefix's offset for errors."""
     fn.emit(d, f"{start} = pos")
@@ -158,15 +185,15 @@ def _decode_length(fn: _Function, d: int, target: str, start: str, flexible: boo
     fn.emit(d + 1, f"{target} = None")
 
 
-def _decode_primitive(fn: _Function, d: int, type_: str, nullable: bool, flexible: bool,
-                      target: str) -> None:
+def _decode_primitive(
+    fn: _Function, d: int, type_: str, nullable: bool, flexible: bool, target: str
+) -> None:
     w = fn.w
     if type_ in FIXED_CODES:
         fmt = w.struct(FIXED_CODES[type_])
         size = struct.calcsize(">" + FIXED_CODES[type_])
         fn.emit(d, f"if end - pos < {size}:")
-        fn.emit(d + 1, f'raise _error(f"truncated: {size} bytes needed, {{end - pos}} left", '
-                       f'pos)')
+        fn.emit(d + 1, f'raise _error(f"truncated: {size} bytes needed, {{end - pos}} left", pos)')
         fn.emit(d, f"{target} = {fmt}.unpack_from(buf, pos)[0]")
         fn.emit(d, f"pos += {size}")
         return
@@ -186,14 +213,17 @@ def _decode_primitive(fn: _Function, d: int, type_: str, nullable: bool, flexibl
         fn.emit(d + 1, f'raise _error("null {what} where it is not nullable", {start})')
     fn.emit(d, "else:")
     fn.emit(d + 1, f"if {n} > end - pos:")
-    fn.emit(d + 2, f'raise _error(f"{what} of {{{n}}} bytes exceeds the {{end - pos}} left", '
-                   f'{start})')
+    fn.emit(
+        d + 2, f'raise _error(f"{what} of {{{n}}} bytes exceeds the {{end - pos}} left", {start})'
+    )
     if type_ == "string":
         fn.emit(d + 1, "try:")
         fn.emit(d + 2, f"{target} = str(buf[pos:pos + {n}], 'utf-8')")
         fn.emit(d + 1, "except UnicodeDecodeError as exc:")
-        fn.emit(d + 2, 'raise _error(f"string is not valid UTF-8: {exc.reason}", '
-                       'pos + exc.start) from None')
+        fn.emit(
+            d + 2,
+            'raise _error(f"string is not valid UTF-8: {exc.reason}", pos + exc.start) from None',
+        )
     else:
         fn.emit(d + 1, f"{target} = bytes(buf[pos:pos + {n}])")
     fn.emit(d + 1, f"pos += {n}")
@@ -221,14 +251,19 @@ def _decode_array(fn: _Function, d: int, f, flexible: bool, target: str) -> None
     fn.emit(d, "else:")
     d += 1
     fn.emit(d, f"if {n} * {element_min} > end - pos:")
-    fn.emit(d + 1, f'raise _error(f"array {f.name} of {{{n}}} elements (at least {element_min} '
-                   f'bytes each) cannot fit in the {{end - pos}} bytes left", {start})')
+    fn.emit(
+        d + 1,
+        f'raise _error(f"array {f.name} of {{{n}}} elements (at least {element_min} '
+        f'bytes each) cannot fit in the {{end - pos}} bytes left", {start})',
+    )
     if f.element in FIXED_CODES:
         # A primitive array (replicas, isr): one pass of iter_unpack over exactly its bytes.
         fmt = w.struct(FIXED_CODES[f.element])
         x = w.fresh("x")
-        fn.emit(d, f"{target} = [{x} for ({x},) in {fmt}.iter_unpack("
-                   f"buf[pos:pos + {n} * {element_min}])]")
+        fn.emit(
+            d,
+            f"{target} = [{x} for ({x},) in {fmt}.iter_unpack(buf[pos:pos + {n} * {element_min}])]",
+        )
         fn.emit(d, f"pos += {n} * {element_min}")
         return
     fixed_struct = _all_fixed(f.struct) if f.element == "struct" else None
@@ -241,8 +276,9 @@ def _decode_array(fn: _Function, d: int, f, flexible: bool, target: str) -> None
         codes, fields = fixed_struct
         fmt = w.struct(codes)
         values = [w.fresh("v") for _ in fields]
-        fn.emit(d, f"for {', '.join(values)}, in {fmt}.iter_unpack("
-                   f"buf[pos:pos + {n} * {element_min}]):")
+        fn.emit(
+            d, f"for {', '.join(values)}, in {fmt}.iter_unpack(buf[pos:pos + {n} * {element_min}]):"
+        )
         _build_body(fn, d + 1, f.struct, list(zip(fields, values)), item)
         fn.emit(d + 1, f"{append}({item})")
         fn.emit(d, f"pos += {n} * {element_min}")
@@ -293,8 +329,11 @@ def _decode_struct(fn: _Function, d: int, s, target: str) -> None:
             names = ", ".join(f.name for f in fields)
             variables = [w.fresh("v") for _ in fields]
             fn.emit(d, f"if end - pos < {size}:")
-            fn.emit(d + 1, f'raise _error(f"truncated: {size} bytes needed for {names}, '
-                           f'{{end - pos}} left", pos)')
+            fn.emit(
+                d + 1,
+                f'raise _error(f"truncated: {size} bytes needed for {names}, '
+                f'{{end - pos}} left", pos)',
+            )
             fn.emit(d, f"{', '.join(variables)}, = {fmt}.unpack_from(buf, pos)")
             fn.emit(d, f"pos += {size}")
             values.extend(zip(fields, variables))
@@ -338,6 +377,7 @@ def _tagged_decoders(w: _Writer, s) -> str:
 # locals (split_chunks, split_size) until the end. Each emitter encodes the value held in the
 # variable it is given.
 
+
 def _encode_length(fn: _Function, d: int, n: str, flexible: bool, wide: bool) -> None:
     """Write the non-null length or count ``n`` (a variable or a cheap expression)."""
     if flexible:
@@ -364,8 +404,9 @@ def _split(fn: _Function, d: int, region: str, size: str) -> None:
     fn.emit(d, "del out[:]")
 
 
-def _encode_primitive(fn: _Function, d: int, type_: str, nullable: bool, flexible: bool,
-                      name: str, var: str) -> None:
+def _encode_primitive(
+    fn: _Function, d: int, type_: str, nullable: bool, flexible: bool, name: str, var: str
+) -> None:
     w = fn.w
     if type_ in FIXED_CODES:
         fn.emit(d, f"out += {w.struct(FIXED_CODES[type_])}.pack({var})")
@@ -383,8 +424,7 @@ def _encode_primitive(fn: _Function, d: int, type_: str, nullable: bool, flexibl
         # Strings seen before (topic names, hosts, ids) come prefixed from a cache.
         cache = "_COMPACT_STRINGS" if flexible else "_STRINGS"
         prefixed = w.fresh("prefixed")
-        fn.emit(d, f"if {var}.__class__ is str and ({prefixed} := {cache}.get({var})) "
-                   f"is not None:")
+        fn.emit(d, f"if {var}.__class__ is str and ({prefixed} := {cache}.get({var})) is not None:")
         fn.emit(d + 1, f"out += {prefixed}")
         fn.emit(d, f"elif {var} is None:")
     if nullable:
@@ -402,8 +442,11 @@ def _encode_primitive(fn: _Function, d: int, type_: str, nullable: bool, flexibl
         _encode_length(fn, d + 1, n, flexible, wide)
         fn.emit(d + 1, f"out += {data}")
         fn.emit(d + 1, f"if {n} <= {CACHED_STRING_BYTES} and {var}.__class__ is str:")
-        fn.emit(d + 2, f"_remember_string({'_COMPACT_STRINGS' if flexible else '_STRINGS'}, "
-                       f"{var}, {n}, {data})")
+        fn.emit(
+            d + 2,
+            f"_remember_string({'_COMPACT_STRINGS' if flexible else '_STRINGS'}, "
+            f"{var}, {n}, {data})",
+        )
         fn.emit(d, "else:")
         fn.emit(d + 1, f'raise FieldError(f"{name} needs str, got {{type({var}).__name__}}")')
         return
@@ -421,8 +464,9 @@ def _encode_primitive(fn: _Function, d: int, type_: str, nullable: bool, flexibl
     fn.emit(d + 1, f'raise FieldError(f"{name} needs bytes, got {{type({var}).__name__}}")')
 
 
-def _encode_data(fn: _Function, d: int, type_: str, flexible: bool, name: str, var: str,
-                 exact_bytes: bool) -> None:
+def _encode_data(
+    fn: _Function, d: int, type_: str, flexible: bool, name: str, var: str, exact_bytes: bool
+) -> None:
     """Write the bytes-like ``var`` (bytes, bytearray or a byte-format memoryview) with its
     length; ``exact_bytes`` when it is known to be of class bytes."""
     n = fn.w.fresh("n")
@@ -460,8 +504,9 @@ def _encode_array_count(fn: _Function, d: int, f, flexible: bool, var: str) -> N
         _encode_null(fn, d + 1, flexible, True)
         fn.emit(d + 1, f"{var} = ()")
     else:
-        fn.emit(d + 1, f'raise FieldError("None given for array {f.name}, which is not '
-                       f'nullable here")')
+        fn.emit(
+            d + 1, f'raise FieldError("None given for array {f.name}, which is not nullable here")'
+        )
     fn.emit(d, "else:")
     fn.emit(d + 1, f"if not isinstance({var}, tuple):")
     fn.emit(d + 2, f"{var} = list({var})")
@@ -526,8 +571,7 @@ def _lookup_fields(fn: _Function, d: int, s, var: str, regular: list, values: di
     _lookup_fields_checked(fn, d + 1, s, var, regular, values)
 
 
-def _lookup_fields_checked(fn: _Function, d: int, s, var: str, regular: list,
-                           values: dict) -> None:
+def _lookup_fields_checked(fn: _Function, d: int, s, var: str, regular: list, values: dict) -> None:
     w = fn.w
     known = w.constant(frozenset(f.name for f in s.fields), "_known")
     fn.emit(d, f"if not {known}.issuperset({var}.keys()):")
@@ -579,8 +623,7 @@ def _encode_run_and_data(fn: _Function, d: int, codes: str, args: str, f, value:
     _encode_primitive(fn, d + 1, f.type, f.nullable, False, f.name, value)
 
 
-def _encode_run_and_array(fn: _Function, d: int, codes: str, args: str, f,
-                          value: str) -> None:
+def _encode_run_and_array(fn: _Function, d: int, codes: str, args: str, f, value: str) -> None:
     """A fixed run followed by array ``f`` (in ``value``): a list's count joins the run's
     pack, anything else takes the general path; then the elements."""
     fn.emit(d, f"if {value}.__class__ is list:")
@@ -623,6 +666,7 @@ def _encoder_source(fn: _Function) -> str:
 
 
 # -- modules ---------------------------------------------------------------------------------
+
 
 def generate(s) -> tuple[str, dict[str, object]]:
     """Source defining ``decode(buf, pos, end) -> (Body, pos)`` and ``encode(value, out=None)

@@ -1,11 +1,21 @@
 """Broker property and topic config parsing/validation."""
+
 import subprocess
 import sys
 
 import pytest
 
-from broker.config import (LONG_MAX, BrokerConfig, ConfigError, TopicConfig, format_magic,
-                           load_config, parse_properties, parse_topic_configs, topic_name_error)
+from broker.config import (
+    LONG_MAX,
+    BrokerConfig,
+    ConfigError,
+    TopicConfig,
+    format_magic,
+    load_config,
+    parse_properties,
+    parse_topic_configs,
+    topic_name_error,
+)
 
 REPO_CONFIG = "config/server.properties"
 
@@ -25,13 +35,20 @@ def test_properties_syntax():
         "f=\\u0041\\t\n"
         "g=\n"
     )
-    assert parse_properties(text) == [("a", "1"), ("b", "two words"), ("c", "three"),
-                                      ("d", "linecontinued"), ("e=x", "y"), ("f", "A"),
-                                      ("g", "")]
+    assert parse_properties(text) == [
+        ("a", "1"),
+        ("b", "two words"),
+        ("c", "three"),
+        ("d", "linecontinued"),
+        ("e=x", "y"),
+        ("f", "A"),
+        ("g", ""),
+    ]
 
 
 def test_repo_config_file_is_valid_and_documents_every_key():
     from broker.config import BROKER_KEYS
+
     config = load_config(REPO_CONFIG)
     assert (config.host, config.port) == ("127.0.0.1", 9092)
     assert config.log_dirs == ("./data",)
@@ -82,8 +99,12 @@ def test_log_dir_and_log_dirs():
 
 def test_listeners():
     c = cfg(listeners="PLAINTEXT://127.0.0.1:1234")
-    assert (c.host, c.port, c.advertised_host, c.advertised_port) == ("127.0.0.1", 1234,
-                                                                      "127.0.0.1", 1234)
+    assert (c.host, c.port, c.advertised_host, c.advertised_port) == (
+        "127.0.0.1",
+        1234,
+        "127.0.0.1",
+        1234,
+    )
     c = cfg(listeners="PLAINTEXT://0.0.0.0:1234", advertised_listeners="PLAINTEXT://broker:9")
     assert (c.host, c.advertised_host, c.advertised_port) == ("0.0.0.0", "broker", 9)
     with pytest.raises(ConfigError) as e:
@@ -94,13 +115,23 @@ def test_listeners():
     assert e.value.key == "listeners"
 
 
-@pytest.mark.parametrize("key,value", [
-    ("broker.id", "-1"), ("num.partitions", "0"), ("auto.create.topics.enable", "yes"),
-    ("log.segment.bytes", "10"), ("log.segment.bytes", "3000000000"),
-    ("log.message.timestamp.type", "NowTime"), ("log.message.format.version", "0.12.0"),
-    ("log.index.size.max.bytes", "12"), ("socket.request.max.bytes", "0"),
-    ("compression.type", "brotli"), ("log.cleanup.policy", "forever"), ("max.connections", "x"),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("broker.id", "-1"),
+        ("num.partitions", "0"),
+        ("auto.create.topics.enable", "yes"),
+        ("log.segment.bytes", "10"),
+        ("log.segment.bytes", "3000000000"),
+        ("log.message.timestamp.type", "NowTime"),
+        ("log.message.format.version", "0.12.0"),
+        ("log.index.size.max.bytes", "12"),
+        ("socket.request.max.bytes", "0"),
+        ("compression.type", "brotli"),
+        ("log.cleanup.policy", "forever"),
+        ("max.connections", "x"),
+    ],
+)
 def test_invalid_values_name_the_key(key, value):
     with pytest.raises(ConfigError) as e:
         BrokerConfig.from_properties([(key, value)])
@@ -115,18 +146,30 @@ def test_unknown_key():
 
 
 def test_topic_configs_validated_and_normalised():
-    got = parse_topic_configs({"message.timestamp.type": "LogAppendTime",
-                               "max.message.time.difference.ms": " 1000 ",
-                               "cleanup.policy": "compact, delete",
-                               "message.format.version": "0.9.0.1"})
-    assert got == {"message.timestamp.type": "LogAppendTime",
-                   "message.timestamp.difference.max.ms": "1000",
-                   "cleanup.policy": "compact,delete", "message.format.version": "0.9.0"}
+    got = parse_topic_configs(
+        {
+            "message.timestamp.type": "LogAppendTime",
+            "max.message.time.difference.ms": " 1000 ",
+            "cleanup.policy": "compact, delete",
+            "message.format.version": "0.9.0.1",
+        }
+    )
+    assert got == {
+        "message.timestamp.type": "LogAppendTime",
+        "message.timestamp.difference.max.ms": "1000",
+        "cleanup.policy": "compact,delete",
+        "message.format.version": "0.9.0",
+    }
     t = TopicConfig.resolve(cfg().topic_defaults, got)
     assert t.message_timestamp_difference_max_ms == 1000 and t.magic == 0
-    for bad in [{"retention.ms": "soon"}, {"segment.bytes": "0"}, {"no.such.key": "1"},
-                {"message.timestamp.type": "createtime"}, {"flush.messages": "0"},
-                {"index.interval.bytes": "2147483648"}]:
+    for bad in [
+        {"retention.ms": "soon"},
+        {"segment.bytes": "0"},
+        {"no.such.key": "1"},
+        {"message.timestamp.type": "createtime"},
+        {"flush.messages": "0"},
+        {"index.interval.bytes": "2147483648"},
+    ]:
         with pytest.raises(ConfigError) as e:
             parse_topic_configs(bad)
         assert e.value.key == next(iter(bad))
@@ -141,13 +184,20 @@ def test_format_versions():
     assert format_magic("3.0-IV1") == 2 and format_magic("3.9-IV0") == 2
 
 
-@pytest.mark.parametrize("raw,canonical", [
-    ("0.10.1.0", "0.10.1"), ("0.9.0.1", "0.9.0"), ("2.8.1", "2.8"), ("3.9.0", "3.9"),
-    (" 3.0-IV1 ", "3.0-IV1"),
-])
+@pytest.mark.parametrize(
+    "raw,canonical",
+    [
+        ("0.10.1.0", "0.10.1"),
+        ("0.9.0.1", "0.9.0"),
+        ("2.8.1", "2.8"),
+        ("3.9.0", "3.9"),
+        (" 3.0-IV1 ", "3.0-IV1"),
+    ],
+)
 def test_format_version_release_numbers(raw, canonical):
     assert parse_topic_configs({"message.format.version": raw}) == {
-        "message.format.version": canonical}
+        "message.format.version": canonical
+    }
 
 
 @pytest.mark.parametrize("raw", ["3.10", "0.11", "2.8-IV2", "0.10.1.x", "4.0-IV0", "1.0.0.0"])
@@ -166,16 +216,28 @@ def test_default_format_is_record_batches():
 
 
 def test_timestamp_before_after_max_ms():
-    c = BrokerConfig.from_properties([("log.dirs", "/tmp/x"),
-                                      ("log.message.timestamp.before.max.ms", "5000")])
+    c = BrokerConfig.from_properties(
+        [("log.dirs", "/tmp/x"), ("log.message.timestamp.before.max.ms", "5000")]
+    )
     t = TopicConfig.resolve(c.topic_defaults, {"message.timestamp.after.max.ms": "60000"})
     assert (t.message_timestamp_before_max_ms, t.message_timestamp_after_max_ms) == (5000, 60000)
 
 
-@pytest.mark.parametrize("name,ok", [
-    ("a", True), ("A-b_c.9", True), ("x" * 249, True), ("x" * 250, False), ("", False),
-    (".", False), ("..", False), ("a/b", False), ("ä", False), ("a b", False),
-])
+@pytest.mark.parametrize(
+    "name,ok",
+    [
+        ("a", True),
+        ("A-b_c.9", True),
+        ("x" * 249, True),
+        ("x" * 250, False),
+        ("", False),
+        (".", False),
+        ("..", False),
+        ("a/b", False),
+        ("ä", False),
+        ("a b", False),
+    ],
+)
 def test_topic_names(name, ok):
     assert (topic_name_error(name) is None) == ok
 
@@ -183,25 +245,45 @@ def test_topic_names(name, ok):
 def test_cli_exit_status_2_names_the_key(tmp_path):
     props = tmp_path / "s.properties"
     props.write_text("log.dirs=%s\nlog.retention.hours=lots\n" % tmp_path)
-    r = subprocess.run([sys.executable, "-m", "broker", "serve", "--config", str(props)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "broker", "serve", "--config", str(props)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert "log.retention.hours" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "broker", "serve", "--override", "bogus.key=1"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "broker", "serve", "--override", "bogus.key=1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "bogus.key" in r.stderr
 
 
 def test_cli_port_in_use_exits_1_with_a_reason(tmp_path):
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        r = subprocess.run([sys.executable, "-m", "broker", "serve",
-                            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-                            "--override", f"log.dirs={tmp_path}"],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "broker",
+                "serve",
+                "--override",
+                f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                "--override",
+                f"log.dirs={tmp_path}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert r.returncode == 1
     assert "cannot start" in r.stderr and "port in use" in r.stderr
 
@@ -210,5 +292,6 @@ def test_zstd_needs_record_batches():
     c = BrokerConfig.from_properties([("log.dirs", "/tmp/x")])
     assert TopicConfig.resolve(c.topic_defaults, {"compression.type": "zstd"}).magic == 2
     with pytest.raises(ConfigError, match="zstd needs message.format.version"):
-        TopicConfig.resolve(c.topic_defaults, {"compression.type": "zstd",
-                                               "message.format.version": "0.10.2"})
+        TopicConfig.resolve(
+            c.topic_defaults, {"compression.type": "zstd", "message.format.version": "0.10.2"}
+        )

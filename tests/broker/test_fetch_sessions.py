@@ -1,4 +1,5 @@
 """The fetch session cache (KIP-227) against Kafka 3.9's FetchSession rules, with a fake clock."""
+
 from __future__ import annotations
 
 import random
@@ -78,10 +79,10 @@ def test_session_errors():
     cache = FetchSessionCache(10, Clock())
     session_id = open_session(cache, [0])
     assert cache.context(12, session_id, 5, [], []).error == ErrorCode.INVALID_FETCH_SESSION_EPOCH
-    assert cache.context(13, session_id, 1, [], []).error == \
-        ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
-    assert cache.context(12, session_id + 1, 1, [], []).error == \
-        ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    assert cache.context(13, session_id, 1, [], []).error == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
+    assert (
+        cache.context(12, session_id + 1, 1, [], []).error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    )
     error = cache.context(12, session_id + 1, 1, [], [])
     assert error.wanted == [] and error.respond([]) == (0, [])
     # a full request naming the session closes it; epoch 0 opens another
@@ -98,8 +99,7 @@ def test_sessions_keyed_by_topic_id_from_v13():
     renamed = Wanted(None, TOPIC_ID, 0, 4, 1 << 20)  # same id, name unknown: the same partition
     context = cache.context(13, session_id, 1, [renamed], [])
     assert [(w.topic, w.fetch_offset) for w in context.wanted] == [(None, 4)]
-    assert cache.context(12, session_id, 2, [], []).error == \
-        ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
+    assert cache.context(12, session_id, 2, [], []).error == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
 
 
 def test_a_full_cache_evicts_stale_then_smaller_sessions_else_declines():
@@ -110,8 +110,9 @@ def test_a_full_cache_evicts_stale_then_smaller_sessions_else_declines():
     big = open_session(cache, [0, 1, 2])
     assert open_session(cache, [0]) == 0  # full, nothing smaller, nothing stale: declined
     bigger = open_session(cache, [0, 1, 2, 3])  # evicts the smallest
-    assert bigger and cache.context(12, small, 1, [], []).error == \
-        ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    assert (
+        bigger and cache.context(12, small, 1, [], []).error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    )
     clock.now += EVICTION_MS + 1
     cache.context(12, bigger, 1, [], []).respond([quiet()] * 4)  # bigger stays in use
     assert open_session(cache, [0])  # big was idle too long: evicted

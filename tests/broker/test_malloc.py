@@ -1,5 +1,6 @@
 """broker.malloc: with the thresholds raised, a freed 1 MB request buffer is reused, not faulted
 in again (counted in minor page faults, not timed)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -22,8 +23,13 @@ print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def _faults(mode: str) -> tuple[str, int]:
-    out = subprocess.run([sys.executable, "-c", SNIPPET, mode], capture_output=True, text=True,
-                         check=True, timeout=60).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", SNIPPET, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
     return out[0], int(out[1])
 
 
@@ -33,5 +39,5 @@ def test_freed_megabyte_buffers_are_reused_without_page_faults():
     assert applied == "True"
     _, default = _faults("default")
     pages_per_round = 2 * 1_000_000 // 4096
-    assert default > 50 * pages_per_round   # glibc's defaults fault the buffers in every round
-    assert tuned < 5 * pages_per_round      # tuned: the same pages come back
+    assert default > 50 * pages_per_round  # glibc's defaults fault the buffers in every round
+    assert tuned < 5 * pages_per_round  # tuned: the same pages come back

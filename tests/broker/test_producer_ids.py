@@ -1,4 +1,5 @@
 """broker.producer_ids: ids are unique across restarts and crashes, reserved in durable blocks."""
+
 from __future__ import annotations
 
 import pytest

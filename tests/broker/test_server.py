@@ -1,4 +1,5 @@
 """In-process tests of the trio glue: sendfile responses, partition-lock atomicity, long poll."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,10 @@ from protocol.schemas import decode_request_body, encode_request_body
 def request(api_key: ApiKey, version: int, body: dict) -> Request:
     """A decoded request as the server sees it (built through the real schema)."""
     raw = encode_request_body(api_key, version, body)
-    return Request(RequestHeader(api_key, version, 1, "test"),
-                   decode_request_body(api_key, version, raw, 0, len(raw)))
+    return Request(
+        RequestHeader(api_key, version, 1, "test"),
+        decode_request_body(api_key, version, raw, 0, len(raw)),
+    )
 
 
 async def test_send_response_streams_file_regions_with_sendfile(tmp_path):
@@ -54,6 +57,7 @@ async def test_small_file_regions_are_sent_inline_and_a_short_file_is_an_error(t
     import pytest
 
     from broker.server import INLINE_REGION_BYTES, SendfileError
+
     small, large = os.urandom(100), os.urandom(INLINE_REGION_BYTES + 1)
     path = tmp_path / "segment"
     path.write_bytes(small + large)
@@ -75,9 +79,17 @@ async def test_small_file_regions_are_sent_inline_and_a_short_file_is_an_error(t
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read_all)
-            await send_response(sender, [b"h", FileRegion(fd, 0, 100), b"m",
-                                         FileRegion(fd, 100, len(large)), b"t",
-                                         FileRegion(fd, 0, 100)])
+            await send_response(
+                sender,
+                [
+                    b"h",
+                    FileRegion(fd, 0, 100),
+                    b"m",
+                    FileRegion(fd, 100, len(large)),
+                    b"t",
+                    FileRegion(fd, 0, 100),
+                ],
+            )
         assert bytes(received) == expected
         with pytest.raises(SendfileError):
             await send_response(sender, [FileRegion(fd, len(small) + len(large) - 10, 20)])
@@ -90,8 +102,9 @@ async def test_small_file_regions_are_sent_inline_and_a_short_file_is_an_error(t
 
 def config(tmp_path, **props) -> BrokerConfig:
     pairs = [("log.dirs", str(tmp_path)), ("listeners", "PLAINTEXT://127.0.0.1:0")]
-    return BrokerConfig.from_properties(pairs + [(k.replace("_", "."), str(v))
-                                                 for k, v in props.items()])
+    return BrokerConfig.from_properties(
+        pairs + [(k.replace("_", "."), str(v)) for k, v in props.items()]
+    )
 
 
 def message_set(n: int, tag: bytes) -> bytes:
@@ -102,9 +115,11 @@ def message_set(n: int, tag: bytes) -> bytes:
 
 
 def produce_body(topic: str, record_set: bytes) -> dict:
-    return {"acks": -1, "timeout_ms": 1000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0,
-                                                               "records": record_set}]}]}
+    return {
+        "acks": -1,
+        "timeout_ms": 1000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": record_set}]}],
+    }
 
 
 async def test_concurrent_produces_get_disjoint_contiguous_offsets(tmp_path):
@@ -114,7 +129,9 @@ async def test_concurrent_produces_get_disjoint_contiguous_offsets(tmp_path):
     bases: dict[int, int] = {}
 
     async def one(i: int):
-        body = await produce(ctx, request(ApiKey.PRODUCE, 2, produce_body("t", message_set(3, b"p%d" % i))))
+        body = await produce(
+            ctx, request(ApiKey.PRODUCE, 2, produce_body("t", message_set(3, b"p%d" % i)))
+        )
         part = body["responses"][0]["partition_responses"][0]
         assert part["error_code"] == 0
         bases[i] = part["base_offset"]
@@ -127,10 +144,31 @@ async def test_concurrent_produces_get_disjoint_contiguous_offsets(tmp_path):
     fetch = HANDLERS[ApiKey.FETCH]
     values: dict[int, bytes] = {}
     while len(values) < 120:  # a read stops at a segment's end, as in Kafka
-        body = await fetch(ctx, request(ApiKey.FETCH, 10, {
-            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-            "topics": [{"topic": "t", "partitions": [
-                {"partition": 0, "fetch_offset": len(values), "partition_max_bytes": 1 << 20}]}]}))
+        body = await fetch(
+            ctx,
+            request(
+                ApiKey.FETCH,
+                10,
+                {
+                    "replica_id": -1,
+                    "max_wait_ms": 0,
+                    "min_bytes": 0,
+                    "max_bytes": 1 << 20,
+                    "topics": [
+                        {
+                            "topic": "t",
+                            "partitions": [
+                                {
+                                    "partition": 0,
+                                    "fetch_offset": len(values),
+                                    "partition_max_bytes": 1 << 20,
+                                }
+                            ],
+                        }
+                    ],
+                },
+            ),
+        )
         region = body["responses"][0]["partitions"][0]["records"]
         assert isinstance(region, FileRegion)  # no conversion or zstd check: zero-copy path
         raw = os.pread(region.source, region.length, region.position)
@@ -145,10 +183,24 @@ async def test_long_poll_waits_for_min_bytes_and_wakes_on_append(tmp_path):
     ctx = await open_context(config(tmp_path))
     await ctx.create_topic("t", 1)
     fetch, produce = HANDLERS[ApiKey.FETCH], HANDLERS[ApiKey.PRODUCE]
-    fetch_request = request(ApiKey.FETCH, 10, {
-        "replica_id": -1, "max_wait_ms": 60000, "min_bytes": 1, "max_bytes": 1 << 20,
-        "topics": [{"topic": "t", "partitions": [
-            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+    fetch_request = request(
+        ApiKey.FETCH,
+        10,
+        {
+            "replica_id": -1,
+            "max_wait_ms": 60000,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "topics": [
+                {
+                    "topic": "t",
+                    "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                    ],
+                }
+            ],
+        },
+    )
     result = {}
 
     async def poll():
@@ -168,8 +220,9 @@ async def test_long_poll_waits_for_min_bytes_and_wakes_on_append(tmp_path):
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
 
 
-async def test_flush_messages_1_is_fsynced_off_the_event_loop_before_the_answer(tmp_path,
-                                                                                monkeypatch):
+async def test_flush_messages_1_is_fsynced_off_the_event_loop_before_the_answer(
+    tmp_path, monkeypatch
+):
     """Small produces are appended on the trio thread unless the append would fsync: with
     flush.messages=1 every acks=-1 answer comes after an fsync made in a worker thread; a
     default topic's small produce fsyncs nothing."""
@@ -178,18 +231,24 @@ async def test_flush_messages_1_is_fsynced_off_the_event_loop_before_the_answer(
     await ctx.create_topic("plain", 1, {})
     fsync_threads = []
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (fsync_threads.append(threading.current_thread()),
-                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(
+        os,
+        "fsync",
+        lambda fd: (fsync_threads.append(threading.current_thread()), real_fsync(fd))[1],
+    )
     produce = HANDLERS[ApiKey.PRODUCE]
     for i in range(3):
-        body = await produce(ctx, request(ApiKey.PRODUCE, 2,
-                                          produce_body("durable", message_set(2, b"d%d" % i))))
+        body = await produce(
+            ctx, request(ApiKey.PRODUCE, 2, produce_body("durable", message_set(2, b"d%d" % i)))
+        )
         assert body["responses"][0]["partition_responses"][0]["error_code"] == 0
         log = ctx.get_log("durable", 0)
         assert log.recovery_point == log.log_end_offset == 2 * (i + 1)  # on disk when answered
     assert fsync_threads and threading.main_thread() not in fsync_threads
     before = len(fsync_threads)
-    body = await produce(ctx, request(ApiKey.PRODUCE, 2, produce_body("plain", message_set(2, b"p"))))
+    body = await produce(
+        ctx, request(ApiKey.PRODUCE, 2, produce_body("plain", message_set(2, b"p")))
+    )
     assert body["responses"][0]["partition_responses"][0]["error_code"] == 0
     assert len(fsync_threads) == before and ctx.get_log("plain", 0).recovery_point == 0
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)

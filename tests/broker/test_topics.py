@@ -1,4 +1,5 @@
 """Topic registry persistence, meta.properties, and the LogAppendTime clock rule."""
+
 import json
 import os
 import uuid
@@ -14,7 +15,10 @@ from protocol.records import Codec, TimestampType
 
 
 def make_config(tmp_path, **props) -> BrokerConfig:
-    pairs = [("log.dirs", str(tmp_path)), *((k.replace("_", "."), str(v)) for k, v in props.items())]
+    pairs = [
+        ("log.dirs", str(tmp_path)),
+        *((k.replace("_", "."), str(v)) for k, v in props.items()),
+    ]
     return BrokerConfig.from_properties(pairs)
 
 
@@ -22,16 +26,27 @@ def test_registry_round_trip_and_derived_settings(tmp_path):
     config = make_config(tmp_path, log_message_timestamp_type="LogAppendTime")
     reg = TopicRegistry(config)
     reg.put(reg.make_topic("a", 3, {"retention.ms": "5", "compression.type": "gzip"}))
-    reg.put(reg.make_topic("b", 1, {"message.timestamp.type": "CreateTime",
-                                    "message.format.version": "0.9.0",
-                                    "cleanup.policy": "compact"}))
+    reg.put(
+        reg.make_topic(
+            "b",
+            1,
+            {
+                "message.timestamp.type": "CreateTime",
+                "message.format.version": "0.9.0",
+                "cleanup.policy": "compact",
+            },
+        )
+    )
     reg.save(reg.snapshot())
     assert not os.path.exists(tmp_path / "chronolog-topics.json.tmp")
 
     again = TopicRegistry(config)
     again.load()
     a, b = again.get("a"), again.get("b")
-    assert (a.partitions, dict(a.overrides)) == (3, {"retention.ms": "5", "compression.type": "gzip"})
+    assert (a.partitions, dict(a.overrides)) == (
+        3,
+        {"retention.ms": "5", "compression.type": "gzip"},
+    )
     assert a.log_config.retention_ms == 5
     assert a.settings.timestamp_type == TimestampType.LOG_APPEND_TIME  # broker default
     assert a.settings.target_codec == Codec.GZIP and a.settings.magic == 2  # Kafka 3.9 default
@@ -45,8 +60,9 @@ def test_corrupt_registry_is_a_startup_error(tmp_path):
     (tmp_path / "chronolog-topics.json").write_text("{not json")
     with pytest.raises(StartupError, match="chronolog-topics.json"):
         TopicRegistry(make_config(tmp_path)).load()
-    (tmp_path / "chronolog-topics.json").write_text(json.dumps(
-        {"topics": {"x": {"partitions": 1, "configs": {"retention.ms": "soon"}}}}))
+    (tmp_path / "chronolog-topics.json").write_text(
+        json.dumps({"topics": {"x": {"partitions": 1, "configs": {"retention.ms": "soon"}}}})
+    )
     with pytest.raises(StartupError, match="retention.ms"):
         TopicRegistry(make_config(tmp_path)).load()
 
@@ -72,6 +88,7 @@ def test_topic_ids_are_kept_and_given_to_old_entries(tmp_path):
     """KIP-516: a topic's id survives restarts; a registry written before ids existed gets
     one id per topic at load, flagged so the broker saves it."""
     from broker.topics import topic_id_from_string, topic_id_string
+
     config = BrokerConfig.from_properties([("log.dirs", str(tmp_path))])
     registry = TopicRegistry(config)
     registry.put(registry.make_topic("a", 2, {}))

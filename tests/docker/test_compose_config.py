@@ -1,5 +1,6 @@
 """docker/docker-compose.yml as Debian's docker-compose resolves it (`docker-compose config`):
 the services, the wiring the integration tests depend on, and the base-image switch."""
+
 from __future__ import annotations
 
 import os
@@ -14,15 +15,25 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker" / "docker-compose.yml"
 
-pytestmark = pytest.mark.skipif(shutil.which("docker-compose") is None,
-                                reason="docker-compose not installed (`make install-test` installs it)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("docker-compose") is None,
+    reason="docker-compose not installed (`make install-test` installs it)",
+)
 
 
 def _config(**env) -> dict:
-    environ = {k: v for k, v in os.environ.items()
-               if k not in ("CHRONOLOG_BASE_IMAGE", "CHRONOLOG_DOCKER_SOCKET")}
-    result = subprocess.run(["docker-compose", "-f", str(COMPOSE_FILE), "config"],
-                            capture_output=True, text=True, timeout=60, env={**environ, **env})
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CHRONOLOG_BASE_IMAGE", "CHRONOLOG_DOCKER_SOCKET")
+    }
+    result = subprocess.run(
+        ["docker-compose", "-f", str(COMPOSE_FILE), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**environ, **env},
+    )
     assert result.returncode == 0, f"docker-compose config failed:\n{result.stderr}"
     return yaml.safe_load(result.stdout)
 
@@ -71,13 +82,16 @@ def test_runner_gets_the_docker_api_socket_it_is_told_about():
 def test_base_image_defaults_to_official_python_and_can_be_switched():
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     targets = set(re.findall(r"^FROM \S+ AS (\S+)$", dockerfile, re.MULTILINE))
-    for base, env in [("python:3.11-slim", {}), ("localhost/localbase",
-                                                  {"CHRONOLOG_BASE_IMAGE": "localhost/localbase"})]:
+    for base, env in [
+        ("python:3.11-slim", {}),
+        ("localhost/localbase", {"CHRONOLOG_BASE_IMAGE": "localhost/localbase"}),
+    ]:
         for name, service in _config(**env)["services"].items():
             build = service["build"]
             assert build["args"] == {"BASE": base}, name
-            assert (Path(build["context"]) / build["dockerfile"]).resolve() == \
-                (ROOT / "docker" / "Dockerfile").resolve()
+            assert (Path(build["context"]) / build["dockerfile"]).resolve() == (
+                ROOT / "docker" / "Dockerfile"
+            ).resolve()
             assert build["target"] in targets, name
     assert "ARG BASE=python:3.11-slim" in dockerfile
 
@@ -88,8 +102,10 @@ def test_broker_command_is_a_configuration_the_broker_accepts():
     command = _config()["services"]["broker"]["command"]
     config_path = command[command.index("--config") + 1]
     assert config_path.startswith("/app/")  # the Dockerfile's WORKDIR holds config/
-    config = load_config(str(ROOT / config_path.removeprefix("/app/")),
-                         [f"{k}={v}" for k, v in _overrides(command).items()])
+    config = load_config(
+        str(ROOT / config_path.removeprefix("/app/")),
+        [f"{k}={v}" for k, v in _overrides(command).items()],
+    )
     assert (config.host, config.port) == ("0.0.0.0", 9092)
     assert (config.advertised_host, config.advertised_port) == ("broker", 9092)
     assert list(config.log_dirs) == ["/var/lib/chronolog"]

@@ -1,6 +1,7 @@
 """broker/health.py (the container healthcheck) against tiny Kafka-speaking servers built with
 protocol.ServerConnection, one scripted answer per request, and against refused, silent,
 closing and non-Kafka peers."""
+
 from __future__ import annotations
 
 import socket
@@ -162,8 +163,12 @@ def test_bad_bootstrap_address_is_a_usage_error(address, capsys):
 
 def _chronolog_health(bootstrap: str) -> subprocess.CompletedProcess:
     # Through the `chronolog` command line, as the compose healthcheck runs it.
-    return subprocess.run([sys.executable, "-m", "broker", "health", "--bootstrap", bootstrap,
-                           "--timeout", "10"], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "broker", "health", "--bootstrap", bootstrap, "--timeout", "10"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_real_broker_is_healthy_and_advertises_its_bootstrap_address(broker):

@@ -1,4 +1,5 @@
 """Helpers shared by the real-client integration tests."""
+
 from __future__ import annotations
 
 import time
@@ -16,8 +17,16 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, configs=None) 
     """Create a topic with kafka-python's admin client (CreateTopics v0 with configs)."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
     try:
-        admin.create_topics([NewTopic(topic, partitions, 1,
-                                      topic_configs={k: str(v) for k, v in (configs or {}).items()})])
+        admin.create_topics(
+            [
+                NewTopic(
+                    topic,
+                    partitions,
+                    1,
+                    topic_configs={k: str(v) for k, v in (configs or {}).items()},
+                )
+            ]
+        )
     finally:
         admin.close()
 
@@ -26,11 +35,20 @@ def kp_producer(bootstrap: str, **kw) -> KafkaProducer:
     return KafkaProducer(bootstrap_servers=bootstrap, **kw)
 
 
-def kp_consume_all(bootstrap: str, topic: str, partition: int = 0, start: int | None = None,
-                   timeout_s: float = 20.0):
+def kp_consume_all(
+    bootstrap: str,
+    topic: str,
+    partition: int = 0,
+    start: int | None = None,
+    timeout_s: float = 20.0,
+):
     """Every message from ``start`` (default: beginning) to the current end, kafka-python."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                             enable_auto_commit=False, consumer_timeout_ms=1000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        consumer_timeout_ms=1000,
+    )
     tp = TopicPartition(topic, partition)
     try:
         consumer.assign([tp])

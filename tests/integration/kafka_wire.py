@@ -1,6 +1,7 @@
 """The shared blocking client (client.BrokerConnection) with raw socket access, for
 protocol-level checks that real clients cannot express (duplicate partitions, v0 requests, raw
 frames)."""
+
 from __future__ import annotations
 
 import socket
@@ -35,31 +36,52 @@ class WireClient(BrokerConnection):
 def message_set(values, *, timestamps=None, keys=None, magic=1, codec=0) -> bytes:
     builder = MessageSetBuilder(magic=magic, codec=codec)
     for i, value in enumerate(values):
-        builder.append(value, key=keys[i] if keys else None,
-                       timestamp=timestamps[i] if timestamps else -1)
+        builder.append(
+            value, key=keys[i] if keys else None, timestamp=timestamps[i] if timestamps else -1
+        )
     return builder.build()
 
 
-def produce(client: WireClient, topic: str, record_set: bytes, *, partition: int = 0,
-            acks: int = 1, version: int = 2):
-    body = {"acks": acks, "timeout_ms": 10000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": partition,
-                                                               "records": record_set}]}]}
+def produce(
+    client: WireClient,
+    topic: str,
+    record_set: bytes,
+    *,
+    partition: int = 0,
+    acks: int = 1,
+    version: int = 2,
+):
+    body = {
+        "acks": acks,
+        "timeout_ms": 10000,
+        "topic_data": [
+            {"name": topic, "partition_data": [{"index": partition, "records": record_set}]}
+        ],
+    }
     response = client.call(ApiKey.PRODUCE, version, body)
     return response.responses[0].partition_responses[0]
 
 
-def create_topic(client: WireClient, topic: str, partitions: int = 1, configs=None,
-                 replication_factor: int = 1) -> int:
-    body = {"topics": [{
-        "name": topic, "num_partitions": partitions, "replication_factor": replication_factor,
-        "assignments": [],
-        "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()],
-    }], "timeout_ms": 10000}
+def create_topic(
+    client: WireClient, topic: str, partitions: int = 1, configs=None, replication_factor: int = 1
+) -> int:
+    body = {
+        "topics": [
+            {
+                "name": topic,
+                "num_partitions": partitions,
+                "replication_factor": replication_factor,
+                "assignments": [],
+                "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()],
+            }
+        ],
+        "timeout_ms": 10000,
+    }
     return client.call(ApiKey.CREATE_TOPICS, 0, body).topics[0].error_code
 
 
-def frame(api_key: int, version: int, correlation_id: int, payload: bytes,
-          client_id: bytes = b"raw") -> bytes:
+def frame(
+    api_key: int, version: int, correlation_id: int, payload: bytes, client_id: bytes = b"raw"
+) -> bytes:
     head = struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id
     return struct.pack(">i", len(head) + len(payload)) + head + payload

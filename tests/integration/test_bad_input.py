@@ -1,5 +1,6 @@
 """Hostile and broken input: the broker closes the offending connection, logs why, and keeps
 serving everyone else."""
+
 from __future__ import annotations
 
 import socket
@@ -58,8 +59,9 @@ def test_bad_input_is_logged_with_its_reason(broker):
 def test_a_thousand_connections_opened_and_dropped(broker):
     with WireClient(broker.host, broker.port) as steady:
         for batch in range(10):
-            socks = [socket.create_connection((broker.host, broker.port), timeout=10)
-                     for _ in range(100)]
+            socks = [
+                socket.create_connection((broker.host, broker.port), timeout=10) for _ in range(100)
+            ]
             for i, s in enumerate(socks):
                 if i % 3 == 0:
                     s.sendall(struct.pack(">i", 1000) + b"partial")
@@ -71,8 +73,9 @@ def test_a_thousand_connections_opened_and_dropped(broker):
 
 
 def test_connection_limits(broker_factory):
-    b = broker_factory({"max.connections": 2, "connections.max.idle.ms": 700,
-                        "socket.request.max.bytes": 2000})
+    b = broker_factory(
+        {"max.connections": 2, "connections.max.idle.ms": 700, "socket.request.max.bytes": 2000}
+    )
     first, second = WireClient(b.host, b.port), WireClient(b.host, b.port)
     try:
         assert first.call(ApiKey.API_VERSIONS, 0, {}).error_code == 0
@@ -87,9 +90,20 @@ def test_connection_limits(broker_factory):
     with WireClient(b.host, b.port) as c:
         # under the limit: answered (no such topic, and Produce never creates one)
         assert produce(c, "small", message_set([b"x" * 100])).error_code == 3
-        c.send(ApiKey.PRODUCE, 2, {"acks": 1, "timeout_ms": 1000, "topic_data": [
-            {"name": "small", "partition_data": [{"index": 0,
-                                                  "records": message_set([b"x" * 3000])}]}]})
+        c.send(
+            ApiKey.PRODUCE,
+            2,
+            {
+                "acks": 1,
+                "timeout_ms": 1000,
+                "topic_data": [
+                    {
+                        "name": "small",
+                        "partition_data": [{"index": 0, "records": message_set([b"x" * 3000])}],
+                    }
+                ],
+            },
+        )
         assert c.closed_by_peer()  # frame over socket.request.max.bytes
     out = b.log_output()
     assert "limit reached" in out and "idle for 700 ms" in out

@@ -1,4 +1,5 @@
 """Protocol-level behaviour of the broker process, checked with raw requests."""
+
 from __future__ import annotations
 
 import base64
@@ -12,8 +13,7 @@ import uuid
 import pytest
 
 from protocol import ApiKey, SUPPORTED_VERSIONS, iter_deep, iter_shallow
-from tests.integration.kafka_wire import (WireClient, create_topic, frame, message_set,
-                                          produce)
+from tests.integration.kafka_wire import WireClient, create_topic, frame, message_set, produce
 
 
 def name(prefix: str = "t") -> str:
@@ -70,11 +70,13 @@ def test_metadata_auto_creates_once_with_leader_not_available(client, broker):
         metadata = os.path.join(broker.log_dir, f"{topic}-0", "partition.metadata")
         stored = open(metadata).read().split("topic_id: ")[1].strip()
         assert base64.urlsafe_b64decode(stored + "==") == by_name.topic_id.bytes
-    by_id = client.call(ApiKey.METADATA, 12, {"topics": [{"name": None,
-                                                          "topic_id": by_name.topic_id}]})
+    by_id = client.call(
+        ApiKey.METADATA, 12, {"topics": [{"name": None, "topic_id": by_name.topic_id}]}
+    )
     assert (by_id.topics[0].name, by_id.topics[0].error_code) == (topic, 0)
-    unknown = client.call(ApiKey.METADATA, 12, {"topics": [{"name": None,
-                                                            "topic_id": uuid.uuid4()}]})
+    unknown = client.call(
+        ApiKey.METADATA, 12, {"topics": [{"name": None, "topic_id": uuid.uuid4()}]}
+    )
     assert unknown.topics[0].error_code == 100  # UNKNOWN_TOPIC_ID
 
 
@@ -89,9 +91,19 @@ def test_create_topics_errors(client):
     assert create_topic(client, "a" * 250) == 17
     assert create_topic(client, "..") == 17
     dup = name()
-    body = {"topics": [
-        {"name": dup, "num_partitions": 1, "replication_factor": 1, "assignments": [],
-         "configs": []}] * 2, "timeout_ms": 1000}
+    body = {
+        "topics": [
+            {
+                "name": dup,
+                "num_partitions": 1,
+                "replication_factor": 1,
+                "assignments": [],
+                "configs": [],
+            }
+        ]
+        * 2,
+        "timeout_ms": 1000,
+    }
     codes = client.call(ApiKey.CREATE_TOPICS, 0, body).topics
     assert [(c.name, c.error_code) for c in codes] == [(dup, 42)]
     meta = client.call(ApiKey.METADATA, 1, {"topics": [{"name": topic}]})
@@ -102,8 +114,11 @@ def test_delete_topics(client):
     topic = name()
     assert create_topic(client, topic) == 0
     assert produce(client, topic, message_set([b"x"])).error_code == 0
-    body = client.call(ApiKey.DELETE_TOPICS, 0, {
-        "topic_names": [topic, name(), "__consumer_offsets"], "timeout_ms": 1000})
+    body = client.call(
+        ApiKey.DELETE_TOPICS,
+        0,
+        {"topic_names": [topic, name(), "__consumer_offsets"], "timeout_ms": 1000},
+    )
     assert [c.error_code for c in body.responses] == [0, 3, 42]
     assert produce(client, topic, message_set([b"x"])).error_code == 3
 
@@ -112,20 +127,35 @@ def test_produce_then_fetch_at_every_format(client):
     topic = name()
     assert create_topic(client, topic) == 0
     ts = [1_600_000_000_000 + i for i in range(3)]
-    r = produce(client, topic, message_set([b"a", b"b", None], timestamps=ts,
-                                           keys=[b"k1", None, b"k3"]))
+    r = produce(
+        client, topic, message_set([b"a", b"b", None], timestamps=ts, keys=[b"k1", None, b"k3"])
+    )
     assert (r.error_code, r.base_offset, r.log_append_time_ms) == (0, 0, -1)
     assert produce(client, topic, message_set([b"d"], timestamps=[ts[0]])).base_offset == 3
 
     def fetch(version, offset=0, **extra):
-        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0,
-                "topics": [{"topic": topic, "partitions": [
-                    {"partition": 0, "fetch_offset": offset,
-                     "partition_max_bytes": 1 << 20}]}], **extra}
+        body = {
+            "replica_id": -1,
+            "max_wait_ms": 0,
+            "min_bytes": 0,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
+                    ],
+                }
+            ],
+            **extra,
+        }
         return client.call(ApiKey.FETCH, version, body).responses[0].partitions[0]
 
-    expected = [(0, b"k1", b"a", ts[0]), (1, None, b"b", ts[1]), (2, b"k3", None, ts[2]),
-                (3, None, b"d", ts[0])]
+    expected = [
+        (0, b"k1", b"a", ts[0]),
+        (1, None, b"b", ts[1]),
+        (2, b"k3", None, ts[2]),
+        (3, None, b"d", ts[0]),
+    ]
     # the topic stores record batches (Kafka 3.9's default format); each Fetch version gets
     # the newest format it can read
     for version, magic in ((12, 2), (4, 2), (3, 1), (2, 1), (1, 0), (0, 0)):
@@ -146,10 +176,21 @@ def test_fetch_v3_returns_first_message_over_the_limits(client):
     big = b"x" * 5000
     assert produce(client, topic, message_set([big]), partition=0).error_code == 0
     assert produce(client, topic, message_set([b"small"]), partition=1).error_code == 0
-    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 100,
-            "topics": [{"topic": topic, "partitions": [
-                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 100},
-                {"partition": 1, "fetch_offset": 0, "partition_max_bytes": 100}]}]}
+    body = {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": 100,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 100},
+                    {"partition": 1, "fetch_offset": 0, "partition_max_bytes": 100},
+                ],
+            }
+        ],
+    }
     for version in (3, 12):
         parts = client.call(ApiKey.FETCH, version, body).responses[0].partitions
         assert [m.value for m in iter_deep(parts[0].records)] == [big]
@@ -159,9 +200,18 @@ def test_fetch_v3_returns_first_message_over_the_limits(client):
 def test_fetch_long_poll_is_woken_by_append(broker, client):
     topic = name()
     assert create_topic(client, topic) == 0
-    body = {"replica_id": -1, "max_wait_ms": 300, "min_bytes": 1, "max_bytes": 1 << 20,
-            "topics": [{"topic": topic, "partitions": [
-                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}
+    body = {
+        "replica_id": -1,
+        "max_wait_ms": 300,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+    }
     start = time.monotonic()
     empty = client.call(ApiKey.FETCH, 11, body).responses[0].partitions[0]
     assert empty.records == b"" and time.monotonic() - start >= 0.28  # held for max_wait
@@ -188,14 +238,24 @@ def test_list_offsets(client):
         produce(client, topic, message_set([b"v" * 50], timestamps=[1000 * (i + 1)]))
 
     def lookup(*partitions, version=1):
-        body = {"replica_id": -1, "topics": [{"name": topic, "partitions": [
-            {"partition_index": p, "timestamp": t} for p, t in partitions]}]}
+        body = {
+            "replica_id": -1,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [{"partition_index": p, "timestamp": t} for p, t in partitions],
+                }
+            ],
+        }
         return client.call(ApiKey.LIST_OFFSETS, version, body).topics[0].partitions
 
     for version in (1, 4, 9):
+
         def v1(*partitions):
-            return [(r.error_code, r.timestamp, r.offset) for r in lookup(*partitions,
-                                                                         version=version)]
+            return [
+                (r.error_code, r.timestamp, r.offset) for r in lookup(*partitions, version=version)
+            ]
+
         assert v1((0, -1)) == [(0, -1, 5)]
         assert v1((0, -2)) == [(0, -1, 0)]
         assert v1((0, 2500)) == [(0, 3000, 2)]
@@ -208,8 +268,15 @@ def test_list_offsets(client):
     assert (r.error_code, r.timestamp, r.offset, r.leader_epoch) == (0, 5000, 4, 0)
     (r,) = lookup((0, -4), version=8)  # earliest local: every segment is local
     assert (r.error_code, r.offset) == (0, 0)
-    body = {"replica_id": -1, "topics": [{"name": topic, "partitions": [
-        {"partition_index": 0, "timestamp": -1, "max_num_offsets": 10}] * 2}]}
+    body = {
+        "replica_id": -1,
+        "topics": [
+            {
+                "name": topic,
+                "partitions": [{"partition_index": 0, "timestamp": -1, "max_num_offsets": 10}] * 2,
+            }
+        ],
+    }
     legacy = client.call(ApiKey.LIST_OFFSETS, 0, body).topics[0].partitions
     assert len(legacy) == 1 and legacy[0].error_code == 0
     offsets = list(legacy[0].old_style_offsets)
@@ -217,8 +284,10 @@ def test_list_offsets(client):
 
     old = name()
     assert create_topic(client, old, 1, {"message.format.version": "0.9.0"}) == 0
-    body = {"replica_id": -1, "topics": [{"name": old, "partitions": [
-        {"partition_index": 0, "timestamp": 1000}]}]}
+    body = {
+        "replica_id": -1,
+        "topics": [{"name": old, "partitions": [{"partition_index": 0, "timestamp": 1000}]}],
+    }
     r = client.call(ApiKey.LIST_OFFSETS, 1, body).topics[0].partitions[0]
     assert r.error_code == 43
 
@@ -226,8 +295,13 @@ def test_list_offsets(client):
 def test_produce_errors(client):
     topic = name()
     assert create_topic(client, topic) == 0
-    body = {"acks": 2, "timeout_ms": 1000, "topic_data": [{"name": topic, "partition_data": [
-        {"index": 0, "records": message_set([b"x"])}]}]}
+    body = {
+        "acks": 2,
+        "timeout_ms": 1000,
+        "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": message_set([b"x"])}]}
+        ],
+    }
     r = client.call(ApiKey.PRODUCE, 2, body).responses[0].partition_responses[0]
     assert (r.error_code, r.base_offset) == (21, -1)
     assert produce(client, name("missing"), message_set([b"x"])).error_code == 3
@@ -239,9 +313,11 @@ def test_produce_errors(client):
 
 
 def test_pipelined_requests_are_answered_in_order(client):
-    ids = [client.send(ApiKey.METADATA, 1, {"topics": []}),
-           client.send(ApiKey.API_VERSIONS, 0, {}),
-           client.send(ApiKey.METADATA, 0, {"topics": []})]
+    ids = [
+        client.send(ApiKey.METADATA, 1, {"topics": []}),
+        client.send(ApiKey.API_VERSIONS, 0, {}),
+        client.send(ApiKey.METADATA, 0, {"topics": []}),
+    ]
     got = [client.receive() for _ in ids]
     assert [r.correlation_id for r in got] == ids
     assert [r.api_key for r in got] == [ApiKey.METADATA, ApiKey.API_VERSIONS, ApiKey.METADATA]
@@ -250,14 +326,31 @@ def test_pipelined_requests_are_answered_in_order(client):
 def test_acks_zero_gets_no_response_and_failure_closes(client, broker):
     topic = name()
     assert create_topic(client, topic) == 0
-    body = {"acks": 0, "timeout_ms": 1000, "topic_data": [{"name": topic, "partition_data": [
-        {"index": 0, "records": message_set([b"fire", b"forget"])}]}]}
+    body = {
+        "acks": 0,
+        "timeout_ms": 1000,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [{"index": 0, "records": message_set([b"fire", b"forget"])}],
+            }
+        ],
+    }
     client.send(ApiKey.PRODUCE, 2, body)
     # the next answer on the connection is for the next request: acks=0 got none
     assert client.call(ApiKey.API_VERSIONS, 0, {}).error_code == 0
-    fetch = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-             "topics": [{"topic": topic, "partitions": [
-                 {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}
+    fetch = {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": 1 << 20,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+    }
     got = client.call(ApiKey.FETCH, 3, fetch).responses[0].partitions[0]
     assert [m.value for m in iter_deep(got.records)] == [b"fire", b"forget"]
     # a failed acks=0 produce closes the connection, Kafka's only way to signal it

@@ -1,4 +1,5 @@
 """Round trips with real clients: kafka-python, confluent-kafka, kcat, aiokafka."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,14 +25,17 @@ def test_kafka_python_round_trip(broker):
     for i in range(50):
         key = None if i % 7 == 3 else f"k{i}".encode()
         value = None if i % 11 == 5 and key else f"value-{i}".encode() * (i % 5 + 1)
-        md = producer.send(topic, value=value, key=key, partition=i % 2,
-                           timestamp_ms=BASE_TS + i * 1000).get(timeout=15)
+        md = producer.send(
+            topic, value=value, key=key, partition=i % 2, timestamp_ms=BASE_TS + i * 1000
+        ).get(timeout=15)
         sent.append((md.partition, md.offset, key, value, BASE_TS + i * 1000))
     producer.close()
     got = []
     for p in (0, 1):
-        got += [(r.partition, r.offset, r.key, r.value, r.timestamp)
-                for r in kp_consume_all(broker.bootstrap, topic, p)]
+        got += [
+            (r.partition, r.offset, r.key, r.value, r.timestamp)
+            for r in kp_consume_all(broker.bootstrap, topic, p)
+        ]
     assert sorted(got, key=lambda x: (x[0], x[1])) == sorted(sent, key=lambda x: (x[0], x[1]))
     assert all(r[1] == i // 2 for i, r in enumerate(sorted(sent, key=lambda x: (x[1], x[0]))))
 
@@ -40,18 +44,37 @@ def test_kafka_python_round_trip(broker):
 def test_confluent_kafka_round_trip(broker, codec):
     topic = topic_name(f"ck-{codec}")
     create_topic(broker.bootstrap, topic)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec,
-                         "linger.ms": 20, "acks": "all"})
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "compression.type": codec,
+            "linger.ms": 20,
+            "acks": "all",
+        }
+    )
     errors = []
-    sent = [(f"k{i}".encode() if i % 3 else None, f"v{i}".encode() * 20, BASE_TS + i)
-            for i in range(200)]
+    sent = [
+        (f"k{i}".encode() if i % 3 else None, f"v{i}".encode() * 20, BASE_TS + i)
+        for i in range(200)
+    ]
     for key, value, ts in sent:
-        producer.produce(topic, value=value, key=key, timestamp=ts,
-                         on_delivery=lambda err, msg: err and errors.append(err))
+        producer.produce(
+            topic,
+            value=value,
+            key=key,
+            timestamp=ts,
+            on_delivery=lambda err, msg: err and errors.append(err),
+        )
     assert producer.flush(30) == 0 and errors == []
 
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     consumer.assign([CTopicPartition(topic, 0, 0)])
     got = []
     deadline = time.monotonic() + 30
@@ -67,9 +90,20 @@ def test_confluent_kafka_round_trip(broker, codec):
 
     # The codec the producer chose is what the log holds (lz4 needs FindCoordinator advertised).
     with WireClient(broker.host, broker.port) as c:
-        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-                "topics": [{"topic": topic, "partitions": [
-                    {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}
+        body = {
+            "replica_id": -1,
+            "max_wait_ms": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 20,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                    ],
+                }
+            ],
+        }
         data = c.call(ApiKey.FETCH, 12, body).responses[0].partitions[0].records
     expected = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3}[codec]
     assert {e.codec for e in iter_shallow(data)} == {expected}
@@ -78,20 +112,52 @@ def test_confluent_kafka_round_trip(broker, codec):
 def test_kcat(broker, tmp_path):
     topic = topic_name("kcat")
     lines = "".join(f"key{i}:value {i}\n" for i in range(20))
-    subprocess.run(["kcat", "-b", broker.bootstrap, "-P", "-t", topic, "-K:"], input=lines,
-                   text=True, check=True, timeout=60)
-    out = subprocess.run(["kcat", "-b", broker.bootstrap, "-C", "-t", topic, "-o", "beginning",
-                          "-e", "-f", "%o|%k|%s|%T\\n"], capture_output=True, text=True,
-                         check=True, timeout=60).stdout.splitlines()
+    subprocess.run(
+        ["kcat", "-b", broker.bootstrap, "-P", "-t", topic, "-K:"],
+        input=lines,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    out = subprocess.run(
+        [
+            "kcat",
+            "-b",
+            broker.bootstrap,
+            "-C",
+            "-t",
+            topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%o|%k|%s|%T\\n",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.splitlines()
     rows = [line.split("|") for line in out]
-    assert [(int(o), k, v) for o, k, v, _ in rows] == [(i, f"key{i}", f"value {i}")
-                                                       for i in range(20)]
+    assert [(int(o), k, v) for o, k, v, _ in rows] == [
+        (i, f"key{i}", f"value {i}") for i in range(20)
+    ]
     stamps = [int(t) for *_, t in rows]
-    meta = subprocess.run(["kcat", "-b", broker.bootstrap, "-L", "-t", topic],
-                          capture_output=True, text=True, check=True, timeout=60).stdout
+    meta = subprocess.run(
+        ["kcat", "-b", broker.bootstrap, "-L", "-t", topic],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     assert f'topic "{topic}" with 1 partitions' in meta and "leader 0" in meta
-    q = subprocess.run(["kcat", "-b", broker.bootstrap, "-Q", "-t", f"{topic}:0:{stamps[5]}"],
-                       capture_output=True, text=True, check=True, timeout=60).stdout
+    q = subprocess.run(
+        ["kcat", "-b", broker.bootstrap, "-Q", "-t", f"{topic}:0:{stamps[5]}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     first_at = min(i for i, t in enumerate(stamps) if t >= stamps[5])
     assert f"offset {first_at}" in q
 
@@ -106,21 +172,35 @@ def test_aiokafka_producers_plain_and_idempotent_and_consumer(broker):
     async def run():
         sent = []
         for idempotent in (False, True):
-            producer = aiokafka.AIOKafkaProducer(bootstrap_servers=broker.bootstrap,
-                                                 enable_idempotence=idempotent,
-                                                 request_timeout_ms=10000)
+            producer = aiokafka.AIOKafkaProducer(
+                bootstrap_servers=broker.bootstrap,
+                enable_idempotence=idempotent,
+                request_timeout_ms=10000,
+            )
             await producer.start()
             try:
                 for i in range(10):
                     md = await producer.send_and_wait(
-                        topic, b"v%d" % i, key=b"k", timestamp_ms=BASE_TS + i,
-                        headers=[("idempotent", b"%d" % idempotent)])
-                    sent.append((md.offset, b"k", b"v%d" % i, BASE_TS + i,
-                                 (("idempotent", b"%d" % idempotent),)))
+                        topic,
+                        b"v%d" % i,
+                        key=b"k",
+                        timestamp_ms=BASE_TS + i,
+                        headers=[("idempotent", b"%d" % idempotent)],
+                    )
+                    sent.append(
+                        (
+                            md.offset,
+                            b"k",
+                            b"v%d" % i,
+                            BASE_TS + i,
+                            (("idempotent", b"%d" % idempotent),),
+                        )
+                    )
             finally:
                 await producer.stop()
-        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=broker.bootstrap,
-                                             enable_auto_commit=False, group_id=None)
+        consumer = aiokafka.AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap, enable_auto_commit=False, group_id=None
+        )
         await consumer.start()
         try:
             tp = aiokafka.TopicPartition(topic, 0)
@@ -129,8 +209,10 @@ def test_aiokafka_producers_plain_and_idempotent_and_consumer(broker):
             got = []
             while len(got) < 20:
                 batch = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=1000), 20)
-                got += [(m.offset, m.key, m.value, m.timestamp, tuple(m.headers))
-                        for m in batch.get(tp, [])]
+                got += [
+                    (m.offset, m.key, m.value, m.timestamp, tuple(m.headers))
+                    for m in batch.get(tp, [])
+                ]
         finally:
             await consumer.stop()
         return sent, got
@@ -142,8 +224,12 @@ def test_aiokafka_producers_plain_and_idempotent_and_consumer(broker):
 
 def test_kafka_python_admin_errors(broker):
     from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import (InvalidConfigurationError, InvalidReplicationFactorError,
-                              TopicAlreadyExistsError)
+    from kafka.errors import (
+        InvalidConfigurationError,
+        InvalidReplicationFactorError,
+        TopicAlreadyExistsError,
+    )
+
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
     try:
         topic = topic_name("adm")
@@ -151,8 +237,16 @@ def test_kafka_python_admin_errors(broker):
         with pytest.raises(TopicAlreadyExistsError):
             admin.create_topics([NewTopic(topic, 2, 1)])
         with pytest.raises(InvalidConfigurationError):
-            admin.create_topics([NewTopic(topic_name("adm"), 1, 1,
-                                          topic_configs={"message.timestamp.type": "Sometimes"})])
+            admin.create_topics(
+                [
+                    NewTopic(
+                        topic_name("adm"),
+                        1,
+                        1,
+                        topic_configs={"message.timestamp.type": "Sometimes"},
+                    )
+                ]
+            )
         with pytest.raises(InvalidReplicationFactorError):
             admin.create_topics([NewTopic(topic_name("adm"), 1, 3)])
         admin.delete_topics([topic])

@@ -1,5 +1,6 @@
 """Incremental fetch sessions (KIP-227) on a real broker: raw requests, and kafka-python's
 consumer, which opens a session and then sends only what changed."""
+
 from __future__ import annotations
 
 import json
@@ -16,19 +17,39 @@ VERSION = 12
 
 
 def fetch(client, topic, partitions, *, session_id, epoch, forgotten=()):
-    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-            "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
-            "topics": [{"topic": topic, "partitions": [
-                {"partition": p, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
-                for p, offset in partitions]}] if partitions else [],
-            "forgotten_topics_data": [{"topic": topic, "partitions": list(forgotten)}]
-            if forgotten else [], "rack_id": ""}
+    body = {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "session_id": session_id,
+        "session_epoch": epoch,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {"partition": p, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
+                    for p, offset in partitions
+                ],
+            }
+        ]
+        if partitions
+        else [],
+        "forgotten_topics_data": [{"topic": topic, "partitions": list(forgotten)}]
+        if forgotten
+        else [],
+        "rack_id": "",
+    }
     return client.call(ApiKey.FETCH, VERSION, body)
 
 
 def answered(response):
-    return {p.partition_index: [m.value for m in iter_deep(bytes(p.records or b""))]
-            for t in response.responses for p in t.partitions}
+    return {
+        p.partition_index: [m.value for m in iter_deep(bytes(p.records or b""))]
+        for t in response.responses
+        for p in t.partitions
+    }
 
 
 def test_a_session_answers_only_partitions_with_news(broker):
@@ -64,8 +85,12 @@ def test_kafka_python_consumes_many_partitions_through_one_session(broker):
     topic, partitions = topic_name("sess-kp"), 24
     create_topic(broker.bootstrap, topic, partitions=partitions)
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None,
-                             client_id="sess-kp", fetch_max_wait_ms=100)
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap,
+        group_id=None,
+        client_id="sess-kp",
+        fetch_max_wait_ms=100,
+    )
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)
@@ -85,6 +110,9 @@ def test_kafka_python_consumes_many_partitions_through_one_session(broker):
     consumer.close()
     producer.close()
     assert sorted(got) == sorted(sent)  # each exactly once, every round
-    created = [json.loads(line) for line in broker.log_output().splitlines()
-               if '"fetch session created"' in line]
+    created = [
+        json.loads(line)
+        for line in broker.log_output().splitlines()
+        if '"fetch session created"' in line
+    ]
     assert any(entry["partitions"] == partitions for entry in created)

@@ -1,6 +1,7 @@
 """Old and new clients across message formats: a Kafka 0.10.1 client (magic-1 messages, Fetch
 v2) reads and writes a record-batch topic, and record-batch clients read a topic held to the
 0.10 format; what is stored is in the topic's format either way."""
+
 from __future__ import annotations
 
 import time
@@ -19,16 +20,28 @@ OLD = (0, 10, 1)
 
 def stored_magics(broker, topic: str) -> set[int]:
     with WireClient(broker.host, broker.port) as c:
-        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-                "topics": [{"topic": topic, "partitions": [
-                    {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}
+        body = {
+            "replica_id": -1,
+            "max_wait_ms": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 20,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                    ],
+                }
+            ],
+        }
         data = c.call(ApiKey.FETCH, 12, body).responses[0].partitions[0].records
     return {e.magic for e in iter_shallow(data)}
 
 
 def old_consume(broker, topic: str, count: int) -> list[tuple]:
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None,
-                             api_version=OLD, consumer_timeout_ms=2000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap, group_id=None, api_version=OLD, consumer_timeout_ms=2000
+    )
     tp = TopicPartition(topic, 0)
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
@@ -46,12 +59,18 @@ def test_old_client_on_a_record_batch_topic(broker):
     old.close()
     new = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": "lz4"})
     for i in range(5):
-        new.produce(topic, key=b"new", value=b"n%d" % i, timestamp=BASE_TS + 5 + i,
-                    headers=[("h", b"%d" % i)])
+        new.produce(
+            topic,
+            key=b"new",
+            value=b"n%d" % i,
+            timestamp=BASE_TS + 5 + i,
+            headers=[("h", b"%d" % i)],
+        )
     assert new.flush(15) == 0
     assert stored_magics(broker, topic) == {2}  # the old producer's sets were up-converted
     expected = [(i, b"old", b"o%d" % i, BASE_TS + i) for i in range(5)] + [
-        (5 + i, b"new", b"n%d" % i, BASE_TS + 5 + i) for i in range(5)]
+        (5 + i, b"new", b"n%d" % i, BASE_TS + 5 + i) for i in range(5)
+    ]
     assert old_consume(broker, topic, 10) == expected  # down-converted for Fetch v2
 
 
@@ -64,13 +83,15 @@ def test_record_batch_clients_on_a_0_10_topic(broker):
     assert new.flush(15) == 0
     with_headers = Producer({"bootstrap.servers": broker.bootstrap})
     failures = []
-    with_headers.produce(topic, value=b"x", headers=[("h", b"1")],
-                         on_delivery=lambda err, msg: failures.append(err))
+    with_headers.produce(
+        topic, value=b"x", headers=[("h", b"1")], on_delivery=lambda err, msg: failures.append(err)
+    )
     with_headers.flush(15)
     assert [f.code() for f in failures if f] == [43]  # UNSUPPORTED_FOR_MESSAGE_FORMAT
     assert stored_magics(broker, topic) == {1}
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "fmt",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "fmt", "enable.auto.commit": False}
+    )
     consumer.assign([CTopicPartition(topic, 0, 0)])
     got = []
     deadline = time.monotonic() + 20

@@ -6,6 +6,7 @@ auto-commit with a bounded close(), aiokafka, kcat -G, kafka-python's admin grou
 Every wait is bounded: polls carry timeouts, loops carry deadlines, closes run in threads that
 must finish within CLOSE_TIMEOUT_S.
 """
+
 from __future__ import annotations
 
 import socket
@@ -48,8 +49,9 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
         admin.close()
 
 
-def produce(bootstrap: str, topic: str, partitions: int, per_partition: int,
-            tag: str = "m") -> None:
+def produce(
+    bootstrap: str, topic: str, partitions: int, per_partition: int, tag: str = "m"
+) -> None:
     producer = KafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=15000)
     try:
         for p in range(partitions):
@@ -80,9 +82,16 @@ def bounded(fn, timeout: float = CLOSE_TIMEOUT_S, what: str = "call"):
 
 
 def kafka_consumer(bootstrap: str, group: str, **kw) -> KafkaConsumer:
-    opts = dict(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500,
-                request_timeout_ms=20000, max_poll_interval_ms=20000)
+    opts = dict(
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+        request_timeout_ms=20000,
+        max_poll_interval_ms=20000,
+    )
     opts.update(kw)
     return KafkaConsumer(**opts)
 
@@ -133,6 +142,7 @@ def partitions(topic: str, n: int) -> set[TopicPartition]:
 
 # ---- kafka-python ----------------------------------------------------------------------------
 
+
 def test_two_consumers_split_partitions_and_one_takes_over(broker):
     topic, group = unique("split"), unique("g")
     create_topic(broker.bootstrap, topic, 4)
@@ -143,14 +153,19 @@ def test_two_consumers_split_partitions_and_one_takes_over(broker):
     b = PollingConsumer(broker.bootstrap, group, topic)
     b.start()
     try:
-        wait_for(lambda: len(a.assignment) == 2 and len(b.assignment) == 2
-                 and a.assignment | b.assignment == partitions(topic, 4),
-                 "two consumers to split 4 partitions 2/2")
+        wait_for(
+            lambda: len(a.assignment) == 2
+            and len(b.assignment) == 2
+            and a.assignment | b.assignment == partitions(topic, 4),
+            "two consumers to split 4 partitions 2/2",
+        )
         b.stop()  # close() sends LeaveGroup: a rebalances at once, not after a session timeout
         wait_for(lambda: a.assignment == partitions(topic, 4), "the survivor to take over all 4")
         produce(broker.bootstrap, topic, 4, 1, tag="after")
-        wait_for(lambda: sum(r.value.startswith(b"after") for r in a.records) == 4,
-                 "the survivor to read new records on every partition")
+        wait_for(
+            lambda: sum(r.value.startswith(b"after") for r in a.records) == 4,
+            "the survivor to read new records on every partition",
+        )
     finally:
         b.stop_event.set()
         a.stop()
@@ -177,9 +192,15 @@ def test_failed_member_is_removed_after_session_timeout(broker_factory):
         "    if c.assignment():\n"
         "        print('assigned', flush=True)\n"
         "        break\n"
-        "time.sleep(120)\n")
-    child = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
+        "time.sleep(120)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         line = bounded(child.stdout.readline, WAIT_S, "child consumer to get an assignment")
         assert line.strip() == "assigned"
@@ -187,8 +208,11 @@ def test_failed_member_is_removed_after_session_timeout(broker_factory):
         child.kill()
         child.wait(10)
         t0 = time.monotonic()
-        wait_for(lambda: a.assignment == partitions(topic, 2),
-                 "the dead member's session (3 s) to expire", timeout=30)
+        wait_for(
+            lambda: a.assignment == partitions(topic, 2),
+            "the dead member's session (3 s) to expire",
+            timeout=30,
+        )
         assert time.monotonic() - t0 >= 2.5  # not before the session timeout
     finally:
         if child.poll() is None:
@@ -230,8 +254,7 @@ def test_commits_survive_restart_and_next_consumer_resumes(broker_factory, how):
             seen[tp.partition].extend(r.offset for r in batch)
     assert all(offsets == list(range(10)) for offsets in seen.values()), seen
     # commit a different position per partition, with metadata
-    told = {TopicPartition(topic, p): OffsetAndMetadata(3 + p, f"meta-{p}", -1)
-            for p in range(4)}
+    told = {TopicPartition(topic, p): OffsetAndMetadata(3 + p, f"meta-{p}", -1) for p in range(4)}
     consumer.commit(told)
     if how == "kill -9":
         broker.kill()  # right after the commit was acknowledged
@@ -247,7 +270,8 @@ def test_commits_survive_restart_and_next_consumer_resumes(broker_factory, how):
     finally:
         admin.close()
     assert {tp: (o.offset, o.metadata) for tp, o in stored.items()} == {
-        tp: (o.offset, o.metadata) for tp, o in told.items()}
+        tp: (o.offset, o.metadata) for tp, o in told.items()
+    }
     got = consume_exactly(broker.bootstrap, group, topic, 40 - sum(3 + p for p in range(4)))
     by_partition: dict[int, list[int]] = {p: [] for p in range(4)}
     for r in got:
@@ -263,16 +287,21 @@ def test_kill_9_keeps_exactly_the_acknowledged_commits(broker_factory):
     consumer.assign(partitions(topic, 2))
     last = {}
     for i in range(1, 31):
-        last = {TopicPartition(topic, p): OffsetAndMetadata(i * 10 + p, f"commit {i}", -1)
-                for p in range(2)}
+        last = {
+            TopicPartition(topic, p): OffsetAndMetadata(i * 10 + p, f"commit {i}", -1)
+            for p in range(2)
+        }
         consumer.commit(last)  # raises unless the broker acknowledged it
     broker.kill()
     broker.start()
-    got = {tp: bounded(lambda tp=tp: consumer.committed(tp, metadata=True),
-                       what="committed()") for tp in last}
+    got = {
+        tp: bounded(lambda tp=tp: consumer.committed(tp, metadata=True), what="committed()")
+        for tp in last
+    }
     bounded(lambda: consumer.close(autocommit=False), what="KafkaConsumer.close()")
     assert {tp: (o.offset, o.metadata) for tp, o in got.items()} == {
-        tp: (o.offset, o.metadata) for tp, o in last.items()}
+        tp: (o.offset, o.metadata) for tp, o in last.items()
+    }
 
 
 def test_admin_group_apis(broker):
@@ -282,10 +311,11 @@ def test_admin_group_apis(broker):
     a = PollingConsumer(broker.bootstrap, group, topic)
     a.start()
     try:
-        wait_for(lambda: a.assignment == partitions(topic, 3) and len(a.records) == 12,
-                 "the consumer to own and read all partitions")
-        offsets = {TopicPartition(topic, p): OffsetAndMetadata(p + 1, "m", -1)
-                   for p in range(3)}
+        wait_for(
+            lambda: a.assignment == partitions(topic, 3) and len(a.records) == 12,
+            "the consumer to own and read all partitions",
+        )
+        offsets = {TopicPartition(topic, p): OffsetAndMetadata(p + 1, "m", -1) for p in range(3)}
         a.consumer.commit(offsets)  # safe: poll() is not running concurrently
     except BaseException:
         a.stop()
@@ -293,19 +323,26 @@ def test_admin_group_apis(broker):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
     try:
         listed = admin.list_groups()
-        assert any(g["group_id"] == group and g["protocol_type"] == "consumer"
-                   for g in listed), listed
+        assert any(g["group_id"] == group and g["protocol_type"] == "consumer" for g in listed), (
+            listed
+        )
         d = admin.describe_groups([group])[group]
         assert (d["error"], d["group_state"], d["protocol_type"], d["protocol_data"]) == (
-            None, "Stable", "consumer", "range")
+            None,
+            "Stable",
+            "consumer",
+            "range",
+        )
         (member,) = d["members"]
         assert member["client_host"] == client_host_seen_by(broker.bootstrap)
         assert member["member_metadata"]["topics"] == [topic]
         assert member["member_assignment"]["assigned_partitions"] == [
-            {"topic": topic, "partitions": [0, 1, 2]}]
+            {"topic": topic, "partitions": [0, 1, 2]}
+        ]
         stored = admin.list_group_offsets({group: list(offsets)})[group]
-        assert {tp: o.offset for tp, o in stored.items()} == {tp: p.offset
-                                                               for tp, p in offsets.items()}
+        assert {tp: o.offset for tp, o in stored.items()} == {
+            tp: p.offset for tp, p in offsets.items()
+        }
     finally:
         admin.close()
         a.stop()
@@ -313,14 +350,23 @@ def test_admin_group_apis(broker):
 
 # ---- confluent-kafka -------------------------------------------------------------------------
 
+
 def test_confluent_consumer_auto_commit_and_bounded_close(broker):
     from confluent_kafka import Consumer, TopicPartition as CTP
+
     topic, group = unique("ck"), unique("g")
     create_topic(broker.bootstrap, topic, 4)
     produce(broker.bootstrap, topic, 4, 6)
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": True,
-                         "auto.commit.interval.ms": 500, "session.timeout.ms": 10000})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 500,
+            "session.timeout.ms": 10000,
+        }
+    )
     consumer.subscribe([topic])
     got = []
     deadline = time.monotonic() + WAIT_S
@@ -341,8 +387,14 @@ def test_confluent_consumer_auto_commit_and_bounded_close(broker):
     assert {tp.partition: o.offset for tp, o in stored.items()} == {p: 6 for p in range(4)}
     # a second confluent consumer in the group starts exactly there
     produce(broker.bootstrap, topic, 4, 1, tag="next")
-    c2 = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c2 = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     c2.subscribe([topic])
     got2 = []
     deadline = time.monotonic() + WAIT_S
@@ -362,14 +414,21 @@ def test_mixed_clients_share_one_group(broker):
     """kafka-python and librdkafka members in one group: the coordinator picks a protocol both
     support (range) and the leader's assignment reaches the other client."""
     from confluent_kafka import Consumer
+
     topic, group = unique("mixed"), unique("g")
     create_topic(broker.bootstrap, topic, 4)
     a = PollingConsumer(broker.bootstrap, group, topic)
     a.start()
     wait_for(lambda: a.assignment == partitions(topic, 4), "kafka-python to own all 4")
-    ck = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                   "partition.assignment.strategy": "range"})
+    ck = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "partition.assignment.strategy": "range",
+        }
+    )
     owned: set[int] = set()
     stop = threading.Event()
 
@@ -383,9 +442,12 @@ def test_mixed_clients_share_one_group(broker):
     ck.subscribe([topic])
     t.start()
     try:
-        wait_for(lambda: len(owned) == 2 and len(a.assignment) == 2
-                 and {tp.partition for tp in a.assignment} | owned == set(range(4)),
-                 "a 2/2 split between kafka-python and confluent-kafka")
+        wait_for(
+            lambda: len(owned) == 2
+            and len(a.assignment) == 2
+            and {tp.partition for tp in a.assignment} | owned == set(range(4)),
+            "a 2/2 split between kafka-python and confluent-kafka",
+        )
         admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
         try:
             d = admin.describe_groups([group])[group]
@@ -397,8 +459,10 @@ def test_mixed_clients_share_one_group(broker):
         t.join(CLOSE_TIMEOUT_S)
         bounded(ck.close, what="confluent Consumer.close()")
     try:
-        wait_for(lambda: a.assignment == partitions(topic, 4),
-                 "kafka-python to take all 4 back after confluent-kafka's close()")
+        wait_for(
+            lambda: a.assignment == partitions(topic, 4),
+            "kafka-python to take all 4 back after confluent-kafka's close()",
+        )
     finally:
         a.stop()
 
@@ -407,13 +471,19 @@ def test_aiokafka_group_consumer_commits_and_resumes(broker):
     import asyncio
 
     from aiokafka import AIOKafkaConsumer
+
     topic, group = unique("aio"), unique("g")
     create_topic(broker.bootstrap, topic, 4)
     produce(broker.bootstrap, topic, 4, 3)
 
     async def consume(n: int, commit: bool) -> list[tuple[int, int]]:
-        c = AIOKafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
-                             auto_offset_reset="earliest", enable_auto_commit=False)
+        c = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=broker.bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         await asyncio.wait_for(c.start(), WAIT_S)
         got: list[tuple[int, int]] = []
         try:
@@ -428,22 +498,41 @@ def test_aiokafka_group_consumer_commits_and_resumes(broker):
         return got
 
     assert sorted(asyncio.run(consume(12, commit=True))) == [
-        (p, o) for p in range(4) for o in range(3)]
+        (p, o) for p in range(4) for o in range(3)
+    ]
     produce(broker.bootstrap, topic, 4, 1, tag="more")
     assert sorted(asyncio.run(consume(4, commit=False))) == [(p, 3) for p in range(4)]
 
 
 # ---- kcat -G ---------------------------------------------------------------------------------
 
+
 def test_kcat_balanced_consumer(broker):
     topic, group = unique("kcat"), unique("g")
     create_topic(broker.bootstrap, topic, 2)
     produce(broker.bootstrap, topic, 2, 3)
     out = subprocess.run(
-        ["kcat", "-b", broker.bootstrap, "-G", group, "-o", "beginning", "-e",
-         "-X", "enable.auto.commit=true", "-X", "auto.commit.interval.ms=200",
-         "-f", "%p:%o:%s\\n", topic],
-        capture_output=True, text=True, timeout=WAIT_S)
+        [
+            "kcat",
+            "-b",
+            broker.bootstrap,
+            "-G",
+            group,
+            "-o",
+            "beginning",
+            "-e",
+            "-X",
+            "enable.auto.commit=true",
+            "-X",
+            "auto.commit.interval.ms=200",
+            "-f",
+            "%p:%o:%s\\n",
+            topic,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
     assert out.returncode == 0, out.stderr
     lines = sorted(line for line in out.stdout.splitlines() if line)
     assert lines == sorted(f"{p}:{o}:m-{p}-{o}" for p in range(2) for o in range(3))
@@ -457,9 +546,15 @@ def test_kcat_balanced_consumer(broker):
 
 # ---- chronolog groups --------------------------------------------------------------------------
 
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "broker", "groups", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=WAIT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "broker", "groups", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
 
 
 def test_chronolog_groups_cli(broker):
@@ -469,12 +564,18 @@ def test_chronolog_groups_cli(broker):
     a = PollingConsumer(broker.bootstrap, group, topic)
     a.start()
     try:
-        wait_for(lambda: a.assignment == partitions(topic, 2) and len(a.records) == 10,
-                 "the consumer to own and read both partitions")
+        wait_for(
+            lambda: a.assignment == partitions(topic, 2) and len(a.records) == 10,
+            "the consumer to own and read both partitions",
+        )
         a.stop_event.set()
         a.join(CLOSE_TIMEOUT_S)
-        a.consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(2, "", -1),
-                           TopicPartition(topic, 1): OffsetAndMetadata(5, "", -1)})
+        a.consumer.commit(
+            {
+                TopicPartition(topic, 0): OffsetAndMetadata(2, "", -1),
+                TopicPartition(topic, 1): OffsetAndMetadata(5, "", -1),
+            }
+        )
         a.consumer.poll(timeout_ms=100)  # keep the member alive (heartbeats run in a thread)
         listed = run_cli("--bootstrap-server", broker.bootstrap, "list")
         assert listed.returncode == 0, listed.stderr
@@ -493,8 +594,9 @@ def test_chronolog_groups_cli(broker):
         host = client_host_seen_by(broker.bootstrap)
         owners = {tuple(line.split()[5:7]) for line in lines if line.startswith(topic)}
         assert owners == {(member["member_id"], host)}
-        members_header = lines.index(next(x for x in lines if x.split()[:3] == [
-            "MEMBER-ID", "CLIENT-ID", "HOST"]))
+        members_header = lines.index(
+            next(x for x in lines if x.split()[:3] == ["MEMBER-ID", "CLIENT-ID", "HOST"])
+        )
         assert lines[members_header + 1].split()[::2] == [member["member_id"], host]
     finally:
         a.stop_event.set()
@@ -505,6 +607,7 @@ def test_chronolog_groups_cli(broker):
 
 def test_offsets_topic_is_internal_to_real_clients(broker):
     from confluent_kafka import KafkaError, Producer
+
     group, topic = unique("g"), unique("int")
     create_topic(broker.bootstrap, topic, 1)
     committer = kafka_consumer(broker.bootstrap, group)
@@ -515,8 +618,13 @@ def test_offsets_topic_is_internal_to_real_clients(broker):
     # librdkafka produces to any topic Metadata lists; the broker refuses with 17
     reports = []
     producer = Producer({"bootstrap.servers": broker.bootstrap, "message.send.max.retries": 0})
-    producer.produce("__consumer_offsets", key=b"forged", value=b"forged", partition=0,
-                     on_delivery=lambda err, msg: reports.append(err))
+    producer.produce(
+        "__consumer_offsets",
+        key=b"forged",
+        value=b"forged",
+        partition=0,
+        on_delivery=lambda err, msg: reports.append(err),
+    )
     assert producer.flush(30) == 0
     assert [e.code() for e in reports] == [KafkaError.TOPIC_EXCEPTION]
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)

@@ -1,6 +1,7 @@
 """Idempotent producers across a broker crash: librdkafka with enable.idempotence and acks=all
 keeps producing through a kill -9 and a restart, and the log holds every message exactly once,
 in order, with no gap (its retries of batches already stored are recognised from the log)."""
+
 from __future__ import annotations
 
 import time
@@ -16,10 +17,18 @@ def test_idempotent_producer_survives_kill9(broker_factory):
     b = broker_factory({"log.flush.interval.messages": 1, "log.segment.bytes": 60000})
     topic = topic_name("idem")
     create_topic(b.bootstrap, topic)
-    producer = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5, "batch.num.messages": 50,
-                         "max.in.flight.requests.per.connection": 5,
-                         "message.timeout.ms": 120000, "retry.backoff.ms": 50})
+    producer = Producer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "batch.num.messages": 50,
+            "max.in.flight.requests.per.connection": 5,
+            "message.timeout.ms": 120000,
+            "retry.backoff.ms": 50,
+        }
+    )
     acked: list[bytes] = []
     errors: list = []
 

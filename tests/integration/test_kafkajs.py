@@ -1,5 +1,6 @@
 """KafkaJS 2.2.4 (node, from tests/integration/js) against a real broker: producer, consumer group and
 admin fetchTopicOffsetsByTimestamp."""
+
 from __future__ import annotations
 
 import json
@@ -16,12 +17,17 @@ BASE_TS = 1_700_000_000_000
 
 pytestmark = pytest.mark.skipif(
     shutil.which("node") is None or not (JS_DIR / "node_modules" / "kafkajs").is_dir(),
-    reason="node or tests/integration/js/node_modules missing: run `make install-test`")
+    reason="node or tests/integration/js/node_modules missing: run `make install-test`",
+)
 
 
 def run_kafkajs(bootstrap: str, topic: str, count: int) -> dict:
-    done = subprocess.run(["node", str(JS_DIR / "kafkajs_roundtrip.js"), bootstrap, topic,
-                           str(count), str(BASE_TS)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["node", str(JS_DIR / "kafkajs_roundtrip.js"), bootstrap, topic, str(count), str(BASE_TS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -33,8 +39,8 @@ def test_kafkajs_produce_group_consume_and_offsets_by_time(broker):
     seen = run_kafkajs(broker.bootstrap, topic, count)
     assert [p["errorCode"] for p in seen["produced"]] == [0]
     consumed = sorted(seen["consumed"], key=lambda m: m["offset"])
-    assert [(m["offset"], m["key"], m["value"], m["timestamp"], m["headers"])
-            for m in consumed] == [
-        (i, f"k{i}", f"value-{i}", BASE_TS + i * 1000, {"seq": str(i)}) for i in range(count)]
+    assert [
+        (m["offset"], m["key"], m["value"], m["timestamp"], m["headers"]) for m in consumed
+    ] == [(i, f"k{i}", f"value-{i}", BASE_TS + i * 1000, {"seq": str(i)}) for i in range(count)]
     # the first offset at or after the middle timestamp is the middle message
     assert seen["byTime"] == [{"partition": 0, "offset": str(count // 2)}]

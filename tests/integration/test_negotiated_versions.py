@@ -5,6 +5,7 @@ connection used; each test drives one client under a unique client id, then read
 The expected versions are each client's own maximum given what ApiVersions offers (Kafka 3.9's
 ranges): where a client stops below the broker's maximum, that is the client's limit.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,9 @@ from protocol import SUPPORTED_VERSIONS, ApiKey
 from tests.integration.clients import create_topic, topic_name
 
 
-def used_versions(broker, client_id: str, *apis: str, timeout_s: float = 15.0
-                  ) -> dict[str, set[int]]:
+def used_versions(
+    broker, client_id: str, *apis: str, timeout_s: float = 15.0
+) -> dict[str, set[int]]:
     """{api name: versions} over every closed connection of ``client_id``, once the lines for
     all of ``apis`` are in the log (clients close connections in the background)."""
     deadline = time.monotonic() + timeout_s
@@ -70,8 +72,9 @@ def test_kafka_python(broker, topic):
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, client_id=cid)
     producer.send(topic, b"v", headers=[("h", b"1")]).get(timeout=15)
     producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, client_id=cid, group_id=None,
-                             consumer_timeout_ms=1000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap, client_id=cid, group_id=None, consumer_timeout_ms=1000
+    )
     tp = TopicPartition(topic, 0)
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
@@ -89,12 +92,24 @@ def test_kafka_python(broker, topic):
 
 def test_confluent_kafka(broker, topic):
     cid = client_id("ck")
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": cid,
-                         "enable.idempotence": True, "compression.type": "zstd"})
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "client.id": cid,
+            "enable.idempotence": True,
+            "compression.type": "zstd",
+        }
+    )
     producer.produce(topic, b"v", headers=[("h", b"1")])
     assert producer.flush(15) == 0
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "client.id": cid,
-                         "group.id": cid, "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "client.id": cid,
+            "group.id": cid,
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([CTopicPartition(topic, 0, 0)])
     msg = consumer.poll(10)
     assert (msg.value(), msg.headers()) == (b"v", [("h", b"1")])
@@ -116,13 +131,15 @@ def test_aiokafka(broker, topic):
     cid = client_id("aio")
 
     async def run():
-        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=broker.bootstrap, client_id=cid,
-                                             enable_idempotence=True)
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=broker.bootstrap, client_id=cid, enable_idempotence=True
+        )
         await producer.start()
         await producer.send_and_wait(topic, b"v")
         await producer.stop()
-        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=broker.bootstrap,
-                                             client_id=cid, group_id=None)
+        consumer = aiokafka.AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap, client_id=cid, group_id=None
+        )
         await consumer.start()
         tp = aiokafka.TopicPartition(topic, 0)
         consumer.assign([tp])
@@ -144,11 +161,16 @@ def test_kcat(broker, topic):
     cid = client_id("kcat")
     common = ["-b", broker.bootstrap, "-X", f"client.id={cid}"]
     subprocess.run(["kcat", *common, "-P", "-t", topic], input=b"v\n", check=True, timeout=60)
-    out = subprocess.run(["kcat", *common, "-C", "-t", topic, "-o", "beginning", "-e", "-q"],
-                         capture_output=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        ["kcat", *common, "-C", "-t", topic, "-o", "beginning", "-e", "-q"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
     assert out == b"v\n"
-    subprocess.run(["kcat", *common, "-Q", "-t", f"{topic}:0:0"], capture_output=True,
-                   check=True, timeout=60)
+    subprocess.run(
+        ["kcat", *common, "-Q", "-t", f"{topic}:0:0"], capture_output=True, check=True, timeout=60
+    )
     used = used_versions(broker, cid, "PRODUCE", "FETCH", "LIST_OFFSETS")
     # Debian's kcat links an older librdkafka: MsgVer2 still, Metadata v4, ListOffsets v2.
     assert 3 in used["API_VERSIONS"] and used["METADATA"] == {4}

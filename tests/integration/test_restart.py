@@ -1,4 +1,5 @@
 """Crash and clean restarts of the broker process."""
+
 from __future__ import annotations
 
 import glob
@@ -17,8 +18,13 @@ from tests.integration.kafka_wire import create_topic as wire_create_topic
 
 
 def test_kill9_mid_produce_keeps_every_acknowledged_message(broker_factory):
-    b = broker_factory({"log.flush.interval.messages": 1, "log.segment.bytes": 10000,
-                        "log.index.interval.bytes": 300})
+    b = broker_factory(
+        {
+            "log.flush.interval.messages": 1,
+            "log.segment.bytes": 10000,
+            "log.index.interval.bytes": 300,
+        }
+    )
     topic = topic_name("crash")
     create_topic(b.bootstrap, topic, 2)
     acked: dict[tuple[int, int], bytes] = {}
@@ -30,8 +36,13 @@ def test_kill9_mid_produce_keeps_every_acknowledged_message(broker_factory):
                 i = 0
                 while not stop.is_set():
                     values = [b"p%d-m%d-%d" % (partition, i, j) * 5 for j in range(4)]
-                    r = produce(c, topic, message_set(values, timestamps=[int(time.time() * 1000)] * 4),
-                                partition=partition, acks=-1)
+                    r = produce(
+                        c,
+                        topic,
+                        message_set(values, timestamps=[int(time.time() * 1000)] * 4),
+                        partition=partition,
+                        acks=-1,
+                    )
                     assert r.error_code == 0
                     for j, v in enumerate(values):
                         acked[(partition, r.base_offset + j)] = v
@@ -59,19 +70,30 @@ def test_kill9_mid_produce_keeps_every_acknowledged_message(broker_factory):
         assert missing == [], f"partition {partition}: acknowledged offsets lost: {missing[:10]}"
     b.stop()
 
-    indexes = sorted(glob.glob(os.path.join(b.log_dir, f"{topic}-*", "*.index")) +
-                     glob.glob(os.path.join(b.log_dir, f"{topic}-*", "*.timeindex")))
+    indexes = sorted(
+        glob.glob(os.path.join(b.log_dir, f"{topic}-*", "*.index"))
+        + glob.glob(os.path.join(b.log_dir, f"{topic}-*", "*.timeindex"))
+    )
     assert len(indexes) > 4
-    r = subprocess.run([sys.executable, "-m", "broker", "dump-log", "--verify", *indexes],
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "broker", "dump-log", "--verify", *indexes],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
 
 def test_clean_restart_needs_no_recovery_and_keeps_state(broker_factory):
     b = broker_factory()
     topic = topic_name("clean")
-    create_topic(b.bootstrap, topic, 3, configs={"message.timestamp.type": "LogAppendTime",
-                                                 "retention.ms": 123456789})
+    create_topic(
+        b.bootstrap,
+        topic,
+        3,
+        configs={"message.timestamp.type": "LogAppendTime", "retention.ms": 123456789},
+    )
     with WireClient(b.host, b.port) as c:
         first = produce(c, topic, message_set([b"a", b"b"], timestamps=[1, 2]), partition=2)
         cluster_id = c.call(ApiKey.METADATA, 2, {"topics": []}).cluster_id
@@ -106,10 +128,24 @@ def test_sigterm_answers_a_waiting_fetch_before_exiting(broker_factory):
     topic = topic_name("drain")
     with WireClient(b.host, b.port) as c:
         assert wire_create_topic(c, topic) == 0
-        c.send(ApiKey.FETCH, 3, {
-            "replica_id": -1, "max_wait_ms": 60000, "min_bytes": 1, "max_bytes": 1 << 20,
-            "topics": [{"topic": topic, "partitions": [
-                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+        c.send(
+            ApiKey.FETCH,
+            3,
+            {
+                "replica_id": -1,
+                "max_wait_ms": 60000,
+                "min_bytes": 1,
+                "max_bytes": 1 << 20,
+                "topics": [
+                    {
+                        "topic": topic,
+                        "partitions": [
+                            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                        ],
+                    }
+                ],
+            },
+        )
         time.sleep(0.5)  # the fetch is now parked in the broker's long poll
         b.proc.send_signal(signal.SIGTERM)
         response = c.receive()  # answered (empty) instead of dropped
@@ -119,8 +155,9 @@ def test_sigterm_answers_a_waiting_fetch_before_exiting(broker_factory):
 
 
 def test_flush_ms_and_checkpoints_run_in_the_background(broker_factory):
-    b = broker_factory({"log.flush.scheduler.interval.ms": 100,
-                        "log.flush.offset.checkpoint.interval.ms": 200})
+    b = broker_factory(
+        {"log.flush.scheduler.interval.ms": 100, "log.flush.offset.checkpoint.interval.ms": 200}
+    )
     topic = topic_name("flushms")
     create_topic(b.bootstrap, topic, configs={"flush.ms": 100})
     with WireClient(b.host, b.port) as c:

@@ -1,5 +1,6 @@
 """Message time end to end: LogAppendTime, the CreateTime difference limit, offsets_for_times
 against a brute-force oracle, and retention by message time."""
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,10 @@ def test_log_append_time_topic(broker, codec):
     create_topic(broker.bootstrap, topic, configs={"message.timestamp.type": "LogAppendTime"})
     producer = kp_producer(broker.bootstrap, acks=1, compression_type=codec)
     before = now_ms()
-    acked = [producer.send(topic, value=b"m%d" % i, timestamp_ms=1000 + i).get(timeout=15)
-             for i in range(30)]
+    acked = [
+        producer.send(topic, value=b"m%d" % i, timestamp_ms=1000 + i).get(timeout=15)
+        for i in range(30)
+    ]
     after = now_ms()
     producer.close()
     stamps = [md.timestamp for md in acked]
@@ -49,9 +52,14 @@ def test_log_append_time_topic(broker, codec):
 
 def test_create_time_difference_limit_rejects_old_batch(broker):
     topic = topic_name("tsdiff")
-    create_topic(broker.bootstrap, topic,
-                 configs={"message.timestamp.type": "CreateTime",
-                          "message.timestamp.difference.max.ms": 60_000})
+    create_topic(
+        broker.bootstrap,
+        topic,
+        configs={
+            "message.timestamp.type": "CreateTime",
+            "message.timestamp.difference.max.ms": 60_000,
+        },
+    )
     producer = kp_producer(broker.bootstrap, acks=1, retries=0)
     with pytest.raises(InvalidTimestampError):
         producer.send(topic, value=b"old", timestamp_ms=now_ms() - 3_600_000).get(timeout=15)
@@ -72,16 +80,18 @@ def test_kip32_alias_for_the_difference_limit(broker):
 
 def test_offsets_for_times_matches_brute_force_across_segments(broker):
     topic = topic_name("oft")
-    create_topic(broker.bootstrap, topic, configs={"segment.bytes": 1024,
-                                                   "index.interval.bytes": 100})
+    create_topic(
+        broker.bootstrap, topic, configs={"segment.bytes": 1024, "index.interval.bytes": 100}
+    )
     rng = random.Random(42)
     base = now_ms() - 10 * DAY_MS
     stamps = []
     with WireClient(broker.host, broker.port) as c:
         for batch in range(60):
             ts = [base + rng.randrange(0, 500_000) for _ in range(rng.randrange(1, 5))]
-            r = produce(c, topic, message_set([b"x" * rng.randrange(10, 80) for _ in ts],
-                                              timestamps=ts))
+            r = produce(
+                c, topic, message_set([b"x" * rng.randrange(10, 80) for _ in ts], timestamps=ts)
+            )
             assert r.error_code == 0
             stamps += ts
     if broker.log_dirs:  # an external broker's files are out of reach
@@ -106,8 +116,9 @@ def test_offsets_for_times_matches_brute_force_across_segments(broker):
         consumer.close()
 
     # confluent-kafka asks the same question (offsets_for_times -> ListOffsets v1).
-    ck = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused",
-                   "enable.auto.commit": False})
+    ck = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "unused", "enable.auto.commit": False}
+    )
     try:
         # one partition per call: a repeated partition in one request is INVALID_REQUEST
         for t in probes[:: max(1, len(probes) // 20)]:
@@ -119,14 +130,15 @@ def test_offsets_for_times_matches_brute_force_across_segments(broker):
 
 
 def test_retention_by_message_time_moves_beginning_offset(broker_factory):
-    b = broker_factory({"log.retention.check.interval.ms": 300,
-                        "log.segment.delete.delay.ms": 0})
+    b = broker_factory({"log.retention.check.interval.ms": 300, "log.segment.delete.delay.ms": 0})
     topic = topic_name("ret")
     create_topic(b.bootstrap, topic, configs={"retention.ms": DAY_MS, "segment.bytes": 400})
     old = now_ms() - 3 * DAY_MS
     with WireClient(b.host, b.port) as c:
         for i in range(12):
-            assert produce(c, topic, message_set([b"o" * 100], timestamps=[old + i])).error_code == 0
+            assert (
+                produce(c, topic, message_set([b"o" * 100], timestamps=[old + i])).error_code == 0
+            )
         first_new = produce(c, topic, message_set([b"n" * 100], timestamps=[now_ms()])).base_offset
         for i in range(3):
             produce(c, topic, message_set([b"n" * 100], timestamps=[now_ms()]))

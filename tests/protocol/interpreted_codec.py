@@ -4,6 +4,7 @@ walking the same field tree, kept as the oracle the compiled codecs are checked 
 codec still shares (the field tree, varints, tagged-field decoding, the error type), plus the
 Output buffer it wrote to: its results and its errors, messages and offsets included, are the
 behaviour the compiled codecs must keep."""
+
 from __future__ import annotations
 
 import struct
@@ -11,14 +12,28 @@ import uuid
 
 from protocol.api import FileRegion
 from protocol.schemas.codec import (
-    Decoder, Encoder, FieldError, _decode_tagged, _error, _Field, _read_uvarint,
-    _StructDef, _write_uvarint,
+    Decoder,
+    Encoder,
+    FieldError,
+    _decode_tagged,
+    _error,
+    _Field,
+    _read_uvarint,
+    _StructDef,
+    _write_uvarint,
 )
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
-_FIXED = {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "int64": "q",
-          "float64": "d", "bool": "?"}
+_FIXED = {
+    "int8": "b",
+    "int16": "h",
+    "uint16": "H",
+    "int32": "i",
+    "int64": "q",
+    "float64": "d",
+    "bool": "?",
+}
 _ZERO_UUID = uuid.UUID(int=0)
 _SEPARATE_CHUNK = 16384
 _MISSING = object()
@@ -50,12 +65,15 @@ class Output(bytearray):
 
 # -- decoders --------------------------------------------------------------------------------
 
+
 def _length_decoder(flexible: bool, wide: bool):
     """(length or None for null, position after the prefix)."""
     if flexible:
+
         def decode(buf, pos, end):
             n, pos = _read_uvarint(buf, pos, end)
             return (n - 1 if n else None), pos
+
         return decode
     fmt = _INT32 if wide else _INT16
 
@@ -68,6 +86,7 @@ def _length_decoder(flexible: bool, wide: bool):
                 return None, pos + fmt.size
             raise _error(f"length {n} is negative", pos)
         return n, pos + fmt.size
+
     return decode_classic
 
 
@@ -80,12 +99,15 @@ def _primitive_decoder(type_: str, nullable: bool, flexible: bool) -> Decoder:
             if end - pos < size:
                 raise _error(f"truncated: {size} bytes needed, {end - pos} left", pos)
             return unpack(buf, pos)[0], pos + size
+
         return decode_fixed
     if type_ == "uuid":
+
         def decode_uuid(buf, pos, end):
             if end - pos < 16:
                 raise _error("truncated uuid", pos)
-            return uuid.UUID(bytes=bytes(buf[pos:pos + 16])), pos + 16
+            return uuid.UUID(bytes=bytes(buf[pos : pos + 16])), pos + 16
+
         return decode_uuid
     length = _length_decoder(flexible, type_ != "string")
     is_string = type_ == "string"
@@ -101,11 +123,13 @@ def _primitive_decoder(type_: str, nullable: bool, flexible: bool) -> Decoder:
             raise _error(f"{what} of {n} bytes exceeds the {end - start} left", pos)
         if is_string:
             try:
-                return str(buf[start:start + n], "utf-8"), start + n
+                return str(buf[start : start + n], "utf-8"), start + n
             except UnicodeDecodeError as exc:
-                raise _error(f"string is not valid UTF-8: {exc.reason}",
-                             start + exc.start) from None
-        return bytes(buf[start:start + n]), start + n
+                raise _error(
+                    f"string is not valid UTF-8: {exc.reason}", start + exc.start
+                ) from None
+        return bytes(buf[start : start + n]), start + n
+
     return decode
 
 
@@ -122,8 +146,9 @@ def _min_size(f: _Field, flexible: bool) -> int:
 
 
 def _struct_min(s: _StructDef) -> int:
-    return (sum(_min_size(f, s.flexible) for f in s.fields if f.present and f.tag is None)
-            + (1 if s.flexible else 0))
+    return sum(_min_size(f, s.flexible) for f in s.fields if f.present and f.tag is None) + (
+        1 if s.flexible else 0
+    )
 
 
 def _field_decoder(f: _Field, flexible: bool) -> Decoder:
@@ -136,8 +161,9 @@ def _field_decoder(f: _Field, flexible: bool) -> Decoder:
         element_min = max(_struct_min(f.struct), 1)
     else:
         element = _primitive_decoder(f.element, False, flexible)
-        element_min = _min_size(_Field("", f.element, None, False, None, None, None, True),
-                                flexible)
+        element_min = _min_size(
+            _Field("", f.element, None, False, None, None, None, True), flexible
+        )
     count_of = _length_decoder(flexible, True)
     nullable = f.nullable
 
@@ -148,14 +174,18 @@ def _field_decoder(f: _Field, flexible: bool) -> Decoder:
                 return None, p
             raise _error(f"null array {f.name} where it is not nullable", pos)
         if count * element_min > end - p:
-            raise _error(f"array {f.name} of {count} elements (at least {element_min} bytes "
-                         f"each) cannot fit in the {end - p} bytes left", pos)
+            raise _error(
+                f"array {f.name} of {count} elements (at least {element_min} bytes "
+                f"each) cannot fit in the {end - p} bytes left",
+                pos,
+            )
         items = []
         append = items.append
         for _ in range(count):
             item, p = element(buf, p, end)
             append(item)
         return items, p
+
     return decode_array
 
 
@@ -175,8 +205,11 @@ def _struct_decoder(s: _StructDef) -> Decoder:
         steps.append(("var", f.name, _field_decoder(f, s.flexible)))
     if codes:
         steps.append(("fixed", struct.Struct(">" + codes), tuple(names)))
-    tagged = {f.tag: (f.name, _field_decoder(f, s.flexible)) for f in s.fields
-              if f.present and f.tag is not None}
+    tagged = {
+        f.tag: (f.name, _field_decoder(f, s.flexible))
+        for f in s.fields
+        if f.present and f.tag is not None
+    }
     defaults = s.defaults
     flexible = s.flexible
 
@@ -185,8 +218,10 @@ def _struct_decoder(s: _StructDef) -> Decoder:
         for kind, a, b in steps:
             if kind == "fixed":
                 if end - pos < a.size:
-                    raise _error(f"truncated: {a.size} bytes needed for {', '.join(b)}, "
-                                 f"{end - pos} left", pos)
+                    raise _error(
+                        f"truncated: {a.size} bytes needed for {', '.join(b)}, {end - pos} left",
+                        pos,
+                    )
                 obj.update(zip(b, a.unpack_from(buf, pos)))
                 pos += a.size
             else:
@@ -194,21 +229,26 @@ def _struct_decoder(s: _StructDef) -> Decoder:
         if flexible:
             pos = _decode_tagged(buf, pos, end, tagged, obj)
         return obj, pos
+
     return decode
 
 
 # -- encoders --------------------------------------------------------------------------------
 
+
 def _length_encoder(flexible: bool, wide: bool):
     if flexible:
+
         def encode(n, out):
             _write_uvarint(0 if n is None else n + 1, out)
+
         return encode
     fmt = _INT32 if wide else _INT16
     null = fmt.pack(-1)
 
     def encode_classic(n, out):
         out += null if n is None else fmt.pack(n)
+
     return encode_classic
 
 
@@ -218,10 +258,13 @@ def _primitive_encoder(type_: str, nullable: bool, flexible: bool, name: str) ->
 
         def encode_fixed(value, out):
             out += pack(value)
+
         return encode_fixed
     if type_ == "uuid":
+
         def encode_uuid(value, out):
             out += (value or _ZERO_UUID).bytes
+
         return encode_uuid
     length = _length_encoder(flexible, type_ != "string")
     is_string = type_ == "string"
@@ -253,6 +296,7 @@ def _primitive_encoder(type_: str, nullable: bool, flexible: bool, name: str) ->
             out.split(bytes(data))
         else:
             out += data
+
     return encode
 
 
@@ -279,8 +323,8 @@ def _field_encoder(f: _Field, flexible: bool) -> Encoder:
         count(len(items), out)
         for item in items:
             element(item, out)
-    return encode_array
 
+    return encode_array
 
 
 def _struct_encoder(s: _StructDef) -> Encoder:
@@ -295,22 +339,26 @@ def _struct_encoder(s: _StructDef) -> Encoder:
             defaults.append(f.default())
             continue
         if codes:
-            steps.append(("fixed", struct.Struct(">" + codes).pack, tuple(names),
-                          tuple(defaults)))
+            steps.append(("fixed", struct.Struct(">" + codes).pack, tuple(names), tuple(defaults)))
             codes, names, defaults = "", [], []
         steps.append(("var", f.name, _field_encoder(f, s.flexible), f.default))
     if codes:
         steps.append(("fixed", struct.Struct(">" + codes).pack, tuple(names), tuple(defaults)))
-    tagged = [(f.tag, f.name, _field_encoder(f, s.flexible), f.default) for f in
-              sorted((f for f in s.fields if f.present and f.tag is not None),
-                     key=lambda f: f.tag)]
+    tagged = [
+        (f.tag, f.name, _field_encoder(f, s.flexible), f.default)
+        for f in sorted(
+            (f for f in s.fields if f.present and f.tag is not None), key=lambda f: f.tag
+        )
+    ]
     flexible = s.flexible
     known = frozenset(f.name for f in s.fields)
 
     def encode(value, out):
         if not known.issuperset(value.keys()):
-            raise FieldError(f"unknown fields {sorted(set(value.keys()) - known)}; this struct "
-                             f"has {sorted(known)}")
+            raise FieldError(
+                f"unknown fields {sorted(set(value.keys()) - known)}; this struct "
+                f"has {sorted(known)}"
+            )
         get = value.get
         for kind, a, b, c in steps:
             if kind == "fixed":
@@ -320,6 +368,7 @@ def _struct_encoder(s: _StructDef) -> Encoder:
                 b(c() if v is _MISSING else v, out)
         if flexible:
             _encode_tagged(get, tagged, out)
+
     return encode
 
 
@@ -341,7 +390,6 @@ def _encode_tagged(get, tagged, out) -> None:
         out += data
 
 
-
 def decoder(struct_def: _StructDef):
     """``(buf, pos, end) -> (Body, pos)`` for a message's field tree."""
     return _struct_decoder(struct_def)
@@ -356,4 +404,5 @@ def encoder(struct_def: _StructDef):
         out = Output()
         encode(value, out)
         return out.finish()
+
     return encode_chunks

@@ -1,4 +1,5 @@
 """kafka-python's legacy record code as the independent oracle for our message sets."""
+
 from __future__ import annotations
 
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
@@ -24,7 +25,7 @@ def kp_read(buf) -> list[tuple]:
 def kp_build(magic: int, codec: int, messages: list[tuple]) -> bytes:
     """A set as kafka-python's producer builds it from (timestamp, key, value) tuples: offsets
     0..n-1, wrapper offset 0."""
-    b = LegacyRecordBatchBuilder(magic, codec, 10 ** 7)
+    b = LegacyRecordBatchBuilder(magic, codec, 10**7)
     for i, (ts, key, value) in enumerate(messages):
         b.append(i, ts, key, value)
     return bytes(b.build())

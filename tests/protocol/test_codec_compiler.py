@@ -4,6 +4,7 @@ unknown or other versions' keys added, values of the wrong type or range, big re
 for dicts), encode to the same chunks or fail with the same error; their bytes, intact,
 truncated, bit-flipped, spliced or random, decode to the same Body or fail with the same
 FieldError message and offset. Plus the zero-copy promise for records."""
+
 from __future__ import annotations
 
 import functools
@@ -15,20 +16,48 @@ from hypothesis import strategies as st
 
 from protocol import ApiKey, FileRegion
 from protocol.schemas import (
-    REQUEST_SCHEMAS, RESPONSE_SCHEMAS, Body, encode_request_body, encode_response_chunks,
+    REQUEST_SCHEMAS,
+    RESPONSE_SCHEMAS,
+    Body,
+    encode_request_body,
+    encode_response_chunks,
 )
 from tests.protocol import interpreted_codec
 from tests.protocol.wire_strategies import value_strategy
 
 TABLES = {"request": REQUEST_SCHEMAS, "response": RESPONSE_SCHEMAS}
-EVERY = [(direction, api, version) for direction, table in TABLES.items()
-         for api, version in sorted(table)]
+EVERY = [
+    (direction, api, version)
+    for direction, table in TABLES.items()
+    for api, version in sorted(table)
+]
 
 # Values put where they may or may not fit: wrong types, out of range, nulls, big records.
 ODD_VALUES = [
-    None, "text", "\u00e9t\u00e9", b"raw", bytearray(b"ab"), memoryview(b"abcd"),
-    memoryview(b"abcd").cast("I"), b"\x07" * 16384, FileRegion(3, 0, 7), 1.5, -1, 0, 2**31,
-    2**63, -2**70, True, [], [1], ["a"], ("x",), {}, {"bogus": 1}, uuid.UUID(int=5), object(),
+    None,
+    "text",
+    "\u00e9t\u00e9",
+    b"raw",
+    bytearray(b"ab"),
+    memoryview(b"abcd"),
+    memoryview(b"abcd").cast("I"),
+    b"\x07" * 16384,
+    FileRegion(3, 0, 7),
+    1.5,
+    -1,
+    0,
+    2**31,
+    2**63,
+    -(2**70),
+    True,
+    [],
+    [1],
+    ["a"],
+    ("x",),
+    {},
+    {"bogus": 1},
+    uuid.UUID(int=5),
+    object(),
 ]
 
 
@@ -109,7 +138,7 @@ def mutated_body(draw, codec):
 def mutated_bytes(draw, raw: bytes) -> bytes:
     kind = draw(st.sampled_from(["intact", "truncate", "flip", "splice", "random"]))
     if kind == "truncate" and raw:
-        return raw[:draw(st.integers(0, len(raw) - 1))]
+        return raw[: draw(st.integers(0, len(raw) - 1))]
     if kind == "flip" and raw:
         out = bytearray(raw)
         for _ in range(draw(st.integers(1, 3))):
@@ -124,8 +153,11 @@ def mutated_bytes(draw, raw: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("direction,api,version", EVERY, ids=lambda x: str(x))
-@settings(max_examples=12, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_compiled_codec_agrees_with_the_interpreter(direction, api, version, data):
     codec = TABLES[direction][api, version]
@@ -144,8 +176,7 @@ def test_compiled_codec_agrees_with_the_interpreter(direction, api, version, dat
     if data.draw(st.booleans()):
         buf = memoryview(buf)
     start, end = len(before), len(before) + len(raw)
-    compiled, interpreted = outcome(codec.decode, buf, start, end), outcome(decode, buf, start,
-                                                                             end)
+    compiled, interpreted = outcome(codec.decode, buf, start, end), outcome(decode, buf, start, end)
     assert same(compiled, interpreted), (compiled, interpreted)
 
 
@@ -153,9 +184,17 @@ def test_records_pass_through_uncopied():
     big, region = b"\x01" * 16384, FileRegion(3, 100, 5)
     small, view = b"\x02" * 10, memoryview(b"\x03" * 20000)
     for version in (3, 12):
-        body = {"responses": [{"topic": "t", "partitions": [
-            {"partition_index": p, "records": records}
-            for p, records in enumerate((big, region, small, view))]}]}
+        body = {
+            "responses": [
+                {
+                    "topic": "t",
+                    "partitions": [
+                        {"partition_index": p, "records": records}
+                        for p, records in enumerate((big, region, small, view))
+                    ],
+                }
+            ]
+        }
         chunks, total = encode_response_chunks(ApiKey.FETCH, version, body)
         assert chunks[1] is big and chunks[3] is region
         assert chunks[5] == bytes(view) and isinstance(chunks[5], bytes)
@@ -163,8 +202,11 @@ def test_records_pass_through_uncopied():
         assert all(isinstance(c, bytes) for c in chunks[::2])
         assert len(chunks) == (6 if version == 3 else 7)
         assert total == sum(len(c) for c in chunks if isinstance(c, bytes)) + region.length
-    produce = {"acks": -1, "timeout_ms": 0, "topic_data": [
-        {"name": "t", "partition_data": [{"index": 0, "records": big}]}]}
+    produce = {
+        "acks": -1,
+        "timeout_ms": 0,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": big}]}],
+    }
     for version in (2, 9):
         chunks, _ = REQUEST_SCHEMAS[ApiKey.PRODUCE, version].encode(produce)
         assert chunks[1] is big

@@ -1,4 +1,5 @@
 """Codecs against kafka-python's codec module, python-snappy and xxhash as oracles."""
+
 from __future__ import annotations
 
 import gzip
@@ -19,7 +20,7 @@ PAYLOADS = [b"", b"a", b"hello world" * 10, bytes(range(256)) * 300]  # 300 span
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.binary(max_size=80), st.integers(0, 2 ** 32 - 1))
+@given(st.binary(max_size=80), st.integers(0, 2**32 - 1))
 def test_xxh32_matches_xxhash(data, seed):
     assert xxh32(data, seed) == xxhash.xxh32_intdigest(data, seed)
 
@@ -32,7 +33,8 @@ def test_gzip_interop(payload):
     assert decompress(Codec.GZIP, kp.gzip_encode(payload), 1) == payload
     # concatenated members read as one stream, like GZIPInputStream
     assert decompress(Codec.GZIP, gzip.compress(payload) + gzip.compress(b"tail"), 1) == (
-        payload + b"tail")
+        payload + b"tail"
+    )
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)
@@ -46,7 +48,7 @@ def test_snappy_writes_xerial_and_reads_both_framings(payload):
     assert decompress(Codec.SNAPPY, raw, 0) == payload
     if len(payload) > 32 * 1024:
         (first,) = struct.unpack_from(">i", ours, 16)
-        assert len(cramjam.snappy.decompress_raw(ours[20:20 + first])) == 32 * 1024
+        assert len(cramjam.snappy.decompress_raw(ours[20 : 20 + first])) == 32 * 1024
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)
@@ -74,7 +76,7 @@ def test_lz4_magic1_is_a_standard_frame(payload):
 @pytest.mark.parametrize("magic", [0, 1])
 def test_garbage_raises_corrupt_record_error_with_position(codec, magic):
     good = compress(codec, b"payload" * 100, magic)
-    bads = [b"", good[:len(good) // 2], good[:8] + b"\xff" * 30]
+    bads = [b"", good[: len(good) // 2], good[:8] + b"\xff" * 30]
     if codec != Codec.SNAPPY:
         bads.append(b"\x00")  # a valid raw snappy stream of nothing
     for bad in bads:
@@ -104,6 +106,7 @@ def test_decompression_limit(codec, magic):
 @pytest.mark.parametrize("codec", [Codec.GZIP, Codec.LZ4])
 def test_bomb_is_refused_without_inflating_it(codec):
     import tracemalloc
+
     bomb = compress(codec, b"\x00" * (64 << 20), 1)
     tracemalloc.start()
     try:

@@ -1,5 +1,6 @@
 """ServerConnection / ClientConnection: framing under arbitrary splits, pipelining, refusal of
 oversized frames, header edge cases and the ApiVersions v3/v4 (header v2) fallback."""
+
 from __future__ import annotations
 
 import struct
@@ -24,27 +25,52 @@ from protocol import (
     api_versions_body,
 )
 
-PRODUCE_BODY = {"acks": -1, "timeout_ms": 1500, "topic_data": [
-    {"name": "events", "partition_data": [{"index": 0, "records": b"\x00" * 30},
-                                          {"index": 3, "records": b"msgset"}]},
-    {"name": "t\u00e9", "partition_data": []}]}
-FETCH_BODY = {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 52428800,
-              "topics": [{"topic": "events", "partitions": [
-                  {"partition": 0, "fetch_offset": 42, "partition_max_bytes": 1048576}]}]}
+PRODUCE_BODY = {
+    "acks": -1,
+    "timeout_ms": 1500,
+    "topic_data": [
+        {
+            "name": "events",
+            "partition_data": [
+                {"index": 0, "records": b"\x00" * 30},
+                {"index": 3, "records": b"msgset"},
+            ],
+        },
+        {"name": "t\u00e9", "partition_data": []},
+    ],
+}
+FETCH_BODY = {
+    "replica_id": -1,
+    "max_wait_ms": 500,
+    "min_bytes": 1,
+    "max_bytes": 52428800,
+    "topics": [
+        {
+            "topic": "events",
+            "partitions": [{"partition": 0, "fetch_offset": 42, "partition_max_bytes": 1048576}],
+        }
+    ],
+}
 METADATA_BODY = {"topics": None}
 
 
 def _frames():
     client = ClientConnection("split-test")
-    return [client.request(ApiKey.PRODUCE, 2, PRODUCE_BODY)[1],
-            client.request(ApiKey.FETCH, 3, FETCH_BODY)[1],
-            client.request(ApiKey.METADATA, 1, METADATA_BODY)[1],
-            client.request(ApiKey.API_VERSIONS, 0, {})[1]]
+    return [
+        client.request(ApiKey.PRODUCE, 2, PRODUCE_BODY)[1],
+        client.request(ApiKey.FETCH, 3, FETCH_BODY)[1],
+        client.request(ApiKey.METADATA, 1, METADATA_BODY)[1],
+        client.request(ApiKey.API_VERSIONS, 0, {})[1],
+    ]
 
 
 def _check(requests):
-    assert [r.header.api_key for r in requests] == [ApiKey.PRODUCE, ApiKey.FETCH,
-                                                    ApiKey.METADATA, ApiKey.API_VERSIONS]
+    assert [r.header.api_key for r in requests] == [
+        ApiKey.PRODUCE,
+        ApiKey.FETCH,
+        ApiKey.METADATA,
+        ApiKey.API_VERSIONS,
+    ]
     assert [r.header.correlation_id for r in requests] == [0, 1, 2, 3]
     assert all(r.header.client_id == "split-test" for r in requests)
     produce = requests[0].body
@@ -148,13 +174,16 @@ def test_negative_version_is_unsupported():
         list(ServerConnection().receive_data(frame))
 
 
-@pytest.mark.parametrize("frame,offset", [
-    (struct.pack(">i", -5), 0),
-    (struct.pack(">i", 3) + b"\x00\x03\x00", 4),
-    (struct.pack(">ihhih", 10, ApiKey.METADATA, 1, 1, 5), 12),
-    (struct.pack(">ihhih", 12, ApiKey.METADATA, 1, 1, 2) + b"\xc3\x28", 14),
-    (struct.pack(">ihhih", 10, ApiKey.METADATA, 1, 1, -2), 12),
-])
+@pytest.mark.parametrize(
+    "frame,offset",
+    [
+        (struct.pack(">i", -5), 0),
+        (struct.pack(">i", 3) + b"\x00\x03\x00", 4),
+        (struct.pack(">ihhih", 10, ApiKey.METADATA, 1, 1, 5), 12),
+        (struct.pack(">ihhih", 12, ApiKey.METADATA, 1, 1, 2) + b"\xc3\x28", 14),
+        (struct.pack(">ihhih", 10, ApiKey.METADATA, 1, 1, -2), 12),
+    ],
+)
 def test_malformed_headers(frame, offset):
     with pytest.raises(MalformedFrameError) as info:
         list(ServerConnection().receive_data(frame))
@@ -183,47 +212,54 @@ def test_null_client_id_header():
 def test_api_versions_v3_v4_with_header_v2(version):
     """kafka-python's own ApiVersionsRequest (header v2 and a flexible body): answered in its
     own version, with response header v0 as Kafka does for ApiVersions."""
-    probe = ApiVersionsRequest(client_software_name="kafka-python",
-                               client_software_version="3.0.12")
+    probe = ApiVersionsRequest(
+        client_software_name="kafka-python", client_software_version="3.0.12"
+    )
     probe.with_header(correlation_id=77, client_id="kafka-python-producer-1")
     server = ServerConnection()
-    (request,) = server.receive_data(bytes(probe.encode(version=version, header=True,
-                                                          framed=True)))
+    (request,) = server.receive_data(bytes(probe.encode(version=version, header=True, framed=True)))
     assert (request.body.client_software_name, request.body.client_software_version) == (
-        "kafka-python", "3.0.12")
+        "kafka-python",
+        "3.0.12",
+    )
     answer = server.send(request, {**api_versions_body(), "throttle_time_ms": 0})
     decoded = ApiVersionsResponse.decode(answer, version=version, header=True, framed=True)
     assert decoded.header.correlation_id == 77 and decoded.error_code == 0
     assert {(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys} == {
-        (int(k), lo, hi) for k, (lo, hi) in SUPPORTED_VERSIONS.items()}
+        (int(k), lo, hi) for k, (lo, hi) in SUPPORTED_VERSIONS.items()
+    }
 
 
 @pytest.mark.parametrize("version", [5, 9])
 def test_api_versions_above_ours_gets_v0_error_35(version):
     """A client newer than us (header v2, flexible body we cannot know): error 35 in the v0
     layout, as Kafka answers, so the client retries with a version we listed."""
-    probe = ApiVersionsRequest(client_software_name="kafka-python",
-                               client_software_version="3.0.12")
+    probe = ApiVersionsRequest(
+        client_software_name="kafka-python", client_software_version="3.0.12"
+    )
     probe.with_header(correlation_id=1234, client_id="kafka-python-producer-1")
     wire = bytes(probe.encode(version=4, header=True, framed=True))
     wire = wire[:6] + struct.pack(">h", version) + wire[8:]
     server = ServerConnection()
     (request,) = server.receive_data(wire)
     assert request.body is None
-    assert request.header == RequestHeader(ApiKey.API_VERSIONS, version, 1234,
-                                           "kafka-python-producer-1")
+    assert request.header == RequestHeader(
+        ApiKey.API_VERSIONS, version, 1234, "kafka-python-producer-1"
+    )
     answer = server.send(request, api_versions_body(ErrorCode.UNSUPPORTED_VERSION))
     # Exactly: size, correlation id, error 35, api list in v0 layout (no tagged fields,
     # no throttle time).
-    entries = b"".join(struct.pack(">hhh", k, lo, hi)
-                       for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items()))
+    entries = b"".join(
+        struct.pack(">hhh", k, lo, hi) for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+    )
     body = struct.pack(">hi", 35, len(SUPPORTED_VERSIONS)) + entries
     assert answer == struct.pack(">ii", 4 + len(body), 1234) + body
     # kafka-python reads it as a v0 response (what it does after a failed probe).
     decoded = ApiVersionsResponse.decode(answer, version=0, header=True, framed=True)
     assert decoded.error_code == 35
     assert {(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys} == {
-        (int(k), lo, hi) for k, (lo, hi) in SUPPORTED_VERSIONS.items()}
+        (int(k), lo, hi) for k, (lo, hi) in SUPPORTED_VERSIONS.items()
+    }
 
 
 def test_librdkafka_style_probe_then_v0_on_same_connection():
@@ -232,8 +268,12 @@ def test_librdkafka_style_probe_then_v0_on_same_connection():
     retry = ApiVersionsRequest()
     retry.with_header(correlation_id=2, client_id="rdkafka")
     wire = bytes(probe.encode(version=4, header=True, framed=True))
-    wire = wire[:6] + struct.pack(">h", 7) + wire[8:] + bytes(
-        retry.encode(version=0, header=True, framed=True))
+    wire = (
+        wire[:6]
+        + struct.pack(">h", 7)
+        + wire[8:]
+        + bytes(retry.encode(version=0, header=True, framed=True))
+    )
     first, second = ServerConnection().receive_data(wire)
     assert first.body is None and second.body.client_software_name == ""
     assert second.header.api_version == 0 and second.header.correlation_id == 2
@@ -245,8 +285,17 @@ def test_send_chunks_accounts_for_file_regions():
     _, frame = client.request(ApiKey.FETCH, 3, FETCH_BODY)
     (request,) = server.receive_data(frame)
     region = FileRegion(source=7, position=4096, length=1234)
-    body = {"throttle_time_ms": 0, "responses": [{"topic": "events", "partitions": [
-        {"partition_index": 0, "error_code": 0, "high_watermark": 99, "records": region}]}]}
+    body = {
+        "throttle_time_ms": 0,
+        "responses": [
+            {
+                "topic": "events",
+                "partitions": [
+                    {"partition_index": 0, "error_code": 0, "high_watermark": 99, "records": region}
+                ],
+            }
+        ],
+    }
     chunks = server.send_chunks(request, body)
     assert chunks[-1] == region and len(chunks) == 2
     (size, correlation_id) = struct.unpack_from(">ii", chunks[0])
@@ -263,13 +312,16 @@ def test_send_chunks_accounts_for_file_regions():
 def test_send_returns_bytes_and_client_matches_correlation_ids():
     client = ClientConnection("c")
     server = ServerConnection()
-    ids = [client.request(ApiKey.HEARTBEAT, 0, {"group_id": "g", "generation_id": i,
-                                                "member_id": "m"}) for i in range(3)]
+    ids = [
+        client.request(ApiKey.HEARTBEAT, 0, {"group_id": "g", "generation_id": i, "member_id": "m"})
+        for i in range(3)
+    ]
     assert [i for i, _ in ids] == [0, 1, 2] and client.pending == 3
     requests = list(server.receive_data(b"".join(f for _, f in ids)))
     # Answer out of order: the client matches by correlation id.
-    wire = b"".join(server.send(r, {"error_code": r.body.generation_id})
-                    for r in reversed(requests))
+    wire = b"".join(
+        server.send(r, {"error_code": r.body.generation_id}) for r in reversed(requests)
+    )
     responses = list(client.receive_data(wire))
     assert [(r.correlation_id, r.body.error_code) for r in responses] == [(2, 2), (1, 1), (0, 0)]
     assert all(r.api_key == ApiKey.HEARTBEAT and r.api_version == 0 for r in responses)
@@ -308,12 +360,17 @@ def test_request_is_frozen():
 
 def test_large_frame_in_small_chunks_is_assembled():
     client = ClientConnection()
-    body = {"acks": 1, "timeout_ms": 10, "topic_data": [{"name": "big", "partition_data": [
-        {"index": 0, "records": bytes(range(256)) * 4096}]}]}
+    body = {
+        "acks": 1,
+        "timeout_ms": 10,
+        "topic_data": [
+            {"name": "big", "partition_data": [{"index": 0, "records": bytes(range(256)) * 4096}]}
+        ],
+    }
     _, frame = client.request(ApiKey.PRODUCE, 2, body)
     server = ServerConnection()
     got = []
     for i in range(0, len(frame), 65536):
-        got.extend(server.receive_data(frame[i:i + 65536]))
+        got.extend(server.receive_data(frame[i : i + 65536]))
     assert len(got) == 1
     assert got[0].body.topic_data[0].partition_data[0].records == bytes(range(256)) * 4096

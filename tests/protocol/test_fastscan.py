@@ -1,5 +1,6 @@
 """scan_v1, the validator's native hot loop: its contract checked against kafka-python's record
 code and a plain-Python re-reading of the same bytes (brute force over every message)."""
+
 from __future__ import annotations
 
 import struct
@@ -14,22 +15,26 @@ scan_v1 = pytest.importorskip("protocol._fastscan", reason="the C extension is n
 
 NOW = 1_700_000_000_000
 CREATE, LOG_APPEND, INNER = 0, 1, 2
-WIDE = (-(2 ** 63), 2 ** 63 - 1)
+WIDE = (-(2**63), 2**63 - 1)
 
 messages_strategy = st.lists(
-    st.tuples(st.one_of(st.just(-1), st.integers(0, 2 ** 62)),
-              st.one_of(st.none(), st.binary(max_size=20)),
-              st.one_of(st.none(), st.binary(max_size=200))),
-    min_size=1, max_size=30)
+    st.tuples(
+        st.one_of(st.just(-1), st.integers(0, 2**62)),
+        st.one_of(st.none(), st.binary(max_size=20)),
+        st.one_of(st.none(), st.binary(max_size=200)),
+    ),
+    min_size=1,
+    max_size=30,
+)
 
 
-def scan(buf, mode=CREATE, first=0, lo=WIDE[0], hi=WIDE[1], max_size=2 ** 31, keyed=False):
+def scan(buf, mode=CREATE, first=0, lo=WIDE[0], hi=WIDE[1], max_size=2**31, keyed=False):
     out = bytearray(buf)
     return scan_v1(out, len(out), mode, first, lo, hi, max_size, NOW, keyed), out
 
 
 @settings(max_examples=150, deadline=None)
-@given(messages_strategy, st.integers(0, 2 ** 40))
+@given(messages_strategy, st.integers(0, 2**40))
 def test_create_time_assigns_offsets_and_finds_the_first_largest_timestamp(msgs, first):
     (count, max_ts, max_index), out = scan(kp_build(1, 0, msgs), first=first)
     timestamps = [ts for ts, _k, _v in msgs]
@@ -49,7 +54,9 @@ def test_log_append_time_rewrites_timestamp_bit_and_crc(msgs):
     while pos < len(out):
         (size,) = struct.unpack_from(">i", out, pos + 8)
         assert out[pos + 17] == 0x08  # attributes: LogAppendTime
-        assert struct.unpack_from(">I", out, pos + 12)[0] == zlib.crc32(out[pos + 16:pos + 12 + size])
+        assert struct.unpack_from(">I", out, pos + 12)[0] == zlib.crc32(
+            out[pos + 16 : pos + 12 + size]
+        )
         pos += 12 + size
 
 
@@ -93,20 +100,20 @@ def test_a_partial_trailing_message_is_refused(cut):
 def test_timestamp_window_keyed_topics_size_limit_and_foreign_magic():
     buf = kp_build(1, 0, [(NOW - 10, None, b"v"), (-1, b"k", b"w")])
     assert scan(buf, lo=NOW - 10, hi=NOW)[0] is not None
-    assert scan(buf, lo=NOW - 9, hi=NOW)[0] is None          # outside the allowed difference
-    assert scan(buf, lo=NOW + 1, hi=NOW + 2)[0] is None      # -1 is exempt, NOW - 10 is not
-    assert scan(buf, keyed=True)[0] is None                  # null key on a compacted topic
+    assert scan(buf, lo=NOW - 9, hi=NOW)[0] is None  # outside the allowed difference
+    assert scan(buf, lo=NOW + 1, hi=NOW + 2)[0] is None  # -1 is exempt, NOW - 10 is not
+    assert scan(buf, keyed=True)[0] is None  # null key on a compacted topic
     assert scan(kp_build(1, 0, [(NOW, b"k", b"v")]), keyed=True)[0] is not None
-    assert scan(buf, max_size=22)[0] is None                 # a message above max.message.bytes
+    assert scan(buf, max_size=22)[0] is None  # a message above max.message.bytes
     assert scan(kp_build(0, 0, [(None, b"k", b"v")]))[0] is None
     assert scan(kp_build(1, 1, [(NOW, b"k", b"v")]))[0] is None  # a gzip wrapper
     assert scan(b"")[0] is None
 
 
 def test_limits_beyond_int64_saturate():
-    buf = kp_build(1, 0, [(2 ** 63 - 1, None, b"v")])
-    (count, max_ts, _), _ = scan(buf, lo=NOW - 2 ** 63 + 1, hi=NOW + 2 ** 63 - 1)
-    assert (count, max_ts) == (1, 2 ** 63 - 1)
+    buf = kp_build(1, 0, [(2**63 - 1, None, b"v")])
+    (count, max_ts, _), _ = scan(buf, lo=NOW - 2**63 + 1, hi=NOW + 2**63 - 1)
+    assert (count, max_ts) == (1, 2**63 - 1)
 
 
 def test_bad_arguments_raise_clear_errors():

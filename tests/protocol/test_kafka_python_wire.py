@@ -3,24 +3,47 @@ implementation generated from Kafka's message JSON, with the same snake_case fie
 every api and version we serve, in both directions, kafka-python decodes our bytes to the same
 values and re-encodes them to the same bytes, and frames it builds (header v1 or v2 included)
 decode with our ServerConnection / ClientConnection."""
+
 from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin import (
-    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    DescribeGroupsRequest, DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
 )
 from kafka.protocol.consumer import (
-    FetchRequest, FetchResponse, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
-    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListOffsetsRequest,
-    ListOffsetsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
-    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+    FetchRequest,
+    FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
 )
 from kafka.protocol.metadata import (
-    ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    MetadataRequest, MetadataResponse,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
@@ -125,28 +148,56 @@ def _receive(frame):
 
 def test_produce_v2_built_by_kafka_python():
     T, P = ProduceRequest.TopicProduceData, ProduceRequest.TopicProduceData.PartitionProduceData
-    req = ProduceRequest(acks=-1, timeout_ms=30000, topic_data=[
-        T(name="orders", partition_data=[P(index=0, records=b"\x00" * 40),
-                                         P(index=2, records=b"set-2")])])
+    req = ProduceRequest(
+        acks=-1,
+        timeout_ms=30000,
+        topic_data=[
+            T(
+                name="orders",
+                partition_data=[P(index=0, records=b"\x00" * 40), P(index=2, records=b"set-2")],
+            )
+        ],
+    )
     for version in (2, 9):
         body = _receive(_kp_frame(req, version))
         assert body.acks == -1 and body.timeout_ms == 30000
         assert body.topic_data[0].name == "orders"
         assert [(d.index, d.records) for d in body.topic_data[0].partition_data] == [
-            (0, b"\x00" * 40), (2, b"set-2")]
+            (0, b"\x00" * 40),
+            (2, b"set-2"),
+        ]
 
 
 def test_fetch_v3_built_by_kafka_python():
     T = FetchRequest.FetchTopic
-    req = FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=52428800,
-                       topics=[T(topic="orders", partitions=[T.FetchPartition(
-                           partition=1, fetch_offset=1234, partition_max_bytes=1048576)])])
+    req = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=52428800,
+        topics=[
+            T(
+                topic="orders",
+                partitions=[
+                    T.FetchPartition(partition=1, fetch_offset=1234, partition_max_bytes=1048576)
+                ],
+            )
+        ],
+    )
     body = _receive(_kp_frame(req, 3))
     assert (body.replica_id, body.max_wait_ms, body.min_bytes, body.max_bytes) == (
-        -1, 500, 1, 52428800)
+        -1,
+        500,
+        1,
+        52428800,
+    )
     p = body.topics[0].partitions[0]
     assert (body.topics[0].topic, p.partition, p.fetch_offset, p.partition_max_bytes) == (
-        "orders", 1, 1234, 1048576)
+        "orders",
+        1,
+        1234,
+        1048576,
+    )
     assert body.isolation_level == 0 and body.session_epoch == -1  # defaults of later versions
 
 
@@ -157,46 +208,89 @@ def test_metadata_v1_null_topics_built_by_kafka_python():
 
 def test_list_offsets_v1_built_by_kafka_python():
     T = ListOffsetsRequest.ListOffsetsTopic
-    req = ListOffsetsRequest(replica_id=-1, topics=[T(name="orders", partitions=[
-        T.ListOffsetsPartition(partition_index=0, timestamp=-2),
-        T.ListOffsetsPartition(partition_index=1, timestamp=1700000000000)])])
+    req = ListOffsetsRequest(
+        replica_id=-1,
+        topics=[
+            T(
+                name="orders",
+                partitions=[
+                    T.ListOffsetsPartition(partition_index=0, timestamp=-2),
+                    T.ListOffsetsPartition(partition_index=1, timestamp=1700000000000),
+                ],
+            )
+        ],
+    )
     body = _receive(_kp_frame(req, 1))
     assert [(p.partition_index, p.timestamp) for p in body.topics[0].partitions] == [
-        (0, -2), (1, 1700000000000)]
+        (0, -2),
+        (1, 1700000000000),
+    ]
 
 
 def test_join_group_v1_built_by_kafka_python():
-    req = JoinGroupRequest(group_id="g1", session_timeout_ms=10000, rebalance_timeout_ms=300000,
-                           member_id="", protocol_type="consumer", protocols=[
-                               JoinGroupRequest.JoinGroupRequestProtocol(name="range",
-                                                                         metadata=b"\x00\x01")])
+    req = JoinGroupRequest(
+        group_id="g1",
+        session_timeout_ms=10000,
+        rebalance_timeout_ms=300000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01")],
+    )
     body = _receive(_kp_frame(req, 1))
-    assert (body.group_id, body.session_timeout_ms, body.rebalance_timeout_ms, body.member_id,
-            body.protocol_type) == ("g1", 10000, 300000, "", "consumer")
+    assert (
+        body.group_id,
+        body.session_timeout_ms,
+        body.rebalance_timeout_ms,
+        body.member_id,
+        body.protocol_type,
+    ) == ("g1", 10000, 300000, "", "consumer")
     assert body.protocols[0].name == "range"
     assert body.protocols[0].metadata == b"\x00\x01"
 
 
 def test_offset_commit_v2_built_by_kafka_python():
     T = OffsetCommitRequest.OffsetCommitRequestTopic
-    req = OffsetCommitRequest(group_id="g1", generation_id_or_member_epoch=3, member_id="m-1",
-                              retention_time_ms=-1, topics=[T(name="orders", partitions=[
-                                  T.OffsetCommitRequestPartition(partition_index=0,
-                                                                 committed_offset=77,
-                                                                 committed_metadata="")])])
+    req = OffsetCommitRequest(
+        group_id="g1",
+        generation_id_or_member_epoch=3,
+        member_id="m-1",
+        retention_time_ms=-1,
+        topics=[
+            T(
+                name="orders",
+                partitions=[
+                    T.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=77, committed_metadata=""
+                    )
+                ],
+            )
+        ],
+    )
     body = _receive(_kp_frame(req, 2))
-    assert (body.group_id, body.generation_id_or_member_epoch, body.member_id,
-            body.retention_time_ms) == ("g1", 3, "m-1", -1)
+    assert (
+        body.group_id,
+        body.generation_id_or_member_epoch,
+        body.member_id,
+        body.retention_time_ms,
+    ) == ("g1", 3, "m-1", -1)
     p = body.topics[0].partitions[0]
     assert (p.partition_index, p.committed_offset, p.committed_metadata) == (0, 77, "")
 
 
 def test_create_topics_v0_built_by_kafka_python():
     T = CreateTopicsRequest.CreatableTopic
-    req = CreateTopicsRequest(topics=[T(name="new", num_partitions=3, replication_factor=1,
-                                        assignments=[], configs=[T.CreatableTopicConfig(
-                                            name="retention.ms", value="1000")])],
-                              timeout_ms=5000)
+    req = CreateTopicsRequest(
+        topics=[
+            T(
+                name="new",
+                num_partitions=3,
+                replication_factor=1,
+                assignments=[],
+                configs=[T.CreatableTopicConfig(name="retention.ms", value="1000")],
+            )
+        ],
+        timeout_ms=5000,
+    )
     body = _receive(_kp_frame(req, 0))
     topic = body.topics[0]
     assert (topic.name, topic.num_partitions, topic.replication_factor) == ("new", 3, 1)

@@ -1,5 +1,6 @@
 """Record batches (magic 2) against kafka-python's DefaultRecordBatch code as the oracle, both
 ways, for every codec; mixed sets; conversion between all formats; bounded fuzzing."""
+
 from __future__ import annotations
 
 import random
@@ -14,19 +15,30 @@ from protocol import recordbatch as rb
 from protocol.compression import Codec
 from protocol.errors import CorruptRecordError, UnsupportedCompressionError
 from protocol.records import (
-    NO_TIMESTAMP, MessageSetBuilder, TimestampType, check_entry, convert, first_offset, iter_deep,
+    NO_TIMESTAMP,
+    MessageSetBuilder,
+    TimestampType,
+    check_entry,
+    convert,
+    first_offset,
+    iter_deep,
     iter_shallow,
 )
 from tests.protocol.kafka_python_oracle import kp_read
 
-RECORDS = [(1000, b"k0", b"v0", ()), (995, None, b"v1", (("h", b"x"),)),
-           (1010, b"k2", None, (("a", None), ("b", b""))), (1003, b"", b"", ()),
-           (1001, b"key" * 50, b"value" * 300, (("\u00e9t\u00e9", b"\x00\xff"),))]
+RECORDS = [
+    (1000, b"k0", b"v0", ()),
+    (995, None, b"v1", (("h", b"x"),)),
+    (1010, b"k2", None, (("a", None), ("b", b""))),
+    (1003, b"", b"", ()),
+    (1001, b"key" * 50, b"value" * 300, (("\u00e9t\u00e9", b"\x00\xff"),)),
+]
 
 
-def kp_batch(codec: int, records=RECORDS, *, base_offset=0, producer=(-1, -1, -1),
-             transactional=False) -> bytes:
-    b = DefaultRecordBatchBuilder(2, codec, transactional, *producer, batch_size=10 ** 7)
+def kp_batch(
+    codec: int, records=RECORDS, *, base_offset=0, producer=(-1, -1, -1), transactional=False
+) -> bytes:
+    b = DefaultRecordBatchBuilder(2, codec, transactional, *producer, batch_size=10**7)
     for i, (ts, key, value, headers) in enumerate(records):
         b.append(i, ts, key, value, list(headers))
     out = bytearray(b.build())
@@ -50,29 +62,50 @@ def test_kafka_python_batches_read_identically(codec):
     (entry,) = list(iter_shallow(buf))
     assert (entry.offset, entry.magic, entry.codec, entry.timestamp) == (44, 2, codec, 1010)
     assert entry.timestamp_type == TimestampType.CREATE_TIME and entry.next_position == len(buf)
-    check_entry(buf, entry, 10 ** 6)
+    check_entry(buf, entry, 10**6)
     assert first_offset(buf, entry) == 40
-    assert ours_records(buf) == [(40 + i, ts, k, v, tuple((hk, hv) for hk, hv in h))
-                                 for i, (ts, k, v, h) in enumerate(RECORDS)]
+    assert ours_records(buf) == [
+        (40 + i, ts, k, v, tuple((hk, hv) for hk, hv in h))
+        for i, (ts, k, v, h) in enumerate(RECORDS)
+    ]
     assert ours_records(buf) == kp_records(buf)
     header = rb.read_header(buf)
-    assert (header.producer_id, header.producer_epoch, header.base_sequence,
-            header.last_sequence, header.records_count) == (7, 3, 100, 104, 5)
+    assert (
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.last_sequence,
+        header.records_count,
+    ) == (7, 3, 100, 104, 5)
 
 
 @pytest.mark.parametrize("codec", list(Codec))
 @pytest.mark.parametrize("lat", [False, True])
 def test_our_batches_read_identically_with_kafka_python(codec, lat):
     tst = TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME
-    builder = MessageSetBuilder(2, codec, tst, base_offset=7, producer_id=9, producer_epoch=1,
-                                base_sequence=2_147_483_646, partition_leader_epoch=5)
+    builder = MessageSetBuilder(
+        2,
+        codec,
+        tst,
+        base_offset=7,
+        producer_id=9,
+        producer_epoch=1,
+        base_sequence=2_147_483_646,
+        partition_leader_epoch=5,
+    )
     for ts, key, value, headers in RECORDS:
         builder.append(value, key, ts, headers)
     buf = builder.build()
     batch = DefaultRecordBatch(buf)
     assert batch.validate_crc() and batch.compression_type == codec
-    assert (batch.base_offset, batch.leader_epoch, batch.producer_id, batch.producer_epoch,
-            batch.base_sequence, batch.last_sequence) == (7, 5, 9, 1, 2_147_483_646, 2)
+    assert (
+        batch.base_offset,
+        batch.leader_epoch,
+        batch.producer_id,
+        batch.producer_epoch,
+        batch.base_sequence,
+        batch.last_sequence,
+    ) == (7, 5, 9, 1, 2_147_483_646, 2)
     assert batch.timestamp_type == int(lat) and batch.max_timestamp == 1010
     expected = [(7 + i, 1010 if lat else ts, k, v, h) for i, (ts, k, v, h) in enumerate(RECORDS)]
     assert kp_records(buf) == expected == ours_records(buf)
@@ -117,10 +150,16 @@ def mixed_set() -> tuple[bytes, list[tuple]]:
 def test_mixed_set_shallow_and_deep():
     buf, expected = mixed_set()
     entries = list(iter_shallow(buf))
-    assert [(e.offset, e.magic) for e in entries] == [(0, 1), (1, 1), (2, 1), (5, 2), (8, 1),
-                                                       (11, 2)]
+    assert [(e.offset, e.magic) for e in entries] == [
+        (0, 1),
+        (1, 1),
+        (2, 1),
+        (5, 2),
+        (8, 1),
+        (11, 2),
+    ]
     for e in entries:
-        check_entry(buf, e, 10 ** 6)
+        check_entry(buf, e, 10**6)
     assert [first_offset(buf, e) for e in entries] == [0, 1, 2, 3, 6, 9]
     assert [(m.offset, m.timestamp, m.key, m.value) for m in iter_deep(buf)] == expected
     assert kp_read(buf) == expected  # kafka-python's consumer reads mixed sets too
@@ -132,7 +171,7 @@ def test_convert_mixed_set(to_magic):
     out = convert(buf, to_magic)
     assert {e.magic for e in iter_shallow(out)} == {to_magic}
     for e in iter_shallow(out):
-        check_entry(out, e, 10 ** 6)
+        check_entry(out, e, 10**6)
     got = [(m.offset, m.timestamp, m.key, m.value) for m in iter_deep(out)]
     assert [(o, k, v) for o, _, k, v in got] == [(o, k, v) for o, _, k, v in expected]
     assert kp_read(out) == got
@@ -147,13 +186,17 @@ def test_convert_mixed_set(to_magic):
         assert got == expected
         # the three uncompressed magic-1 messages became one batch, each wrapper one batch
         assert [(first_offset(out, e), e.offset, e.codec) for e in iter_shallow(out)] == [
-            (0, 2, Codec.NONE), (3, 5, Codec.LZ4), (6, 8, Codec.GZIP), (9, 11, Codec.NONE)]
+            (0, 2, Codec.NONE),
+            (3, 5, Codec.LZ4),
+            (6, 8, Codec.GZIP),
+            (9, 11, Codec.NONE),
+        ]
 
 
 def test_convert_keeps_a_trailing_partial_batch_and_refuses_zstd_below_2():
     buf, _ = mixed_set()
     cut = buf + kp_batch(Codec.NONE, base_offset=12)[:30]
-    assert convert(cut, 1).endswith(cut[len(buf):])
+    assert convert(cut, 1).endswith(cut[len(buf) :])
     zstd = kp_batch(Codec.ZSTD)
     assert convert(zstd, 2) == zstd
     for magic in (0, 1):
@@ -164,12 +207,12 @@ def test_convert_keeps_a_trailing_partial_batch_and_refuses_zstd_below_2():
 def test_check_entry_catches_corruption():
     buf = bytearray(kp_batch(Codec.NONE))
     (entry,) = iter_shallow(buf)
-    check_entry(buf, entry, 10 ** 6)
+    check_entry(buf, entry, 10**6)
     with pytest.raises(CorruptRecordError, match="max.message.bytes"):
         check_entry(buf, entry, 40)
     buf[-1] ^= 1
     with pytest.raises(CorruptRecordError, match="CRC-32C"):
-        check_entry(buf, entry, 10 ** 6)
+        check_entry(buf, entry, 10**6)
     short = bytearray(kp_batch(Codec.NONE))
     struct.pack_into(">i", short, rb.LENGTH_OFFSET, 40)
     with pytest.raises(CorruptRecordError, match="below the 49-byte batch header"):
@@ -197,7 +240,8 @@ def test_in_place_log_append_time_and_offsets():
 
 def test_varints_match_kafka_python():
     from kafka.record.util import decode_varint, encode_varint
-    for value in [0, 1, -1, 63, -64, 64, 2**31 - 1, -2**31, 2**63 - 1, -2**63]:
+
+    for value in [0, 1, -1, 63, -64, 64, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)]:
         ours = bytearray()
         rb.encode_varint(value, ours)
         theirs = bytearray()
@@ -210,10 +254,20 @@ def test_varints_match_kafka_python():
 @st.composite
 def batches(draw):
     codec = draw(st.sampled_from(list(Codec)))
-    records = draw(st.lists(st.tuples(
-        st.integers(0, 2**40), st.none() | st.binary(max_size=20), st.none() | st.binary(max_size=40),
-        st.lists(st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=5)), max_size=2)),
-        min_size=1, max_size=8))
+    records = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 2**40),
+                st.none() | st.binary(max_size=20),
+                st.none() | st.binary(max_size=40),
+                st.lists(
+                    st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=5)), max_size=2
+                ),
+            ),
+            min_size=1,
+            max_size=8,
+        )
+    )
     return codec, [(ts, k, v, tuple(h)) for ts, k, v, h in records]
 
 
@@ -247,11 +301,11 @@ def test_fuzzed_batches_raise_only_corrupt_record_errors():
             i = rng.randrange(len(buf))
             buf[i] = rng.randrange(256)
         if rng.random() < 0.3:
-            del buf[rng.randrange(len(buf)):]
+            del buf[rng.randrange(len(buf)) :]
         try:
             for entry in iter_shallow(buf):
                 try:
-                    check_entry(buf, entry, 10 ** 6)
+                    check_entry(buf, entry, 10**6)
                 except CorruptRecordError:
                     pass
             list(iter_deep(buf))

@@ -1,4 +1,5 @@
 """Message sets against kafka-python's legacy record code as the independent oracle."""
+
 from __future__ import annotations
 
 import mmap
@@ -10,16 +11,28 @@ from tests.protocol.kafka_python_oracle import kp_build, kp_read, ours
 from protocol.compression import LEGACY_CODECS
 from protocol.errors import CorruptRecordError
 from protocol.records import (
-    LOG_OVERHEAD, NO_TIMESTAMP, Codec, MessageSetBuilder, TimestampType, check_entry, convert,
-    iter_deep, iter_shallow,
+    LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    Codec,
+    MessageSetBuilder,
+    TimestampType,
+    check_entry,
+    convert,
+    iter_deep,
+    iter_shallow,
 )
 
 CODECS = list(LEGACY_CODECS)
 MAGICS = [0, 1]
 
 
-SAMPLE = [(1000, b"k0", b"v0"), (1005, None, b"v1"), (999, b"k2", None), (1003, b"", b""),
-          (1001, b"key" * 50, b"value" * 300)]
+SAMPLE = [
+    (1000, b"k0", b"v0"),
+    (1005, None, b"v1"),
+    (999, b"k2", None),
+    (1003, b"", b""),
+    (1001, b"key" * 50, b"value" * 300),
+]
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -29,8 +42,10 @@ def test_builder_output_reads_identically_with_kafka_python(magic, codec):
     for ts, key, value in SAMPLE:
         b.append(value, key=key, timestamp=ts)
     buf = b.build()
-    expected = [(40 + i, ts if magic == 1 else NO_TIMESTAMP, key, value)
-                for i, (ts, key, value) in enumerate(SAMPLE)]
+    expected = [
+        (40 + i, ts if magic == 1 else NO_TIMESTAMP, key, value)
+        for i, (ts, key, value) in enumerate(SAMPLE)
+    ]
     assert ours(buf) == expected
     assert kp_read(buf) == expected
     for entry in iter_shallow(buf):
@@ -54,8 +69,9 @@ def test_kafka_python_sets_deep_iterate_identically(magic, codec):
         struct.pack_into(">q", buf, 0, 100 + len(SAMPLE) - 1)
     assert ours(buf) == kp_read(buf)
     if magic == 1 or codec == Codec.NONE:
-        assert [m[0] for m in ours(buf)] == ([100 + i for i in range(len(SAMPLE))]
-                                             if codec else list(range(len(SAMPLE))))
+        assert [m[0] for m in ours(buf)] == (
+            [100 + i for i in range(len(SAMPLE))] if codec else list(range(len(SAMPLE)))
+        )
     for entry in iter_shallow(buf):
         check_entry(buf, entry, 1000012)
 
@@ -67,7 +83,8 @@ def test_log_append_time_wrapper_applies_to_inner_messages():
     buf = b.build()
     msgs = list(iter_deep(buf))
     assert [(m.timestamp, m.timestamp_type) for m in msgs] == [
-        (9, TimestampType.LOG_APPEND_TIME)] * 2
+        (9, TimestampType.LOG_APPEND_TIME)
+    ] * 2
     assert [r[1] for r in kp_read(buf)] == [9, 9]
 
 
@@ -78,9 +95,9 @@ def test_incomplete_trailing_entry_is_skipped():
     buf = b.build()
     one = len(buf) // 3
     for cut in range(1, one):
-        entries = list(iter_shallow(buf[:len(buf) - cut]))
+        entries = list(iter_shallow(buf[: len(buf) - cut]))
         assert [e.offset for e in entries] == [0, 1]
-        assert len(list(iter_deep(buf[:len(buf) - cut]))) == 2
+        assert len(list(iter_deep(buf[: len(buf) - cut]))) == 2
 
 
 def test_size_below_minimum_raises_with_position():
@@ -144,6 +161,7 @@ def test_convert_round_trip(codec):
 def test_inner_timestamp_type_comes_from_the_wrapper_only():
     from protocol.compression import compress
     from protocol.records import _append_message
+
     inner = bytearray()
     _append_message(inner, 0, 1, 0x08, 5, b"k", b"v")  # inner claims LogAppendTime
     wrapper = bytearray()

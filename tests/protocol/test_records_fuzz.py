@@ -1,5 +1,6 @@
 """Fuzz: truncated, bit-flipped and random message sets must only ever produce
 CorruptRecordError (or a Rejected answer), never IndexError, struct.error, codec errors..."""
+
 from __future__ import annotations
 
 import struct
@@ -12,13 +13,22 @@ from hypothesis import strategies as st
 from protocol.compression import LEGACY_CODECS
 from protocol.errors import CorruptRecordError, ErrorCode
 from protocol.records import (
-    Codec, MessageSetBuilder, TimestampType, check_entry, convert, iter_deep, iter_shallow,
+    Codec,
+    MessageSetBuilder,
+    TimestampType,
+    check_entry,
+    convert,
+    iter_deep,
+    iter_shallow,
 )
 from protocol.validator import Rejected, TopicSettings, ValidatedRecords, validate_produce
 
 NOW = 1_700_000_000_000
-FUZZ = settings(max_examples=150, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def fix_crcs(buf: bytearray) -> bytearray:
@@ -30,7 +40,7 @@ def fix_crcs(buf: bytearray) -> bytearray:
         end = pos + 12 + size
         if size < 5 or end > len(buf):
             break
-        struct.pack_into(">I", buf, pos + 12, zlib.crc32(bytes(buf[pos + 16:end])))
+        struct.pack_into(">I", buf, pos + 12, zlib.crc32(bytes(buf[pos + 16 : end])))
         pos = end
     return buf
 
@@ -39,7 +49,7 @@ def exercise(buf) -> None:
     """Run every entry point over ``buf``; anything but CorruptRecordError/Rejected fails."""
     try:
         for entry in iter_shallow(buf):
-            check_entry(buf, entry, 10 ** 6)
+            check_entry(buf, entry, 10**6)
     except CorruptRecordError as exc:
         assert exc.offset is not None
     try:
@@ -51,17 +61,27 @@ def exercise(buf) -> None:
             convert(buf, magic)
         except CorruptRecordError as exc:
             assert exc.offset is not None
-    for s in (TopicSettings(), TopicSettings(magic=0, target_codec=Codec.GZIP),
-              TopicSettings(compacted=True, max_timestamp_difference_ms=10 ** 9),
-              TopicSettings(timestamp_type=TimestampType.LOG_APPEND_TIME, max_message_bytes=200)):
+    for s in (
+        TopicSettings(),
+        TopicSettings(magic=0, target_codec=Codec.GZIP),
+        TopicSettings(compacted=True, max_timestamp_difference_ms=10**9),
+        TopicSettings(timestamp_type=TimestampType.LOG_APPEND_TIME, max_message_bytes=200),
+    ):
         r = validate_produce(buf, s, next_offset=3, now_ms=NOW)
         assert isinstance(r, (ValidatedRecords, Rejected))
         if isinstance(r, Rejected):
-            assert r.error in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_TIMESTAMP,
-                               ErrorCode.MESSAGE_TOO_LARGE) and r.reason
+            assert (
+                r.error
+                in (
+                    ErrorCode.CORRUPT_MESSAGE,
+                    ErrorCode.INVALID_TIMESTAMP,
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                )
+                and r.reason
+            )
         else:  # whatever was accepted must read back cleanly
             for entry in iter_shallow(r.buffer):
-                check_entry(r.buffer, entry, 10 ** 7)
+                check_entry(r.buffer, entry, 10**7)
             assert len(list(iter_deep(r.buffer))) == r.message_count
         # the hot path only ever accepts what the general path accepts, identically
         with mock.patch("protocol.validator._fast_magic1", return_value=None):
@@ -74,13 +94,16 @@ def message_sets(draw):
     codec = draw(st.sampled_from(LEGACY_CODECS))
     b = MessageSetBuilder(magic=magic, codec=codec)
     for _ in range(draw(st.integers(1, 6))):
-        b.append(draw(st.one_of(st.none(), st.binary(max_size=30))),
-                 key=draw(st.one_of(st.none(), st.binary(max_size=8))),
-                 timestamp=draw(st.integers(NOW - 10 ** 10, NOW + 10 ** 10)))
+        b.append(
+            draw(st.one_of(st.none(), st.binary(max_size=30))),
+            key=draw(st.one_of(st.none(), st.binary(max_size=8))),
+            timestamp=draw(st.integers(NOW - 10**10, NOW + 10**10)),
+        )
     buf = b.build()
     if draw(st.booleans()):
-        other = MessageSetBuilder(magic=draw(st.sampled_from([0, 1])),
-                                  codec=draw(st.sampled_from(LEGACY_CODECS)))
+        other = MessageSetBuilder(
+            magic=draw(st.sampled_from([0, 1])), codec=draw(st.sampled_from(LEGACY_CODECS))
+        )
         other.append(b"second", key=b"k", timestamp=NOW)
         buf += other.build()
     return buf
@@ -123,10 +146,14 @@ def test_byte_overwrites_with_fixed_crcs(buf, data):
 
 
 @FUZZ
-@given(st.sampled_from([Codec.GZIP, Codec.SNAPPY, Codec.LZ4]), st.sampled_from([0, 1]),
-       st.binary(max_size=200))
+@given(
+    st.sampled_from([Codec.GZIP, Codec.SNAPPY, Codec.LZ4]),
+    st.sampled_from([0, 1]),
+    st.binary(max_size=200),
+)
 def test_wrapper_with_arbitrary_payload(codec, magic, payload):
     from protocol.records import _append_message
+
     buf = bytearray()
     _append_message(buf, 0, magic, int(codec), NOW, None, payload)
     exercise(bytes(buf))

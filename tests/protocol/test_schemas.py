@@ -1,6 +1,7 @@
 """The generated schema table: coverage, defaults, round trips for every version Kafka 3.9
 defines, typed errors, and the definitions checked against Kafka's JSON when a Kafka checkout
 is at hand."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,13 @@ from hypothesis import strategies as st
 from protocol import SUPPORTED_VERSIONS, ApiKey
 from protocol.errors import BodyEncodeError, MalformedFrameError
 from protocol.schemas import (
-    REQUEST_SCHEMAS, RESPONSE_SCHEMAS, decode_request_body, decode_response_body,
-    encode_request_body, encode_response_body, is_flexible,
+    REQUEST_SCHEMAS,
+    RESPONSE_SCHEMAS,
+    decode_request_body,
+    decode_response_body,
+    encode_request_body,
+    encode_response_body,
+    is_flexible,
 )
 from protocol.schemas.codec import snake_case
 from protocol.schemas.definitions import MESSAGES
@@ -34,10 +40,16 @@ def test_every_served_version_and_api_key_has_schemas():
     assert repr(REQUEST_SCHEMAS[ApiKey.PRODUCE, 9]) == "<ProduceRequestV9>"
 
 
-@pytest.mark.parametrize("name,snake", [
-    ("TopicData", "topic_data"), ("ThrottleTimeMs", "throttle_time_ms"), ("TopicId", "topic_id"),
-    ("IsolationLevel", "isolation_level"), ("ZkMigrationReady", "zk_migration_ready"),
-])
+@pytest.mark.parametrize(
+    "name,snake",
+    [
+        ("TopicData", "topic_data"),
+        ("ThrottleTimeMs", "throttle_time_ms"),
+        ("TopicId", "topic_id"),
+        ("IsolationLevel", "isolation_level"),
+        ("ZkMigrationReady", "zk_migration_ready"),
+    ],
+)
 def test_snake_case(name, snake):
     assert snake_case(name) == snake
 
@@ -49,13 +61,23 @@ def test_flexible_versions_follow_the_definitions():
 
 
 def test_decoded_bodies_hold_every_field_with_later_versions_defaults():
-    raw = encode_request_body(ApiKey.FETCH, 0, {"replica_id": -1, "max_wait_ms": 500,
-                                                "min_bytes": 1, "topics": []})
+    raw = encode_request_body(
+        ApiKey.FETCH, 0, {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "topics": []}
+    )
     body = decode_request_body(ApiKey.FETCH, 0, raw, 0, len(raw))
-    assert (body.max_wait_ms, body.max_bytes, body.isolation_level, body.session_epoch,
-            body.rack_id, body.cluster_id) == (500, 0x7FFFFFFF, 0, -1, "", None)
-    raw = encode_response_body(ApiKey.METADATA, 12, {"topics": [
-        {"name": "t", "topic_id": uuid.UUID(int=7), "partitions": []}]})
+    assert (
+        body.max_wait_ms,
+        body.max_bytes,
+        body.isolation_level,
+        body.session_epoch,
+        body.rack_id,
+        body.cluster_id,
+    ) == (500, 0x7FFFFFFF, 0, -1, "", None)
+    raw = encode_response_body(
+        ApiKey.METADATA,
+        12,
+        {"topics": [{"name": "t", "topic_id": uuid.UUID(int=7), "partitions": []}]},
+    )
     body = decode_response_body(ApiKey.METADATA, 12, raw, 0, len(raw))
     assert body.topics[0].topic_id == uuid.UUID(int=7) and body.topics[0].is_internal is False
     assert body.brokers == [] and body.cluster_id is None
@@ -63,8 +85,9 @@ def test_decoded_bodies_hold_every_field_with_later_versions_defaults():
 
 def test_tagged_fields_are_sent_only_when_not_default():
     plain = encode_response_body(ApiKey.API_VERSIONS, 3, {"api_keys": []})
-    tagged = encode_response_body(ApiKey.API_VERSIONS, 3, {"api_keys": [],
-                                                          "zk_migration_ready": True})
+    tagged = encode_response_body(
+        ApiKey.API_VERSIONS, 3, {"api_keys": [], "zk_migration_ready": True}
+    )
     assert plain.endswith(b"\x00") and len(tagged) == len(plain) + 3
     body = decode_response_body(ApiKey.API_VERSIONS, 3, tagged, 0, len(tagged))
     assert body.zk_migration_ready is True and body.finalized_features_epoch == -1
@@ -77,10 +100,13 @@ def test_unknown_tags_are_skipped():
     assert body.api_keys == []
 
 
-@pytest.mark.parametrize("raw,why", [
-    (b"\x00\x00", "truncated"),                               # cut inside acks/timeout
-    (b"\xff\xff\x00\x01\x00\x00\x00\x00\x7f\xff\xff\xff", "cannot fit"),  # huge array count
-])
+@pytest.mark.parametrize(
+    "raw,why",
+    [
+        (b"\x00\x00", "truncated"),  # cut inside acks/timeout
+        (b"\xff\xff\x00\x01\x00\x00\x00\x00\x7f\xff\xff\xff", "cannot fit"),  # huge array count
+    ],
+)
 def test_malformed_bodies_raise_typed_errors(raw, why):
     with pytest.raises(MalformedFrameError, match=why):
         decode_request_body(ApiKey.PRODUCE, 2, raw, 0, len(raw))
@@ -97,9 +123,10 @@ def test_bad_values_raise_body_encode_error():
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_version_round_trips(api, version, data):
-    for table, encode, decode in ((REQUEST_SCHEMAS, encode_request_body, decode_request_body),
-                                  (RESPONSE_SCHEMAS, encode_response_body,
-                                   decode_response_body)):
+    for table, encode, decode in (
+        (REQUEST_SCHEMAS, encode_request_body, decode_request_body),
+        (RESPONSE_SCHEMAS, encode_response_body, decode_response_body),
+    ):
         codec = table[api, version]
         value = data.draw(value_strategy(codec, max_items=2))
         raw = encode(api, version, value)
@@ -114,8 +141,11 @@ def test_definitions_hold_every_api_key():
         assert m["type"] in ("request", "response") and m["fields"]
 
 
-@pytest.mark.skipif(not Path(KAFKA_GIT).exists(),
-                    reason="no Kafka git checkout (set CHRONOLOG_KAFKA_GIT) to compare with")
+@pytest.mark.skipif(
+    not Path(KAFKA_GIT).exists(),
+    reason="no Kafka git checkout (set CHRONOLOG_KAFKA_GIT) to compare with",
+)
 def test_definitions_match_kafkas_json():
     from protocol.schemas.generate import load
+
     assert load(KAFKA_GIT, "3.9.0-rc3") == MESSAGES

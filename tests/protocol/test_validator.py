@@ -1,4 +1,5 @@
 """validate_produce: every rule with its exact error code; kafka-python as the oracle."""
+
 from __future__ import annotations
 
 import struct
@@ -11,8 +12,14 @@ from protocol.compression import LEGACY_CODECS
 from protocol.compression import compress
 from protocol.errors import ErrorCode
 from protocol.records import (
-    NO_TIMESTAMP, Codec, MessageSetBuilder, TimestampType, _append_message, check_entry,
-    iter_deep, iter_shallow,
+    NO_TIMESTAMP,
+    Codec,
+    MessageSetBuilder,
+    TimestampType,
+    _append_message,
+    check_entry,
+    iter_deep,
+    iter_shallow,
 )
 from protocol.validator import Rejected, TopicSettings, ValidatedRecords, validate_produce
 
@@ -29,7 +36,7 @@ def valid(buf, settings=TopicSettings(), next_offset=0, now=NOW) -> ValidatedRec
     result = validate_produce(buf, settings, next_offset=next_offset, now_ms=now)
     assert isinstance(result, ValidatedRecords), result
     for entry in iter_shallow(result.buffer):
-        check_entry(result.buffer, entry, 10 ** 8)
+        check_entry(result.buffer, entry, 10**8)
     assert deep(result.buffer) == kp_read(result.buffer)
     return result
 
@@ -41,8 +48,12 @@ def rejected(buf, settings=TopicSettings(), error=ErrorCode.CORRUPT_MESSAGE, now
     return result.reason
 
 
-SAMPLE = [(NOW - 5, b"k0", b"v0"), (NOW - 1, b"k1", b"v1" * 30), (NOW - 3, None, b"v2"),
-          (NOW - 1, b"k3", None)]
+SAMPLE = [
+    (NOW - 5, b"k0", b"v0"),
+    (NOW - 1, b"k1", b"v1" * 30),
+    (NOW - 3, None, b"v2"),
+    (NOW - 1, b"k3", None),
+]
 
 
 def build(messages=SAMPLE, magic=1, codec=Codec.NONE, tt=TimestampType.CREATE_TIME):
@@ -58,8 +69,9 @@ def test_kafka_python_sets_validate_and_read_identically(magic, codec):
     buf = kp_build(magic, codec, SAMPLE)
     r = valid(buf, TopicSettings(magic=magic), next_offset=1000)
     assert (r.first_offset, r.last_offset, r.message_count) == (1000, 1003, 4)
-    expected = [(1000 + i, ts if magic == 1 else NO_TIMESTAMP, k, v)
-                for i, (ts, k, v) in enumerate(SAMPLE)]
+    expected = [
+        (1000 + i, ts if magic == 1 else NO_TIMESTAMP, k, v) for i, (ts, k, v) in enumerate(SAMPLE)
+    ]
     assert kp_read(r.buffer) == expected
     if magic == 1:
         assert r.max_timestamp == NOW - 1
@@ -119,17 +131,21 @@ def test_timestamp_too_far_rejects_whole_set(codec):
     ok = SAMPLE + [(NOW + 1000, b"k", b"edge"), (NO_TIMESTAMP, b"k", b"none")]
     assert valid(build(ok, codec=codec), settings).message_count == 6
     # LogAppendTime topics do not check producer timestamps
-    assert valid(build(msgs, codec=codec),
-                 TopicSettings(timestamp_type=LAT, max_timestamp_difference_ms=1000))
+    assert valid(
+        build(msgs, codec=codec),
+        TopicSettings(timestamp_type=LAT, max_timestamp_difference_ms=1000),
+    )
 
 
 def test_timestamp_too_old_is_rejected_even_when_not_first():
     msgs = [(NOW, b"k", b"a"), (NOW - 5000, b"k", b"b")]
-    rejected(build(msgs), TopicSettings(max_timestamp_difference_ms=1000),
-             ErrorCode.INVALID_TIMESTAMP)
+    rejected(
+        build(msgs), TopicSettings(max_timestamp_difference_ms=1000), ErrorCode.INVALID_TIMESTAMP
+    )
     msgs = [(NOW - 5000, b"k", b"a"), (NOW, b"k", b"b")]
-    rejected(build(msgs), TopicSettings(max_timestamp_difference_ms=1000),
-             ErrorCode.INVALID_TIMESTAMP)
+    rejected(
+        build(msgs), TopicSettings(max_timestamp_difference_ms=1000), ErrorCode.INVALID_TIMESTAMP
+    )
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -148,8 +164,9 @@ def test_message_too_large():
     assert str(size) in reason
     # the wrapper counts, not the inner messages
     wrapped = build([(NOW, b"k", b"x" * 100)] * 3, codec=Codec.GZIP)
-    rejected(wrapped, TopicSettings(max_message_bytes=len(wrapped) - 1),
-             ErrorCode.MESSAGE_TOO_LARGE)
+    rejected(
+        wrapped, TopicSettings(max_message_bytes=len(wrapped) - 1), ErrorCode.MESSAGE_TOO_LARGE
+    )
 
 
 def test_up_conversion_growth_is_rechecked_against_the_limit():
@@ -171,8 +188,8 @@ def test_incomplete_trailing_entry_is_trimmed_and_nothing_complete_is_empty():
     last = list(iter_shallow(buf))[-1]
     r = valid(buf[:-3], next_offset=20)
     assert (r.message_count, r.last_offset) == (3, 22)
-    assert r.buffer == valid(buf[:last.position], next_offset=20).buffer
-    for cut in (b"", buf[:5], buf[:11], buf[:last.size]):
+    assert r.buffer == valid(buf[: last.position], next_offset=20).buffer
+    for cut in (b"", buf[:5], buf[:11], buf[: last.size]):
         r = validate_produce(cut, TopicSettings(), next_offset=20, now_ms=NOW)
         assert r == ValidatedRecords(b"", -1, -1, -1, -1, -1, 0)
 
@@ -205,7 +222,7 @@ def test_inner_message_problems_are_corrupt():
     for codec in (Codec.GZIP, Codec.SNAPPY, Codec.LZ4):
         garbage = bytearray()
         payload = compress(codec, good, 1)
-        _append_message(garbage, 0, 1, int(codec), NOW, None, payload[:len(payload) // 2])
+        _append_message(garbage, 0, 1, int(codec), NOW, None, payload[: len(payload) // 2])
         assert "decompress" in rejected(bytes(garbage))
     empty = bytearray()
     _append_message(empty, 0, 1, int(Codec.GZIP), NOW, None, None)
@@ -240,8 +257,12 @@ def test_target_codec(source, target):
 @pytest.mark.parametrize("codec", CODECS)
 @pytest.mark.parametrize("tt", list(TimestampType))
 def test_up_conversion(codec, tt):
-    r = valid(build(magic=0, codec=codec), TopicSettings(magic=1, timestamp_type=tt),
-              next_offset=9, now=NOW)
+    r = valid(
+        build(magic=0, codec=codec),
+        TopicSettings(magic=1, timestamp_type=tt),
+        next_offset=9,
+        now=NOW,
+    )
     assert {e.magic for e in iter_shallow(r.buffer)} == {1}
     ts = NOW if tt == LAT else NO_TIMESTAMP
     assert kp_read(r.buffer) == [(9 + i, ts, k, v) for i, (_, k, v) in enumerate(SAMPLE)]
@@ -276,6 +297,7 @@ def test_multiple_wrappers_in_place_get_consecutive_offsets():
 @pytest.mark.parametrize("codec", [Codec.NONE, Codec.LZ4])
 def test_input_is_not_modified_and_fast_path_matches_general_path(codec):
     from unittest import mock
+
     buf = bytearray(build(codec=codec))
     before = bytes(buf)
     r = valid(buf, next_offset=77)
@@ -287,25 +309,36 @@ def test_input_is_not_modified_and_fast_path_matches_general_path(codec):
 def test_magic_1_message_below_its_minimum_size_is_corrupt_even_when_lengths_seem_to_fit():
     """A 20-byte magic-1 message (minimum 22) whose value length, read past its end from the
     next entry's offset bytes, equals the -2 bytes it seems to leave: still corrupt."""
-    body = struct.pack(">bbqi", 1, 0, NOW, -1) + b"\xff\xff"      # value length cut in half
+    body = struct.pack(">bbqi", 1, 0, NOW, -1) + b"\xff\xff"  # value length cut in half
     short = struct.pack(">qiI", 0, 4 + len(body), zlib.crc32(body)) + body
     following = bytearray(build())
-    following[0:2] = b"\xff\xfe"       # the next entry's offset supplies the length's low bytes
+    following[0:2] = b"\xff\xfe"  # the next entry's offset supplies the length's low bytes
     assert len(body) == 16
     rejected(short + bytes(following))
 
 
-@pytest.mark.parametrize("settings", [
-    TopicSettings(), TopicSettings(timestamp_type=LAT), TopicSettings(magic=2),
-    TopicSettings(magic=2, timestamp_type=LAT), TopicSettings(magic=0),
-    TopicSettings(max_timestamp_difference_ms=2), TopicSettings(compacted=True)],
-    ids=["v1", "v1-lat", "v2", "v2-lat", "v0", "tight-time", "compacted"])
-@pytest.mark.parametrize("magic,codec", [(1, Codec.NONE), (1, Codec.LZ4), (2, Codec.NONE),
-                                         (2, Codec.ZSTD), (0, Codec.GZIP)])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        TopicSettings(),
+        TopicSettings(timestamp_type=LAT),
+        TopicSettings(magic=2),
+        TopicSettings(magic=2, timestamp_type=LAT),
+        TopicSettings(magic=0),
+        TopicSettings(max_timestamp_difference_ms=2),
+        TopicSettings(compacted=True),
+    ],
+    ids=["v1", "v1-lat", "v2", "v2-lat", "v0", "tight-time", "compacted"],
+)
+@pytest.mark.parametrize(
+    "magic,codec",
+    [(1, Codec.NONE), (1, Codec.LZ4), (2, Codec.NONE), (2, Codec.ZSTD), (0, Codec.GZIP)],
+)
 def test_without_the_c_extension_every_answer_is_the_same(monkeypatch, settings, magic, codec):
     """A build without a C compiler has no protocol._fastscan: the Python paths alone must give
     identical results and identical rejections."""
     import protocol.validator as validator
+
     buf = build(magic=magic, codec=codec)
     with_c = validate_produce(buf, settings, next_offset=9, now_ms=NOW)
     monkeypatch.setattr(validator, "scan_v1", None)

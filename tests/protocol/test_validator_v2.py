@@ -1,5 +1,6 @@
 """validate_produce with record batches (magic 2) in or out: Kafka 3.9's LogValidator rules,
 kafka-python's and aiokafka's batch code as independent oracles."""
+
 from __future__ import annotations
 
 import random
@@ -14,10 +15,18 @@ from protocol import recordbatch as rb
 from protocol.compression import Codec
 from protocol.errors import ErrorCode
 from protocol.records import (
-    MessageSetBuilder, TimestampType, check_entry, iter_deep, iter_shallow,
+    MessageSetBuilder,
+    TimestampType,
+    check_entry,
+    iter_deep,
+    iter_shallow,
 )
 from protocol.validator import (
-    ProducerBatch, Rejected, TopicSettings, ValidatedRecords, validate_produce,
+    ProducerBatch,
+    Rejected,
+    TopicSettings,
+    ValidatedRecords,
+    validate_produce,
 )
 from tests.protocol.kafka_python_oracle import kp_read
 
@@ -27,9 +36,12 @@ LAT = TopicSettings(magic=2, timestamp_type=TimestampType.LOG_APPEND_TIME)
 
 
 def kp_batch(codec=Codec.NONE, records=None, producer=(-1, -1, -1), transactional=False):
-    records = records or [(NOW - 3, b"k0", b"v0", []), (NOW - 9, None, b"v1" * 40, [("h", b"x")]),
-                          (NOW + 2, b"k2", None, [])]
-    b = DefaultRecordBatchBuilder(2, codec, transactional, *producer, batch_size=10 ** 7)
+    records = records or [
+        (NOW - 3, b"k0", b"v0", []),
+        (NOW - 9, None, b"v1" * 40, [("h", b"x")]),
+        (NOW + 2, b"k2", None, []),
+    ]
+    b = DefaultRecordBatchBuilder(2, codec, transactional, *producer, batch_size=10**7)
     for i, (ts, key, value, headers) in enumerate(records):
         b.append(i, ts, key, value, headers)
     return bytes(b.build())
@@ -39,9 +51,10 @@ def valid(buf, settings=V2, next_offset=0, now=NOW, **kw) -> ValidatedRecords:
     result = validate_produce(buf, settings, next_offset=next_offset, now_ms=now, **kw)
     assert isinstance(result, ValidatedRecords), result
     for entry in iter_shallow(result.buffer):
-        check_entry(result.buffer, entry, 10 ** 8)
-    assert [(m.offset, m.timestamp, m.key, m.value) for m in iter_deep(result.buffer)] == \
-        kp_read(result.buffer)
+        check_entry(result.buffer, entry, 10**8)
+    assert [(m.offset, m.timestamp, m.key, m.value) for m in iter_deep(result.buffer)] == kp_read(
+        result.buffer
+    )
     return result
 
 
@@ -57,7 +70,9 @@ def test_batch_kept_as_sent_only_offsets_and_leader_epoch_change(codec):
     sent = kp_batch(codec, producer=(42, 3, 10))
     result = valid(sent, next_offset=100, partition_leader_epoch=4, require_magic2=True)
     out = result.buffer
-    assert out[rb.PARTITION_LEADER_EPOCH_OFFSET + 4:] == sent[rb.PARTITION_LEADER_EPOCH_OFFSET + 4:]
+    assert (
+        out[rb.PARTITION_LEADER_EPOCH_OFFSET + 4 :] == sent[rb.PARTITION_LEADER_EPOCH_OFFSET + 4 :]
+    )
     batch = DefaultRecordBatch(out)
     assert batch.validate_crc() and (batch.base_offset, batch.leader_epoch) == (100, 4)
     assert (result.first_offset, result.last_offset, result.message_count) == (100, 102, 3)
@@ -72,9 +87,11 @@ def test_log_append_time_rewrites_the_header_only(codec):
     sent = kp_batch(codec)
     out = valid(sent, LAT, next_offset=7).buffer
     # records untouched: only baseOffset, leader epoch, crc, attributes and maxTimestamp differ
-    assert out[rb.LAST_OFFSET_DELTA_OFFSET:rb.MAX_TIMESTAMP_OFFSET] == \
-        sent[rb.LAST_OFFSET_DELTA_OFFSET:rb.MAX_TIMESTAMP_OFFSET]
-    assert out[rb.PRODUCER_ID_OFFSET:] == sent[rb.PRODUCER_ID_OFFSET:]
+    assert (
+        out[rb.LAST_OFFSET_DELTA_OFFSET : rb.MAX_TIMESTAMP_OFFSET]
+        == sent[rb.LAST_OFFSET_DELTA_OFFSET : rb.MAX_TIMESTAMP_OFFSET]
+    )
+    assert out[rb.PRODUCER_ID_OFFSET :] == sent[rb.PRODUCER_ID_OFFSET :]
     batch = DefaultRecordBatch(out)
     assert batch.validate_crc() and batch.timestamp_type == 1
     assert [(r.offset, r.timestamp) for r in batch] == [(7, NOW), (8, NOW), (9, NOW)]
@@ -84,17 +101,26 @@ def test_create_time_bounds_before_after_and_difference():
     old = kp_batch(records=[(NOW - 5000, b"k", b"v", [])])
     new = kp_batch(records=[(NOW + 5000, b"k", b"v", [])])
     none = kp_batch(records=[(-1, b"k", b"v", [])])
-    assert "outside" in rejected(old, ErrorCode.INVALID_TIMESTAMP,
-                                 TopicSettings(magic=2, max_timestamp_difference_ms=4999))
+    assert "outside" in rejected(
+        old, ErrorCode.INVALID_TIMESTAMP, TopicSettings(magic=2, max_timestamp_difference_ms=4999)
+    )
     valid(old, TopicSettings(magic=2, max_timestamp_difference_ms=5000))
     # KIP-937: before/after set explicitly win over difference.max.ms
-    s = TopicSettings(magic=2, max_timestamp_difference_ms=1, timestamp_before_max_ms=6000,
-                      timestamp_after_max_ms=4000)
+    s = TopicSettings(
+        magic=2,
+        max_timestamp_difference_ms=1,
+        timestamp_before_max_ms=6000,
+        timestamp_after_max_ms=4000,
+    )
     valid(old, s)
     rejected(new, ErrorCode.INVALID_TIMESTAMP, s)
     valid(none, s)  # timestamp -1 is exempt
-    valid(old, TopicSettings(magic=2, timestamp_type=TimestampType.LOG_APPEND_TIME,
-                             max_timestamp_difference_ms=1))
+    valid(
+        old,
+        TopicSettings(
+            magic=2, timestamp_type=TimestampType.LOG_APPEND_TIME, max_timestamp_difference_ms=1
+        ),
+    )
 
 
 def test_header_max_timestamp_is_corrected_from_the_records():
@@ -167,8 +193,7 @@ def test_old_producers_into_a_batch_topic_are_up_converted(magic, codec):
     (entry,) = iter_shallow(result.buffer)
     assert entry.magic == 2 and entry.codec == codec
     expected_ts = [NOW - i if magic == 1 else -1 for i in range(4)]
-    assert kp_read(result.buffer) == [(10 + i, expected_ts[i], b"k", b"v%d" % i)
-                                      for i in range(4)]
+    assert kp_read(result.buffer) == [(10 + i, expected_ts[i], b"k", b"v%d" % i) for i in range(4)]
 
 
 def test_topic_codec_recompresses_and_keeps_producer_fields():
@@ -183,18 +208,31 @@ def test_topic_codec_recompresses_and_keeps_producer_fields():
 
 def test_aiokafka_batches_are_accepted():
     from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBuilder
+
     for codec in (0, 1):  # what aiokafka 0.14's producer sends, plain and gzip
-        aio = AioBuilder(magic=2, compression_type=codec, is_transactional=False,
-                         producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=16384)
+        aio = AioBuilder(
+            magic=2,
+            compression_type=codec,
+            is_transactional=False,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=16384,
+        )
         aio.append(0, timestamp=NOW, key=b"k", value=b"v" * 50, headers=[])
         assert valid(bytes(aio.build()), require_magic2=True).message_count == 1
 
 
-records = st.lists(st.tuples(st.integers(NOW - 10**6, NOW + 10**6),
-                             st.none() | st.binary(max_size=10), st.none() | st.binary(max_size=30),
-                             st.lists(st.tuples(st.text(max_size=3), st.binary(max_size=3)),
-                                      max_size=2)),
-                   min_size=1, max_size=10)
+records = st.lists(
+    st.tuples(
+        st.integers(NOW - 10**6, NOW + 10**6),
+        st.none() | st.binary(max_size=10),
+        st.none() | st.binary(max_size=30),
+        st.lists(st.tuples(st.text(max_size=3), st.binary(max_size=3)), max_size=2),
+    ),
+    min_size=1,
+    max_size=10,
+)
 
 
 @settings(max_examples=80, deadline=None)
@@ -203,8 +241,10 @@ def test_output_reads_back_as_the_input_with_offsets(recs, codec, lat, next_offs
     settings_ = LAT if lat else V2
     result = valid(kp_batch(codec, recs), settings_, next_offset=next_offset)
     got = [(m.offset, m.timestamp, m.key, m.value, m.headers) for m in iter_deep(result.buffer)]
-    assert got == [(next_offset + i, NOW if lat else ts, k, v, tuple(h))
-                   for i, (ts, k, v, h) in enumerate(recs)]
+    assert got == [
+        (next_offset + i, NOW if lat else ts, k, v, tuple(h))
+        for i, (ts, k, v, h) in enumerate(recs)
+    ]
 
 
 def test_fuzzed_batches_never_raise():
@@ -215,7 +255,7 @@ def test_fuzzed_batches_never_raise():
         for _ in range(rng.randint(1, 3)):
             buf[rng.randrange(len(buf))] = rng.randrange(256)
         if rng.random() < 0.2:
-            del buf[rng.randrange(len(buf)):]
+            del buf[rng.randrange(len(buf)) :]
         for s in (V2, LAT, TopicSettings(magic=1)):
             result = validate_produce(bytes(buf), s, next_offset=0, now_ms=NOW)
             assert isinstance(result, (Rejected, ValidatedRecords))
@@ -227,14 +267,18 @@ def test_native_scan_agrees_with_the_python_path(recs, compacted, lat, cut, data
     """scan_v2 accepts exactly what the Python path accepts (it may only give up more often),
     on valid batches and on batches with a byte changed in their records."""
     from protocol import validator
+
     buf = bytearray(kp_batch(Codec.NONE, recs))
     if cut:
         i = data.draw(st.integers(rb.RECORD_BATCH_OVERHEAD, len(buf) - 1))
         buf[i] = data.draw(st.integers(0, 255))
         struct.pack_into(">I", buf, rb.CRC_OFFSET, rb.batch_crc(buf, 0, len(buf)))
-    s = TopicSettings(magic=2, compacted=compacted, max_timestamp_difference_ms=500_000,
-                      timestamp_type=TimestampType.LOG_APPEND_TIME if lat
-                      else TimestampType.CREATE_TIME)
+    s = TopicSettings(
+        magic=2,
+        compacted=compacted,
+        max_timestamp_difference_ms=500_000,
+        timestamp_type=TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME,
+    )
     with_native = validate_produce(bytes(buf), s, next_offset=3, now_ms=NOW)
     original = validator.scan_v2
     validator.scan_v2 = lambda *args: None  # force the Python path
@@ -246,8 +290,9 @@ def test_native_scan_agrees_with_the_python_path(recs, compacted, lat, cut, data
 
 
 def test_native_scan_takes_valid_batches():
-    scan_v2 = pytest.importorskip("protocol._fastscan",
-                                  reason="the C extension is not built").scan_v2
+    scan_v2 = pytest.importorskip(
+        "protocol._fastscan", reason="the C extension is not built"
+    ).scan_v2
     buf = kp_batch()
     h = rb.read_header(buf)
     section = rb.records_section(buf, h, 0)

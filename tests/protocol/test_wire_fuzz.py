@@ -1,6 +1,7 @@
 """Fuzzing: truncated, bit-flipped, spliced and random frames fed to ServerConnection and
 ClientConnection. Whatever the bytes, the only exceptions are ProtocolError subclasses (never
 IndexError, struct.error, UnicodeDecodeError, MemoryError)."""
+
 from __future__ import annotations
 
 import struct
@@ -67,8 +68,11 @@ def _split_feed(conn, data: bytes, cuts: list[int]) -> None:
 
 
 @pytest.mark.parametrize("api,version", ALL, ids=lambda x: str(x))
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_server_survives_mutated_requests(api, version, data):
     value = data.draw(value_strategy(REQUEST_SCHEMAS[api, version], max_items=2))
@@ -79,8 +83,11 @@ def test_server_survives_mutated_requests(api, version, data):
 
 
 @pytest.mark.parametrize("api,version", ALL, ids=lambda x: str(x))
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_client_survives_mutated_responses(api, version, data):
     client = ClientConnection("fuzz", max_response_bytes=MAX_FRAME)
@@ -102,15 +109,22 @@ def test_random_bytes_to_server_and_client(raw, cuts):
     _split_feed(ServerConnection(max_request_bytes=MAX_FRAME), raw, cuts)
     client = ClientConnection(max_response_bytes=MAX_FRAME)
     for api, version in ((ApiKey.METADATA, 1), (ApiKey.FETCH, 3)):
-        body = {"topics": None} if api == ApiKey.METADATA else {
-            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 0, "topics": []}
+        body = (
+            {"topics": None}
+            if api == ApiKey.METADATA
+            else {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 0, "topics": []}
+        )
         client.request(api, version, body)
     _split_feed(client, raw, cuts)
 
 
 @settings(max_examples=200, deadline=None)
-@given(api=st.integers(-32768, 32767), version=st.integers(-32768, 32767),
-       correlation_id=st.integers(-2**31, 2**31 - 1), tail=st.binary(max_size=40))
+@given(
+    api=st.integers(-32768, 32767),
+    version=st.integers(-32768, 32767),
+    correlation_id=st.integers(-(2**31), 2**31 - 1),
+    tail=st.binary(max_size=40),
+)
 def test_random_headers(api, version, correlation_id, tail):
     payload = struct.pack(">hhi", api, version, correlation_id) + tail
     _drain(ServerConnection().receive_data(struct.pack(">i", len(payload)) + payload))

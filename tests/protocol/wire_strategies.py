@@ -3,6 +3,7 @@
 Walking a codec's field tree means every field of every api version gets generated values
 without a hand-written strategy per api: a schema change is tested automatically.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -39,7 +40,8 @@ def _primitive(type_: str, nullable: bool):
 def _struct(schema, max_items: int):
     fields = [f for f in schema.fields if f.present]
     return st.fixed_dictionaries({f.name: _field(f, max_items) for f in fields}).map(
-        lambda d: {f.name: d[f.name] for f in fields})
+        lambda d: {f.name: d[f.name] for f in fields}
+    )
 
 
 def _field(f, max_items: int):
@@ -47,8 +49,9 @@ def _field(f, max_items: int):
         return _struct(f.struct, max_items)
     if f.type != "[]":
         return _primitive(f.type, f.nullable)
-    element = (_struct(f.struct, max_items) if f.element == "struct"
-               else _primitive(f.element, False))
+    element = (
+        _struct(f.struct, max_items) if f.element == "struct" else _primitive(f.element, False)
+    )
     items = st.lists(element, max_size=max_items)
     return st.one_of(st.none(), items) if f.nullable else items
 
@@ -71,8 +74,7 @@ def _cut(schema, value):
     for i, f in enumerate(fields):
         # kafka-python's generated classes use a later Kafka's JSON, which renamed a few
         # fields (Metadata's cluster_authorized_operations): fall back to the wire position.
-        v = value[f.name] if f.name in value or len(by_position) != len(fields) \
-            else by_position[i]
+        v = value[f.name] if f.name in value or len(by_position) != len(fields) else by_position[i]
         if f.type == "struct":
             # kafka-python reads a tagged struct left at its defaults (not sent) as None
             v = _cut(f.struct, v if v is not None else f.default())

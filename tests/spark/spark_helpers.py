@@ -1,4 +1,5 @@
 """Topic set-up and an independent oracle (kafka-python's consumer) for the Spark tests."""
+
 from __future__ import annotations
 
 import uuid
@@ -13,8 +14,9 @@ def new_topic(broker, partitions: int = 1, prefix: str = "spark", **configs) -> 
     """A fresh topic; configs use Kafka names with _ for . (segment_bytes=2048)."""
     topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
     with WireClient(broker.host, broker.port) as client:
-        code = create_topic(client, topic, partitions,
-                            {k.replace("_", "."): v for k, v in configs.items()})
+        code = create_topic(
+            client, topic, partitions, {k.replace("_", "."): v for k, v in configs.items()}
+        )
     assert code == 0, f"CreateTopics {topic}: error {code}"
     return topic
 
@@ -24,7 +26,7 @@ def produce_messages(broker, topic: str, partition: int, messages, *, per_reques
     with WireClient(broker.host, broker.port) as client:
         for i in range(0, len(messages), per_request):
             builder = MessageSetBuilder()
-            for key, value, ts in messages[i:i + per_request]:
+            for key, value, ts in messages[i : i + per_request]:
                 builder.append(value, key=key, timestamp=ts)
             response = produce(client, topic, builder.build(), partition=partition, acks=-1)
             assert response.error_code == 0, response
@@ -33,9 +35,13 @@ def produce_messages(broker, topic: str, partition: int, messages, *, per_reques
 def consume_all(broker, topic: str) -> list[tuple]:
     """Every message as (partition, offset, key, value, timestamp ms, timestamp type), read by
     kafka-python from the log start of each partition to its end."""
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None,
-                             enable_auto_commit=False, api_version=(0, 10, 1),
-                             consumer_timeout_ms=10_000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        api_version=(0, 10, 1),
+        consumer_timeout_ms=10_000,
+    )
     try:
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
         consumer.assign(parts)
@@ -46,8 +52,11 @@ def consume_all(broker, topic: str) -> list[tuple]:
             polled = consumer.poll(timeout_ms=2000)
             assert polled or any(consumer.position(tp) < ends[tp] for tp in parts)
             for tp, records in polled.items():
-                out += [(r.partition, r.offset, r.key, r.value, r.timestamp, r.timestamp_type)
-                        for r in records if r.offset < ends[tp]]
+                out += [
+                    (r.partition, r.offset, r.key, r.value, r.timestamp, r.timestamp_type)
+                    for r in records
+                    if r.offset < ends[tp]
+                ]
         return sorted(out)
     finally:
         consumer.close()
@@ -55,8 +64,17 @@ def consume_all(broker, topic: str) -> list[tuple]:
 
 def spark_rows(df) -> list[tuple]:
     """A chronolog DataFrame's rows in consume_all's shape."""
-    rows = df.selectExpr("partition", "offset", "key", "value", "unix_millis(timestamp) AS ts",
-                         "timestampType").collect()
-    return sorted((r.partition, r.offset, None if r.key is None else bytes(r.key),
-                   None if r.value is None else bytes(r.value), r.ts, r.timestampType)
-                  for r in rows)
+    rows = df.selectExpr(
+        "partition", "offset", "key", "value", "unix_millis(timestamp) AS ts", "timestampType"
+    ).collect()
+    return sorted(
+        (
+            r.partition,
+            r.offset,
+            None if r.key is None else bytes(r.key),
+            None if r.value is None else bytes(r.value),
+            r.ts,
+            r.timestampType,
+        )
+        for r in rows
+    )

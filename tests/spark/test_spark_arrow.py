@@ -1,4 +1,5 @@
 """Message sets -> Arrow batches, against kafka-python's message-set builder as the oracle."""
+
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -12,9 +13,14 @@ from pyspark_chronolog.arrow import ARROW_SCHEMA, decode
 BASE_TS = 1_700_000_000_000
 
 messages = st.lists(
-    st.tuples(st.none() | st.binary(max_size=20), st.none() | st.binary(max_size=60),
-              st.integers(0, 10_000_000)),
-    min_size=1, max_size=60)
+    st.tuples(
+        st.none() | st.binary(max_size=20),
+        st.none() | st.binary(max_size=60),
+        st.integers(0, 10_000_000),
+    ),
+    min_size=1,
+    max_size=60,
+)
 
 
 def kafka_python_set(msgs, *, codec=0, base=0):
@@ -30,9 +36,16 @@ def kafka_python_set(msgs, *, codec=0, base=0):
 
 
 def rows(batch):
-    return [(r["key"], r["value"], r["offset"],
-             round(r["timestamp"].timestamp() * 1000), r["timestampType"])
-            for r in batch.to_pylist()]
+    return [
+        (
+            r["key"],
+            r["value"],
+            r["offset"],
+            round(r["timestamp"].timestamp() * 1000),
+            r["timestampType"],
+        )
+        for r in batch.to_pylist()
+    ]
 
 
 def expected(msgs, base=0, start=0, end=None, window=(None, None), ts_type=0):
@@ -41,8 +54,9 @@ def expected(msgs, base=0, start=0, end=None, window=(None, None), ts_type=0):
         off, ts = base + i, BASE_TS + dt
         if off < start or (end is not None and off >= end):
             continue
-        if (window[0] is not None and ts < window[0]) or (window[1] is not None
-                                                          and ts >= window[1]):
+        if (window[0] is not None and ts < window[0]) or (
+            window[1] is not None and ts >= window[1]
+        ):
             continue
         out.append((key, value, off, ts, ts_type))
     return out
@@ -106,7 +120,7 @@ def test_compressed_wrapper_read_from_the_middle_skips_earlier_inner_messages():
 
 def test_size_contradicting_key_and_value_lengths_is_corrupt():
     buf = bytearray(kafka_python_set([(b"key", b"value", 0)]))
-    buf[26:30] = (100).to_bytes(4, "big")     # key length past the message end
+    buf[26:30] = (100).to_bytes(4, "big")  # key length past the message end
     with pytest.raises(CorruptRecordError, match="do not match its size"):
         decode(bytes(buf), "t", 0, start=0, end=10)
     with pytest.raises(CorruptRecordError, match="size 3"):
@@ -114,25 +128,35 @@ def test_size_contradicting_key_and_value_lengths_is_corrupt():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(LEGACY_CODECS), st.sampled_from(list(TimestampType)),
-                          messages), min_size=1, max_size=5),
-       st.integers(0, 3), st.data())
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(LEGACY_CODECS), st.sampled_from(list(TimestampType)), messages),
+        min_size=1,
+        max_size=5,
+    ),
+    st.integers(0, 3),
+    st.data(),
+)
 def test_mixed_and_compressed_sets_match_iter_deep(sets, magic0_at, data):
     """Concatenated sets as a broker stores them (each codec, LogAppendTime wrappers, now and
     then a magic-0 set) decode like protocol.records.iter_deep sees them."""
     buf, base = b"", 0
     for i, (codec, ts_type, msgs) in enumerate(sets):
         magic = 0 if i == magic0_at and ts_type == TimestampType.CREATE_TIME else 1
-        builder = MessageSetBuilder(magic=magic, codec=codec, timestamp_type=ts_type,
-                                    base_offset=base)
+        builder = MessageSetBuilder(
+            magic=magic, codec=codec, timestamp_type=ts_type, base_offset=base
+        )
         for key, value, dt in msgs:
             builder.append(value, key=key, timestamp=BASE_TS + dt)
         buf += builder.build()
         base += len(msgs)
     start = data.draw(st.integers(0, base))
     end = data.draw(st.integers(start, base + 1))
-    want = [(m.key, m.value, m.offset, m.timestamp, int(m.timestamp_type))
-            for m in iter_deep(buf) if start <= m.offset < end]
+    want = [
+        (m.key, m.value, m.offset, m.timestamp, int(m.timestamp_type))
+        for m in iter_deep(buf)
+        if start <= m.offset < end
+    ]
     batch, next_offset = decode(buf, "t", 0, start=start, end=end)
     assert (rows(batch) if batch is not None else []) == want
     assert next_offset == (start if start == end else min(end, base))

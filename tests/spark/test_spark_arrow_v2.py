@@ -1,6 +1,7 @@
 """Record batches (magic 2) -> Arrow batches, against kafka-python's record-batch code as the
 oracle: every codec, headers, LogAppendTime, control batches, a cut tail, mixed formats, and the
 C record walk against its pure-Python twin."""
+
 from __future__ import annotations
 
 import struct
@@ -21,21 +22,30 @@ BASE_TS = 1_700_000_000_000
 KP_CODECS = {Codec.NONE: 0, Codec.GZIP: 1, Codec.SNAPPY: 2, Codec.LZ4: 3, Codec.ZSTD: 4}
 
 records = st.lists(
-    st.tuples(st.none() | st.binary(max_size=20), st.none() | st.binary(max_size=60),
-              st.integers(0, 10_000_000),
-              st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=10)),
-                       max_size=3)),
-    min_size=1, max_size=40)
+    st.tuples(
+        st.none() | st.binary(max_size=20),
+        st.none() | st.binary(max_size=60),
+        st.integers(0, 10_000_000),
+        st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=10)), max_size=3),
+    ),
+    min_size=1,
+    max_size=40,
+)
 
 
 def kp_batch(recs, *, codec=Codec.NONE, base=0, log_append_time=None):
     """kafka-python's producer-side batch, then what a broker stores: base offset set, and
     under LogAppendTime the type bit and max timestamp set in the header, with the CRC-32C
     recomputed (as chronolog's validator and Kafka do)."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=KP_CODECS[codec],
-                                        is_transactional=False, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 30)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=KP_CODECS[codec],
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
     for i, (key, value, dt, headers) in enumerate(recs):
         builder.append(i, BASE_TS + dt, key, value, [(k, v) for k, v in headers])
     buf = bytearray(builder.build())
@@ -48,8 +58,13 @@ def kp_batch(recs, *, codec=Codec.NONE, base=0, log_append_time=None):
 def table(batch):
     out = []
     for r in batch.to_pylist():
-        row = (r["key"], r["value"], r["offset"], round(r["timestamp"].timestamp() * 1000),
-               r["timestampType"])
+        row = (
+            r["key"],
+            r["value"],
+            r["offset"],
+            round(r["timestamp"].timestamp() * 1000),
+            r["timestampType"],
+        )
         if "headers" in r:
             row += ([(h["key"], h["value"]) for h in r["headers"]],)
         out.append(row)
@@ -64,13 +79,18 @@ def oracle(buf, start, end, with_headers):
         size = 12 + struct.unpack_from(">i", buf, pos + 8)[0]
         if pos + size > len(buf):
             break
-        batch = DefaultRecordBatch(buf[pos:pos + size])
+        batch = DefaultRecordBatch(buf[pos : pos + size])
         lat = batch.timestamp_type == 1
         for r in batch:
             if not start <= r.offset < end:
                 continue
-            row = (r.key, r.value, r.offset, batch.max_timestamp if lat else r.timestamp,
-                   1 if lat else 0)
+            row = (
+                r.key,
+                r.value,
+                r.offset,
+                batch.max_timestamp if lat else r.timestamp,
+                1 if lat else 0,
+            )
             if with_headers:
                 row += ([(k, v) for k, v in r.headers],)
             out.append(row)
@@ -79,14 +99,18 @@ def oracle(buf, start, end, with_headers):
 
 
 @settings(max_examples=40, deadline=None)
-@given(batches=st.lists(st.tuples(records, st.sampled_from(list(KP_CODECS)), st.booleans()),
-                        min_size=1, max_size=4),
-       with_headers=st.booleans(), cut=st.integers(0, 30), data=st.data())
+@given(
+    batches=st.lists(
+        st.tuples(records, st.sampled_from(list(KP_CODECS)), st.booleans()), min_size=1, max_size=4
+    ),
+    with_headers=st.booleans(),
+    cut=st.integers(0, 30),
+    data=st.data(),
+)
 def test_batches_decode_as_kafka_python_reads_them(batches, with_headers, cut, data):
     buf, base = b"", 0
     for recs, codec, lat in batches:
-        buf += kp_batch(recs, codec=codec, base=base,
-                        log_append_time=BASE_TS + 99 if lat else None)
+        buf += kp_batch(recs, codec=codec, base=base, log_append_time=BASE_TS + 99 if lat else None)
         base += len(recs)
     if cut:  # a fetch response cut inside its last batch: that batch is left for next time
         buf = buf[:-cut]
@@ -104,8 +128,9 @@ def test_batches_decode_as_kafka_python_reads_them(batches, with_headers, cut, d
 
 def test_control_batches_and_compacted_gaps_move_the_offset_on():
     data = kp_batch([(b"k", b"v", 0, [])], base=5)
-    control = bytearray(kp_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", 0, [])],
-                                 base=6))
+    control = bytearray(
+        kp_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", 0, [])], base=6)
+    )
     struct.pack_into(">h", control, rb.ATTRIBUTES_OFFSET, 0x20 | 0x10)  # control, transactional
     struct.pack_into(">I", control, rb.CRC_OFFSET, rb.batch_crc(control, 0, len(control)))
     gap = bytearray(kp_batch([(b"k", b"w", 0, [])], base=7))
@@ -120,8 +145,9 @@ def test_mixed_magic_1_and_batches_with_headers():
     old = MessageSetBuilder(magic=1, codec=Codec.GZIP, base_offset=0)
     old.append(b"a", key=b"1", timestamp=BASE_TS)
     old.append(b"b", key=None, timestamp=BASE_TS + 1)
-    new = MessageSetBuilder(magic=2, codec=Codec.ZSTD, base_offset=2,
-                            timestamp_type=TimestampType.CREATE_TIME)
+    new = MessageSetBuilder(
+        magic=2, codec=Codec.ZSTD, base_offset=2, timestamp_type=TimestampType.CREATE_TIME
+    )
     new.append(b"c", key=b"3", timestamp=BASE_TS + 2, headers=(("h", b"x"), ("bad\udcff", None)))
     plain = MessageSetBuilder(magic=1, base_offset=3)
     plain.append(b"d", timestamp=BASE_TS + 3)

@@ -1,5 +1,6 @@
 """pipeline.window_counts against a real broker, checked against a brute-force aggregation of
 what kafka-python reads."""
+
 import json
 from collections import defaultdict
 
@@ -14,10 +15,17 @@ def test_window_counts_to_parquet_and_topic(spark, broker, tmp_path):
     topic = new_topic(broker, 2, segment_bytes=16384)
     output = new_topic(broker, 1)
     seeded = seed(broker.bootstrap, topic, 3000, 10, batch=200)
-    start = seeded["first_ms"] + 120_000 + 17          # mid-minute boundaries
+    start = seeded["first_ms"] + 120_000 + 17  # mid-minute boundaries
     end = seeded["first_ms"] + 420_000 + 5
-    summary = run(spark, bootstrap=broker.bootstrap, topic=topic, start_ms=start, end_ms=end,
-                  output_topic=output, parquet=str(tmp_path / "pq"))
+    summary = run(
+        spark,
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        start_ms=start,
+        end_ms=end,
+        output_topic=output,
+        parquet=str(tmp_path / "pq"),
+    )
 
     want = defaultdict(lambda: [0, 0])
     for _, _, key, value, ts, _ in consume_all(broker, topic):
@@ -29,8 +37,9 @@ def test_window_counts_to_parquet_and_topic(spark, broker, tmp_path):
     assert summary["rows"] == len(want)
 
     table = pq.read_table(tmp_path / "pq").to_pylist()
-    got = {(r["key"], int(r["minute"].timestamp() * 1000)): [r["messages"], r["bytes"]]
-           for r in table}
+    got = {
+        (r["key"], int(r["minute"].timestamp() * 1000)): [r["messages"], r["bytes"]] for r in table
+    }
     assert got == dict(want)
 
     produced = consume_all(broker, output)

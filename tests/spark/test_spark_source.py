@@ -1,4 +1,5 @@
 """Spark finds the source by name and reports broker problems in words."""
+
 import socket
 
 import pytest
@@ -13,17 +14,32 @@ def closed_port() -> int:
 
 
 def test_auto_discovered_with_kafka_source_schema(spark):
-    df = (spark.read.format("chronolog").option("bootstrap.servers", "127.0.0.1:1")
-          .option("topic", "t").load())
+    df = (
+        spark.read.format("chronolog")
+        .option("bootstrap.servers", "127.0.0.1:1")
+        .option("topic", "t")
+        .load()
+    )
     assert df.schema.simpleString() == spark.createDataFrame([], SPARK_SCHEMA).schema.simpleString()
-    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
-                          "timestampType"]
+    assert df.columns == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+    ]
 
 
 def test_broker_down_is_explained(spark):
     port = closed_port()
-    df = (spark.read.format("chronolog").option("bootstrap.servers", f"127.0.0.1:{port}")
-          .option("topic", "t").load())
+    df = (
+        spark.read.format("chronolog")
+        .option("bootstrap.servers", f"127.0.0.1:{port}")
+        .option("topic", "t")
+        .load()
+    )
     with pytest.raises(Exception) as info:
         df.count()
     text = str(info.value)
@@ -32,8 +48,13 @@ def test_broker_down_is_explained(spark):
 
 
 def test_bad_option_fails_at_planning(spark):
-    df = (spark.read.format("chronolog").option("bootstrap.servers", "127.0.0.1:1")
-          .option("topic", "t").option("startingTimestamp", "20").option("endingTimestamp", "10")
-          .load())
+    df = (
+        spark.read.format("chronolog")
+        .option("bootstrap.servers", "127.0.0.1:1")
+        .option("topic", "t")
+        .option("startingTimestamp", "20")
+        .option("endingTimestamp", "10")
+        .load()
+    )
     with pytest.raises(Exception, match="endingTimestamp=10 is before startingTimestamp=20"):
         df.collect()

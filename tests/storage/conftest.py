@@ -1,4 +1,5 @@
 """Storage test fixtures; the helpers themselves live in tests/storage/helpers.py."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """Helpers for storage tests (imported as tests.storage.helpers): a controllable clock and
 validated message sets built with the protocol package's real builder and validator."""
+
 from __future__ import annotations
 
 from protocol.compression import Codec
@@ -20,16 +21,29 @@ class Clock:
         self.now += ms
 
 
-def validated(log, timestamps, *, codec=Codec.NONE, magic=1, value_size=10,
-              timestamp_type=TimestampType.CREATE_TIME, now=None, keys=True
-              ) -> ValidatedRecords:
+def validated(
+    log,
+    timestamps,
+    *,
+    codec=Codec.NONE,
+    magic=1,
+    value_size=10,
+    timestamp_type=TimestampType.CREATE_TIME,
+    now=None,
+    keys=True,
+) -> ValidatedRecords:
     """A validated set of len(timestamps) messages to append at ``log.log_end_offset``."""
     builder = MessageSetBuilder(magic=magic, codec=codec)
     for i, ts in enumerate(timestamps):
-        builder.append(bytes([i % 251]) * value_size, key=b"k%d" % i if keys else None,
-                       timestamp=ts)
+        builder.append(
+            bytes([i % 251]) * value_size, key=b"k%d" % i if keys else None, timestamp=ts
+        )
     settings = TopicSettings(magic=magic, timestamp_type=timestamp_type)
-    result = validate_produce(builder.build(), settings, next_offset=log.log_end_offset,
-                              now_ms=now if now is not None else 1_700_000_000_000)
+    result = validate_produce(
+        builder.build(),
+        settings,
+        next_offset=log.log_end_offset,
+        now_ms=now if now is not None else 1_700_000_000_000,
+    )
     assert isinstance(result, ValidatedRecords), result
     return result

@@ -1,4 +1,5 @@
 """LogConfig, layout names and topic rules, checkpoint and clean-shutdown files."""
+
 from __future__ import annotations
 
 import os
@@ -6,12 +7,21 @@ import os
 import pytest
 
 from storage import LogConfig
-from storage.checkpoint import (CheckpointError, has_clean_shutdown_marker, read_checkpoint,
-                                remove_clean_shutdown_marker, write_checkpoint,
-                                write_clean_shutdown_marker)
+from storage.checkpoint import (
+    CheckpointError,
+    has_clean_shutdown_marker,
+    read_checkpoint,
+    remove_clean_shutdown_marker,
+    write_checkpoint,
+    write_clean_shutdown_marker,
+)
 from storage.errors import InvalidConfigError, InvalidTopicError
-from storage.layout import (parse_partition_dir, parse_segment_file, segment_file_name,
-                            validate_topic)
+from storage.layout import (
+    parse_partition_dir,
+    parse_segment_file,
+    segment_file_name,
+    validate_topic,
+)
 
 
 def test_log_config_defaults_are_kafkas():
@@ -25,8 +35,9 @@ def test_log_config_defaults_are_kafkas():
 
 
 def test_log_config_overrides_take_kafka_names():
-    c = LogConfig().with_overrides({"segment.bytes": "1024", "retention_ms": 5,
-                                    "flush.messages": "1"})
+    c = LogConfig().with_overrides(
+        {"segment.bytes": "1024", "retention_ms": 5, "flush.messages": "1"}
+    )
     assert (c.segment_bytes, c.retention_ms, c.flush_messages) == (1024, 5, 1)
     with pytest.raises(InvalidConfigError, match="unknown log config 'cleanup.policy'"):
         LogConfig().with_overrides({"cleanup.policy": "compact"})
@@ -34,8 +45,15 @@ def test_log_config_overrides_take_kafka_names():
         LogConfig().with_overrides({"segment.ms": "soon"})
 
 
-@pytest.mark.parametrize("field,value", [("segment_bytes", 10), ("segment_index_bytes", 8),
-                                         ("segment_bytes", 2**31), ("flush_messages", 0)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("segment_bytes", 10),
+        ("segment_index_bytes", 8),
+        ("segment_bytes", 2**31),
+        ("flush_messages", 0),
+    ],
+)
 def test_log_config_refuses_out_of_range(field, value):
     with pytest.raises(InvalidConfigError, match=field):
         LogConfig(**{field: value})
@@ -47,11 +65,20 @@ def test_legal_topic_names(topic):
     assert parse_partition_dir(f"{topic}-12") == (topic, 12)
 
 
-@pytest.mark.parametrize("topic,partition,message", [
-    ("", 0, "empty"), (".", 0, "not allowed"), ("..", 0, "not allowed"),
-    ("x" * 250, 0, "limit is 249"), ("a/b", 0, "may only contain"), ("é", 0, "may only contain"),
-    ("a b", 0, "may only contain"), ("ok", -1, "non-negative"), ("ok", 2**31, "non-negative"),
-])
+@pytest.mark.parametrize(
+    "topic,partition,message",
+    [
+        ("", 0, "empty"),
+        (".", 0, "not allowed"),
+        ("..", 0, "not allowed"),
+        ("x" * 250, 0, "limit is 249"),
+        ("a/b", 0, "may only contain"),
+        ("é", 0, "may only contain"),
+        ("a b", 0, "may only contain"),
+        ("ok", -1, "non-negative"),
+        ("ok", 2**31, "non-negative"),
+    ],
+)
 def test_illegal_topic_names(topic, partition, message):
     with pytest.raises(InvalidTopicError, match=message):
         validate_topic(topic, partition)
@@ -80,11 +107,17 @@ def test_checkpoint_round_trip_in_kafka_format(tmp_path):
     assert read_checkpoint(str(tmp_path / "missing")) == {}
 
 
-@pytest.mark.parametrize("content,message", [
-    ("1\n0\n", "unknown version"), ("0\n2\na 0 1\n", "announces 2 entries"),
-    ("0\n1\na zero 1\n", "bad line"), ("0\n", "truncated"), ("0\nx\n", "bad entry count"),
-    ("0\n1\na 0 -5\n", "bad line"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("1\n0\n", "unknown version"),
+        ("0\n2\na 0 1\n", "announces 2 entries"),
+        ("0\n1\na zero 1\n", "bad line"),
+        ("0\n", "truncated"),
+        ("0\nx\n", "bad entry count"),
+        ("0\n1\na 0 -5\n", "bad line"),
+    ],
+)
 def test_malformed_checkpoint_is_refused(tmp_path, content, message):
     path = tmp_path / "cp"
     path.write_text(content)

@@ -1,4 +1,5 @@
 """storage.dump: DumpLogSegments-style output, --deep, --verify and exit statuses."""
+
 from __future__ import annotations
 
 import os
@@ -11,11 +12,13 @@ from storage.dump import main
 
 
 def make_log(tmp_path, clock):
-    log = Log(str(tmp_path / "t-0"), LogConfig(index_interval_bytes=50), clock=clock,
-              needs_recovery=False)
+    log = Log(
+        str(tmp_path / "t-0"), LogConfig(index_interval_bytes=50), clock=clock, needs_recovery=False
+    )
     for i in range(10):
-        log.append(validated(log, [100 + (i * 3) % 7, 50], codec=Codec.GZIP if i % 3 == 0
-                             else Codec.NONE))
+        log.append(
+            validated(log, [100 + (i * 3) % 7, 50], codec=Codec.GZIP if i % 3 == 0 else Codec.NONE)
+        )
     log.close()
     return log.segments[0]
 
@@ -24,14 +27,17 @@ def test_dump_log_prints_entries_and_deep_messages(tmp_path, clock, capsys):
     seg = make_log(tmp_path, clock)
     assert main([seg.log_path]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1].startswith("offset: 1 position: 0 magic: 1 compresscodec: GZIP "
-                             "timestamptype: CREATE_TIME timestamp: 100 keysize: -1")
+    assert out[1].startswith(
+        "offset: 1 position: 0 magic: 1 compresscodec: GZIP "
+        "timestamptype: CREATE_TIME timestamp: 100 keysize: -1"
+    )
     assert out[1].endswith("isvalid: true")
     assert "keysize: 2 valuesize: 10" in out[2]
     assert main(["--deep", seg.log_path]) == 0
     deep = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
-    assert deep[0] == ("| offset: 0 magic: 1 timestamptype: CREATE_TIME timestamp: 100 "
-                       "keysize: 2 valuesize: 10")
+    assert deep[0] == (
+        "| offset: 0 magic: 1 timestamptype: CREATE_TIME timestamp: 100 keysize: 2 valuesize: 10"
+    )
     assert len(deep) == 8  # 4 wrappers x 2 messages
 
 

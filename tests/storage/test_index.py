@@ -1,4 +1,5 @@
 """OffsetIndex and TimeIndex: binary layout, lookups, truncation, fullness, sanity checks."""
+
 from __future__ import annotations
 
 import os
@@ -73,8 +74,8 @@ def test_offset_index_full_at_max_entries(tmp_path):
 def test_time_index_appends_only_growing_timestamps(tmp_path):
     index = time_index(tmp_path)
     index.maybe_append(100, BASE + 1)
-    index.maybe_append(100, BASE + 2)   # not above the last: skipped
-    index.maybe_append(50, BASE + 3)    # older: skipped
+    index.maybe_append(100, BASE + 2)  # not above the last: skipped
+    index.maybe_append(50, BASE + 3)  # older: skipped
     index.maybe_append(200, BASE + 4)
     assert [index.entry(i) for i in range(index.entries)] == [(100, BASE + 1), (200, BASE + 4)]
     with pytest.raises(InvalidAppendError, match="below the last entry's offset"):

@@ -1,4 +1,5 @@
 """Log: append/read, rolling, retention, timestamp search, truncation, flush and recovery."""
+
 from __future__ import annotations
 
 import os
@@ -15,15 +16,27 @@ from tests.storage.helpers import validated
 from protocol.compression import Codec
 from protocol.records import MessageSetBuilder, TimestampType, iter_deep, iter_shallow
 from protocol.validator import ValidatedRecords
-from storage import (FetchData, InvalidAppendError, Log, LogConfig, OffsetOutOfRangeError,
-                     RecordSetTooLargeError, TimestampOffset)
+from storage import (
+    FetchData,
+    InvalidAppendError,
+    Log,
+    LogConfig,
+    OffsetOutOfRangeError,
+    RecordSetTooLargeError,
+    TimestampOffset,
+)
 
 DAY = 86_400_000
 
 
 def open_log(tmp_path, clock, *, needs_recovery=False, recovery_point=0, **config):
-    return Log(str(tmp_path / "topic-0"), LogConfig(**config), clock=clock,
-               needs_recovery=needs_recovery, recovery_point=recovery_point)
+    return Log(
+        str(tmp_path / "topic-0"),
+        LogConfig(**config),
+        clock=clock,
+        needs_recovery=needs_recovery,
+        recovery_point=recovery_point,
+    )
 
 
 def reopen(log, clock, *, clean=True, **kw):
@@ -57,8 +70,7 @@ def test_append_then_read_returns_the_messages(tmp_path, clock):
     log.append(validated(log, [40, 50], codec=Codec.GZIP))
     assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (0, 5, 5)
     msgs = all_messages(log)
-    assert [(m.offset, m.timestamp) for m in msgs] == [(0, 10), (1, 30), (2, 20), (3, 40),
-                                                        (4, 50)]
+    assert [(m.offset, m.timestamp) for m in msgs] == [(0, 10), (1, 30), (2, 20), (3, 40), (4, 50)]
     assert msgs[0].key == b"k0"
     fetch = log.read(0, 1 << 20)
     assert fetch.high_watermark == 5
@@ -83,7 +95,7 @@ def test_max_bytes_cuts_and_min_one_message_returns_whole_first_message(tmp_path
     log.append(validated(log, [1], value_size=500))
     log.append(validated(log, [2], value_size=10))
     first_size = next(iter_shallow(log.read(0, 10_000).read_bytes())).next_position
-    assert log.read(0, 100).length == 100                      # partial message, as Kafka
+    assert log.read(0, 100).length == 100  # partial message, as Kafka
     assert log.read(0, 0).length == 0
     whole = log.read(0, 100, min_one_message=True)
     assert whole.length == first_size
@@ -94,7 +106,6 @@ def test_max_bytes_cuts_and_min_one_message_returns_whole_first_message(tmp_path
     assert log.read(0, first_size + 5).length == first_size
     total = log.active_segment.size
     assert log.read(0, total).length == total
-
 
 
 def test_read_inside_large_sets_matches_a_brute_force_scan(tmp_path, clock):
@@ -151,8 +162,7 @@ def test_append_refuses_wrong_offset_and_oversized_sets(tmp_path, clock):
     log = open_log(tmp_path, clock, segment_bytes=1000)
     v = validated(log, [1])
     log.append(v)
-    with pytest.raises(InvalidAppendError, match="starts at offset 0, but the log end offset "
-                                                 "is 1"):
+    with pytest.raises(InvalidAppendError, match="starts at offset 0, but the log end offset is 1"):
         log.append(v)
     with pytest.raises(RecordSetTooLargeError, match="exceeds segment.bytes 1000"):
         log.append(validated(log, [1], value_size=2000))
@@ -173,7 +183,7 @@ def test_index_entry_every_interval_and_time_index_monotonic(tmp_path, clock):
     tentries = [ti.entry(i) for i in range(ti.entries)]
     assert all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(tentries, tentries[1:]))
     for ts, off in tentries:  # entry = largest timestamp up to its offset
-        assert ts == max(stamps[:off + 1])
+        assert ts == max(stamps[: off + 1])
 
 
 def test_closed_segments_have_exact_index_files_with_final_time_entry(tmp_path, clock):
@@ -183,8 +193,9 @@ def test_closed_segments_have_exact_index_files_with_final_time_entry(tmp_path, 
     log.close()
     for name in os.listdir(log.directory):
         size = os.path.getsize(os.path.join(log.directory, name))
-        assert size % (12 if name.endswith(".timeindex") else 8 if name.endswith(".index")
-                       else 1) == 0
+        assert (
+            size % (12 if name.endswith(".timeindex") else 8 if name.endswith(".index") else 1) == 0
+        )
     log = reopen(log, clock, clean=False)
     for seg in log.segments:
         msgs = [m for m in iter_deep(open(seg.log_path, "rb").read())]
@@ -200,8 +211,11 @@ def test_roll_on_segment_bytes(tmp_path, clock):
     assert len(log.segments) > 3
     assert all(s.size <= 1000 for s in log.segments)
     bases = [s.base_offset for s in log.segments]
-    assert seg_files(log)[:3] == [f"{bases[0]:020d}.index", f"{bases[0]:020d}.log",
-                                  f"{bases[0]:020d}.timeindex"]
+    assert seg_files(log)[:3] == [
+        f"{bases[0]:020d}.index",
+        f"{bases[0]:020d}.log",
+        f"{bases[0]:020d}.timeindex",
+    ]
     assert [m.offset for m in all_messages(log)] == list(range(40))
 
 
@@ -212,8 +226,9 @@ def test_append_says_when_it_rolled_and_synced(tmp_path, clock):
     assert rolled == [s.base_offset for s in log.segments[1:]]
     # flush.messages=5: every fifth append fsyncs, and every roll does
     assert [i for i, r in enumerate(results) if r.synced] == sorted(
-        {i for i in range(20) if (i + 1) % 5 == 0} | {i for i, r in enumerate(results)
-                                                      if r.rolled is not None})
+        {i for i in range(20) if (i + 1) % 5 == 0}
+        | {i for i, r in enumerate(results) if r.rolled is not None}
+    )
     assert log.recovery_point == 20
     assert log.latest_timestamp() == 19
 
@@ -232,7 +247,7 @@ def test_roll_on_segment_ms_uses_message_timestamps(tmp_path, clock):
     log = open_log(tmp_path, clock, segment_ms=1000)
     t0 = clock.now - 10 * DAY
     log.append(validated(log, [t0]))
-    log.append(validated(log, [t0 + 1000]))      # waited exactly segment.ms: no roll
+    log.append(validated(log, [t0 + 1000]))  # waited exactly segment.ms: no roll
     assert len(log.segments) == 1
     log.append(validated(log, [t0 + 1001]))
     assert [s.base_offset for s in log.segments] == [0, 2]
@@ -240,7 +255,7 @@ def test_roll_on_segment_ms_uses_message_timestamps(tmp_path, clock):
 
 def test_old_data_does_not_roll_on_every_append_kafka_4099(tmp_path, clock):
     log = open_log(tmp_path, clock, segment_ms=DAY)
-    old = clock.now - 30 * DAY   # a week-old bulk load: now - first timestamp >> segment.ms
+    old = clock.now - 30 * DAY  # a week-old bulk load: now - first timestamp >> segment.ms
     for i in range(20):
         log.append(validated(log, [old + i]))
     assert len(log.segments) == 1
@@ -258,8 +273,13 @@ def test_roll_falls_back_to_wall_clock_without_timestamps(tmp_path, clock):
 
 
 def test_roll_honours_segment_jitter(tmp_path, clock):
-    log = Log(str(tmp_path / "t-0"), LogConfig(segment_ms=1000, segment_jitter_ms=400),
-              clock=clock, needs_recovery=False, rng=random.Random(3))
+    log = Log(
+        str(tmp_path / "t-0"),
+        LogConfig(segment_ms=1000, segment_jitter_ms=400),
+        clock=clock,
+        needs_recovery=False,
+        rng=random.Random(3),
+    )
     jitter = log.active_segment.jitter_ms
     assert 0 <= jitter < 400
     log.append(validated(log, [0]))
@@ -312,13 +332,15 @@ def test_flush_messages_flushes_inside_append(tmp_path, clock):
     assert log.recovery_point == 3 and log.unflushed_messages == 0
 
 
-
-@pytest.mark.parametrize("config", [
-    {"segment_bytes": 600, "flush_messages": 4},
-    {"segment_ms": 1000},
-    {"segment_index_bytes": 40, "index_interval_bytes": 0},
-    {"flush_messages": 1},
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"segment_bytes": 600, "flush_messages": 4},
+        {"segment_ms": 1000},
+        {"segment_index_bytes": 40, "index_interval_bytes": 0},
+        {"flush_messages": 1},
+    ],
+)
 def test_append_would_sync_predicts_every_fsync(tmp_path, clock, monkeypatch, config):
     """The broker appends on its event loop only when append_would_sync is False: that must
     mean no fsync at all (counted at os.fsync), and True must mean a roll or flush happens."""
@@ -342,7 +364,6 @@ def test_append_would_sync_predicts_every_fsync(tmp_path, clock, monkeypatch, co
     assert 0 < predicted_syncs < 60 or config == {"flush_messages": 1}
 
 
-
 def test_read_cached_answers_exactly_as_read_or_not_at_all(tmp_path, clock):
     """read_cached (the broker's no-thread fetch) must equal read wherever it answers, across
     rolls, compressed sets and truncation, and must answer the tail consumer's reads."""
@@ -352,23 +373,34 @@ def test_read_cached_answers_exactly_as_read_or_not_at_all(tmp_path, clock):
     def check_all():
         answered = 0
         for offset in range(log.log_start_offset, log.log_end_offset + 1):
-            for max_bytes, min_one in ((0, True), (5, True), (5, False), (250, False),
-                                       (10**6, False)):
+            for max_bytes, min_one in (
+                (0, True),
+                (5, True),
+                (5, False),
+                (250, False),
+                (10**6, False),
+            ):
                 cached = log.read_cached(offset, max_bytes, min_one_message=min_one)
                 if cached is None:
                     continue
                 answered += 1
                 real = log.read(offset, max_bytes, min_one_message=min_one)
                 assert (cached.position, cached.length, cached.high_watermark) == (
-                    real.position, real.length, real.high_watermark), (offset, max_bytes)
+                    real.position,
+                    real.length,
+                    real.high_watermark,
+                ), (offset, max_bytes)
                 assert cached.read_bytes() == real.read_bytes()
         return answered
 
     for step in range(40):
         first = log.log_end_offset
         codec = rng.choice([Codec.NONE, Codec.GZIP])
-        log.append(validated(log, [1000 + step] * rng.randint(1, 4), codec=codec,
-                             value_size=rng.randint(5, 200)))
+        log.append(
+            validated(
+                log, [1000 + step] * rng.randint(1, 4), codec=codec, value_size=rng.randint(5, 200)
+            )
+        )
         # the next read of a consumer that stopped at the previous log end
         assert log.read_cached(first, 10**6) is not None
         if step % 13 == 12:
@@ -398,13 +430,15 @@ def build_segments(log, clock, stamps_per_segment):
 def test_time_retention_deletes_oldest_first_and_stops_at_first_unexpired(tmp_path, clock):
     log = open_log(tmp_path, clock, retention_ms=DAY, file_delete_delay_ms=1000)
     now = clock.now
-    build_segments(log, clock, [[now - 5 * DAY], [now - 4 * DAY], [now - 1000],
-                                [now - 3 * DAY], [now - 10]])
+    build_segments(
+        log, clock, [[now - 5 * DAY], [now - 4 * DAY], [now - 1000], [now - 3 * DAY], [now - 10]]
+    )
     assert log.delete_expired_segments(now) == 2
     assert log.log_start_offset == 2
     deleted = [n for n in seg_files(log) if n.endswith(".deleted")]
-    assert sorted(deleted) == sorted(f"{b:020d}{s}.deleted" for b in (0, 1)
-                                     for s in (".log", ".index", ".timeindex"))
+    assert sorted(deleted) == sorted(
+        f"{b:020d}{s}.deleted" for b in (0, 1) for s in (".log", ".index", ".timeindex")
+    )
     assert log.remove_deleted_files(now + 999) == 0
     assert log.remove_deleted_files(now + 1000) == 2
     assert not [n for n in seg_files(log) if n.endswith(".deleted")]
@@ -419,9 +453,13 @@ def test_expired_active_segment_is_rolled_then_deleted(tmp_path, clock):
     assert log.delete_expired_segments(clock.now) == 1
     assert [s.base_offset for s in log.segments] == [2]
     assert (log.log_start_offset, log.log_end_offset) == (2, 2)
-    assert seg_files(log) == [f"{2:020d}.index", f"{2:020d}.log", f"{2:020d}.snapshot",
-                              f"{2:020d}.timeindex"]  # the roll's producer state snapshot
-    assert log.delete_expired_segments(clock.now) == 0   # an empty active segment stays
+    assert seg_files(log) == [
+        f"{2:020d}.index",
+        f"{2:020d}.log",
+        f"{2:020d}.snapshot",
+        f"{2:020d}.timeindex",
+    ]  # the roll's producer state snapshot
+    assert log.delete_expired_segments(clock.now) == 0  # an empty active segment stays
     log.append(validated(log, [clock.now]))
     assert [m.offset for m in all_messages(log)] == [2]
 
@@ -441,8 +479,7 @@ def test_future_timestamp_pins_retention_and_is_reported(tmp_path, clock):
 
 
 def test_size_retention(tmp_path, clock):
-    log = open_log(tmp_path, clock, retention_bytes=1000, retention_ms=-1,
-                   file_delete_delay_ms=0)
+    log = open_log(tmp_path, clock, retention_bytes=1000, retention_ms=-1, file_delete_delay_ms=0)
     for _ in range(6):
         log.append(validated(log, [clock.now], value_size=300))
         log.roll()
@@ -480,8 +517,11 @@ def test_offset_for_timestamp_matches_brute_force(tmp_path, clock):
     rng = random.Random(11)
     for i in range(80):
         codec = rng.choice([Codec.NONE, Codec.NONE, Codec.GZIP, Codec.LZ4])
-        log.append(validated(log, [rng.randrange(0, 5000) for _ in range(rng.randrange(1, 5))],
-                             codec=codec))
+        log.append(
+            validated(
+                log, [rng.randrange(0, 5000) for _ in range(rng.randrange(1, 5))], codec=codec
+            )
+        )
     msgs = all_messages(log)
     assert len(log.segments) > 4
     for target in list(range(0, 5100, 37)) + [m.timestamp for m in msgs[::7]]:
@@ -493,8 +533,11 @@ def test_offset_for_timestamp_matches_brute_force(tmp_path, clock):
 
 def test_search_with_log_append_time_wrappers(tmp_path, clock):
     log = open_log(tmp_path, clock)
-    log.append(validated(log, [5, 6], codec=Codec.GZIP,
-                         timestamp_type=TimestampType.LOG_APPEND_TIME, now=1000))
+    log.append(
+        validated(
+            log, [5, 6], codec=Codec.GZIP, timestamp_type=TimestampType.LOG_APPEND_TIME, now=1000
+        )
+    )
     log.append(validated(log, [7], timestamp_type=TimestampType.LOG_APPEND_TIME, now=2000))
     assert log.offset_for_timestamp(900) == TimestampOffset(1000, 0)
     assert log.offset_for_timestamp(1500) == TimestampOffset(2000, 2)
@@ -507,7 +550,7 @@ def test_segment_without_timestamps_does_not_hide_a_later_match(tmp_path, clock)
     log.append(validated(log, [-1, -1], magic=0))
     log.roll()
     log.append(validated(log, [100, 200]))
-    assert log.segments[0].largest_timestamp > 200   # mtime, now-ish
+    assert log.segments[0].largest_timestamp > 200  # mtime, now-ish
     assert log.offset_for_timestamp(150) == TimestampOffset(200, 3)
 
 
@@ -535,8 +578,9 @@ def test_truncate_within_and_across_segments(tmp_path, clock):
     log.truncate_to(17)
     assert log.log_end_offset == 17
     assert [m.timestamp for m in all_messages(log)] == stamps[:17]
-    assert log.active_segment.max_timestamp == max(stamps[s] for s in
-                                                   range(log.active_segment.base_offset, 17))
+    assert log.active_segment.max_timestamp == max(
+        stamps[s] for s in range(log.active_segment.base_offset, 17)
+    )
     ti = log.active_segment.time_index
     assert all(ti.entry(i)[1] < 17 for i in range(ti.entries))
     log.append(validated(log, [5000]))
@@ -609,14 +653,19 @@ def test_corrupt_entry_truncates_and_drops_later_segments(tmp_path, clock):
     entries = list(iter_shallow(open(victim.log_path, "rb").read()))
     target = entries[2]
     log.close()
-    with open(victim.log_path, "r+b") as f:     # flip a value byte: CRC mismatch
+    with open(victim.log_path, "r+b") as f:  # flip a value byte: CRC mismatch
         f.seek(target.next_position - 1)
         byte = f.read(1)
         f.seek(target.next_position - 1)
         f.write(bytes([byte[0] ^ 0xFF]))
     with capture_logs() as logs:
-        log = Log(log.directory, log.config, clock=clock, needs_recovery=True,
-                  recovery_point=victim.base_offset)
+        log = Log(
+            log.directory,
+            log.config,
+            clock=clock,
+            needs_recovery=True,
+            recovery_point=victim.base_offset,
+        )
     assert log.log_end_offset == target.offset
     assert [s.base_offset for s in log.segments] == [segs[0].base_offset, victim.base_offset]
     assert [m.offset for m in all_messages(log)] == list(range(target.offset))
@@ -633,8 +682,13 @@ def test_recovery_starts_at_the_recovery_point_segment(tmp_path, clock):
     segs = log.segments
     log.close()
     with capture_logs() as logs:
-        log = Log(log.directory, log.config, clock=clock, needs_recovery=True,
-                  recovery_point=segs[-2].base_offset + 1)
+        log = Log(
+            log.directory,
+            log.config,
+            clock=clock,
+            needs_recovery=True,
+            recovery_point=segs[-2].base_offset + 1,
+        )
     line = [e for e in logs if e["event"] == "log recovered after unclean shutdown"][0]
     assert line["scanned_segments"] == 2
     assert line["scanned_bytes"] == segs[-2].size + segs[-1].size
@@ -680,7 +734,7 @@ def test_migrated_segment_without_time_index_gets_one_and_falls_back_to_mtime(tm
     os.utime(old.log_path, (1234, 1234))
     log = Log(log.directory, log.config, clock=clock, needs_recovery=False)
     seg = log.segments[0]
-    assert os.path.getsize(seg.time_index.path) == 0   # not a 10 MiB file (KAFKA-4734)
+    assert os.path.getsize(seg.time_index.path) == 0  # not a 10 MiB file (KAFKA-4734)
     assert seg.largest_timestamp == 1_234_000
     assert os.stat(seg.log_path).st_mtime == 1234
 
@@ -690,13 +744,18 @@ def test_leftover_and_orphan_files_are_removed_on_load(tmp_path, clock):
     log.append(validated(log, [1]))
     log.close()
     d = log.directory
-    for name in ("00000000000000000077.log.deleted", "00000000000000000000.log.cleaned",
-                 "00000000000000000000.log.swap", "00000000000000000099.index",
-                 "00000000000000000099.timeindex"):
+    for name in (
+        "00000000000000000077.log.deleted",
+        "00000000000000000000.log.cleaned",
+        "00000000000000000000.log.swap",
+        "00000000000000000099.index",
+        "00000000000000000099.timeindex",
+    ):
         open(os.path.join(d, name), "wb").write(b"x")
     log = Log(d, log.config, clock=clock, needs_recovery=False)
     assert sorted(os.listdir(d)) == [f"{0:020d}{s}" for s in (".index", ".log", ".timeindex")] + [
-        f"{1:020d}.snapshot"]  # producer state written at close
+        f"{1:020d}.snapshot"
+    ]  # producer state written at close
     assert log.log_end_offset == 1
 
 
@@ -706,7 +765,7 @@ def test_fetch_in_flight_survives_retention_through_a_dup(tmp_path, clock):
     log.append(validated(log, [clock.now - 2 * DAY]))
     fetch = log.read(0, 1000)
     dup = FetchData(os.dup(fetch.fileno), fetch.position, fetch.length, fetch.high_watermark)
-    log.delete_expired_segments(clock.now)      # rolls (closing the old file) and renames
+    log.delete_expired_segments(clock.now)  # rolls (closing the old file) and renames
     assert [m.offset for m in iter_deep(dup.read_bytes())] == [0]
     log.remove_deleted_files(clock.now + 60_000)
     assert not [n for n in seg_files(log) if n.endswith(".deleted")]
@@ -731,11 +790,11 @@ def test_inactive_index_corrupted_in_the_middle_is_rebuilt_on_first_lookup(tmp_p
     first = log.segments[0]
     assert first.offset_index.entries >= 4
     log.close()
-    with open(first.offset_index.path, "r+b") as f:   # first/last entries intact
+    with open(first.offset_index.path, "r+b") as f:  # first/last entries intact
         f.seek(16)
         f.write(struct.pack(">ii", 1, 1))
     log = Log(log.directory, log.config, clock=clock, needs_recovery=False)
-    assert not log.segments[0].offset_index.is_loaded   # start-up only checked the ends
+    assert not log.segments[0].offset_index.is_loaded  # start-up only checked the ends
     with capture_logs() as logs:
         msgs = all_messages(log)
     assert [m.offset for m in msgs] == list(range(80))
@@ -748,7 +807,7 @@ def test_reading_history_keeps_few_descriptors_open(tmp_path, clock):
     for i in range(40):
         log.append(validated(log, [i], value_size=100))
     assert len(log.segments) >= 10
-    assert not any(s.has_open_fd for s in log.segments[:-1])   # a roll closes the old file
+    assert not any(s.has_open_fd for s in log.segments[:-1])  # a roll closes the old file
     before = len(os.listdir("/proc/self/fd"))
     assert [m.offset for m in all_messages(log)] == list(range(40))
     opened = sum(s.has_open_fd for s in log.segments[:-1])
@@ -769,13 +828,13 @@ def test_lowering_max_message_bytes_does_not_truncate_older_messages(tmp_path, c
 # -- deletion before an offset (the group coordinator's offsets compaction) ----------------------
 def test_delete_segments_before_deletes_only_whole_segments_below_the_offset(tmp_path, clock):
     log = open_log(tmp_path, clock, retention_ms=-1, file_delete_delay_ms=1000)
-    for n in (2, 3, 1, 2):          # segments [0,1] [2..4] [5] [6,7]; active starts at 8
+    for n in (2, 3, 1, 2):  # segments [0,1] [2..4] [5] [6,7]; active starts at 8
         log.append(validated(log, [clock.now] * n))
         log.roll()
     log.append(validated(log, [clock.now]))
     assert [s.base_offset for s in log.segments] == [0, 2, 5, 6, 8]
     assert log.delete_segments_before(0, clock.now) == 0
-    assert log.delete_segments_before(4, clock.now) == 1        # [2..4] holds 4: kept
+    assert log.delete_segments_before(4, clock.now) == 1  # [2..4] holds 4: kept
     assert log.log_start_offset == 2
     assert log.delete_segments_before(5, clock.now) == 1
     assert log.log_start_offset == 5
@@ -783,8 +842,9 @@ def test_delete_segments_before_deletes_only_whole_segments_below_the_offset(tmp
         log.read(4, 100)
     assert [m.offset for m in all_messages(log)] == [5, 6, 7, 8]
     renamed = sorted(n for n in seg_files(log) if n.endswith(".deleted"))
-    assert renamed == sorted(f"{b:020d}{s}.deleted" for b in (0, 2)
-                             for s in (".log", ".index", ".timeindex"))
+    assert renamed == sorted(
+        f"{b:020d}{s}.deleted" for b in (0, 2) for s in (".log", ".index", ".timeindex")
+    )
     assert log.remove_deleted_files(clock.now + 999) == 0
     assert log.remove_deleted_files(clock.now + 1000) == 2
     # Far past the end: everything but the active segment goes, the active one stays.

@@ -1,5 +1,6 @@
 """Logs holding record batches (magic 2) next to magic-1 message sets: reads inside a batch,
 timestamp search inside out-of-order batches, truncation, recovery, dump-log."""
+
 from __future__ import annotations
 
 import io
@@ -16,8 +17,9 @@ NOW = 1_700_000_000_000
 
 
 def open_log(tmp_path, clock, **config) -> Log:
-    return Log(os.path.join(tmp_path, "t-0"), LogConfig(**config), clock=clock,
-               needs_recovery=False)
+    return Log(
+        os.path.join(tmp_path, "t-0"), LogConfig(**config), clock=clock, needs_recovery=False
+    )
 
 
 def mixed(log) -> list[tuple[int, int]]:
@@ -26,8 +28,11 @@ def mixed(log) -> list[tuple[int, int]]:
     log.append(validated(log, [NOW + 5, NOW + 1], magic=1))
     log.append(validated(log, [NOW + 30, NOW + 10, NOW + 20, NOW + 15] * 10, magic=2))
     log.append(validated(log, [NOW + 50, NOW + 40], magic=2, codec=Codec.LZ4))
-    log.append(validated(log, [NOW, NOW], magic=2, now=NOW + 70,
-                         timestamp_type=TimestampType.LOG_APPEND_TIME))
+    log.append(
+        validated(
+            log, [NOW, NOW], magic=2, now=NOW + 70, timestamp_type=TimestampType.LOG_APPEND_TIME
+        )
+    )
     return read_all(log)
 
 
@@ -90,8 +95,9 @@ def test_dump_log_shows_batches_and_verifies_mixed_segments(tmp_path, clock):
     assert "| offset: 3 CreateTime: %d keySize: 2 valueSize: 10 sequence: -1" % (NOW + 10) in text
     for suffix in (".index", ".timeindex"):
         out = io.StringIO()
-        assert dump_file(path[:-4] + suffix, deep=False, verify=True, out=out,
-                         err=io.StringIO()) == 0, out.getvalue()
+        assert (
+            dump_file(path[:-4] + suffix, deep=False, verify=True, out=out, err=io.StringIO()) == 0
+        ), out.getvalue()
 
 
 def test_offset_of_max_timestamp_is_the_first_message_holding_it(tmp_path, clock):
@@ -110,6 +116,7 @@ def test_partition_metadata_holds_the_topic_id(tmp_path, clock):
     import pytest
 
     from storage import InconsistentTopicIdError
+
     log = open_log(tmp_path, clock)
     assert log.topic_id is None
     topic_id = uuid.UUID("e3e70682-c209-4cac-629f-6fbed82c07cd")

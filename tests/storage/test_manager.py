@@ -1,4 +1,5 @@
 """LogManager: start-up over several log dirs, placement, deletion, periodic work, shutdown."""
+
 from __future__ import annotations
 
 import os
@@ -54,8 +55,7 @@ def test_shutdown_then_startup_is_clean(tmp_path, clock):
     m2 = manager(tmp_path, clock)
     with capture_logs() as logs:
         m2.startup()
-    assert sum(e["event"] == "clean shutdown marker found: no recovery needed"
-               for e in logs) == 2
+    assert sum(e["event"] == "clean shutdown marker found: no recovery needed" for e in logs) == 2
     assert not any(e["event"] == "log recovered after unclean shutdown" for e in logs)
     assert not os.path.exists(tmp_path / "d1" / ".kafka_cleanshutdown")
     assert m2.topics() == {"orders": 3}
@@ -160,7 +160,7 @@ def test_idle_partitions_hold_no_file_descriptors(tmp_path, clock):
     m2 = manager(tmp_path, clock)
     m2.startup()
     assert len(os.listdir("/proc/self/fd")) - before <= 2
-    for log in m2.all_logs():   # inactive segments' indexes are not loaded
+    for log in m2.all_logs():  # inactive segments' indexes are not loaded
         first = log.segments[0]
         assert not first.offset_index.is_loaded and not first.time_index.is_loaded
     log = m2.get_log("idle", 7)

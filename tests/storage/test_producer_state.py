@@ -1,5 +1,6 @@
 """Idempotent producers' state: Kafka 3.9's sequence and epoch rules, and the rebuild from the
 log after a reopen or a truncation."""
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,10 @@ from protocol.validator import TopicSettings, validate_produce
 from storage import Log, LogConfig
 from storage.layout import segment_path
 from storage.producer_state import (
-    BATCHES_KEPT, Duplicate, InvalidProducerEpochError, OutOfOrderSequenceError,
+    BATCHES_KEPT,
+    Duplicate,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
     ProducerStateManager,
 )
 
@@ -51,8 +55,9 @@ def batch(log: Log, producer_id: int, epoch: int, seq: int, n: int):
     b = MessageSetBuilder(2, producer_id=producer_id, producer_epoch=epoch, base_sequence=seq)
     for i in range(n):
         b.append(b"v%d" % i, b"k", NOW)
-    return validate_produce(b.build(), TopicSettings(magic=2), next_offset=log.log_end_offset,
-                            now_ms=NOW)
+    return validate_produce(
+        b.build(), TopicSettings(magic=2), next_offset=log.log_end_offset, now_ms=NOW
+    )
 
 
 def test_log_rebuilds_producer_state_after_reopen_and_truncation(tmp_path, clock):
@@ -83,6 +88,7 @@ def test_snapshot_format_field_by_field():
     import struct
 
     from crc32c import crc32c
+
     p = ProducerStateManager()
     p.update(9, 2, 0, 4, 10, 14, NOW)
     p.update(9, 2, 5, 6, 15, 16, NOW + 1)
@@ -101,6 +107,7 @@ def test_snapshot_format_field_by_field():
 @pytest.mark.parametrize("damage", ["truncate", "flip", "version"])
 def test_corrupt_snapshots_are_refused(damage):
     from storage.producer_state import CorruptSnapshotError
+
     p = ProducerStateManager()
     p.update(1, 0, 0, 0, 0, 0, NOW)
     data = bytearray(p.snapshot())
@@ -130,7 +137,8 @@ def test_snapshots_at_roll_and_close_are_used_and_kept_in_step(tmp_path, clock):
     assert log.producer_state().check(5, 0, 3, 5) == Duplicate(3, 5, NOW)
     log.truncate_to(3)
     assert sorted(f for f in os.listdir(directory) if f.endswith(".snapshot")) == [
-        "00000000000000000003.snapshot"]
+        "00000000000000000003.snapshot"
+    ]
     assert log.producer_state().check(5, 0, 0, 2) == Duplicate(0, 2, NOW)
     log.close()
 
@@ -187,14 +195,16 @@ def test_dump_log_prints_a_snapshot(tmp_path):
     import io
 
     from storage.dump import dump_file
+
     p = ProducerStateManager()
     p.update(9, 2, 5, 6, 15, 16, NOW)
     path = tmp_path / "00000000000000000017.snapshot"
     path.write_bytes(p.snapshot())
     out = io.StringIO()
     assert dump_file(str(path), deep=False, verify=False, out=out, err=io.StringIO()) == 0
-    assert ("producerId: 9 producerEpoch: 2 firstSequence: 5 lastSequence: 6 lastOffset: 16 "
-            f"lastTimestamp: {NOW}") in out.getvalue()
+    assert (
+        "producerId: 9 producerEpoch: 2 firstSequence: 5 lastSequence: 6 lastOffset: 16 "
+        f"lastTimestamp: {NOW}"
+    ) in out.getvalue()
     path.write_bytes(p.snapshot()[:-1])
-    assert dump_file(str(path), deep=False, verify=False, out=io.StringIO(),
-                     err=io.StringIO()) == 1
+    assert dump_file(str(path), deep=False, verify=False, out=io.StringIO(), err=io.StringIO()) == 1

@@ -7,6 +7,7 @@ uncompressed message is an entry of one, a compressed wrapper or a record batch 
 several. Truncation
 and crash recovery work on whole entries, as the Log does.
 """
+
 from __future__ import annotations
 
 import io
@@ -41,15 +42,24 @@ class LogMachine(RuleBasedStateMachine):
         self.start = 0
         self.log: Log | None = None
 
-    @initialize(segment_bytes=st.integers(300, 3000), interval=st.integers(0, 400),
-                index_bytes=st.sampled_from([36, 60, 120, 4096]),
-                segment_ms=st.sampled_from([DAY, 10 * DAY, 2**40]))
+    @initialize(
+        segment_bytes=st.integers(300, 3000),
+        interval=st.integers(0, 400),
+        index_bytes=st.sampled_from([36, 60, 120, 4096]),
+        segment_ms=st.sampled_from([DAY, 10 * DAY, 2**40]),
+    )
     def open(self, segment_bytes, interval, index_bytes, segment_ms):
-        self.config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=interval,
-                                segment_index_bytes=index_bytes, segment_ms=segment_ms,
-                                retention_ms=3 * DAY, file_delete_delay_ms=0)
-        self.log = Log(os.path.join(self.tmp, "topic-0"), self.config, clock=self.clock,
-                       needs_recovery=False)
+        self.config = LogConfig(
+            segment_bytes=segment_bytes,
+            index_interval_bytes=interval,
+            segment_index_bytes=index_bytes,
+            segment_ms=segment_ms,
+            retention_ms=3 * DAY,
+            file_delete_delay_ms=0,
+        )
+        self.log = Log(
+            os.path.join(self.tmp, "topic-0"), self.config, clock=self.clock, needs_recovery=False
+        )
 
     def teardown(self) -> None:
         if self.log is not None:
@@ -66,12 +76,16 @@ class LogMachine(RuleBasedStateMachine):
         return self.entries[-1][-1][0] + 1 if self.entries else self.start
 
     # -- rules -----------------------------------------------------------------------------------
-    @rule(stamps=st.lists(st.integers(-5 * DAY, DAY), min_size=1, max_size=6),
-          codec=st.sampled_from([Codec.NONE, Codec.NONE, Codec.GZIP, Codec.LZ4, Codec.SNAPPY]),
-          value_size=st.integers(0, 120), seed=st.integers(0, 2**32),
-          kind=st.sampled_from(["create"] * 4 + ["log_append", "magic0"]
-                               + ["v2"] * 4 + ["v2_log_append", "v2_zstd"]),
-          producer=st.sampled_from([None, None, 1, 2]))
+    @rule(
+        stamps=st.lists(st.integers(-5 * DAY, DAY), min_size=1, max_size=6),
+        codec=st.sampled_from([Codec.NONE, Codec.NONE, Codec.GZIP, Codec.LZ4, Codec.SNAPPY]),
+        value_size=st.integers(0, 120),
+        seed=st.integers(0, 2**32),
+        kind=st.sampled_from(
+            ["create"] * 4 + ["log_append", "magic0"] + ["v2"] * 4 + ["v2_log_append", "v2_zstd"]
+        ),
+        producer=st.sampled_from([None, None, 1, 2]),
+    )
     def append(self, stamps, codec, value_size, seed, kind, producer):
         # Values derived from a drawn seed: sizes after compression must replay identically.
         # Record batches (v2) go into the same log as magic 0/1 sets, as after an upgrade.
@@ -82,31 +96,41 @@ class LogMachine(RuleBasedStateMachine):
         idempotent = magic == 2 and producer is not None
         # an idempotent producer's sequences only go forward, whatever the log lost or deleted
         sequence = self.next_sequence.get(producer, 0) if idempotent else -1
-        builder = MessageSetBuilder(magic=magic, codec=codec,
-                                    producer_id=producer if idempotent else -1,
-                                    producer_epoch=0 if idempotent else -1,
-                                    base_sequence=sequence)
+        builder = MessageSetBuilder(
+            magic=magic,
+            codec=codec,
+            producer_id=producer if idempotent else -1,
+            producer_epoch=0 if idempotent else -1,
+            base_sequence=sequence,
+        )
         for i, ts in enumerate(stamps):
             headers = (("i", b"%d" % i),) if magic == 2 and i % 2 else ()
-            builder.append(rng.randbytes(value_size), key=b"%d" % i,
-                           timestamp=self.clock.now + ts, headers=headers)
+            builder.append(
+                rng.randbytes(value_size),
+                key=b"%d" % i,
+                timestamp=self.clock.now + ts,
+                headers=headers,
+            )
         lat = kind in ("log_append", "v2_log_append")
-        topic = TopicSettings(magic=magic, timestamp_type=TimestampType.LOG_APPEND_TIME
-                              if lat else TimestampType.CREATE_TIME)
-        v = validate_produce(builder.build(), topic, next_offset=self.log.log_end_offset,
-                             now_ms=self.clock.now)
+        topic = TopicSettings(
+            magic=magic,
+            timestamp_type=TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME,
+        )
+        v = validate_produce(
+            builder.build(), topic, next_offset=self.log.log_end_offset, now_ms=self.clock.now
+        )
         assert isinstance(v, ValidatedRecords)
         assume(len(v.buffer) <= self.config.segment_bytes)
         self.log.append(v)
         for entry in iter_shallow(v.buffer):
-            wrapper = v.buffer[entry.position:entry.next_position]
-            self.entries.append([(m.offset, m.timestamp, m.key, m.value)
-                                 for m in iter_deep(wrapper)])
+            wrapper = v.buffer[entry.position : entry.next_position]
+            self.entries.append(
+                [(m.offset, m.timestamp, m.key, m.value) for m in iter_deep(wrapper)]
+            )
             # keyed by last offset: one left by a truncated batch is replaced or dropped here
             self.producers.pop(entry.offset, None)
             if idempotent:
-                self.producers[entry.offset] = (producer, sequence,
-                                                sequence + len(stamps) - 1)
+                self.producers[entry.offset] = (producer, sequence, sequence + len(stamps) - 1)
                 self.next_sequence[producer] = sequence + len(stamps)
 
     @rule()
@@ -154,7 +178,7 @@ class LogMachine(RuleBasedStateMachine):
         raw = open(segment.log_path, "rb").read()
         shallow = list(iter_shallow(raw))
         recovery_point = 0 if full_scan else self.log.recovery_point
-        for s in self.log.segments:   # die without sealing or flushing anything
+        for s in self.log.segments:  # die without sealing or flushing anything
             s.close()
         if tear:
             cut = data.draw(st.integers(1, len(raw)))
@@ -168,8 +192,13 @@ class LogMachine(RuleBasedStateMachine):
                 f.seek(position)
                 f.write(bytes([raw[position] ^ data.draw(st.integers(1, 255))]))
             lost_from = victim.offset
-        self.log = Log(self.log.directory, self.config, clock=self.clock,
-                       recovery_point=recovery_point, needs_recovery=True)
+        self.log = Log(
+            self.log.directory,
+            self.config,
+            clock=self.clock,
+            recovery_point=recovery_point,
+            needs_recovery=True,
+        )
         self.entries = [e for e in self.entries if e[-1][0] < lost_from]
 
     # -- checks ----------------------------------------------------------------------------------
@@ -189,8 +218,11 @@ class LogMachine(RuleBasedStateMachine):
         offset = self.start
         while offset < self.end:
             fetch = self.log.read(offset, 1 << 20)
-            msgs = [(m.offset, m.timestamp, m.key, m.value)
-                    for m in iter_deep(fetch.read_bytes()) if m.offset >= offset]
+            msgs = [
+                (m.offset, m.timestamp, m.key, m.value)
+                for m in iter_deep(fetch.read_bytes())
+                if m.offset >= offset
+            ]
             assert msgs, f"read at {offset} returned nothing"
             got += msgs
             offset = msgs[-1][0] + 1
@@ -203,10 +235,13 @@ class LogMachine(RuleBasedStateMachine):
         fetch = self.log.read(offset, max_bytes, min_one_message=min_one)
         if not min_one:
             assert fetch.length <= max_bytes
-        msgs = [(m.offset, m.timestamp, m.key, m.value)
-                for m in iter_deep(fetch.read_bytes()) if m.offset >= offset]
+        msgs = [
+            (m.offset, m.timestamp, m.key, m.value)
+            for m in iter_deep(fetch.read_bytes())
+            if m.offset >= offset
+        ]
         later = [m for m in self.messages if m[0] >= offset]
-        assert msgs == later[:len(msgs)]
+        assert msgs == later[: len(msgs)]
         if min_one and offset < self.end:
             assert msgs and msgs[0][0] == later[0][0]
 
@@ -223,8 +258,9 @@ class LogMachine(RuleBasedStateMachine):
     @rule(when=st.integers(-6 * DAY, 2 * DAY))
     def search(self, when):
         target = NOW + when
-        expected = next((TimestampOffset(ts, off) for off, ts, _, _ in self.messages
-                         if ts >= target), None)
+        expected = next(
+            (TimestampOffset(ts, off) for off, ts, _, _ in self.messages if ts >= target), None
+        )
         assert self.log.offset_for_timestamp(target) == expected
 
     @invariant()
@@ -242,30 +278,38 @@ class LogMachine(RuleBasedStateMachine):
         for pid, (first_seq, last_seq, first_offset, last_offset) in last.items():
             dup = state.check(pid, 0, first_seq, last_seq)
             assert dup is not None and (dup.first_offset, dup.last_offset) == (
-                first_offset, last_offset), (pid, dup)
+                first_offset,
+                last_offset,
+            ), (pid, dup)
             assert state.check(pid, 0, last_seq + 1, last_seq + 1) is None
 
     @invariant()
     def indexes_verify_against_the_log(self):
         if self.log is None:
             return
-        files = [path for seg in self.log.segments
-                 for path in (seg.offset_index.path, seg.time_index.path)]
+        files = [
+            path
+            for seg in self.log.segments
+            for path in (seg.offset_index.path, seg.time_index.path)
+        ]
         out = io.StringIO()
         for path in files:
-            assert dump_file(path, deep=False, verify=True, out=out, err=out) == 0, \
-                out.getvalue()
+            assert dump_file(path, deep=False, verify=True, out=out, err=out) == 0, out.getvalue()
 
     @invariant()
     def search_every_stamp(self):
         if self.log is None:
             return
         msgs = self.messages
-        for _, ts, _, _ in [m for m in msgs if m[1] >= 0][::max(len(msgs) // 5, 1)]:
+        for _, ts, _, _ in [m for m in msgs if m[1] >= 0][:: max(len(msgs) // 5, 1)]:
             expected = next(TimestampOffset(t, o) for o, t, _, _ in msgs if t >= ts)
             assert self.log.offset_for_timestamp(ts) == expected
 
 
-LogMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None,
-                                        suppress_health_check=[HealthCheck.too_slow])
+LogMachine.TestCase.settings = settings(
+    max_examples=30,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 TestLogMachine = LogMachine.TestCase

@@ -1,6 +1,7 @@
 """The trio coordinator on a real BrokerContext with real storage: commits durable across
 restarts, offset expiry, rebalances and session timeouts on trio timers, shutdown, and the
 handlers driven through real protocol frames (ClientConnection -> ServerConnection)."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,11 @@ RANGE = [("range", b"meta")]
 
 
 def make_config(log_dir, **props) -> BrokerConfig:
-    pairs = [("listeners", "PLAINTEXT://127.0.0.1:9092"), ("log.dirs", str(log_dir)),
-             ("group.min.session.timeout.ms", "1000")]
+    pairs = [
+        ("listeners", "PLAINTEXT://127.0.0.1:9092"),
+        ("log.dirs", str(log_dir)),
+        ("group.min.session.timeout.ms", "1000"),
+    ]
     pairs += [(k.replace("_", "."), str(v)) for k, v in props.items()]
     return BrokerConfig.from_properties(pairs)
 
@@ -57,12 +61,20 @@ def trio_ms() -> int:
 
 
 async def join(c, member_id="", *, client="c", session=10_000, rebalance=30_000, group="g"):
-    return await c.join(group, member_id, client_id=client, client_host="",
-                        session_timeout_ms=session, rebalance_timeout_ms=rebalance,
-                        protocol_type="consumer", protocols=RANGE)
+    return await c.join(
+        group,
+        member_id,
+        client_id=client,
+        client_host="",
+        session_timeout_ms=session,
+        rebalance_timeout_ms=rebalance,
+        protocol_type="consumer",
+        protocols=RANGE,
+    )
 
 
 # ---- offsets ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("clean", [True, False])
 async def test_commits_survive_restart(tmp_path, clean):
@@ -74,31 +86,50 @@ async def test_commits_survive_restart(tmp_path, clean):
     async with running(tmp_path) as (ctx, c):
         got = c.fetch_offsets("g", [("t", 0), ("t", 1), ("t", 2), ("t", 3)])
         assert [(p.offset, p.metadata, p.error) for p in got] == [
-            (20, "m0b", E.NONE), (11, "", E.NONE), (-1, "", E.NONE), (13, "ü" * 20, E.NONE)]
+            (20, "m0b", E.NONE),
+            (11, "", E.NONE),
+            (-1, "", E.NONE),
+            (13, "ü" * 20, E.NONE),
+        ]
         assert c.list_groups() == (E.NONE, [("g", "")])
         assert c.describe("g")[1].state == "Empty"
 
 
 async def test_commit_errors(tmp_path):
     async with running(tmp_path) as (ctx, c):
-        res = await c.commit_offsets("g", "", -1, None, [
-            ("nope", 0, 1, None, -1), ("t", 4, 1, None, -1), ("t", -1, 1, None, -1),
-            ("t", 0, 1, "x" * 4097, -1), ("t", 1, 1, "x" * 4096, -1)])
+        res = await c.commit_offsets(
+            "g",
+            "",
+            -1,
+            None,
+            [
+                ("nope", 0, 1, None, -1),
+                ("t", 4, 1, None, -1),
+                ("t", -1, 1, None, -1),
+                ("t", 0, 1, "x" * 4097, -1),
+                ("t", 1, 1, "x" * 4096, -1),
+            ],
+        )
         assert res == [E.UNKNOWN_TOPIC_OR_PARTITION] * 3 + [E.OFFSET_METADATA_TOO_LARGE, E.NONE]
         # a group with members refuses commits from outside the generation
         r = await join(c, group="m")
         assert r.error is E.NONE
         assert await c.commit_offsets("m", r.member_id, 1, None, [("t", 0, 1, None, -1)]) == [
-            E.REBALANCE_IN_PROGRESS]  # AwaitingSync
+            E.REBALANCE_IN_PROGRESS
+        ]  # AwaitingSync
         assert (await c.sync("m", 1, r.member_id, {r.member_id: b"a"})).error is E.NONE
         assert await c.commit_offsets("m", r.member_id, 0, None, [("t", 0, 1, None, -1)]) == [
-            E.ILLEGAL_GENERATION]
+            E.ILLEGAL_GENERATION
+        ]
         assert await c.commit_offsets("m", "who", 1, None, [("t", 0, 1, None, -1)]) == [
-            E.UNKNOWN_MEMBER_ID]
+            E.UNKNOWN_MEMBER_ID
+        ]
         assert await c.commit_offsets("new", "x", 3, None, [("t", 0, 1, None, -1)]) == [
-            E.ILLEGAL_GENERATION]
+            E.ILLEGAL_GENERATION
+        ]
         assert await c.commit_offsets("m", r.member_id, 1, None, [("t", 0, 7, None, -1)]) == [
-            E.NONE]
+            E.NONE
+        ]
         assert c.fetch_offsets("m", [("t", 0)])[0].offset == 7
         assert c.fetch_offsets("g", [("t", 0)])[0].offset == -1  # refused ones not stored
 
@@ -127,6 +158,7 @@ async def test_offsets_expire_and_empty_group_goes_away(tmp_path):
 
 
 # ---- membership on trio timers -----------------------------------------------------------------
+
 
 async def test_rebalance_and_session_timeout_on_timers(tmp_path, autojump_clock):
     async with running(tmp_path, clock=trio_ms) as (ctx, c):
@@ -177,8 +209,11 @@ async def test_rebalance_timeout_on_timer(tmp_path, autojump_clock):
         b = await join(c, client="b", session=60_000, rebalance=5_000)
         # a never rejoins: the rebalance ends at the group's rebalance timeout (a's 60 s)
         assert trio.current_time() - t0 == pytest.approx(60, abs=0.01)
-        assert (b.generation_id, b.leader_id, b.members) == (2, b.member_id,
-                                                              ((b.member_id, b"meta"),))
+        assert (b.generation_id, b.leader_id, b.members) == (
+            2,
+            b.member_id,
+            ((b.member_id, b"meta"),),
+        )
 
 
 async def test_shutdown_answers_parked_requests(tmp_path):
@@ -202,6 +237,7 @@ async def test_shutdown_answers_parked_requests(tmp_path):
 
 # ---- handlers through real frames --------------------------------------------------------------
 
+
 class Wire:
     """Encode a request like a client, decode it like the broker, run the handler, encode the
     response like the broker and decode it like the client."""
@@ -224,65 +260,149 @@ async def test_handlers_over_the_wire(tmp_path):
         wire = Wire(ctx)
         r = await wire(ApiKey.FIND_COORDINATOR, 0, {"key": "g"})
         assert (r.error_code, r.node_id, r.host, r.port) == (0, 0, "127.0.0.1", 9092)
-        r = await wire(ApiKey.JOIN_GROUP, 0, {
-            "group_id": "g", "session_timeout_ms": 10_000, "member_id": "",
-            "protocol_type": "consumer",
-            "protocols": [{"name": "range", "metadata": b"m"}]})
+        r = await wire(
+            ApiKey.JOIN_GROUP,
+            0,
+            {
+                "group_id": "g",
+                "session_timeout_ms": 10_000,
+                "member_id": "",
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b"m"}],
+            },
+        )
         assert r.error_code == 0 and r.member_id.startswith("wire-test-")
         member, gen = r.member_id, r.generation_id
         assert [(x.member_id, x.metadata) for x in r.members] == [(member, b"m")]
-        r = await wire(ApiKey.SYNC_GROUP, 0, {
-            "group_id": "g", "generation_id": gen, "member_id": member,
-            "assignments": [{"member_id": member, "assignment": b"asg"}]})
+        r = await wire(
+            ApiKey.SYNC_GROUP,
+            0,
+            {
+                "group_id": "g",
+                "generation_id": gen,
+                "member_id": member,
+                "assignments": [{"member_id": member, "assignment": b"asg"}],
+            },
+        )
         assert (r.error_code, r.assignment) == (0, b"asg")
-        r = await wire(ApiKey.HEARTBEAT, 0, {"group_id": "g", "generation_id": gen,
-                                             "member_id": member})
+        r = await wire(
+            ApiKey.HEARTBEAT, 0, {"group_id": "g", "generation_id": gen, "member_id": member}
+        )
         assert r.error_code == 0
-        for version, extra in [(1, {"generation_id_or_member_epoch": gen, "member_id": member}),
-                               (2, {"generation_id_or_member_epoch": gen, "member_id": member,
-                                    "retention_time_ms": -1})]:
-            part = {"partition_index": 2, "committed_offset": 100 + version,
-                    "committed_metadata": f"v{version}"}
+        for version, extra in [
+            (1, {"generation_id_or_member_epoch": gen, "member_id": member}),
+            (
+                2,
+                {
+                    "generation_id_or_member_epoch": gen,
+                    "member_id": member,
+                    "retention_time_ms": -1,
+                },
+            ),
+        ]:
+            part = {
+                "partition_index": 2,
+                "committed_offset": 100 + version,
+                "committed_metadata": f"v{version}",
+            }
             if version == 1:
                 part["commit_timestamp"] = -1
-            r = await wire(ApiKey.OFFSET_COMMIT, version, {
-                "group_id": "g", **extra,
-                "topics": [{"name": "t", "partitions": [part]},
-                           {"name": "zz", "partitions": [dict(part, partition_index=0)]}]})
-            assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions])
-                    for t in r.topics] == [("t", [(2, 0)]), ("zz", [(0, 3)])]
+            r = await wire(
+                ApiKey.OFFSET_COMMIT,
+                version,
+                {
+                    "group_id": "g",
+                    **extra,
+                    "topics": [
+                        {"name": "t", "partitions": [part]},
+                        {"name": "zz", "partitions": [dict(part, partition_index=0)]},
+                    ],
+                },
+            )
+            assert [
+                (t.name, [(p.partition_index, p.error_code) for p in t.partitions])
+                for t in r.topics
+            ] == [("t", [(2, 0)]), ("zz", [(0, 3)])]
         # v0 commits belong to groups without membership: refused while g has members
-        r = await wire(ApiKey.OFFSET_COMMIT, 0, {"group_id": "g", "topics": [
-            {"name": "t", "partitions": [{"partition_index": 2, "committed_offset": 1,
-                                          "committed_metadata": None}]}]})
+        r = await wire(
+            ApiKey.OFFSET_COMMIT,
+            0,
+            {
+                "group_id": "g",
+                "topics": [
+                    {
+                        "name": "t",
+                        "partitions": [
+                            {
+                                "partition_index": 2,
+                                "committed_offset": 1,
+                                "committed_metadata": None,
+                            }
+                        ],
+                    }
+                ],
+            },
+        )
         assert r.topics[0].partitions[0].error_code == E.UNKNOWN_MEMBER_ID
         for version in (0, 1):
-            r = await wire(ApiKey.OFFSET_FETCH, version, {"group_id": "g", "topics": [
-                {"name": "t", "partition_indexes": [2, 3]},
-                {"name": "zz", "partition_indexes": [0]}]})
-            got = [(t.name, [(p.partition_index, p.committed_offset, p.metadata, p.error_code)
-                             for p in t.partitions]) for t in r.topics]
-            assert got == [("t", [(2, 102, "v2", 0), (3, -1, "", 0)]),
-                           ("zz", [(0, -1, "", 3 if version == 0 else 0)])]
+            r = await wire(
+                ApiKey.OFFSET_FETCH,
+                version,
+                {
+                    "group_id": "g",
+                    "topics": [
+                        {"name": "t", "partition_indexes": [2, 3]},
+                        {"name": "zz", "partition_indexes": [0]},
+                    ],
+                },
+            )
+            got = [
+                (
+                    t.name,
+                    [
+                        (p.partition_index, p.committed_offset, p.metadata, p.error_code)
+                        for p in t.partitions
+                    ],
+                )
+                for t in r.topics
+            ]
+            assert got == [
+                ("t", [(2, 102, "v2", 0), (3, -1, "", 0)]),
+                ("zz", [(0, -1, "", 3 if version == 0 else 0)]),
+            ]
         r = await wire(ApiKey.DESCRIBE_GROUPS, 0, {"groups": ["g", "missing"]})
         g, missing = r.groups
         assert (g.error_code, g.group_state, g.protocol_type, g.protocol_data) == (
-            0, "Stable", "consumer", "range")
-        assert [(m.member_id, m.client_id, m.member_metadata, m.member_assignment)
-                for m in g.members] == [(member, "wire-test", b"m", b"asg")]
-        assert (missing.error_code, missing.group_state, list(missing.members)) == (
-            0, "Dead", [])
+            0,
+            "Stable",
+            "consumer",
+            "range",
+        )
+        assert [
+            (m.member_id, m.client_id, m.member_metadata, m.member_assignment) for m in g.members
+        ] == [(member, "wire-test", b"m", b"asg")]
+        assert (missing.error_code, missing.group_state, list(missing.members)) == (0, "Dead", [])
         r = await wire(ApiKey.LIST_GROUPS, 0, {})
         assert (r.error_code, [(x.group_id, x.protocol_type) for x in r.groups]) == (
-            0, [("g", "consumer")])
+            0,
+            [("g", "consumer")],
+        )
         r = await wire(ApiKey.LEAVE_GROUP, 0, {"group_id": "g", "member_id": member})
         assert r.error_code == 0
         r = await wire(ApiKey.LEAVE_GROUP, 0, {"group_id": "g", "member_id": member})
         assert r.error_code == E.UNKNOWN_MEMBER_ID
-        r = await wire(ApiKey.JOIN_GROUP, 1, {
-            "group_id": "g", "session_timeout_ms": 10, "rebalance_timeout_ms": 10,
-            "member_id": "", "protocol_type": "consumer",
-            "protocols": [{"name": "range", "metadata": b"m"}]})
+        r = await wire(
+            ApiKey.JOIN_GROUP,
+            1,
+            {
+                "group_id": "g",
+                "session_timeout_ms": 10,
+                "rebalance_timeout_ms": 10,
+                "member_id": "",
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b"m"}],
+            },
+        )
         assert r.error_code == E.INVALID_SESSION_TIMEOUT
 
 
@@ -292,15 +412,36 @@ async def test_handlers_before_the_coordinator_started(tmp_path):
         wire = Wire(ctx)
         r = await wire(ApiKey.FIND_COORDINATOR, 0, {"key": "g"})
         assert r.error_code == E.GROUP_COORDINATOR_NOT_AVAILABLE
-        r = await wire(ApiKey.OFFSET_COMMIT, 2, {
-            "group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
-            "retention_time_ms": -1,
-            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1,
-                                                     "committed_metadata": ""}]}]})
+        r = await wire(
+            ApiKey.OFFSET_COMMIT,
+            2,
+            {
+                "group_id": "g",
+                "generation_id_or_member_epoch": -1,
+                "member_id": "",
+                "retention_time_ms": -1,
+                "topics": [
+                    {
+                        "name": "t",
+                        "partitions": [
+                            {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}
+                        ],
+                    }
+                ],
+            },
+        )
         assert r.topics[0].partitions[0].error_code == 15
-        r = await wire(ApiKey.JOIN_GROUP, 0, {
-            "group_id": "g", "session_timeout_ms": 10_000, "member_id": "",
-            "protocol_type": "consumer", "protocols": []})
+        r = await wire(
+            ApiKey.JOIN_GROUP,
+            0,
+            {
+                "group_id": "g",
+                "session_timeout_ms": 10_000,
+                "member_id": "",
+                "protocol_type": "consumer",
+                "protocols": [],
+            },
+        )
         assert r.error_code == 15
     finally:
         ctx.log_manager.shutdown()
@@ -321,6 +462,7 @@ async def test_shutdown_begun_during_start_up_leaves_the_coordinator_inactive(tm
 
 async def test_offsets_topic_with_retention_is_repaired(tmp_path):
     from structlog.testing import capture_logs
+
     ctx = await open_context(make_config(tmp_path))
     # e.g. made by an older version, or its registry entry rebuilt with broker defaults
     await ctx.create_topic(OFFSETS_TOPIC, 1)
@@ -333,8 +475,11 @@ async def test_offsets_topic_with_retention_is_repaired(tmp_path):
             assert topic.config.cleanup_policy == "compact"
             log = ctx.get_log(OFFSETS_TOPIC, 0)
             assert (log.config.retention_ms, log.config.retention_bytes) == (-1, -1)
-    warnings = [e for e in logs if e["log_level"] == "warning"
-                and "offsets topic had time or size retention" in e["event"]]
+    warnings = [
+        e
+        for e in logs
+        if e["log_level"] == "warning" and "offsets topic had time or size retention" in e["event"]
+    ]
     assert len(warnings) == 1 and warnings[0]["retention_ms"] == 7 * 24 * 3600 * 1000
     with capture_logs() as logs:  # persisted: the next start finds nothing to repair
         async with running(tmp_path) as (ctx, c):
@@ -345,12 +490,14 @@ async def test_offsets_topic_with_retention_is_repaired(tmp_path):
 
 async def test_offset_metadata_max_bytes_is_configurable(tmp_path):
     async with running(tmp_path, offset_metadata_max_bytes=10) as (ctx, c):
-        got = await c.commit_offsets("g", "", -1, None, [("t", 0, 1, "x" * 10, -1),
-                                                         ("t", 1, 1, "é" * 6, -1)])
+        got = await c.commit_offsets(
+            "g", "", -1, None, [("t", 0, 1, "x" * 10, -1), ("t", 1, 1, "é" * 6, -1)]
+        )
         assert got == [E.NONE, E.OFFSET_METADATA_TOO_LARGE]  # 12 UTF-8 bytes > 10
 
 
 # ---- compaction of the offsets log ------------------------------------------------------------
+
 
 async def commit_many(c, n: int) -> dict[int, int]:
     last = {}
@@ -363,6 +510,7 @@ async def commit_many(c, n: int) -> dict[int, int]:
 
 async def test_offsets_log_is_compacted_at_start_up(tmp_path, monkeypatch):
     from broker.groups import coordinator as coordinator_module
+
     async with running(tmp_path) as (ctx, c):
         last = await commit_many(c, 200)
         log = ctx.get_log(OFFSETS_TOPIC, 0)

@@ -1,5 +1,6 @@
 """``__consumer_offsets`` record formats (byte layouts from Kafka's GroupMetadataManager schemas,
 built here independently with struct) and the offset cache's expiry rule."""
+
 from __future__ import annotations
 
 import struct
@@ -8,8 +9,17 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from broker.groups.offsets import (
-    CommittedOffset, GroupKey, OffsetCache, OffsetKey, OffsetRecordError, decode_key,
-    decode_offset_value, encode_offset_key, encode_offset_value, expire_timestamp)
+    CommittedOffset,
+    GroupKey,
+    OffsetCache,
+    OffsetKey,
+    OffsetRecordError,
+    decode_key,
+    decode_offset_value,
+    encode_offset_key,
+    encode_offset_value,
+    expire_timestamp,
+)
 
 
 def kstr(s: str) -> bytes:
@@ -19,13 +29,15 @@ def kstr(s: str) -> bytes:
 
 def test_offset_key_layout_is_kafkas_version_1():
     assert encode_offset_key("grp", "tópic", 7) == (
-        struct.pack(">h", 1) + kstr("grp") + kstr("tópic") + struct.pack(">i", 7))
+        struct.pack(">h", 1) + kstr("grp") + kstr("tópic") + struct.pack(">i", 7)
+    )
 
 
 def test_offset_value_layout_is_kafkas_version_1():
     v = CommittedOffset(42, "meta", 1000, 2000)
     assert encode_offset_value(v) == (
-        struct.pack(">hq", 1, 42) + kstr("meta") + struct.pack(">qq", 1000, 2000))
+        struct.pack(">hq", 1, 42) + kstr("meta") + struct.pack(">qq", 1000, 2000)
+    )
 
 
 def test_decodes_kafka_version_0_records():
@@ -39,15 +51,21 @@ def test_group_metadata_key():
     assert decode_key(struct.pack(">h", 2) + kstr("g")) == GroupKey("g")
 
 
-@pytest.mark.parametrize("buf, message", [
-    (b"", "truncated at byte 0"),
-    (struct.pack(">h", 3) + kstr("g"), "unknown version 3"),
-    (struct.pack(">h", 1) + kstr("g") + kstr("t"), "truncated"),
-    (struct.pack(">h", 1) + kstr("g") + kstr("t") + struct.pack(">ib", 1, 0), "1 bytes left over"),
-    (struct.pack(">hh", 1, -1), "string length -1"),
-    (struct.pack(">hh", 1, 10) + b"abc", "string length 10"),
-    (struct.pack(">hh", 1, 2) + b"\xff\xfe", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "buf, message",
+    [
+        (b"", "truncated at byte 0"),
+        (struct.pack(">h", 3) + kstr("g"), "unknown version 3"),
+        (struct.pack(">h", 1) + kstr("g") + kstr("t"), "truncated"),
+        (
+            struct.pack(">h", 1) + kstr("g") + kstr("t") + struct.pack(">ib", 1, 0),
+            "1 bytes left over",
+        ),
+        (struct.pack(">hh", 1, -1), "string length -1"),
+        (struct.pack(">hh", 1, 10) + b"abc", "string length 10"),
+        (struct.pack(">hh", 1, 2) + b"\xff\xfe", "not UTF-8"),
+    ],
+)
 def test_bad_keys_raise_precise_errors(buf, message):
     with pytest.raises(OffsetRecordError, match=message):
         decode_key(buf)
@@ -64,12 +82,19 @@ def test_too_long_strings_are_refused():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(max_size=50), st.text(max_size=50), st.integers(-2**31, 2**31 - 1),
-       st.integers(-2**63, 2**63 - 1), st.text(max_size=100),
-       st.integers(-2**63, 2**63 - 1), st.integers(-2**63, 2**63 - 1))
+@given(
+    st.text(max_size=50),
+    st.text(max_size=50),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+    st.text(max_size=100),
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+)
 def test_round_trip(group, topic, partition, offset, metadata, commit_ts, expire_ts):
-    assert decode_key(encode_offset_key(group, topic, partition)) == OffsetKey(group, topic,
-                                                                              partition)
+    assert decode_key(encode_offset_key(group, topic, partition)) == OffsetKey(
+        group, topic, partition
+    )
     v = CommittedOffset(offset, metadata, commit_ts, expire_ts)
     assert decode_offset_value(encode_offset_value(v), default_retention_ms=0) == v
 

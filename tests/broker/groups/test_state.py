@@ -1,5 +1,6 @@
 """The pure group state machine: every transition, every timeout, with a fake clock (plain
 integers passed as now_ms)."""
+
 from __future__ import annotations
 
 import itertools
@@ -8,8 +9,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from broker.groups.state import (
-    DEAD_GROUP, Group, GroupMachine, GroupState, IllegalGroupTransitionError, JoinResult,
-    SyncResult)
+    DEAD_GROUP,
+    Group,
+    GroupMachine,
+    GroupState,
+    IllegalGroupTransitionError,
+    JoinResult,
+    SyncResult,
+)
 from protocol.errors import ErrorCode as E
 
 RANGE = [("range", b"r-meta")]
@@ -29,22 +36,50 @@ class Waiter:
 
 def make_machine() -> GroupMachine:
     counter = itertools.count(1)
-    return GroupMachine(min_session_timeout_ms=6000, max_session_timeout_ms=300000,
-                        new_member_id=lambda client: f"{client}-{next(counter)}")
+    return GroupMachine(
+        min_session_timeout_ms=6000,
+        max_session_timeout_ms=300000,
+        new_member_id=lambda client: f"{client}-{next(counter)}",
+    )
 
 
-def join(m: GroupMachine, member_id: str = "", *, group: str = "g", client: str = "c",
-         now: int = 0, protocols=RANGE, session: int = SESSION, rebalance: int = REBALANCE,
-         ptype: str = "consumer") -> tuple[Waiter, dict]:
+def join(
+    m: GroupMachine,
+    member_id: str = "",
+    *,
+    group: str = "g",
+    client: str = "c",
+    now: int = 0,
+    protocols=RANGE,
+    session: int = SESSION,
+    rebalance: int = REBALANCE,
+    ptype: str = "consumer",
+) -> tuple[Waiter, dict]:
     w = Waiter(f"join-{client}-{member_id}")
-    out = m.join(group, member_id, client_id=client, client_host="/127.0.0.1",
-                 session_timeout_ms=session, rebalance_timeout_ms=rebalance,
-                 protocol_type=ptype, protocols=protocols, now_ms=now, waiter=w)
+    out = m.join(
+        group,
+        member_id,
+        client_id=client,
+        client_host="/127.0.0.1",
+        session_timeout_ms=session,
+        rebalance_timeout_ms=rebalance,
+        protocol_type=ptype,
+        protocols=protocols,
+        now_ms=now,
+        waiter=w,
+    )
     return w, dict(out)
 
 
-def sync(m: GroupMachine, member_id: str, generation: int, assignments=None, *,
-         group: str = "g", now: int = 0) -> tuple[Waiter, dict]:
+def sync(
+    m: GroupMachine,
+    member_id: str,
+    generation: int,
+    assignments=None,
+    *,
+    group: str = "g",
+    now: int = 0,
+) -> tuple[Waiter, dict]:
     w = Waiter(f"sync-{member_id}")
     out = m.sync(group, generation, member_id, assignments or {}, now_ms=now, waiter=w)
     return w, dict(out)
@@ -86,12 +121,16 @@ def stable_group(m: GroupMachine, n: int, now: int = 0) -> list[str]:
 
 # ---- JoinGroup validation ------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, error", [
-    (dict(group=""), E.INVALID_GROUP_ID),
-    (dict(session=5999), E.INVALID_SESSION_TIMEOUT),
-    (dict(session=300001), E.INVALID_SESSION_TIMEOUT),
-    (dict(protocols=[]), E.INCONSISTENT_GROUP_PROTOCOL),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(group=""), E.INVALID_GROUP_ID),
+        (dict(session=5999), E.INVALID_SESSION_TIMEOUT),
+        (dict(session=300001), E.INVALID_SESSION_TIMEOUT),
+        (dict(protocols=[]), E.INCONSISTENT_GROUP_PROTOCOL),
+    ],
+)
 def test_join_rejects_bad_requests(kwargs, error):
     m = make_machine()
     w, out = join(m, **kwargs)
@@ -124,6 +163,7 @@ def test_join_inconsistent_protocol_type_and_protocols():
 
 
 # ---- Empty -> PreparingRebalance -> AwaitingSync -> Stable --------------------------------
+
 
 def test_first_member_joins_and_becomes_leader_at_once():
     m = make_machine()
@@ -183,6 +223,7 @@ def test_sync_errors():
 
 
 # ---- rebalances triggered by members ------------------------------------------------------
+
 
 def test_new_member_triggers_rebalance_that_waits_for_existing_members():
     m = make_machine()
@@ -375,6 +416,7 @@ def test_duplicate_sync_supersedes_the_parked_one():
 
 # ---- heartbeat and commit checks in every state -------------------------------------------
 
+
 def test_heartbeat_errors_by_state():
     m = make_machine()
     assert m.heartbeat("g", "x", 0, now_ms=0) is E.UNKNOWN_MEMBER_ID
@@ -414,6 +456,7 @@ def test_commit_checks_by_state():
 
 # ---- protocol selection, describe, list, removal, transitions -----------------------------
 
+
 def test_protocol_selection_votes():
     m = make_machine()
     wa, out = join(m, client="a", protocols=[("rr", b"a"), ("range", b"a2")])
@@ -426,7 +469,10 @@ def test_protocol_selection_votes():
     # candidates = {range} (c lacks rr): everyone votes range
     assert out[wb].protocol == "range"
     assert dict(out[next(iter(w for w in out if out[w].members))].members) == {
-        a: b"a2", out[wb].member_id: b"b", out[wc].member_id: b"c"}
+        a: b"a2",
+        out[wb].member_id: b"b",
+        out[wc].member_id: b"c",
+    }
 
 
 def test_protocol_tie_goes_to_leader_preference():
@@ -446,7 +492,9 @@ def test_describe_and_list():
     s = m.describe("g")
     assert (s.state, s.protocol_type, s.protocol) == ("Stable", "consumer", "range")
     assert {(x.member_id, x.metadata, x.assignment) for x in s.members} == {
-        (a, b"r-meta", a.encode()), (b, b"r-meta", b.encode())}
+        (a, b"r-meta", a.encode()),
+        (b, b"r-meta", b.encode()),
+    }
     assert all(x.client_host == "/127.0.0.1" for x in s.members)
     join(m, client="c")
     s = m.describe("g")
@@ -467,15 +515,18 @@ def test_remove_group_only_when_empty():
     assert not m.remove_group("g")
 
 
-@pytest.mark.parametrize("src, dst", [
-    (GroupState.EMPTY, GroupState.STABLE),
-    (GroupState.EMPTY, GroupState.AWAITING_SYNC),
-    (GroupState.STABLE, GroupState.EMPTY),
-    (GroupState.STABLE, GroupState.AWAITING_SYNC),
-    (GroupState.AWAITING_SYNC, GroupState.EMPTY),
-    (GroupState.PREPARING_REBALANCE, GroupState.STABLE),
-    (GroupState.DEAD, GroupState.PREPARING_REBALANCE),
-])
+@pytest.mark.parametrize(
+    "src, dst",
+    [
+        (GroupState.EMPTY, GroupState.STABLE),
+        (GroupState.EMPTY, GroupState.AWAITING_SYNC),
+        (GroupState.STABLE, GroupState.EMPTY),
+        (GroupState.STABLE, GroupState.AWAITING_SYNC),
+        (GroupState.AWAITING_SYNC, GroupState.EMPTY),
+        (GroupState.PREPARING_REBALANCE, GroupState.STABLE),
+        (GroupState.DEAD, GroupState.PREPARING_REBALANCE),
+    ],
+)
 def test_illegal_transitions_raise(src, dst):
     g = Group("g", state=src)
     with pytest.raises(IllegalGroupTransitionError, match=f"from {src.value} to {dst.value}"):
@@ -491,8 +542,14 @@ def test_any_state_may_die(src):
 
 # ---- a random workload: invariants hold and no request is ever left hanging ---------------
 
-OPS = st.lists(st.tuples(st.sampled_from(["join", "rejoin", "sync", "hb", "leave", "tick"]),
-                         st.integers(0, 3), st.integers(0, 12_000)), max_size=40)
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["join", "rejoin", "sync", "hb", "leave", "tick"]),
+        st.integers(0, 3),
+        st.integers(0, 12_000),
+    ),
+    max_size=40,
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -516,10 +573,18 @@ def test_random_workload_invariants(ops):
         mid = ids[who % len(ids)] if ids else ""
         w = Waiter(f"{op}{n}")
         if op == "join" or (op == "rejoin" and mid):
-            out = m.join("g", "" if op == "join" else mid, client_id=f"c{who}",
-                         client_host="h", session_timeout_ms=SESSION,
-                         rebalance_timeout_ms=REBALANCE, protocol_type="consumer",
-                         protocols=RANGE, now_ms=now, waiter=w)
+            out = m.join(
+                "g",
+                "" if op == "join" else mid,
+                client_id=f"c{who}",
+                client_host="h",
+                session_timeout_ms=SESSION,
+                rebalance_timeout_ms=REBALANCE,
+                protocol_type="consumer",
+                protocols=RANGE,
+                now_ms=now,
+                waiter=w,
+            )
             parked.add(w)
             take(out)
         elif op == "sync" and mid:
@@ -536,15 +601,20 @@ def test_random_workload_invariants(ops):
         assert (g.leader_id is None) == (not g.members)
         assert g.leader_id is None or g.leader_id in g.members
         assert (g.state is GroupState.EMPTY) == (not g.members)
-        waiting = {x for mem in g.members.values() for x in (mem.join_waiter, mem.sync_waiter)
-                   if x is not None}
+        waiting = {
+            x
+            for mem in g.members.values()
+            for x in (mem.join_waiter, mem.sync_waiter)
+            if x is not None
+        }
         # every parked request is held by a member of the group: nothing hangs forever
         assert parked == waiting
         if g.state is GroupState.PREPARING_REBALANCE:
             assert g.rebalance_deadline_ms is not None and m.next_deadline() is not None
         if g.state is GroupState.STABLE:
-            assert all(mem.join_waiter is None and mem.sync_waiter is None
-                       for mem in g.members.values())
+            assert all(
+                mem.join_waiter is None and mem.sync_waiter is None for mem in g.members.values()
+            )
 
 
 def test_abandon_all_answers_every_parked_request():
@@ -560,8 +630,10 @@ def test_abandon_all_answers_every_parked_request():
     y = out[wy].member_id
     ws, _ = sync(m2, y, 2, group="h")  # parked sync (AwaitingSync)
     assert m.abandon_all(E.NOT_COORDINATOR_FOR_GROUP) == [
-        (wb, JoinResult(E.NOT_COORDINATOR_FOR_GROUP, "b-2"))]
+        (wb, JoinResult(E.NOT_COORDINATOR_FOR_GROUP, "b-2"))
+    ]
     assert m2.abandon_all(E.NOT_COORDINATOR_FOR_GROUP) == [
-        (ws, SyncResult(E.NOT_COORDINATOR_FOR_GROUP))]
+        (ws, SyncResult(E.NOT_COORDINATOR_FOR_GROUP))
+    ]
     assert m.abandon_all(E.NOT_COORDINATOR_FOR_GROUP) == []
     assert a in m.get("g").members

@@ -1,6 +1,7 @@
 """The offsets log on real storage: replay against an independent oracle, and compaction that
 gives the same replay whatever point a crash interrupts it at (each point is reopened from a
 copy of the partition directory, with recovery, as after a kill -9)."""
+
 from __future__ import annotations
 
 import os
@@ -11,14 +12,20 @@ import pytest
 
 from broker.groups import store
 from broker.groups.offsets import (
-    CommittedOffset, OffsetCache, OffsetKey, encode_offset_key, encode_offset_value)
+    CommittedOffset,
+    OffsetCache,
+    OffsetKey,
+    encode_offset_key,
+    encode_offset_value,
+)
 from broker.groups.store import append_records, compact, load_offsets, needs_compaction
 from protocol.validator import TopicSettings
 from storage import Log, LogConfig
 
 NOW = 1_700_000_000_000
-CONFIG = LogConfig(segment_bytes=2048, retention_ms=-1, retention_bytes=-1,
-                   file_delete_delay_ms=60_000)
+CONFIG = LogConfig(
+    segment_bytes=2048, retention_ms=-1, retention_bytes=-1, file_delete_delay_ms=60_000
+)
 SETTINGS = TopicSettings(compacted=True)
 
 
@@ -27,8 +34,9 @@ def replay(directory: str) -> dict[OffsetKey, CommittedOffset]:
     log = Log(directory, CONFIG, clock=lambda: NOW, needs_recovery=True, recovery_point=0)
     try:
         cache = OffsetCache()
-        load_offsets(log, cache, default_retention_ms=86_400_000, topic="__consumer_offsets",
-                     partition=0)
+        load_offsets(
+            log, cache, default_retention_ms=86_400_000, topic="__consumer_offsets", partition=0
+        )
         return cache.as_dict()
     finally:
         log.close()
@@ -47,8 +55,12 @@ def fill(log, rng: random.Random, rounds: int) -> dict[OffsetKey, CommittedOffse
             else:
                 value = CommittedOffset(i, "m" * rng.randint(0, 20), NOW + i, NOW + i + 10**6)
                 oracle[key] = value
-                batch.append((encode_offset_key(key.group, key.topic, key.partition),
-                              encode_offset_value(value)))
+                batch.append(
+                    (
+                        encode_offset_key(key.group, key.topic, key.partition),
+                        encode_offset_value(value),
+                    )
+                )
         append_records(log, SETTINGS, batch, NOW + i)
     return oracle
 
@@ -75,6 +87,7 @@ def test_compaction_gives_the_same_replay_at_every_crash_point(tmp_path, monkeyp
             shutil.copytree(directory, dst)
             points.append((name, str(dst)))
             return result
+
         monkeypatch.setattr(log, name, wrapped)
 
     for name in ("roll", "append", "flush", "_delete_segment"):
@@ -118,13 +131,14 @@ def test_compaction_with_no_live_offsets_empties_the_log(tmp_path):
     log = Log(str(tmp_path / "__consumer_offsets-0"), CONFIG, clock=lambda: NOW)
     key = encode_offset_key("g", "t", 0)
     for i in range(60):
-        append_records(log, SETTINGS, [(key, encode_offset_value(
-            CommittedOffset(i, "", NOW, NOW + 1)))], NOW)
+        append_records(
+            log, SETTINGS, [(key, encode_offset_value(CommittedOffset(i, "", NOW, NOW + 1)))], NOW
+        )
     append_records(log, SETTINGS, [(key, None)], NOW)
     end = log.log_end_offset
     assert needs_compaction(log, 0, min_bytes=1000, ratio=4)
     assert not needs_compaction(log, 0, min_bytes=log.size, ratio=4)
-    assert not needs_compaction(log, 16, min_bytes=1000, ratio=4)   # 61 records <= 4 * 16
+    assert not needs_compaction(log, 16, min_bytes=1000, ratio=4)  # 61 records <= 4 * 16
     start, deleted = compact(log, SETTINGS, [], NOW)
     assert (start, log.log_start_offset, log.log_end_offset) == (end, end, end)
     assert deleted > 0 and log.size == 0
