@@ -274,6 +274,7 @@ def _log(name: str, type_: Type, *synonyms: Synonym, **extra: Any) -> ConfigKey:
     )
 
 
+# fmt: off
 KEYS: tuple[ConfigKey, ...] = (
     # Broker properties.
     ConfigKey("listeners", Type.STRING, ("", 9092), _B, validator=_listener),
@@ -296,86 +297,36 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("group.max.session.timeout.ms", Type.INT, 300000, _B),
     ConfigKey("max.incremental.fetch.session.cache.slots", Type.INT, 1000, _B, minimum=0),
     # Topic configs, each with the broker properties that set its default.
-    ConfigKey(
-        "cleanup.policy",
-        Type.STRING,
-        "delete",
-        _T,
-        validator=_cleanup_policy,
-        synonyms=(Synonym("log.cleanup.policy"),),
-    ),
-    ConfigKey(
-        "compression.type",
-        Type.STRING,
-        "producer",
-        _T,
-        choices=_CODEC_NAMES,
-        synonyms=(Synonym("compression.type"),),
-    ),
+    ConfigKey("cleanup.policy", Type.STRING, "delete", _T, validator=_cleanup_policy,
+              synonyms=(Synonym("log.cleanup.policy"),)),
+    ConfigKey("compression.type", Type.STRING, "producer", _T, choices=_CODEC_NAMES,
+              synonyms=(Synonym("compression.type"),)),
     _log("file.delete.delay.ms", Type.LONG, Synonym("log.segment.delete.delay.ms")),
     _log("flush.messages", Type.LONG, Synonym("log.flush.interval.messages")),
     _log("flush.ms", Type.LONG, Synonym("log.flush.interval.ms")),
     _log("index.interval.bytes", Type.INT, Synonym("log.index.interval.bytes")),
     _log("max.message.bytes", Type.INT, Synonym("message.max.bytes")),
-    ConfigKey(
-        "message.format.version",
-        Type.STRING,
-        DEFAULT_FORMAT_VERSION,
-        _T,
-        validator=_format_version,
-        synonyms=(Synonym("log.message.format.version"),),
-    ),
-    ConfigKey(
-        "message.timestamp.after.max.ms",
-        Type.LONG,
-        LONG_MAX,
-        _T,
-        minimum=0,
-        synonyms=(Synonym("log.message.timestamp.after.max.ms"),),
-    ),
-    ConfigKey(
-        "message.timestamp.before.max.ms",
-        Type.LONG,
-        LONG_MAX,
-        _T,
-        minimum=0,
-        synonyms=(Synonym("log.message.timestamp.before.max.ms"),),
-    ),
-    ConfigKey(
-        "message.timestamp.difference.max.ms",
-        Type.LONG,
-        LONG_MAX,
-        _T,
-        minimum=0,
-        synonyms=(Synonym("log.message.timestamp.difference.max.ms"),),
-    ),
-    ConfigKey(
-        "message.timestamp.type",
-        Type.STRING,
-        "CreateTime",
-        _T,
-        choices=_TIMESTAMP_TYPES,
-        synonyms=(Synonym("log.message.timestamp.type"),),
-    ),
+    ConfigKey("message.format.version", Type.STRING, DEFAULT_FORMAT_VERSION, _T,
+              validator=_format_version, synonyms=(Synonym("log.message.format.version"),)),
+    ConfigKey("message.timestamp.after.max.ms", Type.LONG, LONG_MAX, _T, minimum=0,
+              synonyms=(Synonym("log.message.timestamp.after.max.ms"),)),
+    ConfigKey("message.timestamp.before.max.ms", Type.LONG, LONG_MAX, _T, minimum=0,
+              synonyms=(Synonym("log.message.timestamp.before.max.ms"),)),
+    ConfigKey("message.timestamp.difference.max.ms", Type.LONG, LONG_MAX, _T, minimum=0,
+              synonyms=(Synonym("log.message.timestamp.difference.max.ms"),)),
+    ConfigKey("message.timestamp.type", Type.STRING, "CreateTime", _T, choices=_TIMESTAMP_TYPES,
+              synonyms=(Synonym("log.message.timestamp.type"),)),
     _log("retention.bytes", Type.LONG, Synonym("log.retention.bytes")),
-    _log(
-        "retention.ms",
-        Type.LONG,
-        Synonym("log.retention.ms"),
-        Synonym("log.retention.minutes", MINUTE_MS),
-        Synonym("log.retention.hours", HOUR_MS),
-        validator=_unlimited_if_negative,
-    ),
+    _log("retention.ms", Type.LONG, Synonym("log.retention.ms"),
+         Synonym("log.retention.minutes", MINUTE_MS), Synonym("log.retention.hours", HOUR_MS),
+         validator=_unlimited_if_negative),
     _log("segment.bytes", Type.INT, Synonym("log.segment.bytes")),
     _log("segment.index.bytes", Type.INT, Synonym("log.index.size.max.bytes")),
-    _log(
-        "segment.jitter.ms",
-        Type.LONG,
-        Synonym("log.roll.jitter.ms"),
-        Synonym("log.roll.jitter.hours", HOUR_MS),
-    ),
+    _log("segment.jitter.ms", Type.LONG, Synonym("log.roll.jitter.ms"),
+         Synonym("log.roll.jitter.hours", HOUR_MS)),
     _log("segment.ms", Type.LONG, Synonym("log.roll.ms"), Synonym("log.roll.hours", HOUR_MS)),
 )
+# fmt: on
 
 TOPIC_KEYS: dict[str, ConfigKey] = {k.name: k for k in KEYS if k.scope is Scope.TOPIC}
 BROKER_KEYS: dict[str, ConfigKey] = {

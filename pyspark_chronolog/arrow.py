@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -237,7 +238,7 @@ def _unwrap(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> _Chunk |
     last_end = int(ipos[-1]) + LOG_OVERHEAD + int(_be(iu8, ipos[-1:] + 8, 4)[0])
     if (
         last_end != len(inner)
-        or np.any(iu8[ipos + 16] != 1)
+        or np.any(iu8[ipos + rb.MAGIC_OFFSET] != 1)
         or np.any(iu8[ipos + 17] & _CODEC_MASK)
     ):
         return None
@@ -338,17 +339,20 @@ def decode(
     if len(pos) == 0:
         return None, start
     u8 = np.frombuffer(record_set, dtype=np.uint8)
-    magics = u8[pos + 16]
+    magics = u8[pos + rb.MAGIC_OFFSET]
+    # Anything the vectorised walk does not handle is decoded message by message instead.
+    deep = partial(
+        _decode_deep,
+        record_set,
+        topic,
+        partition,
+        start=start,
+        end=end,
+        window=window,
+        include_headers=include_headers,
+    )
     if not np.all((magics == 1) | (magics == rb.MAGIC)):
-        return _decode_deep(
-            record_set,
-            topic,
-            partition,
-            start=start,
-            end=end,
-            window=window,
-            include_headers=include_headers,
-        )
+        return deep()
     where = f"{topic}[{partition}] fetched set"
     chunks = []
     run = 0  # first entry of the current run of magic-1 entries
@@ -356,15 +360,7 @@ def decode(
         if run < i:
             legacy = _legacy_chunks(record_set, u8, pos[run:i], where)
             if legacy is None:
-                return _decode_deep(
-                    record_set,
-                    topic,
-                    partition,
-                    start=start,
-                    end=end,
-                    window=window,
-                    include_headers=include_headers,
-                )
+                return deep()
             chunks += legacy
         if i < len(pos):
             chunks.append(_record_batch(record_set, int(pos[i]), where))

@@ -62,6 +62,25 @@ def produce(
     return response.responses[0].partition_responses[0]
 
 
+def stored_records(client: WireClient, topic: str, *, partition: int = 0) -> bytes:
+    """The first MiB of a partition as stored: Fetch v12 reads it unconverted."""
+    body = {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": 1 << 20,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {"partition": partition, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                ],
+            }
+        ],
+    }
+    return client.call(ApiKey.FETCH, 12, body).responses[0].partitions[0].records
+
+
 def create_topic(
     client: WireClient, topic: str, partitions: int = 1, configs=None, replication_factor: int = 1
 ) -> int:

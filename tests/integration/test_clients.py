@@ -10,9 +10,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 
-from protocol import ApiKey, iter_shallow
+from protocol import iter_shallow
 from tests.integration.clients import create_topic, kp_consume_all, kp_producer, topic_name
-from tests.integration.kafka_wire import WireClient
+from tests.integration.kafka_wire import WireClient, stored_records
 
 BASE_TS = 1_700_000_000_000
 
@@ -90,21 +90,7 @@ def test_confluent_kafka_round_trip(broker, codec):
 
     # The codec the producer chose is what the log holds (lz4 needs FindCoordinator advertised).
     with WireClient(broker.host, broker.port) as c:
-        body = {
-            "replica_id": -1,
-            "max_wait_ms": 0,
-            "min_bytes": 0,
-            "max_bytes": 1 << 20,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
-                    ],
-                }
-            ],
-        }
-        data = c.call(ApiKey.FETCH, 12, body).responses[0].partitions[0].records
+        data = stored_records(c, topic)
     expected = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3}[codec]
     assert {e.codec for e in iter_shallow(data)} == {expected}
 

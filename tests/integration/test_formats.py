@@ -10,9 +10,9 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from protocol import ApiKey, iter_shallow
+from protocol import iter_shallow
 from tests.integration.clients import create_topic, topic_name
-from tests.integration.kafka_wire import WireClient
+from tests.integration.kafka_wire import WireClient, stored_records
 
 BASE_TS = 1_700_000_000_000
 OLD = (0, 10, 1)
@@ -20,21 +20,7 @@ OLD = (0, 10, 1)
 
 def stored_magics(broker, topic: str) -> set[int]:
     with WireClient(broker.host, broker.port) as c:
-        body = {
-            "replica_id": -1,
-            "max_wait_ms": 0,
-            "min_bytes": 0,
-            "max_bytes": 1 << 20,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
-                    ],
-                }
-            ],
-        }
-        data = c.call(ApiKey.FETCH, 12, body).responses[0].partitions[0].records
+        data = stored_records(c, topic)
     return {e.magic for e in iter_shallow(data)}
 
 
