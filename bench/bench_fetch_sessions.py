@@ -44,6 +44,29 @@ TOPIC = "sessions"
 SIZES = (1, 10, 100, 1000)
 
 
+def _create_topic(port: int, partitions: int) -> BrokerConnection:
+    """A connection to the broker on ``port`` after creating TOPIC with ``partitions`` on it."""
+    client = BrokerConnection("127.0.0.1", port, client_id="bench-fetch-sessions", timeout_s=30)
+    created = client.call(
+        ApiKey.CREATE_TOPICS,
+        0,
+        {
+            "topics": [
+                {
+                    "name": TOPIC,
+                    "num_partitions": partitions,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
+            ],
+            "timeout_ms": 60000,
+        },
+    )
+    assert created.topics[0].error_code == 0, created
+    return client
+
+
 def fetch_body(partitions: int) -> dict:
     return {
         "replica_id": -1,
@@ -89,26 +112,7 @@ def consumer_run(slots: int, partitions: int, seconds: float) -> dict:
         broker = _Broker(Path(work), {"max.incremental.fetch.session.cache.slots": str(slots)})
         broker.start()
         try:
-            client = BrokerConnection(
-                "127.0.0.1", broker.port, client_id="bench-fetch-sessions", timeout_s=30
-            )
-            created = client.call(
-                ApiKey.CREATE_TOPICS,
-                0,
-                {
-                    "topics": [
-                        {
-                            "name": TOPIC,
-                            "num_partitions": partitions,
-                            "replication_factor": 1,
-                            "assignments": [],
-                            "configs": [],
-                        }
-                    ],
-                    "timeout_ms": 60000,
-                },
-            )
-            assert created.topics[0].error_code == 0, created
+            _create_topic(broker.port, partitions).close()
             consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None)
             tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
             consumer.assign(tps)
@@ -164,26 +168,7 @@ def main() -> None:
         broker = BrokerProcess("chronolog", Path(work))
         broker.start()
         try:
-            client = BrokerConnection(
-                "127.0.0.1", broker.port, client_id="bench-fetch-sessions", timeout_s=30
-            )
-            created = client.call(
-                ApiKey.CREATE_TOPICS,
-                0,
-                {
-                    "topics": [
-                        {
-                            "name": TOPIC,
-                            "num_partitions": args.partitions,
-                            "replication_factor": 1,
-                            "assignments": [],
-                            "configs": [],
-                        }
-                    ],
-                    "timeout_ms": 60000,
-                },
-            )
-            assert created.topics[0].error_code == 0, created
+            client = _create_topic(broker.port, args.partitions)
             builder = MessageSetBuilder(magic=2)
             builder.append(b"x" * 100, key=None, timestamp=int(time.time() * 1000))
             produced = client.call(
