@@ -20,7 +20,7 @@ import ipaddress
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import structlog
 import trio
@@ -29,6 +29,10 @@ from broker.config import BrokerConfig, ConfigError, topic_name_error
 from broker.fetch_sessions import FetchSessionCache
 from broker.producer_ids import ProducerIdManager
 from broker.topics import Topic, TopicRegistry
+from storage import Log, LogManager
+
+if TYPE_CHECKING:
+    from broker.groups.coordinator import GroupCoordinator
 
 logger = structlog.get_logger(__name__)
 
@@ -99,7 +103,7 @@ class BrokerContext:
         self,
         config: BrokerConfig,
         cluster_id: str,
-        log_manager: Any,
+        log_manager: LogManager,
         topics: TopicRegistry,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
@@ -110,7 +114,7 @@ class BrokerContext:
         self.clock = clock
         self.admin_lock = trio.Lock()
         # The group coordinator (broker.groups), or None when it is not installed.
-        self.coordinator: Any = None
+        self.coordinator: GroupCoordinator | None = None
         # InitProducerId's ids (broker/producer_ids.py), loaded by open_context.
         self.producer_ids = ProducerIdManager(config.log_dirs[0])
         self.fetch_sessions = FetchSessionCache(
@@ -135,7 +139,7 @@ class BrokerContext:
     def partition_states(self) -> list[PartitionState]:
         return list(self._partitions.values())
 
-    def get_log(self, topic: str, partition: int) -> Any:
+    def get_log(self, topic: str, partition: int) -> Log | None:
         """The partition's Log, or None when the topic or partition does not exist."""
         t = self.topics.get(topic)
         if t is None or not 0 <= partition < t.partitions:
@@ -214,7 +218,7 @@ class _LockedLog:
         self._partition = partition
         self._held: trio.Lock | None = None
 
-    async def __aenter__(self) -> Any:
+    async def __aenter__(self) -> Log | None:
         ctx, topic, partition = self._ctx, self._topic, self._partition
         log = ctx.get_log(topic, partition)
         if log is None:

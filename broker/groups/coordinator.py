@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import structlog
 import trio
 
-from broker.context import TopicExistsError
+from broker.context import BrokerContext, TopicExistsError
 from broker.errors import STORAGE_FAILURES
 from broker.groups.offsets import (
     CommittedOffset,
@@ -49,6 +49,7 @@ from broker.groups.store import (
     needs_compaction,
 )
 from protocol.errors import ErrorCode
+from storage.errors import LogNotFoundError
 
 logger = structlog.get_logger(__name__)
 
@@ -100,7 +101,7 @@ class GroupCoordinator:
     per-partition locks, ``create_topic``/``get_log``).
     """
 
-    def __init__(self, ctx) -> None:
+    def __init__(self, ctx: BrokerContext) -> None:
         cfg = ctx.config
         self._ctx = ctx
         self.node = (cfg.broker_id, cfg.advertised_host, cfg.advertised_port)
@@ -129,10 +130,9 @@ class GroupCoordinator:
             except TopicExistsError:
                 pass  # created concurrently (no client path can, but creation is idempotent)
         await self._repair_retention()
-        log = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
-        if log is None:
-            raise RuntimeError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log after creation")
-        async with ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION).lock:
+        async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as log:
+            if log is None:
+                raise RuntimeError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log after creation")
             count = await trio.to_thread.run_sync(
                 lambda: load_offsets(
                     log,
@@ -163,6 +163,8 @@ class GroupCoordinator:
         version): retention would delete live offsets with their segments."""
         ctx = self._ctx
         topic = ctx.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            raise RuntimeError(f"{OFFSETS_TOPIC} is not registered after creation")
         if topic.config.retention_ms < 0 and topic.config.retention_bytes < 0:
             return
         logger.warning(
@@ -360,11 +362,11 @@ class GroupCoordinator:
             (encode_offset_key(group_id, topic, partition), encode_offset_value(value))
             for _, topic, partition, value in to_store
         ]
-        state = ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION)
         failure: ErrorCode | None = None
-        async with state.lock:
-            log = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
+        async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as log:
             try:
+                if log is None:  # clients cannot delete it; a broker bug if it is gone
+                    raise LogNotFoundError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log")
                 await trio.to_thread.run_sync(append_records, log, self._settings(), records, now)
             except OffsetStoreError as exc:
                 failure = (
@@ -422,14 +424,12 @@ class GroupCoordinator:
         """Write tombstones for offsets past their expire timestamp, then drop Empty groups
         that have no offsets left. Returns how many offsets expired."""
         ctx = self._ctx
-        state = ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION)
-        async with state.lock:
-            expired = list(self.offsets.expired(now_ms))
+        async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as log:
+            expired = list(self.offsets.expired(now_ms)) if log is not None else []
             if expired:
                 records = [
                     (encode_offset_key(k.group, k.topic, k.partition), None) for k in expired
                 ]
-                log = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
                 try:
                     await trio.to_thread.run_sync(
                         append_records, log, self._settings(), records, now_ms
@@ -461,8 +461,7 @@ class GroupCoordinator:
         docstring); returns how many segments were deleted (0 when not due or on failure,
         which is logged and retried at the next check)."""
         ctx = self._ctx
-        async with ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION).lock:
-            log = ctx.get_log(OFFSETS_TOPIC, OFFSETS_PARTITION)
+        async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as log:
             if log is None or not needs_compaction(
                 log, len(self.offsets), min_bytes=self.compact_min_bytes, ratio=self.compact_ratio
             ):
