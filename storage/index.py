@@ -20,6 +20,7 @@ the time index keeps one slot free for the entry written when the segment is rol
 from __future__ import annotations
 
 import abc
+import errno
 import os
 import struct
 from typing import Callable, ClassVar
@@ -111,13 +112,22 @@ class AbstractIndex(abc.ABC):
 
     # -- writing -----------------------------------------------------------------------------
     def _write_entry(self, entry: bytes) -> None:
+        """Append one entry to the file and the mirror. A failed or short write (a full disk)
+        is cut off the file again, so no torn entry misaligns the ones after it, and raises
+        OSError with the file and the mirror as they were."""
         data = self._loaded()
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.write(self._fd, entry)
+        try:
+            if os.write(self._fd, entry) != len(entry):
+                raise OSError(errno.ENOSPC, f"short write of a {self.KIND} entry", self.path)
+        except OSError:
+            os.ftruncate(self._fd, len(data))  # shrinking needs no free space
+            raise
         data += entry
 
-    def _truncate_entries(self, count: int) -> None:
+    def truncate_entries(self, count: int) -> None:
+        """Keep the first ``count`` entries (an append undone, a truncation)."""
         data = self._loaded()
         size = count * self.ENTRY.size
         if size < len(data):
@@ -216,7 +226,7 @@ class OffsetIndex(AbstractIndex):
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with offset >= ``offset``."""
-        self._truncate_entries(self._last_slot_where(lambda e: e[0] < offset) + 1)
+        self.truncate_entries(self._last_slot_where(lambda e: e[0] < offset) + 1)
 
     def sanity_check(self, log_size: int) -> None:
         """Raise CorruptIndexError unless the entries are plausible for a log of ``log_size``
@@ -303,7 +313,7 @@ class TimeIndex(AbstractIndex):
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with offset >= ``offset``."""
-        self._truncate_entries(self._last_slot_where(lambda e: e[1] < offset) + 1)
+        self.truncate_entries(self._last_slot_where(lambda e: e[1] < offset) + 1)
 
     def sanity_check(self) -> None:
         """Raise CorruptIndexError unless the first and last entries are in order (Kafka's

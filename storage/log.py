@@ -345,7 +345,9 @@ class Log:
         overflow) or segment.ms has passed on message timestamps; flushes afterwards when
         flush.messages is reached. Raises InvalidAppendError if the set does not start at
         ``log_end_offset`` or is empty, RecordSetTooLargeError if it exceeds segment.bytes
-        (checked before anything changes: segment.bytes is checked here and nowhere else)."""
+        (checked before anything changes: segment.bytes is checked here and nowhere else).
+        A write or fsync that fails (a full or failing disk) raises OSError and leaves the log
+        as it was before the call: no torn tail, no index entry, the same log end offset."""
         self._check_open()
         buffer = validated.buffer
         first, last = validated.first_offset, validated.last_offset
@@ -388,7 +390,13 @@ class Log:
             )
         synced = rolled is not None
         if self.unflushed_messages >= self.config.flush_messages:
-            self.flush()
+            try:
+                self.flush()
+            except OSError:
+                # flush.messages promised this set durable before the answer; it is not, so
+                # it is taken back and the producer's error means "not stored".
+                self.truncate_to(first)
+                raise
             synced = True
         return AppendResult(rolled, synced)
 

@@ -56,12 +56,18 @@ class RecoveryResult(NamedTuple):
     reason: str | None
 
 
-def _write_all(fd: int, data: Buffer, position: int) -> None:
+def _write_all(fd: int, data: Buffer, position: int, *, undo_to: int) -> None:
+    """Write all of ``data`` at ``position``; on failure cut the file back to ``undo_to`` bytes
+    (ftruncate needs no free space) and re-raise, so a full disk leaves no partial entry."""
     view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, position)
-        view = view[written:]
-        position += written
+    try:
+        while view:
+            written = os.pwrite(fd, view, position)
+            view = view[written:]
+            position += written
+    except OSError:
+        os.ftruncate(fd, undo_to)
+        raise
 
 
 class LogSegment:
@@ -317,21 +323,37 @@ class LogSegment:
     ) -> None:
         """Append a validated message set whose first offset is ``first_offset``; add index
         entries when index.interval.bytes have passed since the last one (counted before this
-        set, so a segment's first set is never indexed)."""
+        set, so a segment's first set is never indexed).
+
+        All or nothing: when a write fails (ENOSPC, EIO, EDQUOT) the .log file and both
+        indexes are cut back to where they were and the OSError propagates, so a failed append
+        leaves no torn tail behind it."""
         position = self.size
+        _write_all(self.fileno(), buffer, position, undo_to=position)
+        if self.bytes_since_last_index_entry > self.config.index_interval_bytes:
+            # Both entries name this set; written before any field changes, so an undo is the
+            # file and the index entries alone.
+            if max_timestamp > self.max_timestamp:
+                max_ts, max_ts_offset = max_timestamp, offset_of_max_timestamp
+            else:
+                max_ts, max_ts_offset = self.max_timestamp, self.offset_of_max_timestamp
+            index_entries = self.offset_index.entries
+            try:
+                self.offset_index.append(first_offset, position)
+                self.time_index.maybe_append(max_ts, max_ts_offset)
+            except BaseException:
+                self.offset_index.truncate_entries(index_entries)
+                os.ftruncate(self.fileno(), position)
+                raise
+            self.bytes_since_last_index_entry = 0
         if position == 0:
             self.rolling_based_timestamp = max_timestamp
-        _write_all(self.fileno(), buffer, position)
         self.size += len(buffer)
         if max_timestamp > self.max_timestamp:
             self.max_timestamp, self.offset_of_max_timestamp = (
                 max_timestamp,
                 offset_of_max_timestamp,
             )
-        if self.bytes_since_last_index_entry > self.config.index_interval_bytes:
-            self.offset_index.append(first_offset, position)
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-            self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += len(buffer)
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
