@@ -83,6 +83,32 @@ class PartitionState:
     lock: trio.Lock = field(default_factory=trio.Lock)
     waiters: set[trio.Event] = field(default_factory=set)
     last_append_time: int = -1
+    # Why appends to this partition fail (a full or failing disk), None while they succeed.
+    append_failure: str | None = None
+
+    def appends_failing(self, exc: OSError, topic: str, partition: int) -> None:
+        """Record a failed append; logged once when the partition starts failing, not once per
+        request (a full disk under load would flood the log)."""
+        if self.append_failure is None:
+            logger.error(
+                "appends to the partition are failing; producers get KAFKA_STORAGE_ERROR",
+                topic=topic,
+                partition=partition,
+                error=repr(exc),
+                action="free space on the log dir's disk or fix it; writes resume by themselves",
+            )
+        self.append_failure = repr(exc)
+
+    def appends_succeed(self, topic: str, partition: int) -> None:
+        """Record a successful append; logs the recovery of a failing partition once."""
+        if self.append_failure is not None:
+            logger.info(
+                "appends to the partition succeed again",
+                topic=topic,
+                partition=partition,
+                after=self.append_failure,
+            )
+            self.append_failure = None
 
     def notify(self) -> None:
         """Wake every fetch waiting for data on this partition."""
@@ -194,13 +220,26 @@ class BrokerContext:
             if topic is None:
                 return False
             self.topics.remove(name)
-            await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
+            try:
+                await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
+                registry_saved = True
+            except OSError as exc:
+                # A full disk: deleting the logs first makes the room the registry needs. A crash
+                # in between brings the topic back, empty, at the next start.
+                registry_saved = False
+                logger.warning(
+                    "cannot rewrite the topic registry; deleting the topic's logs first to make room",
+                    topic=name,
+                    error=repr(exc),
+                )
             states = [self.partition(name, p) for p in range(topic.partitions)]
             async with _all_locks(states):
                 await trio.to_thread.run_sync(self.log_manager.delete_topic, name)
             for p, state in enumerate(states):
                 state.notify()
                 self._partitions.pop((name, p), None)
+            if not registry_saved:
+                await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
         logger.info("deleted topic", topic=name, partitions=topic.partitions)
         return True
 

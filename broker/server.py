@@ -397,15 +397,23 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                     )
                 connections.cancel_scope.cancel()
             bg_scope.cancel()
-        await _shutdown_storage(ctx)
+        unflushed = await _shutdown_storage(ctx)
+    if unflushed:
+        logger.error(
+            "shutdown complete, but some logs could not be fsynced",
+            logs=unflushed,
+            action="check the disk; the next start recovers what reached it",
+        )
+        return 1
     logger.info("shutdown complete")
     return 0
 
 
-async def _shutdown_storage(ctx: BrokerContext) -> None:
+async def _shutdown_storage(ctx: BrokerContext) -> list[str]:
+    """Flush and close the logs (storage.LogManager.shutdown); the logs whose data could not be
+    fsynced."""
     # Wait for every partition lock so no worker thread is still appending.
     await ctx.admin_lock.acquire()
     for state in ctx.partition_states():
         await state.lock.acquire()
-    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
-    logger.info("logs flushed, recovery points checkpointed, clean shutdown marker written")
+    return await trio.to_thread.run_sync(ctx.log_manager.shutdown)

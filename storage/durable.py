@@ -30,15 +30,20 @@ def fsync_file(path: str) -> None:
 
 
 def write_atomically(path: str, data: bytes) -> None:
-    """Replace ``path`` by ``data`` via tmp + fsync + rename + directory fsync."""
+    """Replace ``path`` by ``data`` via tmp + fsync + rename + directory fsync. On failure (a
+    full disk) ``path`` is untouched and the partial temporary file is removed again."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        os.unlink(tmp)
+        raise
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))

@@ -921,17 +921,41 @@ class Log:
         return len(due)
 
     # -- closing -----------------------------------------------------------------------------
-    def close(self) -> None:
+    def close(self) -> bool:
         """Seal and fsync the active segment, close every descriptor and remove the pending
-        .deleted files."""
+        .deleted files. Returns whether everything was written: False when a full or failing
+        disk refused the final time index entry or the producer snapshot, which the next start
+        rebuilds by recovery (so the caller must not write a clean-shutdown marker). Raises
+        OSError when the data itself cannot be fsynced; the descriptors are closed anyway."""
         if self._closed:
-            return
-        self.active_segment.seal()
-        self.flush()
-        self._write_producer_snapshot(self.log_end_offset)  # a start then replays nothing
-        for segment in self._segments:
-            segment.close()
-        for _, segment in self._pending_deletes:
-            segment.delete_files()
-        self._pending_deletes = []
-        self._closed = True
+            return True
+        complete = True
+        try:
+            try:
+                self.active_segment.seal()
+            except OSError as exc:
+                complete = False
+                self._close_incomplete("the final time index entry", exc)
+            self.flush()
+            try:
+                self._write_producer_snapshot(self.log_end_offset)  # a start replays nothing
+            except OSError as exc:
+                complete = False
+                self._close_incomplete("the producer state snapshot", exc)
+        finally:
+            for segment in self._segments:
+                segment.close()
+            for _, segment in self._pending_deletes:
+                segment.delete_files()
+            self._pending_deletes = []
+            self._closed = True
+        return complete
+
+    def _close_incomplete(self, what: str, exc: OSError) -> None:
+        logger.warning(
+            f"could not write {what} at close",
+            topic=self.topic,
+            partition=self.partition,
+            error=repr(exc),
+            action="none: the data is fsynced; the next start recovers this log",
+        )

@@ -222,11 +222,47 @@ class LogManager:
             }
             checkpoint.write_checkpoint(checkpoint.recovery_point_path(log_dir), points)
 
-    def shutdown(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean-shutdown markers."""
-        for log in list(self._logs.values()):
-            log.close()
-        self.checkpoint_recovery_points()
-        for log_dir in self.log_dirs:
-            checkpoint.write_clean_shutdown_marker(log_dir)
-        logger.info("log manager shut down cleanly", logs=len(self._logs))
+    def shutdown(self) -> list[str]:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown markers.
+
+        A full or failing disk does not stop it half-way: every log is closed, and what could
+        not be written is logged. Checkpoints and markers that cannot be written only cost the
+        next start a recovery, and a marker is written only when everything before it was.
+        Returns the logs ("topic-partition") whose data could not be fsynced: empty when
+        nothing appended is at risk."""
+        unflushed: list[str] = []
+        complete = True
+        for (topic, partition), log in list(self._logs.items()):
+            try:
+                complete = log.close() and complete
+            except OSError as exc:
+                unflushed.append(f"{topic}-{partition}")
+                logger.error(
+                    "could not fsync the log at shutdown",
+                    topic=topic,
+                    partition=partition,
+                    error=repr(exc),
+                    action="check the disk; messages not yet fsynced may be lost",
+                )
+        try:
+            self.checkpoint_recovery_points()
+        except OSError as exc:
+            complete = False
+            logger.warning(
+                "could not write the recovery-point checkpoints at shutdown",
+                error=repr(exc),
+                action="none: the next start recovers the logs from the previous checkpoints",
+            )
+        if complete and not unflushed:
+            for log_dir in self.log_dirs:
+                checkpoint.write_clean_shutdown_marker(log_dir)
+            logger.info(
+                "logs flushed, recovery points checkpointed, clean shutdown marker written",
+                logs=len(self._logs),
+            )
+        else:
+            logger.warning(
+                "no clean-shutdown marker written: the next start runs log recovery",
+                logs=len(self._logs),
+            )
+        return unflushed

@@ -163,7 +163,8 @@ async def handle_delete_topics(ctx: BrokerContext, request: Request) -> dict:
                 "deleting topic failed",
                 topic=name,
                 error=repr(exc),
-                action="check the log dirs; the topic is already gone from the registry",
+                action="check the log dirs' disk: the topic is deleted for this run, but the "
+                "registry could not be rewritten, so it returns (empty) at the next start",
             )
             results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
             continue

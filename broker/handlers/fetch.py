@@ -135,6 +135,9 @@ async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
                     to_magic,
                     version >= 10,
                 )
+                if error == ErrorCode.KAFKA_STORAGE_ERROR and version <= 5:
+                    # As Kafka: Fetch v0-v5 clients may not retry 56; they do retry this.
+                    error = ErrorCode.NOT_LEADER_FOR_PARTITION
             size = records.length if isinstance(records, FileRegion) else len(records)
             if size:
                 min_one = False
@@ -251,7 +254,12 @@ async def _read_partition(
                 error=repr(exc),
                 action="check the log dir's disk and dump-log --verify",
             )
-            return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b""
+            error = (
+                ErrorCode.KAFKA_STORAGE_ERROR
+                if isinstance(exc, OSError)
+                else ErrorCode.UNKNOWN_SERVER_ERROR
+            )
+            return error, -1, -1, b""
     return ErrorCode.NONE, hw, start, records
 
 

@@ -37,6 +37,10 @@ from storage.producer_state import Duplicate, ProducerStateError
 logger = structlog.get_logger(__name__)
 
 
+# Produce v0-v3 clients may not know KAFKA_STORAGE_ERROR (56, KIP-112) and would not retry it;
+# Kafka answers them NOT_LEADER_FOR_PARTITION, which every client retries after a metadata refresh.
+_OLD_STORAGE_ERROR = ErrorCode.NOT_LEADER_FOR_PARTITION
+
 # Sets up to this size are validated on the trio thread: cheaper than a thread hand-off
 # (bench/NOTES.md).
 INLINE_BYTES = 65536
@@ -178,13 +182,18 @@ async def _produce_partition(
                 result, rolled = await trio.to_thread.run_sync(
                     _validate_and_append, log, record_set, topic, now, version
                 )
+        except OSError as exc:
+            # Storage left the log as it was; the client retries KAFKA_STORAGE_ERROR.
+            state.appends_failing(exc, topic_name, partition)
+            error = ErrorCode.KAFKA_STORAGE_ERROR if version >= 4 else _OLD_STORAGE_ERROR
+            return _Answer(error, message=f"the log dir cannot be written: {exc.strerror}")
         except STORAGE_FAILURES as exc:
             logger.error(
                 "append failed",
                 topic=topic_name,
                 partition=partition,
                 error=repr(exc),
-                action="check the log dir's disk; the partition may need recovery",
+                action="a broker bug: report it with this line; the log is unchanged",
             )
             return _Answer(ErrorCode.UNKNOWN_SERVER_ERROR)
         start = log.log_start_offset
@@ -213,6 +222,7 @@ async def _produce_partition(
         return _Answer(ErrorCode.NONE, log_start_offset=start)
     if rolled is not None:
         logger.info("rolled new segment", topic=topic_name, partition=partition, base_offset=rolled)
+    state.appends_succeed(topic_name, partition)
     state.notify()
     return _Answer(ErrorCode.NONE, result.first_offset, result.log_append_time, start)
 

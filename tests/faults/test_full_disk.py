@@ -1,0 +1,200 @@
+"""A broker whose log dir is on a real, small, full filesystem (a tmpfs this test mounts).
+
+What a user notices: producers get KAFKA_STORAGE_ERROR (NOT_LEADER_FOR_PARTITION before Produce
+v4), which clients retry; every acknowledged message stays readable; the broker keeps serving;
+one log line says the partition started failing and one that it recovered; writes resume by
+themselves when space returns; a clean stop leaves segments that ``dump-log --verify`` passes.
+Needs root (mount); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from protocol import ApiKey, ErrorCode, iter_deep
+from storage.dump import main as dump_log
+from tests.integration.kafka_wire import WireClient, create_topic, message_set, produce
+
+FS_BYTES = 8 << 20
+VALUE = b"v" * 20_000
+TOPIC = "full"
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A FS_BYTES tmpfs mounted for this test: ENOSPC is the kernel's, not injected."""
+    mount_point = tmp_path / "small-fs"
+    mount_point.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES}", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(path, leave: int) -> None:
+    """Write a filler file so that about ``leave`` bytes stay free on path's filesystem."""
+    st = os.statvfs(path)
+    size = max(st.f_bavail * st.f_frsize - leave, 0)
+    with open(path / "filler", "wb") as f:
+        chunk = b"\0" * (1 << 20)
+        while size > 0:
+            try:
+                size -= f.write(chunk[: min(size, len(chunk))])
+            except OSError:
+                break
+
+
+def values(client: WireClient, topic: str) -> list[tuple[int, bytes]]:
+    """Every (offset, value) of partition 0, read back with Fetch v12."""
+    out: list[tuple[int, bytes]] = []
+    while True:
+        body = {
+            "replica_id": -1,
+            "max_wait_ms": 0,
+            "min_bytes": 0,
+            "max_bytes": 8 << 20,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": 0,
+                            "fetch_offset": out[-1][0] + 1 if out else 0,
+                            "partition_max_bytes": 8 << 20,
+                        }
+                    ],
+                }
+            ],
+        }
+        part = client.call(ApiKey.FETCH, 12, body).responses[0].partitions[0]
+        assert part.error_code == 0, part
+        got = [(m.offset, m.value) for m in iter_deep(bytes(part.records))]
+        if not got:
+            return out
+        out += got
+
+
+def log_lines(broker, event: str) -> list[dict]:
+    lines = [json.loads(x) for x in broker.log_output().splitlines() if x.startswith("{")]
+    return [x for x in lines if x.get("event") == event]
+
+
+def produce_until_refused(client, version: int) -> tuple[list[tuple[int, bytes]], object]:
+    acknowledged = []
+    deadline = time.monotonic() + 60
+    for i in range(10_000):
+        assert time.monotonic() < deadline, "the disk never filled"
+        value = VALUE + b"%d" % i
+        answer = produce(client, TOPIC, message_set([value], magic=2), acks=-1, version=version)
+        if answer.error_code != 0:
+            return acknowledged, answer
+        acknowledged.append((answer.base_offset, value))
+    raise AssertionError("10,000 produces fit an 8 MiB filesystem")
+
+
+@pytest.mark.parametrize(
+    "version, expected",
+    [(9, ErrorCode.KAFKA_STORAGE_ERROR), (3, ErrorCode.NOT_LEADER_FOR_PARTITION)],
+)
+def test_a_full_disk_refuses_clearly_loses_nothing_and_heals(
+    broker_factory, small_fs, version, expected
+):
+    broker = broker_factory(
+        {"log.dirs": str(small_fs / "logs"), "log.segment.bytes": 1 << 20},
+    )
+    with WireClient(broker.host, broker.port) as client:
+        assert create_topic(client, TOPIC) == 0
+        fill(small_fs, leave=3 << 20)
+        acknowledged, refused = produce_until_refused(client, version)
+        assert refused.error_code == expected, refused
+        assert len(acknowledged) > 10
+        # Refused again while full; the broker keeps serving reads of everything acknowledged.
+        again = produce(client, TOPIC, message_set([VALUE], magic=2), acks=-1, version=version)
+        assert again.error_code == expected
+        assert values(client, TOPIC) == acknowledged
+        assert (
+            len(
+                log_lines(
+                    broker,
+                    "appends to the partition are failing; producers get KAFKA_STORAGE_ERROR",
+                )
+            )
+            == 1
+        )
+
+        # Space returns: the next produce is stored right after the last acknowledged one.
+        os.unlink(small_fs / "filler")
+        healed = produce(client, TOPIC, message_set([b"after"], magic=2), acks=-1)
+        assert healed.error_code == 0, healed
+        assert healed.base_offset == acknowledged[-1][0] + 1
+        assert values(client, TOPIC) == [*acknowledged, (healed.base_offset, b"after")]
+    assert len(log_lines(broker, "appends to the partition succeed again")) == 1
+
+    assert broker.stop() == 0
+    segments = sorted(
+        str(p) for p in (small_fs / "logs" / f"{TOPIC}-0").iterdir() if p.suffix in (".log",)
+    )
+    assert len(segments) > 1
+    assert dump_log(["--verify", *segments]) == 0
+
+
+def test_delete_topics_frees_a_full_disk(broker_factory, small_fs):
+    broker = broker_factory({"log.dirs": str(small_fs / "logs"), "log.segment.bytes": 1 << 20})
+    with WireClient(broker.host, broker.port) as client:
+        assert create_topic(client, TOPIC) == 0
+        assert create_topic(client, "kept") == 0
+        produce(client, "kept", message_set([b"kept"], magic=2), acks=-1)
+        fill(small_fs, leave=3 << 20)
+        produce_until_refused(client, 9)
+        fill_rest(small_fs)
+        body = {"topic_names": [TOPIC], "timeout_ms": 10000}
+        deleted = client.call(ApiKey.DELETE_TOPICS, 0, body).responses[0]
+        assert deleted.error_code == 0, deleted
+        assert not (small_fs / "logs" / f"{TOPIC}-0").exists()
+        assert values(client, "kept") == [(0, b"kept")]
+    assert broker.stop() == 0
+    broker.start()
+    with WireClient(broker.host, broker.port) as client:
+        metadata = client.call(ApiKey.METADATA, 1, {"topics": None})
+        assert sorted(t.name for t in metadata.topics if not t.is_internal) == ["kept"]
+        assert values(client, "kept") == [(0, b"kept")]
+
+
+def test_sigterm_on_a_full_disk_stops_in_order(broker_factory, small_fs):
+    broker = broker_factory({"log.dirs": str(small_fs / "logs"), "log.segment.bytes": 1 << 20})
+    with WireClient(broker.host, broker.port) as client:
+        assert create_topic(client, TOPIC) == 0
+        fill(small_fs, leave=3 << 20)
+        acknowledged, _ = produce_until_refused(client, 9)
+        fill_rest(small_fs)
+    assert broker.stop() == 0, broker.log_tail()
+    assert "cannot start" not in broker.log_output()
+    os.unlink(small_fs / "filler")
+    broker.start()
+    with WireClient(broker.host, broker.port) as client:
+        assert values(client, TOPIC) == acknowledged
+
+
+def fill_rest(path) -> None:
+    """Take every byte still free (beside the filler), so even small files cannot be written."""
+    try:
+        with open(path / "filler-rest", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    except OSError:
+        pass  # full: not even an empty file fits any more
