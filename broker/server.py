@@ -88,6 +88,8 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
         topic = registry.get(name)
         for p in range(topic.partitions):
             partition_log = manager.get_log(name, p)
+            if partition_log is None and manager.is_offline(name, p):
+                continue  # perhaps in the offline log dir: an empty copy elsewhere would fork it
             if partition_log is None:
                 logger.warning("creating missing partition log", topic=name, partition=p)
                 partition_log = await trio.to_thread.run_sync(

@@ -6,6 +6,8 @@ concerned and, where there is one, what to do about it.
 
 from __future__ import annotations
 
+import errno
+
 
 class StorageError(Exception):
     """Base of every error storage/ raises on purpose."""
@@ -63,3 +65,10 @@ class InconsistentTopicIdError(StorageError):
 
 class LogClosedError(StorageError):
     """Raised when a closed or deleted Log is used."""
+
+
+def is_disk_full(exc: OSError) -> bool:
+    """Whether a failed write means "no space" (ENOSPC, EDQUOT): the log dir degrades and heals
+    when space returns. Any other OSError (EIO, EROFS, ...) means the disk is failing, and the
+    log dir is taken offline (KIP-112)."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)

@@ -208,8 +208,31 @@ async def _read_partition(
     zstd_ok: bool,
 ):
     """(error, high watermark, log start offset, records) of one partition."""
+    answer = await _read_locked(
+        ctx, topic, partition, offset, max_bytes, min_one, to_magic, zstd_ok
+    )
+    if isinstance(answer, OSError):
+        await ctx.storage_failed(topic, partition, answer)
+        return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b""
+    return answer
+
+
+async def _read_locked(
+    ctx,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    min_one: bool,
+    to_magic: int | None,
+    zstd_ok: bool,
+):
+    """:func:`_read_partition` under the partition lock; an OSError from the disk is returned,
+    to be handled once the lock is released."""
     async with ctx.locked_log(topic, partition) as log:
         if log is None:
+            if ctx.log_manager.is_offline(topic, partition):
+                return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b""
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, b""
         if max_bytes < 0:
             return ErrorCode.INVALID_FETCH_SIZE, -1, -1, b""
@@ -254,12 +277,9 @@ async def _read_partition(
                 error=repr(exc),
                 action="check the log dir's disk and dump-log --verify",
             )
-            error = (
-                ErrorCode.KAFKA_STORAGE_ERROR
-                if isinstance(exc, OSError)
-                else ErrorCode.UNKNOWN_SERVER_ERROR
-            )
-            return error, -1, -1, b""
+            if isinstance(exc, OSError):
+                return exc
+            return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b""
     return ErrorCode.NONE, hw, start, records
 
 
