@@ -30,7 +30,7 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.producer_ids import ProducerIdManager
 from broker.topics import Topic, TopicRegistry
 from storage import Log, LogManager
-from storage.errors import is_disk_full
+from storage.errors import is_disk_failure
 
 if TYPE_CHECKING:
     from broker.groups.coordinator import GroupCoordinator
@@ -88,15 +88,17 @@ class PartitionState:
     append_failure: str | None = None
 
     def appends_failing(self, exc: OSError, topic: str, partition: int) -> None:
-        """Record an append refused by a full disk; logged once when the partition starts
-        failing, not once per request (a full disk under load would flood the log)."""
+        """Record an append refused by a full disk or exhausted descriptors; logged once when
+        the partition starts failing, not once per request (a full disk under load would flood
+        the log)."""
         if self.append_failure is None:
             logger.error(
                 "appends to the partition are failing; producers get KAFKA_STORAGE_ERROR",
                 topic=topic,
                 partition=partition,
                 error=repr(exc),
-                action="free space on the log dir's disk or fix it; writes resume by themselves",
+                action="free space on the log dir's disk (or raise ulimit -n if out of file "
+                "descriptors); writes resume by themselves",
             )
         self.append_failure = repr(exc)
 
@@ -180,7 +182,7 @@ class BrokerContext:
         thread still uses a log being abandoned; waiting fetches are woken."""
         manager = self.log_manager
         log_dir = manager.log_dir_of(topic, partition)
-        if is_disk_full(exc) or log_dir is None or log_dir in manager.offline_dirs:
+        if not is_disk_failure(exc) or log_dir is None or log_dir in manager.offline_dirs:
             return
         async with self.admin_lock:
             states = [self.partition(t, p) for t, p in manager.partitions_in(log_dir)]

@@ -67,8 +67,15 @@ class LogClosedError(StorageError):
     """Raised when a closed or deleted Log is used."""
 
 
-def is_disk_full(exc: OSError) -> bool:
-    """Whether a failed write means "no space" (ENOSPC, EDQUOT): the log dir degrades and heals
-    when space returns. Any other OSError (EIO, EROFS, ...) means the disk is failing, and the
-    log dir is taken offline (KIP-112)."""
-    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+# Failures that pass by themselves: no space (until some is freed), no file descriptor or memory
+# (until connections or readers go away). The log dir degrades and heals.
+_PASSING = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN}
+)
+
+
+def is_disk_failure(exc: OSError) -> bool:
+    """Whether an OSError from a log means its disk is failing (EIO, EROFS, ...), so its log dir
+    must be taken offline (KIP-112), rather than a full disk or exhausted descriptors, which
+    pass and leave the log as it was."""
+    return exc.errno not in _PASSING

@@ -104,7 +104,9 @@ async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
     bytes found, any partition error)."""
     body = request.body
     version = request.header.api_version
-    remaining = body.max_bytes if version >= 3 else INT_MAX
+    # KIP-541: the broker's fetch.max.bytes bounds every response, so many partitions times a
+    # large partition max (Fetch v0-v2 have no total) cannot make the broker hold gigabytes.
+    remaining = min(body.max_bytes if version >= 3 else INT_MAX, ctx.config.fetch_max_bytes)
     min_one = version >= 3  # KIP-74: the first message is returned even if over the limits
     to_magic = readable_magic(version)
     total, errored = 0, False
@@ -142,8 +144,7 @@ async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
             if size:
                 min_one = False
                 total += size
-                if version >= 3:
-                    remaining = max(0, remaining - size)
+                remaining = max(0, remaining - size)
             errored = errored or error != ErrorCode.NONE
             parts.append(
                 {

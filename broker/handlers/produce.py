@@ -32,7 +32,7 @@ from protocol.errors import ErrorCode
 from protocol.records import TimestampType
 from protocol.validator import Rejected, ValidatedRecords, validate_produce
 from storage import RecordSetTooLargeError
-from storage.errors import is_disk_full
+from storage.errors import is_disk_failure
 from storage.producer_state import Duplicate, ProducerStateError
 
 logger = structlog.get_logger(__name__)
@@ -198,7 +198,7 @@ async def _produce_partition(
         except OSError as exc:
             # Storage left the log as it was; the client retries KAFKA_STORAGE_ERROR. A full
             # disk heals by itself; a failing one takes its log dir offline (below).
-            if is_disk_full(exc):
+            if not is_disk_failure(exc):
                 state.appends_failing(exc, topic_name, partition)
             failure = exc
         except STORAGE_FAILURES as exc:
