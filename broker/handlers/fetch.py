@@ -208,28 +208,9 @@ async def _read_partition(
     to_magic: int | None,
     zstd_ok: bool,
 ):
-    """(error, high watermark, log start offset, records) of one partition."""
-    answer = await _read_locked(
-        ctx, topic, partition, offset, max_bytes, min_one, to_magic, zstd_ok
-    )
-    if isinstance(answer, OSError):
-        await ctx.storage_failed(topic, partition, answer)
-        return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b""
-    return answer
-
-
-async def _read_locked(
-    ctx,
-    topic: str,
-    partition: int,
-    offset: int,
-    max_bytes: int,
-    min_one: bool,
-    to_magic: int | None,
-    zstd_ok: bool,
-):
-    """:func:`_read_partition` under the partition lock; an OSError from the disk is returned,
-    to be handled once the lock is released."""
+    """(error, high watermark, log start offset, records) of one partition. A disk error is
+    handed to ``ctx.storage_failed`` once the partition lock is released."""
+    failure: OSError | None = None
     async with ctx.locked_log(topic, partition) as log:
         if log is None:
             if ctx.log_manager.is_offline(topic, partition):
@@ -278,9 +259,12 @@ async def _read_locked(
                 error=repr(exc),
                 action="check the log dir's disk and dump-log --verify",
             )
-            if isinstance(exc, OSError):
-                return exc
-            return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b""
+            if not isinstance(exc, OSError):
+                return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b""
+            failure = exc
+    if failure is not None:
+        await ctx.storage_failed(topic, partition, failure)
+        return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b""
     return ErrorCode.NONE, hw, start, records
 
 
