@@ -175,6 +175,15 @@ class BrokerContext:
             return None
         return self.log_manager.get_log(topic, partition)
 
+    def is_offline(self, topic: str, partition: int) -> bool:
+        """Whether an existing partition is unavailable because its log dir is offline."""
+        t = self.topics.get(topic)
+        return (
+            t is not None
+            and 0 <= partition < t.partitions
+            and self.log_manager.is_offline(topic, partition)
+        )
+
     async def storage_failed(self, topic: str, partition: int, exc: OSError) -> None:
         """After an OSError from (topic, partition)'s log, with no partition lock held: a disk
         that is not merely full (EIO, EROFS, ...) takes that log dir offline (KIP-112). Its

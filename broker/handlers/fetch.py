@@ -213,7 +213,7 @@ async def _read_partition(
     failure: OSError | None = None
     async with ctx.locked_log(topic, partition) as log:
         if log is None:
-            if ctx.log_manager.is_offline(topic, partition):
+            if ctx.is_offline(topic, partition):
                 return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b""
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, b""
         if max_bytes < 0:

@@ -35,7 +35,7 @@ async def _lookup(
         else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
     )
     if ctx.get_log(topic, partition) is None:
-        if ctx.log_manager.is_offline(topic, partition):
+        if ctx.is_offline(topic, partition):
             return (
                 (ErrorCode.KAFKA_STORAGE_ERROR, -1, -1)
                 if version

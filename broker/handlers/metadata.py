@@ -23,7 +23,7 @@ NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested / unknown" valu
 
 def _partitions(ctx: BrokerContext, name: str, count: int) -> list[dict]:
     node = ctx.config.broker_id
-    offline = ctx.log_manager.is_offline
+    offline = ctx.is_offline
     return [
         {
             "error_code": 0,

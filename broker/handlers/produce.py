@@ -160,7 +160,7 @@ async def _produce_partition(
     if record_set is None:
         return _Answer(ErrorCode.INVALID_RECORD, message="null records")
     topic = ctx.topics.get(topic_name)
-    if topic is not None and ctx.log_manager.is_offline(topic_name, partition):
+    if ctx.is_offline(topic_name, partition):
         return _storage_error(version, "the partition's log dir is offline (failing disk)")
     if topic is None or ctx.get_log(topic_name, partition) is None:
         return _rejected(
@@ -173,7 +173,7 @@ async def _produce_partition(
     failure: OSError | None = None
     async with ctx.locked_log(topic_name, partition) as log:
         if log is None:
-            if ctx.log_manager.is_offline(topic_name, partition):
+            if ctx.is_offline(topic_name, partition):
                 return _storage_error(version, "the partition's log dir went offline")
             return _rejected(
                 topic_name,
