@@ -213,7 +213,7 @@ def test_retention_frees_a_full_disk_and_writes_resume(broker_factory, small_fs)
     )
     # Messages one day old but for a few seconds: retention deletes them soon after the disk
     # is full, and nothing else frees space.
-    expires = int(time.time() * 1000) - DAY_MS + 4000
+    expires = int(time.time() * 1000) - DAY_MS + 6000
     with WireClient(broker.host, broker.port) as client:
         assert create_topic(client, TOPIC) == 0
         fill(small_fs, leave=2 << 20)
