@@ -84,7 +84,12 @@ async def maintain(ctx: BrokerContext, task: Maintenance) -> int:
         async with ctx.locked_log(topic, partition) as log:
             if log is not due_log:
                 continue  # deleted meanwhile
-            done = await trio.to_thread.run_sync(ctx.log_manager.run, task, log, ctx.clock())
+            try:
+                done = await trio.to_thread.run_sync(ctx.log_manager.run, task, log, ctx.clock())
+            except STORAGE_FAILURES:
+                if ctx.metrics is not None:
+                    ctx.metrics.storage_error(log)
+                raise
             start = log.log_start_offset
         total += done
         if task is Maintenance.RETENTION and done:

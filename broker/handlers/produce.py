@@ -179,6 +179,8 @@ async def _produce_partition(
                     _validate_and_append, log, record_set, topic, now, version
                 )
         except STORAGE_FAILURES as exc:
+            if ctx.metrics is not None:
+                ctx.metrics.storage_error(log)
             logger.error(
                 "append failed",
                 topic=topic_name,
@@ -214,6 +216,8 @@ async def _produce_partition(
     if rolled is not None:
         logger.info("rolled new segment", topic=topic_name, partition=partition, base_offset=rolled)
     state.notify()
+    if ctx.metrics is not None:
+        ctx.metrics.produced(topic_name, result.message_count, len(record_set))
     return _Answer(ErrorCode.NONE, result.first_offset, result.log_append_time, start)
 
 
