@@ -1,9 +1,11 @@
-"""broker/metrics.py in process: what the handlers count, what the collector reads from the
+"""broker/metrics.py in process (named apart from tests/integration/test_metrics.py: the test
+modules share one namespace): what the handlers count, what the collector reads from the
 broker's state, and that each broker's registry is its own."""
 
 from __future__ import annotations
 
 import trio
+import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.handlers import HANDLERS, release_fetch_body
@@ -124,4 +126,33 @@ async def test_request_times_land_in_their_buckets_and_registries_are_separate(t
     assert bucket("kafka_network_requestmetrics_totaltimems", LATENCY_BUCKETS_MS[-1]) == 1
     assert got[("kafka_network_requestmetrics_totaltimems_count", produce)] == 2  # 20 s: +Inf
     assert not any(n.startswith("kafka_network_requestmetrics_requests") for n, _ in samples(other))
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+async def test_waiting_fetches_are_the_fetch_purgatory(tmp_path):
+    ctx = await open_context(config(tmp_path))
+    ctx.metrics = metrics = BrokerMetrics(ctx, lambda: 0)
+    await ctx.create_topic("t", 1)
+    purgatory = "kafka_server_delayedoperationpurgatory_purgatorysize"
+    fetch = (purgatory, (("delayedOperation", "Fetch"),))
+    assert samples(metrics)[fetch] == 0
+    body = fetch_body("t", 0) | {"max_wait_ms": 60_000, "min_bytes": 1}
+    done = trio.Event()
+
+    async def long_poll():
+        answer = await HANDLERS[ApiKey.FETCH](ctx, request(ApiKey.FETCH, 10, body))
+        release_fetch_body(answer)
+        done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(long_poll)
+        await trio.testing.wait_all_tasks_blocked()
+        assert samples(metrics)[fetch] == 1
+        await HANDLERS[ApiKey.PRODUCE](
+            ctx, request(ApiKey.PRODUCE, 2, produce_body("t", message_set(1, T0)))
+        )
+        with trio.fail_after(10):
+            await done.wait()
+    assert samples(metrics)[fetch] == 0
+    assert samples(metrics)[(purgatory, (("delayedOperation", "Produce"),))] == 0
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
