@@ -394,7 +394,14 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
 
                     async def serve_http() -> None:
                         with http_scope:
-                            await http.serve(http_listeners)
+                            try:
+                                await http.serve(http_listeners)
+                            except Exception:  # the endpoint must not take the broker down
+                                logger.exception(
+                                    "metrics endpoint stopped; the broker goes on without it",
+                                    action="restart the broker to get /metrics back; report "
+                                    "this log line as a broker bug",
+                                )
 
                     outer.start_soon(serve_http)
                 accept_scope = trio.CancelScope()

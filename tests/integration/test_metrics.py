@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import urllib.error
 import urllib.request
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
@@ -149,3 +151,13 @@ def test_metrics_show_what_clients_did(broker_factory):
     except urllib.error.HTTPError as exc:
         assert exc.code == 404
     assert scrape(url)[lag_key] == total - COMMITTED
+
+
+def test_metrics_port_in_use_stops_the_start(broker_factory):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(RuntimeError, match="exited with status 1") as failed:
+            broker_factory({"metrics.listener": f"http://127.0.0.1:{port}"})
+    assert "cannot start" in str(failed.value)
