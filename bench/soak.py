@@ -13,6 +13,10 @@ while faults are injected at random moments (random.Random(--seed)):
   disk_full       the log dir is a small tmpfs: a filler file takes its last byte, producers must
                   get KAFKA_STORAGE_ERROR for a while, then the filler is removed
   disk_full_kill9 the same, with a SIGKILL while the disk is full; started again after freeing
+  disk_full_kill9_start_full / disk_full_sigterm_start_full
+                  SIGKILL / SIGTERM (must exit 0) while full, started again while still full
+                  (recovery on a full disk; produces must be refused with KAFKA_STORAGE_ERROR
+                  again), then the space is freed
 
 The disk-full kinds need root and a working ``mount -t tmpfs``; without them they are skipped and
 the summary says why. After every fault: the time to recover (from the start, or from freeing the
@@ -444,7 +448,12 @@ def run(args: argparse.Namespace) -> dict:
         use_confluent = False
     kinds = ["kill9", "sigterm"]
     if disk and disk.mounted:
-        kinds += ["disk_full", "disk_full_kill9"]
+        kinds += [
+            "disk_full",
+            "disk_full_kill9",
+            "disk_full_kill9_start_full",
+            "disk_full_sigterm_start_full",
+        ]
     faults: Counter[str] = Counter()
     recover: dict[str, list[float]] = {k: [] for k in kinds}
     storage_errors: Counter[str] = Counter()
@@ -480,8 +489,17 @@ def run(args: argparse.Namespace) -> dict:
                 if code != STORAGE_ERROR:
                     checker.failures.append(f"{label}: a full disk answered {code}, not 56")
                 time.sleep(rng.uniform(0.5, 3.0))  # producers keep hitting the full disk
-                if kind == "disk_full_kill9":
+                if kind == "disk_full_sigterm_start_full":
+                    if (status := broker.stop()) != 0:
+                        checker.failures.append(f"{label}: SIGTERM exit status {status}")
+                elif kind != "disk_full":
                     broker.kill()
+                if kind.endswith("_start_full"):  # recovery on a full disk, answers still clear
+                    broker.start()
+                    code = wait_storage_error(broker, load, time.monotonic() + 30)
+                    storage_errors[str(code)] += 1
+                    if code != STORAGE_ERROR:
+                        checker.failures.append(f"{label}: after the start answered {code}")
                 disk.free()
                 t0 = time.monotonic()
                 if kind == "disk_full_kill9":
