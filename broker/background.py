@@ -84,8 +84,16 @@ async def maintain(ctx: BrokerContext, task: Maintenance) -> int:
         async with ctx.locked_log(topic, partition) as log:
             if log is not due_log:
                 continue  # deleted meanwhile
-            done = await trio.to_thread.run_sync(ctx.log_manager.run, task, log, ctx.clock())
+            try:
+                done = await trio.to_thread.run_sync(ctx.log_manager.run, task, log, ctx.clock())
+            except OSError as exc:
+                failure = exc
+            else:
+                failure = None
             start = log.log_start_offset
+        if failure is not None:
+            await ctx.storage_failed(topic, partition, failure)  # EIO: the log dir goes offline
+            raise failure
         total += done
         if task is Maintenance.RETENTION and done:
             logger.info(

@@ -289,6 +289,7 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.flush.offset.checkpoint.interval.ms", Type.INT, 60000, _B, minimum=0),
     ConfigKey("socket.request.max.bytes", Type.INT, 104857600, _B, minimum=1),
     ConfigKey("max.connections", Type.INT, INT_MAX, _B, minimum=1),
+    ConfigKey("fetch.max.bytes", Type.INT, 57671680, _B, minimum=1024),
     ConfigKey("connections.max.idle.ms", Type.LONG, 600000, _B, minimum=1),
     ConfigKey("offset.metadata.max.bytes", Type.INT, 4096, _B, minimum=0),
     ConfigKey("offsets.retention.minutes", Type.INT, 1440, _B, minimum=1),
@@ -471,6 +472,7 @@ class BrokerConfig:
     log_flush_offset_checkpoint_interval_ms: int
     socket_request_max_bytes: int
     max_connections: int
+    fetch_max_bytes: int
     connections_max_idle_ms: int
     offset_metadata_max_bytes: int
     offsets_retention_minutes: int

@@ -30,6 +30,7 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.producer_ids import ProducerIdManager
 from broker.topics import Topic, TopicRegistry
 from storage import Log, LogManager
+from storage.errors import is_disk_failure
 
 if TYPE_CHECKING:
     from broker.groups.coordinator import GroupCoordinator
@@ -87,15 +88,17 @@ class PartitionState:
     append_failure: str | None = None
 
     def appends_failing(self, exc: OSError, topic: str, partition: int) -> None:
-        """Record a failed append; logged once when the partition starts failing, not once per
-        request (a full disk under load would flood the log)."""
+        """Record an append refused by a full disk or exhausted descriptors; logged once when
+        the partition starts failing, not once per request (a full disk under load would flood
+        the log)."""
         if self.append_failure is None:
             logger.error(
                 "appends to the partition are failing; producers get KAFKA_STORAGE_ERROR",
                 topic=topic,
                 partition=partition,
                 error=repr(exc),
-                action="free space on the log dir's disk or fix it; writes resume by themselves",
+                action="free space on the log dir's disk (or raise ulimit -n if out of file "
+                "descriptors); writes resume by themselves",
             )
         self.append_failure = repr(exc)
 
@@ -171,6 +174,31 @@ class BrokerContext:
         if t is None or not 0 <= partition < t.partitions:
             return None
         return self.log_manager.get_log(topic, partition)
+
+    def is_offline(self, topic: str, partition: int) -> bool:
+        """Whether an existing partition is unavailable because its log dir is offline."""
+        t = self.topics.get(topic)
+        return (
+            t is not None
+            and 0 <= partition < t.partitions
+            and self.log_manager.is_offline(topic, partition)
+        )
+
+    async def storage_failed(self, topic: str, partition: int, exc: OSError) -> None:
+        """After an OSError from (topic, partition)'s log, with no partition lock held: a disk
+        that is not merely full (EIO, EROFS, ...) takes that log dir offline (KIP-112). Its
+        partitions' locks are taken first (in one order, under the admin lock), so no worker
+        thread still uses a log being abandoned; waiting fetches are woken."""
+        manager = self.log_manager
+        log_dir = manager.log_dir_of(topic, partition)
+        if not is_disk_failure(exc) or log_dir is None or log_dir in manager.offline_dirs:
+            return
+        async with self.admin_lock:
+            states = [self.partition(t, p) for t, p in manager.partitions_in(log_dir)]
+            async with _all_locks(states):
+                await trio.to_thread.run_sync(manager.mark_offline, log_dir, exc)
+        for state in states:
+            state.notify()
 
     def wake_all(self) -> None:
         """Wake every waiting fetch (shutdown, topic deletion)."""

@@ -39,6 +39,10 @@ logger = structlog.get_logger(__name__)
 RECEIVE_BYTES = 262144  # a 1 MB produce request arrives in a few reads, not sixteen
 INLINE_REGION_BYTES = 65536  # see send_response
 SHUTDOWN_GRACE_S = 10.0
+# Out of descriptors or buffers: accept() fails until connections close; pause this long between
+# tries (connections wait in the listen backlog meanwhile).
+ACCEPT_PAUSE_S = 0.5
+_ACCEPT_CAPACITY_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS)
 _conn_ids = count(1)
 
 
@@ -88,6 +92,8 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
         topic = registry.get(name)
         for p in range(topic.partitions):
             partition_log = manager.get_log(name, p)
+            if partition_log is None and manager.is_offline(name, p):
+                continue  # perhaps in the offline log dir: an empty copy elsewhere would fork it
             if partition_log is None:
                 logger.warning("creating missing partition log", topic=name, partition=p)
                 partition_log = await trio.to_thread.run_sync(
@@ -371,9 +377,11 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
 
                 async def accept() -> None:
                     with accept_scope:
-                        await trio.serve_listeners(
-                            server.handle_connection, listeners, handler_nursery=connections
-                        )
+                        async with trio.open_nursery() as acceptors:
+                            for listener in listeners:
+                                acceptors.start_soon(
+                                    _accept_loop, listener, server.handle_connection, connections
+                                )
 
                 connections.start_soon(accept)
                 task_status.started(port)
@@ -407,6 +415,34 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
         return 1
     logger.info("shutdown complete")
     return 0
+
+
+async def _accept_loop(listener, handler, nursery) -> None:
+    """Accept connections into ``nursery`` until cancelled. When the process runs out of file
+    descriptors (or the kernel of buffers) accept fails; the loop then pauses and tries again,
+    logging once when it starts and once when it can accept again, instead of failing or
+    printing a traceback every try as trio.serve_listeners does."""
+    failing: OSError | None = None
+    while True:
+        try:
+            stream = await listener.accept()
+        except OSError as exc:
+            if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
+                raise
+            if failing is None:
+                logger.error(
+                    "cannot accept connections; new ones wait until descriptors are free",
+                    error=repr(exc),
+                    action="raise the broker's file descriptor limit (ulimit -n) or lower "
+                    "max.connections; connections are accepted again by themselves",
+                )
+            failing = exc
+            await trio.sleep(ACCEPT_PAUSE_S)
+            continue
+        if failing is not None:
+            logger.info("accepting connections again", after=repr(failing))
+            failing = None
+        nursery.start_soon(handler, stream)
 
 
 async def _shutdown_storage(ctx: BrokerContext) -> list[str]:

@@ -141,7 +141,7 @@ class FileRegion:
             )
 
 
-def api_versions_body(error_code: int = ErrorCode.NONE) -> dict:
+def api_versions_body(error_code: int = ErrorCode.NONE) -> dict[str, Any]:
     """The ApiVersions response body advertising :data:`SUPPORTED_VERSIONS` (any version:
     later fields take their defaults)."""
     return {

@@ -25,12 +25,16 @@ from __future__ import annotations
 import struct
 import zlib
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 import cramjam
 import lz4.frame
 import zstandard
 
 from protocol.errors import CorruptRecordError
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 __all__ = ["Codec", "LEGACY_CODECS", "MAX_DECOMPRESSED_BYTES", "compress", "decompress", "xxh32"]
 
@@ -108,7 +112,7 @@ def xxh32(data: bytes, seed: int = 0) -> int:
     return h
 
 
-def _gzip_compress(data) -> bytes:
+def _gzip_compress(data: Buffer) -> bytes:
     co = zlib.compressobj(6, zlib.DEFLATED, 31)
     return co.compress(data) + co.flush()
 
@@ -117,7 +121,7 @@ def _too_big(limit: int) -> ValueError:
     return ValueError(f"it decompresses to more than {limit} bytes (decompression bomb?)")
 
 
-def _gzip_decompress(data, limit: int) -> bytes:
+def _gzip_decompress(data: Buffer, limit: int) -> bytes:
     parts = []
     total = 0
     rest = bytes(data)
@@ -139,7 +143,7 @@ def _gzip_decompress(data, limit: int) -> bytes:
             return b"".join(parts)
 
 
-def _snappy_compress(data) -> bytes:
+def _snappy_compress(data: Buffer) -> bytes:
     out = bytearray(_XERIAL_HEADER)
     mv = memoryview(data)
     for start in range(0, len(mv), _XERIAL_BLOCK):
@@ -155,7 +159,7 @@ def _snappy_raw(block: bytes, room: int, limit: int) -> bytes:
     return bytes(cramjam.snappy.decompress_raw(block))
 
 
-def _snappy_decompress(data, limit: int) -> bytes:
+def _snappy_decompress(data: Buffer, limit: int) -> bytes:
     data = bytes(data)
     if not data.startswith(_XERIAL_MAGIC) or len(data) < 16:
         return _snappy_raw(data, limit, limit)
@@ -181,7 +185,7 @@ def _snappy_decompress(data, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def _lz4_compress(data, magic: int) -> bytes:
+def _lz4_compress(data: Buffer, magic: int) -> bytes:
     frame = bytearray(
         lz4.frame.compress(
             bytes(data),
@@ -197,7 +201,7 @@ def _lz4_compress(data, magic: int) -> bytes:
     return bytes(frame)
 
 
-def _lz4_decompress(data, magic: int, limit: int) -> bytes:
+def _lz4_decompress(data: bytes | bytearray | memoryview, magic: int, limit: int) -> bytes:
     head = bytes(data[:_LZ4_MAX_HEADER])
     if len(head) < 7 or head[0:4] != _LZ4_MAGIC:
         raise ValueError("not an LZ4 frame (bad magic number)")
@@ -222,7 +226,8 @@ def _lz4_decompress(data, magic: int, limit: int) -> bytes:
         frame = bytearray(data)
         frame[hc_pos] = correct
     if len(frame) * _LZ4_MAX_RATIO <= limit:
-        return lz4.frame.decompress(frame)  # cannot exceed the limit: one call, one buffer
+        whole: bytes = lz4.frame.decompress(frame)  # cannot exceed the limit: one call, one buffer
+        return whole
     d = lz4.frame.LZ4FrameDecompressor()
     parts = []
     total = 0
@@ -243,7 +248,7 @@ _ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=3)  # Kafka's default zstd lev
 _ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
 
 
-def _zstd_decompress(data, limit: int) -> bytes:
+def _zstd_decompress(data: bytes, limit: int) -> bytes:
     # A frame that declares its size is allocated at that size: check it first, so a bomb
     # never gets memory; one that does not is cut off at the limit (an error then).
     declared = zstandard.frame_content_size(data)
@@ -252,7 +257,7 @@ def _zstd_decompress(data, limit: int) -> bytes:
     return _ZSTD_DECOMPRESSOR.decompress(data, max_output_size=limit)
 
 
-def compress(codec: Codec, data, magic: int) -> bytes:
+def compress(codec: Codec, data: Buffer, magic: int) -> bytes:
     """Compress ``data`` (an inner message set) as Kafka's Java client would for ``magic``."""
     if codec == Codec.GZIP:
         return _gzip_compress(data)
@@ -266,7 +271,12 @@ def compress(codec: Codec, data, magic: int) -> bytes:
 
 
 def decompress(
-    codec: int, data, magic: int, *, position: int = 0, max_bytes: int = MAX_DECOMPRESSED_BYTES
+    codec: int,
+    data: bytes | bytearray | memoryview,
+    magic: int,
+    *,
+    position: int = 0,
+    max_bytes: int = MAX_DECOMPRESSED_BYTES,
 ) -> bytes:
     """Decompress a wrapper's value.
 

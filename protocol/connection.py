@@ -19,7 +19,8 @@ Error offsets are byte indices into the frame, counting its 4-byte size prefix.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from protocol.api import SUPPORTED_VERSIONS, ApiKey, Request, RequestHeader, Response
 from protocol.errors import (
@@ -37,7 +38,10 @@ from protocol.schemas import (
     encode_response_chunks,
     is_flexible,
 )
-from protocol.schemas.codec import FieldError, skip_tagged_fields
+from protocol.schemas.codec import Chunk, FieldError, skip_tagged_fields
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 __all__ = ["ServerConnection", "ClientConnection", "DEFAULT_MAX_FRAME_BYTES"]
 
@@ -71,7 +75,7 @@ class _FrameBuffer:
         self._buf = bytearray()
         self._pos = 0
 
-    def feed(self, data) -> None:
+    def feed(self, data: Buffer) -> None:
         self._buf += data
 
     def next_frame(self) -> tuple[bytearray, int, int] | None:
@@ -138,7 +142,7 @@ class ServerConnection:
         while (frame := self._frames.next_frame()) is not None:
             yield _decode_request(*frame)
 
-    def send(self, request: Request, body) -> bytes:
+    def send(self, request: Request, body: Mapping[str, Any]) -> bytes:
         """The response frame for ``request`` as bytes.
 
         Raises BodyEncodeError if ``body`` does not fit the response schema (or holds a
@@ -146,16 +150,16 @@ class ServerConnection:
         """
         chunks = self.send_chunks(request, body)
         if len(chunks) == 1:
-            return chunks[0]
+            return cast(bytes, chunks[0])  # the first chunk is always bytes
         if not all(isinstance(c, bytes) for c in chunks):
             raise BodyEncodeError(
                 "response holds a FileRegion; use send_chunks",
                 api_key=request.header.api_key,
                 api_version=request.header.api_version,
             )
-        return b"".join(chunks)
+        return b"".join(cast("list[bytes]", chunks))  # checked just above
 
-    def send_chunks(self, request: Request, body) -> list:
+    def send_chunks(self, request: Request, body: Mapping[str, Any]) -> list[Chunk]:
         """The response frame for ``request`` as ``list[bytes | FileRegion]`` in wire order.
 
         Only a Fetch response's ``record_set`` may be a FileRegion; the size prefix counts its
@@ -173,13 +177,13 @@ class ServerConnection:
             out += _NO_TAGGED_FIELDS
         chunks, total = encode_response_chunks(header.api_key, version, body, out)
         # The first chunk is always bytes, holding the header: fill in the size.
-        first = bytearray(chunks[0])
+        first = bytearray(cast(bytes, chunks[0]))
         _INT32.pack_into(first, 0, total - 4)
         chunks[0] = bytes(first)
         return chunks
 
 
-def _decode_request(buf, start: int, end: int) -> Request:
+def _decode_request(buf: bytearray, start: int, end: int) -> Request:
     view = memoryview(buf)[start:end]
     try:
         return _decode_request_view(view)
@@ -280,7 +284,7 @@ class ClientConnection:
         """How many requests still await their response."""
         return len(self._pending)
 
-    def request(self, api_key: int, api_version: int, body) -> tuple[int, bytes]:
+    def request(self, api_key: int, api_version: int, body: Mapping[str, Any]) -> tuple[int, bytes]:
         """Encode a request frame; returns ``(correlation_id, frame bytes)``.
 
         Raises UnsupportedApiError / UnsupportedVersionError for an api or version not in the

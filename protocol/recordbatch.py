@@ -38,12 +38,17 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 from crc32c import crc32c
 
 from protocol.compression import Codec, compress, decompress
 from protocol.errors import CorruptRecordError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 __all__ = [
     "MAGIC",
@@ -171,6 +176,12 @@ class BatchHeader(NamedTuple):
         return LENGTH_OFFSET + 4 + self.batch_length
 
 
+# A record's headers: (key, value) pairs, keys decoded with surrogateescape.
+Headers: TypeAlias = tuple[tuple[str, bytes | None], ...]
+# One record to build: (offset_delta, timestamp, key, value, headers), timestamp absolute.
+RecordInput: TypeAlias = tuple[int, int, bytes | None, bytes | None, Headers]
+
+
 class Record(NamedTuple):
     """One record of a batch as stored: deltas are relative to the batch header."""
 
@@ -178,15 +189,15 @@ class Record(NamedTuple):
     offset_delta: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
+    headers: Headers
 
 
-def read_header(buf, position: int = 0) -> BatchHeader:
+def read_header(buf: Buffer, position: int = 0) -> BatchHeader:
     """The header of the batch starting at ``position`` (at least 61 bytes must be there)."""
     return BatchHeader._make(_HEADER.unpack_from(buf, position))
 
 
-def batch_crc(buf, position: int, end: int) -> int:
+def batch_crc(buf: Buffer, position: int, end: int) -> int:
     """CRC-32C of a batch's covered bytes (attributes to ``end``)."""
     return crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET : end])
 
@@ -203,7 +214,7 @@ def encode_varint(value: int, out: bytearray) -> None:
     out.append(v)
 
 
-def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
+def read_varint(buf: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[int, int]:
     """(value, next position) of the zig-zag varint at ``pos``; ValueError when it runs past
     ``end`` or beyond 10 bytes."""
     shift = 0
@@ -221,7 +232,9 @@ def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
             raise ValueError("varint is longer than 10 bytes")
 
 
-def _read_bytes(buf, pos: int, end: int) -> tuple[bytes | None, int]:
+def _read_bytes(
+    buf: bytes | bytearray | memoryview, pos: int, end: int
+) -> tuple[bytes | None, int]:
     length, pos = read_varint(buf, pos, end)
     if length < 0:
         if length != -1:
@@ -232,7 +245,7 @@ def _read_bytes(buf, pos: int, end: int) -> tuple[bytes | None, int]:
     return bytes(buf[pos : pos + length]), pos + length
 
 
-def _parse_records(data, count: int, where: str, position: int) -> list[Record]:
+def _parse_records(data: bytes | memoryview, count: int, where: str, position: int) -> list[Record]:
     """Every record of ``data`` (the uncompressed records section); it must hold exactly
     ``count`` records and nothing more."""
     records = []
@@ -278,7 +291,9 @@ POSITION_FIELDS = 8
 (-1 null), value start, value length (-1 null), headers start, header count."""
 
 
-def record_positions(buf, start: int, end: int, count: int) -> list[int]:
+def record_positions(
+    buf: bytes | bytearray | memoryview, start: int, end: int, count: int
+) -> list[int]:
     """The fields of the ``count`` records in ``buf[start:end]`` (a records section, already
     decompressed) as POSITION_FIELDS ints per record, positions indexing ``buf``: what a
     columnar reader gathers from without a Python object per record. The C extension's
@@ -325,7 +340,9 @@ def record_positions(buf, start: int, end: int, count: int) -> list[int]:
     return out
 
 
-def read_headers(buf, pos: int, count: int) -> list[tuple[str, bytes | None]]:
+def read_headers(
+    buf: bytes | bytearray | memoryview, pos: int, count: int
+) -> list[tuple[str, bytes | None]]:
     """``count`` headers from ``pos`` (a position from :func:`record_positions`)."""
     headers = []
     for _ in range(count):
@@ -337,7 +354,7 @@ def read_headers(buf, pos: int, count: int) -> list[tuple[str, bytes | None]]:
     return headers
 
 
-def records_section(buf, header: BatchHeader, position: int) -> bytes:
+def records_section(buf: Buffer, header: BatchHeader, position: int) -> bytes | memoryview:
     """The batch's records section, decompressed when the batch is compressed."""
     start = position + RECORD_BATCH_OVERHEAD
     end = position + header.entry_size
@@ -347,7 +364,7 @@ def records_section(buf, header: BatchHeader, position: int) -> bytes:
     return decompress(header.codec, data, MAGIC, position=position)
 
 
-def iter_records(buf, position: int = 0, header: BatchHeader | None = None) -> list[Record]:
+def iter_records(buf: Buffer, position: int = 0, header: BatchHeader | None = None) -> list[Record]:
     """The records of the batch at ``position`` (decompressed; no CRC check). Raises
     CorruptRecordError when they do not exactly fill the batch or their count differs from
     recordsCount."""
@@ -366,7 +383,7 @@ def iter_records(buf, position: int = 0, header: BatchHeader | None = None) -> l
 # -- building --------------------------------------------------------------------------------
 
 
-def _encode_nullable(data, out: bytearray) -> None:
+def _encode_nullable(data: bytes | None, out: bytearray) -> None:
     """A varint length (-1 for None), then the bytes."""
     if data is None:
         encode_varint(-1, out)
@@ -376,7 +393,12 @@ def _encode_nullable(data, out: bytearray) -> None:
 
 
 def encode_record(
-    out: bytearray, offset_delta: int, timestamp_delta: int, key, value, headers=()
+    out: bytearray,
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
 ) -> None:
     """Append one record (with its length prefix) to ``out``."""
     body = bytearray(b"\x00")
@@ -405,7 +427,9 @@ class BatchSpec:
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH
 
 
-def build_batch(spec: BatchSpec, records, *, max_timestamp: int | None = None) -> bytes:
+def build_batch(
+    spec: BatchSpec, records: Sequence[RecordInput], *, max_timestamp: int | None = None
+) -> bytes:
     """Encode one batch. ``records`` = [(offset_delta, timestamp, key, value, headers)] with
     absolute timestamps (-1 = none). baseTimestamp is the first record's timestamp, maxTimestamp
     the largest (or ``max_timestamp``, e.g. the append time under LogAppendTime). An empty list

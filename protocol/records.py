@@ -33,11 +33,16 @@ import struct
 import zlib
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Iterator, NamedTuple
+from typing import TYPE_CHECKING, Iterator, NamedTuple, TypeAlias, cast
 
 from protocol import recordbatch as rb
 from protocol.compression import Codec, compress, decompress
 from protocol.errors import CorruptRecordError, UnsupportedCompressionError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 __all__ = [
     "Codec",
@@ -83,6 +88,9 @@ _U32 = struct.Struct(">I")
 # crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp of a v2 batch (at entry + 17)
 _V2_FIELDS = struct.Struct(">Ihiqq")
 _INT32_MAX = 2**31 - 1
+
+# One magic-0/1 message to build: (absolute offset, timestamp, inner attributes, key, value).
+_LegacyInput: TypeAlias = tuple[int, int, int, bytes | None, bytes | None]
 
 
 class ShallowEntry(NamedTuple):
@@ -136,17 +144,17 @@ class Message:
     value: bytes | None
     magic: int
     codec: Codec
-    headers: tuple[tuple[str, bytes | None], ...] = ()
+    headers: rb.Headers = ()
 
 
-def _view(buf) -> memoryview:
+def _view(buf: Buffer) -> memoryview:
     mv = memoryview(buf)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
     return mv
 
 
-def iter_shallow(buf, position: int = 0) -> Iterator[ShallowEntry]:
+def iter_shallow(buf: Buffer, position: int = 0) -> Iterator[ShallowEntry]:
     """Yield the top-level entries of ``buf`` from byte ``position``.
 
     Stops silently at an incomplete trailing entry (fewer bytes left than its size says, as
@@ -204,7 +212,9 @@ def iter_shallow(buf, position: int = 0) -> Iterator[ShallowEntry]:
         mv.release()
 
 
-def _check_structure(mv, pos: int, size: int, magic: int, offset: int) -> tuple[int, int, int, int]:
+def _check_structure(
+    mv: memoryview, pos: int, size: int, magic: int, offset: int
+) -> tuple[int, int, int, int]:
     """Check that key and value lengths exactly fill the message; return (key_start, key_length,
     value_start, value_length) with lengths -1 for null."""
     end = pos + LOG_OVERHEAD + size
@@ -230,7 +240,9 @@ def _check_structure(mv, pos: int, size: int, magic: int, offset: int) -> tuple[
     return kstart, klen, p, vlen
 
 
-def _check(mv, entry: ShallowEntry, max_message_bytes: int | None) -> tuple[int, int, int, int]:
+def _check(
+    mv: memoryview, entry: ShallowEntry, max_message_bytes: int | None
+) -> tuple[int, int, int, int]:
     """Every check of :func:`check_entry`; returns :func:`_check_structure`'s result."""
     pos, size, magic, offset = entry.position, entry.size, entry.magic, entry.offset
     if magic not in (0, 1):
@@ -268,7 +280,9 @@ def _check(mv, entry: ShallowEntry, max_message_bytes: int | None) -> tuple[int,
     return _check_structure(mv, pos, size, magic, offset)
 
 
-def _check_batch(mv, entry: ShallowEntry, max_message_bytes: int | None) -> rb.BatchHeader:
+def _check_batch(
+    mv: memoryview, entry: ShallowEntry, max_message_bytes: int | None
+) -> rb.BatchHeader:
     """The checks of Kafka's DefaultRecordBatch.ensureValid (size, CRC-32C) plus a sane header;
     the records are not parsed (:func:`iter_deep` does that)."""
     pos, size = entry.position, entry.size
@@ -298,7 +312,7 @@ def _check_batch(mv, entry: ShallowEntry, max_message_bytes: int | None) -> rb.B
     return header
 
 
-def check_entry(buf, entry: ShallowEntry, max_message_bytes: int) -> None:
+def check_entry(buf: Buffer, entry: ShallowEntry, max_message_bytes: int) -> None:
     """Raise :class:`CorruptRecordError` unless ``entry`` (from :func:`iter_shallow` over
     ``buf``) is sound. A magic-0/1 message: known magic, size within [minimum for its magic,
     ``max_message_bytes``] (the message size, as Kafka's recovery compares it), fully inside
@@ -317,7 +331,7 @@ def check_entry(buf, entry: ShallowEntry, max_message_bytes: int) -> None:
         mv.release()
 
 
-def _inner_entries(mv, entry: ShallowEntry) -> tuple[bytes, list[ShallowEntry]]:
+def _inner_entries(mv: memoryview, entry: ShallowEntry) -> tuple[bytes, list[ShallowEntry]]:
     """Decompress a wrapper and return (inner bytes, inner entries), checking nesting rules."""
     pos, offset, magic = entry.position, entry.offset, entry.magic
     _, klen, vstart, vlen = _check_structure(mv, pos, entry.size, magic, offset)
@@ -386,7 +400,7 @@ class DeepMessage(NamedTuple):
         )
 
 
-def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[DeepMessage]:
+def _deep(mv: memoryview, entry: ShallowEntry, check_crc: bool) -> Iterator[DeepMessage]:
     """Every message of one magic-0/1 shallow entry (decompressed when it is a wrapper)."""
     magic = entry.magic
     if magic not in (0, 1):
@@ -449,7 +463,7 @@ def _deep(mv, entry: ShallowEntry, check_crc: bool) -> Iterator[DeepMessage]:
         )
 
 
-def iter_deep(buf, position: int = 0) -> Iterator[Message]:
+def iter_deep(buf: Buffer, position: int = 0) -> Iterator[Message]:
     """Yield every logical message of ``buf`` from byte ``position``, decompressing wrappers.
 
     Offsets are absolute (KIP-31 relative offsets resolved); a LogAppendTime wrapper's
@@ -473,7 +487,7 @@ def iter_deep(buf, position: int = 0) -> Iterator[Message]:
         mv.release()
 
 
-def _batch_messages(mv, entry: ShallowEntry) -> Iterator[Message]:
+def _batch_messages(mv: memoryview, entry: ShallowEntry) -> Iterator[Message]:
     """The records of one v2 batch as Messages (none for a control batch)."""
     header = rb.read_header(mv, entry.position)
     if header.is_control:
@@ -495,13 +509,14 @@ def _batch_messages(mv, entry: ShallowEntry) -> Iterator[Message]:
         )
 
 
-def first_offset(buf, entry: ShallowEntry) -> int:
+def first_offset(buf: Buffer, entry: ShallowEntry) -> int:
     """The first logical offset of ``entry``: a v2 batch's baseOffset, a message's own offset,
     a compressed wrapper's first inner offset (this decompresses)."""
     mv = _view(buf)
     try:
         if entry.magic == rb.MAGIC:
-            return _I64.unpack_from(mv, entry.position)[0]
+            base_offset: int = _I64.unpack_from(mv, entry.position)[0]
+            return base_offset
         if entry.codec == Codec.NONE:
             return entry.offset
         return next(_deep(mv, entry, False)).offset
@@ -510,7 +525,13 @@ def first_offset(buf, entry: ShallowEntry) -> int:
 
 
 def _append_message(
-    out: bytearray, offset: int, magic: int, attributes: int, timestamp: int, key, value
+    out: bytearray,
+    offset: int,
+    magic: int,
+    attributes: int,
+    timestamp: int,
+    key: bytes | None,
+    value: bytes | None,
 ) -> None:
     """Append one entry to ``out`` with a correct CRC."""
     klen = -1 if key is None else len(key)
@@ -523,15 +544,19 @@ def _append_message(
         out += _ENTRY_V1.pack(offset, size, 0, 1, attributes, timestamp)
     out += _I32.pack(klen)
     if klen > 0:
-        out += key
+        out += key  # type: ignore[arg-type]  # klen > 0: key is not None
     out += _I32.pack(vlen)
     if vlen > 0:
-        out += value
+        out += value  # type: ignore[arg-type]  # vlen > 0: value is not None
     _U32.pack_into(out, start + 12, zlib.crc32(memoryview(out)[start + 16 :]))
 
 
 def _build(
-    messages, magic: int, codec: Codec, wrapper_type: TimestampType, wrapper_timestamp: int | None
+    messages: Sequence[_LegacyInput],
+    magic: int,
+    codec: Codec,
+    wrapper_type: TimestampType,
+    wrapper_timestamp: int | None,
 ) -> bytes:
     """Encode ``messages`` = [(absolute offset, timestamp, inner attributes, key, value)].
 
@@ -605,14 +630,15 @@ class MessageSetBuilder:
             base_sequence=base_sequence,
             partition_leader_epoch=partition_leader_epoch,
         )
-        self._messages: list[tuple] = []
+        # build_batch's inputs (rb.RecordInput) at magic 2, else _build's (_LegacyInput)
+        self._messages: list[rb.RecordInput | _LegacyInput] = []
 
     def append(
         self,
         value: bytes | None,
         key: bytes | None = None,
         timestamp: int = NO_TIMESTAMP,
-        headers: tuple[tuple[str, bytes | None], ...] = (),
+        headers: rb.Headers = (),
     ) -> int:
         """Add a message; return the offset it will have. Headers need magic 2."""
         for name, v in (("value", value), ("key", key)):
@@ -646,11 +672,13 @@ class MessageSetBuilder:
     def build(self) -> bytes:
         """The encoded set (empty bytes when nothing was appended)."""
         if self.magic == 2:
-            return rb.build_batch(self._batch, self._messages) if self._messages else b""
-        return _build(self._messages, self.magic, self.codec, self.timestamp_type, None)
+            records = cast("list[rb.RecordInput]", self._messages)
+            return rb.build_batch(self._batch, records) if records else b""
+        messages = cast("list[_LegacyInput]", self._messages)
+        return _build(messages, self.magic, self.codec, self.timestamp_type, None)
 
 
-def _converted(m: DeepMessage) -> tuple:
+def _converted(m: DeepMessage) -> _LegacyInput:
     """A message of another magic as a _build input: no timestamp (up-conversion has none to
     give, down-conversion drops it) and no type or codec bits."""
     return (
@@ -662,7 +690,7 @@ def _converted(m: DeepMessage) -> tuple:
     )
 
 
-def _batch_as_legacy(mv, entry: ShallowEntry, to_magic: int) -> bytes:
+def _batch_as_legacy(mv: memoryview, entry: ShallowEntry, to_magic: int) -> bytes:
     """One v2 batch down-converted: its records as magic-``to_magic`` messages, one wrapper of
     the same codec when it is compressed (headers are dropped, as Kafka does)."""
     codec = Codec(entry.codec)
@@ -705,7 +733,7 @@ def _legacy_as_batch(messages: list[Message], codec: Codec) -> bytes:
     )
 
 
-def convert(buf, to_magic: int) -> bytes:
+def convert(buf: Buffer, to_magic: int) -> bytes:
     """Return ``buf`` with every message in format ``to_magic`` (0, 1 or 2); offsets are kept.
 
     Entries already at ``to_magic`` are copied unchanged. Between magic 0 and 1 an uncompressed

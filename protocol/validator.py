@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from zlib import crc32 as _crc32
 
 from protocol import recordbatch as rb
@@ -63,6 +63,7 @@ from protocol.records import (
     _U32,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
+    ShallowEntry,
     TimestampType,
     _build,
     _check,
@@ -74,9 +75,23 @@ from protocol.records import (
 
 from protocol.native import fastscan
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeAlias
+
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
+    # scan_v1(buf, n, mode, first_offset, lo, hi, max_size, now_ms, keyed)
+    #   -> (count, max_ts, max_index) | None
+    _ScanV1: TypeAlias = Callable[
+        [Buffer, int, int, int, int, int, int, int, bool], tuple[int, int, int] | None
+    ]
+    # scan_v2(records, count, base_ts, lo, hi, check_time, keyed) -> max_ts | None
+    _ScanV2: TypeAlias = Callable[[Buffer, int, int, int, int, bool, bool], int | None]
+
 # The native scans, or None (protocol/native.py): the Python paths then give the same answers.
-scan_v1 = fastscan.scan_v1 if fastscan else None
-scan_v2 = fastscan.scan_v2 if fastscan else None
+scan_v1: _ScanV1 | None = fastscan.scan_v1 if fastscan else None
+scan_v2: _ScanV2 | None = fastscan.scan_v2 if fastscan else None
 
 __all__ = ["TopicSettings", "ValidatedRecords", "ProducerBatch", "Rejected", "validate_produce"]
 
@@ -192,7 +207,7 @@ class _Checked(NamedTuple):
     timestamp: int
     key: bytes | None
     value: bytes | None
-    headers: tuple
+    headers: rb.Headers
 
 
 class _Wrapper(NamedTuple):
@@ -208,7 +223,7 @@ class _Wrapper(NamedTuple):
 
 
 def validate_produce(
-    buf,
+    buf: Buffer,
     settings: TopicSettings,
     *,
     next_offset: int,
@@ -264,7 +279,12 @@ def validate_produce(
 
 
 def _result(
-    out, job: _Job, count: int, max_ts: int, max_off: int, producers: tuple[ProducerBatch, ...] = ()
+    out: bytes | bytearray,
+    job: _Job,
+    count: int,
+    max_ts: int,
+    max_off: int,
+    producers: tuple[ProducerBatch, ...] = (),
 ) -> ValidatedRecords:
     """The one result builder. Under LogAppendTime the caller passes ``now_ms`` as
     ``max_ts``; with no timestamp at all (-1) the offset of the max is the last offset."""
@@ -285,12 +305,12 @@ def _result(
 # -- checks ------------------------------------------------------------------------------------
 
 
-def _where(entry, index: int) -> str:
+def _where(entry: ShallowEntry, index: int) -> str:
     kind = "record batch" if entry.magic == rb.MAGIC else "message"
     return f"{kind} {index} at byte {entry.position}"
 
 
-def _entries(mv, settings: TopicSettings, require_magic2: bool) -> list:
+def _entries(mv: memoryview, settings: TopicSettings, require_magic2: bool) -> list[ShallowEntry]:
     """The complete top-level entries (a trailing partial one is dropped), each checked for
     magic, size against max.message.bytes, CRC and layout."""
     entries = list(iter_shallow(mv))
@@ -328,7 +348,7 @@ def _entries(mv, settings: TopicSettings, require_magic2: bool) -> list:
     return entries
 
 
-def _batch_header(mv, entry, where: str) -> rb.BatchHeader:
+def _batch_header(mv: memoryview, entry: ShallowEntry, where: str) -> rb.BatchHeader:
     """The header checks of one v2 batch (Kafka 3.9's LogValidator.validateBatch and the
     request's own checks): CRC-32C, codec, no transactions, CreateTime, producer fields,
     record count."""
@@ -410,7 +430,9 @@ def _reject(where: str, violation: tuple[ErrorCode, str]) -> _RejectError:
     return _RejectError(violation[0], f"{where} {violation[1]}")
 
 
-def _batch_records(mv, entry, job: _Job, where: str) -> tuple[rb.BatchHeader, list[rb.Record]]:
+def _batch_records(
+    mv: memoryview, entry: ShallowEntry, job: _Job, where: str
+) -> tuple[rb.BatchHeader, list[rb.Record]]:
     """One v2 batch's records, each checked as Kafka 3.9's LogValidator does."""
     header = rb.read_header(mv, entry.position)
     records = rb.iter_records(mv, entry.position, header)
@@ -435,7 +457,7 @@ def _batch_records(mv, entry, job: _Job, where: str) -> tuple[rb.BatchHeader, li
 # -- path 1: magic-0/1 messages kept as sent (uncompressed, the topic's magic) -----------------
 
 
-def _messages_kept(mv, entries, job: _Job) -> ValidatedRecords:
+def _messages_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> ValidatedRecords:
     for index, e in enumerate(entries):
         (klen,) = _I32.unpack_from(mv, e.position + _KEY_OFFSET[e.magic])
         bad = _violation(
@@ -463,7 +485,7 @@ def _messages_kept(mv, entries, job: _Job) -> ValidatedRecords:
 # -- path 2: magic-1 wrappers kept as sent (only the wrapper rewritten) --------------------------
 
 
-def _wrappers_kept(mv, wrappers: list[_Wrapper], job: _Job) -> ValidatedRecords:
+def _wrappers_kept(mv: memoryview, wrappers: list[_Wrapper], job: _Job) -> ValidatedRecords:
     """Each wrapper gets the absolute offset of its last inner message and, when they change,
     its timestamp (the largest inner one, or the append time) and type bit, with a new CRC;
     the compressed payload is never touched."""
@@ -489,7 +511,7 @@ def _wrappers_kept(mv, wrappers: list[_Wrapper], job: _Job) -> ValidatedRecords:
 # -- path 3: record batches into a record-batch topic ----------------------------------------
 
 
-def _batches_kept(mv, entries, job: _Job) -> ValidatedRecords:
+def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> ValidatedRecords:
     """Kept as sent (offsets, leader epoch and, under LogAppendTime, the header's type and max
     timestamp rewritten in place with one CRC-32C), or re-encoded with the topic's codec."""
     settings = job.settings
@@ -575,7 +597,9 @@ def _batches_kept(mv, entries, job: _Job) -> ValidatedRecords:
 # -- path 4: everything else is checked, then kept as wrappers or converted ----------------------
 
 
-def _checked_then_kept_or_converted(mv, entries, job: _Job) -> ValidatedRecords:
+def _checked_then_kept_or_converted(
+    mv: memoryview, entries: list[ShallowEntry], job: _Job
+) -> ValidatedRecords:
     """Check every message; keep magic-1 wrappers as sent when the topic is magic 1, the codec
     stays and each wrapper's inner offsets are 0..n-1; otherwise rebuild everything in the
     topic's format and codec (Kafka takes the last codec seen when the topic says
@@ -680,7 +704,7 @@ def _converted(checked: list[_Checked], job: _Job, target: Codec) -> ValidatedRe
     return _result(out, job, count, max_ts, max_off)
 
 
-def _recheck_sizes(out: bytes, settings: TopicSettings) -> None:
+def _recheck_sizes(out: Buffer, settings: TopicSettings) -> None:
     """Conversion and recompression change sizes; Kafka re-checks them against the limit."""
     for entry in iter_shallow(out):
         if LOG_OVERHEAD + entry.size > settings.max_message_bytes:
@@ -701,7 +725,7 @@ _TOP_LOG_APPEND = 1  # top-level messages: rewrite offsets, timestamp, bit 3, CR
 _INNER = 2  # inner messages of a wrapper: check relative offsets 0..n-1, no writes
 
 
-def _fast_magic1(mv, job: _Job) -> ValidatedRecords | None:
+def _fast_magic1(mv: memoryview, job: _Job) -> ValidatedRecords | None:
     """Paths 1 and 2 through ``scan_v1`` for the common magic-1 inputs: an uncompressed set
     (checked and rewritten in one call) or wrappers of one codec kept as sent (each inner set
     checked in one call). None at anything unusual or wrong, or a trailing partial entry:

@@ -6,6 +6,8 @@ concerned and, where there is one, what to do about it.
 
 from __future__ import annotations
 
+import errno
+
 
 class StorageError(Exception):
     """Base of every error storage/ raises on purpose."""
@@ -63,3 +65,17 @@ class InconsistentTopicIdError(StorageError):
 
 class LogClosedError(StorageError):
     """Raised when a closed or deleted Log is used."""
+
+
+# Failures that pass by themselves: no space (until some is freed), no file descriptor or memory
+# (until connections or readers go away). The log dir degrades and heals.
+_PASSING = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN}
+)
+
+
+def is_disk_failure(exc: OSError) -> bool:
+    """Whether an OSError from a log means its disk is failing (EIO, EROFS, ...), so its log dir
+    must be taken offline (KIP-112), rather than a full disk or exhausted descriptors, which
+    pass and leave the log as it was."""
+    return exc.errno not in _PASSING

@@ -951,6 +951,18 @@ class Log:
             self._closed = True
         return complete
 
+    def abandon(self) -> None:
+        """Stop using a log whose disk fails (KIP-112's offline log dir): close every
+        descriptor without writing anything more; errors closing them are ignored. Later calls
+        raise LogClosedError."""
+        self._closed = True
+        for segment in self._segments:
+            try:
+                segment.close()
+            except OSError:
+                pass
+        self._pending_deletes = []
+
     def _close_incomplete(self, what: str, exc: OSError) -> None:
         logger.warning(
             f"could not write {what} at close",

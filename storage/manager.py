@@ -66,13 +66,25 @@ class LogManager:
         self._clock = clock
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
+        # KIP-112: log dir -> why it is offline, and the partitions that were in such a dir.
+        self.offline_dirs: dict[str, str] = {}
+        self._offline: dict[tuple[str, int], str] = {}
+        self._unlisted: set[str] = set()  # offline since start-up: what they hold is unknown
 
     # -- start-up ----------------------------------------------------------------------------
     def startup(self) -> None:
-        """Open every log under every log dir (see the module docstring)."""
+        """Open every log under every log dir (see the module docstring). A log dir that
+        cannot be read (EIO, ...) is taken offline and the others are served, as Kafka does;
+        raises OSError only when no log dir can be used."""
         for log_dir in self.log_dirs:
-            os.makedirs(log_dir, exist_ok=True)
-            self._load_dir(log_dir)
+            try:
+                os.makedirs(log_dir, exist_ok=True)
+                self._load_dir(log_dir)
+            except OSError as exc:
+                self._unlisted.add(log_dir)
+                self.mark_offline(log_dir, exc)
+        if len(self.offline_dirs) == len(self.log_dirs):
+            raise OSError(f"every log dir is offline: {self.offline_dirs}")
 
     def _load_dir(self, log_dir: str) -> None:
         clean = checkpoint.has_clean_shutdown_marker(log_dir)
@@ -130,6 +142,46 @@ class LogManager:
             )
         checkpoint.remove_clean_shutdown_marker(log_dir)
 
+    # -- offline log dirs (KIP-112) ----------------------------------------------------------
+    def log_dir_of(self, topic: str, partition: int) -> str | None:
+        """The log dir holding (topic, partition), offline or not; None when there is none."""
+        key = (topic, partition)
+        return self._dir_of.get(key) or self._offline.get(key)
+
+    def is_offline(self, topic: str, partition: int) -> bool:
+        """Whether (topic, partition) is in an offline log dir, or may be: while a log dir is
+        offline since start-up, a partition found in no other dir may be in it."""
+        key = (topic, partition)
+        if key in self._offline:
+            return True
+        return bool(self._unlisted) and key not in self._logs
+
+    def partitions_in(self, log_dir: str) -> list[tuple[str, int]]:
+        """The (topic, partition) of every log served from ``log_dir``, sorted."""
+        return sorted(key for key, d in list(self._dir_of.items()) if d == log_dir)
+
+    def mark_offline(self, log_dir: str, exc: OSError) -> list[tuple[str, int]]:
+        """Take a failing log dir out of service (KIP-112): its logs are abandoned without
+        writing anything more and its partitions answer as offline until a restart; the other
+        dirs keep serving. Returns the partitions taken offline (none if it already was).
+        The caller holds the locks of those partitions: no other thread may use their logs."""
+        if log_dir in self.offline_dirs:
+            return []
+        self.offline_dirs[log_dir] = repr(exc)
+        keys = [key for key, d in list(self._dir_of.items()) if d == log_dir]
+        for key in keys:
+            self._logs.pop(key).abandon()
+            del self._dir_of[key]
+            self._offline[key] = log_dir
+        logger.error(
+            "log dir offline: its partitions are not served until a restart",
+            log_dir=log_dir,
+            error=repr(exc),
+            partitions=len(keys),
+            action="replace or repair the disk, then restart the broker",
+        )
+        return keys
+
     # -- logs --------------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
@@ -159,7 +211,10 @@ class LogManager:
         if existing is not None:
             return existing
         counts = self._partition_counts()
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        if not online:
+            raise OSError(f"every log dir is offline: {self.offline_dirs}")
+        log_dir = min(online, key=lambda d: counts[d])
         path = os.path.join(log_dir, partition_dir_name(topic, partition))
         log = Log(
             path, config or self._config_for_topic(topic), clock=self._clock, needs_recovery=False
@@ -212,8 +267,10 @@ class LogManager:
         return log.remove_deleted_files(now_ms)
 
     def checkpoint_recovery_points(self) -> None:
-        """Write every log dir's recovery-point-offset-checkpoint (atomically)."""
+        """Write every online log dir's recovery-point-offset-checkpoint (atomically)."""
         for log_dir in self.log_dirs:
+            if log_dir in self.offline_dirs:
+                continue
             # Copies: the broker may create a log in another thread meanwhile.
             points = {
                 key: log.recovery_point
@@ -228,8 +285,8 @@ class LogManager:
         A full or failing disk does not stop it half-way: every log is closed, and what could
         not be written is logged. Checkpoints and markers that cannot be written only cost the
         next start a recovery, and a marker is written only when everything before it was.
-        Returns the logs ("topic-partition") whose data could not be fsynced: empty when
-        nothing appended is at risk."""
+        Returns the logs ("topic-partition") whose data could not be fsynced and the offline
+        log dirs: empty when nothing appended is at risk."""
         unflushed: list[str] = []
         complete = True
         for (topic, partition), log in list(self._logs.items()):
@@ -255,7 +312,16 @@ class LogManager:
             )
         if complete and not unflushed:
             for log_dir in self.log_dirs:
-                checkpoint.write_clean_shutdown_marker(log_dir)
+                if log_dir not in self.offline_dirs:
+                    try:
+                        checkpoint.write_clean_shutdown_marker(log_dir)
+                    except OSError as exc:
+                        logger.warning(
+                            "could not write the clean-shutdown marker",
+                            log_dir=log_dir,
+                            error=repr(exc),
+                            action="none: the next start runs log recovery",
+                        )
             logger.info(
                 "logs flushed, recovery points checkpointed, clean shutdown marker written",
                 logs=len(self._logs),
@@ -265,4 +331,12 @@ class LogManager:
                 "no clean-shutdown marker written: the next start runs log recovery",
                 logs=len(self._logs),
             )
+        for log_dir, why in self.offline_dirs.items():
+            logger.error(
+                "log dir offline at shutdown: what it held was not flushed or checkpointed",
+                log_dir=log_dir,
+                error=why,
+                action="replace or repair the disk; the next start recovers what it can",
+            )
+            unflushed.append(log_dir)
         return unflushed

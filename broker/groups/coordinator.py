@@ -363,6 +363,7 @@ class GroupCoordinator:
             for _, topic, partition, value in to_store
         ]
         failure: ErrorCode | None = None
+        disk_error: OSError | None = None
         async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as log:
             try:
                 if log is None:  # clients cannot delete it; a broker bug if it is gone
@@ -384,7 +385,12 @@ class GroupCoordinator:
                     action="commit fewer partitions or shorter metadata per request",
                 )
             except STORAGE_FAILURES as exc:
-                failure = ErrorCode.UNKNOWN_SERVER_ERROR
+                # Kafka's mapping (GroupMetadataManager.storeOffsets): a log that cannot be
+                # written sends the client to find its coordinator again and retry.
+                if isinstance(exc, OSError):
+                    failure, disk_error = ErrorCode.NOT_COORDINATOR_FOR_GROUP, exc
+                else:
+                    failure = ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
                 logger.error(
                     "offset commit could not be written",
                     group=group_id,
@@ -397,6 +403,8 @@ class GroupCoordinator:
                 # Still under the lock, so the cache follows the log's order.
                 for _, topic, partition, value in to_store:
                     self.offsets.put(group_id, topic, partition, value)
+        if disk_error is not None:
+            await ctx.storage_failed(OFFSETS_TOPIC, OFFSETS_PARTITION, disk_error)
         if failure is not None:
             for i, *_ in to_store:
                 errors[i] = failure

@@ -104,7 +104,9 @@ async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
     bytes found, any partition error)."""
     body = request.body
     version = request.header.api_version
-    remaining = body.max_bytes if version >= 3 else INT_MAX
+    # KIP-541: the broker's fetch.max.bytes bounds every response, so many partitions times a
+    # large partition max (Fetch v0-v2 have no total) cannot make the broker hold gigabytes.
+    remaining = min(body.max_bytes if version >= 3 else INT_MAX, ctx.config.fetch_max_bytes)
     min_one = version >= 3  # KIP-74: the first message is returned even if over the limits
     to_magic = readable_magic(version)
     total, errored = 0, False
@@ -142,8 +144,7 @@ async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
             if size:
                 min_one = False
                 total += size
-                if version >= 3:
-                    remaining = max(0, remaining - size)
+                remaining = max(0, remaining - size)
             errored = errored or error != ErrorCode.NONE
             parts.append(
                 {
@@ -207,9 +208,13 @@ async def _read_partition(
     to_magic: int | None,
     zstd_ok: bool,
 ):
-    """(error, high watermark, log start offset, records) of one partition."""
+    """(error, high watermark, log start offset, records) of one partition. A disk error is
+    handed to ``ctx.storage_failed`` once the partition lock is released."""
+    failure: OSError | None = None
     async with ctx.locked_log(topic, partition) as log:
         if log is None:
+            if ctx.is_offline(topic, partition):
+                return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b""
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, b""
         if max_bytes < 0:
             return ErrorCode.INVALID_FETCH_SIZE, -1, -1, b""
@@ -254,12 +259,12 @@ async def _read_partition(
                 error=repr(exc),
                 action="check the log dir's disk and dump-log --verify",
             )
-            error = (
-                ErrorCode.KAFKA_STORAGE_ERROR
-                if isinstance(exc, OSError)
-                else ErrorCode.UNKNOWN_SERVER_ERROR
-            )
-            return error, -1, -1, b""
+            if not isinstance(exc, OSError):
+                return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b""
+            failure = exc
+    if failure is not None:
+        await ctx.storage_failed(topic, partition, failure)
+        return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b""
     return ErrorCode.NONE, hw, start, records
 
 

@@ -35,6 +35,12 @@ async def _lookup(
         else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
     )
     if ctx.get_log(topic, partition) is None:
+        if ctx.is_offline(topic, partition):
+            return (
+                (ErrorCode.KAFKA_STORAGE_ERROR, -1, -1)
+                if version
+                else (ErrorCode.KAFKA_STORAGE_ERROR, [])
+            )
         return missing
     if version >= 1 and timestamp >= 0 and ctx.topics.get(topic).config.magic == 0:
         logger.warning(

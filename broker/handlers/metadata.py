@@ -21,8 +21,9 @@ logger = structlog.get_logger(__name__)
 NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested / unknown" value
 
 
-def _partitions(ctx: BrokerContext, count: int) -> list[dict]:
+def _partitions(ctx: BrokerContext, name: str, count: int) -> list[dict]:
     node = ctx.config.broker_id
+    offline = ctx.is_offline
     return [
         {
             "error_code": 0,
@@ -32,6 +33,17 @@ def _partitions(ctx: BrokerContext, count: int) -> list[dict]:
             "replica_nodes": [node],
             "isr_nodes": [node],
             "offline_replicas": [],
+        }
+        if not offline(name, p)
+        else {
+            # Its only replica's log dir failed (KIP-112): no leader, as Kafka reports it.
+            "error_code": int(ErrorCode.LEADER_NOT_AVAILABLE),
+            "partition_index": p,
+            "leader_id": -1,
+            "leader_epoch": 0,
+            "replica_nodes": [node],
+            "isr_nodes": [],
+            "offline_replicas": [node],
         }
         for p in range(count)
     ]
@@ -52,7 +64,7 @@ async def handle_metadata(ctx: BrokerContext, request: Request) -> dict:
         error, partitions = ErrorCode.NONE, []
         topic = ctx.topics.get(name) if name is not None else ctx.topics.by_id(topic_id)
         if topic is not None:
-            name, partitions = topic.name, _partitions(ctx, topic.partitions)
+            name, partitions = topic.name, _partitions(ctx, topic.name, topic.partitions)
         elif name is None:
             error = ErrorCode.UNKNOWN_TOPIC_ID
         elif topic_name_error(name):

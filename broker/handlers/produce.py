@@ -32,6 +32,7 @@ from protocol.errors import ErrorCode
 from protocol.records import TimestampType
 from protocol.validator import Rejected, ValidatedRecords, validate_produce
 from storage import RecordSetTooLargeError
+from storage.errors import is_disk_failure
 from storage.producer_state import Duplicate, ProducerStateError
 
 logger = structlog.get_logger(__name__)
@@ -128,6 +129,13 @@ class _Answer(NamedTuple):
     message: str | None = None
 
 
+def _storage_error(version: int, message: str) -> _Answer:
+    """KAFKA_STORAGE_ERROR, or what a Produce v0-v3 client retries instead."""
+    return _Answer(
+        ErrorCode.KAFKA_STORAGE_ERROR if version >= 4 else _OLD_STORAGE_ERROR, message=message
+    )
+
+
 def _rejected(topic: str, partition: int, error: ErrorCode, reason: str, **answer: Any) -> _Answer:
     logger.warning(
         "produce rejected", topic=topic, partition=partition, error=error.name, reason=reason
@@ -152,6 +160,8 @@ async def _produce_partition(
     if record_set is None:
         return _Answer(ErrorCode.INVALID_RECORD, message="null records")
     topic = ctx.topics.get(topic_name)
+    if ctx.is_offline(topic_name, partition):
+        return _storage_error(version, "the partition's log dir is offline (failing disk)")
     if topic is None or ctx.get_log(topic_name, partition) is None:
         return _rejected(
             topic_name,
@@ -160,8 +170,11 @@ async def _produce_partition(
             "no such topic or partition; create it first",
         )
     state = ctx.partition(topic_name, partition)
+    failure: OSError | None = None
     async with ctx.locked_log(topic_name, partition) as log:
         if log is None:
+            if ctx.is_offline(topic_name, partition):
+                return _storage_error(version, "the partition's log dir went offline")
             return _rejected(
                 topic_name,
                 partition,
@@ -183,10 +196,11 @@ async def _produce_partition(
                     _validate_and_append, log, record_set, topic, now, version
                 )
         except OSError as exc:
-            # Storage left the log as it was; the client retries KAFKA_STORAGE_ERROR.
-            state.appends_failing(exc, topic_name, partition)
-            error = ErrorCode.KAFKA_STORAGE_ERROR if version >= 4 else _OLD_STORAGE_ERROR
-            return _Answer(error, message=f"the log dir cannot be written: {exc.strerror}")
+            # Storage left the log as it was; the client retries KAFKA_STORAGE_ERROR. A full
+            # disk heals by itself; a failing one takes its log dir offline (below).
+            if not is_disk_failure(exc):
+                state.appends_failing(exc, topic_name, partition)
+            failure = exc
         except STORAGE_FAILURES as exc:
             logger.error(
                 "append failed",
@@ -196,7 +210,11 @@ async def _produce_partition(
                 action="a broker bug: report it with this line; the log is unchanged",
             )
             return _Answer(ErrorCode.UNKNOWN_SERVER_ERROR)
-        start = log.log_start_offset
+        else:
+            start = log.log_start_offset
+    if failure is not None:
+        await ctx.storage_failed(topic_name, partition, failure)
+        return _storage_error(version, f"the log dir cannot be written: {failure.strerror}")
     if isinstance(result, Rejected):
         return _rejected(
             topic_name,

@@ -14,12 +14,12 @@ place; offsets in the errors raised are indices into that buffer.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 from protocol.api import SUPPORTED_VERSIONS, ApiKey
 from protocol.errors import BodyEncodeError, MalformedFrameError
-from protocol.schemas.codec import Body, FieldError, MessageCodec, build_codec
+from protocol.schemas.codec import Body, ByteBuffer, Chunk, FieldError, MessageCodec, build_codec
 from protocol.schemas.definitions import MESSAGES
 
 __all__ = [
@@ -40,7 +40,7 @@ def _versions(spec: str) -> range:
     return range(int(lo), int(hi or lo) + 1)
 
 
-class _CodecTable(Mapping):
+class _CodecTable(Mapping[tuple[ApiKey, int], MessageCodec]):
     """(ApiKey, version) -> MessageCodec for one direction, compiled on first use."""
 
     def __init__(self, kind: str) -> None:
@@ -54,16 +54,16 @@ class _CodecTable(Mapping):
         # The codecs built so far: the hot paths below look here before calling __getitem__.
         self.compiled: dict[tuple[ApiKey, int], MessageCodec] = {}
 
-    def __getitem__(self, key) -> MessageCodec:
+    def __getitem__(self, key: tuple[ApiKey, int]) -> MessageCodec:
         codec = self.compiled.get(key)
         if codec is None:
             codec = self.compiled[key] = build_codec(self._messages[key], key[1])
         return codec
 
-    def __contains__(self, key) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self._messages
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[ApiKey, int]]:
         return iter(self._messages)
 
     def __len__(self) -> int:
@@ -109,7 +109,15 @@ def _what(api_key: ApiKey, version: int, direction: str) -> str:
     return f"{ApiKey(api_key).name} v{version} {direction}"
 
 
-def _decode(table, buf, start: int, end: int, api_key: ApiKey, version: int, direction: str):
+def _decode(
+    table: _CodecTable,
+    buf: ByteBuffer,
+    start: int,
+    end: int,
+    api_key: ApiKey,
+    version: int,
+    direction: str,
+) -> Body:
     try:
         codec = table.compiled.get((api_key, version)) or table[api_key, version]
         body, pos = codec.decode(buf, start, end)
@@ -130,7 +138,9 @@ def _decode(table, buf, start: int, end: int, api_key: ApiKey, version: int, dir
     return body
 
 
-def decode_request_body(api_key: ApiKey, version: int, buf, start: int, end: int) -> Body:
+def decode_request_body(
+    api_key: ApiKey, version: int, buf: ByteBuffer, start: int, end: int
+) -> Body:
     """Decode the request body in ``buf[start:end]``; it must fill the range exactly.
 
     Raises MalformedFrameError (offset = index into ``buf``) for anything that does not parse or
@@ -139,7 +149,9 @@ def decode_request_body(api_key: ApiKey, version: int, buf, start: int, end: int
     return _decode(REQUEST_SCHEMAS, buf, start, end, api_key, version, "request")
 
 
-def decode_response_body(api_key: ApiKey, version: int, buf, start: int, end: int) -> Body:
+def decode_response_body(
+    api_key: ApiKey, version: int, buf: ByteBuffer, start: int, end: int
+) -> Body:
     """Decode the response body in ``buf[start:end]``, as :func:`decode_request_body`."""
     return _decode(RESPONSE_SCHEMAS, buf, start, end, api_key, version, "response")
 
@@ -152,7 +164,7 @@ def _encode_error(exc: Exception, api_key: ApiKey, version: int, direction: str)
     )
 
 
-def encode_request_body(api_key: ApiKey, version: int, body) -> bytes:
+def encode_request_body(api_key: ApiKey, version: int, body: Mapping[str, Any]) -> bytes:
     """Encode a request body (dict or Body); BodyEncodeError if it does not fit."""
     try:
         codec = (
@@ -161,12 +173,12 @@ def encode_request_body(api_key: ApiKey, version: int, body) -> bytes:
         chunks, _ = codec.encode(body, None)
     except _ENCODE_ERRORS as exc:
         raise _encode_error(exc, api_key, version, "request") from None
-    return b"".join(chunks)
+    return b"".join(cast("list[bytes]", chunks))  # requests carry no FileRegion
 
 
 def encode_response_chunks(
-    api_key: ApiKey, version: int, body, out: bytearray | None = None
-) -> tuple[list, int]:
+    api_key: ApiKey, version: int, body: Mapping[str, Any], out: bytearray | None = None
+) -> tuple[list[Chunk], int]:
     """Encode a response body as ``(chunks, total_length)``: bytes, and FileRegions (or large
     bytes, kept uncopied) standing for records fields; the first chunk is always bytes. ``out``
     may already hold a header: the first chunk starts with it."""
@@ -179,7 +191,7 @@ def encode_response_chunks(
         raise _encode_error(exc, api_key, version, "response") from None
 
 
-def encode_response_body(api_key: ApiKey, version: int, body) -> bytes:
+def encode_response_body(api_key: ApiKey, version: int, body: Mapping[str, Any]) -> bytes:
     """Encode a response body to bytes; BodyEncodeError if it does not fit or holds a
     FileRegion."""
     chunks, _ = encode_response_chunks(api_key, version, body)
@@ -189,4 +201,4 @@ def encode_response_body(api_key: ApiKey, version: int, body) -> bytes:
             api_key=api_key,
             api_version=version,
         )
-    return b"".join(chunks)
+    return b"".join(cast("list[bytes]", chunks))  # checked just above

@@ -38,7 +38,8 @@ import linecache
 import re
 import struct
 import uuid
-from typing import Any, Callable, cast
+from collections.abc import Mapping
+from typing import Any, Callable, TypeAlias, cast
 
 from protocol.api import FileRegion
 from protocol.schemas import compiler
@@ -53,8 +54,18 @@ __all__ = [
     "skip_tagged_fields",
 ]
 
-Decoder = Callable[[Any, int, int], tuple[Any, int]]
-Encoder = Callable[[Any, "bytearray | None"], tuple[list, int]]
+# What decoders read: a frame or a body in any of these.
+ByteBuffer: TypeAlias = bytes | bytearray | memoryview
+# What encoders return: bytes, and FileRegions (or large bytes) standing for records fields.
+Chunk: TypeAlias = bytes | FileRegion
+# A field's decoder; a message's (BodyDecoder) returns a Body.
+Decoder: TypeAlias = Callable[[ByteBuffer, int, int], tuple[Any, int]]
+BodyDecoder: TypeAlias = Callable[[ByteBuffer, int, int], tuple["Body", int]]
+# A message's encoder; a tagged field's (TaggedEncoder) is called without ``out``.
+Encoder: TypeAlias = Callable[[Mapping[str, Any], "bytearray | None"], tuple[list[Chunk], int]]
+TaggedEncoder: TypeAlias = Callable[[Any], tuple[list[Chunk], int]]
+# Makes a field's default value (a fresh one for lists and structs).
+DefaultFactory: TypeAlias = Callable[[], object]
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -70,7 +81,7 @@ class FieldError(ValueError):
     offset: int | None = None
 
 
-class Body(dict):
+class Body(dict[str, Any]):
     """A decoded struct: a dict whose keys are also attributes (``body.topics``)."""
 
     __slots__ = ()
@@ -108,7 +119,7 @@ def version_in(spec: str | None, version: int) -> bool:
 # -- varints ---------------------------------------------------------------------------------
 
 
-def _read_uvarint(buf, pos: int, end: int) -> tuple[int, int]:
+def _read_uvarint(buf: ByteBuffer, pos: int, end: int) -> tuple[int, int]:
     result = shift = 0
     start = pos
     while True:
@@ -139,7 +150,17 @@ class _Field:
 
     __slots__ = ("name", "type", "element", "nullable", "tag", "default", "struct", "present")
 
-    def __init__(self, name, type_, element, nullable, tag, default, struct_, present):
+    def __init__(
+        self,
+        name: str,
+        type_: str,
+        element: str | None,
+        nullable: bool,
+        tag: int | None,
+        default: DefaultFactory,
+        struct_: _StructDef | None,
+        present: bool,
+    ) -> None:
         self.name = name  # snake_case
         self.type = type_  # "int32", "string", "[]", "struct", ...
         self.element = element  # array element: a primitive type name or "struct"
@@ -170,7 +191,9 @@ class _StructDef:
         return body
 
 
-def _default_factory(field: dict, type_: str, struct_def: _StructDef | None):
+def _default_factory(
+    field: dict[str, Any], type_: str, struct_def: _StructDef | None
+) -> DefaultFactory:
     raw = field.get("default")
     value: Any
     if type_.startswith("[]"):
@@ -201,7 +224,10 @@ def _default_factory(field: dict, type_: str, struct_def: _StructDef | None):
 
 
 def _struct_def(
-    fields: list[dict], version: int, flexible: bool, common: dict[str, list[dict]]
+    fields: list[dict[str, Any]],
+    version: int,
+    flexible: bool,
+    common: dict[str, list[dict[str, Any]]],
 ) -> _StructDef:
     out = []
     for f in fields:
@@ -237,7 +263,9 @@ def _struct_def(
 # -- runtime of the generated codecs ---------------------------------------------------------
 
 
-def _decode_tagged(buf, pos: int, end: int, tagged: dict, obj: Body) -> int:
+def _decode_tagged(
+    buf: ByteBuffer, pos: int, end: int, tagged: dict[int, tuple[str, Decoder]], obj: Body
+) -> int:
     """Read a tagged-field section into ``obj`` (``tagged``: tag -> (name, decoder)); unknown
     tags are skipped. Returns the position after it."""
     count, pos = _read_uvarint(buf, pos, end)
@@ -267,10 +295,14 @@ def _decode_tagged(buf, pos: int, end: int, tagged: dict, obj: Body) -> int:
 _MISSING = object()
 
 
-def _encode_tagged(get, tagged: list, out: bytearray) -> None:
+def _encode_tagged(
+    get: Callable[[str, object], object],
+    tagged: list[tuple[int, str, TaggedEncoder, DefaultFactory]],
+    out: bytearray,
+) -> None:
     """Write the tagged-field section: the fields of ``tagged`` ((tag, name, encoder, default
     factory), by tag) whose value ``get`` finds and differs from the default."""
-    fields = []
+    fields: list[tuple[int, bytes]] = []
     for tag, name, encoder, default in tagged:
         v = get(name, _MISSING)
         if v is _MISSING or v == default():
@@ -278,7 +310,7 @@ def _encode_tagged(get, tagged: list, out: bytearray) -> None:
         chunks, _ = encoder(v)
         if len(chunks) > 1:
             raise FieldError(f"tagged field {name} cannot hold a FileRegion")
-        fields.append((tag, chunks[0]))
+        fields.append((tag, cast(bytes, chunks[0])))  # the first chunk is always bytes
     _write_uvarint(len(fields), out)
     for tag, data in fields:
         _write_uvarint(tag, out)
@@ -293,7 +325,7 @@ _COMPACT_STRINGS: dict[str, bytes] = {}
 _STRING_CACHE_ENTRIES = 4096
 
 
-def _remember_string(cache: dict, value: str, n: int, data: bytes) -> None:
+def _remember_string(cache: dict[str, bytes], value: str, n: int, data: bytes) -> None:
     """Cache ``data`` (``value`` in UTF-8, ``n`` bytes) with its length prefix."""
     if len(cache) >= _STRING_CACHE_ENTRIES:
         cache.clear()
@@ -305,7 +337,7 @@ def _remember_string(cache: dict, value: str, n: int, data: bytes) -> None:
         cache[value] = bytes(prefix) + data
 
 
-def _unknown_fields(value, known: frozenset) -> FieldError:
+def _unknown_fields(value: Mapping[str, object], known: frozenset[str]) -> FieldError:
     return FieldError(
         f"unknown fields {sorted(set(value.keys()) - known)}; this struct has {sorted(known)}"
     )
@@ -333,7 +365,7 @@ _RUNTIME = {
 assert set(_RUNTIME) == set(compiler.RUNTIME_NAMES)
 
 
-def _compile(name: str, struct_def: _StructDef) -> tuple[Decoder, Encoder, str]:
+def _compile(name: str, struct_def: _StructDef) -> tuple[BodyDecoder, Encoder, str]:
     """Generate, compile and execute the codec source of ``struct_def``: (decode, encode,
     source). The source is put in linecache so tracebacks through it show its lines."""
     source, constants = compiler.generate(struct_def)
@@ -341,7 +373,7 @@ def _compile(name: str, struct_def: _StructDef) -> tuple[Decoder, Encoder, str]:
     namespace = dict(_RUNTIME, **constants)
     exec(compile(source, filename, "exec"), namespace)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    return cast(Decoder, namespace["decode"]), cast(Encoder, namespace["encode"]), source
+    return cast(BodyDecoder, namespace["decode"]), cast(Encoder, namespace["encode"]), source
 
 
 # -- messages --------------------------------------------------------------------------------
@@ -356,7 +388,7 @@ class MessageCodec:
         self.name = name
         self.version = version
         self.flexible = flexible
-        self.decode: Decoder
+        self.decode: BodyDecoder
         self.encode: Encoder
         self.decode, self.encode, self.source = _compile(f"{name}V{version}", struct_def)
         self.schema = struct_def  # the field tree, for tests and tools that walk it
@@ -365,7 +397,7 @@ class MessageCodec:
         return f"<{self.name}V{self.version}>"
 
 
-def build_codec(message: dict, version: int) -> MessageCodec:
+def build_codec(message: dict[str, Any], version: int) -> MessageCodec:
     """The codec of ``message`` (an entry of definitions.MESSAGES) at ``version``."""
     flexible = version_in(message["flexibleVersions"], version)
     common = {s["name"]: s["fields"] for s in message.get("commonStructs", [])}
@@ -377,7 +409,7 @@ def build_codec(message: dict, version: int) -> MessageCodec:
     )
 
 
-def skip_tagged_fields(buf, pos: int, end: int) -> int:
+def skip_tagged_fields(buf: ByteBuffer, pos: int, end: int) -> int:
     """The position after a tagged-fields section whose tags are all unknown here (request
     header v2, response header v1); FieldError if it does not fit in ``end``."""
     return _decode_tagged(buf, pos, end, {}, Body())

@@ -17,6 +17,15 @@ documented in :mod:`protocol.schemas.codec`.
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
+    from protocol.schemas.codec import _Field, _StructDef
+
+    # A run of _fixed_runs: ("fixed", codes, fields) or ("var", field).
+    _Run: TypeAlias = tuple[Literal["fixed"], str, list[_Field]] | tuple[Literal["var"], _Field]
 
 __all__ = ["RUNTIME_NAMES", "generate"]
 
@@ -59,7 +68,7 @@ RUNTIME_NAMES = (
 )
 
 
-def _min_size(type_: str, struct_def, flexible: bool) -> int:
+def _min_size(type_: str, struct_def: _StructDef | None, flexible: bool) -> int:
     """The fewest bytes a value of ``type_`` (a primitive, or "struct" with ``struct_def``)
     takes on the wire: bounds an array's count before anything is allocated."""
     if type_ in FIXED_CODES:
@@ -67,6 +76,7 @@ def _min_size(type_: str, struct_def, flexible: bool) -> int:
     if type_ == "uuid":
         return 16
     if type_ == "struct":
+        assert struct_def is not None  # a struct field has its struct (codec._struct_def)
         return sum(
             _min_size(f.type, f.struct, struct_def.flexible)
             for f in struct_def.fields
@@ -77,8 +87,9 @@ def _min_size(type_: str, struct_def, flexible: bool) -> int:
     return 2 if type_ == "string" else 4
 
 
-def _element_min_size(f, flexible: bool) -> int:
+def _element_min_size(f: _Field, flexible: bool) -> int:
     """Array elements take at least one byte, even structs with no fields."""
+    assert f.element is not None  # an array field has its element type (codec._struct_def)
     return max(_min_size(f.element, f.struct, flexible), 1)
 
 
@@ -95,7 +106,7 @@ class _Writer:
         self._counter += 1
         return f"{prefix}{self._counter}"
 
-    def constant(self, value, prefix: str = "_c") -> str:
+    def constant(self, value: object, prefix: str = "_c") -> str:
         name = self.fresh(prefix)
         self.constants[name] = value
         return name
@@ -107,7 +118,7 @@ class _Writer:
             name = self._structs[codes] = self.constant(struct.Struct(">" + codes), "_s")
         return name
 
-    def literal(self, value, prefix: str = "_d") -> str:
+    def literal(self, value: object, prefix: str = "_d") -> str:
         """Source for an immutable default: a literal when it reads back equal, else a
         constant."""
         if value is None or isinstance(value, (bool, int, str, bytes)):
@@ -130,10 +141,10 @@ class _Function:
         return "\n".join(self.lines) + "\n"
 
 
-def _fixed_runs(s):
+def _fixed_runs(s: _StructDef) -> list[_Run]:
     """The regular (untagged) fields present in this version, fixed-width neighbours merged:
     ("fixed", codes, [fields]) or ("var", field)."""
-    runs: list[tuple] = []
+    runs: list[_Run] = []
     for f in s.fields:
         if not f.present or f.tag is not None:
             continue
@@ -147,7 +158,7 @@ def _fixed_runs(s):
     return runs
 
 
-def _is_mutable_default(f) -> bool:
+def _is_mutable_default(f: _Field) -> bool:
     return f.type == "struct" or (f.type == "[]" and f.default() is not None)
 
 
@@ -229,16 +240,23 @@ def _decode_primitive(
     fn.emit(d + 1, f"pos += {n}")
 
 
-def _decode_field(fn: _Function, d: int, f, flexible: bool, target: str) -> None:
+def _struct(f: _Field) -> _StructDef:
+    """The struct of a struct field or an array of structs (codec._struct_def gives them one)."""
+    assert f.struct is not None
+    return f.struct
+
+
+def _decode_field(fn: _Function, d: int, f: _Field, flexible: bool, target: str) -> None:
     if f.type == "struct":
-        _decode_struct(fn, d, f.struct, target)
+        _decode_struct(fn, d, _struct(f), target)
     elif f.type == "[]":
         _decode_array(fn, d, f, flexible, target)
     else:
         _decode_primitive(fn, d, f.type, f.nullable, flexible, target)
 
 
-def _decode_array(fn: _Function, d: int, f, flexible: bool, target: str) -> None:
+def _decode_array(fn: _Function, d: int, f: _Field, flexible: bool, target: str) -> None:
+    assert f.element is not None  # an array field has its element type (codec._struct_def)
     w = fn.w
     n, start = w.fresh("n"), w.fresh("at")
     element_min = _element_min_size(f, flexible)
@@ -266,7 +284,7 @@ def _decode_array(fn: _Function, d: int, f, flexible: bool, target: str) -> None
         )
         fn.emit(d, f"pos += {n} * {element_min}")
         return
-    fixed_struct = _all_fixed(f.struct) if f.element == "struct" else None
+    fixed_struct = _all_fixed(_struct(f)) if f.element == "struct" else None
     append, item = w.fresh("append"), w.fresh("item")
     fn.emit(d, f"{target} = []")
     fn.emit(d, f"{append} = {target}.append")
@@ -279,19 +297,19 @@ def _decode_array(fn: _Function, d: int, f, flexible: bool, target: str) -> None
         fn.emit(
             d, f"for {', '.join(values)}, in {fmt}.iter_unpack(buf[pos:pos + {n} * {element_min}]):"
         )
-        _build_body(fn, d + 1, f.struct, list(zip(fields, values)), item)
+        _build_body(fn, d + 1, _struct(f), list(zip(fields, values)), item)
         fn.emit(d + 1, f"{append}({item})")
         fn.emit(d, f"pos += {n} * {element_min}")
         return
     fn.emit(d, f"for _ in range({n}):")
     if f.element == "struct":
-        _decode_struct(fn, d + 1, f.struct, item)
+        _decode_struct(fn, d + 1, _struct(f), item)
     else:
         _decode_primitive(fn, d + 1, f.element, False, flexible, item)
     fn.emit(d + 1, f"{append}({item})")
 
 
-def _all_fixed(s):
+def _all_fixed(s: _StructDef) -> tuple[str, list[_Field]] | None:
     """(codes, fields) when every regular field of ``s`` is fixed-width and it has no tagged
     section, else None."""
     runs = _fixed_runs(s)
@@ -300,7 +318,9 @@ def _all_fixed(s):
     return runs[0][1], runs[0][2]
 
 
-def _build_body(fn: _Function, d: int, s, values: list[tuple], target: str) -> None:
+def _build_body(
+    fn: _Function, d: int, s: _StructDef, values: list[tuple[_Field, str]], target: str
+) -> None:
     """``target`` = a Body of every field of ``s``: the decoded ``values`` ((field, variable)
     pairs), the rest at their defaults (fresh ones for lists and structs)."""
     w = fn.w
@@ -318,9 +338,9 @@ def _build_body(fn: _Function, d: int, s, values: list[tuple], target: str) -> N
                 fn.emit(d, f"{target}[{f.name!r}] = []")
 
 
-def _decode_struct(fn: _Function, d: int, s, target: str) -> None:
+def _decode_struct(fn: _Function, d: int, s: _StructDef, target: str) -> None:
     w = fn.w
-    values: list[tuple] = []
+    values: list[tuple[_Field, str]] = []
     for run in _fixed_runs(s):
         if run[0] == "fixed":
             _, codes, fields = run
@@ -351,7 +371,7 @@ def _decode_struct(fn: _Function, d: int, s, target: str) -> None:
         fn.emit(d + 1, f"pos = _decode_tagged(buf, pos, end, {tagged}, {target})")
 
 
-def _tagged_decoders(w: _Writer, s) -> str:
+def _tagged_decoders(w: _Writer, s: _StructDef) -> str:
     """The constant name of ``{tag: (field name, decoder)}`` for ``s``'s tagged fields, each
     decoder a generated ``(buf, pos, end) -> (value, pos)`` function."""
     entries = []
@@ -484,9 +504,9 @@ def _encode_data(
         fn.emit(d, f"out += {var}")
 
 
-def _encode_field(fn: _Function, d: int, f, flexible: bool, var: str) -> None:
+def _encode_field(fn: _Function, d: int, f: _Field, flexible: bool, var: str) -> None:
     if f.type == "struct":
-        _encode_struct(fn, d, f.struct, var)
+        _encode_struct(fn, d, _struct(f), var)
     elif f.type == "[]":
         _encode_array_count(fn, d, f, flexible, var)
         _encode_array_items(fn, d, f, flexible, var)
@@ -494,7 +514,7 @@ def _encode_field(fn: _Function, d: int, f, flexible: bool, var: str) -> None:
         _encode_primitive(fn, d, f.type, f.nullable, flexible, f.name, var)
 
 
-def _encode_array_count(fn: _Function, d: int, f, flexible: bool, var: str) -> None:
+def _encode_array_count(fn: _Function, d: int, f: _Field, flexible: bool, var: str) -> None:
     """Write the count (or null) of array ``var``, leaving in ``var`` a sequence to iterate:
     a null array becomes ()."""
     fn.emit(d, f"if {var}.__class__ is list:")
@@ -513,16 +533,17 @@ def _encode_array_count(fn: _Function, d: int, f, flexible: bool, var: str) -> N
     _encode_length(fn, d + 1, f"len({var})", flexible, True)
 
 
-def _encode_array_items(fn: _Function, d: int, f, flexible: bool, var: str) -> None:
+def _encode_array_items(fn: _Function, d: int, f: _Field, flexible: bool, var: str) -> None:
+    assert f.element is not None  # an array field has its element type (codec._struct_def)
     item = fn.w.fresh("item")
     fn.emit(d, f"for {item} in {var}:")
     if f.element == "struct":
-        _encode_struct(fn, d + 1, f.struct, item)
+        _encode_struct(fn, d + 1, _struct(f), item)
     else:
         _encode_primitive(fn, d + 1, f.element, False, flexible, f.name, item)
 
 
-def _encode_struct(fn: _Function, d: int, s, var: str) -> None:
+def _encode_struct(fn: _Function, d: int, s: _StructDef, var: str) -> None:
     w = fn.w
     regular = [f for f in s.fields if f.present and f.tag is None]
     values = {f.name: w.fresh("v") for f in regular}
@@ -537,6 +558,8 @@ def _encode_struct(fn: _Function, d: int, s, var: str) -> None:
         _, codes, fields = run
         args = ", ".join(values[f.name] for f in fields)
         following = runs[i + 1][1] if i + 1 < len(runs) else None
+        # _fixed_runs merges neighbouring fixed fields: a "var" run follows a "fixed" one.
+        assert not isinstance(following, str)
         if following is None or not _joins_run(following, s.flexible):
             fn.emit(d, f"out += {w.struct(codes)}.pack({args})")
         elif following.type == "[]":
@@ -551,7 +574,9 @@ def _encode_struct(fn: _Function, d: int, s, var: str) -> None:
             fn.emit(d, "out.append(0)")
 
 
-def _lookup_fields(fn: _Function, d: int, s, var: str, regular: list, values: dict) -> None:
+def _lookup_fields(
+    fn: _Function, d: int, s: _StructDef, var: str, regular: list[_Field], values: dict[str, str]
+) -> None:
     """Refuse unknown keys in the struct ``var``, then fetch its regular fields into
     ``values`` (missing ones as their defaults).
 
@@ -571,7 +596,9 @@ def _lookup_fields(fn: _Function, d: int, s, var: str, regular: list, values: di
     _lookup_fields_checked(fn, d + 1, s, var, regular, values)
 
 
-def _lookup_fields_checked(fn: _Function, d: int, s, var: str, regular: list, values: dict) -> None:
+def _lookup_fields_checked(
+    fn: _Function, d: int, s: _StructDef, var: str, regular: list[_Field], values: dict[str, str]
+) -> None:
     w = fn.w
     known = w.constant(frozenset(f.name for f in s.fields), "_known")
     fn.emit(d, f"if not {known}.issuperset({var}.keys()):")
@@ -580,7 +607,7 @@ def _lookup_fields_checked(fn: _Function, d: int, s, var: str, regular: list, va
         fn.emit(d, f"{values[f.name]} = {var}.get({f.name!r}, {_encode_default(w, f)})")
 
 
-def _encode_default(w: _Writer, f) -> str:
+def _encode_default(w: _Writer, f: _Field) -> str:
     """Source for the value a missing field encodes as (encoding only reads it, so one list
     or struct default serves every call)."""
     if _is_mutable_default(f):
@@ -588,14 +615,16 @@ def _encode_default(w: _Writer, f) -> str:
     return w.literal(f.default())
 
 
-def _joins_run(f, flexible: bool) -> bool:
+def _joins_run(f: _Field, flexible: bool) -> bool:
     """Whether field ``f``, right after a run of fixed fields, has its int32 length or count
     packed with the run (a partition header and its records, a topic's fields and its
     partitions: one pack instead of two)."""
     return not flexible and f.type in ("bytes", "records", "[]")
 
 
-def _encode_run_and_data(fn: _Function, d: int, codes: str, args: str, f, value: str) -> None:
+def _encode_run_and_data(
+    fn: _Function, d: int, codes: str, args: str, f: _Field, value: str
+) -> None:
     """A fixed run followed by bytes field ``f`` (in ``value``): when it holds a FileRegion
     (records only: what fetch responses carry) or plain bytes, its length joins the run's
     pack; anything else takes the general path. Nothing before the pack can fail, so errors
@@ -623,7 +652,9 @@ def _encode_run_and_data(fn: _Function, d: int, codes: str, args: str, f, value:
     _encode_primitive(fn, d + 1, f.type, f.nullable, False, f.name, value)
 
 
-def _encode_run_and_array(fn: _Function, d: int, codes: str, args: str, f, value: str) -> None:
+def _encode_run_and_array(
+    fn: _Function, d: int, codes: str, args: str, f: _Field, value: str
+) -> None:
     """A fixed run followed by array ``f`` (in ``value``): a list's count joins the run's
     pack, anything else takes the general path; then the elements."""
     fn.emit(d, f"if {value}.__class__ is list:")
@@ -634,11 +665,11 @@ def _encode_run_and_array(fn: _Function, d: int, codes: str, args: str, f, value
     _encode_array_items(fn, d, f, False, value)
 
 
-def _tagged_encoders(w: _Writer, s, tagged: list) -> str:
+def _tagged_encoders(w: _Writer, s: _StructDef, tagged: list[_Field]) -> str:
     """The constant name of ``[(tag, field name, encoder, default factory)]`` sorted by tag,
     each encoder a generated ``(value, out=None) -> (chunks, total)`` function."""
     entries = []
-    for f in sorted(tagged, key=lambda f: f.tag):
+    for f in sorted(tagged, key=_tag):
         name = w.fresh(f"encode_{f.name}_")
         fn = _Function(w, f"def {name}(value, out=None):")
         _encode_field(fn, 1, f, s.flexible, "value")
@@ -647,6 +678,12 @@ def _tagged_encoders(w: _Writer, s, tagged: list) -> str:
     table = w.fresh("_tags")
     w.functions.append(f"{table} = [{', '.join(entries)}]\n")
     return table
+
+
+def _tag(f: _Field) -> int:
+    """The tag of a field tagged at this version."""
+    assert f.tag is not None
+    return f.tag
 
 
 def _encoder_source(fn: _Function) -> str:
@@ -668,7 +705,7 @@ def _encoder_source(fn: _Function) -> str:
 # -- modules ---------------------------------------------------------------------------------
 
 
-def generate(s) -> tuple[str, dict[str, object]]:
+def generate(s: _StructDef) -> tuple[str, dict[str, object]]:
     """Source defining ``decode(buf, pos, end) -> (Body, pos)`` and ``encode(value, out=None)
     -> (chunks, total)`` for the struct tree ``s`` (a message at one version), and the
     constants they refer to."""

@@ -6,6 +6,11 @@ injected there (ENOSPC, EIO, EDQUOT; a write lands half its bytes first, as on a
 mid-write): the append must raise that OSError, the log must read as
 before with no torn bytes on disk (``chronolog dump-log --verify`` passes), and once the fault
 is gone the same set appends, survives a clean and an unclean reopen.
+
+Then EIO at every write and fsync of a whole day in a log's life (appends, scheduled flushes,
+retention, file removal, checkpoints, truncation, shutdown): after the failure and a restart with
+recovery, every acknowledged message that retention did not remove is there, densely, and the
+files verify.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import os
 import pytest
 
 from protocol.records import iter_deep
-from storage import Log, LogConfig
+from storage import Log, LogConfig, LogManager, Maintenance
 from storage.dump import main as dump_log
 from tests.storage.helpers import validated
 
@@ -124,3 +129,76 @@ def test_a_fault_at_any_call_leaves_the_log_as_it_was(tmp_path, clock, monkeypat
             reopened = Log(log.directory, CONFIG, clock=clock, needs_recovery=needs_recovery)
             assert contents(reopened) == after
             reopened.close()
+
+
+# -- every write and fsync of a day in a log's life ---------------------------------------------
+LIFE_CONFIG = LogConfig(
+    segment_bytes=700,
+    index_interval_bytes=1,
+    flush_messages=3,
+    flush_ms=0,
+    retention_bytes=1500,
+    file_delete_delay_ms=0,
+)
+
+
+def a_day_in_the_life(manager, acked: list, clock) -> None:
+    """Appends that roll, index and flush, a scheduled flush, retention with file removal, a
+    checkpoint, a truncation and a clean shutdown: every storage write and fsync site. Appends
+    that return are recorded in ``acked`` as (offset, value)."""
+    log = manager.create_log("life", 0)
+    for i in range(8):
+        records = validated(log, [1000 + i, 900 + i], value_size=60 + i)
+        log.append(records)
+        acked += [(m.offset, m.value) for m in iter_deep(bytes(records.buffer))]
+        clock.advance(10)
+        manager.run(Maintenance.FLUSH, log, clock())
+    manager.run(Maintenance.RETENTION, log, clock())
+    manager.run(Maintenance.DELETE_FILES, log, clock())
+    manager.checkpoint_recovery_points()
+    records = validated(log, [5000], value_size=30)
+    log.append(records)
+    log.truncate_to(records.first_offset)  # as a follower would; nothing acked is cut
+    manager.shutdown()
+
+
+def test_eio_at_any_write_or_fsync_loses_nothing_acknowledged(tmp_path, clock, monkeypatch):
+    def run(root, fail_at=None):
+        manager = LogManager([str(root)], lambda topic: LIFE_CONFIG, clock)
+        manager.startup()
+        acked: list = []
+        with monkeypatch.context() as m:
+            faults = Faults(m)
+            faults.error, faults.fail_at = errno.EIO, fail_at
+            try:
+                a_day_in_the_life(manager, acked, clock)
+            except OSError as exc:
+                assert fail_at is not None and exc.errno == errno.EIO
+                for log in manager.all_logs():  # what a broker does with a failed dir
+                    log.abandon()
+        return acked, faults.calls
+
+    _, calls = run(tmp_path / "count")
+    assert set(calls) == set(CALLS) and len(calls) > 20
+    clean = LogManager([str(tmp_path / "count")], lambda topic: LIFE_CONFIG, clock)
+    clean.startup()
+    retained_from = clean.get_log("life", 0).log_start_offset  # where retention moved it
+    clean.shutdown()
+    assert retained_from > 0
+    for k in range(len(calls)):
+        root = tmp_path / f"k{k}"
+        acked, _ = run(root, fail_at=k)
+        manager = LogManager([str(root)], lambda topic: LIFE_CONFIG, clock)
+        manager.startup()  # recovery, as after a restart on a repaired disk
+        log = manager.get_log("life", 0)
+        kept = contents(log)
+        # Retention ran or it did not; nothing else may move the log start.
+        assert log.log_start_offset in (0, retained_from), f"call {k} ({calls[k]})"
+        survivors = [entry for entry in acked if entry[0] >= log.log_start_offset]
+        assert kept[: len(survivors)] == survivors, f"call {k} ({calls[k]})"
+        assert [o for o, _ in kept] == list(range(log.log_start_offset, log.log_end_offset))
+        files = sorted(
+            str(p) for p in (root / "life-0").iterdir() if p.suffix in (".log", ".index")
+        )
+        assert dump_log(["--verify", *files]) == 0, f"call {k} ({calls[k]})"
+        manager.shutdown()

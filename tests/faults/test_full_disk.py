@@ -23,6 +23,7 @@ from tests.integration.kafka_wire import WireClient, create_topic, message_set, 
 FS_BYTES = 8 << 20
 VALUE = b"v" * 20_000
 TOPIC = "full"
+DAY_MS = 86_400_000
 
 
 @pytest.fixture
@@ -58,8 +59,8 @@ def fill(path, leave: int) -> None:
                 break
 
 
-def values(client: WireClient, topic: str) -> list[tuple[int, bytes]]:
-    """Every (offset, value) of partition 0, read back with Fetch v12."""
+def values(client: WireClient, topic: str, start: int = 0) -> list[tuple[int, bytes]]:
+    """Every (offset, value) of partition 0 from ``start``, read back with Fetch v12."""
     out: list[tuple[int, bytes]] = []
     while True:
         body = {
@@ -73,7 +74,7 @@ def values(client: WireClient, topic: str) -> list[tuple[int, bytes]]:
                     "partitions": [
                         {
                             "partition": 0,
-                            "fetch_offset": out[-1][0] + 1 if out else 0,
+                            "fetch_offset": out[-1][0] + 1 if out else start,
                             "partition_max_bytes": 8 << 20,
                         }
                     ],
@@ -198,3 +199,73 @@ def fill_rest(path) -> None:
                 f.flush()
     except OSError:
         pass  # full: not even an empty file fits any more
+
+
+def test_retention_frees_a_full_disk_and_writes_resume(broker_factory, small_fs):
+    broker = broker_factory(
+        {
+            "log.dirs": str(small_fs / "logs"),
+            "log.segment.bytes": 256 << 10,
+            "log.retention.check.interval.ms": 100,
+            "log.segment.delete.delay.ms": 0,
+            "log.retention.ms": DAY_MS,
+        }
+    )
+    # Messages one day old but for a few seconds: retention deletes them soon after the disk
+    # is full, and nothing else frees space.
+    expires = int(time.time() * 1000) - DAY_MS + 6000
+    with WireClient(broker.host, broker.port) as client:
+        assert create_topic(client, TOPIC) == 0
+        fill(small_fs, leave=2 << 20)
+        for i in range(10_000):
+            records = message_set([VALUE], magic=2, timestamps=[expires])
+            answer = produce(client, TOPIC, records, acks=-1, version=9)
+            if answer.error_code:
+                break
+        assert answer.error_code == ErrorCode.KAFKA_STORAGE_ERROR, answer
+        deadline = time.monotonic() + 30
+        while True:
+            answer = produce(client, TOPIC, message_set([VALUE], magic=2), acks=-1, version=9)
+            if answer.error_code == 0:
+                break
+            assert time.monotonic() < deadline, "retention never freed the disk"
+            time.sleep(0.2)
+        assert values(client, TOPIC, answer.base_offset) == [(answer.base_offset, VALUE)]
+    assert "retention deleted segments" in [e.get("event") for e in log_lines_all(broker)]
+
+
+def test_group_offsets_are_read_on_a_full_disk_and_commits_are_retried(broker_factory, small_fs):
+    broker = broker_factory({"log.dirs": str(small_fs / "logs")})
+    commit = {
+        "group_id": "g",
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "retention_time_ms": -1,
+        "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 1}]}],
+    }
+    fetch_offsets = {"group_id": "g", "topics": [{"name": TOPIC, "partition_indexes": [0]}]}
+    with WireClient(broker.host, broker.port) as client:
+        assert create_topic(client, TOPIC) == 0
+        produce(client, TOPIC, message_set([b"a", b"b"], magic=2), acks=-1)
+        answer = client.call(ApiKey.OFFSET_COMMIT, 2, commit)
+        assert answer.topics[0].partitions[0].error_code == 0
+        fill(small_fs, leave=0)
+        fill_rest(small_fs)
+        # Metadata larger than a page: the write needs space (a full tmpfs still takes what fits
+        # in the last page of a file).
+        commit["topics"][0]["partitions"][0].update(
+            committed_offset=2, committed_metadata="m" * 4000
+        )
+        answer = client.call(ApiKey.OFFSET_COMMIT, 2, commit)
+        assert answer.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR_FOR_GROUP
+        read = client.call(ApiKey.OFFSET_FETCH, 1, fetch_offsets).topics[0].partitions[0]
+        assert (read.error_code, read.committed_offset) == (0, 1)
+        os.unlink(small_fs / "filler")
+        answer = client.call(ApiKey.OFFSET_COMMIT, 2, commit)
+        assert answer.topics[0].partitions[0].error_code == 0
+        read = client.call(ApiKey.OFFSET_FETCH, 1, fetch_offsets).topics[0].partitions[0]
+        assert read.committed_offset == 2
+
+
+def log_lines_all(broker) -> list[dict]:
+    return [json.loads(x) for x in broker.log_output().splitlines() if x.startswith("{")]
