@@ -38,6 +38,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -291,6 +292,7 @@ class Disk:
     def close(self) -> None:
         if self.mounted:
             subprocess.run(["umount", "-l", str(self.mount_point)], check=False)
+            self.mounted = False
 
 
 class Checker:
@@ -433,13 +435,30 @@ def summary_of(times: list[float]) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    rng = random.Random(args.seed)
+    """The campaign; an interrupted one (SIGINT, SIGTERM) leaves no broker or mount behind."""
     workdir = Path(tempfile.mkdtemp(prefix="chronolog-soak-"))
     disk = Disk(workdir) if not args.no_disk_full else None
     broker = BrokerProcess(workdir, BROKER_CONFIG)
     if disk and disk.mounted:
         broker.log_dir = str(disk.mount_point / "logs")
         broker.log_dirs = [broker.log_dir]
+    try:
+        result = campaign(args, workdir, disk, broker)
+    finally:
+        broker.kill()
+        if disk:
+            disk.close()
+    if result["ok"]:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        result["workdir_kept"] = str(workdir)
+    return result
+
+
+def campaign(
+    args: argparse.Namespace, workdir: Path, disk: Disk | None, broker: BrokerProcess
+) -> dict:
+    rng = random.Random(args.seed)
     try:
         import confluent_kafka  # noqa: F401
 
@@ -567,14 +586,8 @@ def run(args: argparse.Namespace) -> dict:
         "log_bytes_at_end": _du(broker.log_dir),
         "ok": not checker.lost and not checker.failures,
     }
-    if result["ok"]:
-        shutil.rmtree(workdir, ignore_errors=True)
-    else:
-        result["workdir_kept"] = str(workdir)
-    if disk:
-        if not result["ok"]:  # keep the logs: copy them off the tmpfs before unmounting
-            shutil.copytree(broker.log_dir, workdir / "logs-copy", dirs_exist_ok=True)
-        disk.close()
+    if disk and disk.mounted and not result["ok"]:  # keep the logs: off the tmpfs
+        shutil.copytree(broker.log_dir, workdir / "logs-copy", dirs_exist_ok=True)
     return result
 
 
@@ -596,6 +609,10 @@ def _du(path: str) -> int:
     return total
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=240.0, help="fault loop duration")
@@ -603,6 +620,7 @@ def main() -> int:
     parser.add_argument("--no-disk-full", action="store_true", help="skip the disk-full faults")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "soak.json"))
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, _interrupt)
     result = run(args)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("faults", "acknowledged", "lost", "recover", "ok")}))
