@@ -13,10 +13,11 @@ while faults are injected at random moments (random.Random(--seed)):
   disk_full       the log dir is a small tmpfs: a filler file takes its last byte, producers must
                   get KAFKA_STORAGE_ERROR for a while, then the filler is removed
   disk_full_kill9 the same, with a SIGKILL while the disk is full; started again after freeing
-  disk_full_kill9_start_full / disk_full_sigterm_start_full
+  disk_full_kill9_start_full / disk_full_sigterm_start_full (only with --start-on-full-disk)
                   SIGKILL / SIGTERM (must exit 0) while full, started again while still full
                   (recovery on a full disk; produces must be refused with KAFKA_STORAGE_ERROR
-                  again), then the space is freed
+                  again), then the space is freed. Off by default: such a start fails today
+                  (tests/faults/test_full_disk_start.py, a strict xfail)
 
 The disk-full kinds need root and a working ``mount -t tmpfs``; without them they are skipped and
 the summary says why. After every fault: the time to recover (from the start, or from freeing the
@@ -467,12 +468,9 @@ def campaign(
         use_confluent = False
     kinds = ["kill9", "sigterm"]
     if disk and disk.mounted:
-        kinds += [
-            "disk_full",
-            "disk_full_kill9",
-            "disk_full_kill9_start_full",
-            "disk_full_sigterm_start_full",
-        ]
+        kinds += ["disk_full", "disk_full_kill9"]
+        if args.start_on_full_disk:
+            kinds += ["disk_full_kill9_start_full", "disk_full_sigterm_start_full"]
     faults: Counter[str] = Counter()
     recover: dict[str, list[float]] = {k: [] for k in kinds}
     storage_errors: Counter[str] = Counter()
@@ -570,6 +568,7 @@ def campaign(
         "topic_partitions": PARTITIONS,
         "producers": {"wire_acks_all": WIRE_PRODUCERS, "confluent_kafka_acks_all": use_confluent},
         "disk_full_faults": disk.reason if disk else "skipped: --no-disk-full",
+        "start_on_full_disk": args.start_on_full_disk,
         "faults": dict(faults),
         "faults_total": sum(faults.values()),
         "acknowledged": len(load.acked),
@@ -618,6 +617,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=240.0, help="fault loop duration")
     parser.add_argument("--seed", type=int, default=1125)
     parser.add_argument("--no-disk-full", action="store_true", help="skip the disk-full faults")
+    parser.add_argument(
+        "--start-on-full-disk",
+        action="store_true",
+        help="also restart the broker while its disk is full (known to fail: "
+        "tests/faults/test_full_disk_start.py)",
+    )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "soak.json"))
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _interrupt)
