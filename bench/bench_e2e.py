@@ -32,7 +32,11 @@ RESULT = REPO / "bench" / "results" / "e2e.json"
 MESSAGE_BYTES = 100
 
 
-def start_broker(log_dir: str) -> tuple[subprocess.Popen, str]:
+def start_broker(
+    log_dir: str, overrides: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str]:
+    """A broker on a free port with the repository's config, its log dir and ``overrides``;
+    (process, bootstrap) once it accepts connections. Its log goes to <log_dir>/../broker.log."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -49,6 +53,7 @@ def start_broker(log_dir: str) -> tuple[subprocess.Popen, str]:
             f"listeners=PLAINTEXT://127.0.0.1:{port}",
             "--override",
             f"log.dirs={log_dir}",
+            *(arg for k, v in (overrides or {}).items() for arg in ("--override", f"{k}={v}")),
         ],
         cwd=REPO,
         stdout=subprocess.DEVNULL,

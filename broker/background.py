@@ -86,7 +86,11 @@ async def maintain(ctx: BrokerContext, task: Maintenance) -> int:
                 continue  # deleted meanwhile
             try:
                 done = await trio.to_thread.run_sync(ctx.log_manager.run, task, log, ctx.clock())
-            except OSError as exc:
+            except STORAGE_FAILURES as exc:
+                if ctx.metrics is not None:
+                    ctx.metrics.storage_error(log)
+                if not isinstance(exc, OSError):
+                    raise
                 failure = exc
             else:
                 failure = None

@@ -194,6 +194,22 @@ def _listener(value: str) -> tuple[str, int]:
     return m.group(1), port
 
 
+def _http_listener(value: str) -> tuple[str, int] | None:
+    """``http://host:port`` (an empty host listens on every interface, port 0 picks a free one,
+    IPv6 hosts in brackets); empty: no listener."""
+    if not value:
+        return None
+    m = re.fullmatch(r"([A-Za-z][A-Za-z0-9+.-]*)://(\[[^\]\s/]*\]|[^:/\s\[\]]*):(\d+)/?", value)
+    if not m:
+        raise ValueError(f"{value!r} is not of the form http://host:port")
+    if m.group(1).lower() != "http":
+        raise ValueError(f"scheme {m.group(1)!r} is not supported; use http://host:port")
+    port = int(m.group(3))
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range [0, 65535]")
+    return m.group(2).strip("[]"), port
+
+
 # message.format.version: Kafka's MetadataVersion names (server-common MetadataVersion.java at
 # 3.9.0), each with its "-IVn" variants. Up to 0.9.0 store magic 0, 0.10.x magic 1 (KIP-32), 0.11.0
 # and later magic 2 (record batches, KIP-98). Kafka 3.x ignores the setting for brokers at 3.0+;
@@ -297,6 +313,7 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("group.min.session.timeout.ms", Type.INT, 6000, _B),
     ConfigKey("group.max.session.timeout.ms", Type.INT, 300000, _B),
     ConfigKey("max.incremental.fetch.session.cache.slots", Type.INT, 1000, _B, minimum=0),
+    ConfigKey("metrics.listener", Type.STRING, None, _B, validator=_http_listener),
     # Topic configs, each with the broker properties that set its default.
     ConfigKey("cleanup.policy", Type.STRING, "delete", _T, validator=_cleanup_policy,
               synonyms=(Synonym("log.cleanup.policy"),)),
@@ -480,6 +497,8 @@ class BrokerConfig:
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
     max_incremental_fetch_session_cache_slots: int
+    metrics_listener: tuple[str, int] | None
+    """(host, port) of the Prometheus endpoint (broker/metrics.py), None: no endpoint."""
     topic_defaults: Mapping[str, Any] = dataclasses.field(repr=False)
     """Typed topic-config defaults keyed by topic config name (``segment.bytes`` ...)."""
 
@@ -509,6 +528,9 @@ class BrokerConfig:
             key.attribute: v[name] for name, key in BROKER_KEYS.items() if key.attribute in fields
         }
         values.update(_addresses(v, "advertised.listeners" in given), log_dirs=_log_dirs(v))
+        metrics = v["metrics.listener"]
+        if metrics is not None and metrics[1] != 0 and metrics[1] == values["port"]:
+            raise ConfigError("metrics.listener", f"port {metrics[1]} is the Kafka listener's")
         return cls(**values, topic_defaults=topic_defaults)
 
     def topic_config(self, overrides: Mapping[str, str] | None = None) -> TopicConfig:

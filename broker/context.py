@@ -34,6 +34,7 @@ from storage.errors import is_disk_failure
 
 if TYPE_CHECKING:
     from broker.groups.coordinator import GroupCoordinator
+    from broker.metrics import BrokerMetrics
 
 logger = structlog.get_logger(__name__)
 
@@ -149,6 +150,9 @@ class BrokerContext:
         self.fetch_sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, clock
         )
+        # Prometheus metrics (broker/metrics.py), None without metrics.listener: the request path
+        # then counts nothing.
+        self.metrics: BrokerMetrics | None = None
         self.stopping = False
         self._partitions: dict[tuple[str, int], PartitionState] = {}
 

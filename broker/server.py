@@ -18,17 +18,22 @@ import errno
 import os
 import signal
 from itertools import count
+from time import perf_counter
 from typing import Any
 
 import structlog
 import trio
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from broker import background
+from broker.accept import serve_listeners
 from broker.config import BrokerConfig
 from broker.context import BrokerContext, client_host, kafka_host_string, wall_clock_ms
 from broker.errors import CloseConnectionError
 from broker.groups import setup as setup_group_coordinator
 from broker.handlers import HANDLERS, release_fetch_body
+from broker.http import HttpServer, Route
+from broker.metrics import BrokerMetrics
 from broker.cluster_meta import load_or_create_meta
 from broker.topics import TopicRegistry
 from protocol import ApiKey, FileRegion, ProtocolError, Request, ServerConnection, native
@@ -39,10 +44,6 @@ logger = structlog.get_logger(__name__)
 RECEIVE_BYTES = 262144  # a 1 MB produce request arrives in a few reads, not sixteen
 INLINE_REGION_BYTES = 65536  # see send_response
 SHUTDOWN_GRACE_S = 10.0
-# Out of descriptors or buffers: accept() fails until connections close; pause this long between
-# tries (connections wait in the listen backlog meanwhile).
-ACCEPT_PAUSE_S = 0.5
-_ACCEPT_CAPACITY_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS)
 _conn_ids = count(1)
 
 
@@ -228,12 +229,13 @@ class Server:
                 )
             if not data:
                 return "closed by client"
+            received = perf_counter() if ctx.metrics is not None else 0.0
             for request in conn.receive_data(data):
                 versions.setdefault(request.header.api_key, set()).add(request.header.api_version)
                 clients.add(request.header.client_id or "")
                 self._busy += 1
                 try:
-                    await self._dispatch(stream, conn, request, conn_id)
+                    await self._dispatch(stream, conn, request, conn_id, received)
                 finally:
                     self._busy -= 1
                 if ctx.stopping and self._busy == 0:
@@ -241,8 +243,10 @@ class Server:
         return "broker shutting down"
 
     async def _dispatch(
-        self, stream, conn: ServerConnection, request: Request, conn_id: int
+        self, stream, conn: ServerConnection, request: Request, conn_id: int, received: float
     ) -> None:
+        """Handle one request and write its answer; ``received``: perf_counter() when its frame
+        was complete (for the metrics' queue time)."""
         header = request.header
         handler = self.handlers.get(header.api_key)
         if handler is None:
@@ -259,16 +263,28 @@ class Server:
                 version=header.api_version,
                 correlation_id=header.correlation_id,
             )
+        metrics = self.ctx.metrics
+        started = perf_counter() if metrics is not None else 0.0
         body = await handler(self.ctx, request)
-        if body is None:
-            return
-        if header.api_key == ApiKey.FETCH:
-            try:
-                await send_response(stream, conn.send_chunks(request, body))
-            finally:
-                release_fetch_body(body)
-        else:
-            await send_response(stream, [conn.send(request, body)])
+        handled = perf_counter() if metrics is not None else 0.0
+        if body is not None:
+            if header.api_key == ApiKey.FETCH:
+                try:
+                    await send_response(stream, conn.send_chunks(request, body))
+                finally:
+                    release_fetch_body(body)
+            else:
+                await send_response(stream, [conn.send(request, body)])
+        if metrics is not None:
+            metrics.request_done(
+                header.api_key,
+                header.api_version,
+                body,
+                received,
+                started,
+                handled,
+                perf_counter() if body is not None else handled,
+            )
 
     def begin_shutdown(self) -> None:
         """Stop reading new requests; wake waiting fetches and stop the group coordinator
@@ -351,6 +367,7 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
         server = Server(ctx)
         listeners = await trio.open_tcp_listeners(config.port, host=config.host or None)
         port = listeners[0].socket.getsockname()[1]
+        http_listeners = await _open_metrics(ctx, server)
         if config.advertised_port == 0:  # listeners=...:0 picks a free port: advertise that one
             config = ctx.config = dataclasses.replace(config, advertised_port=port)
         logger.info(
@@ -373,15 +390,28 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                             background.start(ctx, bg)
 
                 outer.start_soon(run_background)
+                http_scope = trio.CancelScope()
+                if http_listeners:
+                    assert ctx.metrics is not None
+                    http = HttpServer({"/metrics": _scrape(ctx.metrics)}, name="metrics")
+
+                    async def serve_http() -> None:
+                        with http_scope:
+                            try:
+                                await http.serve(http_listeners)
+                            except Exception:  # the endpoint must not take the broker down
+                                logger.exception(
+                                    "metrics endpoint stopped; the broker goes on without it",
+                                    action="restart the broker to get /metrics back; report "
+                                    "this log line as a broker bug",
+                                )
+
+                    outer.start_soon(serve_http)
                 accept_scope = trio.CancelScope()
 
                 async def accept() -> None:
                     with accept_scope:
-                        async with trio.open_nursery() as acceptors:
-                            for listener in listeners:
-                                acceptors.start_soon(
-                                    _accept_loop, listener, server.handle_connection, connections
-                                )
+                        await serve_listeners(listeners, server.handle_connection, connections)
 
                 connections.start_soon(accept)
                 task_status.started(port)
@@ -405,6 +435,7 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                     )
                 connections.cancel_scope.cancel()
             bg_scope.cancel()
+            http_scope.cancel()
         unflushed = await _shutdown_storage(ctx)
     if unflushed:
         logger.error(
@@ -417,32 +448,27 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
     return 0
 
 
-async def _accept_loop(listener, handler, nursery) -> None:
-    """Accept connections into ``nursery`` until cancelled. When the process runs out of file
-    descriptors (or the kernel of buffers) accept fails; the loop then pauses and tries again,
-    logging once when it starts and once when it can accept again, instead of failing or
-    printing a traceback every try as trio.serve_listeners does."""
-    failing: OSError | None = None
-    while True:
-        try:
-            stream = await listener.accept()
-        except OSError as exc:
-            if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
-                raise
-            if failing is None:
-                logger.error(
-                    "cannot accept connections; new ones wait until descriptors are free",
-                    error=repr(exc),
-                    action="raise the broker's file descriptor limit (ulimit -n) or lower "
-                    "max.connections; connections are accepted again by themselves",
-                )
-            failing = exc
-            await trio.sleep(ACCEPT_PAUSE_S)
-            continue
-        if failing is not None:
-            logger.info("accepting connections again", after=repr(failing))
-            failing = None
-        nursery.start_soon(handler, stream)
+async def _open_metrics(ctx: BrokerContext, server: Server) -> list[trio.SocketListener]:
+    """With ``metrics.listener``: install ``ctx.metrics`` and open its listeners (an OSError,
+    e.g. the port in use, stops the start-up like the Kafka listener's would)."""
+    if ctx.config.metrics_listener is None:
+        return []
+    host, port = ctx.config.metrics_listener
+    listeners = await trio.open_tcp_listeners(port, host=host or None)
+    ctx.metrics = BrokerMetrics(ctx, lambda: server.active)
+    bound = listeners[0].socket.getsockname()[1]
+    shown = host or "0.0.0.0"
+    logger.info(
+        "metrics listening",
+        host=shown,
+        port=bound,
+        url=f"http://{f'[{shown}]' if ':' in shown else shown}:{bound}/metrics",
+    )
+    return listeners
+
+
+def _scrape(metrics: BrokerMetrics) -> Route:
+    return lambda: (metrics.scrape(), CONTENT_TYPE_LATEST)
 
 
 async def _shutdown_storage(ctx: BrokerContext) -> list[str]:

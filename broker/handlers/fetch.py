@@ -251,6 +251,8 @@ async def _read_partition(
             )
             return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, log.high_watermark, start, b""
         except (*STORAGE_FAILURES, CorruptRecordError) as exc:  # a failing disk, bad bytes
+            if ctx.metrics is not None:
+                ctx.metrics.storage_error(log)
             logger.error(
                 "fetch read failed",
                 topic=topic,
@@ -299,9 +301,19 @@ async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
                 )
             unsent = set(range(len(parts))).difference(chosen)
             _release_parts([parts[i] for i in unsent])
+            if ctx.metrics is not None and total:
+                _count_bytes_out(ctx.metrics, wanted, answers, chosen)
             return _body(wanted, parts, chosen, session_id)
         _release_parts(parts)
         await _wait_for_append(ctx, wanted, answers, deadline)
+
+
+def _count_bytes_out(metrics, wanted: list[Wanted], answers: list[Answer], chosen) -> None:
+    """Bytes out per topic of the partitions answered (one addition per partition with data)."""
+    for index in chosen:
+        size = answers[index].records_size
+        if size:
+            metrics.fetched(wanted[index].topic, size)
 
 
 async def _wait_for_append(

@@ -202,6 +202,8 @@ async def _produce_partition(
                 state.appends_failing(exc, topic_name, partition)
             failure = exc
         except STORAGE_FAILURES as exc:
+            if ctx.metrics is not None:
+                ctx.metrics.storage_error(log)
             logger.error(
                 "append failed",
                 topic=topic_name,
@@ -242,6 +244,8 @@ async def _produce_partition(
         logger.info("rolled new segment", topic=topic_name, partition=partition, base_offset=rolled)
     state.appends_succeed(topic_name, partition)
     state.notify()
+    if ctx.metrics is not None:
+        ctx.metrics.produced(topic_name, result.message_count, len(record_set))
     return _Answer(ErrorCode.NONE, result.first_offset, result.log_append_time, start)
 
 

@@ -295,3 +295,27 @@ def test_zstd_needs_record_batches():
         TopicConfig.resolve(
             c.topic_defaults, {"compression.type": "zstd", "message.format.version": "0.10.2"}
         )
+
+
+def test_metrics_listener():
+    assert cfg().metrics_listener is None
+    assert cfg(metrics_listener="").metrics_listener is None
+    assert cfg(metrics_listener="http://127.0.0.1:9404").metrics_listener == ("127.0.0.1", 9404)
+    assert cfg(metrics_listener="http://:0").metrics_listener == ("", 0)
+    assert cfg(metrics_listener="http://[::1]:9404/").metrics_listener == ("::1", 9404)
+    for bad, why in [
+        ("https://127.0.0.1:9404", "scheme 'https' is not supported"),
+        ("127.0.0.1:9404", "not of the form http://host:port"),
+        ("http://127.0.0.1", "not of the form http://host:port"),
+        ("http://127.0.0.1:9404/metrics", "not of the form http://host:port"),
+        ("http://127.0.0.1:65536", "out of range"),
+        ("http://bad host:1", "not of the form http://host:port"),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            cfg(metrics_listener=bad)
+        assert e.value.key == "metrics.listener"
+        assert why in e.value.reason
+    with pytest.raises(ConfigError) as e:
+        cfg(listeners="PLAINTEXT://127.0.0.1:9404", metrics_listener="http://127.0.0.1:9404")
+    assert e.value.key == "metrics.listener"
+    assert "Kafka listener" in e.value.reason

@@ -1,0 +1,371 @@
+"""Prometheus metrics of one broker, named after Kafka's JMX metrics as the JMX exporter shows
+them (``kafka.network:type=RequestMetrics,name=RequestsPerSec`` ->
+``kafka_network_requestmetrics_requests_total``).
+
+Two kinds, both exposed through one custom collector on a :class:`BrokerMetrics`' own
+``CollectorRegistry`` (never the global one, so several brokers in one process do not collide):
+
+- Counters and latency histograms fed by the request path. They are plain dict entries
+  incremented once per request or per partition of a request, never per message; the
+  collector turns them into metric families when scraped.
+- Gauges read from the broker's state at scrape time: per partition from ``ctx.log_manager``
+  (in-memory attributes; a segment's first time-index entry is read once and cached), consumer
+  group lag from the coordinator's committed offsets, waiting fetches from the partitions'
+  waiter sets, open connections from the server.
+
+Everything runs on the trio thread (handlers count after their worker-thread calls returned,
+and the HTTP endpoint calls :meth:`BrokerMetrics.scrape` there), so nothing needs a lock.
+Without ``metrics.listener`` there is no BrokerMetrics (``ctx.metrics`` is None) and the request
+path skips all of this.
+
+Not measured: authentication failures (there is no SASL), RemoteTimeMs (a Fetch's long-poll wait
+is part of its local time), produce purgatory (a single replica: acks=-1 never waits).
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_left
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import structlog
+from prometheus_client import (
+    CollectorRegistry,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from protocol import ApiKey, ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import BrokerContext
+    from storage import Log
+
+logger = structlog.get_logger(__name__)
+
+REQUEST_NAMES: dict[int, str] = {
+    api: "".join(word.capitalize() for word in api.name.split("_")) for api in ApiKey
+}
+"""Kafka's request names (``ApiKeys.name``): LIST_OFFSETS -> "ListOffsets"."""
+
+LATENCY_BUCKETS_MS: tuple[float, ...] = (
+    0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000,
+)  # fmt: skip
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+class _Histogram:
+    """Bucket counts per label value; ``observe`` is one bisect and two additions."""
+
+    __slots__ = ("series",)
+
+    def __init__(self) -> None:
+        # label -> [bucket counts (the last one is +Inf), sum]
+        self.series: dict[str, list] = {}
+
+    def observe(self, label: str, value: float) -> None:
+        entry = self.series.get(label)
+        if entry is None:
+            entry = self.series[label] = [[0] * (len(LATENCY_BUCKETS_MS) + 1), 0.0]
+        entry[0][bisect_left(LATENCY_BUCKETS_MS, value)] += 1
+        entry[1] += value
+
+    def family(self, name: str, documentation: str) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(name, documentation, labels=["request"])
+        bounds = [*(repr(float(b)) for b in LATENCY_BUCKETS_MS), "+Inf"]
+        for label, (counts, total) in sorted(self.series.items()):
+            cumulative, buckets = 0, []
+            for bound, n in zip(bounds, counts):
+                cumulative += n
+                buckets.append((bound, cumulative))
+            family.add_metric([label], buckets, total)
+        return family
+
+
+def _count_errors(body: dict, counts: dict[int, int]) -> None:
+    """Every ``error_code`` in a response body (top level and nested entries) into ``counts``,
+    as Kafka's ``AbstractResponse.errorCounts`` does (NONE included)."""
+    code = body.get("error_code")
+    if code is not None:
+        counts[code] = counts.get(code, 0) + 1
+    for value in body.values():
+        if type(value) is list:
+            for item in value:
+                if isinstance(item, dict):
+                    _count_errors(item, counts)
+
+
+class BrokerMetrics:
+    """One broker's metrics: what the request path counts, and the registry scraped by the HTTP
+    endpoint. ``connections`` answers the number of open Kafka connections."""
+
+    def __init__(self, ctx: BrokerContext, connections: Callable[[], int]) -> None:
+        self.ctx = ctx
+        self.connections = connections
+        self.messages_in: dict[str, int] = {}
+        self.bytes_in: dict[str, int] = {}
+        self.bytes_out: dict[str, int] = {}
+        self.requests: dict[tuple[int, int], int] = {}  # (api key, version)
+        self.errors: dict[tuple[int, int], int] = {}  # (api key, error code)
+        self.total_time = _Histogram()
+        self.queue_time = _Histogram()
+        self.local_time = _Histogram()
+        self.send_time = _Histogram()
+        self._log_dirs = {_dir_key(d): d for d in ctx.config.log_dirs}
+        self.storage_errors: dict[str, int] = {d: 0 for d in ctx.config.log_dirs}
+        self._first_timestamps: dict[tuple[str, int], int] = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.registry.register(_StateCollector(self))
+
+    # -- the request path ------------------------------------------------------------------
+    def produced(self, topic: str, messages: int, size: int) -> None:
+        """A produce appended ``messages`` messages from a record set of ``size`` bytes."""
+        self.messages_in[topic] = self.messages_in.get(topic, 0) + messages
+        self.bytes_in[topic] = self.bytes_in.get(topic, 0) + size
+
+    def fetched(self, topic: str, size: int) -> None:
+        """A fetch response carries ``size`` bytes of ``topic``'s records."""
+        self.bytes_out[topic] = self.bytes_out.get(topic, 0) + size
+
+    def request_done(
+        self,
+        api_key: int,
+        version: int,
+        body: dict | None,
+        received: float,
+        started: float,
+        handled: float,
+        sent: float,
+    ) -> None:
+        """A request answered (``body`` None: no response, acks=0). Times are perf_counter()
+        seconds: the frame complete, the handler called, the handler returned, the response
+        written."""
+        key = (api_key, version)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        if body is not None:
+            codes: dict[int, int] = {}
+            _count_errors(body, codes)
+            for code, n in codes.items():
+                ekey = (api_key, code)
+                self.errors[ekey] = self.errors.get(ekey, 0) + n
+        name = REQUEST_NAMES[api_key]
+        self.queue_time.observe(name, (started - received) * 1000)
+        self.local_time.observe(name, (handled - started) * 1000)
+        self.send_time.observe(name, (sent - handled) * 1000)
+        self.total_time.observe(name, (sent - received) * 1000)
+
+    def storage_error(self, log: Log) -> None:
+        """A storage call on ``log`` failed (counted per log dir)."""
+        key = _dir_key(os.path.dirname(os.path.normpath(log.directory)))
+        name = self._log_dirs.get(key, key)
+        self.storage_errors[name] = self.storage_errors.get(name, 0) + 1
+
+    # -- scraping ----------------------------------------------------------------------------
+    def scrape(self) -> bytes:
+        """The text exposition of every metric (prometheus_client's ``generate_latest``)."""
+        return generate_latest(self.registry)
+
+    def first_timestamp(self, log: Log) -> int:
+        """The oldest non-empty segment's first time-index entry (cached: it never changes),
+        or that segment's largest timestamp while its time index is empty; -1 without one."""
+        for segment in log.segments:
+            if segment.size == 0:
+                continue
+            key = (log.directory, segment.base_offset)
+            cached = self._first_timestamps.get(key)
+            if cached is not None:
+                return cached
+            index = segment.time_index
+            if index.entries:
+                timestamp = index.entry(0)[0]
+                self._first_timestamps[key] = timestamp
+                return timestamp
+            return segment.max_timestamp
+        return -1
+
+
+def _dir_key(path: str) -> str:
+    return os.path.normpath(os.path.abspath(path))
+
+
+class _StateCollector(Collector):
+    """Builds every broker metric family at scrape time from :class:`BrokerMetrics`' counters
+    and the broker's state."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        yield from self._counters(m)
+        yield m.total_time.family(
+            "kafka_network_requestmetrics_totaltimems",
+            "Request time from the complete frame to the response written, ms",
+        )
+        yield m.queue_time.family(
+            "kafka_network_requestmetrics_requestqueuetimems",
+            "Time a request waited behind earlier requests of its connection, ms",
+        )
+        yield m.local_time.family(
+            "kafka_network_requestmetrics_localtimems",
+            "Time in the request handler, ms (a Fetch's long-poll wait included)",
+        )
+        yield m.send_time.family(
+            "kafka_network_requestmetrics_responsesendtimems",
+            "Time writing the response to the socket, ms",
+        )
+        yield from self._state(m)
+
+    @staticmethod
+    def _counters(m: BrokerMetrics) -> Iterator[Metric]:
+        for name, doc, values in (
+            ("messagesin", "Messages appended by produce requests", m.messages_in),
+            ("bytesin", "Bytes of record sets appended by produce requests", m.bytes_in),
+            ("bytesout", "Bytes of records in fetch responses", m.bytes_out),
+        ):
+            family = CounterMetricFamily(
+                f"kafka_server_brokertopicmetrics_{name}", doc, labels=["topic"]
+            )
+            for topic, value in sorted(values.items()):
+                family.add_metric([topic], value)
+            yield family
+        requests = CounterMetricFamily(
+            "kafka_network_requestmetrics_requests",
+            "Requests answered, by api and version",
+            labels=["request", "version"],
+        )
+        for (api, version), value in sorted(m.requests.items()):
+            requests.add_metric([REQUEST_NAMES[api], str(version)], value)
+        yield requests
+        errors = CounterMetricFamily(
+            "kafka_network_requestmetrics_errors",
+            "Error codes in responses (one per partition or entry that carries one; NONE too)",
+            labels=["request", "error"],
+        )
+        for (api, code), value in sorted(m.errors.items()):
+            errors.add_metric([REQUEST_NAMES[api], _error_name(code)], value)
+        yield errors
+        storage = CounterMetricFamily(
+            "chronolog_log_storage_errors",
+            "Failed storage calls (append, read, retention, flush) per log dir",
+            labels=["log_dir"],
+        )
+        for log_dir, value in sorted(m.storage_errors.items()):
+            storage.add_metric([log_dir], value)
+        yield storage
+
+    @staticmethod
+    def _state(m: BrokerMetrics) -> Iterator[Metric]:
+        ctx = m.ctx
+        connections = GaugeMetricFamily(
+            "kafka_server_socketservermetrics_connection_count",
+            "Open Kafka client connections",
+            labels=["listener"],
+        )
+        connections.add_metric(["PLAINTEXT"], m.connections())
+        yield connections
+        waiting = {event for state in ctx.partition_states() for event in state.waiters}
+        purgatory = GaugeMetricFamily(
+            "kafka_server_delayedoperationpurgatory_purgatorysize",
+            "Requests waiting: Fetch long polls (Produce never waits: a single replica)",
+            labels=["delayedOperation"],
+        )
+        purgatory.add_metric(["Fetch"], len(waiting))
+        purgatory.add_metric(["Produce"], 0)
+        yield purgatory
+
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily("kafka_log_log_size", "Partition size in bytes", labels=labels)
+        segments = GaugeMetricFamily(
+            "kafka_log_log_numlogsegments", "Segments of the partition", labels=labels
+        )
+        start = GaugeMetricFamily(
+            "kafka_log_log_logstartoffset", "First offset of the partition", labels=labels
+        )
+        end = GaugeMetricFamily(
+            "kafka_log_log_logendoffset", "Offset the next message gets", labels=labels
+        )
+        first_ts = GaugeMetricFamily(
+            "chronolog_log_first_timestamp_ms",
+            "The oldest segment's first time-index entry, ms since the epoch (the index is "
+            "sparse: the largest timestamp up to that entry's offset)",
+            labels=labels,
+        )
+        last_ts = GaugeMetricFamily(
+            "chronolog_log_last_timestamp_ms",
+            "Largest message timestamp of the newest non-empty segment, ms since the epoch",
+            labels=labels,
+        )
+        seen: set[tuple[str, int]] = set()
+        for log in sorted(ctx.log_manager.all_logs(), key=lambda lg: (lg.topic, lg.partition)):
+            values = [log.topic, str(log.partition)]
+            try:
+                log_segments = log.segments
+                size.add_metric(values, sum(s.size for s in log_segments))
+                segments.add_metric(values, len(log_segments))
+                start.add_metric(values, log_segments[0].base_offset)
+                end.add_metric(values, log.log_end_offset)
+                oldest = m.first_timestamp(log)
+                newest = log.latest_timestamp()
+            except (OSError, ValueError, IndexError) as exc:
+                # A log deleted or rolled under us (files gone, index closed): next scrape.
+                logger.debug("partition skipped in metrics", partition=log.name, error=repr(exc))
+                continue
+            for base in (s.base_offset for s in log_segments):
+                seen.add((log.directory, base))
+            if oldest >= 0:
+                first_ts.add_metric(values, oldest)
+            if newest >= 0:
+                last_ts.add_metric(values, newest)
+        for key in list(m._first_timestamps):
+            if key not in seen:
+                del m._first_timestamps[key]
+        yield from (size, segments, start, end, first_ts, last_ts)
+        yield from _StateCollector._groups(ctx)
+
+    @staticmethod
+    def _groups(ctx: BrokerContext) -> Iterator[Metric]:
+        group_labels = ["group", "topic", "partition"]
+        lag = GaugeMetricFamily(
+            "kafka_consumergroup_lag",
+            "Log end offset minus the group's committed offset",
+            labels=group_labels,
+        )
+        current = GaugeMetricFamily(
+            "kafka_consumergroup_current_offset",
+            "The group's committed offset",
+            labels=group_labels,
+        )
+        coordinator = ctx.coordinator
+        if coordinator is not None:
+            for key, committed in sorted(
+                coordinator.offsets.items(),
+                key=lambda kv: (kv[0].group, kv[0].topic, kv[0].partition),
+            ):
+                log = ctx.get_log(key.topic, key.partition)
+                if log is None or committed.offset < 0:
+                    continue
+                values = [key.group, key.topic, str(key.partition)]
+                lag.add_metric(values, log.log_end_offset - committed.offset)
+                current.add_metric(values, committed.offset)
+        yield lag
+        yield current
+
+
+__all__ = ["BrokerMetrics", "LATENCY_BUCKETS_MS", "REQUEST_NAMES"]

@@ -1,0 +1,158 @@
+"""broker/metrics.py in process (named apart from tests/integration/test_metrics.py: the test
+modules share one namespace): what the handlers count, what the collector reads from the
+broker's state, and that each broker's registry is its own."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.handlers import HANDLERS, release_fetch_body
+from broker.metrics import LATENCY_BUCKETS_MS, BrokerMetrics, _count_errors
+from broker.server import open_context
+from protocol import ApiKey, MessageSetBuilder
+from tests.broker.test_server import config, produce_body, request
+
+T0 = 1_700_000_000_000
+
+
+def message_set(n: int, first_timestamp: int) -> bytes:
+    builder = MessageSetBuilder()
+    for i in range(n):
+        builder.append(b"m-%d" % i, timestamp=first_timestamp + i)
+    return builder.build()
+
+
+def samples(metrics: BrokerMetrics) -> dict[tuple[str, tuple], float]:
+    """Every sample of a scrape, keyed by (name, sorted labels)."""
+    text = metrics.scrape().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def fetch_body(topic: str, offset: int) -> dict:
+    return {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": 1 << 20,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
+                ],
+            }
+        ],
+    }
+
+
+def test_error_codes_are_counted_at_every_level():
+    counts: dict[int, int] = {}
+    body = {
+        "error_code": 0,
+        "responses": [
+            {"name": "a", "partitions": [{"error_code": 3}, {"error_code": 0}]},
+            {"name": "b", "partitions": [{"error_code": 3, "records": b"\x00"}]},
+        ],
+        "other": [1, 2],
+    }
+    _count_errors(body, counts)
+    assert counts == {0: 2, 3: 2}
+
+
+async def test_produce_and_fetch_are_counted_and_logs_read_at_scrape_time(tmp_path):
+    ctx = await open_context(config(tmp_path, log_segment_bytes=200))
+    ctx.metrics = metrics = BrokerMetrics(ctx, lambda: 7)
+    await ctx.create_topic("t", 1)
+    sets = [message_set(3, T0 + 10 * i) for i in range(4)]  # timestamps T0+0..2, +10..12, ...
+    for record_set in sets:
+        body = await HANDLERS[ApiKey.PRODUCE](
+            ctx, request(ApiKey.PRODUCE, 2, produce_body("t", record_set))
+        )
+        assert body["responses"][0]["partition_responses"][0]["error_code"] == 0
+    fetched = await HANDLERS[ApiKey.FETCH](ctx, request(ApiKey.FETCH, 10, fetch_body("t", 0)))
+    region = fetched["responses"][0]["partitions"][0]["records"]
+    release_fetch_body(fetched)
+    log = ctx.get_log("t", 0)
+    assert log is not None and len(log.segments) > 1  # segment.bytes 200: rolled
+
+    got = samples(metrics)
+    topic = (("topic", "t"),)
+    assert got[("kafka_server_brokertopicmetrics_messagesin_total", topic)] == 12
+    assert got[("kafka_server_brokertopicmetrics_bytesin_total", topic)] == sum(map(len, sets))
+    assert got[("kafka_server_brokertopicmetrics_bytesout_total", topic)] == region.length
+    partition = (("partition", "0"), ("topic", "t"))
+    assert got[("kafka_log_log_logendoffset", partition)] == 12
+    assert got[("kafka_log_log_logstartoffset", partition)] == 0
+    assert got[("kafka_log_log_numlogsegments", partition)] == len(log.segments)
+    assert got[("kafka_log_log_size", partition)] == log.size
+    # The time index is sparse: the oldest segment's only entry, written when it rolled after
+    # two sets, holds its largest timestamp. The newest is the active segment's largest.
+    assert log.segments[0].base_offset == 0 and log.segments[1].base_offset == 6
+    assert got[("chronolog_log_first_timestamp_ms", partition)] == T0 + 12
+    assert got[("chronolog_log_last_timestamp_ms", partition)] == T0 + 32
+    assert got[("kafka_server_socketservermetrics_connection_count", (("listener", "PLAINTEXT"),))]
+    assert got[("chronolog_log_storage_errors_total", (("log_dir", str(tmp_path)),))] == 0
+    assert any(name == "process_cpu_seconds_total" for name, _ in got)
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+async def test_request_times_land_in_their_buckets_and_registries_are_separate(tmp_path):
+    ctx = await open_context(config(tmp_path))
+    one, other = BrokerMetrics(ctx, lambda: 0), BrokerMetrics(ctx, lambda: 0)
+    assert one.registry is not other.registry
+    # received 0, handler from 2 ms to 5 ms, sent at 5.05 ms
+    one.request_done(ApiKey.PRODUCE, 9, {"error_code": 0}, 0.0, 0.002, 0.005, 0.00505)
+    one.request_done(ApiKey.PRODUCE, 9, None, 0.0, 0.0, 20.0, 20.0)
+    got = samples(one)
+    produce = (("request", "Produce"),)
+    assert got[("kafka_network_requestmetrics_requests_total", produce + (("version", "9"),))] == 2
+    assert got[("kafka_network_requestmetrics_errors_total", (("error", "NONE"),) + produce)] == 1
+
+    def bucket(name: str, le: float) -> float:
+        return got[(name + "_bucket", (("le", repr(float(le))),) + produce)]
+
+    assert bucket("kafka_network_requestmetrics_requestqueuetimems", 1) == 1  # 0 ms
+    assert bucket("kafka_network_requestmetrics_requestqueuetimems", 2.5) == 2  # 2 ms
+    assert bucket("kafka_network_requestmetrics_localtimems", 2.5) == 0
+    assert bucket("kafka_network_requestmetrics_localtimems", 5) == 1  # 3 ms
+    assert bucket("kafka_network_requestmetrics_totaltimems", 5) == 0
+    assert bucket("kafka_network_requestmetrics_totaltimems", 10) == 1  # 5.05 ms
+    assert bucket("kafka_network_requestmetrics_totaltimems", LATENCY_BUCKETS_MS[-1]) == 1
+    assert got[("kafka_network_requestmetrics_totaltimems_count", produce)] == 2  # 20 s: +Inf
+    assert not any(n.startswith("kafka_network_requestmetrics_requests") for n, _ in samples(other))
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+async def test_waiting_fetches_are_the_fetch_purgatory(tmp_path):
+    ctx = await open_context(config(tmp_path))
+    ctx.metrics = metrics = BrokerMetrics(ctx, lambda: 0)
+    await ctx.create_topic("t", 1)
+    purgatory = "kafka_server_delayedoperationpurgatory_purgatorysize"
+    fetch = (purgatory, (("delayedOperation", "Fetch"),))
+    assert samples(metrics)[fetch] == 0
+    body = fetch_body("t", 0) | {"max_wait_ms": 60_000, "min_bytes": 1}
+    done = trio.Event()
+
+    async def long_poll():
+        answer = await HANDLERS[ApiKey.FETCH](ctx, request(ApiKey.FETCH, 10, body))
+        release_fetch_body(answer)
+        done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(long_poll)
+        await trio.testing.wait_all_tasks_blocked()
+        assert samples(metrics)[fetch] == 1
+        await HANDLERS[ApiKey.PRODUCE](
+            ctx, request(ApiKey.PRODUCE, 2, produce_body("t", message_set(1, T0)))
+        )
+        with trio.fail_after(10):
+            await done.wait()
+    assert samples(metrics)[fetch] == 0
+    assert samples(metrics)[(purgatory, (("delayedOperation", "Produce"),))] == 0
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
