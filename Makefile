@@ -90,7 +90,7 @@ bench: $(VENV)/.installed-bench
 # build/pipeline/<topic>-per-minute (Parquet). `make pipeline-seed` first produces demo data into it.
 PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
-.PHONY: pipeline pipeline-seed bench-spark
+.PHONY: pipeline pipeline-seed bench-spark soak
 
 pipeline: $(VENV)/.installed-test
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
@@ -102,3 +102,10 @@ pipeline-seed: $(VENV)/.installed-test
 # Spark read throughput (1,000,000 messages, own broker process): bench/results/spark.json.
 bench-spark: $(VENV)/.installed-test
 	$(BIN)/python bench/bench_spark.py
+
+# Soak (bench/soak.py, not part of `make test`): kill -9, SIGTERM and, as root, a full tmpfs under
+# the log dir, at random moments under acks=all producers, for SOAK_SECONDS; checks after every
+# fault and writes bench/results/soak.json; exits 1 when a message was lost or a check failed.
+SOAK_SECONDS ?= 240
+soak: $(VENV)/.installed-test
+	$(BIN)/python bench/soak.py --seconds $(SOAK_SECONDS)
