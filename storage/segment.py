@@ -13,7 +13,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 import structlog
@@ -23,7 +23,7 @@ from protocol.errors import CorruptRecordError
 from protocol.records import Codec, LOG_OVERHEAD, ShallowEntry, check_entry, iter_deep, iter_shallow
 from storage.durable import fsync_file
 from storage.config import INT_MAX, LogConfig
-from storage.errors import CorruptIndexError
+from storage.errors import CorruptIndexError, is_disk_failure
 from storage.index import OffsetIndex, TimeIndex
 from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_path
 
@@ -259,6 +259,7 @@ class LogSegment:
         previous_offset = self.base_offset - 1
         max_timestamp, offset_of_max = -1, self.base_offset
         reason = None
+        indexing = True  # until a full disk refuses an index entry
         try:
             for entry in iter_shallow(view):
                 check_entry(view, entry, max_message_bytes)
@@ -277,22 +278,29 @@ class LogSegment:
                 if entry.timestamp > max_timestamp:
                     max_timestamp, offset_of_max = entry.timestamp, entry.offset
                 if (
-                    valid - last_index_position > self.config.index_interval_bytes
+                    indexing
+                    and valid - last_index_position > self.config.index_interval_bytes
                     and not self.offset_index.is_full()
                     and not self.time_index.is_full()
                 ):
                     # The set at `valid` starts right after the previous entry's offset.
-                    self.offset_index.append(previous_offset + 1, valid)
-                    self.time_index.maybe_append(max_timestamp, offset_of_max)
+                    indexing = self._index_while_recovering(
+                        lambda: self.offset_index.append(previous_offset + 1, valid),
+                        lambda: self.time_index.maybe_append(max_timestamp, offset_of_max),
+                    )
                     last_index_position = valid
                 valid = entry.next_position
                 previous_offset = entry.offset
         except CorruptRecordError as exc:
             reason = str(exc)
         del view
-        if max_timestamp >= 0:
+        if indexing and max_timestamp >= 0:
             # Final entry, as a roll writes it: a later clean start reads the max from it.
-            self.time_index.maybe_append(max_timestamp, offset_of_max, skip_full_check=True)
+            self._index_while_recovering(
+                lambda: self.time_index.maybe_append(
+                    max_timestamp, offset_of_max, skip_full_check=True
+                )
+            )
         if valid < file_size and reason is None:
             reason = f"incomplete entry at byte {valid}"
         truncated = file_size - valid
@@ -303,6 +311,29 @@ class LogSegment:
         self.bytes_since_last_index_entry = valid - last_index_position
         self.rolling_based_timestamp = None
         return RecoveryResult(valid, truncated, reason)
+
+    def _index_while_recovering(self, *writes: Callable[[], None]) -> bool:
+        """Write index entries during recovery; False when a full disk (or exhausted
+        descriptors) refused one. Both index files are then removed: a start on a full disk
+        serves the segment by scanning it, and the next start finds the indexes missing and
+        rebuilds them, rather than trusting an index without its final entry (whose max
+        timestamp retention and rolling read). A failing disk's error propagates."""
+        try:
+            for write in writes:
+                write()
+        except OSError as exc:
+            if is_disk_failure(exc):
+                raise
+            self.offset_index.delete()
+            self.time_index.delete()
+            logger.warning(
+                "no room for the segment's indexes during recovery; they are rebuilt at the next "
+                "start",
+                segment=self.log_path,
+                error=repr(exc),
+            )
+            return False
+        return True
 
     def next_offset(self) -> int:
         """The offset after the last entry (base offset when empty), by a scan from the last

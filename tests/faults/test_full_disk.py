@@ -11,82 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 
 import pytest
 
-from protocol import ApiKey, ErrorCode, iter_deep
+from protocol import ApiKey, ErrorCode
 from storage.dump import main as dump_log
+from tests.faults.helpers import fill, fill_rest, values
 from tests.integration.kafka_wire import WireClient, create_topic, message_set, produce
 
-FS_BYTES = 8 << 20
 VALUE = b"v" * 20_000
 TOPIC = "full"
 DAY_MS = 86_400_000
-
-
-@pytest.fixture
-def small_fs(tmp_path):
-    """A FS_BYTES tmpfs mounted for this test: ENOSPC is the kernel's, not injected."""
-    mount_point = tmp_path / "small-fs"
-    mount_point.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES}", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def fill(path, leave: int) -> None:
-    """Write a filler file so that about ``leave`` bytes stay free on path's filesystem."""
-    st = os.statvfs(path)
-    size = max(st.f_bavail * st.f_frsize - leave, 0)
-    with open(path / "filler", "wb") as f:
-        chunk = b"\0" * (1 << 20)
-        while size > 0:
-            try:
-                size -= f.write(chunk[: min(size, len(chunk))])
-            except OSError:
-                break
-
-
-def values(client: WireClient, topic: str, start: int = 0) -> list[tuple[int, bytes]]:
-    """Every (offset, value) of partition 0 from ``start``, read back with Fetch v12."""
-    out: list[tuple[int, bytes]] = []
-    while True:
-        body = {
-            "replica_id": -1,
-            "max_wait_ms": 0,
-            "min_bytes": 0,
-            "max_bytes": 8 << 20,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": 0,
-                            "fetch_offset": out[-1][0] + 1 if out else start,
-                            "partition_max_bytes": 8 << 20,
-                        }
-                    ],
-                }
-            ],
-        }
-        part = client.call(ApiKey.FETCH, 12, body).responses[0].partitions[0]
-        assert part.error_code == 0, part
-        got = [(m.offset, m.value) for m in iter_deep(bytes(part.records))]
-        if not got:
-            return out
-        out += got
 
 
 def log_lines(broker, event: str) -> list[dict]:
@@ -188,17 +124,6 @@ def test_sigterm_on_a_full_disk_stops_in_order(broker_factory, small_fs):
     broker.start()
     with WireClient(broker.host, broker.port) as client:
         assert values(client, TOPIC) == acknowledged
-
-
-def fill_rest(path) -> None:
-    """Take every byte still free (beside the filler), so even small files cannot be written."""
-    try:
-        with open(path / "filler-rest", "wb") as f:
-            while True:
-                f.write(b"\0" * 4096)
-                f.flush()
-    except OSError:
-        pass  # full: not even an empty file fits any more
 
 
 def test_retention_frees_a_full_disk_and_writes_resume(broker_factory, small_fs):
