@@ -13,11 +13,10 @@ while faults are injected at random moments (random.Random(--seed)):
   disk_full       the log dir is a small tmpfs: a filler file takes its last byte, producers must
                   get KAFKA_STORAGE_ERROR for a while, then the filler is removed
   disk_full_kill9 the same, with a SIGKILL while the disk is full; started again after freeing
-  disk_full_kill9_start_full / disk_full_sigterm_start_full (only with --start-on-full-disk)
+  disk_full_kill9_start_full / disk_full_sigterm_start_full (off with --no-start-on-full-disk)
                   SIGKILL / SIGTERM (must exit 0) while full, started again while still full
                   (recovery on a full disk; produces must be refused with KAFKA_STORAGE_ERROR
-                  again), then the space is freed. Off by default: such a start fails today
-                  (tests/faults/test_full_disk_start.py, a strict xfail)
+                  again), then the space is freed (tests/faults/test_full_disk_start.py)
 
 The disk-full kinds need root and a working ``mount -t tmpfs``; without them they are skipped and
 the summary says why. After every fault: the time to recover (from the start, or from freeing the
@@ -618,10 +617,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1125)
     parser.add_argument("--no-disk-full", action="store_true", help="skip the disk-full faults")
     parser.add_argument(
-        "--start-on-full-disk",
-        action="store_true",
-        help="also restart the broker while its disk is full (known to fail: "
-        "tests/faults/test_full_disk_start.py)",
+        "--no-start-on-full-disk",
+        dest="start_on_full_disk",
+        action="store_false",
+        help="never restart the broker while its disk is full",
     )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "soak.json"))
     args = parser.parse_args()

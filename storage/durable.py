@@ -8,12 +8,13 @@ the OSError of the failing call; a failed write leaves the target as it was.
 from __future__ import annotations
 
 import os
+from storage import syscalls
 
 
 def _fsync_path(path: str, flags: int) -> None:
     fd = os.open(path, flags)
     try:
-        os.fsync(fd)
+        syscalls.fsync(fd)
     finally:
         os.close(fd)
 
@@ -38,8 +39,8 @@ def write_atomically(path: str, data: bytes) -> None:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
+                view = view[syscalls.write(fd, view) :]
+            syscalls.fsync(fd)
         finally:
             os.close(fd)
     except OSError:

@@ -28,6 +28,7 @@ from typing import Callable, ClassVar
 from storage.durable import fsync_file
 from storage.config import INT_MAX
 from storage.errors import CorruptIndexError, InvalidAppendError
+from storage import syscalls
 
 
 class AbstractIndex(abc.ABC):
@@ -119,7 +120,7 @@ class AbstractIndex(abc.ABC):
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            if os.write(self._fd, entry) != len(entry):
+            if syscalls.write(self._fd, entry) != len(entry):
                 raise OSError(errno.ENOSPC, f"short write of a {self.KIND} entry", self.path)
         except OSError:
             os.ftruncate(self._fd, len(data))  # shrinking needs no free space
@@ -144,7 +145,7 @@ class AbstractIndex(abc.ABC):
         """fsync the file (through a temporary descriptor when none is open: a rebuild or a
         truncation may have left dirty pages)."""
         if self._fd is not None:
-            os.fsync(self._fd)
+            syscalls.fsync(self._fd)
             return
         try:
             fsync_file(self.path)

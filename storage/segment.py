@@ -26,6 +26,7 @@ from storage.config import INT_MAX, LogConfig
 from storage.errors import CorruptIndexError, is_disk_failure
 from storage.index import OffsetIndex, TimeIndex
 from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_path
+from storage import syscalls
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
@@ -62,7 +63,7 @@ def _write_all(fd: int, data: Buffer, position: int, *, undo_to: int) -> None:
     view = memoryview(data)
     try:
         while view:
-            written = os.pwrite(fd, view, position)
+            written = syscalls.pwrite(fd, view, position)
             view = view[written:]
             position += written
     except OSError:
@@ -164,7 +165,7 @@ class LogSegment:
         """fsync the .log file and both indexes (through a temporary descriptor when none is
         open: recovery may have left dirty pages without keeping the file open)."""
         if self._fd is not None:
-            os.fsync(self._fd)
+            syscalls.fsync(self._fd)
         else:
             fsync_file(self.log_path)
         self.offset_index.flush()

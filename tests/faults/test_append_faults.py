@@ -1,11 +1,11 @@
 """A failed append leaves the log exactly as it was: injected errors at every write and fsync.
 
 One append that rolls a segment, writes index entries and flushes (flush.messages=1) makes a
-fixed sequence of os.pwrite / os.write / os.fsync calls. For each call in turn the fault is
-injected there (ENOSPC, EIO, EDQUOT; a write lands half its bytes first, as on a disk that fills
-mid-write): the append must raise that OSError, the log must read as
-before with no torn bytes on disk (``chronolog dump-log --verify`` passes), and once the fault
-is gone the same set appends, survives a clean and an unclean reopen.
+fixed sequence of pwrite / write / fsync calls through storage/syscalls.py, the fault-injection
+seam. For each call in turn the fault is injected there (ENOSPC, EIO, EDQUOT; a write lands half
+its bytes first, as on a disk that fills mid-write): the append must raise that OSError, the log
+must read as before with no torn bytes on disk (``chronolog dump-log --verify`` passes), and once
+the fault is gone the same set appends, survives a clean and an unclean reopen.
 
 Then EIO at every write and fsync of a whole day in a log's life (appends, scheduled flushes,
 retention, file removal, checkpoints, truncation, shutdown): after the failure and a restart with
@@ -22,6 +22,7 @@ import pytest
 
 from protocol.records import iter_deep
 from storage import Log, LogConfig, LogManager, Maintenance
+from storage import syscalls
 from storage.dump import main as dump_log
 from tests.storage.helpers import validated
 
@@ -30,15 +31,16 @@ CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=1, flush_messages=1)
 
 
 class Faults:
-    """Counts the storage layer's write and fsync calls; raises ``error`` at call ``fail_at``."""
+    """Counts the storage layer's write and fsync calls through its fault-injection seam
+    (storage/syscalls.py); raises ``error`` at call ``fail_at``."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[str] = []
         self.fail_at: int | None = None
         self.error = errno.ENOSPC
         for name in CALLS:
-            real = getattr(os, name)
-            monkeypatch.setattr(os, name, self._wrap(name, real))
+            real = getattr(syscalls, name)
+            monkeypatch.setattr(syscalls, name, self._wrap(name, real))
 
     def _wrap(self, name, real):
         def call(fd, *args):
