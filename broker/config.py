@@ -314,6 +314,7 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("group.max.session.timeout.ms", Type.INT, 300000, _B),
     ConfigKey("max.incremental.fetch.session.cache.slots", Type.INT, 1000, _B, minimum=0),
     ConfigKey("metrics.listener", Type.STRING, None, _B, validator=_http_listener),
+    ConfigKey("console.read.only", Type.BOOLEAN, True, _B),
     # Topic configs, each with the broker properties that set its default.
     ConfigKey("cleanup.policy", Type.STRING, "delete", _T, validator=_cleanup_policy,
               synonyms=(Synonym("log.cleanup.policy"),)),
@@ -498,9 +499,14 @@ class BrokerConfig:
     group_max_session_timeout_ms: int
     max_incremental_fetch_session_cache_slots: int
     metrics_listener: tuple[str, int] | None
-    """(host, port) of the Prometheus endpoint (broker/metrics.py), None: no endpoint."""
+    """(host, port) of the Prometheus endpoint and web console (broker/http.py), None: none."""
+    console_read_only: bool
+    """The console refuses its destructive actions (delete topic, reset offsets) with 403."""
     topic_defaults: Mapping[str, Any] = dataclasses.field(repr=False)
     """Typed topic-config defaults keyed by topic config name (``segment.bytes`` ...)."""
+    given: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    """The broker properties set (file and overrides, later ones win) as written, so the
+    console can tell a set value from a default."""
 
     @classmethod
     def from_properties(cls, pairs: Iterable[tuple[str, str]]) -> BrokerConfig:
@@ -509,10 +515,12 @@ class BrokerConfig:
         Raises ConfigError naming the first unknown or invalid key.
         """
         given: dict[str, Any] = {}
+        raw_given: dict[str, str] = {}
         for name, raw in pairs:
             if name not in BROKER_KEYS:
                 raise ConfigError(name, "unknown broker property")
             given[name] = _parse(BROKER_KEYS[name], name, raw)
+            raw_given[name] = raw
         v = {name: given.get(name, key.default) for name, key in BROKER_KEYS.items()}
         if v["group.min.session.timeout.ms"] > v["group.max.session.timeout.ms"]:
             raise ConfigError(
@@ -531,7 +539,7 @@ class BrokerConfig:
         metrics = v["metrics.listener"]
         if metrics is not None and metrics[1] != 0 and metrics[1] == values["port"]:
             raise ConfigError("metrics.listener", f"port {metrics[1]} is the Kafka listener's")
-        return cls(**values, topic_defaults=topic_defaults)
+        return cls(**values, topic_defaults=topic_defaults, given=raw_given)
 
     def topic_config(self, overrides: Mapping[str, str] | None = None) -> TopicConfig:
         """The effective config of a topic with these (already validated) overrides."""

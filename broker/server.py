@@ -17,13 +17,13 @@ import dataclasses
 import errno
 import os
 import signal
+import socket
 from itertools import count
 from time import perf_counter
 from typing import Any
 
 import structlog
 import trio
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from broker import background
 from broker.accept import serve_listeners
@@ -32,7 +32,8 @@ from broker.context import BrokerContext, client_host, kafka_host_string, wall_c
 from broker.errors import CloseConnectionError
 from broker.groups import setup as setup_group_coordinator
 from broker.handlers import HANDLERS, release_fetch_body
-from broker.http import HttpServer, Route
+from broker import http
+from broker.console import build_app
 from broker.metrics import BrokerMetrics
 from broker.cluster_meta import load_or_create_meta
 from broker.topics import TopicRegistry
@@ -367,7 +368,7 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
         server = Server(ctx)
         listeners = await trio.open_tcp_listeners(config.port, host=config.host or None)
         port = listeners[0].socket.getsockname()[1]
-        http_listeners = await _open_metrics(ctx, server)
+        http_sockets = await _open_metrics(ctx, server)
         if config.advertised_port == 0:  # listeners=...:0 picks a free port: advertise that one
             config = ctx.config = dataclasses.replace(config, advertised_port=port)
         logger.info(
@@ -391,19 +392,19 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
 
                 outer.start_soon(run_background)
                 http_scope = trio.CancelScope()
-                if http_listeners:
-                    assert ctx.metrics is not None
-                    http = HttpServer({"/metrics": _scrape(ctx.metrics)}, name="metrics")
+                http_stop = trio.Event()
+                if http_sockets:
+                    app = build_app(ctx)
 
                     async def serve_http() -> None:
                         with http_scope:
                             try:
-                                await http.serve(http_listeners)
+                                await http.serve(app, http_sockets, http_stop)
                             except Exception:  # the endpoint must not take the broker down
                                 logger.exception(
-                                    "metrics endpoint stopped; the broker goes on without it",
-                                    action="restart the broker to get /metrics back; report "
-                                    "this log line as a broker bug",
+                                    "http listener stopped; the broker goes on without it",
+                                    action="restart the broker to get /metrics and the console "
+                                    "back; report this log line as a broker bug",
                                 )
 
                     outer.start_soon(serve_http)
@@ -435,7 +436,8 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                     )
                 connections.cancel_scope.cancel()
             bg_scope.cancel()
-            http_scope.cancel()
+            http_stop.set()
+            http_scope.deadline = trio.current_time() + http.GRACEFUL_S + 1
         unflushed = await _shutdown_storage(ctx)
     if unflushed:
         logger.error(
@@ -448,27 +450,24 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
     return 0
 
 
-async def _open_metrics(ctx: BrokerContext, server: Server) -> list[trio.SocketListener]:
-    """With ``metrics.listener``: install ``ctx.metrics`` and open its listeners (an OSError,
+async def _open_metrics(ctx: BrokerContext, server: Server) -> list[socket.socket]:
+    """With ``metrics.listener``: install ``ctx.metrics`` and bind its sockets (an OSError,
     e.g. the port in use, stops the start-up like the Kafka listener's would)."""
     if ctx.config.metrics_listener is None:
         return []
     host, port = ctx.config.metrics_listener
-    listeners = await trio.open_tcp_listeners(port, host=host or None)
+    sockets = await trio.to_thread.run_sync(http.open_sockets, host, port)
     ctx.metrics = BrokerMetrics(ctx, lambda: server.active)
-    bound = listeners[0].socket.getsockname()[1]
+    bound = sockets[0].getsockname()[1]
     shown = host or "0.0.0.0"
+    base = f"http://{f'[{shown}]' if ':' in shown else shown}:{bound}"
+    logger.info("metrics listening", host=shown, port=bound, url=f"{base}/metrics")
     logger.info(
-        "metrics listening",
-        host=shown,
-        port=bound,
-        url=f"http://{f'[{shown}]' if ':' in shown else shown}:{bound}/metrics",
+        "console listening",
+        url=f"{base}/",
+        read_only=ctx.config.console_read_only,
     )
-    return listeners
-
-
-def _scrape(metrics: BrokerMetrics) -> Route:
-    return lambda: (metrics.scrape(), CONTENT_TYPE_LATEST)
+    return sockets
 
 
 async def _shutdown_storage(ctx: BrokerContext) -> list[str]:

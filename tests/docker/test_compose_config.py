@@ -109,3 +109,10 @@ def test_broker_command_is_a_configuration_the_broker_accepts():
     assert (config.host, config.port) == ("0.0.0.0", 9092)
     assert (config.advertised_host, config.advertised_port) == ("broker", 9092)
     assert list(config.log_dirs) == ["/var/lib/chronolog"]
+    assert config.metrics_listener == ("0.0.0.0", 9404)
+
+
+def test_metrics_and_console_port_is_exposed_in_the_network():
+    broker = _config()["services"]["broker"]
+    assert _overrides(broker["command"])["metrics.listener"] == "http://0.0.0.0:9404"
+    assert "9404" in [str(p) for p in broker["expose"]]

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -22,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 WAIT_S = 30
+DASHBOARD = Path(__file__).resolve().parents[2] / "docker" / "grafana-dashboard.json"
 ROUNDS = 5  # produce rounds, one batch each (flushed), so the partition rolls
 PER_ROUND = 20
 VALUE_BYTES = 50
@@ -151,6 +154,13 @@ def test_metrics_show_what_clients_did(broker_factory):
     except urllib.error.HTTPError as exc:
         assert exc.code == 404
     assert scrape(url)[lag_key] == total - COMMITTED
+
+    # docker/grafana-dashboard.json asks only for series this endpoint has
+    exported = {name for name, _ in got}
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    queried = {n for e in exprs for n in re.findall(r"\b(?:kafka|chronolog)_[a-z_]+", e)}
+    assert len(queried) >= 10 and queried <= exported, queried - exported
 
 
 def test_metrics_port_in_use_stops_the_start(broker_factory):
