@@ -1,5 +1,4 @@
-"""Accept loops that survive running out of file descriptors, for every listener the broker
-opens (Kafka's and the HTTP one).
+"""Accept loops for the Kafka listeners that survive running out of file descriptors.
 
 ``trio.serve_listeners`` retries a failing accept every 100 ms and logs a traceback each time
 through the standard library's logging; a broker at its descriptor limit would flood its log
