@@ -81,15 +81,14 @@ def create_topic(bootstrap: str, topic: str) -> None:
         future.result(15)
 
 
-def produce_phase(bootstrap: str, topic: str, count: int, max_s: float) -> dict:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 5,
-            "acks": 1,
-            "queue.buffering.max.messages": 1_000_000,
-        }
-    )
+BATCHED = {"linger.ms": 5, "acks": 1, "queue.buffering.max.messages": 1_000_000}
+
+
+def produce_phase(
+    bootstrap: str, topic: str, count: int, max_s: float, config: dict = BATCHED
+) -> dict:
+    """confluent-kafka produce throughput with the producer settings ``config``."""
+    producer = Producer({"bootstrap.servers": bootstrap, **config})
     payload = b"x" * MESSAGE_BYTES
     delivered = [0]
 

@@ -31,7 +31,6 @@ import urllib.request
 from pathlib import Path
 
 import confluent_kafka
-from confluent_kafka import Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -76,32 +75,8 @@ class Scraper(threading.Thread):
 
 def produce_one_per_request(bootstrap: str, topic: str, count: int, max_s: float) -> dict:
     """Every message its own Produce request (acks=1)."""
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1, "acks": 1}
-    )
-    payload = b"x" * MESSAGE_BYTES
-    delivered = [0]
-
-    def on_delivery(err, msg):
-        if err is None:
-            delivered[0] += 1
-
-    start = time.perf_counter()
-    sent = 0
-    while sent < count and time.perf_counter() - start < max_s:
-        try:
-            producer.produce(topic, payload, on_delivery=on_delivery)
-            sent += 1
-        except BufferError:
-            producer.poll(0.01)
-        producer.poll(0)
-    producer.flush(max_s)
-    elapsed = time.perf_counter() - start
-    return {
-        "messages": delivered[0],
-        "seconds": round(elapsed, 3),
-        "messages_per_s": round(delivered[0] / elapsed),
-    }
+    config = {"linger.ms": 0, "batch.num.messages": 1, "acks": 1}
+    return produce_phase(bootstrap, topic, count, max_s, config)
 
 
 def request_path_cost_us(calls: int = 200_000) -> dict:
