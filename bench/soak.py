@@ -51,7 +51,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from protocol import ApiKey, iter_deep  # noqa: E402
 from storage.dump import main as dump_log  # noqa: E402
 from tests.conftest import BrokerProcess  # noqa: E402
 from tests.integration.kafka_wire import (  # noqa: E402
@@ -59,6 +58,8 @@ from tests.integration.kafka_wire import (  # noqa: E402
     create_topic,
     message_set,
     produce,
+    random_batch,
+    read_all,
 )
 
 TOPIC = "soak"
@@ -157,16 +158,8 @@ class Load:
                     if client is None:
                         client = WireClient(self.broker.host, self.broker.port, timeout=10)
                     partition = rng.randrange(PARTITIONS)
-                    count = rng.randint(1, 8)
-                    values = [
-                        b"w%d-b%d-m%d-" % (i, batch, j) + b"x" * rng.randrange(10, 300)
-                        for j in range(count)
-                    ]
-                    now = now_ms()
-                    stamps = [
-                        now - rng.randrange(1, 60_000) if rng.random() < 0.2 else now + j
-                        for j in range(count)
-                    ]
+                    tag = b"w%d-b%d" % (i, batch)
+                    values, stamps = random_batch(rng, tag, now_ms(), 8, (10, 300), 60_000, 0.2)
                     batch += 1
                     r = produce(
                         client,
@@ -329,34 +322,7 @@ class Checker:
             self.failures.append(f"{label}: dump-log --verify exit {status}: {bad[:5]}")
 
     def read_partition(self, client: WireClient, partition: int) -> list[tuple[int, bytes]]:
-        out: list[tuple[int, bytes]] = []
-        for _ in range(100_000):
-            body = {
-                "replica_id": -1,
-                "max_wait_ms": 0,
-                "min_bytes": 0,
-                "max_bytes": 4 << 20,
-                "topics": [
-                    {
-                        "topic": TOPIC,
-                        "partitions": [
-                            {
-                                "partition": partition,
-                                "fetch_offset": out[-1][0] + 1 if out else 0,
-                                "partition_max_bytes": 4 << 20,
-                            }
-                        ],
-                    }
-                ],
-            }
-            part = client.call(ApiKey.FETCH, 12, body).responses[0].partitions[0]
-            if part.error_code != 0:
-                raise RuntimeError(f"fetch of partition {partition}: error {part.error_code}")
-            got = [(m.offset, bytes(m.value)) for m in iter_deep(bytes(part.records))]
-            if not got:
-                return out
-            out += got
-        raise RuntimeError(f"partition {partition} does not end")
+        return [(m.offset, bytes(m.value)) for m in read_all(client, TOPIC, partition)]
 
     def check(self, label: str, acked: dict[tuple[int, int], bytes]) -> None:
         self.checks += 1

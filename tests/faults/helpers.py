@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 
-from protocol import ApiKey, iter_deep
-from tests.integration.kafka_wire import WireClient
+from tests.integration.kafka_wire import WireClient, read_all
 
 
 def fill(path, leave: int) -> None:
@@ -34,30 +33,5 @@ def fill_rest(path) -> None:
 
 
 def values(client: WireClient, topic: str, start: int = 0) -> list[tuple[int, bytes]]:
-    """Every (offset, value) of partition 0 from ``start``, read back with Fetch v12."""
-    out: list[tuple[int, bytes]] = []
-    while True:
-        body = {
-            "replica_id": -1,
-            "max_wait_ms": 0,
-            "min_bytes": 0,
-            "max_bytes": 8 << 20,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": 0,
-                            "fetch_offset": out[-1][0] + 1 if out else start,
-                            "partition_max_bytes": 8 << 20,
-                        }
-                    ],
-                }
-            ],
-        }
-        part = client.call(ApiKey.FETCH, 12, body).responses[0].partitions[0]
-        assert part.error_code == 0, part
-        got = [(m.offset, m.value) for m in iter_deep(bytes(part.records))]
-        if not got:
-            return out
-        out += got
+    """Every (offset, value) of partition 0 from ``start``."""
+    return [(m.offset, bytes(m.value)) for m in read_all(client, topic, 0, start)]

@@ -17,7 +17,13 @@ import subprocess
 import pytest
 
 from protocol import ApiKey, ErrorCode, iter_deep
-from tests.integration.kafka_wire import WireClient, create_topic, message_set, produce
+from tests.integration.kafka_wire import (
+    WireClient,
+    create_topic,
+    fetch_partition,
+    message_set,
+    produce,
+)
 
 TOPIC = "disks"
 PARTITIONS = 4
@@ -76,24 +82,6 @@ def loop_disk(tmp_path):
         disk.remove()
 
 
-def fetch(client: WireClient, partition: int):
-    body = {
-        "replica_id": -1,
-        "max_wait_ms": 0,
-        "min_bytes": 0,
-        "max_bytes": 1 << 20,
-        "topics": [
-            {
-                "topic": TOPIC,
-                "partitions": [
-                    {"partition": partition, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
-                ],
-            }
-        ],
-    }
-    return client.call(ApiKey.FETCH, 12, body).responses[0].partitions[0]
-
-
 def list_offset(client: WireClient, partition: int):
     body = {
         "replica_id": -1,
@@ -142,7 +130,7 @@ def test_a_failing_disk_takes_its_log_dir_offline_and_the_rest_keeps_serving(
             else:
                 assert part.error_code == 0 and part.leader_id == 0 and part.offline_replicas == []
         for p in range(PARTITIONS):
-            read, end = fetch(client, p), list_offset(client, p)
+            read, end = fetch_partition(client, TOPIC, p), list_offset(client, p)
             if p in on_bad:
                 assert read.error_code == ErrorCode.KAFKA_STORAGE_ERROR
                 assert end.error_code == ErrorCode.KAFKA_STORAGE_ERROR

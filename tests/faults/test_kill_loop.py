@@ -17,9 +17,16 @@ import random
 import threading
 import time
 
-from protocol import ApiKey, iter_deep
+from protocol import ApiKey
 from storage.dump import main as dump_log
-from tests.integration.kafka_wire import WireClient, create_topic, message_set, produce
+from tests.integration.kafka_wire import (
+    WireClient,
+    create_topic,
+    message_set,
+    produce,
+    random_batch,
+    read_all,
+)
 
 SEED = 20261125
 ROUNDS = 8
@@ -90,17 +97,8 @@ class Producers:
                     if client is None:
                         client = WireClient(self.host, self.port, timeout=5)
                     partition = rng.randrange(PARTITIONS)
-                    count = rng.randint(1, 5)
-                    values = [
-                        b"p%d-b%d-m%d-" % (i, batch, j) + b"x" * rng.randrange(20, 120)
-                        for j in range(count)
-                    ]
-                    now = now_ms()
-                    # mostly in order, sometimes seconds in the past: out-of-order CreateTime
-                    stamps = [
-                        now - rng.randrange(1, 20_000) if rng.random() < 0.25 else now + j
-                        for j in range(count)
-                    ]
+                    tag = b"p%d-b%d" % (i, batch)
+                    values, stamps = random_batch(rng, tag, now_ms(), 5, (20, 120), 20_000, 0.25)
                     batch += 1
                     r = produce(
                         client,
@@ -132,34 +130,8 @@ class Producers:
 
 
 def read_partition(client: WireClient, partition: int) -> list[tuple[int, bytes, int]]:
-    """Every (offset, value, timestamp) of a partition, read with Fetch v12 from offset 0."""
-    out: list[tuple[int, bytes, int]] = []
-    for _ in range(10_000):
-        body = {
-            "replica_id": -1,
-            "max_wait_ms": 0,
-            "min_bytes": 0,
-            "max_bytes": 1 << 20,
-            "topics": [
-                {
-                    "topic": TOPIC,
-                    "partitions": [
-                        {
-                            "partition": partition,
-                            "fetch_offset": out[-1][0] + 1 if out else 0,
-                            "partition_max_bytes": 1 << 20,
-                        }
-                    ],
-                }
-            ],
-        }
-        part = client.call(ApiKey.FETCH, 12, body).responses[0].partitions[0]
-        assert part.error_code == 0, part
-        got = [(m.offset, bytes(m.value), m.timestamp) for m in iter_deep(bytes(part.records))]
-        if not got:
-            return out
-        out += got
-    raise AssertionError("a partition that does not end")
+    """Every (offset, value, timestamp) of a partition."""
+    return [(m.offset, bytes(m.value), m.timestamp) for m in read_all(client, TOPIC, partition)]
 
 
 def list_offsets(client: WireClient, targets: dict[int, int]) -> dict[int, tuple[int, int]]:

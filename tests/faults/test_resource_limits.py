@@ -14,7 +14,14 @@ import pytest
 
 from protocol import ApiKey, iter_shallow
 from tests.conftest import api_versions_ok
-from tests.integration.kafka_wire import WireClient, create_topic, frame, message_set, produce
+from tests.integration.kafka_wire import (
+    WireClient,
+    create_topic,
+    fetch_partition,
+    frame,
+    message_set,
+    produce,
+)
 
 
 def events(broker) -> list[str]:
@@ -129,25 +136,7 @@ def test_clients_that_do_not_read_or_crawl_do_not_hold_up_the_others(broker_fact
             for i in range(20):
                 answer = produce(client, "busy", message_set([b"ok%d" % i], magic=2), acks=-1)
                 assert answer.error_code == 0
-                body = {
-                    "replica_id": -1,
-                    "max_wait_ms": 0,
-                    "min_bytes": 0,
-                    "max_bytes": 1 << 20,
-                    "topics": [
-                        {
-                            "topic": "busy",
-                            "partitions": [
-                                {
-                                    "partition": 0,
-                                    "fetch_offset": answer.base_offset,
-                                    "partition_max_bytes": 1 << 20,
-                                }
-                            ],
-                        }
-                    ],
-                }
-                part = client.call(ApiKey.FETCH, 12, body).responses[0].partitions[0]
+                part = fetch_partition(client, "busy", 0, answer.base_offset)
                 assert part.error_code == 0 and part.records
         # Generous on purpose: this checks "not held up", not a speed.
         assert time.monotonic() - started < 10

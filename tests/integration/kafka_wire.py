@@ -8,7 +8,8 @@ import socket
 import struct
 
 from client import BrokerConnection
-from protocol import ApiKey, MessageSetBuilder
+
+from protocol import ApiKey, MessageSetBuilder, iter_deep
 
 
 class WireClient(BrokerConnection):
@@ -62,23 +63,66 @@ def produce(
     return response.responses[0].partition_responses[0]
 
 
-def stored_records(client: WireClient, topic: str, *, partition: int = 0) -> bytes:
-    """The first MiB of a partition as stored: Fetch v12 reads it unconverted."""
+def fetch_partition(
+    client: WireClient, topic: str, partition: int = 0, offset: int = 0, max_bytes: int = 1 << 20
+):
+    """One partition's answer to Fetch v12 (no wait, stored bytes unconverted) from ``offset``."""
     body = {
         "replica_id": -1,
         "max_wait_ms": 0,
         "min_bytes": 0,
-        "max_bytes": 1 << 20,
+        "max_bytes": max_bytes,
         "topics": [
             {
                 "topic": topic,
                 "partitions": [
-                    {"partition": partition, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                    {
+                        "partition": partition,
+                        "fetch_offset": offset,
+                        "partition_max_bytes": max_bytes,
+                    }
                 ],
             }
         ],
     }
-    return client.call(ApiKey.FETCH, 12, body).responses[0].partitions[0].records
+    return client.call(ApiKey.FETCH, 12, body).responses[0].partitions[0]
+
+
+def stored_records(client: WireClient, topic: str, *, partition: int = 0) -> bytes:
+    """The first MiB of a partition as stored."""
+    return fetch_partition(client, topic, partition).records
+
+
+def read_all(client: WireClient, topic: str, partition: int = 0, start: int = 0) -> list:
+    """Every message (protocol.records.DeepMessage) of a partition from ``start`` to its end, by
+    successive fetches; RuntimeError names the error code of a fetch that fails."""
+    out: list = []
+    offset = start
+    for _ in range(100_000):
+        part = fetch_partition(client, topic, partition, offset, 4 << 20)
+        if part.error_code != 0:
+            raise RuntimeError(f"fetch of {topic}-{partition} at {offset}: error {part.error_code}")
+        got = [m for m in iter_deep(bytes(part.records)) if m.offset >= offset]
+        if not got:
+            return out
+        out += got
+        offset = got[-1].offset + 1
+    raise RuntimeError(f"{topic}-{partition} did not end after 100,000 fetches")
+
+
+def random_batch(
+    rng, tag: bytes, now_ms: int, max_count: int, sizes: tuple[int, int], past_ms: int, share: float
+) -> tuple[list[bytes], list[int]]:
+    """(values, CreateTime stamps) of a batch of 1..max_count messages: values tagged for
+    tracing, stamps mostly ``now_ms`` onwards but a ``share`` of them up to ``past_ms`` earlier
+    (out of order, as KIP-33's time index must handle)."""
+    count = rng.randint(1, max_count)
+    values = [b"%s-m%d-" % (tag, j) + b"x" * rng.randrange(*sizes) for j in range(count)]
+    stamps = [
+        now_ms - rng.randrange(1, past_ms) if rng.random() < share else now_ms + j
+        for j in range(count)
+    ]
+    return values, stamps
 
 
 def create_topic(
