@@ -84,6 +84,27 @@ def create_topic(bootstrap: str, topic: str) -> None:
 BATCHED = {"linger.ms": 5, "acks": 1, "queue.buffering.max.messages": 1_000_000}
 
 
+def machine() -> dict:
+    """Where and when a figure was measured, for a result file."""
+    return {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        },
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write_result(path: Path, result: dict) -> None:
+    """Write a result file whole (temporary file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
 def produce_phase(
     bootstrap: str, topic: str, count: int, max_s: float, config: dict = BATCHED
 ) -> dict:
@@ -220,18 +241,9 @@ def main() -> int:
         "produce": produce,
         "consume": consume,
         "produce_to_consume_latency": latency,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-        },
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **machine(),
     }
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RESULT.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, RESULT)
+    write_result(RESULT, result)
     print(json.dumps(result, indent=2))
     return 0
 

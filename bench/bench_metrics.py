@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -34,7 +33,14 @@ import confluent_kafka
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_e2e import MESSAGE_BYTES, create_topic, produce_phase, start_broker  # noqa: E402
+from bench_e2e import (  # noqa: E402
+    MESSAGE_BYTES,
+    create_topic,
+    machine,
+    produce_phase,
+    start_broker,
+    write_result,
+)
 
 RESULT = Path(__file__).resolve().parent / "results" / "metrics_overhead.json"
 
@@ -193,18 +199,9 @@ def main() -> int:
         "medians": medians,
         "request_path_us_per_call": cost,
         "runs": runs,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-        },
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **machine(),
     }
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RESULT.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, RESULT)
+    write_result(RESULT, result)
     print(json.dumps({k: result[k] for k in ("medians", "request_path_us_per_call")}, indent=2))
     return 0
 
