@@ -160,9 +160,10 @@ async def _produce_partition(
     if record_set is None:
         return _Answer(ErrorCode.INVALID_RECORD, message="null records")
     topic = ctx.topics.get(topic_name)
-    if ctx.is_offline(topic_name, partition):
-        return _storage_error(version, "the partition's log dir is offline (failing disk)")
     if topic is None or ctx.get_log(topic_name, partition) is None:
+        # Asked only on this path: a served partition pays no offline check.
+        if ctx.is_offline(topic_name, partition):
+            return _storage_error(version, "the partition's log dir is offline (failing disk)")
         return _rejected(
             topic_name,
             partition,
