@@ -23,7 +23,8 @@ NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested / unknown" valu
 
 def _partitions(ctx: BrokerContext, name: str, count: int) -> list[dict]:
     node = ctx.config.broker_id
-    offline = ctx.is_offline
+    # Asked per partition only while some log dir is offline.
+    offline = ctx.is_offline if ctx.log_manager.offline_dirs else (lambda topic, p: False)
     return [
         {
             "error_code": 0,
