@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test kcat chromium node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
+.PHONY: install install-test kcat chromium zookeeper node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ build-deps:
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    build-essential libdeflate-dev >/dev/null; }
 
-install-test: $(VENV)/.installed-test kcat docker-compose node-deps chromium
+install-test: $(VENV)/.installed-test kcat docker-compose node-deps chromium zookeeper
 
 # KafkaJS (tests/integration/test_kafkajs.py) from the npm registry, pinned by its lock file; node and
 # npm from Debian when the machine has none.
@@ -44,6 +44,13 @@ $(JS_DIR)/node_modules/.installed: $(JS_DIR)/package.json $(JS_DIR)/package-lock
 kcat:
 	@command -v kcat >/dev/null || { echo "installing kcat from Debian packages"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends kcat >/dev/null; }
+
+# Debian's ZooKeeper 3.8 (and its Java runtime): the cluster tests (tests/cluster/) start their own
+# server from /usr/share/java/zookeeper.jar on a free port.
+zookeeper:
+	@[ -f /usr/share/java/zookeeper.jar ] || { echo "installing zookeeper from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    zookeeper >/dev/null; }
 
 # Debian's chromium and its driver: tests/integration/test_console.py drives the web console in a
 # headless browser through selenium.

@@ -2,6 +2,7 @@
 error codes and message sets (magic 0 and 1). See docs/interfaces.md."""
 
 from protocol.api import (
+    CLUSTER_VERSIONS,
     SUPPORTED_VERSIONS,
     ApiKey,
     FileRegion,
@@ -40,6 +41,7 @@ from protocol.schemas import REQUEST_SCHEMAS, RESPONSE_SCHEMAS
 from protocol.validator import Rejected, TopicSettings, ValidatedRecords, validate_produce
 
 __all__ = [
+    "CLUSTER_VERSIONS",
     "SUPPORTED_VERSIONS",
     "ApiKey",
     "FileRegion",

@@ -14,6 +14,7 @@ from protocol.errors import ErrorCode
 __all__ = [
     "ApiKey",
     "SUPPORTED_VERSIONS",
+    "CLUSTER_VERSIONS",
     "RequestHeader",
     "Request",
     "Response",
@@ -30,6 +31,10 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    LEADER_AND_ISR = 4
+    STOP_REPLICA = 5
+    UPDATE_METADATA = 6
+    CONTROLLED_SHUTDOWN = 7
     OFFSET_COMMIT = 8
     OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
@@ -45,6 +50,7 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -86,6 +92,17 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (0, 0),
     ApiKey.DELETE_TOPICS: (0, 0),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
+}
+
+# What a broker in a cluster (zookeeper.connect, broker/cluster/) serves besides
+# SUPPORTED_VERSIONS: the inter-broker apis at the versions Kafka 3.9's ZooKeeper controller sends,
+# and OffsetForLeaderEpoch (also a client api, KIP-320). A single broker does not decode them.
+CLUSTER_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.LEADER_AND_ISR: (6, 6),
+    ApiKey.STOP_REPLICA: (3, 3),
+    ApiKey.UPDATE_METADATA: (7, 7),
+    ApiKey.CONTROLLED_SHUTDOWN: (3, 3),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
 }
 
 

@@ -52,8 +52,6 @@ _INT32 = struct.Struct(">i")
 _REQUEST_HEAD = struct.Struct(">hhih")
 # size int32 + correlation_id int32: the response frame prefix.
 _RESPONSE_HEAD = struct.Struct(">ii")
-# The served api keys by number: a dict lookup, cheaper than calling ApiKey() per request.
-_SERVED_KEYS = {int(k): k for k in SUPPORTED_VERSIONS}
 _KNOWN_KEYS = frozenset(int(k) for k in ApiKey)
 _NO_TAGGED_FIELDS = b"\x00"
 # Compact the receive buffer once this many consumed bytes sit in front of it.
@@ -122,8 +120,17 @@ class ServerConnection:
     held is at most one partial frame (bounded by ``max_request_bytes``) plus unread input.
     """
 
-    def __init__(self, max_request_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self,
+        max_request_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        versions: Mapping[ApiKey, tuple[int, int]] = SUPPORTED_VERSIONS,
+    ) -> None:
+        """``versions``: the (min, max) version served per api (a broker in a cluster adds
+        CLUSTER_VERSIONS); any other api or version is refused."""
         self._frames = _FrameBuffer(max_request_bytes, "request")
+        self._versions = versions
+        # The served api keys by number: a dict lookup, cheaper than ApiKey() per request.
+        self._keys = {int(k): k for k in versions}
 
     @property
     def max_request_bytes(self) -> int:
@@ -140,7 +147,7 @@ class ServerConnection:
 
     def _requests(self) -> Iterator[Request]:
         while (frame := self._frames.next_frame()) is not None:
-            yield _decode_request(*frame)
+            yield _decode_request(*frame, self._keys, self._versions)
 
     def send(self, request: Request, body: Mapping[str, Any]) -> bytes:
         """The response frame for ``request`` as bytes.
@@ -183,15 +190,23 @@ class ServerConnection:
         return chunks
 
 
-def _decode_request(buf: bytearray, start: int, end: int) -> Request:
+def _decode_request(
+    buf: bytearray,
+    start: int,
+    end: int,
+    keys: Mapping[int, ApiKey],
+    versions: Mapping[ApiKey, tuple[int, int]],
+) -> Request:
     view = memoryview(buf)[start:end]
     try:
-        return _decode_request_view(view)
+        return _decode_request_view(view, keys, versions)
     finally:
         view.release()
 
 
-def _decode_request_view(frame: memoryview) -> Request:
+def _decode_request_view(
+    frame: memoryview, keys: Mapping[int, ApiKey], versions: Mapping[ApiKey, tuple[int, int]]
+) -> Request:
     end = len(frame)
     if end < 4 + _REQUEST_HEAD.size:
         raise MalformedFrameError(
@@ -201,7 +216,7 @@ def _decode_request_view(frame: memoryview) -> Request:
         )
     api_key, version, correlation_id, id_len = _REQUEST_HEAD.unpack_from(frame, 4)
     pos = 4 + _REQUEST_HEAD.size
-    if api_key not in _SERVED_KEYS:
+    if api_key not in keys:
         raise UnsupportedApiError(
             f"api key {api_key} (version {version}, correlation id "
             f"{correlation_id}) is not implemented by this broker",
@@ -209,7 +224,7 @@ def _decode_request_view(frame: memoryview) -> Request:
             api_version=version,
             offset=4,
         )
-    key = _SERVED_KEYS[api_key]
+    key = keys[api_key]
     if id_len < -1 or id_len > end - pos:
         raise MalformedFrameError(
             f"{key.name} v{version} request: client_id length {id_len} "
@@ -232,7 +247,7 @@ def _decode_request_view(frame: memoryview) -> Request:
             ) from None
         pos += id_len
     header = RequestHeader(key, version, correlation_id, client_id)
-    lo, hi = SUPPORTED_VERSIONS[key]
+    lo, hi = versions[key]
     if not lo <= version <= hi:
         if key == ApiKey.API_VERSIONS and version > hi:
             # A client newer than us: answer error 35 in the v0 layout, it retries lower.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from broker.context import BrokerContext
-from protocol.api import SUPPORTED_VERSIONS, Request
+from protocol.api import CLUSTER_VERSIONS, SUPPORTED_VERSIONS, Request
 from protocol.errors import ErrorCode
 
 
@@ -11,7 +11,7 @@ def api_versions(implemented) -> list[dict]:
     """The api list: protocol's version ranges for the apis this broker dispatches."""
     return [
         {"api_key": int(key), "min_version": lo, "max_version": hi}
-        for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+        for key, (lo, hi) in sorted({**SUPPORTED_VERSIONS, **CLUSTER_VERSIONS}.items())
         if key in implemented
     ]
 

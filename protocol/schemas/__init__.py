@@ -17,7 +17,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
-from protocol.api import SUPPORTED_VERSIONS, ApiKey
+from protocol.api import CLUSTER_VERSIONS, SUPPORTED_VERSIONS, ApiKey
 from protocol.errors import BodyEncodeError, MalformedFrameError
 from protocol.schemas.codec import Body, ByteBuffer, Chunk, FieldError, MessageCodec, build_codec
 from protocol.schemas.definitions import MESSAGES
@@ -75,7 +75,7 @@ RESPONSE_SCHEMAS = _CodecTable("response")
 
 
 def _check_table() -> None:
-    for key, (lo, hi) in SUPPORTED_VERSIONS.items():
+    for key, (lo, hi) in [*SUPPORTED_VERSIONS.items(), *CLUSTER_VERSIONS.items()]:
         missing = [
             v
             for v in range(lo, hi + 1)

@@ -58,6 +58,12 @@ APIS = [
     "ElectLeaders",
     "AlterPartitionReassignments",
     "ListPartitionReassignments",
+    # Inter-broker apis of the ZooKeeper-mode cluster (broker/cluster/).
+    "LeaderAndIsr",
+    "StopReplica",
+    "UpdateMetadata",
+    "ControlledShutdown",
+    "OffsetForLeaderEpoch",
 ]
 
 # The keys of a field definition kept in the generated module ("about" is documentation).

@@ -344,7 +344,7 @@ def test_acks_zero_produce_expects_no_response():
 def test_client_refuses_unknown_api_and_version():
     client = ClientConnection()
     with pytest.raises(UnsupportedApiError):
-        client.request(4, 0, {})
+        client.request(24, 0, {})  # AddPartitionsToTxn: no schema
     with pytest.raises(UnsupportedVersionError):
         client.request(ApiKey.FETCH, 18, FETCH_BODY)
     with pytest.raises(BodyEncodeError):
