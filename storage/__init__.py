@@ -34,7 +34,8 @@ from storage.errors import (
     RecordSetTooLargeError,
     StorageError,
 )
-from storage.log import AppendResult, FetchData, Log
+from storage.leader_epoch import EpochEndOffset, LeaderEpochCache
+from storage.log import AppendResult, FetchData, Log, ReplicaAppend
 from storage.manager import LogManager, Maintenance
 from storage.segment import TimestampOffset
 
@@ -42,6 +43,9 @@ __all__ = [
     "LogConfig",
     "Log",
     "AppendResult",
+    "ReplicaAppend",
+    "LeaderEpochCache",
+    "EpochEndOffset",
     "LogManager",
     "Maintenance",
     "FetchData",

@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import structlog
 
-from protocol.records import LOG_OVERHEAD
+from protocol import recordbatch as rb
+from protocol.errors import CorruptRecordError
+from protocol.records import LOG_OVERHEAD, check_entry, first_offset, iter_shallow
 from storage.durable import fsync_dir, write_atomically
 from storage.config import INT_MAX, LogConfig
 from storage.errors import (
@@ -52,6 +54,7 @@ from storage.layout import (
     parse_segment_file,
     segment_path,
 )
+from storage.leader_epoch import CorruptEpochCheckpointError, LeaderEpochCache
 from storage.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
 from storage.segment import LogSegment, TimestampOffset
 
@@ -107,6 +110,18 @@ class AppendResult(NamedTuple):
     synced: bool  # it fsynced (a roll, or flush.messages reached)
 
 
+class ReplicaAppend(NamedTuple):
+    """What :meth:`Log.append_replica` appended: offsets ``first_offset``..``last_offset`` in
+    ``entries`` entries taking ``size`` bytes of the buffer (0 entries: nothing complete)."""
+
+    first_offset: int
+    last_offset: int
+    entries: int
+    size: int
+    rolled: int | None
+    synced: bool
+
+
 class Log:
     """One partition's segmented log; see the module docstring.
 
@@ -148,7 +163,11 @@ class Log:
         self._producers = ProducerStateManager()  # loaded below, see _load_producer_state
         self._recent_segment: LogSegment | None = None
         self._closed = False
+        # The high watermark of a replicated partition (set by the broker's replica manager);
+        # None: a single replica, whose every appended message is committed.
+        self._high_watermark: int | None = None
         os.makedirs(directory, exist_ok=True)
+        self.leader_epochs = LeaderEpochCache(directory)
         self._load_segments()
         self.recovery_point = recovery_point
         if needs_recovery:
@@ -161,6 +180,7 @@ class Log:
         if not needs_recovery or self.recovery_point > self.log_end_offset:
             self.recovery_point = self.log_end_offset
         self._load_producer_state(clean_shutdown=not needs_recovery)
+        self._load_leader_epochs()
         self.last_flush_ms = clock()
 
     # -- properties --------------------------------------------------------------------------
@@ -182,8 +202,27 @@ class Log:
 
     @property
     def high_watermark(self) -> int:
-        # Single replica: every appended message is committed.
-        return self.log_end_offset
+        """The offset below which messages are committed: the log end offset for a single
+        replica, else what :meth:`update_high_watermark` last set."""
+        hw = self._high_watermark
+        return self.log_end_offset if hw is None else hw
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the high watermark is kept apart from the log end offset."""
+        return self._high_watermark is not None
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Make this a replicated log with high watermark ``offset``, kept within
+        [log_start_offset, log_end_offset]; returns the value set. Truncation and retention
+        keep it within those bounds afterwards."""
+        hw = min(max(offset, self.log_start_offset), self.log_end_offset)
+        self._high_watermark = hw
+        return hw
+
+    def _clamp_high_watermark(self) -> None:
+        if self._high_watermark is not None:
+            self.update_high_watermark(self._high_watermark)
 
     @property
     def size(self) -> int:
@@ -365,19 +404,9 @@ class Log:
                 f"{self.name}: message set of {len(buffer)} bytes exceeds segment.bytes "
                 f"{self.config.segment_bytes}"
             )
-        before = self.active_segment
-        segment = self._maybe_roll(len(buffer), last, validated.max_timestamp)
-        rolled = segment.base_offset if segment is not before else None
-        position = segment.size
-        segment.append(first, validated.max_timestamp, validated.offset_of_max_timestamp, buffer)
-        self.log_end_offset = last + 1
-        recent = self._recent_sets
-        if self._recent_segment is not segment:
-            recent.clear()
-            self._recent_segment = segment
-        recent[first] = (position, LOG_OVERHEAD + _SIZE_FIELD.unpack_from(buffer, 8)[0])
-        if len(recent) > RECENT_SETS:
-            del recent[next(iter(recent))]
+        rolled = self._append_set(
+            first, last, validated.max_timestamp, validated.offset_of_max_timestamp, buffer
+        )
         for b in validated.producer_batches:
             self._producers.update(
                 b.producer_id,
@@ -388,17 +417,102 @@ class Log:
                 b.last_offset,
                 b.max_timestamp,
             )
-        synced = rolled is not None
-        if self.unflushed_messages >= self.config.flush_messages:
+        return AppendResult(rolled, self._flush_appended(first) or rolled is not None)
+
+    def _append_set(
+        self,
+        first: int,
+        last: int,
+        max_timestamp: int,
+        offset_of_max_timestamp: int,
+        buffer: bytes | memoryview,
+    ) -> int | None:
+        """Append one set (rolling first when due); the base offset of a segment rolled, or
+        None. OSError leaves the segment as it was (LogSegment.append)."""
+        before = self.active_segment
+        segment = self._maybe_roll(len(buffer), last, max_timestamp)
+        rolled = segment.base_offset if segment is not before else None
+        position = segment.size
+        segment.append(first, max_timestamp, offset_of_max_timestamp, buffer)
+        self.log_end_offset = last + 1
+        recent = self._recent_sets
+        if self._recent_segment is not segment:
+            recent.clear()
+            self._recent_segment = segment
+        recent[first] = (position, LOG_OVERHEAD + _SIZE_FIELD.unpack_from(buffer, 8)[0])
+        if len(recent) > RECENT_SETS:
+            del recent[next(iter(recent))]
+        return rolled
+
+    def _flush_appended(self, first: int) -> bool:
+        """After appending from ``first``: flush when flush.messages is reached; whether it
+        fsynced. A failed fsync takes the appended sets back (flush.messages promised them
+        durable before the answer) and raises the OSError."""
+        if self.unflushed_messages < self.config.flush_messages:
+            return False
+        try:
+            self.flush()
+        except OSError:
+            self.truncate_to(first)
+            raise
+        return True
+
+    def append_replica(self, buffer: bytes | memoryview) -> ReplicaAppend:
+        """A follower's append of the leader's entries as they are (KIP-32: no re-validation,
+        no LogAppendTime re-stamping, no offset assignment): every complete entry of
+        ``buffer`` (a fetch response may end inside one; the rest is ignored), each as its own
+        set, so this log builds its own indexes as the leader's did for one-batch produces.
+        Record batches of a newer partition leader epoch start that epoch here.
+
+        Raises CorruptRecordError for an entry whose CRC or size is wrong (nothing of it or
+        after it is appended), InvalidAppendError when offsets do not follow the log end
+        offset and each other (gaps, as compaction leaves them, are allowed), OSError as
+        :meth:`append` does (what was appended before it stays)."""
+        self._check_open()
+        limit = self._recovery_size_limit
+        first = last = -1
+        count = size = 0
+        rolled: int | None = None
+        for entry in iter_shallow(buffer):
+            if entry.magic > rb.MAGIC:
+                raise CorruptRecordError(
+                    f"{self.name}: entry at offset {entry.offset} has unknown magic {entry.magic}"
+                )
+            check_entry(buffer, entry, limit)
+            start = first_offset(buffer, entry)
+            if start < self.log_end_offset or entry.offset < start:
+                raise InvalidAppendError(
+                    f"{self.name}: replicated entry holds offsets {start}..{entry.offset}, but "
+                    f"the log end offset is {self.log_end_offset}"
+                )
+            data = memoryview(buffer)[entry.position : entry.next_position]
+            h = rb.read_header(buffer, entry.position) if entry.magic == rb.MAGIC else None
+            if h is not None and h.partition_leader_epoch > self.leader_epochs.latest_epoch:
+                self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
             try:
-                self.flush()
+                set_rolled = self._append_set(
+                    start, entry.offset, entry.timestamp, entry.offset, data
+                )
             except OSError:
-                # flush.messages promised this set durable before the answer; it is not, so
-                # it is taken back and the producer's error means "not stored".
-                self.truncate_to(first)
+                self.leader_epochs.truncate_from_end(self.log_end_offset)
                 raise
-            synced = True
-        return AppendResult(rolled, synced)
+            if h is not None and h.producer_id >= 0:
+                self._producers.update(
+                    h.producer_id,
+                    h.producer_epoch,
+                    h.base_sequence,
+                    h.last_sequence,
+                    h.base_offset,
+                    h.last_offset,
+                    h.max_timestamp,
+                )
+            rolled = set_rolled if set_rolled is not None else rolled
+            first = start if first < 0 else first
+            last = entry.offset
+            count += 1
+            size = entry.next_position
+        synced = count > 0 and self._flush_appended(first)
+        return ReplicaAppend(first, last, count, size, rolled, synced or rolled is not None)
 
     def update_config(self, config: LogConfig) -> None:
         """Apply a changed topic config: later appends, rolls, retention and flushes use it."""
@@ -449,6 +563,24 @@ class Log:
             os.path.join(self.directory, PARTITION_METADATA_FILE),
             f"version: 0\ntopic_id: {text}\n".encode("ascii"),
         )
+
+    def _load_leader_epochs(self) -> None:
+        """Kafka's LogLoader: the epochs cut to the log as recovered (a crash may have lost
+        the tail an epoch started in, or retention moved the start)."""
+        try:
+            self.leader_epochs.load()
+        except CorruptEpochCheckpointError as exc:
+            logger.warning(
+                "leader epoch checkpoint unreadable; starting without epochs",
+                topic=self.topic,
+                partition=self.partition,
+                reason=str(exc),
+                action="none: epochs are learnt again from the next leader; a follower "
+                "truncates to its high watermark until then",
+            )
+            self.leader_epochs.clear()
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
 
     def producer_state(self) -> ProducerStateManager:
         """The idempotent producers of this partition (storage/producer_state.py), loaded when
@@ -614,11 +746,19 @@ class Log:
         start)."""
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
-    def read(self, offset: int, max_bytes: int, *, min_one_message: bool = False) -> FetchData:
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one_message: bool = False,
+        max_offset: int | None = None,
+    ) -> FetchData:
         """Up to ``max_bytes`` from ``offset`` (from the start of the compressed wrapper holding
         it); with ``min_one_message`` at least the whole first message (Fetch v3). Empty at the
-        log end. Raises OffsetOutOfRangeError outside [log_start_offset, log_end_offset],
-        ValueError for a negative ``max_bytes``."""
+        log end. ``max_offset`` (a consumer's high watermark): nothing at or after it is
+        returned, not even with ``min_one_message``. Raises OffsetOutOfRangeError outside
+        [log_start_offset, log_end_offset], ValueError for a negative ``max_bytes``."""
         self._check_open()
         if max_bytes < 0:
             raise ValueError(f"{self.name}: max_bytes {max_bytes} is negative")
@@ -630,29 +770,49 @@ class Log:
                 log_start_offset=self.log_start_offset,
                 log_end_offset=self.log_end_offset,
             )
-        for segment in self._segments[self._segment_index(offset) :]:
+        if max_offset is not None and offset >= max_offset:
+            return FetchData(-1, 0, 0, self.high_watermark)
+        first = self._segment_index(offset)
+        for i, segment in enumerate(self._segments[first:], first):
             self._ensure_index(segment)
             found = segment.read(offset, max_bytes, min_one_message=min_one_message)
             if found is not None:
                 if segment is not self.active_segment:
                     self._track_open_fd(segment)
-                return FetchData(*found, self.high_watermark)
+                fileno, position, length = found
+                if max_offset is not None and (
+                    i + 1 == len(self._bases) or self._bases[i + 1] > max_offset
+                ):
+                    stop = segment.position_of(max_offset)
+                    if stop is not None:
+                        length = min(length, stop - position)
+                        if length <= 0:
+                            return FetchData(-1, 0, 0, self.high_watermark)
+                return FetchData(fileno, position, length, self.high_watermark)
         return FetchData(-1, 0, 0, self.high_watermark)
 
     def read_cached(
-        self, offset: int, max_bytes: int, *, min_one_message: bool = False
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one_message: bool = False,
+        max_offset: int | None = None,
     ) -> FetchData | None:
         """``read`` answered from memory alone, or None when it needs the files (then call
-        ``read``). Answered: a read at the log end, and a read at the first offset of one of the
-        last RECENT_SETS sets appended to the active segment (where a consumer at the tail reads
-        next), whose position is remembered, so no index lookup or scan touches the disk, when
-        everything from there to the log end fits in the limit.
-        Raises ValueError for a negative ``max_bytes``."""
+        ``read``). Answered: a read at the log end (or at ``max_offset``), and a read at the
+        first offset of one of the last RECENT_SETS sets appended to the active segment (where a
+        consumer at the tail reads next), whose position is remembered, so no index lookup or
+        scan touches the disk, when everything from there to the log end fits in the limit and
+        ``max_offset`` (if given) is the log end. Raises ValueError for a negative
+        ``max_bytes``."""
         self._check_open()
         if max_bytes < 0:
             raise ValueError(f"{self.name}: max_bytes {max_bytes} is negative")
-        if offset == self.log_end_offset:
+        if offset == self.log_end_offset or offset == max_offset:
             return FetchData(-1, 0, 0, self.high_watermark)
+        if max_offset is not None and max_offset < self.log_end_offset:
+            return None
         segment = self.active_segment
         found = self._recent_sets.get(offset)
         if found is None or self._recent_segment is not segment:
@@ -765,6 +925,8 @@ class Log:
         else:
             self.log_end_offset = segment.next_offset()
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._clamp_high_watermark()
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
         self._load_producer_state(clean_shutdown=False)  # Kafka's truncateAndReload
         logger.info(
             "log truncated",
@@ -788,6 +950,9 @@ class Log:
         self._open_inactive = []
         fsync_dir(self.directory)
         self.log_end_offset = self.recovery_point = offset
+        if self._high_watermark is not None:
+            self._high_watermark = offset
+        self.leader_epochs.clear()
         self._producers = ProducerStateManager()
         logger.info(
             "log emptied and restarted",
@@ -842,9 +1007,16 @@ class Log:
             del self._segments[0]
             del self._bases[0]
             deleted += 1
-        self.recovery_point = max(self.recovery_point, self.log_start_offset)
-        self._delete_producer_snapshots(lambda snapshot: snapshot >= self.log_start_offset)
+        self._start_moved()
         return deleted
+
+    def _start_moved(self) -> None:
+        """After segments were deleted from the start: the recovery point, high watermark,
+        producer snapshots and leader epochs follow the new log start offset."""
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self._clamp_high_watermark()
+        self._delete_producer_snapshots(lambda snapshot: snapshot >= self.log_start_offset)
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
 
     def _time_expired(self, segment: LogSegment, now_ms: int) -> bool:
         largest = segment.largest_timestamp
@@ -872,10 +1044,14 @@ class Log:
         self, predicate: Callable[[LogSegment], bool], now_ms: int, reason: str
     ) -> int:
         deletable = []
-        for segment in self._segments:
+        bases = self._bases
+        for i, segment in enumerate(self._segments):
             if not predicate(segment):
                 break
             if segment is self.active_segment and segment.size == 0:
+                break
+            # Only what every replica holds (Kafka's deletableSegments: below the high watermark)
+            if (bases[i + 1] if i + 1 < len(bases) else self.log_end_offset) > self.high_watermark:
                 break
             deletable.append(segment)
         if not deletable:
@@ -886,8 +1062,7 @@ class Log:
             self._delete_segment(segment, now_ms, reason=reason)
         del self._segments[: len(deletable)]
         del self._bases[: len(deletable)]
-        self.recovery_point = max(self.recovery_point, self.log_start_offset)
-        self._delete_producer_snapshots(lambda snapshot: snapshot >= self.log_start_offset)
+        self._start_moved()
         return len(deletable)
 
     def _delete_segment(self, segment: LogSegment, now_ms: int, *, reason: str) -> None:

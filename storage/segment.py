@@ -431,6 +431,12 @@ class LogSegment:
             previous = entry.offset
         return None, previous
 
+    def position_of(self, offset: int) -> int | None:
+        """Where the first entry whose last offset is >= ``offset`` starts (a read of offsets
+        below ``offset`` stops there), None when the segment ends before it."""
+        entry, _ = self._find_entry(offset)
+        return None if entry is None else entry.position
+
     def read(
         self, offset: int, max_bytes: int, *, min_one_message: bool
     ) -> tuple[int, int, int] | None:
