@@ -18,11 +18,12 @@ logger = structlog.get_logger(__name__)
 META_FILE = "meta.properties"
 
 
-def load_or_create_meta(config: BrokerConfig) -> str:
-    """Return the cluster id, generating and persisting it in every log dir on first start.
+def load_or_create_meta(config: BrokerConfig, cluster_id_in_zk: str | None = None) -> str:
+    """Return the cluster id, generating and persisting it in every log dir on first start (a
+    broker in a cluster takes ZooKeeper's, ``cluster_id_in_zk``).
 
-    Raises StartupError when a log dir's meta.properties names another broker.id or the log dirs
-    disagree on the cluster id.
+    Raises StartupError when a log dir's meta.properties names another broker.id, the log dirs
+    disagree on the cluster id, or they name another cluster than ZooKeeper's.
     """
     cluster_ids = set()
     for log_dir in config.log_dirs:
@@ -45,7 +46,16 @@ def load_or_create_meta(config: BrokerConfig) -> str:
             f"log dirs {', '.join(config.log_dirs)} belong to different clusters "
             f"({', '.join(sorted(cluster_ids))})"
         )
-    if cluster_ids:
+    if cluster_id_in_zk is not None:
+        if cluster_ids and cluster_ids != {cluster_id_in_zk}:
+            raise StartupError(
+                f"log dirs {', '.join(config.log_dirs)} belong to cluster "
+                f"{cluster_ids.pop()}, but ZooKeeper ({config.zookeeper_connect}) holds cluster "
+                f"{cluster_id_in_zk}; point zookeeper.connect at that cluster's ZooKeeper, or "
+                "use empty log dirs"
+            )
+        cluster_id = cluster_id_in_zk
+    elif cluster_ids:
         cluster_id = cluster_ids.pop()
     else:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()

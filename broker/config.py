@@ -210,6 +210,17 @@ def _http_listener(value: str) -> tuple[str, int] | None:
     return m.group(2).strip("[]"), port
 
 
+def _zookeeper_connect(value: str) -> str:
+    """``host:port[,host:port...][/chroot]``, as Kafka's zookeeper.connect."""
+    hosts, slash, chroot = value.partition("/")
+    for host in hosts.split(","):
+        if not re.fullmatch(r"[^\s:,/]+:\d{1,5}", host.strip()):
+            raise ValueError(f"{value!r} is not of the form host:port[,host:port...][/chroot]")
+    if slash and (not chroot or chroot.startswith("/") or chroot.endswith("/") or "//" in chroot):
+        raise ValueError(f"chroot /{chroot} must be a path without a trailing slash")
+    return value
+
+
 # message.format.version: Kafka's MetadataVersion names (server-common MetadataVersion.java at
 # 3.9.0), each with its "-IVn" variants. Up to 0.9.0 store magic 0, 0.10.x magic 1 (KIP-32), 0.11.0
 # and later magic 2 (record batches, KIP-98). Kafka 3.x ignores the setting for brokers at 3.0+;
@@ -315,6 +326,21 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("max.incremental.fetch.session.cache.slots", Type.INT, 1000, _B, minimum=0),
     ConfigKey("metrics.listener", Type.STRING, None, _B, validator=_http_listener),
     ConfigKey("console.read.only", Type.BOOLEAN, True, _B),
+    # The cluster (broker/cluster/): ZooKeeper, replication.
+    ConfigKey("zookeeper.connect", Type.STRING, None, _B, validator=_zookeeper_connect),
+    ConfigKey("zookeeper.session.timeout.ms", Type.INT, 18000, _B, minimum=1),
+    ConfigKey("zookeeper.connection.timeout.ms", Type.INT, 18000, _B, minimum=1),
+    ConfigKey("broker.rack", Type.STRING, None, _B, validator=_non_empty),
+    ConfigKey("default.replication.factor", Type.INT, 1, _B, minimum=1),
+    ConfigKey("replica.lag.time.max.ms", Type.LONG, 30000, _B, minimum=1),
+    ConfigKey("replica.fetch.wait.max.ms", Type.INT, 500, _B, minimum=0),
+    ConfigKey("replica.fetch.min.bytes", Type.INT, 1, _B, minimum=1),
+    ConfigKey("replica.fetch.max.bytes", Type.INT, 1048576, _B, minimum=0),
+    ConfigKey("replica.fetch.response.max.bytes", Type.INT, 10485760, _B, minimum=0),
+    ConfigKey("replica.fetch.backoff.ms", Type.INT, 1000, _B, minimum=0),
+    ConfigKey("replica.socket.timeout.ms", Type.INT, 30000, _B, minimum=1),
+    ConfigKey("replica.high.watermark.checkpoint.interval.ms", Type.LONG, 5000, _B, minimum=1),
+    ConfigKey("controller.socket.timeout.ms", Type.INT, 30000, _B, minimum=1),
     # Topic configs, each with the broker properties that set its default.
     ConfigKey("cleanup.policy", Type.STRING, "delete", _T, validator=_cleanup_policy,
               synonyms=(Synonym("log.cleanup.policy"),)),
@@ -335,6 +361,8 @@ KEYS: tuple[ConfigKey, ...] = (
               synonyms=(Synonym("log.message.timestamp.difference.max.ms"),)),
     ConfigKey("message.timestamp.type", Type.STRING, "CreateTime", _T, choices=_TIMESTAMP_TYPES,
               synonyms=(Synonym("log.message.timestamp.type"),)),
+    ConfigKey("min.insync.replicas", Type.INT, 1, _T, minimum=1,
+              synonyms=(Synonym("min.insync.replicas"),)),
     _log("retention.bytes", Type.LONG, Synonym("log.retention.bytes")),
     _log("retention.ms", Type.LONG, Synonym("log.retention.ms"),
          Synonym("log.retention.minutes", MINUTE_MS), Synonym("log.retention.hours", HOUR_MS),
@@ -344,6 +372,8 @@ KEYS: tuple[ConfigKey, ...] = (
     _log("segment.jitter.ms", Type.LONG, Synonym("log.roll.jitter.ms"),
          Synonym("log.roll.jitter.hours", HOUR_MS)),
     _log("segment.ms", Type.LONG, Synonym("log.roll.ms"), Synonym("log.roll.hours", HOUR_MS)),
+    ConfigKey("unclean.leader.election.enable", Type.BOOLEAN, False, _T,
+              synonyms=(Synonym("unclean.leader.election.enable"),)),
 )
 # fmt: on
 
@@ -409,12 +439,14 @@ class TopicConfig:
     message_timestamp_before_max_ms: int
     message_timestamp_difference_max_ms: int
     message_timestamp_type: str
+    min_insync_replicas: int
     retention_bytes: int
     retention_ms: int
     segment_bytes: int
     segment_index_bytes: int
     segment_jitter_ms: int
     segment_ms: int
+    unclean_leader_election_enable: bool
 
     @property
     def magic(self) -> int:
@@ -502,6 +534,21 @@ class BrokerConfig:
     """(host, port) of the Prometheus endpoint and web console (broker/http.py), None: none."""
     console_read_only: bool
     """The console refuses its destructive actions (delete topic, reset offsets) with 403."""
+    zookeeper_connect: str | None
+    """ZooKeeper's address (with an optional chroot); None: a single broker, no cluster."""
+    zookeeper_session_timeout_ms: int
+    zookeeper_connection_timeout_ms: int
+    broker_rack: str | None
+    default_replication_factor: int
+    replica_lag_time_max_ms: int
+    replica_fetch_wait_max_ms: int
+    replica_fetch_min_bytes: int
+    replica_fetch_max_bytes: int
+    replica_fetch_response_max_bytes: int
+    replica_fetch_backoff_ms: int
+    replica_socket_timeout_ms: int
+    replica_high_watermark_checkpoint_interval_ms: int
+    controller_socket_timeout_ms: int
     topic_defaults: Mapping[str, Any] = dataclasses.field(repr=False)
     """Typed topic-config defaults keyed by topic config name (``segment.bytes`` ...)."""
     given: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
@@ -529,7 +576,7 @@ class BrokerConfig:
         topic_defaults = {}
         for name, key in TOPIC_KEYS.items():
             synonym = next(s for s in key.synonyms if v[s.name] is not None)
-            value = v[synonym.name] * synonym.unit
+            value = v[synonym.name] if synonym.unit == 1 else v[synonym.name] * synonym.unit
             topic_defaults[name] = key.validator(value) if key.validator else value
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {

@@ -33,6 +33,7 @@ from storage import Log, LogManager
 from storage.errors import is_disk_failure
 
 if TYPE_CHECKING:
+    from broker.cluster import Cluster
     from broker.groups.coordinator import GroupCoordinator
     from broker.metrics import BrokerMetrics
 
@@ -153,6 +154,8 @@ class BrokerContext:
         # Prometheus metrics (broker/metrics.py), None without metrics.listener: the request path
         # then counts nothing.
         self.metrics: BrokerMetrics | None = None
+        # The cluster (broker/cluster/) with zookeeper.connect, else None: a single broker.
+        self.cluster: Cluster | None = None
         self.stopping = False
         self._partitions: dict[tuple[str, int], PartitionState] = {}
 
@@ -221,6 +224,8 @@ class BrokerContext:
         reason = topic_name_error(name)
         if reason:
             raise InvalidTopicNameError(reason)
+        if self.cluster is not None:
+            return await self.cluster.create_topic(name, partitions, overrides or {})
         async with self.admin_lock:
             if name in self.topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
@@ -246,7 +251,10 @@ class BrokerContext:
 
     async def delete_topic(self, name: str) -> bool:
         """Delete a topic and its logs; False when it does not exist. Appends and reads on its
-        partitions are excluded while the logs go away; waiting fetches are woken."""
+        partitions are excluded while the logs go away; waiting fetches are woken. In a
+        cluster the controller deletes it everywhere, after this returns."""
+        if self.cluster is not None:
+            return await self.cluster.delete_topic(name)
         async with self.admin_lock:
             topic = self.topics.get(name)
             if topic is None:

@@ -59,6 +59,8 @@ class Wanted:
     partition: int
     fetch_offset: int
     max_bytes: int
+    # The leader epoch the client knows (Fetch v9+, KIP-320); checked in a cluster only.
+    leader_epoch: int = -1
 
 
 class Answer(NamedTuple):

@@ -35,9 +35,21 @@ from broker.handlers import HANDLERS, release_fetch_body
 from broker import http
 from broker.console import build_app
 from broker.metrics import BrokerMetrics
+from broker.cluster import Cluster
+from broker.cluster.handlers import cluster_handlers
 from broker.cluster_meta import load_or_create_meta
+from broker.errors import STORAGE_FAILURES
 from broker.topics import TopicRegistry
-from protocol import ApiKey, FileRegion, ProtocolError, Request, ServerConnection, native
+from protocol import (
+    CLUSTER_VERSIONS,
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    FileRegion,
+    ProtocolError,
+    Request,
+    ServerConnection,
+    native,
+)
 from storage import InconsistentTopicIdError, LogManager
 
 logger = structlog.get_logger(__name__)
@@ -58,6 +70,8 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
 
     Raises broker.errors.StartupError or storage errors; nothing is served yet then.
     """
+    if config.zookeeper_connect is not None:
+        return await open_cluster_context(config)
     cluster_id = await trio.to_thread.run_sync(load_or_create_meta, config)
     registry = TopicRegistry(config)
     await trio.to_thread.run_sync(registry.load)
@@ -122,12 +136,51 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     return ctx
 
 
+async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
+    """open_context for a broker in a cluster (zookeeper.connect): the cluster id and the
+    topics come from ZooKeeper (broker/cluster/), before the logs load so each gets its topic's
+    configs; logs are not created here (the controller's LeaderAndIsr does that)."""
+    cluster = Cluster(config)
+    cluster_id = await cluster.connect()
+    await trio.to_thread.run_sync(load_or_create_meta, config, cluster_id)
+    registry = TopicRegistry(config)  # in memory: ZooKeeper holds the topics
+    await cluster.load_topics(registry)
+
+    def config_for_topic(name: str):
+        topic = registry.get(name)
+        return (topic or registry.default_topic(name, 1)).log_config
+
+    manager = LogManager(list(config.log_dirs), config_for_topic, wall_clock_ms)
+    await trio.to_thread.run_sync(manager.startup)
+    ctx = BrokerContext(config, cluster_id, manager, registry)
+    cluster.attach(ctx)
+    await trio.to_thread.run_sync(ctx.producer_ids.load)
+    for log in manager.all_logs():
+        topic = registry.get(log.topic)
+        if topic is None:
+            logger.warning(
+                "log of a topic the cluster does not have; left as it is",
+                topic=log.topic,
+                partition=log.partition,
+                action="remove the directory if the topic was deleted while this broker was down",
+            )
+    logger.info("logs loaded", topics=len(registry.names()), logs=len(manager.all_logs()))
+    return ctx
+
+
 class Server:
     """Accepts connections and runs each one's request loop; see the module docstring."""
 
     def __init__(self, ctx: BrokerContext, handlers: dict | None = None) -> None:
         self.ctx = ctx
-        self.handlers = HANDLERS if handlers is None else handlers
+        if handlers is None:
+            handlers = HANDLERS if ctx.cluster is None else cluster_handlers(HANDLERS)
+        self.handlers = handlers
+        self.versions = (
+            SUPPORTED_VERSIONS
+            if ctx.cluster is None
+            else {**SUPPORTED_VERSIONS, **CLUSTER_VERSIONS}
+        )
         self.active = 0
         self._idle_scopes: set[trio.CancelScope] = set()
         self._busy = 0
@@ -213,7 +266,9 @@ class Server:
         ``clients`` collect every (api, version) served and client id seen, for the
         connection-closed log line."""
         ctx = self.ctx
-        conn = ServerConnection(max_request_bytes=ctx.config.socket_request_max_bytes)
+        conn = ServerConnection(
+            max_request_bytes=ctx.config.socket_request_max_bytes, versions=self.versions
+        )
         idle_s = ctx.config.connections_max_idle_ms / 1000
         while not ctx.stopping:
             with trio.move_on_after(idle_s) as scope:
@@ -387,7 +442,10 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                 async def run_background() -> None:
                     with bg_scope:
                         async with trio.open_nursery() as bg:
-                            ctx.coordinator = await setup_group_coordinator(ctx, bg)
+                            if ctx.cluster is not None:
+                                await ctx.cluster.start(bg, port)
+                            else:
+                                ctx.coordinator = await setup_group_coordinator(ctx, bg)
                             background.start(ctx, bg)
 
                 outer.start_soon(run_background)
@@ -436,6 +494,8 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                     )
                 connections.cancel_scope.cancel()
             bg_scope.cancel()
+            if ctx.cluster is not None:
+                await _leave_cluster(ctx)
             http_stop.set()
             http_scope.deadline = trio.current_time() + http.GRACEFUL_S + 1
         unflushed = await _shutdown_storage(ctx)
@@ -468,6 +528,21 @@ async def _open_metrics(ctx: BrokerContext, server: Server) -> list[socket.socke
         read_only=ctx.config.console_read_only,
     )
     return sockets
+
+
+async def _leave_cluster(ctx: BrokerContext) -> None:
+    """Checkpoint the high watermarks and close the ZooKeeper session (this broker's
+    registration goes at once, so the controller moves its leaderships without waiting for the
+    session timeout)."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    with trio.CancelScope(shield=True):
+        try:
+            await cluster.replicas.checkpoint_high_watermarks()
+        except STORAGE_FAILURES as exc:
+            logger.warning("could not checkpoint high watermarks at shutdown", error=repr(exc))
+        with trio.move_on_after(5):
+            await cluster.stop()
 
 
 async def _shutdown_storage(ctx: BrokerContext) -> list[str]:

@@ -221,8 +221,13 @@ class Log:
         return hw
 
     def _clamp_high_watermark(self) -> None:
-        if self._high_watermark is not None:
-            self.update_high_watermark(self._high_watermark)
+        # Written only when it changes: the broker sets the high watermark from its event loop
+        # while retention (which never passes it) runs in a worker thread.
+        hw = self._high_watermark
+        if hw is not None:
+            clamped = min(max(hw, self.log_start_offset), self.log_end_offset)
+            if clamped != hw:
+                self._high_watermark = clamped
 
     @property
     def size(self) -> int:
@@ -908,7 +913,7 @@ class Log:
         self._delete_producer_snapshots(lambda snapshot: snapshot <= offset)
         now = self._clock()
         if offset < self.log_start_offset:
-            self._truncate_fully_and_start_at(offset)
+            self.truncate_fully_and_start_at(offset)
             return
         keep = self._segment_index(offset)
         for segment in self._segments[keep + 1 :]:
@@ -936,7 +941,11 @@ class Log:
             log_end_offset=self.log_end_offset,
         )
 
-    def _truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and restart it at ``offset`` (a follower below its leader's log
+        start); the log start offset becomes ``offset``."""
+        self._check_open()
+        self._recent_sets.clear()
         now = self._clock()
         self._delete_producer_snapshots(lambda snapshot: False)
         for segment in self._segments:

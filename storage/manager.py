@@ -225,6 +225,22 @@ class LogManager:
         logger.info("created log", topic=topic, partition=partition, log_dir=log_dir)
         return log
 
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Close and remove one partition's log (a replica moved away or its topic deleted in
+        a cluster), renamed to ``...-delete`` first like :meth:`delete_topic`. Raises
+        LogNotFoundError when there is none."""
+        key = (topic, partition)
+        log = self._logs.pop(key, None)
+        if log is None:
+            raise LogNotFoundError(f"{topic}-{partition} has no log in {self.log_dirs}")
+        log_dir = self._dir_of.pop(key)
+        log.close()
+        doomed = f"{log.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        os.rename(log.directory, doomed)
+        fsync_dir(log_dir)
+        shutil.rmtree(doomed)
+        logger.info("deleted log", topic=topic, partition=partition, log_dir=log_dir)
+
     def delete_topic(self, topic: str) -> int:
         """Close and remove every partition log of ``topic``; return how many. The directory is
         first renamed to ``<topic>-<partition>.<uuid>-delete`` so a crash mid-removal leaves

@@ -44,10 +44,19 @@ def readable_magic(version: int) -> int | None:
     return 1 if version <= 3 else None
 
 
-def _read(log, offset: int, max_bytes: int, min_one: bool, to_magic: int | None, zstd_ok: bool):
+def _read(
+    log,
+    offset: int,
+    max_bytes: int,
+    min_one: bool,
+    to_magic: int | None,
+    zstd_ok: bool,
+    max_offset: int | None = None,
+):
     """Worker thread, under the partition lock: (high_watermark, record_set) where record_set is
     bytes or a FileRegion owning a dup()ed descriptor."""
-    return _records(log.read(offset, max_bytes, min_one_message=min_one), to_magic, zstd_ok)
+    data = log.read(offset, max_bytes, min_one_message=min_one, max_offset=max_offset)
+    return _records(data, to_magic, zstd_ok)
 
 
 def _records(data, to_magic: int | None, zstd_ok: bool):
@@ -89,7 +98,14 @@ def _wanted(ctx: BrokerContext, request: Request) -> tuple[list[Wanted], list[Wa
         name = name_of(topic)
         topic_id = topic.topic_id
         wanted += [
-            Wanted(name, topic_id, p["partition"], p["fetch_offset"], p["partition_max_bytes"])
+            Wanted(
+                name,
+                topic_id,
+                p["partition"],
+                p["fetch_offset"],
+                p["partition_max_bytes"],
+                p["current_leader_epoch"],
+            )
             for p in topic.partitions
         ]
     forgotten = []
@@ -99,10 +115,13 @@ def _wanted(ctx: BrokerContext, request: Request) -> tuple[list[Wanted], list[Wa
     return wanted, forgotten
 
 
-async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
+async def _read_all(
+    ctx: BrokerContext, request: Request, wanted: list[Wanted], replica_id: int = -1
+):
     """One pass over ``wanted``: (per-partition response dicts, answers for the session cache,
-    bytes found, any partition error)."""
+    bytes found, any partition error). ``replica_id``: the follower fetching (cluster only)."""
     body = request.body
+    cluster = ctx.cluster
     version = request.header.api_version
     # KIP-541: the broker's fetch.max.bytes bounds every response, so many partitions times a
     # large partition max (Fetch v0-v2 have no total) cannot make the broker hold gigabytes.
@@ -114,8 +133,15 @@ async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
     try:
         for w in wanted:
             at_end = ctx.get_log(w.topic, w.partition) if w.topic is not None else None
+            max_offset = None
+            if cluster is not None and w.topic is not None:
+                error, max_offset = _cluster_check(cluster, w, replica_id, at_end)
+            else:
+                error = ErrorCode.NONE
             if w.topic is None:
                 error, hw, start, records = ErrorCode.UNKNOWN_TOPIC_ID, -1, -1, b""
+            elif error != ErrorCode.NONE:
+                hw, start, records = -1, -1, b""
             elif (
                 at_end is not None and w.fetch_offset == at_end.log_end_offset and w.max_bytes >= 0
             ):
@@ -136,6 +162,7 @@ async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
                     min_one,
                     to_magic,
                     version >= 10,
+                    max_offset,
                 )
                 if error == ErrorCode.KAFKA_STORAGE_ERROR and version <= 5:
                     # As Kafka: Fetch v0-v5 clients may not retry 56; they do retry this.
@@ -163,6 +190,25 @@ async def _read_all(ctx: BrokerContext, request: Request, wanted: list[Wanted]):
         _release_parts(parts)
         raise
     return parts, answers, total, errored
+
+
+def _cluster_check(cluster, w: Wanted, replica_id: int, log) -> tuple[ErrorCode, int | None]:
+    """In a cluster: (error, max offset) of one partition. Followers (replica_id >= 0) fetch
+    from the leader at the epoch they know and report their log end offset (the fetch offset);
+    consumers read from the leader up to the high watermark; a debugging reader (-2) reads any
+    replica up to its high watermark (Kafka 0.10.1)."""
+    replicas = cluster.replicas
+    if replica_id == -2:
+        if (w.topic, w.partition) not in replicas.replicas or log is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+        return ErrorCode.NONE, log.high_watermark
+    replica = replicas.leader(w.topic, w.partition)
+    error = replicas.check_epoch(replica, w.leader_epoch)
+    if error != ErrorCode.NONE or log is None:
+        return error, None
+    if replica_id >= 0:
+        return replicas.follower_fetch(replica, replica_id, w.fetch_offset), None
+    return ErrorCode.NONE, log.high_watermark
 
 
 def _body(
@@ -207,8 +253,10 @@ async def _read_partition(
     min_one: bool,
     to_magic: int | None,
     zstd_ok: bool,
+    max_offset: int | None = None,
 ):
-    """(error, high watermark, log start offset, records) of one partition. A disk error is
+    """(error, high watermark, log start offset, records) of one partition, up to
+    ``max_offset`` when given (a consumer's high watermark in a cluster). A disk error is
     handed to ``ctx.storage_failed`` once the partition lock is released."""
     failure: OSError | None = None
     async with ctx.locked_log(topic, partition) as log:
@@ -223,12 +271,14 @@ async def _read_partition(
             if max_bytes == 0 and not min_one:
                 return ErrorCode.NONE, log.high_watermark, start, b""
             # A consumer at the tail (or at the log end) is answered from memory: no thread.
-            data = log.read_cached(offset, max_bytes, min_one_message=min_one)
+            data = log.read_cached(
+                offset, max_bytes, min_one_message=min_one, max_offset=max_offset
+            )
             if data is not None and (data.length == 0 or (to_magic is None and zstd_ok)):
                 hw, records = _records(data, to_magic, zstd_ok)
             else:
                 hw, records = await trio.to_thread.run_sync(
-                    _read, log, offset, max_bytes, min_one, to_magic, zstd_ok
+                    _read, log, offset, max_bytes, min_one, to_magic, zstd_ok, max_offset
                 )
         except OffsetOutOfRangeError as exc:
             logger.info(
@@ -288,8 +338,11 @@ async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
         )
         return _body([], [], [], context.respond([])[0], context.error)
     wanted = context.wanted
+    replica_id = -1
+    if ctx.cluster is not None:
+        replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id
     while True:
-        parts, answers, total, errored = await _read_all(ctx, request, wanted)
+        parts, answers, total, errored = await _read_all(ctx, request, wanted, replica_id)
         if total >= body.min_bytes or errored or ctx.stopping or trio.current_time() >= deadline:
             session_id, chosen = context.respond(answers)
             if context.create_session and session_id:

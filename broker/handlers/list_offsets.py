@@ -4,7 +4,9 @@ Special timestamps: -1 latest (the high watermark; with no transactions also for
 read_committed), -2 earliest, -3 the message with the largest timestamp (KIP-734, v7+), -4
 earliest local (KIP-405, v8+: every segment is local, so the log start offset), -5 latest
 tiered (v9+: nothing is tiered, so no offset). v4+ answers carry the leader epoch (0: the single
-broker has led every partition since its creation).
+broker has led every partition since its creation; in a cluster the leader's current epoch).
+In a cluster a consumer asks the partition's leader and sees committed messages only (below the
+high watermark); see :func:`_cluster_check`.
 """
 
 from __future__ import annotations
@@ -25,8 +27,29 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 LEADER_EPOCH = 0
 
 
+def _cluster_check(ctx: BrokerContext, topic: str, partition: int, replica_id: int, epoch: int):
+    """In a cluster: (error, whether answers stop at the high watermark, the leader epoch to
+    answer with). Consumers ask the leader and see what is committed; a follower (its replica
+    id) asks the leader for its log end; a debugging reader (-2) any replica (Kafka 0.10.1)."""
+    replicas = ctx.cluster.replicas
+    if replica_id == -2:
+        replica = replicas.replicas.get((topic, partition))
+        error = ErrorCode.NONE if replica is not None else ErrorCode.NOT_LEADER_OR_FOLLOWER
+    else:
+        replica = replicas.leader(topic, partition)
+        error = replicas.check_epoch(replica, epoch)
+    return error, replica_id == -1, replica.leader_epoch if replica is not None else -1
+
+
 async def _lookup(
-    ctx: BrokerContext, topic: str, partition: int, timestamp: int, max_num: int, version: int
+    ctx: BrokerContext,
+    topic: str,
+    partition: int,
+    timestamp: int,
+    max_num: int,
+    version: int,
+    replica_id: int = -1,
+    current_leader_epoch: int = -1,
 ):
     """v1: (error, timestamp, offset); v0: (error, offsets)."""
     missing = (
@@ -34,6 +57,13 @@ async def _lookup(
         if version
         else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
     )
+    committed_only = False
+    if ctx.cluster is not None and ctx.topics.get(topic) is not None:
+        error, committed_only, _ = _cluster_check(
+            ctx, topic, partition, replica_id, current_leader_epoch
+        )
+        if error != ErrorCode.NONE:
+            return (error, -1, -1) if version else (error, [])
     if ctx.get_log(topic, partition) is None:
         if ctx.is_offline(topic, partition):
             return (
@@ -61,6 +91,8 @@ async def _lookup(
                 )
                 return ErrorCode.NONE, list(offsets)
             if timestamp == LATEST:
+                if ctx.cluster is not None and not committed_only:
+                    return ErrorCode.NONE, -1, log.log_end_offset
                 return ErrorCode.NONE, -1, log.high_watermark
             if timestamp in (EARLIEST, EARLIEST_LOCAL):
                 return ErrorCode.NONE, -1, log.log_start_offset
@@ -86,7 +118,7 @@ async def _lookup(
                 if version
                 else (ErrorCode.UNKNOWN_SERVER_ERROR, [])
             )
-    if found is None:
+    if found is None or (committed_only and found.offset >= log.high_watermark):
         return ErrorCode.NONE, -1, -1
     return ErrorCode.NONE, found.timestamp, found.offset
 
@@ -127,15 +159,26 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request) -> dict:
                 parts.append({**answer, "error_code": int(error), "old_style_offsets": offsets})
                 continue
             error, ts, offset = await _lookup(
-                ctx, t.name, p.partition_index, p.timestamp, 0, version
+                ctx,
+                t.name,
+                p.partition_index,
+                p.timestamp,
+                0,
+                version,
+                request.body.replica_id,
+                p.current_leader_epoch,
             )
+            epoch = LEADER_EPOCH
+            if ctx.cluster is not None:
+                replica = ctx.cluster.replicas.replicas.get((t.name, p.partition_index))
+                epoch = replica.leader_epoch if replica is not None else -1
             parts.append(
                 {
                     **answer,
                     "error_code": int(error),
                     "timestamp": ts,
                     "offset": offset,
-                    "leader_epoch": LEADER_EPOCH if offset >= 0 else -1,
+                    "leader_epoch": epoch if offset >= 0 else -1,
                 }
             )
     return {

@@ -69,15 +69,16 @@ def _check_producers(log, result: ValidatedRecords) -> Rejected | Duplicate | No
 
 
 def _validate(
-    log, record_set, topic: Topic, now_ms: int, version: int
+    log, record_set, topic: Topic, now_ms: int, version: int, leader_epoch: int = 0
 ) -> Rejected | Duplicate | ValidatedRecords:
-    """Under the partition lock; CPU only."""
+    """Under the partition lock; CPU only. ``leader_epoch`` goes into the batches (KIP-101)."""
     result = validate_produce(
         record_set,
         topic.settings,
         next_offset=log.log_end_offset,
         now_ms=now_ms,
         require_magic2=version >= 3,
+        partition_leader_epoch=leader_epoch,
     )
     if isinstance(result, Rejected) or result.message_count == 0:
         return result
@@ -98,20 +99,24 @@ def _append(log, result: ValidatedRecords) -> tuple[Rejected | ValidatedRecords,
         return Rejected(ErrorCode.RECORD_LIST_TOO_LARGE, str(exc)), None
 
 
-def _validate_and_append(log, record_set, topic: Topic, now_ms: int, version: int):
+def _validate_and_append(
+    log, record_set, topic: Topic, now_ms: int, version: int, leader_epoch: int = 0
+):
     """Runs in a worker thread under the partition lock. Returns (Rejected or ValidatedRecords,
     base offset of a segment rolled by this append or None); message_count 0 means the set held
     no complete message and nothing was appended."""
-    result = _validate(log, record_set, topic, now_ms, version)
+    result = _validate(log, record_set, topic, now_ms, version, leader_epoch)
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
     return _append(log, result)
 
 
-async def _validate_and_append_inline(log, record_set, topic: Topic, now_ms: int, version: int):
+async def _validate_and_append_inline(
+    log, record_set, topic: Topic, now_ms: int, version: int, leader_epoch: int = 0
+):
     """:func:`_validate_and_append` for a small set: validation on the trio thread, the append
     too unless it would fsync."""
-    result = _validate(log, record_set, topic, now_ms, version)
+    result = _validate(log, record_set, topic, now_ms, version, leader_epoch)
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
     if log.append_would_sync(result):
@@ -127,6 +132,7 @@ class _Answer(NamedTuple):
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    last_offset: int = -1  # what an acks=all produce waits for, in a cluster
 
 
 def _storage_error(version: int, message: str) -> _Answer:
@@ -144,7 +150,12 @@ def _rejected(topic: str, partition: int, error: ErrorCode, reason: str, **answe
 
 
 async def _produce_partition(
-    ctx: BrokerContext, topic_name: str, partition: int, record_set: bytes, version: int
+    ctx: BrokerContext,
+    topic_name: str,
+    partition: int,
+    record_set: bytes,
+    version: int,
+    acks: int = 1,
 ) -> _Answer:
     """The answer for one partition."""
     if topic_name in INTERNAL_TOPICS:
@@ -170,8 +181,14 @@ async def _produce_partition(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             "no such topic or partition; create it first",
         )
+    cluster = ctx.cluster
+    if cluster is not None:
+        refused = _cluster_refusal(cluster, topic, partition, acks)
+        if refused is not None:
+            return refused
     state = ctx.partition(topic_name, partition)
     failure: OSError | None = None
+    leader_epoch = 0
     async with ctx.locked_log(topic_name, partition) as log:
         if log is None:
             if ctx.is_offline(topic_name, partition):
@@ -182,6 +199,12 @@ async def _produce_partition(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 "topic deleted while the produce waited for the partition; create it again",
             )
+        if cluster is not None:
+            # Read under the lock: a new epoch starts (in the epoch cache) under it too.
+            replica = cluster.replicas.leader(topic_name, partition)
+            if replica is None:
+                return _Answer(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="leadership moved")
+            leader_epoch = replica.leader_epoch
         now = ctx.clock()
         try:
             if topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME:
@@ -190,11 +213,11 @@ async def _produce_partition(
                 now = state.next_append_time(now)
             if len(record_set) <= INLINE_BYTES:
                 result, rolled = await _validate_and_append_inline(
-                    log, record_set, topic, now, version
+                    log, record_set, topic, now, version, leader_epoch
                 )
             else:
                 result, rolled = await trio.to_thread.run_sync(
-                    _validate_and_append, log, record_set, topic, now, version
+                    _validate_and_append, log, record_set, topic, now, version, leader_epoch
                 )
         except OSError as exc:
             # Storage left the log as it was; the client retries KAFKA_STORAGE_ERROR. A full
@@ -237,7 +260,11 @@ async def _produce_partition(
         )
         lat = topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME
         return _Answer(
-            ErrorCode.NONE, result.first_offset, result.max_timestamp if lat else -1, start
+            ErrorCode.NONE,
+            result.first_offset,
+            result.max_timestamp if lat else -1,
+            start,
+            last_offset=result.last_offset,
         )
     if result.message_count == 0:
         return _Answer(ErrorCode.NONE, log_start_offset=start)
@@ -245,9 +272,62 @@ async def _produce_partition(
         logger.info("rolled new segment", topic=topic_name, partition=partition, base_offset=rolled)
     state.appends_succeed(topic_name, partition)
     state.notify()
+    if cluster is not None:
+        replica = cluster.replicas.leader(topic_name, partition)
+        if replica is not None:
+            cluster.replicas.maybe_advance_hw(replica)
     if ctx.metrics is not None:
         ctx.metrics.produced(topic_name, result.message_count, len(record_set))
-    return _Answer(ErrorCode.NONE, result.first_offset, result.log_append_time, start)
+    return _Answer(
+        ErrorCode.NONE,
+        result.first_offset,
+        result.log_append_time,
+        start,
+        last_offset=result.last_offset,
+    )
+
+
+def _cluster_refusal(cluster, topic: Topic, partition: int, acks: int) -> _Answer | None:
+    """In a cluster: only the leader appends, and acks=all needs min.insync.replicas in the
+    ISR (NOT_ENOUGH_REPLICAS, nothing appended)."""
+    replica = cluster.replicas.leader(topic.name, partition)
+    if replica is None:
+        return _Answer(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            message="this broker is not the partition's leader; refresh metadata",
+        )
+    if acks == -1 and len(replica.isr) < topic.config.min_insync_replicas:
+        return _rejected(
+            topic.name,
+            partition,
+            ErrorCode.NOT_ENOUGH_REPLICAS,
+            f"ISR {list(replica.isr)} is smaller than min.insync.replicas "
+            f"{topic.config.min_insync_replicas}",
+        )
+    return None
+
+
+async def _wait_for_replicas(
+    ctx: BrokerContext, timeout_ms: int, responses: list[dict], waits: list[tuple]
+) -> None:
+    """acks=all in a cluster (Kafka's produce purgatory): each appended partition's answer
+    waits until its high watermark passes what was appended, within the request's timeout."""
+    assert ctx.cluster is not None
+    deadline = trio.current_time() + max(timeout_ms, 0) / 1000
+    for t, p, name, answer in waits:
+        part = responses[t]["partition_responses"][p]
+        error = await ctx.cluster.replicas.wait_for_hw(
+            name, part["index"], answer.last_offset, deadline
+        )
+        if error != ErrorCode.NONE:
+            logger.warning(
+                "acks=all produce not acknowledged",
+                topic=name,
+                partition=part["index"],
+                error=error.name,
+                base_offset=part["base_offset"],
+            )
+            part.update(error_code=int(error), error_message=error.name)
 
 
 async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
@@ -255,6 +335,7 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
     version = request.header.api_version
     acks = body.acks
     responses = []
+    waits: list[tuple] = []  # acks=all in a cluster: (topic index, partition index, name, answer)
     failed = False
     if body.transactional_id is not None:
         logger.warning(
@@ -275,8 +356,12 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
                 )
             else:
                 answer = await _produce_partition(
-                    ctx, topic_data.name, data.index, data.records, version
+                    ctx, topic_data.name, data.index, data.records, version, acks
                 )
+                if acks == -1 and ctx.cluster is not None and answer.last_offset >= 0:
+                    waits.append(
+                        (len(responses), len(partition_responses), topic_data.name, answer)
+                    )
             failed = failed or answer.error != ErrorCode.NONE
             partition_responses.append(
                 {
@@ -289,6 +374,8 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
                 }
             )
         responses.append({"name": topic_data.name, "partition_responses": partition_responses})
+    if waits:
+        await _wait_for_replicas(ctx, body.timeout_ms, responses, waits)
     if acks not in (-1, 0, 1):
         logger.warning(
             "produce rejected",

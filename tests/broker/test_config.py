@@ -141,8 +141,23 @@ def test_invalid_values_name_the_key(key, value):
 
 def test_unknown_key():
     with pytest.raises(ConfigError) as e:
-        BrokerConfig.from_properties([("zookeeper.connect", "x:2181")])
-    assert e.value.key == "zookeeper.connect" and "unknown" in e.value.reason
+        BrokerConfig.from_properties([("zookeeper.connection", "x:2181")])
+    assert e.value.key == "zookeeper.connection" and "unknown" in e.value.reason
+
+
+def test_zookeeper_connect():
+    assert cfg(zookeeper_connect="a:1,b:2/kafka/x").zookeeper_connect == "a:1,b:2/kafka/x"
+    assert cfg(log_dirs="/tmp/x").zookeeper_connect is None
+    for bad in ("a", "a:1/", "a:1//x", "a:b", "a:1,/x"):
+        with pytest.raises(ConfigError) as e:
+            cfg(zookeeper_connect=bad)
+        assert e.value.key == "zookeeper.connect"
+
+
+def test_cluster_topic_configs():
+    t = cfg(min_insync_replicas=2).topic_config({"unclean.leader.election.enable": "true"})
+    assert t.min_insync_replicas == 2 and t.unclean_leader_election_enable is True
+    assert cfg(log_dirs="/tmp/x").topic_config().unclean_leader_election_enable is False
 
 
 def test_topic_configs_validated_and_normalised():

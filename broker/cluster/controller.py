@@ -1,0 +1,697 @@
+"""The controller (Kafka 0.10.1's KafkaController, with the single event queue of later Kafkas).
+
+One broker at a time is the controller: the one whose ephemeral ``/controller`` node exists
+(broker/cluster/__init__.py elects it). It runs one trio task that handles events in order:
+ZooKeeper watches (brokers joining and leaving, topics created, topics to delete, ISR changes
+reported by leaders) and requests forwarded by the broker (ControlledShutdown, ElectLeaders,
+partition reassignments). It decides leaders and ISRs, writes them to ZooKeeper and tells the
+brokers with LeaderAndIsr, UpdateMetadata and StopReplica.
+
+Fencing: every partition-state write is a ZooKeeper transaction that also checks the version
+of ``/controller_epoch`` as this controller set it, so a controller that lost its place cannot
+write; the state's own znode version (the partition epoch) must match what was read, so a
+leader's concurrent ISR change is never overwritten (the controller reads it again and
+decides anew). Brokers refuse requests from an older controller epoch.
+
+Leader election (Kafka's PartitionLeaderSelectors): the first live replica of the assignment
+that is in the ISR; when none is alive, the first live replica if unclean.leader.election.enable
+(the ISR becomes that replica alone), else no leader (-1, ISR kept) until an ISR member returns.
+Each change of leader or ISR made here increments the leader epoch (Kafka 0.10.1).
+
+Requests to brokers go through one queue per broker, in order, retried after a connection
+failure until the broker leaves the cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import trio
+from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
+
+from broker.cluster.channel import BrokerChannel, ChannelError
+from broker.cluster.zk import (
+    BROKER_IDS,
+    BROKER_TOPICS,
+    CONTROLLER_EPOCH,
+    DELETE_TOPICS,
+    ISR_CHANGES,
+    BrokerInfo,
+    LeaderIsr,
+    TopicAssignment,
+    ZkDataError,
+    parse_isr_change,
+    parse_topic_config,
+    partition_state_path,
+    topic_path,
+)
+from broker.config import ConfigError, parse_topic_configs
+from broker.topics import topic_id_from_string
+from protocol import ApiKey
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.cluster import Cluster
+
+logger = structlog.get_logger(__name__)
+
+LEADER_AND_ISR_VERSION = 6
+UPDATE_METADATA_VERSION = 7
+STOP_REPLICA_VERSION = 3
+NO_LEADER = -1
+RETRY_BACKOFF_S = 0.5
+
+Key = tuple[str, int]
+
+
+class ControllerMovedError(Exception):
+    """Raised inside the controller when a ZooKeeper write finds ``/controller_epoch`` changed:
+    another broker is the controller now, and this one stops."""
+
+
+@dataclass
+class _Request:
+    """A controller request to one broker, and an event set once it was answered (or the
+    broker left)."""
+
+    api_key: ApiKey
+    version: int
+    body: dict[str, Any]
+    done: trio.Event = field(default_factory=trio.Event)
+    response: Any = None
+
+
+class _BrokerQueue:
+    """The ordered requests to one broker and the task sending them."""
+
+    def __init__(self, info: BrokerInfo, timeout_s: float, client_id: str) -> None:
+        self.info = info
+        self.channel = BrokerChannel(info.host, info.port, client_id=client_id, timeout_s=timeout_s)
+        self.send, self.receive = trio.open_memory_channel[_Request](math.inf)
+        self.scope = trio.CancelScope()
+
+    async def run(self) -> None:
+        with self.scope:
+            async for request in self.receive:
+                while True:
+                    try:
+                        request.response = await self.channel.call(
+                            request.api_key, request.version, request.body
+                        )
+                        break
+                    except ChannelError as exc:
+                        logger.warning(
+                            "controller request failed; retrying",
+                            broker=self.info.broker_id,
+                            api=request.api_key.name,
+                            error=str(exc),
+                        )
+                        await trio.sleep(RETRY_BACKOFF_S)
+                request.done.set()
+                _log_errors(self.info.broker_id, request)
+
+    async def close(self) -> None:
+        self.scope.cancel()
+        await self.channel.close()
+
+
+def _log_errors(broker_id: int, request: _Request) -> None:
+    """Log a broker's refusal of a controller request (per partition where it says so)."""
+    body = request.response
+    if body is None:
+        return
+    if body.error_code:
+        logger.warning(
+            "broker refused a controller request",
+            broker=broker_id,
+            api=request.api_key.name,
+            error=ErrorCode(body.error_code).name,
+        )
+        return
+    for topic in getattr(body, "topics", None) or []:
+        for p in getattr(topic, "partition_errors", None) or []:
+            if p.error_code:
+                logger.warning(
+                    "broker refused a partition of a controller request",
+                    broker=broker_id,
+                    api=request.api_key.name,
+                    topic=getattr(topic, "topic_name", None),
+                    partition=p.partition_index,
+                    error=ErrorCode(p.error_code).name,
+                )
+
+
+class Controller:
+    """The active controller; see the module docstring. Trio thread only."""
+
+    def __init__(self, cluster: Cluster, epoch: int, epoch_zk_version: int) -> None:
+        self.cluster = cluster
+        self.zk = cluster.zk
+        self.epoch = epoch
+        self.epoch_zk_version = epoch_zk_version
+        self.live: dict[int, BrokerInfo] = {}
+        self.assignments: dict[str, TopicAssignment] = {}
+        self.states: dict[Key, LeaderIsr] = {}
+        self.unclean: dict[str, bool] = {}
+        self.queues: dict[int, _BrokerQueue] = {}
+        self.shutting_down: set[int] = set()
+        self._events_send, self._events = trio.open_memory_channel[tuple[Any, ...]](math.inf)
+        self._nursery: trio.Nursery | None = None
+
+    # -- events ------------------------------------------------------------------------------
+    def post(self, *event: Any) -> None:
+        """Queue an event (from the trio thread: watches arrive through zk.to_trio)."""
+        try:
+            self._events_send.send_nowait(event)
+        except trio.ClosedResourceError:
+            pass
+
+    async def call(self, *event: Any) -> Any:
+        """Queue a request event and wait for its answer (ControlledShutdown, ElectLeaders,
+        reassignments)."""
+        reply: list[Any] = []
+        done = trio.Event()
+        self.post(*event, reply, done)
+        await done.wait()
+        return reply[0]
+
+    async def run(self) -> None:
+        """Take over (read the cluster, elect what needs a leader, tell every broker), then
+        handle events until cancelled or deposed."""
+        logger.info("became the controller", epoch=self.epoch)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._failover()
+                async for event in self._events:
+                    await self._handle(event)
+        except ControllerMovedError as exc:
+            logger.warning("no longer the controller", epoch=self.epoch, reason=str(exc))
+        finally:
+            self._events_send.close()
+            with trio.CancelScope(shield=True):
+                for queue in self.queues.values():
+                    await queue.close()
+
+    async def _handle(self, event: tuple[Any, ...]) -> None:
+        kind, args = event[0], event[1:]
+        handler = {
+            "brokers": self._on_brokers,
+            "topics": self._on_topics,
+            "isr_changes": self._on_isr_changes,
+            "delete_topics": self._on_delete_topics,
+        }[kind]
+        try:
+            await handler(*args)
+        except ControllerMovedError:
+            raise
+        except (ZkDataError, NoNodeError, BadVersionError) as exc:
+            logger.warning("controller event failed; retrying", event=kind, error=repr(exc))
+            await trio.sleep(RETRY_BACKOFF_S)
+            if not args or not isinstance(args[-1], trio.Event):
+                self.post(*event)
+
+    # -- failover ----------------------------------------------------------------------------
+    async def _failover(self) -> None:
+        await self._read_brokers()
+        for broker_id in self.live:
+            self._open_queue(broker_id)
+        names = await self.zk.children(BROKER_TOPICS, watch=lambda: self.post("topics"))
+        for name in names:
+            await self._load_topic(name)
+        changed = []
+        for name in list(self.assignments):
+            changed += await self._start_partitions(name)
+        changed += await self._elect_offline(list(self.states))
+        self._send_all_leader_and_isr()
+        self.send_update_metadata()
+        await self.zk.children(ISR_CHANGES, watch=lambda: self.post("isr_changes"))
+        await self.zk.children(DELETE_TOPICS, watch=lambda: self.post("delete_topics"))
+        self.post("isr_changes")
+        self.post("delete_topics")
+        logger.info(
+            "controller ready",
+            epoch=self.epoch,
+            brokers=sorted(self.live),
+            topics=len(self.assignments),
+            partitions=len(self.states),
+            elected=len(changed),
+        )
+
+    async def _read_brokers(self) -> dict[int, BrokerInfo]:
+        ids = await self.zk.children(BROKER_IDS, watch=lambda: self.post("brokers"))
+        live = {}
+        for text in ids:
+            try:
+                broker_id = int(text)
+                data, stat = await self.zk.get(f"{BROKER_IDS}/{text}")
+                live[broker_id] = BrokerInfo.from_json(broker_id, data, stat.czxid)
+            except (ValueError, ZkDataError) as exc:
+                logger.warning("ignoring a broker registration", node=text, error=str(exc))
+            except NoNodeError:
+                continue  # left meanwhile
+        previous, self.live = self.live, live
+        return previous
+
+    async def _load_topic(self, name: str) -> bool:
+        """Read a topic's assignment, config and partition states; False if it is gone."""
+        found = await self.zk.get_or_none(topic_path(name))
+        if found is None:
+            return False
+        assignment = TopicAssignment.from_json(name, found[0])
+        if assignment.topic_id is None:
+            # A topic created by an older tool: it gets an id now (KIP-516).
+            from broker.topics import new_topic_id, topic_id_string
+
+            assignment = replace(assignment, topic_id=topic_id_string(new_topic_id()))
+            await self.zk.set(topic_path(name), assignment.to_json(), found[1].version)
+        self.assignments[name] = assignment
+        self.unclean[name] = await self._unclean_enabled(name)
+        for p in assignment.partitions:
+            state = await self._read_state(name, p)
+            if state is not None:
+                self.states[(name, p)] = state
+        return True
+
+    async def _unclean_enabled(self, name: str) -> bool:
+        found = await self.zk.get_or_none(f"/config/topics/{name}")
+        overrides: dict[str, str] = {}
+        if found is not None:
+            try:
+                overrides = parse_topic_configs(parse_topic_config(name, found[0]))
+            except (ZkDataError, ConfigError) as exc:
+                logger.warning("ignoring a topic's configs", topic=name, error=str(exc))
+        return self.cluster.ctx.config.topic_config(overrides).unclean_leader_election_enable
+
+    async def _read_state(self, topic: str, partition: int) -> LeaderIsr | None:
+        path = partition_state_path(topic, partition)
+        found = await self.zk.get_or_none(path)
+        if found is None:
+            return None
+        return LeaderIsr.from_json(path, found[0], found[1].version)
+
+    # -- ZooKeeper writes --------------------------------------------------------------------
+    async def _write_state(self, key: Key, state: LeaderIsr, *, create: bool = False) -> bool:
+        """Write a partition state (fenced by the controller epoch's version, conditional on
+        the partition epoch read); True when written, False when the state changed meanwhile
+        (it is read again into self.states)."""
+        topic, partition = key
+        path = partition_state_path(topic, partition)
+        data = replace(state, controller_epoch=self.epoch).to_json()
+        if create:
+            await self.zk.call(self.zk.client.ensure_path, self.zk.path(path.rsplit("/", 1)[0]))
+            op: tuple[Any, ...] = ("create", path, data)
+        else:
+            op = ("set", path, data, state.zk_version)
+        results = await self.zk.transaction(
+            [("check", CONTROLLER_EPOCH, self.epoch_zk_version), op]
+        )
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            if isinstance(results[0], BadVersionError):
+                raise ControllerMovedError(f"/controller_epoch moved on from {self.epoch}")
+            if isinstance(results[1], (BadVersionError, NodeExistsError, NoNodeError)):
+                fresh = await self._read_state(topic, partition)
+                if fresh is not None:
+                    self.states[key] = fresh
+                return False
+            raise failed[0]
+        if create:
+            stat = await self.zk.exists(path)
+            version = stat.version
+        else:
+            version = results[1].version
+        self.states[key] = replace(state, controller_epoch=self.epoch, zk_version=version)
+        return True
+
+    # -- partition state machine -------------------------------------------------------------
+    async def _start_partitions(self, name: str) -> list[Key]:
+        """Partitions of ``name`` without a state yet: leader the first live replica, ISR
+        every live replica, epoch 0 (Kafka's NewPartition -> OnlinePartition)."""
+        changed = []
+        for p, replicas in sorted(self.assignments[name].partitions.items()):
+            key = (name, p)
+            if key in self.states:
+                continue
+            live = [r for r in replicas if r in self.live and r not in self.shutting_down]
+            if not live:
+                live = [r for r in replicas if r in self.live]
+            if not live:
+                logger.warning(
+                    "new partition has no live replica; waiting for one",
+                    topic=name,
+                    partition=p,
+                    replicas=list(replicas),
+                )
+                continue
+            state = LeaderIsr(live[0], 0, tuple(live), self.epoch)
+            if await self._write_state(key, state, create=True):
+                changed.append(key)
+        return changed
+
+    def _elect(self, key: Key, state: LeaderIsr, exclude: set[int] = frozenset()) -> LeaderIsr:
+        """A new state for a partition whose leader is gone (or must move, ``exclude``)."""
+        replicas = self.assignments[key[0]].partitions[key[1]]
+        usable = [r for r in replicas if r in self.live and r not in exclude]
+        in_isr = [r for r in usable if r in state.isr]
+        if in_isr:
+            isr = tuple(r for r in state.isr if r in self.live and r not in exclude)
+            return replace(state, leader=in_isr[0], leader_epoch=state.leader_epoch + 1, isr=isr)
+        if usable and self.unclean.get(key[0]):
+            logger.warning(
+                "unclean leader election: no in-sync replica is alive; messages not yet "
+                "copied to the new leader are lost",
+                topic=key[0],
+                partition=key[1],
+                leader=usable[0],
+                isr=list(state.isr),
+            )
+            return replace(
+                state, leader=usable[0], leader_epoch=state.leader_epoch + 1, isr=(usable[0],)
+            )
+        if state.leader == NO_LEADER:
+            return state
+        logger.error(
+            "partition offline: no in-sync replica is alive",
+            topic=key[0],
+            partition=key[1],
+            isr=list(state.isr),
+            action="restart one of the ISR's brokers, or set unclean.leader.election.enable "
+            "(losing the messages only the ISR had)",
+        )
+        return replace(state, leader=NO_LEADER, leader_epoch=state.leader_epoch + 1)
+
+    async def _elect_offline(self, keys: list[Key]) -> list[Key]:
+        changed = []
+        for key in keys:
+            state = self.states.get(key)
+            if state is None or key[0] not in self.assignments:
+                continue
+            if state.leader in self.live and state.leader not in self.shutting_down:
+                continue
+            new = self._elect(key, state, self.shutting_down)
+            if new == state:
+                continue
+            if await self._write_state(key, new):
+                changed.append(key)
+        return changed
+
+    async def _remove_from_isr(self, keys: list[Key], brokers: set[int]) -> list[Key]:
+        """Followers gone (or shutting down): out of the ISR, as long as one member stays."""
+        changed = []
+        for key in keys:
+            state = self.states.get(key)
+            if state is None or state.leader in brokers or state.leader == NO_LEADER:
+                continue
+            isr = tuple(r for r in state.isr if r not in brokers)
+            if isr == state.isr or not isr:
+                continue
+            new = replace(state, isr=isr, leader_epoch=state.leader_epoch + 1)
+            if await self._write_state(key, new):
+                changed.append(key)
+        return changed
+
+    # -- requests to brokers -----------------------------------------------------------------
+    def _open_queue(self, broker_id: int) -> None:
+        info = self.live[broker_id]
+        queue = _BrokerQueue(
+            info,
+            self.cluster.ctx.config.controller_socket_timeout_ms / 1000,
+            f"chronolog-controller-{self.cluster.broker_id}",
+        )
+        self.queues[broker_id] = queue
+        assert self._nursery is not None
+        self._nursery.start_soon(queue.run)
+
+    def _send(self, broker_id: int, api_key: ApiKey, version: int, body: dict) -> _Request | None:
+        queue = self.queues.get(broker_id)
+        if queue is None:
+            return None
+        request = _Request(api_key, version, body)
+        queue.send.send_nowait(request)
+        return request
+
+    def _partition_state_body(self, key: Key) -> dict[str, Any]:
+        state = self.states[key]
+        assignment = self.assignments[key[0]]
+        return {
+            "partition_index": key[1],
+            "controller_epoch": state.controller_epoch,
+            "leader": state.leader,
+            "leader_epoch": state.leader_epoch,
+            "isr": list(state.isr),
+            "partition_epoch": state.zk_version,
+            "replicas": list(assignment.partitions[key[1]]),
+            "adding_replicas": list(assignment.adding.get(key[1], ())),
+            "removing_replicas": list(assignment.removing.get(key[1], ())),
+        }
+
+    def send_leader_and_isr(self, broker_id: int, keys: list[Key]) -> _Request | None:
+        """Tell ``broker_id`` the state of ``keys`` (those it holds a replica of)."""
+        if broker_id not in self.live:
+            return None
+        topics: dict[str, list[dict[str, Any]]] = {}
+        leaders = set()
+        for key in keys:
+            if key not in self.states or key[0] not in self.assignments:
+                continue
+            if broker_id not in self.assignments[key[0]].partitions.get(key[1], ()):
+                continue
+            topics.setdefault(key[0], []).append(self._partition_state_body(key))
+            leaders.add(self.states[key].leader)
+        if not topics:
+            return None
+        body = {
+            "controller_id": self.cluster.broker_id,
+            "controller_epoch": self.epoch,
+            "broker_epoch": self.live[broker_id].epoch,
+            "type": 0,
+            "topic_states": [
+                {
+                    "topic_name": name,
+                    "topic_id": self._topic_uuid(name),
+                    "partition_states": parts,
+                }
+                for name, parts in topics.items()
+            ],
+            "live_leaders": [
+                {"broker_id": b, "host_name": self.live[b].host, "port": self.live[b].port}
+                for b in sorted(leaders)
+                if b in self.live
+            ],
+        }
+        return self._send(broker_id, ApiKey.LEADER_AND_ISR, LEADER_AND_ISR_VERSION, body)
+
+    def _topic_uuid(self, name: str) -> uuid.UUID:
+        text = self.assignments[name].topic_id
+        return topic_id_from_string(text) if text else uuid.UUID(int=0)
+
+    def send_leader_and_isr_for(self, keys: list[Key]) -> None:
+        """LeaderAndIsr about ``keys`` to every live replica of them."""
+        brokers = {
+            r
+            for key in keys
+            if key[0] in self.assignments
+            for r in self.assignments[key[0]].partitions.get(key[1], ())
+        }
+        for broker_id in sorted(brokers):
+            self.send_leader_and_isr(broker_id, keys)
+
+    def _send_all_leader_and_isr(self) -> None:
+        keys = list(self.states)
+        for broker_id in list(self.live):
+            self.send_leader_and_isr(broker_id, keys)
+
+    def _update_metadata_body(self, broker_id: int) -> dict[str, Any]:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (name, p), state in sorted(self.states.items()):
+            assignment = self.assignments.get(name)
+            if assignment is None or p not in assignment.partitions:
+                continue
+            replicas = assignment.partitions[p]
+            topics.setdefault(name, []).append(
+                {
+                    "partition_index": p,
+                    "controller_epoch": state.controller_epoch,
+                    "leader": state.leader,
+                    "leader_epoch": state.leader_epoch,
+                    "isr": list(state.isr),
+                    "zk_version": state.zk_version,
+                    "replicas": list(replicas),
+                    "offline_replicas": [r for r in replicas if r not in self.live],
+                }
+            )
+        return {
+            "controller_id": self.cluster.broker_id,
+            "controller_epoch": self.epoch,
+            "broker_epoch": self.live[broker_id].epoch,
+            "topic_states": [
+                {"topic_name": n, "topic_id": self._topic_uuid(n), "partition_states": parts}
+                for n, parts in topics.items()
+            ],
+            "live_brokers": [
+                {
+                    "id": b.broker_id,
+                    "endpoints": [
+                        {
+                            "port": b.port,
+                            "host": b.host,
+                            "listener": "PLAINTEXT",
+                            "security_protocol": 0,
+                        }
+                    ],
+                    "rack": b.rack,
+                }
+                for b in sorted(self.live.values(), key=lambda b: b.broker_id)
+            ],
+        }
+
+    def send_update_metadata(self) -> list[_Request]:
+        """The whole cluster's metadata to every live broker."""
+        sent = []
+        for broker_id in sorted(self.live):
+            request = self._send(
+                broker_id,
+                ApiKey.UPDATE_METADATA,
+                UPDATE_METADATA_VERSION,
+                self._update_metadata_body(broker_id),
+            )
+            if request is not None:
+                sent.append(request)
+        return sent
+
+    def send_stop_replica(self, broker_id: int, keys: list[Key], delete: bool) -> _Request | None:
+        if broker_id not in self.live or not keys:
+            return None
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for name, p in keys:
+            epoch = self.states[(name, p)].leader_epoch if (name, p) in self.states else -1
+            topics.setdefault(name, []).append(
+                {
+                    "partition_index": p,
+                    "leader_epoch": -2 if delete else epoch,
+                    "delete_partition": delete,
+                }
+            )
+        body = {
+            "controller_id": self.cluster.broker_id,
+            "controller_epoch": self.epoch,
+            "broker_epoch": self.live[broker_id].epoch,
+            "topic_states": [
+                {"topic_name": name, "partition_states": parts} for name, parts in topics.items()
+            ],
+        }
+        return self._send(broker_id, ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION, body)
+
+    # -- event handlers ----------------------------------------------------------------------
+    async def _on_brokers(self) -> None:
+        previous = await self._read_brokers()
+        bounced = {
+            b for b in previous if b in self.live and previous[b].epoch != self.live[b].epoch
+        }
+        dead = (set(previous) - set(self.live)) | bounced
+        started = (set(self.live) - set(previous)) | bounced
+        if not dead and not started:
+            return
+        logger.info(
+            "brokers changed",
+            live=sorted(self.live),
+            started=sorted(started),
+            failed=sorted(dead),
+        )
+        for broker_id in dead:
+            queue = self.queues.pop(broker_id, None)
+            if queue is not None:
+                await queue.close()
+            self.shutting_down.discard(broker_id)
+        for broker_id in started:
+            self._open_queue(broker_id)
+        changed: list[Key] = []
+        if dead:
+            keys = list(self.states)
+            changed += await self._elect_offline(keys)
+            changed += await self._remove_from_isr(keys, dead)
+        if started:
+            for name in list(self.assignments):
+                changed += await self._start_partitions(name)
+            changed += await self._elect_offline(list(self.states))
+        self.send_update_metadata()
+        self.send_leader_and_isr_for(sorted(set(changed)))
+        for broker_id in sorted(started):
+            self.send_leader_and_isr(broker_id, list(self.states))
+        if changed:
+            self.send_update_metadata()
+
+    async def _on_topics(self) -> None:
+        names = set(await self.zk.children(BROKER_TOPICS, watch=lambda: self.post("topics")))
+        for gone in set(self.assignments) - names:
+            self._forget_topic(gone)
+        changed: list[Key] = []
+        for name in sorted(names - set(self.assignments)):
+            if await self._load_topic(name):
+                logger.info(
+                    "new topic",
+                    topic=name,
+                    partitions=len(self.assignments[name].partitions),
+                )
+                changed += await self._start_partitions(name)
+        if changed:
+            self.send_update_metadata()
+            self.send_leader_and_isr_for(changed)
+            self.send_update_metadata()
+
+    def _forget_topic(self, name: str) -> None:
+        self.assignments.pop(name, None)
+        self.unclean.pop(name, None)
+        for key in [k for k in self.states if k[0] == name]:
+            del self.states[key]
+
+    async def _on_isr_changes(self) -> None:
+        nodes = await self.zk.children(ISR_CHANGES, watch=lambda: self.post("isr_changes"))
+        keys: set[Key] = set()
+        for node in nodes:
+            path = f"{ISR_CHANGES}/{node}"
+            found = await self.zk.get_or_none(path)
+            if found is not None:
+                try:
+                    keys.update(parse_isr_change(path, found[0]))
+                except ZkDataError as exc:
+                    logger.warning("ignoring an ISR change notification", error=str(exc))
+            await self.zk.delete(path)
+        if not keys:
+            return
+        for key in sorted(keys):
+            if key[0] in self.assignments:
+                state = await self._read_state(*key)
+                if state is not None:
+                    self.states[key] = state
+        self.send_update_metadata()
+
+    async def _on_delete_topics(self) -> None:
+        names = await self.zk.children(DELETE_TOPICS, watch=lambda: self.post("delete_topics"))
+        for name in names:
+            assignment = self.assignments.get(name)
+            if assignment is not None:
+                per_broker: dict[int, list[Key]] = {}
+                for p, replicas in assignment.partitions.items():
+                    for r in replicas:
+                        per_broker.setdefault(r, []).append((name, p))
+                requests = [
+                    self.send_stop_replica(b, keys, delete=True)
+                    for b, keys in sorted(per_broker.items())
+                ]
+                with trio.move_on_after(10):
+                    for request in requests:
+                        if request is not None:
+                            await request.done.wait()
+                self._forget_topic(name)
+                await self.zk.delete(topic_path(name), recursive=True)
+                await self.zk.delete(f"/config/topics/{name}")
+                logger.info("deleted topic", topic=name, partitions=len(assignment.partitions))
+            await self.zk.delete(f"{DELETE_TOPICS}/{name}")
+        if names:
+            self.send_update_metadata()

@@ -1,0 +1,345 @@
+"""The cluster's request handlers: the inter-broker apis (LeaderAndIsr, UpdateMetadata,
+StopReplica, OffsetForLeaderEpoch), and Metadata, CreateTopics and DeleteTopics as a cluster
+answers them. :func:`cluster_handlers` builds the dispatch table of a broker with
+zookeeper.connect: the single broker's table with these in place, and ApiVersions advertising
+exactly that.
+
+Controller requests from an older controller epoch are refused with STALE_CONTROLLER_EPOCH, and
+those addressed to an earlier registration of this broker (KIP-380's broker epoch) with
+STALE_BROKER_EPOCH. CreateTopics and DeleteTopics must reach the controller (NOT_CONTROLLER
+otherwise, as in Kafka 0.10.1: clients send them there); they write ZooKeeper and wait, up to
+the request's timeout, until the controller has done it (REQUEST_TIMED_OUT after that: the
+operation goes on).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import structlog
+from kazoo.exceptions import KazooException, NodeExistsError
+
+from broker.cluster.assignment import AssignmentError, assign_replicas
+from broker.cluster.metadata import handle_cluster_metadata
+from broker.cluster.zk import DELETE_TOPICS
+from broker.config import ConfigError, parse_topic_configs, topic_name_error
+from broker.context import INTERNAL_TOPICS, BrokerContext
+from broker.handlers.api_versions import make_api_versions_handler
+from protocol.api import ApiKey, Request
+from protocol.errors import ErrorCode
+
+logger = structlog.get_logger(__name__)
+
+DEBUGGING_REPLICA_ID = -2
+
+
+def _stale(ctx: BrokerContext, body: Any) -> ErrorCode:
+    """STALE_CONTROLLER_EPOCH / STALE_BROKER_EPOCH for a request from an old controller or to
+    an old registration of this broker; else NONE (and the epoch is remembered)."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    if body.controller_epoch < cluster.controller_epoch_seen:
+        logger.warning(
+            "refusing a request from an old controller",
+            controller=body.controller_id,
+            controller_epoch=body.controller_epoch,
+            latest=cluster.controller_epoch_seen,
+        )
+        return ErrorCode.STALE_CONTROLLER_EPOCH
+    if body.broker_epoch >= 0 and body.broker_epoch != cluster.broker_epoch:
+        logger.warning(
+            "refusing a controller request for an earlier registration of this broker",
+            broker_epoch=body.broker_epoch,
+            current=cluster.broker_epoch,
+        )
+        return ErrorCode.STALE_BROKER_EPOCH
+    cluster.controller_epoch_seen = body.controller_epoch
+    return ErrorCode.NONE
+
+
+async def handle_leader_and_isr(ctx: BrokerContext, request: Request) -> dict:
+    body = request.body
+    cluster = ctx.cluster
+    assert cluster is not None
+    error = _stale(ctx, body)
+    topics = []
+    if error == ErrorCode.NONE:
+        for leader in body.live_leaders:
+            cluster.addresses[leader.broker_id] = (leader.host_name, leader.port)
+        async with cluster.replicas.state_lock:
+            for topic in body.topic_states:
+                errors = []
+                for state in topic.partition_states:
+                    code = await cluster.replicas.become(
+                        topic.topic_name, topic.topic_id, state, body.controller_epoch
+                    )
+                    errors.append({"partition_index": state.partition_index, "error_code": code})
+                topics.append({"topic_id": topic.topic_id, "partition_errors": errors})
+    return {"error_code": int(error), "topics": topics}
+
+
+async def handle_update_metadata(ctx: BrokerContext, request: Request) -> dict:
+    body = request.body
+    cluster = ctx.cluster
+    assert cluster is not None
+    error = _stale(ctx, body)
+    if error == ErrorCode.NONE:
+        cluster.metadata.update(body)
+        for name in cluster.metadata.topics:
+            if name not in ctx.topics:
+                await cluster.ensure_topic(name)
+        for name in ctx.topics.names():
+            if name not in cluster.metadata.topics and not any(
+                key[0] == name for key in cluster.replicas.replicas
+            ):
+                ctx.topics.remove(name)
+        cluster.metadata_changed()
+    return {"error_code": int(error)}
+
+
+async def handle_stop_replica(ctx: BrokerContext, request: Request) -> dict:
+    body = request.body
+    cluster = ctx.cluster
+    assert cluster is not None
+    error = _stale(ctx, body)
+    errors = []
+    if error == ErrorCode.NONE:
+        async with cluster.replicas.state_lock:
+            for topic in body.topic_states:
+                for p in topic.partition_states:
+                    code = await cluster.replicas.stop(
+                        (topic.topic_name, p.partition_index), p.delete_partition
+                    )
+                    errors.append(
+                        {
+                            "topic_name": topic.topic_name,
+                            "partition_index": p.partition_index,
+                            "error_code": int(code),
+                        }
+                    )
+    return {"error_code": int(error), "partition_errors": errors}
+
+
+async def handle_offset_for_leader_epoch(ctx: BrokerContext, request: Request) -> dict:
+    """Where a leader epoch ends in this replica's log (KIP-101); the leader answers, or any
+    replica for a debugging request (replica id -2, the default below v3)."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    body = request.body
+    from_leader_only = body.replica_id != DEBUGGING_REPLICA_ID
+    topics = []
+    for topic in body.topics:
+        parts = []
+        for p in topic.partitions:
+            answer = {"partition": p.partition, "leader_epoch": -1, "end_offset": -1}
+            replica = cluster.replicas.replicas.get((topic.topic, p.partition))
+            if from_leader_only:
+                error = cluster.replicas.check_epoch(
+                    cluster.replicas.leader(topic.topic, p.partition), p.current_leader_epoch
+                )
+            else:
+                error = ErrorCode.NONE if replica is not None else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if error == ErrorCode.NONE:
+                async with ctx.locked_log(topic.topic, p.partition) as log:
+                    if log is None:
+                        error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    else:
+                        found = log.leader_epochs.end_offset_for(p.leader_epoch, log.log_end_offset)
+                        answer.update(leader_epoch=found.epoch, end_offset=found.end_offset)
+            parts.append({**answer, "error_code": int(error)})
+        topics.append({"topic": topic.topic, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+# -- CreateTopics / DeleteTopics ----------------------------------------------------------------
+def _reject(name: str, error: ErrorCode, reason: str) -> dict:
+    logger.warning("topic creation rejected", topic=name, error=error.name, reason=reason)
+    return {"name": name, "error_code": int(error), "error_message": reason}
+
+
+async def handle_cluster_create_topics(ctx: BrokerContext, request: Request) -> dict:
+    """CreateTopics in a cluster: checked here, replicas assigned over the live brokers
+    (rack-aware with broker.rack), written to ZooKeeper; then waits up to timeout_ms for the
+    controller to elect every partition's leader."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    body = request.body
+    entries = body.topics
+    if cluster.controller is None:
+        return {
+            "topics": [
+                _reject(e.name, ErrorCode.NOT_CONTROLLER, "send CreateTopics to the controller")
+                for e in dict((e.name, e) for e in entries).values()
+            ]
+        }
+    counts = Counter(e.name for e in entries)
+    brokers = {b: info.rack for b, info in cluster.controller.live.items()}
+    results, created, seen = [], [], set()
+    for entry in entries:
+        name = entry.name
+        if name in seen:
+            continue
+        seen.add(name)
+        if counts[name] > 1:
+            results.append(_reject(name, ErrorCode.INVALID_REQUEST, "topic listed twice"))
+            continue
+        reason = topic_name_error(name)
+        if reason:
+            results.append(_reject(name, ErrorCode.INVALID_TOPIC_EXCEPTION, reason))
+            continue
+        if name in INTERNAL_TOPICS:
+            results.append(
+                _reject(name, ErrorCode.INVALID_REQUEST, "internal topic: the broker creates it")
+            )
+            continue
+        if name in cluster.controller.assignments:
+            results.append(_reject(name, ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists"))
+            continue
+        try:
+            configs = {}
+            for c in entry.configs:
+                if c.name in configs:
+                    raise ConfigError(c.name, "given more than once")
+                configs[c.name] = c.value
+            overrides = parse_topic_configs(configs)
+        except ConfigError as exc:
+            results.append(_reject(name, ErrorCode.INVALID_CONFIG, str(exc)))
+            continue
+        if entry.assignments:
+            if entry.num_partitions != -1 or entry.replication_factor != -1:
+                results.append(
+                    _reject(
+                        name,
+                        ErrorCode.INVALID_REQUEST,
+                        "give either replica_assignment or num_partitions and "
+                        "replication_factor (-1), not both",
+                    )
+                )
+                continue
+            assignment = {a.partition_index: tuple(a.broker_ids) for a in entry.assignments}
+            problem = _assignment_problem(assignment, brokers)
+            if problem:
+                results.append(_reject(name, ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem))
+                continue
+        else:
+            partitions = entry.num_partitions
+            if partitions == -1:
+                partitions = ctx.config.num_partitions
+            factor = entry.replication_factor
+            if factor == -1:
+                factor = ctx.config.default_replication_factor
+            if partitions <= 0:
+                results.append(
+                    _reject(name, ErrorCode.INVALID_PARTITIONS, f"num_partitions {partitions}")
+                )
+                continue
+            try:
+                assignment = assign_replicas(brokers, partitions, factor)
+            except AssignmentError as exc:
+                results.append(_reject(name, ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)))
+                continue
+        if getattr(body, "validate_only", False):
+            results.append({"name": name, "error_code": 0})
+            continue
+        try:
+            await cluster.write_topic(name, assignment, overrides)
+        except NodeExistsError:
+            results.append(_reject(name, ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists"))
+            continue
+        except KazooException as exc:
+            logger.error("writing a topic to ZooKeeper failed", topic=name, error=repr(exc))
+            results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
+            continue
+        logger.info(
+            "created topic",
+            topic=name,
+            partitions=len(assignment),
+            assignment={p: list(r) for p, r in sorted(assignment.items())},
+            configs=overrides,
+        )
+        created.append(name)
+        results.append({"name": name, "error_code": 0})
+    if created:
+        done = await cluster.wait_for_metadata(
+            lambda cache: all(
+                name in cache.topics and all(p.leader >= 0 for p in cache.topics[name].values())
+                for name in created
+            ),
+            body.timeout_ms,
+        )
+        if not done:
+            for result in results:
+                if result["name"] in created:
+                    result["error_code"] = int(ErrorCode.REQUEST_TIMED_OUT)
+    return {"throttle_time_ms": 0, "topics": results}
+
+
+def _assignment_problem(assignment: dict[int, tuple[int, ...]], brokers: dict) -> str | None:
+    ids = sorted(assignment)
+    if ids != list(range(len(ids))):
+        return f"partition ids {ids} are not 0..{len(ids) - 1}"
+    sizes = {len(r) for r in assignment.values()}
+    if len(sizes) != 1:
+        return "every partition must have the same number of replicas"
+    for p, replicas in assignment.items():
+        if not replicas or len(set(replicas)) != len(replicas):
+            return f"partition {p}: replicas {list(replicas)} are empty or repeat a broker"
+        unknown = [b for b in replicas if b not in brokers]
+        if unknown:
+            return f"partition {p}: brokers {unknown} are not alive"
+    return None
+
+
+async def handle_cluster_delete_topics(ctx: BrokerContext, request: Request) -> dict:
+    """DeleteTopics in a cluster: marked in /admin/delete_topics for the controller, which
+    stops and deletes every replica and removes the topic; waits up to timeout_ms."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    body = request.body
+    names = list(dict.fromkeys(body.topic_names))
+    results = []
+    if cluster.controller is None:
+        return {
+            "responses": [{"name": n, "error_code": int(ErrorCode.NOT_CONTROLLER)} for n in names]
+        }
+    marked = []
+    for name in names:
+        if name in INTERNAL_TOPICS:
+            results.append({"name": name, "error_code": int(ErrorCode.INVALID_REQUEST)})
+        elif name not in cluster.controller.assignments:
+            results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)})
+        else:
+            try:
+                await cluster.zk.create(f"{DELETE_TOPICS}/{name}", b"")
+            except NodeExistsError:
+                pass
+            marked.append(name)
+            results.append({"name": name, "error_code": 0})
+    if marked:
+        done = await cluster.wait_for_metadata(
+            lambda cache: not any(name in cache.topics for name in marked), body.timeout_ms
+        )
+        if not done:
+            for result in results:
+                if result["name"] in marked:
+                    result["error_code"] = int(ErrorCode.REQUEST_TIMED_OUT)
+    return {"throttle_time_ms": 0, "responses": results}
+
+
+def cluster_handlers(handlers: dict) -> dict:
+    """The dispatch table of a broker in a cluster (see the module docstring)."""
+    table = dict(handlers)
+    table.update(
+        {
+            ApiKey.METADATA: handle_cluster_metadata,
+            ApiKey.CREATE_TOPICS: handle_cluster_create_topics,
+            ApiKey.DELETE_TOPICS: handle_cluster_delete_topics,
+            ApiKey.LEADER_AND_ISR: handle_leader_and_isr,
+            ApiKey.UPDATE_METADATA: handle_update_metadata,
+            ApiKey.STOP_REPLICA: handle_stop_replica,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+        }
+    )
+    table[ApiKey.API_VERSIONS] = make_api_versions_handler(table)
+    return table

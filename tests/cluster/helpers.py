@@ -1,0 +1,148 @@
+"""Helpers of the cluster tests (imported as tests.cluster.helpers): a set of broker processes
+in one ZooKeeper chroot, ZooKeeper reads, Kafka-protocol calls to each broker, and polling with
+a deadline for what the cluster converges to."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+from kazoo.client import KazooClient
+
+from client import BrokerConnection, BrokerConnectionError
+from protocol import ApiKey
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition"):
+    """Poll ``predicate`` every 50 ms until it returns something truthy (returned)."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except (BrokerConnectionError, OSError) as exc:
+            last_error = exc
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last_error!r})")
+
+
+def call(broker, api: ApiKey, version: int, body: dict, timeout: float = 15.0):
+    with BrokerConnection(
+        broker.host, broker.port, client_id="cluster-test", timeout_s=timeout
+    ) as c:
+        return c.call(api, version, body)
+
+
+class ClusterProcesses:
+    """Brokers 1..n of one cluster; ``brokers[i]`` is broker id i+1."""
+
+    def __init__(self, brokers, zookeeper, chroot: str) -> None:
+        self.brokers = brokers
+        self.zookeeper = zookeeper
+        self.chroot = chroot
+        self._zk: KazooClient | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers if b.running())
+
+    def broker(self, broker_id: int):
+        return self.brokers[broker_id - 1]
+
+    def start(self) -> "ClusterProcesses":
+        for broker in self.brokers:
+            broker.start()
+        self.wait_registered([b for b in range(1, len(self.brokers) + 1)])
+        return self
+
+    def stop(self) -> None:
+        for broker in self.brokers:
+            broker.stop()
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+            self._zk = None
+
+    # -- ZooKeeper ---------------------------------------------------------------------------
+    @property
+    def zk(self) -> KazooClient:
+        if self._zk is None:
+            self._zk = KazooClient(hosts=self.zookeeper.connect + self.chroot, timeout=10)
+            self._zk.start(timeout=15)
+        return self._zk
+
+    def zk_json(self, path: str):
+        if not self.zk.exists(path):
+            return None
+        data, _ = self.zk.get(path)
+        return json.loads(data)
+
+    def registered(self) -> list[int]:
+        if not self.zk.exists("/brokers/ids"):
+            return []
+        return sorted(int(i) for i in self.zk.get_children("/brokers/ids"))
+
+    def wait_registered(self, ids: list[int], timeout: float = 30.0) -> None:
+        wait_for(lambda: self.registered() == sorted(ids), timeout, f"brokers {ids} registered")
+
+    def controller(self) -> int:
+        doc = self.zk_json("/controller")
+        return -1 if doc is None else doc["brokerid"]
+
+    def state(self, topic: str, partition: int = 0) -> dict | None:
+        return self.zk_json(f"/brokers/topics/{topic}/partitions/{partition}/state")
+
+    def leader(self, topic: str, partition: int = 0) -> int:
+        state = self.state(topic, partition)
+        return -1 if state is None else state["leader"]
+
+    # -- Kafka protocol ----------------------------------------------------------------------
+    def metadata(self, broker_id: int, topics: list[str] | None = None):
+        body = {
+            "topics": None if topics is None else [{"name": t} for t in topics],
+            "allow_auto_topic_creation": False,
+        }
+        return call(self.broker(broker_id), ApiKey.METADATA, 12, body)
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 3,
+        configs: dict[str, str] | None = None,
+        assignment: dict[int, list[int]] | None = None,
+        timeout_ms: int = 20000,
+    ) -> int:
+        """CreateTopics v0 to the controller; its error code."""
+        controller = wait_for(lambda: self.controller() > 0, 30, "a controller")
+        controller = self.controller()
+        del controller
+        entry = {
+            "name": name,
+            "num_partitions": -1 if assignment else partitions,
+            "replication_factor": -1 if assignment else replication_factor,
+            "assignments": [
+                {"partition_index": p, "broker_ids": r} for p, r in (assignment or {}).items()
+            ],
+            "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+        }
+        broker = self.broker(self.controller())
+        answer = call(
+            broker,
+            ApiKey.CREATE_TOPICS,
+            0,
+            {"topics": [entry], "timeout_ms": timeout_ms},
+            timeout=timeout_ms / 1000 + 10,
+        )
+        return answer.topics[0].error_code
+
+    def partition_view(self, broker_id: int, topic: str, partition: int = 0):
+        """(leader, leader epoch, replicas, isr) in ``broker_id``'s Metadata answer."""
+        meta = self.metadata(broker_id, [topic])
+        for p in meta.topics[0].partitions:
+            if p.partition_index == partition:
+                return p.leader_id, p.leader_epoch, list(p.replica_nodes), list(p.isr_nodes)
+        return None

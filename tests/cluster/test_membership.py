@@ -1,0 +1,60 @@
+"""Layer 1: brokers register in ZooKeeper as Kafka 0.10.1 does, one is the controller, and the
+controller role moves when it dies."""
+
+from __future__ import annotations
+
+from tests.cluster.helpers import wait_for
+
+
+def test_brokers_register_and_one_controller_is_elected(cluster_factory):
+    cluster = cluster_factory(3)
+    assert cluster.registered() == [1, 2, 3]
+    for broker in cluster.brokers:
+        doc = cluster.zk_json(f"/brokers/ids/{broker.overrides['broker.id']}")
+        assert doc["host"] == "127.0.0.1" and doc["port"] == broker.port
+        assert doc["endpoints"] == [f"PLAINTEXT://127.0.0.1:{broker.port}"]
+    controller = wait_for(lambda: cluster.controller() > 0, 30, "a controller")
+    assert controller in (1, 2, 3)
+    epoch = int(cluster.zk.get("/controller_epoch")[0])
+    assert epoch >= 1
+    cluster_id = cluster.zk_json("/cluster/id")["id"]
+    for broker in cluster.brokers:
+        meta = broker.log_dirs[0] + "/meta.properties"
+        assert f"cluster.id={cluster_id}" in open(meta).read()
+    # Metadata: every broker lists the three live brokers and the controller
+    for broker_id in (1, 2, 3):
+        meta = wait_for(
+            lambda: (m := cluster.metadata(broker_id)) and len(m.brokers) == 3 and m,
+            30,
+            "three brokers in metadata",
+        )
+        assert meta.controller_id == controller
+        assert sorted(b.node_id for b in meta.brokers) == [1, 2, 3]
+        assert meta.cluster_id == cluster_id
+
+
+def test_controller_moves_when_it_is_killed(cluster_factory):
+    cluster = cluster_factory(3)
+    first = wait_for(lambda: cluster.controller() > 0, 30, "a controller")
+    epoch = int(cluster.zk.get("/controller_epoch")[0])
+    cluster.broker(first).kill()
+    second = wait_for(
+        lambda: (c := cluster.controller()) > 0 and c != first and c, 30, "a new controller"
+    )
+    assert int(cluster.zk.get("/controller_epoch")[0]) == epoch + 1
+    cluster.wait_registered([b for b in (1, 2, 3) if b != first])
+    # the survivors' metadata drops the dead broker
+    for broker_id in (1, 2, 3):
+        if broker_id == first:
+            continue
+        wait_for(
+            lambda: sorted(b.node_id for b in cluster.metadata(broker_id).brokers)
+            == sorted({1, 2, 3} - {first})
+            and cluster.metadata(broker_id).controller_id == second,
+            30,
+            "metadata without the dead broker",
+        )
+    # the killed broker comes back under the same id once its old session has expired
+    cluster.broker(first).start()
+    cluster.wait_registered([1, 2, 3])
+    assert cluster.controller() == second
