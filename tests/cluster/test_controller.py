@@ -1,0 +1,84 @@
+"""Layer 2: the controller assigns replicas at CreateTopics, elects leaders, and every broker's
+Metadata lists the same leader, replicas and ISR; a dead leader is replaced."""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from tests.cluster.helpers import wait_for
+
+
+def _views(cluster, topic, partition=0, brokers=(1, 2, 3)):
+    return {b: cluster.partition_view(b, topic, partition) for b in brokers}
+
+
+def _same_everywhere(cluster, topic, partition):
+    views = _views(cluster, topic, partition)
+    return views if len({str(v) for v in views.values()}) == 1 else None
+
+
+def test_create_topic_assigns_and_elects(cluster_factory):
+    cluster = cluster_factory(3)
+    assert cluster.create_topic("orders", partitions=6, replication_factor=3) == 0
+    doc = cluster.zk_json("/brokers/topics/orders")
+    assert doc["version"] == 3 and doc["topic_id"]
+    assignment = {int(p): r for p, r in doc["partitions"].items()}
+    assert sorted(assignment) == list(range(6))
+    assert all(sorted(r) == [1, 2, 3] for r in assignment.values())
+    # Kafka's spread: every broker is the preferred leader of two partitions
+    assert sorted(r[0] for r in assignment.values()) == [1, 1, 2, 2, 3, 3]
+    for p, replicas in assignment.items():
+        state = cluster.state("orders", p)
+        assert state["leader"] == replicas[0] and state["leader_epoch"] == 0
+        assert sorted(state["isr"]) == [1, 2, 3]
+        views = wait_for(lambda: _same_everywhere(cluster, "orders", p), 30, "same metadata")
+        leader, epoch, replicas_seen, isr = views[1]
+        assert (leader, epoch, replicas_seen) == (replicas[0], 0, replicas)
+        assert sorted(isr) == [1, 2, 3]
+    assert cluster.create_topic("orders") == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert cluster.create_topic("big", replication_factor=4) == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert cluster.create_topic("placed", assignment={0: [3, 1], 1: [2, 3]}) == ErrorCode.NONE
+    assert cluster.zk_json("/brokers/topics/placed")["partitions"] == {"0": [3, 1], "1": [2, 3]}
+    assert cluster.leader("placed", 0) == 3
+    assert (
+        cluster.create_topic("bad", assignment={0: [1, 9]}) == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    )
+
+
+def test_dead_leader_is_replaced_and_comes_back_as_follower(cluster_factory):
+    cluster = cluster_factory(3)
+    assert cluster.create_topic("t", partitions=1, replication_factor=3) == 0
+    old = cluster.leader("t")
+    cluster.broker(old).kill()
+    new_state = wait_for(
+        lambda: (s := cluster.state("t")) and s["leader"] not in (-1, old) and s,
+        30,
+        "a new leader",
+    )
+    assert new_state["leader_epoch"] >= 1 and old not in new_state["isr"]
+    alive = [b for b in (1, 2, 3) if b != old]
+    wait_for(
+        lambda: all(
+            cluster.partition_view(b, "t")[:2] == (new_state["leader"], new_state["leader_epoch"])
+            for b in alive
+        ),
+        30,
+        "metadata naming the new leader",
+    )
+    cluster.broker(old).start()
+    # it catches up and the leader takes it back into the ISR
+    wait_for(lambda: sorted(cluster.state("t")["isr"]) == [1, 2, 3], 30, "ISR of three")
+    assert cluster.leader("t") == new_state["leader"]
+
+
+def test_controller_failover_keeps_partitions_led(cluster_factory):
+    cluster = cluster_factory(3)
+    assert cluster.create_topic("t", partitions=3, replication_factor=2) == 0
+    controller = cluster.controller()
+    cluster.broker(controller).kill()
+    wait_for(lambda: cluster.controller() not in (-1, controller), 30, "a new controller")
+    for p in range(3):
+        wait_for(
+            lambda: cluster.state("t", p)["leader"] not in (-1, controller),
+            30,
+            f"partition {p} led by a live broker",
+        )
