@@ -640,7 +640,6 @@ class Controller:
                 )
                 changed += await self._start_partitions(name)
         if changed:
-            self.send_update_metadata()
             self.send_leader_and_isr_for(changed)
             self.send_update_metadata()
 

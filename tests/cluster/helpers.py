@@ -117,9 +117,7 @@ class ClusterProcesses:
         timeout_ms: int = 20000,
     ) -> int:
         """CreateTopics v0 to the controller; its error code."""
-        controller = wait_for(lambda: self.controller() > 0, 30, "a controller")
-        controller = self.controller()
-        del controller
+        wait_for(lambda: self.controller() > 0, 30, "a controller")
         entry = {
             "name": name,
             "num_partitions": -1 if assignment else partitions,
@@ -137,7 +135,27 @@ class ClusterProcesses:
             {"topics": [entry], "timeout_ms": timeout_ms},
             timeout=timeout_ms / 1000 + 10,
         )
-        return answer.topics[0].error_code
+        error = answer.topics[0].error_code
+        if error == 0:
+            self.wait_led(name)
+        return error
+
+    def wait_led(self, topic: str, timeout: float = 30.0) -> None:
+        """Until every running broker's metadata names a leader for every partition of
+        ``topic`` (each has then applied the controller's LeaderAndIsr before it)."""
+
+        def led() -> bool:
+            for broker in self.brokers:
+                if not broker.running():
+                    continue
+                broker_id = int(broker.overrides["broker.id"])
+                meta = self.metadata(broker_id, [topic])
+                parts = meta.topics[0].partitions
+                if not parts or any(p.leader_id < 0 for p in parts):
+                    return False
+            return True
+
+        wait_for(led, timeout, f"leaders of {topic} known everywhere")
 
     def partition_view(self, broker_id: int, topic: str, partition: int = 0):
         """(leader, leader epoch, replicas, isr) in ``broker_id``'s Metadata answer."""
@@ -146,3 +164,106 @@ class ClusterProcesses:
             if p.partition_index == partition:
                 return p.leader_id, p.leader_epoch, list(p.replica_nodes), list(p.isr_nodes)
         return None
+
+
+DEBUGGING_REPLICA_ID = -2
+
+
+def replica_fetch(
+    broker,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int = 4 << 20,
+    replica_id: int = DEBUGGING_REPLICA_ID,
+):
+    """Fetch v11 as a debugging reader (replica id -2): any replica answers from its own log,
+    up to its high watermark; as a consumer (-1): the leader, up to its high watermark."""
+    body = {
+        "replica_id": replica_id,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": max_bytes,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": partition,
+                        "fetch_offset": offset,
+                        "partition_max_bytes": max_bytes,
+                    }
+                ],
+            }
+        ],
+    }
+    return call(broker, ApiKey.FETCH, 11, body).responses[0].partitions[0]
+
+
+def replica_bytes(broker, topic: str, partition: int = 0) -> tuple[bytes, int]:
+    """(every byte of the replica's log below its high watermark, that high watermark)."""
+    from protocol.records import iter_shallow
+
+    out = bytearray()
+    offset = 0
+    hw = -1
+    for _ in range(10_000):
+        part = replica_fetch(broker, topic, partition, offset)
+        if part.error_code:
+            raise AssertionError(f"broker fetch of {topic}-{partition}: error {part.error_code}")
+        hw = part.high_watermark
+        data = bytes(part.records or b"")
+        entries = list(iter_shallow(data))
+        if not entries:
+            return bytes(out), hw
+        end = entries[-1].next_position
+        out += data[:end]
+        offset = entries[-1].offset + 1
+    raise AssertionError("replica did not end")
+
+
+def replica_offsets(
+    broker, topic: str, partition: int = 0, timestamp: int = -1, replica_id: int = -2
+) -> tuple[int, int]:
+    """ListOffsets v4: (timestamp, offset). As a debugging reader (replica id -2, default) from
+    this replica's own log (latest: its log end offset); as a consumer (-1) from the leader
+    (latest: the high watermark)."""
+    body = {
+        "replica_id": replica_id,
+        "isolation_level": 0,
+        "topics": [
+            {"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp}]}
+        ],
+    }
+    part = call(broker, ApiKey.LIST_OFFSETS, 4, body).topics[0].partitions[0]
+    if part.error_code:
+        raise AssertionError(f"list offsets of {topic}-{partition}: error {part.error_code}")
+    return part.timestamp, part.offset
+
+
+def produce(
+    broker,
+    topic: str,
+    values: list[bytes],
+    *,
+    partition: int = 0,
+    acks: int = -1,
+    timeout_ms: int = 15000,
+    timestamps: list[int] | None = None,
+):
+    """Produce v9 of one batch; the partition's answer (error_code, base_offset...)."""
+    from protocol.records import MessageSetBuilder
+
+    builder = MessageSetBuilder(magic=2)
+    for i, value in enumerate(values):
+        builder.append(value, timestamp=timestamps[i] if timestamps else int(time.time() * 1000))
+    body = {
+        "acks": acks,
+        "timeout_ms": timeout_ms,
+        "topic_data": [
+            {"name": topic, "partition_data": [{"index": partition, "records": builder.build()}]}
+        ],
+    }
+    answer = call(broker, ApiKey.PRODUCE, 9, body, timeout=timeout_ms / 1000 + 10)
+    return answer.responses[0].partition_responses[0]

@@ -1,0 +1,77 @@
+"""The ZooKeeper documents in Kafka's formats: what Kafka 0.10.1 / 3.9 brokers write parses,
+and what chronolog writes reads back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from broker.cluster.zk import (
+    BrokerInfo,
+    LeaderIsr,
+    TopicAssignment,
+    ZkDataError,
+    parse_controller,
+    parse_isr_change,
+    split_connect,
+)
+
+
+def test_kafka_broker_registrations_parse():
+    v3 = (
+        b'{"jmx_port":-1,"timestamp":"1477424522339","endpoints":["PLAINTEXT://h1:9092"],'
+        b'"host":"h1","version":3,"port":9092,"rack":"r1"}'
+    )
+    assert BrokerInfo.from_json(1, v3, 77) == BrokerInfo(1, "h1", 9092, "r1", 77)
+    # Kafka 3.x with only named listeners: host null, port -1, endpoints carry the address
+    v5 = (
+        b'{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"endpoints":'
+        b'["PLAINTEXT://[::1]:9093"],"jmx_port":-1,"features":{},"host":null,'
+        b'"timestamp":"1","port":-1,"version":5}'
+    )
+    assert BrokerInfo.from_json(2, v5, 1) == BrokerInfo(2, "::1", 9093, None, 1)
+    mine = BrokerInfo(3, "127.0.0.1", 9094, "r2")
+    doc = json.loads(mine.to_json())
+    assert doc["endpoints"] == ["PLAINTEXT://127.0.0.1:9094"] and doc["rack"] == "r2"
+    assert BrokerInfo.from_json(3, mine.to_json(), 5) == BrokerInfo(3, "127.0.0.1", 9094, "r2", 5)
+    with pytest.raises(ZkDataError):
+        BrokerInfo.from_json(4, b'{"version":4}', 1)
+    with pytest.raises(ZkDataError):
+        BrokerInfo.from_json(4, b"not json", 1)
+
+
+def test_partition_state_round_trip_and_kafka_text():
+    kafka = b'{"controller_epoch":3,"leader":2,"version":1,"leader_epoch":7,"isr":[2,1]}'
+    state = LeaderIsr.from_json("/p", kafka, 12)
+    assert state == LeaderIsr(2, 7, (2, 1), 3, 12)
+    assert json.loads(state.to_json()) == json.loads(kafka)
+    with pytest.raises(ZkDataError):
+        LeaderIsr.from_json("/p", b'{"leader":1}', 0)
+
+
+def test_topic_assignment_versions():
+    v1 = b'{"version":1,"partitions":{"1":[2,3],"0":[1,2]}}'
+    topic = TopicAssignment.from_json("t", v1)
+    assert topic.partitions == {0: (1, 2), 1: (2, 3)} and topic.topic_id is None
+    v3 = TopicAssignment("t", "AAAAAAAAAAAAAAAAAAAAAQ", {0: (1, 2)}, {0: (3,)}, {0: (1,)})
+    doc = json.loads(v3.to_json())
+    assert doc == {
+        "version": 3,
+        "topic_id": "AAAAAAAAAAAAAAAAAAAAAQ",
+        "partitions": {"0": [1, 2]},
+        "adding_replicas": {"0": [3]},
+        "removing_replicas": {"0": [1]},
+    }
+    assert TopicAssignment.from_json("t", v3.to_json()) == v3
+
+
+def test_small_documents():
+    assert parse_controller(b'{"version":1,"brokerid":4,"timestamp":"1"}') == 4
+    assert parse_controller(b"2") == 2  # Kafka 0.8's plain id
+    path = "/isr_change_notification/isr_change_0000000001"
+    assert parse_isr_change(path, b'{"version":1,"partitions":[{"topic":"a","partition":3}]}') == [
+        ("a", 3)
+    ]
+    assert split_connect("a:1,b:2/kafka/x") == ("a:1,b:2", "/kafka/x")
+    assert split_connect("a:1") == ("a:1", "")
