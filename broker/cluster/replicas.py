@@ -299,7 +299,7 @@ class ReplicaManager:
     def check_epoch(self, replica: Replica | None, current_leader_epoch: int) -> ErrorCode:
         """KIP-320: a request naming another leader epoch than this leader's is refused."""
         if replica is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.NOT_LEADER_FOR_PARTITION
         if current_leader_epoch < 0 or current_leader_epoch == replica.leader_epoch:
             return ErrorCode.NONE
         if current_leader_epoch < replica.leader_epoch:
@@ -311,10 +311,10 @@ class ReplicaManager:
         updateFollowerFetchState, then ISR expansion and the high watermark."""
         state = replica.followers.get(follower)
         if state is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.NOT_LEADER_FOR_PARTITION
         log = self.ctx.get_log(replica.topic, replica.partition)
         if log is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.NOT_LEADER_FOR_PARTITION
         now = self.ctx.clock()
         leader_leo = log.log_end_offset
         if fetch_offset >= leader_leo:
@@ -354,13 +354,13 @@ class ReplicaManager:
     ) -> ErrorCode:
         """acks=all: until the high watermark passes ``offset`` (NONE, or
         NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR is then below min.insync.replicas),
-        leadership is lost (NOT_LEADER_OR_FOLLOWER) or ``deadline`` (REQUEST_TIMED_OUT)."""
+        leadership is lost (NOT_LEADER_FOR_PARTITION) or ``deadline`` (REQUEST_TIMED_OUT)."""
         key = (topic, partition)
         while True:
             replica = self.replicas.get(key)
             log = self.ctx.get_log(topic, partition)
             if replica is None or not replica.is_leader or log is None:
-                return ErrorCode.NOT_LEADER_OR_FOLLOWER
+                return ErrorCode.NOT_LEADER_FOR_PARTITION
             if log.high_watermark > offset:
                 t = self.ctx.topics.get(topic)
                 if t is not None and len(replica.isr) < t.config.min_insync_replicas:

@@ -200,7 +200,7 @@ def _cluster_check(cluster, w: Wanted, replica_id: int, log) -> tuple[ErrorCode,
     replicas = cluster.replicas
     if replica_id == -2:
         if (w.topic, w.partition) not in replicas.replicas or log is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+            return ErrorCode.NOT_LEADER_FOR_PARTITION, None
         return ErrorCode.NONE, log.high_watermark
     replica = replicas.leader(w.topic, w.partition)
     error = replicas.check_epoch(replica, w.leader_epoch)

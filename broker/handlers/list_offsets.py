@@ -34,7 +34,7 @@ def _cluster_check(ctx: BrokerContext, topic: str, partition: int, replica_id: i
     replicas = ctx.cluster.replicas
     if replica_id == -2:
         replica = replicas.replicas.get((topic, partition))
-        error = ErrorCode.NONE if replica is not None else ErrorCode.NOT_LEADER_OR_FOLLOWER
+        error = ErrorCode.NONE if replica is not None else ErrorCode.NOT_LEADER_FOR_PARTITION
     else:
         replica = replicas.leader(topic, partition)
         error = replicas.check_epoch(replica, epoch)

@@ -203,7 +203,7 @@ async def _produce_partition(
             # Read under the lock: a new epoch starts (in the epoch cache) under it too.
             replica = cluster.replicas.leader(topic_name, partition)
             if replica is None:
-                return _Answer(ErrorCode.NOT_LEADER_OR_FOLLOWER, message="leadership moved")
+                return _Answer(ErrorCode.NOT_LEADER_FOR_PARTITION, message="leadership moved")
             leader_epoch = replica.leader_epoch
         now = ctx.clock()
         try:
@@ -293,7 +293,7 @@ def _cluster_refusal(cluster, topic: Topic, partition: int, acks: int) -> _Answe
     replica = cluster.replicas.leader(topic.name, partition)
     if replica is None:
         return _Answer(
-            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            ErrorCode.NOT_LEADER_FOR_PARTITION,
             message="this broker is not the partition's leader; refresh metadata",
         )
     if acks == -1 and len(replica.isr) < topic.config.min_insync_replicas:
