@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test kcat chromium zookeeper node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
+.PHONY: install install-test kcat chromium zookeeper faketime node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ build-deps:
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    build-essential libdeflate-dev >/dev/null; }
 
-install-test: $(VENV)/.installed-test kcat docker-compose node-deps chromium zookeeper
+install-test: $(VENV)/.installed-test kcat docker-compose node-deps chromium zookeeper faketime
 
 # KafkaJS (tests/integration/test_kafkajs.py) from the npm registry, pinned by its lock file; node and
 # npm from Debian when the machine has none.
@@ -51,6 +51,14 @@ zookeeper:
 	@[ -f /usr/share/java/zookeeper.jar ] || { echo "installing zookeeper from Debian packages"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    zookeeper >/dev/null; }
+
+# Debian's libfaketime: the cluster tests run a broker with its clock an hour behind (LD_PRELOAD)
+# to show LogAppendTime never goes backwards across a leader change.
+faketime:
+	@ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || { \
+	  echo "installing libfaketime from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    libfaketime >/dev/null; }
 
 # Debian's chromium and its driver: tests/integration/test_console.py drives the web console in a
 # headless browser through selenium.

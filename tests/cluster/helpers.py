@@ -4,6 +4,7 @@ a deadline for what the cluster converges to."""
 
 from __future__ import annotations
 
+import glob
 import json
 import time
 from typing import Any, Callable
@@ -51,6 +52,23 @@ class ClusterProcesses:
 
     def broker(self, broker_id: int):
         return self.brokers[broker_id - 1]
+
+    def skew_clock(self, broker_id: int, seconds: int) -> None:
+        """Run ``broker_id`` (from its next start) with its wall clock ``seconds`` off, through
+        Debian's libfaketime (Makefile target ``faketime``); its monotonic clock is left alone."""
+        libs = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
+        if not libs:
+            raise AssertionError("libfaketime is missing: run `make install-test`")
+        broker = self.broker(broker_id)
+        command = broker.command
+        prefix = [
+            "env",
+            f"LD_PRELOAD={libs[0]}",
+            f"FAKETIME={seconds:+d}",
+            "DONT_FAKE_MONOTONIC=1",
+            "FAKETIME_DONT_RESET=1",
+        ]
+        broker.command = lambda: prefix + command()
 
     def start(self) -> "ClusterProcesses":
         for broker in self.brokers:

@@ -11,7 +11,7 @@ import time
 from protocol import ApiKey
 from protocol.errors import ErrorCode
 from protocol.records import iter_deep
-from tests.cluster.helpers import call, produce, replica_bytes, wait_for
+from tests.cluster.helpers import call, produce, replica_bytes, replica_offsets, wait_for
 
 
 def _epochs(broker, topic, partition=0):
@@ -97,3 +97,33 @@ def test_offset_for_leader_epoch_answers(cluster_factory):
         30,
         "the old epoch fenced",
     )
+
+
+def test_log_append_time_never_goes_backwards_after_a_leader_change(cluster_factory):
+    """Broker 2's clock is an hour behind. It takes over a LogAppendTime partition from broker
+    1: its stamps continue from broker 1's, and both replicas answer offsets_for_times alike."""
+    cluster = cluster_factory(2, start=False, zookeeper_session_timeout_ms=3000)
+    cluster.skew_clock(2, -3600)
+    cluster.start()
+    configs = {"message.timestamp.type": "LogAppendTime"}
+    assert cluster.create_topic("t", assignment={0: [1, 2]}, configs=configs) == 0
+    first, second = cluster.broker(1), cluster.broker(2)
+    answers = [produce(first, "t", [b"a%d" % i], acks=-1) for i in range(5)]
+    assert all(a.error_code == 0 for a in answers)
+    stamp = max(a.log_append_time_ms for a in answers)
+    assert abs(stamp - time.time() * 1000) < 60_000
+    first.kill()
+    wait_for(lambda: cluster.leader("t") == 2, 30, "broker 2 leads")
+    cluster.wait_led("t")
+    later = [produce(second, "t", [b"b%d" % i], acks=1) for i in range(5)]
+    assert all(a.error_code == 0 for a in later)
+    assert all(a.log_append_time_ms >= stamp for a in later)
+    first.start()
+    data, hw = wait_for(
+        lambda: (got := replica_bytes(first, "t"))[1] == 10 and got, 30, "broker 1 caught up"
+    )
+    stamps = [m.timestamp for m in iter_deep(data)]
+    assert stamps == sorted(stamps) and len(stamps) == 10
+    assert data == replica_bytes(second, "t")[0]
+    for target in sorted(set(stamps)) + [stamps[0] - 1, stamps[-1] + 1]:
+        assert replica_offsets(first, "t", 0, target) == replica_offsets(second, "t", 0, target)
