@@ -37,6 +37,7 @@ from broker.console import build_app
 from broker.metrics import BrokerMetrics
 from broker.cluster import Cluster
 from broker.cluster.handlers import cluster_handlers
+from broker.cluster.producer_ids import ZkProducerIdManager
 from broker.cluster_meta import load_or_create_meta
 from broker.errors import STORAGE_FAILURES
 from broker.topics import TopicRegistry
@@ -154,7 +155,7 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
     await trio.to_thread.run_sync(manager.startup)
     ctx = BrokerContext(config, cluster_id, manager, registry)
     cluster.attach(ctx)
-    await trio.to_thread.run_sync(ctx.producer_ids.load)
+    ctx.producer_ids = ZkProducerIdManager(cluster.zk, config.broker_id)
     for log in manager.all_logs():
         topic = registry.get(log.topic)
         if topic is None:

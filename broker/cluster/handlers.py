@@ -139,7 +139,9 @@ async def handle_offset_for_leader_epoch(ctx: BrokerContext, request: Request) -
                     cluster.replicas.leader(topic.topic, p.partition), p.current_leader_epoch
                 )
             else:
-                error = ErrorCode.NONE if replica is not None else ErrorCode.NOT_LEADER_FOR_PARTITION
+                error = (
+                    ErrorCode.NONE if replica is not None else ErrorCode.NOT_LEADER_FOR_PARTITION
+                )
             if error == ErrorCode.NONE:
                 async with ctx.locked_log(topic.topic, p.partition) as log:
                     if log is None:

@@ -42,7 +42,8 @@ async def handle_init_producer_id(ctx: BrokerContext, request: Request) -> dict:
                 logger.error(
                     "reserving producer ids failed",
                     error=repr(exc),
-                    action="check the first log dir is writable and has space",
+                    action="check the first log dir is writable and has space (in a cluster: "
+                    "that ZooKeeper is reachable)",
                 )
                 return {
                     "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),

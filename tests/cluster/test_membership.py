@@ -3,7 +3,8 @@ controller role moves when it dies."""
 
 from __future__ import annotations
 
-from tests.cluster.helpers import wait_for
+from protocol import ApiKey
+from tests.cluster.helpers import call, wait_for
 
 
 def test_brokers_register_and_one_controller_is_elected(cluster_factory):
@@ -58,3 +59,21 @@ def test_controller_moves_when_it_is_killed(cluster_factory):
     cluster.broker(first).start()
     cluster.wait_registered([1, 2, 3])
     assert cluster.controller() == second
+
+
+def test_producer_ids_are_unique_across_brokers(cluster_factory):
+    cluster = cluster_factory(3)
+    seen = []
+    for _ in range(3):
+        for broker_id in (1, 2, 3):
+            answer = call(
+                cluster.broker(broker_id),
+                ApiKey.INIT_PRODUCER_ID,
+                1,
+                {"transactional_id": None, "transaction_timeout_ms": 60000},
+            )
+            assert answer.error_code == 0
+            seen.append(answer.producer_id)
+    assert len(set(seen)) == len(seen)
+    block = cluster.zk_json("/latest_producer_id_block")
+    assert block["version"] == 1 and int(block["block_end"]) == 2999  # three blocks of 1000
