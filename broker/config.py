@@ -332,6 +332,7 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("zookeeper.connection.timeout.ms", Type.INT, 18000, _B, minimum=1),
     ConfigKey("broker.rack", Type.STRING, None, _B, validator=_non_empty),
     ConfigKey("default.replication.factor", Type.INT, 1, _B, minimum=1),
+    ConfigKey("offsets.topic.replication.factor", Type.INT, 3, _B, minimum=1),
     ConfigKey("replica.lag.time.max.ms", Type.LONG, 30000, _B, minimum=1),
     ConfigKey("replica.fetch.wait.max.ms", Type.INT, 500, _B, minimum=0),
     ConfigKey("replica.fetch.min.bytes", Type.INT, 1, _B, minimum=1),
@@ -540,6 +541,7 @@ class BrokerConfig:
     zookeeper_connection_timeout_ms: int
     broker_rack: str | None
     default_replication_factor: int
+    offsets_topic_replication_factor: int
     replica_lag_time_max_ms: int
     replica_fetch_wait_max_ms: int
     replica_fetch_min_bytes: int

@@ -43,6 +43,7 @@ from kazoo.exceptions import KazooException, NodeExistsError
 from broker.cluster.assignment import AssignmentError, assign_replicas
 from broker.cluster.controller import Controller
 from broker.cluster.fetcher import FetcherManager
+from broker.cluster.groups import CoordinatorPlacement
 from broker.cluster.metadata import MetadataCache
 from broker.cluster.replicas import ReplicaManager
 from broker.cluster.zk import (
@@ -163,6 +164,7 @@ class Cluster:
         ctx.cluster = self
         self.replicas = ReplicaManager(self)
         self.fetchers = FetcherManager(self)
+        self.groups = CoordinatorPlacement(self)
 
     async def start(self, nursery: trio.Nursery, port: int) -> None:
         """After the listener is open: register this broker and join the election."""
@@ -174,6 +176,7 @@ class Cluster:
         await trio.to_thread.run_sync(self.replicas.load_checkpoints)
         self.fetchers.start(nursery)
         self.replicas.start(nursery)
+        self.groups.start(nursery)
         await self._register()
         nursery.start_soon(self._elect)
 

@@ -329,6 +329,11 @@ async def handle_cluster_delete_topics(ctx: BrokerContext, request: Request) -> 
     return {"throttle_time_ms": 0, "responses": results}
 
 
+async def handle_cluster_find_coordinator(ctx: BrokerContext, request: Request) -> dict:
+    assert ctx.cluster is not None
+    return await ctx.cluster.groups.find_coordinator(request)
+
+
 def cluster_handlers(handlers: dict) -> dict:
     """The dispatch table of a broker in a cluster (see the module docstring)."""
     table = dict(handlers)
@@ -341,6 +346,7 @@ def cluster_handlers(handlers: dict) -> dict:
             ApiKey.UPDATE_METADATA: handle_update_metadata,
             ApiKey.STOP_REPLICA: handle_stop_replica,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+            ApiKey.FIND_COORDINATOR: handle_cluster_find_coordinator,
         }
     )
     table[ApiKey.API_VERSIONS] = make_api_versions_handler(table)

@@ -235,6 +235,7 @@ class ReplicaManager:
                 leader_epoch=state.leader_epoch,
             )
         self.ctx.partition(*key).notify()
+        self.cluster.groups.role_changed(topic, key[1], leading)
         return ErrorCode.NONE
 
     async def _ensure_log(self, key: Key) -> Log | None:
@@ -273,6 +274,7 @@ class ReplicaManager:
         if replica is not None:
             replica.is_leader = False
             replica.wake()
+        self.cluster.groups.role_changed(key[0], key[1], False)
         self.ctx.partition(*key).notify()
         if delete:
             async with self.ctx.partition(*key).lock:
@@ -348,6 +350,19 @@ class ReplicaManager:
             log.update_high_watermark(new)
             replica.wake()
             self.ctx.partition(replica.topic, replica.partition).notify()
+
+    async def committed(
+        self, topic: str, partition: int, last_offset: int, timeout_s: float
+    ) -> ErrorCode:
+        """After a local append (the group coordinator's): advance the high watermark if the
+        ISR allows, then :meth:`wait_for_hw` for ``last_offset``."""
+        replica = self.leader(topic, partition)
+        if replica is None:
+            return ErrorCode.NOT_LEADER_FOR_PARTITION
+        self.maybe_advance_hw(replica)
+        return await self.wait_for_hw(
+            topic, partition, last_offset, trio.current_time() + timeout_s
+        )
 
     async def wait_for_hw(
         self, topic: str, partition: int, offset: int, deadline: float

@@ -403,6 +403,10 @@ class GroupCoordinator:
                 # Still under the lock, so the cache follows the log's order.
                 for _, topic, partition, value in to_store:
                     self.offsets.put(group_id, topic, partition, value)
+                appended_to = log.log_end_offset
+        if failure is None and ctx.cluster is not None:
+            # In a cluster the commit is acknowledged once the ISR has it (broker/cluster/groups).
+            failure = await ctx.cluster.groups.committed(appended_to - 1)
         if disk_error is not None:
             await ctx.storage_failed(OFFSETS_TOPIC, OFFSETS_PARTITION, disk_error)
         if failure is not None:
