@@ -342,6 +342,9 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("replica.socket.timeout.ms", Type.INT, 30000, _B, minimum=1),
     ConfigKey("replica.high.watermark.checkpoint.interval.ms", Type.LONG, 5000, _B, minimum=1),
     ConfigKey("controller.socket.timeout.ms", Type.INT, 30000, _B, minimum=1),
+    ConfigKey("controlled.shutdown.enable", Type.BOOLEAN, True, _B),
+    ConfigKey("controlled.shutdown.max.retries", Type.INT, 3, _B, minimum=1),
+    ConfigKey("controlled.shutdown.retry.backoff.ms", Type.LONG, 5000, _B, minimum=0),
     # Topic configs, each with the broker properties that set its default.
     ConfigKey("cleanup.policy", Type.STRING, "delete", _T, validator=_cleanup_policy,
               synonyms=(Synonym("log.cleanup.policy"),)),
@@ -551,6 +554,9 @@ class BrokerConfig:
     replica_socket_timeout_ms: int
     replica_high_watermark_checkpoint_interval_ms: int
     controller_socket_timeout_ms: int
+    controlled_shutdown_enable: bool
+    controlled_shutdown_max_retries: int
+    controlled_shutdown_retry_backoff_ms: int
     topic_defaults: Mapping[str, Any] = dataclasses.field(repr=False)
     """Typed topic-config defaults keyed by topic config name (``segment.bytes`` ...)."""
     given: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)

@@ -58,6 +58,7 @@ logger = structlog.get_logger(__name__)
 RECEIVE_BYTES = 262144  # a 1 MB produce request arrives in a few reads, not sixteen
 INLINE_REGION_BYTES = 65536  # see send_response
 SHUTDOWN_GRACE_S = 10.0
+CONTROLLED_SHUTDOWN_LIMIT_S = 60.0  # a cluster's controlled shutdown, at most
 _conn_ids = count(1)
 
 
@@ -482,6 +483,9 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                         open_connections=server.active,
                     )
                     break
+                if ctx.cluster is not None:
+                    with trio.move_on_after(CONTROLLED_SHUTDOWN_LIMIT_S):
+                        await ctx.cluster.controlled_shutdown()
                 accept_scope.cancel()
                 for listener in listeners:  # refuse new connections instead of queueing them
                     await listener.aclose()

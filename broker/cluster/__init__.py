@@ -41,6 +41,7 @@ import trio
 from kazoo.exceptions import KazooException, NodeExistsError
 
 from broker.cluster.assignment import AssignmentError, assign_replicas
+from broker.cluster.channel import BrokerChannel, ChannelError
 from broker.cluster.controller import Controller
 from broker.cluster.fetcher import FetcherManager
 from broker.cluster.groups import CoordinatorPlacement
@@ -66,6 +67,7 @@ from broker.cluster.zk import (
 from broker.config import BrokerConfig, ConfigError, parse_topic_configs
 from broker.errors import StartupError
 from broker.topics import Topic, TopicRegistry, topic_id_from_string
+from protocol import ApiKey
 from protocol.errors import ErrorCode
 
 logger = structlog.get_logger(__name__)
@@ -381,6 +383,56 @@ class Cluster:
         await self.zk.create_or_set(f"{CONFIG_TOPICS}/{name}", topic_config_json(overrides))
         topic = TopicAssignment(name, topic_id_string(new_topic_id()), dict(assignment))
         await self.zk.create(topic_path(name), topic.to_json())
+
+    async def controlled_shutdown(self) -> None:
+        """Kafka's KafkaServer.controlledShutdown, before anything stops: ask the controller
+        to move this broker's leaderships away (ControlledShutdown), retried up to
+        controlled.shutdown.max.retries while some remain. The listener keeps serving
+        meanwhile (the controller's LeaderAndIsr and StopReplica must reach this broker)."""
+        config = self.config
+        if not config.controlled_shutdown_enable or self.broker_epoch < 0:
+            return
+        for attempt in range(1, config.controlled_shutdown_max_retries + 1):
+            error, remaining = await self._ask_controlled_shutdown()
+            if error == ErrorCode.NONE and not remaining:
+                logger.info("controlled shutdown complete: no partition left to lead")
+                return
+            logger.warning(
+                "controlled shutdown incomplete",
+                attempt=attempt,
+                error=error.name,
+                still_leading=[f"{t}-{p}" for t, p in remaining][:20],
+            )
+            await trio.sleep(config.controlled_shutdown_retry_backoff_ms / 1000)
+        logger.warning(
+            "controlled shutdown gave up; the rest moves when this broker's session ends",
+            action="none; check the other brokers are alive and in sync if it keeps happening",
+        )
+
+    async def _ask_controlled_shutdown(self) -> tuple[ErrorCode, list[tuple[str, int]]]:
+        body = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch}
+        if self.controller is not None:  # this broker is the controller: ask it directly
+            answer = await self.controller.call(
+                "controlled_shutdown", self.broker_id, self.broker_epoch
+            )
+            return answer if answer is not None else (ErrorCode.UNKNOWN_SERVER_ERROR, [])
+        address = self.address_of(self.metadata.controller_id)
+        if address is None:
+            return ErrorCode.NOT_CONTROLLER, []
+        channel = BrokerChannel(
+            *address,
+            client_id=f"chronolog-shutdown-{self.broker_id}",
+            timeout_s=self.config.controller_socket_timeout_ms / 1000,
+        )
+        try:
+            response = await channel.call(ApiKey.CONTROLLED_SHUTDOWN, 3, body)
+        except ChannelError as exc:
+            logger.warning("controlled shutdown request failed", error=str(exc))
+            return ErrorCode.NETWORK_EXCEPTION, []
+        finally:
+            await channel.close()
+        remaining = [(r.topic_name, r.partition_index) for r in response.remaining_partitions]
+        return ErrorCode(response.error_code), remaining
 
     async def stop(self) -> None:
         await self.zk.stop()

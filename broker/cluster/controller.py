@@ -172,12 +172,12 @@ class Controller:
 
     async def call(self, *event: Any) -> Any:
         """Queue a request event and wait for its answer (ControlledShutdown, ElectLeaders,
-        reassignments)."""
+        reassignments); None when handling it failed (logged) or the controller stopped."""
         reply: list[Any] = []
         done = trio.Event()
         self.post(*event, reply, done)
         await done.wait()
-        return reply[0]
+        return reply[0] if reply else None
 
     async def run(self) -> None:
         """Take over (read the cluster, elect what needs a leader, tell every broker), then
@@ -204,6 +204,7 @@ class Controller:
             "topics": self._on_topics,
             "isr_changes": self._on_isr_changes,
             "delete_topics": self._on_delete_topics,
+            "controlled_shutdown": self._on_controlled_shutdown,
         }[kind]
         try:
             await handler(*args)
@@ -694,3 +695,69 @@ class Controller:
             await self.zk.delete(f"{DELETE_TOPICS}/{name}")
         if names:
             self.send_update_metadata()
+
+    # -- requests forwarded by brokers -------------------------------------------------------
+    async def _on_controlled_shutdown(
+        self, broker_id: int, broker_epoch: int, reply: list, done: trio.Event
+    ) -> None:
+        """Kafka's KafkaController.shutdownBroker: lead elsewhere what ``broker_id`` leads
+        (another live ISR member), take it out of the ISRs it follows in and stop those
+        replicas; reply (error, partitions it still leads)."""
+        try:
+            info = self.live.get(broker_id)
+            if info is None:
+                reply.append((ErrorCode.BROKER_NOT_AVAILABLE, []))
+                return
+            if broker_epoch >= 0 and broker_epoch != info.epoch:
+                reply.append((ErrorCode.STALE_BROKER_EPOCH, []))
+                return
+            self.shutting_down.add(broker_id)
+            changed: list[Key] = []
+            stopped: list[Key] = []
+            alone: set[Key] = set()
+            moved = 0
+            for key, state in sorted(self.states.items()):
+                replicas = self.assignments[key[0]].partitions.get(key[1], ())
+                if broker_id not in replicas:
+                    continue
+                if state.leader == broker_id:
+                    others = [
+                        r
+                        for r in replicas
+                        if r in state.isr and r in self.live and r not in self.shutting_down
+                    ]
+                    if not others:
+                        # Nobody in sync to take over: it leads until it goes, and waiting
+                        # for that would not help (not counted as remaining, unlike Kafka).
+                        alone.add(key)
+                        continue
+                    isr = tuple(r for r in state.isr if r != broker_id)
+                    new = replace(
+                        state, leader=others[0], leader_epoch=state.leader_epoch + 1, isr=isr
+                    )
+                    if await self._write_state(key, new):
+                        changed.append(key)
+                        moved += 1
+                else:
+                    stopped.append(key)
+                    if broker_id in state.isr and len(state.isr) > 1:
+                        isr = tuple(r for r in state.isr if r != broker_id)
+                        new = replace(state, isr=isr, leader_epoch=state.leader_epoch + 1)
+                        if await self._write_state(key, new):
+                            changed.append(key)
+            self.send_leader_and_isr_for(changed)
+            self.send_stop_replica(broker_id, stopped, delete=False)
+            self.send_update_metadata()
+            remaining = sorted(
+                k for k, s in self.states.items() if s.leader == broker_id and k not in alone
+            )
+            logger.info(
+                "controlled shutdown of a broker",
+                broker=broker_id,
+                leaderships_moved=moved,
+                still_leading=len(remaining),
+                without_another_in_sync_replica=len(alone),
+            )
+            reply.append((ErrorCode.NONE, remaining))
+        finally:
+            done.set()

@@ -329,6 +329,25 @@ async def handle_cluster_delete_topics(ctx: BrokerContext, request: Request) -> 
     return {"throttle_time_ms": 0, "responses": results}
 
 
+async def handle_controlled_shutdown(ctx: BrokerContext, request: Request) -> dict:
+    """ControlledShutdown, answered by the controller: the partitions the broker still leads
+    (it retries while there are any)."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    body = request.body
+    controller = cluster.controller
+    if controller is None:
+        return {"error_code": int(ErrorCode.NOT_CONTROLLER), "remaining_partitions": []}
+    answer = await controller.call("controlled_shutdown", body.broker_id, body.broker_epoch)
+    if answer is None:
+        return {"error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR), "remaining_partitions": []}
+    error, remaining = answer
+    return {
+        "error_code": int(error),
+        "remaining_partitions": [{"topic_name": t, "partition_index": p} for t, p in remaining],
+    }
+
+
 async def handle_cluster_find_coordinator(ctx: BrokerContext, request: Request) -> dict:
     assert ctx.cluster is not None
     return await ctx.cluster.groups.find_coordinator(request)
@@ -347,6 +366,7 @@ def cluster_handlers(handlers: dict) -> dict:
             ApiKey.STOP_REPLICA: handle_stop_replica,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
             ApiKey.FIND_COORDINATOR: handle_cluster_find_coordinator,
+            ApiKey.CONTROLLED_SHUTDOWN: handle_controlled_shutdown,
         }
     )
     table[ApiKey.API_VERSIONS] = make_api_versions_handler(table)
