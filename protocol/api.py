@@ -96,13 +96,17 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 # What a broker in a cluster (zookeeper.connect, broker/cluster/) serves besides
 # SUPPORTED_VERSIONS: the inter-broker apis at the versions Kafka 3.9's ZooKeeper controller sends,
-# and OffsetForLeaderEpoch (also a client api, KIP-320). A single broker does not decode them.
+# OffsetForLeaderEpoch (also a client api, KIP-320), and the admin apis that only make sense with
+# several brokers (ElectLeaders, partition reassignments). A single broker does not decode them.
 CLUSTER_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LEADER_AND_ISR: (6, 6),
     ApiKey.STOP_REPLICA: (3, 3),
     ApiKey.UPDATE_METADATA: (7, 7),
     ApiKey.CONTROLLED_SHUTDOWN: (3, 3),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
+    ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
 

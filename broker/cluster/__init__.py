@@ -189,7 +189,13 @@ class Cluster:
         deadline = trio.current_time() + 3 * self.config.zookeeper_session_timeout_ms / 1000
         while True:
             try:
-                await self.zk.create(path, self.me.to_json(), ephemeral=True)
+                created = await self.zk.call(
+                    self.zk.client.create,
+                    self.zk.path(path),
+                    self.me.to_json(),
+                    ephemeral=True,
+                    include_data=True,
+                )
                 break
             except NodeExistsError:
                 if trio.current_time() > deadline:
@@ -202,8 +208,7 @@ class Cluster:
                     broker_id=self.broker_id,
                 )
                 await trio.sleep(0.5)
-        stat = await self.zk.exists(path)
-        self.broker_epoch = stat.czxid
+        self.broker_epoch = created[1].czxid
         logger.info(
             "registered in ZooKeeper",
             broker_id=self.broker_id,

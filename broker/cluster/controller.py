@@ -205,6 +205,9 @@ class Controller:
             "isr_changes": self._on_isr_changes,
             "delete_topics": self._on_delete_topics,
             "controlled_shutdown": self._on_controlled_shutdown,
+            "elect_leaders": self._on_elect_leaders,
+            "reassign": self._on_reassign,
+            "list_reassignments": self._on_list_reassignments,
         }[kind]
         try:
             await handler(*args)
@@ -228,8 +231,14 @@ class Controller:
         for name in list(self.assignments):
             changed += await self._start_partitions(name)
         changed += await self._elect_offline(list(self.states))
+        # Brokers that died while there was no controller leave the ISRs now.
+        gone = {r for a in self.assignments.values() for rs in a.partitions.values() for r in rs}
+        changed += await self._remove_from_isr(list(self.states), gone - set(self.live))
         self._send_all_leader_and_isr()
         self.send_update_metadata()
+        for name, assignment in list(self.assignments.items()):
+            for p in set(assignment.adding) | set(assignment.removing):
+                await self._complete_reassignment((name, p))
         await self.zk.children(ISR_CHANGES, watch=lambda: self.post("isr_changes"))
         await self.zk.children(DELETE_TOPICS, watch=lambda: self.post("delete_topics"))
         self.post("isr_changes")
@@ -620,12 +629,12 @@ class Controller:
             for name in list(self.assignments):
                 changed += await self._start_partitions(name)
             changed += await self._elect_offline(list(self.states))
-        self.send_update_metadata()
+        # LeaderAndIsr before UpdateMetadata on every broker's queue: a broker that Metadata
+        # names leader already acts as one.
         self.send_leader_and_isr_for(sorted(set(changed)))
         for broker_id in sorted(started):
             self.send_leader_and_isr(broker_id, list(self.states))
-        if changed:
-            self.send_update_metadata()
+        self.send_update_metadata()
 
     async def _on_topics(self) -> None:
         names = set(await self.zk.children(BROKER_TOPICS, watch=lambda: self.post("topics")))
@@ -670,6 +679,8 @@ class Controller:
                 if state is not None:
                     self.states[key] = state
         self.send_update_metadata()
+        for key in sorted(keys):
+            await self._complete_reassignment(key)
 
     async def _on_delete_topics(self) -> None:
         names = await self.zk.children(DELETE_TOPICS, watch=lambda: self.post("delete_topics"))
@@ -759,5 +770,201 @@ class Controller:
                 without_another_in_sync_replica=len(alone),
             )
             reply.append((ErrorCode.NONE, remaining))
+        finally:
+            done.set()
+
+    async def _on_elect_leaders(
+        self, election_type: int, keys: list[Key] | None, reply: list, done: trio.Event
+    ) -> None:
+        """ElectLeaders (KIP-460): preferred (0) makes the first replica of the assignment
+        leader when it is alive and in sync; unclean (1) gives a leaderless partition any live
+        replica. Reply {key: (error, message)}; with ``keys`` None every partition is tried
+        and those needing nothing are left out."""
+        try:
+            every = keys is None
+            results: dict[Key, tuple[ErrorCode, str | None]] = {}
+            changed = []
+            for key in sorted(self.states) if keys is None else keys:
+                state = self.states.get(key)
+                if state is None or key[0] not in self.assignments:
+                    results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition")
+                    continue
+                replicas = self.assignments[key[0]].partitions[key[1]]
+                if election_type == 0:
+                    preferred = replicas[0]
+                    if state.leader == preferred:
+                        results[key] = (ErrorCode.ELECTION_NOT_NEEDED, None)
+                        continue
+                    if preferred not in self.live or preferred not in state.isr:
+                        results[key] = (
+                            ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                            f"preferred replica {preferred} is not alive and in sync",
+                        )
+                        continue
+                    new = replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1)
+                else:
+                    if state.leader in self.live:
+                        results[key] = (ErrorCode.ELECTION_NOT_NEEDED, None)
+                        continue
+                    live = [r for r in replicas if r in self.live]
+                    if not live:
+                        results[key] = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no live replica")
+                        continue
+                    leader = next((r for r in live if r in state.isr), live[0])
+                    isr = state.isr if leader in state.isr else (leader,)
+                    new = replace(
+                        state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=isr
+                    )
+                if await self._write_state(key, new):
+                    changed.append(key)
+                    results[key] = (ErrorCode.NONE, None)
+                else:
+                    results[key] = (
+                        ErrorCode.UNKNOWN_SERVER_ERROR,
+                        "state changed meanwhile; retry",
+                    )
+            self.send_leader_and_isr_for(changed)
+            self.send_update_metadata()
+            if changed:
+                logger.info(
+                    "leaders elected on request",
+                    election="preferred" if election_type == 0 else "unclean",
+                    partitions=[f"{t}-{p}" for t, p in changed][:50],
+                )
+            if every:
+                results = {
+                    k: v for k, v in results.items() if v[0] != ErrorCode.ELECTION_NOT_NEEDED
+                }
+            reply.append(results)
+        finally:
+            done.set()
+
+    async def _write_assignment(self, name: str, assignment: TopicAssignment) -> None:
+        await self.zk.set(topic_path(name), assignment.to_json())
+        self.assignments[name] = assignment
+
+    async def _on_reassign(self, targets: dict, reply: list, done: trio.Event) -> None:
+        """AlterPartitionReassignments (KIP-455): start moving each partition to its target
+        replicas (None: cancel, back to the replicas before the reassignment). The replica set
+        becomes target + current; once every target replica is in the ISR,
+        :meth:`_complete_reassignment` drops the others."""
+        try:
+            results: dict[Key, tuple[ErrorCode, str | None]] = {}
+            started = []
+            for key, target in targets.items():
+                name, p = key
+                assignment = self.assignments.get(name)
+                if assignment is None or p not in assignment.partitions or key not in self.states:
+                    results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition")
+                    continue
+                current = assignment.partitions[p]
+                adding = assignment.adding.get(p, ())
+                original = tuple(r for r in current if r not in adding)
+                if target is None:
+                    if not adding and not assignment.removing.get(p):
+                        results[key] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None)
+                        continue
+                    target = original
+                target = tuple(target)
+                problem = None
+                if not target or len(set(target)) != len(target):
+                    problem = f"replicas {list(target)} are empty or repeat a broker"
+                elif any(b not in self.live for b in target):
+                    problem = f"replicas {list(target)} name brokers that are not alive"
+                if problem:
+                    results[key] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+                    continue
+                if target == current and not adding:
+                    results[key] = (ErrorCode.NONE, None)
+                    continue
+                full = target + tuple(r for r in current if r not in target)
+                new_adding = tuple(r for r in target if r not in original)
+                removing = tuple(r for r in full if r not in target)
+                assignment = replace(
+                    assignment,
+                    partitions={**assignment.partitions, p: full},
+                    adding={**assignment.adding, p: new_adding},
+                    removing={**assignment.removing, p: removing},
+                )
+                await self._write_assignment(name, assignment)
+                state = self.states[key]
+                if await self._write_state(
+                    key, replace(state, leader_epoch=state.leader_epoch + 1)
+                ):
+                    started.append(key)
+                results[key] = (ErrorCode.NONE, None)
+                logger.info(
+                    "reassignment started",
+                    topic=name,
+                    partition=p,
+                    replicas=list(full),
+                    adding=list(new_adding),
+                    removing=list(removing),
+                )
+            self.send_leader_and_isr_for(started)
+            self.send_update_metadata()
+            reply.append(results)
+        finally:
+            done.set()
+        for key in started:
+            await self._complete_reassignment(key)
+
+    async def _complete_reassignment(self, key: Key) -> None:
+        """When every target replica of a reassigned partition is in the ISR: lead from the
+        target (moving the leader if it is to go), drop the removed replicas from the ISR and
+        assignment, delete them (StopReplica), clear the reassignment state."""
+        name, p = key
+        assignment = self.assignments.get(name)
+        state = self.states.get(key)
+        if assignment is None or state is None:
+            return
+        adding, removing = assignment.adding.get(p, ()), assignment.removing.get(p, ())
+        if not adding and not removing:
+            return
+        full = assignment.partitions[p]
+        target = tuple(r for r in full if r not in removing)
+        if any(r not in state.isr or r not in self.live for r in target):
+            return
+        leader = state.leader
+        if leader not in target or leader not in self.live:
+            leader = target[0]
+        isr = tuple(r for r in state.isr if r in target)
+        new = replace(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=isr)
+        if not await self._write_state(key, new):
+            return
+        adding_left = {k: v for k, v in assignment.adding.items() if k != p}
+        removing_left = {k: v for k, v in assignment.removing.items() if k != p}
+        await self._write_assignment(
+            name,
+            replace(
+                assignment,
+                partitions={**assignment.partitions, p: target},
+                adding=adding_left,
+                removing=removing_left,
+            ),
+        )
+        self.send_leader_and_isr_for([key])
+        for broker_id in removing:
+            self.send_stop_replica(broker_id, [key], delete=True)
+        self.send_update_metadata()
+        logger.info(
+            "reassignment complete", topic=name, partition=p, replicas=list(target), leader=leader
+        )
+
+    async def _on_list_reassignments(
+        self, keys: list[Key] | None, reply: list, done: trio.Event
+    ) -> None:
+        try:
+            ongoing = {}
+            for name, assignment in self.assignments.items():
+                for p in sorted(set(assignment.adding) | set(assignment.removing)):
+                    key = (name, p)
+                    if keys is None or key in keys:
+                        ongoing[key] = (
+                            assignment.partitions[p],
+                            assignment.adding.get(p, ()),
+                            assignment.removing.get(p, ()),
+                        )
+            reply.append(ongoing)
         finally:
             done.set()

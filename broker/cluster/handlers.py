@@ -47,7 +47,9 @@ def _stale(ctx: BrokerContext, body: Any) -> ErrorCode:
             latest=cluster.controller_epoch_seen,
         )
         return ErrorCode.STALE_CONTROLLER_EPOCH
-    if body.broker_epoch >= 0 and body.broker_epoch != cluster.broker_epoch:
+    # Kafka's isBrokerEpochStale: only an older registration's requests are refused (a newer
+    # one is this broker's own, whose creation may not have returned here yet).
+    if 0 <= body.broker_epoch < cluster.broker_epoch:
         logger.warning(
             "refusing a controller request for an earlier registration of this broker",
             broker_epoch=body.broker_epoch,
@@ -348,6 +350,121 @@ async def handle_controlled_shutdown(ctx: BrokerContext, request: Request) -> di
     }
 
 
+def _not_controller(cluster) -> bool:
+    return cluster.controller is None
+
+
+async def handle_elect_leaders(ctx: BrokerContext, request: Request) -> dict:
+    """ElectLeaders v0-v2 (preferred, or unclean from v1), answered by the controller."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    body = request.body
+    wanted = (
+        None
+        if body.topic_partitions is None
+        else [(t.topic, p) for t in body.topic_partitions for p in t.partitions]
+    )
+    if _not_controller(cluster):
+        return {
+            "throttle_time_ms": 0,
+            "error_code": int(ErrorCode.NOT_CONTROLLER),
+            "replica_election_results": [],
+        }
+    results = await cluster.controller.call("elect_leaders", body.election_type, wanted)
+    if results is None:
+        return {
+            "throttle_time_ms": 0,
+            "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
+            "replica_election_results": [],
+        }
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, p), (error, message) in results.items():
+        by_topic.setdefault(topic, []).append(
+            {"partition_id": p, "error_code": int(error), "error_message": message}
+        )
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "replica_election_results": [
+            {"topic": t, "partition_result": parts} for t, parts in by_topic.items()
+        ],
+    }
+
+
+async def handle_alter_partition_reassignments(ctx: BrokerContext, request: Request) -> dict:
+    """AlterPartitionReassignments v0 (KIP-455), answered by the controller once each move has
+    started (the copy goes on; ListPartitionReassignments follows it)."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    body = request.body
+    if _not_controller(cluster):
+        return {
+            "throttle_time_ms": 0,
+            "error_code": int(ErrorCode.NOT_CONTROLLER),
+            "error_message": "send it to the controller",
+            "responses": [],
+        }
+    targets = {
+        (t.name, p.partition_index): (None if p.replicas is None else list(p.replicas))
+        for t in body.topics
+        for p in t.partitions
+    }
+    results = await cluster.controller.call("reassign", targets)
+    if results is None:
+        return {
+            "throttle_time_ms": 0,
+            "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
+            "error_message": "the controller failed; see its log",
+            "responses": [],
+        }
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, p), (error, message) in results.items():
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": p, "error_code": int(error), "error_message": message}
+        )
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "error_message": None,
+        "responses": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
+    }
+
+
+async def handle_list_partition_reassignments(ctx: BrokerContext, request: Request) -> dict:
+    cluster = ctx.cluster
+    assert cluster is not None
+    body = request.body
+    if _not_controller(cluster):
+        return {
+            "throttle_time_ms": 0,
+            "error_code": int(ErrorCode.NOT_CONTROLLER),
+            "error_message": "send it to the controller",
+            "topics": [],
+        }
+    wanted = (
+        None
+        if body.topics is None
+        else [(t.name, p) for t in body.topics for p in t.partition_indexes]
+    )
+    ongoing = await cluster.controller.call("list_reassignments", wanted)
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, p), (replicas, adding, removing) in sorted((ongoing or {}).items()):
+        by_topic.setdefault(topic, []).append(
+            {
+                "partition_index": p,
+                "replicas": list(replicas),
+                "adding_replicas": list(adding),
+                "removing_replicas": list(removing),
+            }
+        )
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "error_message": None,
+        "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
+    }
+
+
 async def handle_cluster_find_coordinator(ctx: BrokerContext, request: Request) -> dict:
     assert ctx.cluster is not None
     return await ctx.cluster.groups.find_coordinator(request)
@@ -367,6 +484,9 @@ def cluster_handlers(handlers: dict) -> dict:
             ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
             ApiKey.FIND_COORDINATOR: handle_cluster_find_coordinator,
             ApiKey.CONTROLLED_SHUTDOWN: handle_controlled_shutdown,
+            ApiKey.ELECT_LEADERS: handle_elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
         }
     )
     table[ApiKey.API_VERSIONS] = make_api_versions_handler(table)

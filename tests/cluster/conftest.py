@@ -4,8 +4,9 @@ and brokers in a cluster, all real processes on 127.0.0.1.
 - ``zookeeper`` (session): one ZooKeeper server with a fresh data dir on a free port; each
   cluster uses its own chroot in it, so tests do not see each other's clusters.
 - ``zookeeper_factory()`` (function): a ZooKeeper server of the test's own (to stop it).
-- ``cluster_factory(size=3, zk=None, **overrides)`` (function): ``size`` brokers (ids 1..size)
-  joined through a new chroot; stopped at teardown. Keyword names use ``_`` for ``.``.
+- ``cluster_factory(size=3, zk=None, start=True, per_broker=None, **overrides)`` (function):
+  ``size`` brokers (ids 1..size) joined through a new chroot; stopped at teardown. Keyword names
+  use ``_`` for ``.``; ``per_broker`` maps a broker id to properties of its own.
 """
 
 from __future__ import annotations
@@ -131,7 +132,13 @@ def cluster_factory(zookeeper, tmp_path):
         pytest.skip("starts its own brokers (CHRONOLOG_BOOTSTRAP is set)")
     made: list[ClusterProcesses] = []
 
-    def make(size: int = 3, zk: ZooKeeperServer | None = None, start: bool = True, **kw):
+    def make(
+        size: int = 3,
+        zk: ZooKeeperServer | None = None,
+        start: bool = True,
+        per_broker: dict[int, dict] | None = None,
+        **kw,
+    ):
         server = zk or zookeeper
         chroot = f"/chronolog-{uuid.uuid4().hex[:12]}"
         props = {k.replace("_", "."): v for k, v in kw.items()}
@@ -149,6 +156,7 @@ def cluster_factory(zookeeper, tmp_path):
                         "replica.fetch.wait.max.ms": 200,
                         "replica.high.watermark.checkpoint.interval.ms": 500,
                         **props,
+                        **(per_broker or {}).get(broker_id, {}),
                     },
                 )
             )

@@ -24,7 +24,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "c
             value = predicate()
             if value:
                 return value
-        except (BrokerConnectionError, OSError) as exc:
+        except (BrokerConnectionError, OSError, AssertionError) as exc:
             last_error = exc
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last_error!r})")
@@ -159,8 +159,9 @@ class ClusterProcesses:
         return error
 
     def wait_led(self, topic: str, timeout: float = 30.0) -> None:
-        """Until every running broker's metadata names a leader for every partition of
-        ``topic`` (each has then applied the controller's LeaderAndIsr before it)."""
+        """Until every running broker's metadata names the leader and epoch ZooKeeper holds
+        for every partition of ``topic`` (each has then applied the controller's LeaderAndIsr,
+        sent before)."""
 
         def led() -> bool:
             for broker in self.brokers:
@@ -169,8 +170,14 @@ class ClusterProcesses:
                 broker_id = int(broker.overrides["broker.id"])
                 meta = self.metadata(broker_id, [topic])
                 parts = meta.topics[0].partitions
-                if not parts or any(p.leader_id < 0 for p in parts):
+                if not parts:
                     return False
+                for p in parts:
+                    state = self.state(topic, p.partition_index)
+                    if state is None or state["leader"] < 0:
+                        return False
+                    if (p.leader_id, p.leader_epoch) != (state["leader"], state["leader_epoch"]):
+                        return False
             return True
 
         wait_for(led, timeout, f"leaders of {topic} known everywhere")
@@ -220,23 +227,26 @@ def replica_fetch(
 
 
 def replica_bytes(broker, topic: str, partition: int = 0) -> tuple[bytes, int]:
-    """(every byte of the replica's log below its high watermark, that high watermark)."""
+    """(every byte of the replica's log from its log start below its high watermark, that high
+    watermark), read by successive fetches; AssertionError when the high watermark moved
+    meanwhile (retry)."""
     from protocol.records import iter_shallow
 
     out = bytearray()
-    offset = 0
-    hw = -1
+    offset = replica_offsets(broker, topic, partition, -2)[1]  # its log start offset
     for _ in range(10_000):
         part = replica_fetch(broker, topic, partition, offset)
         if part.error_code:
             raise AssertionError(f"broker fetch of {topic}-{partition}: error {part.error_code}")
-        hw = part.high_watermark
         data = bytes(part.records or b"")
         entries = list(iter_shallow(data))
         if not entries:
-            return bytes(out), hw
-        end = entries[-1].next_position
-        out += data[:end]
+            if part.high_watermark != offset:
+                raise AssertionError(
+                    f"read up to {offset}, but the high watermark is {part.high_watermark}"
+                )
+            return bytes(out), offset
+        out += data[: entries[-1].next_position]
         offset = entries[-1].offset + 1
     raise AssertionError("replica did not end")
 
@@ -285,3 +295,56 @@ def produce(
     }
     answer = call(broker, ApiKey.PRODUCE, 9, body, timeout=timeout_ms / 1000 + 10)
     return answer.responses[0].partition_responses[0]
+
+
+def elect_leaders(cluster, partitions: list[tuple[str, int]] | None, election_type: int = 0):
+    """ElectLeaders v1 to the controller: {(topic, partition): error code}."""
+    body = {
+        "election_type": election_type,
+        "topic_partitions": None
+        if partitions is None
+        else [{"topic": t, "partitions": [p]} for t, p in partitions],
+        "timeout_ms": 10000,
+    }
+    answer = call(cluster.broker(cluster.controller()), ApiKey.ELECT_LEADERS, 1, body)
+    assert answer.error_code == 0
+    return {
+        (r.topic, p.partition_id): p.error_code
+        for r in answer.replica_election_results
+        for p in r.partition_result
+    }
+
+
+def reassign(cluster, moves: dict[tuple[str, int], list[int] | None]):
+    """AlterPartitionReassignments v0 to the controller: {(topic, partition): error code}."""
+    topics: dict[str, list] = {}
+    for (t, p), replicas in moves.items():
+        topics.setdefault(t, []).append({"partition_index": p, "replicas": replicas})
+    body = {
+        "timeout_ms": 10000,
+        "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+    }
+    answer = call(
+        cluster.broker(cluster.controller()), ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body
+    )
+    assert answer.error_code == 0
+    return {
+        (r.name, p.partition_index): p.error_code for r in answer.responses for p in r.partitions
+    }
+
+
+def list_reassignments(cluster):
+    body = {"timeout_ms": 10000, "topics": None}
+    answer = call(
+        cluster.broker(cluster.controller()), ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, body
+    )
+    assert answer.error_code == 0
+    return {
+        (t.name, p.partition_index): (
+            list(p.replicas),
+            list(p.adding_replicas),
+            list(p.removing_replicas),
+        )
+        for t in answer.topics
+        for p in t.partitions
+    }

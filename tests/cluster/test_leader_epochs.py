@@ -116,8 +116,8 @@ def test_log_append_time_never_goes_backwards_after_a_leader_change(cluster_fact
     wait_for(lambda: cluster.leader("t") == 2, 30, "broker 2 leads")
     cluster.wait_led("t")
     later = [produce(second, "t", [b"b%d" % i], acks=1) for i in range(5)]
-    assert all(a.error_code == 0 for a in later)
-    assert all(a.log_append_time_ms >= stamp for a in later)
+    assert all(a.error_code == 0 for a in later), later
+    assert all(a.log_append_time_ms >= stamp for a in later), (stamp, later)
     first.start()
     data, hw = wait_for(
         lambda: (got := replica_bytes(first, "t"))[1] == 10 and got, 30, "broker 1 caught up"

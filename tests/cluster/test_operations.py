@@ -3,13 +3,26 @@ reason for retention by message time), `chronolog cluster describe`."""
 
 from __future__ import annotations
 
+import glob
+import os
 import threading
 import time
 
 from kafka import KafkaProducer
 
 from protocol.records import iter_deep
-from tests.cluster.helpers import replica_bytes, wait_for
+from protocol.errors import ErrorCode
+from tests.cluster.helpers import (
+    elect_leaders,
+    list_reassignments,
+    produce as produce_batch,
+    reassign,
+    replica_bytes,
+    replica_offsets,
+    wait_for,
+)
+
+DAY_MS = 86_400_000
 
 
 def test_sigterm_moves_leadership_away_first(cluster_factory):
@@ -51,3 +64,99 @@ def test_sigterm_moves_leadership_away_first(cluster_factory):
         data, _ = replica_bytes(cluster.broker(cluster.leader("t", p)), "t", p)
         stored = {m.value for m in iter_deep(data)}
         assert all(v in stored for part, v in acked if part == p)
+
+
+def test_preferred_leader_election(cluster_factory):
+    cluster = cluster_factory(3, zookeeper_session_timeout_ms=3000)
+    assert cluster.create_topic("t", 3, 3) == 0
+    preferred = cluster.zk_json("/brokers/topics/t")["partitions"]["0"][0]
+    cluster.broker(preferred).kill()
+    wait_for(lambda: cluster.leader("t", 0) not in (-1, preferred), 30, "leader moved")
+    assert elect_leaders(cluster, [("t", 0)]) == {
+        ("t", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    }
+    cluster.broker(preferred).start()
+    wait_for(lambda: preferred in cluster.state("t", 0)["isr"], 30, "preferred back in sync")
+    assert elect_leaders(cluster, [("t", 0)]) == {("t", 0): ErrorCode.NONE}
+    assert cluster.leader("t", 0) == preferred
+    assert elect_leaders(cluster, [("t", 0)]) == {("t", 0): ErrorCode.ELECTION_NOT_NEEDED}
+    # every partition: those already led by their preferred replica are left out
+    results = elect_leaders(cluster, None)
+    assert all(code == ErrorCode.NONE for code in results.values())
+    for p in range(3):
+        replicas = cluster.zk_json("/brokers/topics/t")["partitions"][str(p)]
+        assert cluster.leader("t", p) == replicas[0]
+    wait_for(lambda: cluster.partition_view(1, "t", 0)[0] == preferred, 30, "metadata")
+
+
+def test_reassignment_moves_a_partition_and_its_data(cluster_factory):
+    cluster = cluster_factory(3)
+    assert cluster.create_topic("t", 1, assignment={0: [1]}) == 0
+    values = [b"v%d" % i for i in range(50)]
+    assert produce_batch(cluster.broker(1), "t", values, acks=-1).error_code == 0
+    assert reassign(cluster, {("t", 0): [2, 3], ("t", 9): [1]}) == {
+        ("t", 0): ErrorCode.NONE,
+        ("t", 9): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    wait_for(
+        lambda: cluster.zk_json("/brokers/topics/t")["partitions"]["0"] == [2, 3],
+        60,
+        "reassignment complete",
+    )
+    assert list_reassignments(cluster) == {}
+    state = cluster.state("t")
+    assert state["leader"] in (2, 3) and sorted(state["isr"]) == [2, 3]
+    for b in (2, 3):
+        data, hw = wait_for(
+            lambda: (got := replica_bytes(cluster.broker(b), "t"))[1] == 50 and got, 30, "copy"
+        )
+        assert [m.value for m in iter_deep(data)] == values
+    moved = os.path.join(cluster.broker(1).log_dirs[0], "t-0")
+    wait_for(lambda: not os.path.exists(moved), 30, "the old replica deleted")
+    assert reassign(cluster, {("t", 0): [1, 9]}) == {("t", 0): ErrorCode.INVALID_REPLICA_ASSIGNMENT}
+    assert reassign(cluster, {("t", 0): None}) == {("t", 0): ErrorCode.NO_REASSIGNMENT_IN_PROGRESS}
+
+
+def test_kip33_a_moved_replica_deletes_old_messages_by_their_timestamps(cluster_factory):
+    """KIP-33's reason for retention by message time: a replica moved to a new broker has new
+    files, yet its week-old messages go within one retention check there."""
+    check_ms = 1000
+    cluster = cluster_factory(
+        2,
+        per_broker={
+            1: {"log.retention.check.interval.ms": 3_600_000},  # the source never checks
+            2: {"log.retention.check.interval.ms": check_ms, "log.segment.delete.delay.ms": 0},
+        },
+    )
+    configs = {"retention.ms": str(DAY_MS), "segment.bytes": "1024"}
+    assert cluster.create_topic("old", assignment={0: [1]}, configs=configs) == 0
+    week_ago = int(time.time() * 1000) - 7 * DAY_MS
+    for i in range(40):
+        answer = produce_batch(cluster.broker(1), "old", [b"x" * 100], timestamps=[week_ago + i])
+        assert answer.error_code == 0
+    recent = produce_batch(cluster.broker(1), "old", [b"new"])
+    assert recent.error_code == 0 and recent.base_offset == 40
+    assert replica_offsets(cluster.broker(1), "old", 0, -2)[1] == 0  # nothing deleted there
+    assert reassign(cluster, {("old", 0): [2]}) == {("old", 0): ErrorCode.NONE}
+    wait_for(
+        lambda: cluster.zk_json("/brokers/topics/old")["partitions"]["0"] == [2],
+        60,
+        "reassignment complete",
+    )
+    moved_at = time.monotonic()
+    directory = os.path.join(cluster.broker(2).log_dirs[0], "old-0")
+    # the new replica's files are minutes old at most: file-time retention would keep them
+    assert all(
+        time.time() - os.path.getmtime(f) < 600 for f in glob.glob(os.path.join(directory, "*.log"))
+    )
+    start = wait_for(
+        lambda: (off := replica_offsets(cluster.broker(2), "old", 0, -2)[1]) > 0 and off,
+        10,
+        "old segments deleted on the new replica",
+    )
+    assert time.monotonic() - moved_at < 2 * check_ms / 1000 + 3
+    assert 0 < start <= 40
+    data, _ = replica_bytes(cluster.broker(2), "old")
+    assert [m.value for m in iter_deep(data)][-1] == b"new"
+    log = cluster.broker(2).log_output()
+    assert '"reason": "retention.ms"' in log
