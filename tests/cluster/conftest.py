@@ -6,7 +6,8 @@ and brokers in a cluster, all real processes on 127.0.0.1.
 - ``zookeeper_factory()`` (function): a ZooKeeper server of the test's own (to stop it).
 - ``cluster_factory(size=3, zk=None, start=True, per_broker=None, **overrides)`` (function):
   ``size`` brokers (ids 1..size) joined through a new chroot; stopped at teardown. Keyword names
-  use ``_`` for ``.``; ``per_broker`` maps a broker id to properties of its own.
+  use ``_`` for ``.``; ``per_broker`` maps a broker id to properties of its own. With
+  CHRONOLOG_CLUSTER_LOGS=DIR every broker's log is copied to DIR/<test name>/ at teardown.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def zookeeper_factory(tmp_path):
 
 
 @pytest.fixture
-def cluster_factory(zookeeper, tmp_path):
+def cluster_factory(zookeeper, tmp_path, request):
     if os.environ.get("CHRONOLOG_BOOTSTRAP"):
         pytest.skip("starts its own brokers (CHRONOLOG_BOOTSTRAP is set)")
     made: list[ClusterProcesses] = []
@@ -169,3 +170,11 @@ def cluster_factory(zookeeper, tmp_path):
     yield make
     for cluster in made:
         cluster.stop()
+    keep = os.environ.get("CHRONOLOG_CLUSTER_LOGS")
+    if keep:  # a directory to copy every broker's log to, for a person reading a failure
+        for cluster in made:
+            for broker in cluster.brokers:
+                target = Path(keep) / request.node.name
+                target.mkdir(parents=True, exist_ok=True)
+                name = f"broker{broker.overrides['broker.id']}.log"
+                (target / name).write_text(broker.log_output())
