@@ -3,6 +3,7 @@
     chronolog serve [--config server.properties] [--override key=value ...]
     chronolog dump-log ...   (storage.dump)
     chronolog groups ...     (broker.groups.cli)
+    chronolog cluster ...    (broker.cluster.cli)
     chronolog health ...     (broker.health)
 
 Exit status: 0 after a clean shutdown, 2 for unknown or invalid configuration, 1 when the broker
@@ -24,6 +25,7 @@ from broker.logging_setup import configure_logging
 DELEGATED = {
     "dump-log": "storage.dump",
     "groups": "broker.groups.cli",
+    "cluster": "broker.cluster.cli",
     "health": "broker.health",
 }
 

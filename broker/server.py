@@ -445,7 +445,7 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                     with bg_scope:
                         async with trio.open_nursery() as bg:
                             if ctx.cluster is not None:
-                                await ctx.cluster.start(bg, port)
+                                await ctx.cluster.start(bg, ctx.config.advertised_port)
                             else:
                                 ctx.coordinator = await setup_group_coordinator(ctx, bg)
                             background.start(ctx, bg)

@@ -169,7 +169,8 @@ class Cluster:
         self.groups = CoordinatorPlacement(self)
 
     async def start(self, nursery: trio.Nursery, port: int) -> None:
-        """After the listener is open: register this broker and join the election."""
+        """After the listener is open: register this broker (at its advertised host and
+        ``port``, the advertised port once the listener is bound) and join the election."""
         self._nursery = nursery
         self.me = BrokerInfo(
             self.broker_id, self.config.advertised_host, port, self.config.broker_rack
