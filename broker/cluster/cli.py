@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from broker.health import parse_host_port
 from client import BrokerConnection, BrokerConnectionError, ConnectError, error_name
 from protocol.api import ApiKey
+from protocol.errors import ErrorCode
 
 
 class ClusterToolError(Exception):
@@ -117,7 +118,14 @@ def elect_leaders(host: str, port: int, targets: Sequence[str], timeout: float =
     lines = []
     for result in answer.replica_election_results:
         for p in result.partition_result:
-            outcome = "elected" if p.error_code == 0 else error_name(p.error_code)
+            if p.error_code == 0:
+                outcome = "preferred replica elected"
+            elif p.error_code == ErrorCode.ELECTION_NOT_NEEDED:
+                outcome = "already led by its preferred replica"
+            else:
+                outcome = error_name(p.error_code) + (
+                    f": {p.error_message}" if p.error_message else ""
+                )
             lines.append(f"{result.topic}-{p.partition_id}: {outcome}")
     return "\n".join(lines) or "every partition is led by its preferred replica"
 

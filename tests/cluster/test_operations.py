@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import glob
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -12,6 +14,7 @@ from kafka import KafkaProducer
 
 from protocol.records import iter_deep
 from protocol.errors import ErrorCode
+from tests.conftest import REPO
 from tests.cluster.helpers import (
     elect_leaders,
     list_reassignments,
@@ -160,3 +163,51 @@ def test_kip33_a_moved_replica_deletes_old_messages_by_their_timestamps(cluster_
     assert [m.value for m in iter_deep(data)][-1] == b"new"
     log = cluster.broker(2).log_output()
     assert '"reason": "retention.ms"' in log
+
+
+def test_chronolog_cluster_describe_and_elect_leaders(cluster_factory):
+    cluster = cluster_factory(3)
+    assert cluster.create_topic("t", 2, 3) == 0
+    cli = [
+        sys.executable,
+        "-m",
+        "broker",
+        "cluster",
+        "--bootstrap-server",
+        cluster.brokers[0].bootstrap,
+    ]
+    out = subprocess.run([*cli, "describe", "t"], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].endswith("3 live brokers")
+    assert any(
+        "(controller)" in line and f"broker {cluster.controller()} " in line for line in lines
+    )
+    for p in (0, 1):
+        state = cluster.state("t", p)
+        replicas = cluster.zk_json("/brokers/topics/t")["partitions"][str(p)]
+        row = next(line for line in lines if line.strip().startswith(f"partition {p} "))
+        assert f"leader {state['leader']} " in row
+        assert f"replicas {','.join(map(str, replicas))} " in row
+        assert "isr " in row and sorted(row.split("isr ")[1].split()[0].split(",")) == [
+            "1",
+            "2",
+            "3",
+        ]
+    out = subprocess.run([*cli, "elect-leaders", "t"], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0 and "preferred replica" in out.stdout, out.stdout + out.stderr
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "cluster",
+            "--bootstrap-server",
+            "127.0.0.1:1",
+            "describe",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1 and "cannot reach" in bad.stderr
