@@ -358,7 +358,7 @@ async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
                 _count_bytes_out(ctx.metrics, wanted, answers, chosen)
             return _body(wanted, parts, chosen, session_id)
         _release_parts(parts)
-        await _wait_for_append(ctx, wanted, answers, deadline)
+        await _wait_for_append(ctx, wanted, answers, deadline, follower=replica_id >= 0)
 
 
 def _count_bytes_out(metrics, wanted: list[Wanted], answers: list[Answer], chosen) -> None:
@@ -370,11 +370,17 @@ def _count_bytes_out(metrics, wanted: list[Wanted], answers: list[Answer], chose
 
 
 async def _wait_for_append(
-    ctx: BrokerContext, wanted: list[Wanted], answers: list[Answer], deadline: float
+    ctx: BrokerContext,
+    wanted: list[Wanted],
+    answers: list[Answer],
+    deadline: float,
+    follower: bool = False,
 ) -> None:
     """Until an append to one of ``wanted`` or ``deadline``. The events are registered after
     the read, which a fetch that returns at once never pays for; an append between that read
-    and the registration shows as a moved high watermark, and then this returns at once."""
+    and the registration shows as a moved high watermark, and then this returns at once. A
+    follower (in a cluster) reads to the log end, not the high watermark: for it an append
+    shows as a log end offset past its fetch offset."""
     event = trio.Event()
     watched = []
     for w, answer in zip(wanted, answers):
@@ -383,8 +389,10 @@ async def _wait_for_append(
             state = ctx.partition(w.topic, w.partition)
             state.waiters.add(event)
             watched.append((state, log, answer.high_watermark))
+            if follower and log.log_end_offset > w.fetch_offset:
+                event.set()
     try:
-        if all(log.high_watermark == seen for _, log, seen in watched):
+        if not event.is_set() and all(log.high_watermark == seen for _, log, seen in watched):
             with trio.move_on_at(deadline):
                 await event.wait()
     finally:
