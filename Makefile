@@ -94,10 +94,13 @@ docker-compose:
 	@command -v docker-compose >/dev/null || { echo "installing docker-compose from Debian packages"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; }
 
-# The broker and the integration tests in containers (docker/docker-compose.yml). Prepares this host
-# to run them with rootful podman first (needs root); exits with the test-runner's status.
+# The broker and the integration tests in containers (docker/docker-compose.yml), then ZooKeeper,
+# three brokers and the cluster tests (docker/docker-compose.cluster.yml). Prepares this host to
+# run them with rootful podman first (needs root); fails with the first failing runner's status.
 compose-test:
 	docker/compose-test.sh
+	CHRONOLOG_COMPOSE_FILE=docker/docker-compose.cluster.yml CHRONOLOG_COMPOSE_RUNNER=cluster-test-runner \
+	  CHRONOLOG_COMPOSE_PROJECT=chronolog-compose-cluster-test docker/compose-test.sh
 
 $(VENV)/.installed-bench: pyproject.toml setup.py protocol/_fastscan.c | $(BIN)/python build-deps
 	$(BIN)/pip install -q -e '.[test,bench]'

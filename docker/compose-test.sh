@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # `make compose-test`: run docker/docker-compose.yml (broker + integration-test runner) on this host
 # with rootful podman standing in for the Docker engine, and exit with the runner's status.
+# CHRONOLOG_COMPOSE_FILE / CHRONOLOG_COMPOSE_RUNNER pick another compose file and its runner
+# service (the Makefile runs docker/docker-compose.cluster.yml's cluster-test-runner too).
 # Prepares the host first (docker/prepare-host.sh). Whatever happens, the EXIT trap removes the
 # compose containers, network and data volume and stops the two helpers started here, by PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PROJECT=${CHRONOLOG_COMPOSE_PROJECT:-chronolog-compose-test}
+COMPOSE_FILE=${CHRONOLOG_COMPOSE_FILE:-docker/docker-compose.yml}
+RUNNER=${CHRONOLOG_COMPOSE_RUNNER:-test-runner}
 RUN_TIMEOUT=${CHRONOLOG_COMPOSE_TIMEOUT:-900}
 say() { echo "[compose-test] $*"; }
 
@@ -19,7 +23,7 @@ export CHRONOLOG_DOCKER_SOCKET=$sock
 export CHRONOLOG_BASE_IMAGE=${CHRONOLOG_BASE_IMAGE:-localhost/localbase}
 # Build through the API (docker-py), so no docker CLI is needed on the host.
 export COMPOSE_DOCKER_CLI_BUILD=0
-compose=(docker-compose --ansi never -p "$PROJECT" -f docker/docker-compose.yml)
+compose=(docker-compose --ansi never -p "$PROJECT" -f "$COMPOSE_FILE")
 service_pid=
 health_pid=
 logs_pid=
@@ -74,17 +78,17 @@ say "images built in $((SECONDS - start)) s"
 
 # Not `up --abort-on-container-exit`: a test stops and starts the broker on purpose, which would
 # abort the run. Start both (the runner once the broker is healthy) and wait for the runner.
-say "starting broker and test-runner (docker-compose up)"
+say "starting $COMPOSE_FILE's services (docker-compose up)"
 start=$SECONDS
 # Leftovers of an interrupted earlier run (its data volume above all) must not leak into this one.
 "${compose[@]}" down --volumes --remove-orphans -t 0 >/dev/null 2>&1 || true
 if ! "${compose[@]}" up -d --no-build; then
-  "${compose[@]}" logs --no-color --tail=200 broker || true
-  say "ERROR: docker-compose up failed (broker log above)"
+  "${compose[@]}" logs --no-color --tail=200 || true
+  say "ERROR: docker-compose up failed (log above)"
   exit 2
 fi
-runner=$("${compose[@]}" ps -q test-runner)
-"${compose[@]}" logs -f --no-color --no-log-prefix test-runner &
+runner=$("${compose[@]}" ps -q "$RUNNER")
+"${compose[@]}" logs -f --no-color --no-log-prefix "$RUNNER" &
 logs_pid=$!
 set +e
 status=$(timeout "$RUN_TIMEOUT" podman wait "$runner")
@@ -95,15 +99,17 @@ for _ in $(seq 50); do kill -0 "$logs_pid" 2>/dev/null || break; sleep 0.2; done
 kill "$logs_pid" 2>/dev/null || true
 wait "$logs_pid" 2>/dev/null || true
 if [ "$waited" = 124 ]; then
-  say "ERROR: the test-runner did not finish within $RUN_TIMEOUT s"
+  say "ERROR: $RUNNER did not finish within $RUN_TIMEOUT s"
   status=124
 elif [ "$waited" != 0 ] || ! [[ "$status" =~ ^[0-9]+$ ]]; then
-  say "ERROR: podman wait for the test-runner failed (status $waited, output '$status')"
+  say "ERROR: podman wait for $RUNNER failed (status $waited, output '$status')"
   status=2
 fi
 if [ "$status" != 0 ]; then
-  say "last 100 lines of the broker's log:"
-  "${compose[@]}" logs --no-color --tail=100 broker || true
+  say "last 100 lines of every other service's log:"
+  for service in $("${compose[@]}" config --services); do
+    [ "$service" = "$RUNNER" ] || "${compose[@]}" logs --no-color --tail=100 "$service" || true
+  done
 fi
-say "test-runner exited with status $status after $((SECONDS - start)) s"
+say "$RUNNER exited with status $status after $((SECONDS - start)) s"
 exit "$status"
