@@ -258,17 +258,8 @@ class Cluster:
             await self._connected.wait()
             self._controller_changed = trio.Event()
             try:
-                won = await self._try_create_controller()
-                if won:
-                    epoch, version = await self._bump_controller_epoch()
-                    self.controller = Controller(self, epoch, version)
-                    with trio.CancelScope() as scope:
-                        self._controller_scope = scope
-                        await self.controller.run()
-                    self._controller_scope = None
-                    self.controller = None
-                    if not self._session_lost and await self.controller_id() == self.broker_id:
-                        await self.zk.delete(CONTROLLER)  # resign: let another broker take over
+                if await self._try_create_controller():
+                    await self._control()
                     continue
                 stat = await self.zk.exists(CONTROLLER, watch=self._controller_changed.set)
                 if stat is None:
@@ -278,6 +269,35 @@ class Cluster:
                 await trio.sleep(0.5)
                 continue
             await self._controller_changed.wait()
+
+    async def _control(self) -> None:
+        """Be the controller until deposed, the session ends or it fails; then resign (delete
+        ``/controller`` if it is still this broker's), so another broker takes over."""
+        try:
+            epoch, version = await self._bump_controller_epoch()
+            self.controller = Controller(self, epoch, version)
+            with trio.CancelScope() as scope:
+                self._controller_scope = scope
+                await self.controller.run()
+        except KazooException as exc:
+            logger.warning("controller stopped: ZooKeeper failed", error=repr(exc))
+        except Exception:  # a bug must not leave the cluster with a controller that does nothing
+            logger.exception(
+                "controller failed; resigning so another broker takes over",
+                action="this is a broker bug; report it with this log line",
+            )
+        finally:
+            self._controller_scope = None
+            self.controller = None
+        if self._session_lost:
+            return
+        with trio.move_on_after(10):
+            try:
+                if await self.controller_id() == self.broker_id:
+                    await self.zk.delete(CONTROLLER)
+            except KazooException as exc:
+                logger.warning("could not resign as controller", error=repr(exc))
+        await trio.sleep(0.2)  # let another broker win the next election if it can
 
     async def _try_create_controller(self) -> bool:
         try:

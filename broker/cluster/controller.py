@@ -186,11 +186,13 @@ class Controller:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                await self._failover()
-                async for event in self._events:
-                    await self._handle(event)
-        except ControllerMovedError as exc:
-            logger.warning("no longer the controller", epoch=self.epoch, reason=str(exc))
+                try:  # caught in the body: the nursery would wrap it in an exception group
+                    await self._failover()
+                    async for event in self._events:
+                        await self._handle(event)
+                except ControllerMovedError as exc:
+                    logger.warning("no longer the controller", epoch=self.epoch, reason=str(exc))
+                nursery.cancel_scope.cancel()  # the per-broker request queues
         finally:
             self._events_send.close()
             with trio.CancelScope(shield=True):

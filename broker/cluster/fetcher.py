@@ -141,6 +141,21 @@ class Fetcher:
                         partitions=len(self.partitions),
                     )
                     await trio.sleep(backoff)
+                except (*STORAGE_FAILURES, CorruptRecordError) as exc:
+                    logger.error(
+                        "replica fetcher failed on this broker's logs; retrying",
+                        leader=self.leader,
+                        error=repr(exc),
+                        action="check the log dirs' disk",
+                    )
+                    await trio.sleep(backoff)
+                except Exception:  # a bug must not stop replication of every other partition
+                    logger.exception(
+                        "replica fetcher failed; retrying",
+                        leader=self.leader,
+                        action="this is a broker bug; report it with this log line",
+                    )
+                    await trio.sleep(backoff)
         finally:
             if self._channel is not None:
                 await self._channel.close()

@@ -85,10 +85,22 @@ class CoordinatorPlacement:
             coordinator = GroupCoordinator(ctx)
             cfg = ctx.config
             coordinator.node = (cfg.broker_id, cfg.advertised_host, self.cluster.me.port)
-            async with trio.open_nursery() as nursery:
-                await coordinator.start(nursery)
-                ctx.coordinator = coordinator
-                logger.info("group coordinator elected with the offsets partition")
+            try:
+                async with trio.open_nursery() as nursery:
+                    await coordinator.start(nursery)
+                    ctx.coordinator = coordinator
+                    logger.info("group coordinator elected with the offsets partition")
+            except Exception:  # e.g. the log went away as leadership moved during the replay
+                logger.exception(
+                    "group coordinator stopped; clients find it again through FindCoordinator",
+                    topic=OFFSETS_TOPIC,
+                    partition=OFFSETS_PARTITION,
+                )
+                if ctx.coordinator is coordinator:
+                    ctx.coordinator = None
+                coordinator.shutdown()
+                if self._scope is scope:
+                    self._scope = None
 
     async def find_coordinator(self, request: Request) -> dict:
         """FindCoordinator in a cluster: the offsets partition's leader."""

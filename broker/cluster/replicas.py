@@ -132,6 +132,12 @@ class ReplicaManager:
                 await job()
             except (*STORAGE_FAILURES, KazooException) as exc:
                 logger.warning("replica task failed; retrying", task=job.__name__, error=repr(exc))
+            except Exception:  # a bug in one pass must not stop the broker
+                logger.exception(
+                    "replica task failed; retrying",
+                    task=job.__name__,
+                    action="this is a broker bug; report it with this log line",
+                )
 
     async def checkpoint_high_watermarks(self) -> None:
         """Write replication-offset-checkpoint in every log dir (replicated logs only)."""
