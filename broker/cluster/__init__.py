@@ -155,6 +155,10 @@ class Cluster:
         registry.put(topic)
         return topic
 
+    async def refresh_topic(self, name: str) -> bool:
+        """Read ``name`` from ZooKeeper into ``ctx.topics`` again (False when it is gone)."""
+        return await self._register_topic(self.ctx.topics, name) is not None
+
     async def ensure_topic(self, name: str) -> bool:
         """Make sure ``ctx.topics`` knows ``name`` as ZooKeeper has it now."""
         if name in self.ctx.topics:

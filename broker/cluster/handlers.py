@@ -88,9 +88,15 @@ async def handle_update_metadata(ctx: BrokerContext, request: Request) -> dict:
     error = _stale(ctx, body)
     if error == ErrorCode.NONE:
         cluster.metadata.update(body)
-        for name in cluster.metadata.topics:
-            if name not in ctx.topics:
-                await cluster.ensure_topic(name)
+        for name, partitions in cluster.metadata.topics.items():
+            known = ctx.topics.get(name)
+            topic_id = cluster.metadata.topic_ids.get(name)
+            if (
+                known is None
+                or known.partitions != len(partitions)
+                or (topic_id is not None and known.topic_id != topic_id)
+            ):
+                await cluster.refresh_topic(name)  # new, or deleted and made again
         for name in ctx.topics.names():
             if name not in cluster.metadata.topics and not any(
                 key[0] == name for key in cluster.replicas.replicas

@@ -3,8 +3,11 @@ Metadata lists the same leader, replicas and ISR; a dead leader is replaced."""
 
 from __future__ import annotations
 
+import os
+
+from protocol import ApiKey
 from protocol.errors import ErrorCode
-from tests.cluster.helpers import wait_for
+from tests.cluster.helpers import call, wait_for
 
 
 def _views(cluster, topic, partition=0, brokers=(1, 2, 3)):
@@ -82,3 +85,31 @@ def test_controller_failover_keeps_partitions_led(cluster_factory):
             30,
             f"partition {p} led by a live broker",
         )
+
+
+def test_delete_topic_removes_every_replica(cluster_factory):
+    cluster = cluster_factory(3)
+    assert cluster.create_topic("gone", 2, 3) == 0
+    dirs = [os.path.join(b.log_dirs[0], f"gone-{p}") for b in cluster.brokers for p in range(2)]
+    assert all(os.path.isdir(d) for d in dirs)
+    answer = call(
+        cluster.broker(cluster.controller()),
+        ApiKey.DELETE_TOPICS,
+        0,
+        {"topic_names": ["gone", "never"], "timeout_ms": 20000},
+        timeout=30,
+    )
+    codes = {r.name: r.error_code for r in answer.responses}
+    assert codes == {"gone": 0, "never": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    assert not cluster.zk.exists("/brokers/topics/gone")
+    assert not cluster.zk.exists("/config/topics/gone")
+    wait_for(lambda: not any(os.path.exists(d) for d in dirs), 30, "replica logs deleted")
+    for b in (1, 2, 3):
+        assert cluster.metadata(b, ["gone"]).topics[0].error_code == (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
+    other = next(b for b in (1, 2, 3) if b != cluster.controller())
+    refused = call(
+        cluster.broker(other), ApiKey.DELETE_TOPICS, 0, {"topic_names": ["x"], "timeout_ms": 1}
+    )
+    assert refused.responses[0].error_code == ErrorCode.NOT_CONTROLLER
