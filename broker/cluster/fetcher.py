@@ -31,7 +31,7 @@ from broker.errors import STORAGE_FAILURES
 from protocol import ApiKey
 from protocol.errors import CorruptRecordError, ErrorCode
 from storage import InvalidAppendError
-from storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 
 if TYPE_CHECKING:
     from broker.cluster import Cluster
@@ -51,6 +51,28 @@ class FetchState:
     leader_epoch: int
     truncating: bool = True
     paused_until: float = 0.0
+
+
+def truncation_target(
+    mine: LeaderEpochCache, log_end_offset: int, leader_epoch: int, leader_end: int
+) -> tuple[int | None, bool, str]:
+    """Kafka's AbstractFetcherThread.getOffsetTruncationState: where a follower whose epochs
+    are ``mine`` cuts its log, given the leader's answer (``leader_epoch``, ``leader_end``) to
+    OffsetForLeaderEpoch for its latest epoch: (offset, None for its high watermark; whether
+    that ends the truncation, or it must ask again with its new latest epoch (KIP-279); why)."""
+    leo = log_end_offset
+    if leader_end == UNDEFINED_EPOCH_OFFSET:
+        return None, True, "leader has no such epoch: to the high watermark"
+    if leader_epoch == UNDEFINED_EPOCH:
+        return min(leader_end, leo), True, "leader without epochs"
+    found = mine.end_offset_for(leader_epoch, leo)
+    if found.end_offset == UNDEFINED_EPOCH_OFFSET:
+        return min(leader_end, leo), True, "epoch unknown here"
+    if found.epoch != leader_epoch:
+        # No data of the leader's epoch here: cut at the end of this replica's older epoch and
+        # ask again with that one.
+        return min(found.end_offset, leo), False, "diverged epochs"
+    return min(leader_end, found.end_offset, leo), True, f"epoch {leader_epoch} end"
 
 
 class FetcherManager:
@@ -217,30 +239,13 @@ class Fetcher:
     async def _apply_epoch_answer(
         self, key: Key, state: FetchState, leader_epoch: int, leader_end: int
     ) -> None:
-        """Kafka's AbstractFetcherThread.getOffsetTruncationState."""
         log = self.ctx.log_manager.get_log(*key)
         if log is None:
             return
-        leo = log.log_end_offset
-        if leader_end == UNDEFINED_EPOCH_OFFSET:
-            await self._truncate_to(key, state, None, "leader has no such epoch: to the HW")
-            return
-        if leader_epoch == UNDEFINED_EPOCH:
-            await self._truncate_to(key, state, min(leader_end, leo), "leader without epochs")
-            return
-        mine = log.leader_epochs.end_offset_for(leader_epoch, leo)
-        if mine.end_offset == UNDEFINED_EPOCH_OFFSET:
-            await self._truncate_to(key, state, min(leader_end, leo), "epoch unknown here")
-        elif mine.epoch != leader_epoch:
-            # This replica has no data of the leader's epoch: cut at the end of its own
-            # older epoch and ask again with that (KIP-279).
-            await self._truncate_to(
-                key, state, min(mine.end_offset, leo), "diverged epochs", complete=False
-            )
-        else:
-            await self._truncate_to(
-                key, state, min(leader_end, mine.end_offset, leo), f"epoch {leader_epoch} end"
-            )
+        offset, complete, why = truncation_target(
+            log.leader_epochs, log.log_end_offset, leader_epoch, leader_end
+        )
+        await self._truncate_to(key, state, offset, why, complete)
 
     async def _truncate_to(
         self, key: Key, state: FetchState, offset: int | None, why: str, complete: bool = True
