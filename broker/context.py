@@ -12,6 +12,10 @@ Concurrency rules (all state lives on the trio thread):
   append in progress wakes the fetch when it is done.
 - Topic creation and deletion are serialised by ``admin_lock``.
 - Appends wake long-polling fetches through ``PartitionState.notify`` (trio events, no polling).
+- In a cluster (``cluster``, broker/cluster/): kazoo's threads never touch this state; they hand
+  ZooKeeper events to the trio thread (``TrioToken.run_sync_soon``), and ZooKeeper calls run in
+  worker threads. A follower's appends and truncations take the partition lock like a produce;
+  the high watermark is set on the trio thread. broker/cluster/__init__.py has the details.
 """
 
 from __future__ import annotations
