@@ -45,7 +45,7 @@ def _overrides(command: list[str]) -> dict[str, str]:
 
 def test_services_and_named_data_volume():
     config = _config()
-    assert set(config["services"]) == {"broker", "test-runner"}
+    assert set(config["services"]) == {"broker", "prometheus", "test-runner"}
     assert "chronolog-data" in config["volumes"]
     broker = config["services"]["broker"]
     log_dirs = _overrides(broker["command"])["log.dirs"]
@@ -67,7 +67,10 @@ def test_healthcheck_is_a_kafka_request_and_the_runner_waits_for_it():
     assert test[:3] == ["CMD", "chronolog", "health"]
     assert test[test.index("--bootstrap") + 1] == "127.0.0.1:9092"
     runner = config["services"]["test-runner"]
-    assert runner["depends_on"] == {"broker": {"condition": "service_healthy"}}
+    assert runner["depends_on"] == {
+        "broker": {"condition": "service_healthy"},
+        "prometheus": {"condition": "service_started"},
+    }
     assert runner["environment"]["CHRONOLOG_BOOTSTRAP"] == "broker:9092"
 
 
@@ -116,3 +119,18 @@ def test_metrics_and_console_port_is_exposed_in_the_network():
     broker = _config()["services"]["broker"]
     assert _overrides(broker["command"])["metrics.listener"] == "http://0.0.0.0:9404"
     assert "9404" in [str(p) for p in broker["expose"]]
+
+
+def test_prometheus_scrapes_the_broker_with_the_dashboards_job():
+    config = _config()
+    prometheus = config["services"]["prometheus"]
+    assert prometheus["build"]["target"] == "prometheus"
+    assert "9090" in [str(p) for p in prometheus["expose"]]
+    assert config["services"]["test-runner"]["environment"]["CHRONOLOG_PROMETHEUS"] == (
+        "http://prometheus:9090"
+    )
+    scrape = yaml.safe_load((ROOT / "docker" / "prometheus" / "prometheus.yml").read_text())
+    (job,) = scrape["scrape_configs"]
+    broker_port = _overrides(config["services"]["broker"]["command"])["metrics.listener"]
+    assert job["job_name"] == "chronolog"  # the job the dashboards select
+    assert job["static_configs"] == [{"targets": [f"broker:{broker_port.rsplit(':', 1)[1]}"]}]
