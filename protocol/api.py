@@ -83,8 +83,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 0),
     ApiKey.LIST_GROUPS: (0, 0),
     ApiKey.API_VERSIONS: (0, 4),
-    ApiKey.CREATE_TOPICS: (0, 0),
-    ApiKey.DELETE_TOPICS: (0, 0),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
 }
 
