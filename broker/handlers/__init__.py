@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from broker.groups.handlers import GROUP_HANDLERS
 from broker.handlers.admin import handle_create_topics, handle_delete_topics
+from broker.handlers.configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
 from broker.handlers.fetch import handle_fetch, release as release_fetch_body
 from broker.handlers.api_versions import make_api_versions_handler
 from broker.handlers.metadata import handle_metadata
@@ -24,6 +29,9 @@ HANDLERS: dict = {
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+    ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
 }
 
 HANDLERS.update(GROUP_HANDLERS)

@@ -43,9 +43,9 @@ class TopicRequestError(Exception):
 
 def config_error_message(exc: ConfigError) -> str:
     """A ConfigError as Kafka words it, naming the key."""
-    if exc.reason in ("unknown topic config", "unknown broker config"):
-        kind = "topic" if exc.reason.startswith("unknown topic") else "broker"
-        return f"Unknown {kind} config name: {exc.key}"
+    if exc.reason.startswith("unknown") and exc.reason.endswith("config"):
+        kind = exc.reason.removeprefix("unknown").removesuffix("config").strip()
+        return f"Unknown {kind + ' ' if kind else ''}config name: {exc.key}"
     return f"Invalid value for configuration {exc.key}: {exc.reason}"
 
 
