@@ -7,7 +7,11 @@ exactly the keys in the final table.
 from __future__ import annotations
 
 from broker.groups.handlers import GROUP_HANDLERS
-from broker.handlers.admin import handle_create_topics, handle_delete_topics
+from broker.handlers.admin import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_topics,
+)
 from broker.handlers.configs import (
     handle_alter_configs,
     handle_describe_configs,
@@ -32,6 +36,7 @@ HANDLERS: dict = {
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.ALTER_CONFIGS: handle_alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.CREATE_PARTITIONS: handle_create_partitions,
 }
 
 HANDLERS.update(GROUP_HANDLERS)

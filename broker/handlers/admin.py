@@ -3,8 +3,8 @@ controller), answered as Kafka 3.9's ZooKeeper-mode broker answers them (KafkaAp
 ZkAdminManager), with these differences: creation is complete when the answer is sent, so a
 ``timeout_ms`` <= 0 answers NONE rather than REQUEST_TIMED_OUT (as a KRaft controller does);
 replica assignments naming another broker than this one are refused (Kafka would create
-partitions without a live replica); ``__consumer_offsets`` is neither created nor deleted by
-request (the group coordinator owns it).
+partitions without a live replica); ``__consumer_offsets`` is neither created, deleted nor
+given partitions by request (the group coordinator owns it and maps groups to its partitions).
 
 Each topic is judged on its own; the answer names what is wrong with it (``error_message``, v1+)
 and the log says it once. ``validate_only`` runs every check without creating anything.
@@ -18,6 +18,7 @@ from typing import Any
 
 import structlog
 
+from broker.admin.changes import PartitionCountError, UnknownTopicError, add_partitions
 from broker.admin.configs import topic_entries
 from broker.config import ConfigError, parse_topic_configs, topic_name_error
 from broker.context import INTERNAL_TOPICS, BrokerContext, InvalidTopicNameError, TopicExistsError
@@ -296,3 +297,73 @@ async def handle_delete_topics(ctx: BrokerContext, request: Request) -> dict:
             }
         )
     return {"throttle_time_ms": 0, "responses": results}
+
+
+# -- CreatePartitions ----------------------------------------------------------------------------
+
+
+async def _add_partitions(ctx: BrokerContext, entry: Any, validate_only: bool) -> None:
+    """Raises TopicRequestError, UnknownTopicError, PartitionCountError."""
+    name = entry.name
+    if name in INTERNAL_TOPICS:
+        raise TopicRequestError(
+            ErrorCode.INVALID_REQUEST,
+            f"{name} is an internal topic: the group coordinator maps groups to its partitions",
+        )
+    topic = ctx.topics.get(name)
+    if topic is None:
+        raise UnknownTopicError(f"The topic '{name}' does not exist.")
+    added = entry.count - topic.partitions
+    if entry.assignments is not None and added > 0:
+        brokers = {b for a in entry.assignments for b in a.broker_ids}
+        unknown = sorted(brokers - {ctx.config.broker_id})
+        if unknown:
+            raise TopicRequestError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.",
+            )
+        if len(entry.assignments) != added:
+            raise TopicRequestError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Increasing the number of partitions by {added} but "
+                f"{len(entry.assignments)} assignments provided.",
+            )
+    await add_partitions(ctx, name, entry.count, validate_only=validate_only)
+
+
+async def handle_create_partitions(ctx: BrokerContext, request: Request) -> dict:
+    body = request.body
+    validate_only = bool(body.validate_only)
+    counts = Counter(t.name for t in body.topics)
+    results, answered = [], set()
+    for entry in body.topics:
+        name = entry.name
+        if counts[name] > 1:
+            if name in answered:
+                continue  # answered once per name, as Kafka's map of results is
+            answered.add(name)
+            code, message = ErrorCode.INVALID_REQUEST, "Duplicate topic in request."
+        else:
+            code, message = ErrorCode.NONE, None
+            try:
+                await _add_partitions(ctx, entry, validate_only)
+            except TopicRequestError as exc:
+                code, message = exc.code, str(exc)
+            except UnknownTopicError as exc:
+                code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
+            except PartitionCountError as exc:
+                code, message = ErrorCode.INVALID_PARTITIONS, str(exc)
+            except STORAGE_FAILURES as exc:
+                logger.error(
+                    "adding partitions failed",
+                    topic=name,
+                    error=repr(exc),
+                    action="check the log dirs are writable and have space; the missing "
+                    "partition logs are created at the next start",
+                )
+                code = ErrorCode.UNKNOWN_SERVER_ERROR
+                message = f"the broker could not create the new partition logs ({exc})"
+        if code != ErrorCode.NONE:
+            _rejected(name, code, message or "", "adding partitions rejected")
+        results.append({"name": name, "error_code": int(code), "error_message": message})
+    return {"throttle_time_ms": 0, "results": results}

@@ -180,3 +180,79 @@ def test_delete_topics_v6_name_and_id_together_is_invalid(client):
     assert result.error_code == 42
     assert result.error_message == "Topic name and topic ID can not both be specified."
     assert metadata(client, topic)[topic].error_code == 0
+
+
+def create_partitions(client, version, *topics, validate_only=False):
+    body = {
+        "topics": [{"name": t, "count": n, "assignments": a} for t, n, a in topics],
+        "timeout_ms": 10000,
+        "validate_only": validate_only,
+    }
+    return client.call(ApiKey.CREATE_PARTITIONS, version, body).results
+
+
+@pytest.mark.parametrize("version", range(4))
+def test_create_partitions_grows_a_topic_that_then_takes_data(client, version):
+    topic = name()
+    assert create(client, 7, creatable(topic, 2))[0].error_code == 0
+    (result,) = create_partitions(client, version, (topic, 4, None))
+    assert (result.name, result.error_code, result.error_message) == (topic, 0, None)
+    assert len(metadata(client, topic)[topic].partitions) == 4
+    answer = produce(client, topic, message_set([b"in the new partition"]), partition=3)
+    assert (answer.error_code, answer.base_offset) == (0, 0)
+    (again,) = create_partitions(client, version, (topic, 6, [{"broker_ids": [0]}] * 2))
+    assert again.error_code == 0
+    assert len(metadata(client, topic)[topic].partitions) == 6
+
+
+def test_create_partitions_errors_and_validate_only(client):
+    topic, dup = name(), name()
+    assert create(client, 7, creatable(topic, 3), creatable(dup))[0].error_code == 0
+    results = create_partitions(
+        client,
+        3,
+        (topic, 2, None),
+        (topic + "-missing", 5, None),
+        (dup, 2, None),
+        (dup, 3, None),
+        ("__consumer_offsets", 100, None),
+    )
+    got = [(r.name, r.error_code, r.error_message) for r in results]
+    assert got[0] == (
+        topic,
+        37,
+        "Topic currently has 3 partitions, which is higher than the requested 2.",
+    )
+    assert got[1] == (topic + "-missing", 3, f"The topic '{topic}-missing' does not exist.")
+    assert got[2] == (dup, 42, "Duplicate topic in request.")
+    assert got[3][:2] == ("__consumer_offsets", 42)
+    assert len(got) == 4
+    same = create_partitions(client, 3, (topic, 3, None))[0]
+    assert (same.error_code, same.error_message) == (37, "Topic already has 3 partitions.")
+    wrong = create_partitions(client, 3, (topic, 5, [{"broker_ids": [0]}]))[0]
+    assert (wrong.error_code, wrong.error_message) == (
+        39,
+        "Increasing the number of partitions by 2 but 1 assignments provided.",
+    )
+    other = create_partitions(client, 3, (topic, 4, [{"broker_ids": [3]}]))[0]
+    assert (other.error_code, other.error_message) == (
+        39,
+        "Unknown broker(s) in replica assignment: 3.",
+    )
+    checked = create_partitions(client, 3, (topic, 8, None), validate_only=True)[0]
+    assert checked.error_code == 0
+    assert len(metadata(client, topic)[topic].partitions) == 3
+
+
+def test_added_partitions_survive_a_kill(broker_factory):
+    broker = broker_factory()
+    topic = name()
+    with WireClient(broker.host, broker.port) as client:
+        assert create(client, 7, creatable(topic, 1))[0].error_code == 0
+        assert create_partitions(client, 3, (topic, 3, None))[0].error_code == 0
+        assert produce(client, topic, message_set([b"x"]), partition=2).error_code == 0
+    broker.kill()
+    broker.start()
+    with WireClient(broker.host, broker.port) as client:
+        assert len(metadata(client, topic)[topic].partitions) == 3
+        assert produce(client, topic, message_set([b"y"]), partition=2).base_offset == 1

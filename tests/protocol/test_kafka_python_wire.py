@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
@@ -88,6 +90,7 @@ KAFKA_PYTHON = {
         IncrementalAlterConfigsRequest,
         IncrementalAlterConfigsResponse,
     ),
+    ApiKey.CREATE_PARTITIONS: (CreatePartitionsRequest, CreatePartitionsResponse),
 }
 
 # Every version served, but ApiVersions above v0 is checked in test_api_versions_v3.
