@@ -17,6 +17,7 @@ from broker.handlers.configs import (
     handle_describe_configs,
     handle_incremental_alter_configs,
 )
+from broker.handlers.delete_records import handle_delete_records
 from broker.handlers.fetch import handle_fetch, release as release_fetch_body
 from broker.handlers.api_versions import make_api_versions_handler
 from broker.handlers.metadata import handle_metadata
@@ -37,6 +38,7 @@ HANDLERS: dict = {
     ApiKey.ALTER_CONFIGS: handle_alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
+    ApiKey.DELETE_RECORDS: handle_delete_records,
 }
 
 HANDLERS.update(GROUP_HANDLERS)
