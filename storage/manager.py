@@ -317,7 +317,9 @@ class LogManager:
                     for key, log in list(self._logs.items())
                     if self._dir_of.get(key) == d and log.log_start_offset > log.first_segment_base
                 }
-                checkpoint.write_checkpoint(checkpoint.log_start_offset_path(d), offsets)
+                path = checkpoint.log_start_offset_path(d)
+                if offsets or os.path.exists(path):  # no file until DeleteRecords needs one
+                    checkpoint.write_checkpoint(path, offsets)
 
     def shutdown(self) -> list[str]:
         """Flush and close every log, write the checkpoints, then the clean-shutdown markers.

@@ -78,14 +78,6 @@ class ResourceType(enum.IntEnum):
     CLIENT_METRICS = 16
 
 
-_CONFIG_TYPES = {
-    Type.INT: ConfigType.INT,
-    Type.LONG: ConfigType.LONG,
-    Type.BOOLEAN: ConfigType.BOOLEAN,
-    Type.STRING: ConfigType.STRING,
-    Type.LIST: ConfigType.LIST,
-}
-
 # Kafka's reconfigurable properties that are not topic-config synonyms: SocketServer's and
 # LogCleaner's (message.max.bytes is both a cleaner and a topic synonym).
 _OTHER_DYNAMIC = frozenset(
@@ -168,9 +160,14 @@ class ConfigEntry:
         }
 
 
+def _config_type(key: ConfigKey) -> ConfigType:
+    """Kafka's type id of a key, by the name of broker.config's Type (INT, LONG, LIST, ...)."""
+    return ConfigType.__members__.get(key.type.name, ConfigType.UNKNOWN)
+
+
 def _sensitive(key: ConfigKey) -> bool:
     # Kafka's KafkaConfig.maybeSensitive: passwords (chronolog declares none today).
-    return key.type.value == "password"
+    return _config_type(key) == ConfigType.PASSWORD
 
 
 def value_string(key: ConfigKey, value: Any) -> str | None:
@@ -245,7 +242,7 @@ def _entry(key: ConfigKey, name: str, value: str | None, synonyms: list[Synonym]
         synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
         read_only,
         sensitive,
-        _CONFIG_TYPES.get(key.type, ConfigType.UNKNOWN),
+        _config_type(key),
         tuple(synonyms),
     )
 

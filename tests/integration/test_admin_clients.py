@@ -26,6 +26,7 @@ from kafka.errors import (
 )
 
 from tests.integration.clients import kp_consume_all, kp_producer, topic_name
+from tests.integration.test_negotiated_versions import used_versions
 
 TIMEOUT_S = 30
 
@@ -194,10 +195,12 @@ def test_confluent_topics_configs_partitions_records_and_cluster(ck_admin, kp_ad
     with pytest.raises(Exception) as info:
         _wait(ck_admin.incremental_alter_configs([wrong]))
     assert "INVALID_CONFIG" in str(info.value) and "segment.ms" in str(info.value)
-    # the legacy AlterConfigs replaces the set
-    _wait(
-        ck_admin.alter_configs([CkConfigResource("topic", topic, set_config={"flush.ms": "500"})])
-    )
+    # the legacy AlterConfigs (deprecated in confluent-kafka) replaces the whole set
+    with pytest.warns(DeprecationWarning):
+        legacy = ck_admin.alter_configs(
+            [CkConfigResource("topic", topic, set_config={"flush.ms": "500"})]
+        )
+    _wait(legacy)
     (configs,) = _wait(ck_admin.describe_configs([resource])).values()
     overridden = {
         n for n, e in configs.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
@@ -245,3 +248,36 @@ def test_confluent_broker_dynamic_config(broker_factory):
     (topic_configs,) = _wait(admin.describe_configs([CkConfigResource("topic", topic)])).values()
     assert topic_configs["retention.ms"].value == "3600000"
     assert topic_configs["retention.ms"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+
+
+def test_kafka_python_admin_runs_at_the_newest_versions(broker):
+    """kafka-python's admin client speaks each admin api at its own maximum (as high as the
+    broker's, except DescribeLogDirs, where the broker stops at Kafka 3.9's v4)."""
+    if broker.external:
+        pytest.skip("reads the broker's own log")
+    client_id = topic_name("kp-admin-versions")
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, client_id=client_id)
+    topic = topic_name("kpver")
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+        admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "9000"})]
+        )
+        admin.create_partitions({topic: 2})
+        admin.delete_records({TopicPartition(topic, 0): 0})
+        admin.describe_log_dirs()
+        admin.delete_topics([topic])
+    finally:
+        admin.close()
+    expected = {
+        "CREATE_TOPICS": 7,
+        "DESCRIBE_CONFIGS": 4,
+        "INCREMENTAL_ALTER_CONFIGS": 1,
+        "CREATE_PARTITIONS": 3,
+        "DELETE_RECORDS": 2,
+        "DESCRIBE_LOG_DIRS": 4,
+        "DELETE_TOPICS": 6,
+    }
+    used = used_versions(broker, client_id, *expected)
+    assert {api: used.get(api) for api in expected} == {api: {v} for api, v in expected.items()}
