@@ -3,6 +3,8 @@
     chronolog serve [--config server.properties] [--override key=value ...]
     chronolog dump-log ...   (storage.dump)
     chronolog groups ...     (broker.groups.cli)
+    chronolog topics ...     (broker.admin.topics_cli)
+    chronolog configs ...    (broker.admin.configs_cli)
     chronolog health ...     (broker.health)
 
 Exit status: 0 after a clean shutdown, 2 for unknown or invalid configuration, 1 when the broker
@@ -24,6 +26,8 @@ from broker.logging_setup import configure_logging
 DELEGATED = {
     "dump-log": "storage.dump",
     "groups": "broker.groups.cli",
+    "topics": "broker.admin.topics_cli",
+    "configs": "broker.admin.configs_cli",
     "health": "broker.health",
 }
 

@@ -78,6 +78,7 @@ class Type(enum.Enum):
     LONG = "long"
     BOOLEAN = "boolean"
     STRING = "string"
+    LIST = "list"  # a comma-separated string (IncrementalAlterConfigs may APPEND/SUBTRACT)
 
 
 _RANGES = {Type.INT: (-(2**31), INT_MAX), Type.LONG: (-(2**63), LONG_MAX)}
@@ -316,7 +317,7 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("metrics.listener", Type.STRING, None, _B, validator=_http_listener),
     ConfigKey("console.read.only", Type.BOOLEAN, True, _B),
     # Topic configs, each with the broker properties that set its default.
-    ConfigKey("cleanup.policy", Type.STRING, "delete", _T, validator=_cleanup_policy,
+    ConfigKey("cleanup.policy", Type.LIST, "delete", _T, validator=_cleanup_policy,
               synonyms=(Synonym("log.cleanup.policy"),)),
     ConfigKey("compression.type", Type.STRING, "producer", _T, choices=_CODEC_NAMES,
               synonyms=(Synonym("compression.type"),)),

@@ -26,6 +26,7 @@ import structlog
 import trio
 
 from broker import background
+from broker.admin.dynamic import DynamicConfigs
 from broker.accept import serve_listeners
 from broker.config import BrokerConfig
 from broker.context import BrokerContext, client_host, kafka_host_string, wall_clock_ms
@@ -59,6 +60,9 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     Raises broker.errors.StartupError or storage errors; nothing is served yet then.
     """
     cluster_id = await trio.to_thread.run_sync(load_or_create_meta, config)
+    dynamic = DynamicConfigs(config)
+    await trio.to_thread.run_sync(dynamic.load)
+    config = dynamic.effective(config)  # the dynamic broker configs set before the restart
     registry = TopicRegistry(config)
     await trio.to_thread.run_sync(registry.load)
 
@@ -69,6 +73,7 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     manager = LogManager(list(config.log_dirs), config_for_topic, wall_clock_ms)
     await trio.to_thread.run_sync(manager.startup)
     ctx = BrokerContext(config, cluster_id, manager, registry)
+    ctx.dynamic_configs = dynamic
     await trio.to_thread.run_sync(ctx.producer_ids.load)
 
     # Reconcile: logs on disk without a registry entry keep the broker defaults; registry
@@ -370,7 +375,7 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
         port = listeners[0].socket.getsockname()[1]
         http_sockets = await _open_metrics(ctx, server)
         if config.advertised_port == 0:  # listeners=...:0 picks a free port: advertise that one
-            config = ctx.config = dataclasses.replace(config, advertised_port=port)
+            config = ctx.config = dataclasses.replace(ctx.config, advertised_port=port)
         logger.info(
             "listening",
             host=config.host or "0.0.0.0",

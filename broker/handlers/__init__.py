@@ -7,7 +7,18 @@ exactly the keys in the final table.
 from __future__ import annotations
 
 from broker.groups.handlers import GROUP_HANDLERS
-from broker.handlers.admin import handle_create_topics, handle_delete_topics
+from broker.handlers.admin import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_topics,
+)
+from broker.handlers.configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
+from broker.handlers.cluster import handle_describe_cluster, handle_describe_log_dirs
+from broker.handlers.delete_records import handle_delete_records
 from broker.handlers.fetch import handle_fetch, release as release_fetch_body
 from broker.handlers.api_versions import make_api_versions_handler
 from broker.handlers.metadata import handle_metadata
@@ -24,6 +35,13 @@ HANDLERS: dict = {
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+    ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.CREATE_PARTITIONS: handle_create_partitions,
+    ApiKey.DELETE_RECORDS: handle_delete_records,
+    ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
+    ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
 }
 
 HANDLERS.update(GROUP_HANDLERS)
