@@ -18,6 +18,7 @@ __all__ = [
     "Request",
     "Response",
     "FileRegion",
+    "RawFrame",
     "api_versions_body",
 ]
 
@@ -86,6 +87,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (0, 0),
     ApiKey.DELETE_TOPICS: (0, 0),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
 
 
@@ -110,6 +113,14 @@ class Request:
 
     header: RequestHeader
     body: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RawFrame:
+    """A frame's payload taken as it is, without a request header: a SASL token after a
+    SaslHandshake v0 (KIP-152's older exchange), while ``ServerConnection.raw_frames`` is set."""
+
+    payload: bytes
 
 
 @dataclass(frozen=True, slots=True)
