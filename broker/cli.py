@@ -4,6 +4,7 @@
     chronolog dump-log ...   (storage.dump)
     chronolog groups ...     (broker.groups.cli)
     chronolog health ...     (broker.health)
+    chronolog users ...      (broker.security.users_cli)
 
 Exit status: 0 after a clean shutdown, 2 for unknown or invalid configuration, 1 when the broker
 cannot start (log dir state, port in use) or fails.
@@ -25,6 +26,7 @@ DELEGATED = {
     "dump-log": "storage.dump",
     "groups": "broker.groups.cli",
     "health": "broker.health",
+    "users": "broker.security.users_cli",
 }
 
 

@@ -48,6 +48,7 @@ class PlainServer:
         authzid, username, password = parts
         if not username:
             raise SaslFailure("Authentication failed: username not specified")
+        self.username = username  # for the failure's log line too
         if not password:
             raise SaslFailure("Authentication failed: password not specified")
         expected = self._users.get(username)  # type: ignore[attr-defined]
@@ -62,7 +63,6 @@ class PlainServer:
                 "Authentication failed: Client requested an authorization id that is different "
                 "from username"
             )
-        self.username = username
         self.complete = True
         return b""
 
@@ -123,11 +123,9 @@ class SaslState:
         self.state = "failed"  # until this token succeeded
         try:
             answer = server.evaluate(token)
-        except ScramError as exc:
-            self.username = getattr(server, "username", None)
+        except (ScramError, SaslFailure) as exc:
+            self.username = server.username
             raise SaslFailure(str(exc)) from None
-        except SaslFailure:
-            raise
         self.username = server.username
         self.state = "complete" if server.complete else "authenticate"
         if server.complete:

@@ -208,7 +208,9 @@ class ScramServer:
         attrs = _attributes(without_proof, "cr")
         if _b64decode(attrs["c"]) != self._gs2_header.encode():
             raise ScramError("invalid SCRAM channel binding")
-        if not hmac.compare_digest(attrs["r"].encode(), self._full_nonce.encode()):
+        # endswith, as Kafka's ScramSaslServer: librdkafka before 2.1 sends its own nonce
+        # before the server's full one; the server's part, fresh per exchange, is what counts.
+        if not attrs["r"].endswith(self._full_nonce):
             raise ScramError("invalid SCRAM nonce: not the one this exchange issued")
         proof = _b64decode(proof_part)
         credential = self._credential

@@ -21,7 +21,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import ssl
+
 from conftest import START_TIMEOUT_S, BrokerProcess
+from kafka_wire import WireClient
 
 KEY_PASSWORD = "keystore-key-pw"
 PLAIN_JAAS = (
@@ -182,6 +185,16 @@ def _accepts(host: str, port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def tls_wire(host: str, port: int, pki, cert: tuple[str, str] | None = None) -> WireClient:
+    """A WireClient whose socket speaks TLS, trusting the test CA."""
+    context = ssl.create_default_context(cafile=pki.ca)
+    if cert:
+        context.load_cert_chain(*cert)
+    client = WireClient(host, port)
+    client.socket = client.sock = context.wrap_socket(client.socket, server_hostname="localhost")
+    return client
 
 
 # -- client settings ------------------------------------------------------------------------

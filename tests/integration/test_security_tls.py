@@ -25,6 +25,7 @@ from security_helpers import (
     librdkafka_settings,
     make_pki,
     tls_properties,
+    tls_wire,
     wait_for_log,
 )
 
@@ -50,16 +51,6 @@ def secure_broker(tmp_path):
     yield make
     for broker in started:
         broker.stop()
-
-
-def tls_wire(host: str, port: int, pki, cert: tuple[str, str] | None = None) -> WireClient:
-    """A WireClient whose socket speaks TLS, trusting the test CA."""
-    context = ssl.create_default_context(cafile=pki.ca)
-    if cert:
-        context.load_cert_chain(*cert)
-    client = WireClient(host, port)
-    client.socket = client.sock = context.wrap_socket(client.socket, server_hostname="localhost")
-    return client
 
 
 def produce_consume_kafka_python(bootstrap: str, settings: dict, topic: str, count: int = 20):
