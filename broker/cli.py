@@ -5,6 +5,7 @@
     chronolog groups ...     (broker.groups.cli)
     chronolog health ...     (broker.health)
     chronolog users ...      (broker.security.users_cli)
+    chronolog acls ...       (broker.security.acls_cli)
 
 Exit status: 0 after a clean shutdown, 2 for unknown or invalid configuration, 1 when the broker
 cannot start (log dir state, port in use) or fails.
@@ -27,6 +28,7 @@ DELEGATED = {
     "groups": "broker.groups.cli",
     "health": "broker.health",
     "users": "broker.security.users_cli",
+    "acls": "broker.security.acls_cli",
 }
 
 

@@ -21,7 +21,11 @@ import structlog
 import trio
 
 from broker.errors import CloseConnectionError, StartupError
+from broker.security import rules
+from broker.security.acls import AclStore
+from broker.security.authorizer import Authorizer
 from broker.security.credentials import CredentialStore
+from broker.security.files import StateFileError
 from broker.security.principal import NoMatchingRuleError, PrincipalMapper, distinguished_name
 from broker.security.sasl import IllegalSaslState, SaslFailure, SaslState
 from broker.security.session import Session
@@ -63,7 +67,21 @@ class SecurityGate:
         }
         self.credentials = CredentialStore(config.log_dirs[0])
         self.decoy_key = secrets.token_bytes(32)
-        self.authorizer: Any = None
+        self.acls = AclStore(config.log_dirs[0])
+        self.authorizer: Authorizer | None = None
+        if self.settings.authorizes:
+            try:
+                count = len(self.acls.bindings())  # a damaged file stops the start
+            except StateFileError as exc:
+                raise StartupError(str(exc)) from None
+            self.authorizer = Authorizer(self.acls, self.settings)
+            logger.info(
+                "authorization enabled",
+                authorizer=self.settings.authorizer,
+                acls=count,
+                super_users=sorted(self.settings.super_users),
+                allow_everyone_if_no_acl_found=self.settings.allow_everyone_if_no_acl_found,
+            )
 
     @property
     def listeners(self) -> tuple[Listener, ...]:
@@ -198,7 +216,7 @@ class SecurityGate:
         """Run ``handler`` for ``request`` within the session's permissions, answering with
         the addresses of the session's listener."""
         if self.authorizer is not None:
-            body = await self.authorizer.call(session, handler, self.ctx, request)
+            body = await rules.call(self.authorizer, session, handler, self.ctx, request)
         else:
             body = await handler(self.ctx, request)
         listener = session.listener

@@ -20,6 +20,7 @@ import structlog
 import trio
 
 from broker.errors import STORAGE_FAILURES
+from broker.security.acl_handlers import ACL_HANDLERS
 from broker.security.credentials import CredentialStore, Deletion, Upsertion
 from broker.security.files import StateFileError
 from broker.security.sasl import IllegalSaslState, SaslFailure
@@ -187,6 +188,7 @@ async def handle_alter_user_scram_credentials(ctx, request: Request) -> dict:
 
 
 SECURITY_HANDLERS = {
+    **ACL_HANDLERS,
     ApiKey.SASL_HANDSHAKE: handle_sasl_handshake,
     ApiKey.SASL_AUTHENTICATE: handle_sasl_authenticate,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: handle_describe_user_scram_credentials,
