@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import os
 import sys
 
 from broker.config import ConfigError, load_config
@@ -61,7 +62,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        store = CredentialStore(log_dir(args))
+        directory = log_dir(args)
+        if args.action == "add":  # before the broker's first start the dir may not exist yet
+            os.makedirs(directory, exist_ok=True)
+        store = CredentialStore(directory)
     except (ConfigError, OSError) as exc:
         print(f"chronolog users: {exc}", file=sys.stderr)
         return 2
