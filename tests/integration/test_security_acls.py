@@ -67,6 +67,8 @@ def acl_broker(tmp_path_factory, pki):
     broker.start()
     yield broker
     broker.stop()
+    output = broker.log_output()
+    assert [p for p in USERS.values() if p in output] == [], "passwords in the broker's log"
 
 
 def conf(broker, user: str) -> dict:

@@ -248,3 +248,21 @@ def test_no_rule_applies():
 def test_bad_rules(rules):
     with pytest.raises(ValueError):
         PrincipalMapper(rules)
+
+
+def test_secured_example_config_loads():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[3] / "config" / "server-secured.properties"
+    c = load_config(str(example))
+    by_name = {x.name: x for x in c.listeners}
+    assert by_name["SASL_SSL"].sasl_mechanisms == ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+    assert by_name["SSL"].tls.client_auth == "required"
+    assert by_name["SASL_SSL"].tls.client_auth == "none"
+    assert c.security.authorizes and c.security.super_users == {"User:admin"}
+    assert (
+        PrincipalMapper(by_name["SSL"].principal_rules).name(
+            "CN=orders-service,OU=services,O=Example"
+        )
+        == "orders-service"
+    )
