@@ -189,7 +189,9 @@ class Server:
         clients: set[str] = set()
         session: Session | None = None
         try:
-            stream, session = await self.security.open(stream, listener, peer, str(peer_ip))
+            # ACLs name hosts as Kafka prints addresses (IPv4-mapped IPv6 as IPv4), no "/"
+            host = kafka_host_string(peer_ip)[1:] if peer_ip != "?" else ""
+            stream, session = await self.security.open(stream, listener, peer, host)
             current_session.set(session)
             reason = await self._serve(stream, conn_id, versions, clients, session)
         except ProtocolError as exc:

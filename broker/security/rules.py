@@ -22,6 +22,7 @@ from typing import Any, Awaitable, Callable
 
 import structlog
 
+from broker.errors import CloseConnectionError
 from broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 from broker.security.authorizer import Authorizer
 from broker.security.session import Session
@@ -191,9 +192,13 @@ async def produce_rule(check: Check, handler: Handler, ctx: Any, request: Reques
             ],
         }
 
+    if request.body.acks == 0 and (
+        (txn is not None and not check(Operation.WRITE, TXN, txn))
+        or not all(check(Operation.WRITE, TOPIC, e["name"]) for e in request.body.topic_data)
+    ):
+        # Kafka answers an acks=0 produce with an error by closing the connection.
+        raise CloseConnectionError("acks=0 produce refused: not authorized (see the log)")
     if txn is not None and not check(Operation.WRITE, TXN, txn):
-        if request.body.acks == 0:
-            return None
         return {"responses": [denied(TXN_DENIED)(e) for e in request.body.topic_data]}
     return await _split_topics(
         check,

@@ -32,8 +32,18 @@ def server_context(listener: str, settings: TlsSettings) -> ssl.SSLContext:
     context.minimum_version = versions[0]
     context.maximum_version = versions[-1]
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+
+    def no_password() -> bytes:
+        # Without this OpenSSL would ask for the pass phrase on the terminal and wait.
+        raise TlsSetupError(
+            f"listener {listener}: the private key in ssl.keystore.location "
+            f"{settings.keystore_location!r} is encrypted; set ssl.key.password"
+        )
+
     try:
-        context.load_cert_chain(settings.keystore_location, password=settings.key_password or None)
+        context.load_cert_chain(
+            settings.keystore_location, password=settings.key_password or no_password
+        )
     except (OSError, ssl.SSLError) as exc:
         raise TlsSetupError(
             f"listener {listener}: cannot load the key and certificate chain from "

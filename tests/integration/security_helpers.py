@@ -26,7 +26,9 @@ import ssl
 import pytest
 
 from conftest import START_TIMEOUT_S, BrokerProcess
+from kafka.net.sasl.scram import ScramClient
 from kafka_wire import WireClient
+from protocol import ApiKey
 
 KEY_PASSWORD = "keystore-key-pw"
 PLAIN_JAAS = (
@@ -199,6 +201,31 @@ def tls_wire(host: str, port: int, pki, cert: tuple[str, str] | None = None) -> 
     client = WireClient(host, port)
     client.socket = client.sock = context.wrap_socket(client.socket, server_hostname="localhost")
     return client
+
+
+# -- SASL on the wire ----------------------------------------------------------------------
+
+
+def handshake(client: WireClient, mechanism: str, version: int = 1):
+    return client.call(ApiKey.SASL_HANDSHAKE, version, {"mechanism": mechanism})
+
+
+def authenticate(client: WireClient, token: bytes, version: int = 2):
+    return client.call(ApiKey.SASL_AUTHENTICATE, version, {"auth_bytes": token})
+
+
+def scram_login(client: WireClient, mechanism: str, user: str, password: str):
+    """A SCRAM exchange with kafka-python's ScramClient; the last SaslAuthenticate answer."""
+    assert handshake(client, mechanism).error_code == 0
+    scram = ScramClient(user, password, mechanism)
+    first = authenticate(client, scram.first_message())
+    if first.error_code:
+        return first
+    scram.process_server_first_message(first.auth_bytes)
+    final = authenticate(client, scram.final_message())
+    if final.error_code == 0:
+        scram.process_server_final_message(final.auth_bytes)
+    return final
 
 
 # -- client settings ------------------------------------------------------------------------

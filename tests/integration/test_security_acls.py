@@ -30,8 +30,15 @@ from kafka.errors import KafkaError
 from clients import topic_name
 from kafka_wire import WireClient, fetch_partition, message_set, produce
 from protocol import ApiKey
-from security_helpers import SecureBroker, make_pki, tls_properties, tls_wire, wait_for_log
-from test_security_sasl import authenticate, handshake
+from security_helpers import (
+    SecureBroker,
+    authenticate,
+    handshake,
+    make_pki,
+    tls_properties,
+    tls_wire,
+    wait_for_log,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
@@ -152,6 +159,16 @@ def test_denied_produce_stores_nothing(acl_broker):
     with wire(acl_broker, "alice") as client:
         answer = produce(client, topic, message_set([b"x", b"y"]), version=2)
         assert answer.error_code == 29  # TOPIC_AUTHORIZATION_FAILED
+    with wire(acl_broker, "alice") as client:  # acks=0: no answer to carry the error, closed
+        body = {
+            "acks": 0,
+            "timeout_ms": 1000,
+            "topic_data": [
+                {"name": topic, "partition_data": [{"index": 0, "records": message_set([b"z"])}]}
+            ],
+        }
+        client.send(ApiKey.PRODUCE, 2, body)
+        assert client.closed_by_peer()
     producer = Producer({**conf(acl_broker, "alice"), "message.timeout.ms": 5000})
     errors = []
     try:  # refused at once when the client's metadata already says so, else on delivery

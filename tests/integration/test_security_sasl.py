@@ -34,10 +34,13 @@ from security_helpers import (
     SecureBroker,
     add_scram_user,
     aiokafka_settings,
+    authenticate,
+    handshake,
     kafka_python_settings,
     librdkafka_settings,
     log_entries,
     make_pki,
+    scram_login,
     tls_properties,
     tls_wire,
     wait_for_log,
@@ -264,28 +267,6 @@ def sasl_client(broker, pki, listener: str) -> WireClient:
     if listener == "SASL_SSL":
         return tls_wire(broker.host, broker.ports[listener], pki)
     return WireClient(broker.host, broker.ports[listener])
-
-
-def handshake(client: WireClient, mechanism: str, version: int = 1):
-    return client.call(ApiKey.SASL_HANDSHAKE, version, {"mechanism": mechanism})
-
-
-def authenticate(client: WireClient, token: bytes, version: int = 2):
-    return client.call(ApiKey.SASL_AUTHENTICATE, version, {"auth_bytes": token})
-
-
-def scram_login(client: WireClient, mechanism: str, user: str, password: str):
-    """A SCRAM exchange with kafka-python's ScramClient; the last SaslAuthenticate answer."""
-    assert handshake(client, mechanism).error_code == 0
-    scram = ScramClient(user, password, mechanism)
-    first = authenticate(client, scram.first_message())
-    if first.error_code:
-        return first
-    scram.process_server_first_message(first.auth_bytes)
-    final = authenticate(client, scram.final_message())
-    if final.error_code == 0:
-        scram.process_server_final_message(final.auth_bytes)
-    return final
 
 
 UNAUTHENTICATED = [

@@ -250,3 +250,17 @@ def test_bad_tls_settings_stop_the_start(pki, tmp_path, props, status, words):
     output = result.stdout + result.stderr
     assert words in output
     assert "keystore-key-pw" not in output
+
+
+def test_encrypted_key_without_its_password_stops_the_start(pki, tmp_path):
+    """OpenSSL would otherwise ask for the pass phrase on the terminal and wait."""
+    settings = {**tls_properties(pki), "ssl.keystore.location": pki.keystore_encrypted}
+    cmd = [sys.executable, "-m", "broker", "serve", "--override", "listeners=SSL://127.0.0.1:0",
+           "--override", f"log.dirs={tmp_path}"]  # fmt: skip
+    for key, value in settings.items():
+        cmd += ["--override", f"{key}={value}"]
+    result = subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
+    assert result.returncode == 1
+    assert "is encrypted; set ssl.key.password" in result.stdout + result.stderr
