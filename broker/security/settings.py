@@ -147,6 +147,15 @@ def parse_protocols(value: str) -> tuple[str, ...]:
     return names
 
 
+def parse_reauth(value: int) -> int:
+    """``connections.max.reauth.ms``: 0 only (KIP-368 re-authentication is not offered)."""
+    if value != 0:
+        raise ValueError(
+            "re-authentication (KIP-368) is not supported; leave it at 0 (sessions never expire)"
+        )
+    return value
+
+
 def parse_principal_rules(value: str) -> str:
     PrincipalMapper(value)  # raises ValueError for a bad rule
     return value
@@ -308,6 +317,7 @@ def resolve(
                 principal_rules=get("ssl.principal.mapping.rules"),
             )
         )
+    _check_inter_broker(values, given, names, protocol_map)
     security = SecuritySettings(
         authorizer=values["authorizer.class.name"],
         super_users=parse_super_users(values["super.users"]),
@@ -315,6 +325,26 @@ def resolve(
         failed_authentication_delay_ms=values["connection.failed.authentication.delay.ms"],
     )
     return tuple(result), security
+
+
+def _check_inter_broker(
+    values: Mapping[str, Any], given: set[str], names: set[str], protocol_map: dict[str, str]
+) -> None:
+    """Kafka's checks of the inter-broker listener (KafkaConfig): not both ways of naming it,
+    and a listener that exists (by name, or one with the protocol)."""
+    name = values["inter.broker.listener.name"]
+    if name is not None and "security.inter.broker.protocol" in given:
+        raise SettingsError(
+            "inter.broker.listener.name",
+            "set inter.broker.listener.name or security.inter.broker.protocol, not both",
+        )
+    if name is not None:
+        if name.upper() not in names:
+            raise SettingsError("inter.broker.listener.name", f"no listener named {name}")
+    elif "security.inter.broker.protocol" in given:
+        protocol = values["security.inter.broker.protocol"]
+        if not any(protocol_map.get(n) == protocol for n in names):
+            raise SettingsError("security.inter.broker.protocol", f"no listener uses {protocol}")
 
 
 def _jaas_mechanism(key: str, rest: str | None = None) -> str:

@@ -266,3 +266,32 @@ def test_secured_example_config_loads():
         )
         == "orders-service"
     )
+
+
+def test_kafka_inter_broker_and_tls_keys_are_accepted_and_checked():
+    c = cfg_raw(
+        "listeners=INTERNAL://:1,SASL_SSL://:2",
+        "listener.security.protocol.map=INTERNAL:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "inter.broker.listener.name=INTERNAL",
+        "sasl.mechanism.inter.broker.protocol=PLAIN",
+        "sasl.enabled.mechanisms=PLAIN",
+        f'plain.sasl.jaas.config={PLAIN} required user_a="b";',
+        "ssl.keystore.type=PEM",
+        "ssl.truststore.type=PEM",
+        "ssl.keystore.location=/k",
+        "ssl.protocol=TLSv1.2",
+        "ssl.endpoint.identification.algorithm=",
+    )
+    assert [x.name for x in c.listeners] == ["INTERNAL", "SASL_SSL"]
+    for pairs, key in (
+        (["inter.broker.listener.name=NOPE"], "inter.broker.listener.name"),
+        (["security.inter.broker.protocol=SSL"], "security.inter.broker.protocol"),
+        (
+            ["inter.broker.listener.name=PLAINTEXT", "security.inter.broker.protocol=PLAINTEXT"],
+            "inter.broker.listener.name",
+        ),
+        (["connections.max.reauth.ms=3600000"], "connections.max.reauth.ms"),
+    ):
+        with pytest.raises(ConfigError) as e:
+            cfg_raw(*pairs)
+        assert e.value.key == key
