@@ -31,6 +31,12 @@ from kafka_wire import WireClient
 from protocol import ApiKey
 
 KEY_PASSWORD = "keystore-key-pw"
+
+local_brokers_only = pytest.mark.skipif(
+    bool(os.environ.get("CHRONOLOG_BOOTSTRAP")),
+    reason="starts its own brokers (CHRONOLOG_BOOTSTRAP names an external one)",
+)
+"""For the modules whose tests start brokers with special listeners (and make a PKI first)."""
 PLAIN_JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
     'user_alice="alice-plain-pw" user_admin="admin-plain-pw";'

@@ -31,6 +31,7 @@ from clients import topic_name
 from kafka_wire import WireClient, fetch_partition, message_set, produce
 from protocol import ApiKey
 from security_helpers import (
+    local_brokers_only,
     SecureBroker,
     authenticate,
     handshake,
@@ -39,6 +40,8 @@ from security_helpers import (
     tls_wire,
     wait_for_log,
 )
+
+pytestmark = local_brokers_only
 
 REPO = Path(__file__).resolve().parents[2]
 USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}

@@ -16,7 +16,16 @@ from kafka.net.sasl.scram import ScramClient
 
 from kafka_wire import WireClient
 from protocol import ApiKey, ClientConnection
-from security_helpers import PLAIN_JAAS, SecureBroker, add_scram_user, log_entries, scram_login
+from security_helpers import (
+    local_brokers_only,
+    PLAIN_JAAS,
+    SecureBroker,
+    add_scram_user,
+    log_entries,
+    scram_login,
+)
+
+pytestmark = local_brokers_only
 
 FRAMES = 10_000
 TIME_LIMIT_S = 240

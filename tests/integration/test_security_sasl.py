@@ -30,6 +30,7 @@ from clients import topic_name
 from kafka_wire import WireClient
 from protocol import ApiKey
 from security_helpers import (
+    local_brokers_only,
     PLAIN_JAAS,
     SecureBroker,
     add_scram_user,
@@ -46,6 +47,8 @@ from security_helpers import (
     wait_for_log,
 )
 from test_metrics import metrics_url, scrape
+
+pytestmark = local_brokers_only
 
 PASSWORDS = {
     "PLAIN": ("alice", "alice-plain-pw"),

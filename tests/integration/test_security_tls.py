@@ -20,6 +20,7 @@ from clients import topic_name
 from kafka_wire import WireClient
 from protocol import ApiKey
 from security_helpers import (
+    local_brokers_only,
     SecureBroker,
     kafka_python_settings,
     librdkafka_settings,
@@ -28,6 +29,8 @@ from security_helpers import (
     tls_wire,
     wait_for_log,
 )
+
+pytestmark = local_brokers_only
 
 REPO = Path(__file__).resolve().parents[2]
 
