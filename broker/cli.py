@@ -6,6 +6,8 @@
     chronolog topics ...     (broker.admin.topics_cli)
     chronolog configs ...    (broker.admin.configs_cli)
     chronolog health ...     (broker.health)
+    chronolog users ...      (broker.security.users_cli)
+    chronolog acls ...       (broker.security.acls_cli)
 
 Exit status: 0 after a clean shutdown, 2 for unknown or invalid configuration, 1 when the broker
 cannot start (log dir state, port in use) or fails.
@@ -29,6 +31,8 @@ DELEGATED = {
     "topics": "broker.admin.topics_cli",
     "configs": "broker.admin.configs_cli",
     "health": "broker.health",
+    "users": "broker.security.users_cli",
+    "acls": "broker.security.acls_cli",
 }
 
 

@@ -112,6 +112,7 @@ class DynamicConfigs:
         merged = BrokerConfig.from_properties(
             [
                 *self.static.given.items(),
+                *self.static.listener_given.items(),
                 *layers.cluster_default.items(),
                 *layers.per_broker.items(),
             ]

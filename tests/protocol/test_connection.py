@@ -164,7 +164,8 @@ def test_unsupported_version_of_known_api():
 
 
 def test_api_with_a_schema_but_not_served_is_unsupported():
-    frame = struct.pack(">ihhih", 10, ApiKey.DESCRIBE_ACLS, 0, 7, -1)
+    unserved = next(key for key in ApiKey if key not in SUPPORTED_VERSIONS)
+    frame = struct.pack(">ihhih", 10, unserved, 0, 7, -1)
     with pytest.raises(UnsupportedApiError):
         list(ServerConnection().receive_data(frame))
 

@@ -14,6 +14,16 @@ from kafka.protocol.admin import (
     AlterConfigsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteRecordsRequest,
@@ -61,6 +71,12 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from protocol import SUPPORTED_VERSIONS, ApiKey, ClientConnection, ServerConnection
 from protocol.schemas import (
@@ -100,6 +116,19 @@ KAFKA_PYTHON = {
     ApiKey.DELETE_RECORDS: (DeleteRecordsRequest, DeleteRecordsResponse),
     ApiKey.DESCRIBE_CLUSTER: (DescribeClusterRequest, DescribeClusterResponse),
     ApiKey.DESCRIBE_LOG_DIRS: (DescribeLogDirsRequest, DescribeLogDirsResponse),
+    ApiKey.SASL_HANDSHAKE: (SaslHandshakeRequest, SaslHandshakeResponse),
+    ApiKey.SASL_AUTHENTICATE: (SaslAuthenticateRequest, SaslAuthenticateResponse),
+    ApiKey.DESCRIBE_ACLS: (DescribeAclsRequest, DescribeAclsResponse),
+    ApiKey.CREATE_ACLS: (CreateAclsRequest, CreateAclsResponse),
+    ApiKey.DELETE_ACLS: (DeleteAclsRequest, DeleteAclsResponse),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (
+        DescribeUserScramCredentialsRequest,
+        DescribeUserScramCredentialsResponse,
+    ),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (
+        AlterUserScramCredentialsRequest,
+        AlterUserScramCredentialsResponse,
+    ),
 }
 
 # Every version served, but ApiVersions above v0 is checked in test_api_versions_v3.
