@@ -79,6 +79,7 @@ __all__ = [
     "Record",
     "read_header",
     "iter_records",
+    "build_empty_batch",
     "batch_crc",
     "build_batch",
     "encode_varint",
@@ -158,6 +159,14 @@ class BatchHeader(NamedTuple):
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """KIP-534: the time after which the cleaner may drop this batch's tombstones, set by
+        the cleaner that first kept them (carried in baseTimestamp); None when not set."""
+        if self.attributes & DELETE_HORIZON_MASK:
+            return self.base_timestamp
+        return None
 
     @property
     def last_offset(self) -> int:
@@ -416,7 +425,9 @@ def encode_record(
 
 @dataclass(frozen=True, slots=True)
 class BatchSpec:
-    """Header fields of a batch to build (the rest derive from its records)."""
+    """Header fields of a batch to build (the rest derive from its records).
+    ``delete_horizon_ms`` >= 0 sets the delete horizon attribute (KIP-534) and makes it the
+    baseTimestamp, as Kafka's cleaner writes a batch whose tombstones it keeps."""
 
     base_offset: int = 0
     codec: Codec = Codec.NONE
@@ -425,17 +436,27 @@ class BatchSpec:
     producer_epoch: int = NO_PRODUCER_EPOCH
     base_sequence: int = NO_SEQUENCE
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH
+    delete_horizon_ms: int = NO_TIMESTAMP
 
 
 def build_batch(
-    spec: BatchSpec, records: Sequence[RecordInput], *, max_timestamp: int | None = None
+    spec: BatchSpec,
+    records: Sequence[RecordInput],
+    *,
+    max_timestamp: int | None = None,
+    last_offset_delta: int | None = None,
 ) -> bytes:
     """Encode one batch. ``records`` = [(offset_delta, timestamp, key, value, headers)] with
-    absolute timestamps (-1 = none). baseTimestamp is the first record's timestamp, maxTimestamp
-    the largest (or ``max_timestamp``, e.g. the append time under LogAppendTime). An empty list
-    gives a batch without records (Kafka keeps such batches after compaction)."""
+    absolute timestamps (-1 = none). baseTimestamp is the first record's timestamp (or the
+    spec's delete horizon), maxTimestamp the largest (or ``max_timestamp``, e.g. the append
+    time under LogAppendTime). ``last_offset_delta`` overrides the last record's offset delta:
+    a compacted batch keeps its original last offset, so the producer's last sequence survives
+    (Kafka's overrideLastOffset). An empty list gives a batch without records."""
     raw = bytearray()
-    base_ts = records[0][1] if records else NO_TIMESTAMP
+    if spec.delete_horizon_ms >= 0:
+        base_ts = spec.delete_horizon_ms
+    else:
+        base_ts = records[0][1] if records else NO_TIMESTAMP
     for offset_delta, ts, key, value, headers in records:
         encode_record(raw, offset_delta, ts - base_ts, key, value, headers)
     body = compress(spec.codec, raw, MAGIC) if spec.codec != Codec.NONE else raw
@@ -444,7 +465,12 @@ def build_batch(
     attributes = int(spec.codec)
     if spec.log_append_time:
         attributes |= TIMESTAMP_TYPE_MASK
-    last_delta = records[-1][0] if records else 0
+    if spec.delete_horizon_ms >= 0:
+        attributes |= DELETE_HORIZON_MASK
+    if last_offset_delta is not None:
+        last_delta = last_offset_delta
+    else:
+        last_delta = records[-1][0] if records else 0
     out = bytearray(
         _HEADER.pack(
             spec.base_offset,
@@ -463,6 +489,31 @@ def build_batch(
         )
     )
     out += body
+    _U32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def build_empty_batch(spec: BatchSpec, last_offset_delta: int, timestamp: int) -> bytes:
+    """A batch header without records, as Kafka's cleaner keeps for a producer's last batch
+    once all its records are gone (DefaultRecordBatch.writeEmptyHeader): the spec's producer
+    fields, offsets and timestamp type, base and max timestamp ``timestamp``, no codec."""
+    out = bytearray(
+        _HEADER.pack(
+            spec.base_offset,
+            MIN_BATCH_LENGTH,
+            spec.partition_leader_epoch,
+            MAGIC,
+            0,
+            TIMESTAMP_TYPE_MASK if spec.log_append_time else 0,
+            last_offset_delta,
+            timestamp,
+            timestamp,
+            spec.producer_id,
+            spec.producer_epoch,
+            spec.base_sequence,
+            0,
+        )
+    )
     _U32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
 
