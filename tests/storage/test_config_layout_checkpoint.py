@@ -54,9 +54,7 @@ def test_log_config_compaction_settings():
     )
     assert (c.min_compaction_lag_ms, c.max_compaction_lag_ms) == (0, 2**63 - 1)
     assert c.delete and not c.compact and c.max_segment_ms == c.segment_ms
-    c = c.with_overrides(
-        {"cleanup.policy": "compact, delete", "min.cleanable.dirty.ratio": "0.25"}
-    )
+    c = c.with_overrides({"cleanup.policy": "compact, delete", "min.cleanable.dirty.ratio": "0.25"})
     assert (c.cleanup_policy, c.min_cleanable_dirty_ratio) == ("compact,delete", 0.25)
     assert c.compact and c.delete
     # KIP-354: a compacted log's active segment rolls by max.compaction.lag.ms at the latest
