@@ -84,9 +84,12 @@ def _dump_batch(
     if not (deep and valid):
         return OK
     try:
-        for i, r in enumerate(rb.iter_records(data, entry.position, h)):
+        for r in rb.iter_records(data, entry.position, h):
             ts = h.max_timestamp if h.log_append_time else h.base_timestamp + r.timestamp_delta
-            sequence = -1 if h.base_sequence < 0 else (h.base_sequence + i) & 0x7FFFFFFF
+            # Kafka's record sequence: base + offset delta (compaction leaves gaps)
+            sequence = (
+                -1 if h.base_sequence < 0 else (h.base_sequence + r.offset_delta) & 0x7FFFFFFF
+            )
             out.write(
                 f"| offset: {h.base_offset + r.offset_delta} {time_name}: {ts} keySize: "
                 f"{-1 if r.key is None else len(r.key)} valueSize: "
@@ -168,15 +171,21 @@ def _log_facts(log_path: str) -> tuple[dict[int, tuple[int, int]], _Timeline]:
     data = _read(log_path)
     starts: dict[int, tuple[int, int]] = {}
     previous = -1
+    # A record batch counts at its last offset with its maxTimestamp too: after compaction its
+    # last records may be gone (or all of them: a producer's empty batch), and appends, recovery
+    # and the cleaner all index a batch by its header.
+    messages = []
     for entry in iter_shallow(data):
         starts[entry.position] = (previous, entry.offset)
         previous = entry.offset
-    messages = [(m.offset, m.timestamp) for m in iter_deep(data)]
+        if entry.magic == rb.MAGIC:
+            messages.append((entry.offset, entry.timestamp))
+    messages += [(m.offset, m.timestamp) for m in iter_deep(data)]
     # Running maximum over the messages sorted by offset: one bisect per time index entry
     # instead of a scan of the whole log.
     ordered = sorted(messages)
     max_timestamps = list(itertools.accumulate((ts for _, ts in ordered), max))
-    last_offset = messages[-1][0] if messages else None
+    last_offset = max(o for o, _ in messages) if messages else None
     return starts, _Timeline([o for o, _ in ordered], max_timestamps, last_offset)
 
 

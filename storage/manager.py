@@ -22,12 +22,14 @@ from __future__ import annotations
 import enum
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 
 import structlog
 
 from storage import checkpoint
+from storage.cleaner import CleanerManager
 from storage.durable import fsync_dir
 from storage.config import LogConfig
 from storage.errors import LogNotFoundError
@@ -70,6 +72,9 @@ class LogManager:
         self.offline_dirs: dict[str, str] = {}
         self._offline: dict[tuple[str, int], str] = {}
         self._unlisted: set[str] = set()  # offline since start-up: what they hold is unknown
+        # The log cleaner's bookkeeping (storage/cleaner.py); the broker runs the cleaning.
+        self.cleaning = CleanerManager()
+        self._cleaner_checkpoint_lock = threading.Lock()
 
     # -- start-up ----------------------------------------------------------------------------
     def startup(self) -> None:
@@ -98,6 +103,16 @@ class LogManager:
                 error=str(exc),
             )
             recovery_points, clean = {}, False
+        try:
+            clean_offsets = checkpoint.read_checkpoint(checkpoint.cleaner_checkpoint_path(log_dir))
+        except checkpoint.CheckpointError as exc:
+            logger.warning(
+                "cleaner offset checkpoint unreadable; compacted logs are cleaned again from "
+                "their start",
+                log_dir=log_dir,
+                error=str(exc),
+            )
+            clean_offsets = {}
         loaded = 0
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
@@ -127,6 +142,8 @@ class LogManager:
                 clock=self._clock,
                 recovery_point=recovery_points.get(parsed, 0),
                 needs_recovery=not clean,
+                first_dirty_offset=clean_offsets.get(parsed),
+                on_first_dirty_lowered=self._cleaner_checkpointer(log_dir),
             )
             self._dir_of[parsed] = log_dir
             loaded += 1
@@ -170,6 +187,7 @@ class LogManager:
         self.offline_dirs[log_dir] = repr(exc)
         keys = [key for key, d in list(self._dir_of.items()) if d == log_dir]
         for key in keys:
+            self.cleaning.abort_and_wait(key)
             self._logs.pop(key).abandon()
             del self._dir_of[key]
             self._offline[key] = log_dir
@@ -217,7 +235,11 @@ class LogManager:
         log_dir = min(online, key=lambda d: counts[d])
         path = os.path.join(log_dir, partition_dir_name(topic, partition))
         log = Log(
-            path, config or self._config_for_topic(topic), clock=self._clock, needs_recovery=False
+            path,
+            config or self._config_for_topic(topic),
+            clock=self._clock,
+            needs_recovery=False,
+            on_first_dirty_lowered=self._cleaner_checkpointer(log_dir),
         )
         fsync_dir(log_dir)
         self._logs[key] = log
@@ -233,6 +255,7 @@ class LogManager:
         if not keys:
             raise LogNotFoundError(f"topic {topic!r} has no log in {self.log_dirs}")
         for key in keys:
+            self.cleaning.abort_and_wait(key)  # no cleaning writes into the doomed directory
             log = self._logs.pop(key)
             log_dir = self._dir_of.pop(key)
             log.close()
@@ -240,6 +263,8 @@ class LogManager:
             os.rename(log.directory, doomed)
             fsync_dir(log_dir)
             shutil.rmtree(doomed)
+            if log.first_dirty_offset is not None:
+                self.checkpoint_cleaner(log_dir)  # a new topic of this name starts dirty
             logger.info("deleted log", topic=topic, partition=key[1], log_dir=log_dir)
         return len(keys)
 
@@ -278,6 +303,21 @@ class LogManager:
                 if self._dir_of.get(key) == log_dir
             }
             checkpoint.write_checkpoint(checkpoint.recovery_point_path(log_dir), points)
+
+    def _cleaner_checkpointer(self, log_dir: str) -> Callable[[], None]:
+        return lambda: self.checkpoint_cleaner(log_dir)
+
+    def checkpoint_cleaner(self, log_dir: str) -> None:
+        """Write ``log_dir``'s cleaner-offset-checkpoint (Kafka's format): the first dirty offset
+        of every log there that the cleaner has seen. Called after each cleaning and when a
+        truncation lowers one; serialised, as several threads may call it."""
+        with self._cleaner_checkpoint_lock:
+            offsets = {
+                key: log.first_dirty_offset
+                for key, log in list(self._logs.items())
+                if self._dir_of.get(key) == log_dir and log.first_dirty_offset is not None
+            }
+            checkpoint.write_checkpoint(checkpoint.cleaner_checkpoint_path(log_dir), offsets)
 
     def shutdown(self) -> list[str]:
         """Flush and close every log, write the checkpoints, then the clean-shutdown markers.
