@@ -294,11 +294,7 @@ def plan_cleaning(log: Log, now_ms: int) -> CleaningPlan | None:
             uncleanable.append(young)
     uncleanable_offset = max(first_dirty, min(uncleanable))
     # Kafka's calculateCleanableBytes: cleaning stops at a segment boundary.
-    first_uncleanable = active
-    for s in segments[:-1]:
-        if s.base_offset <= uncleanable_offset:
-            first_uncleanable = s
-    end = first_uncleanable.base_offset
+    end = segments[_floor_index(bases, uncleanable_offset)].base_offset
     low = min(first_dirty, end)
     cleanable = [s for s in segments[_floor_index(bases, low) :] if s.base_offset < end]
     clean = [s for s in segments if s.base_offset < first_dirty]
