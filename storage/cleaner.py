@@ -151,9 +151,9 @@ class OffsetMap:
 
 class Throttler:
     """Keeps the bytes read and written by every cleaner thread together at or below ``rate``
-    bytes per second (log.cleaner.io.max.bytes.per.second): every THROTTLE_CHECK_INTERVAL_S
-    the observed rate is compared with the desired one and the caller sleeps off the excess, as
-    Kafka's Throttler does. Thread-safe; ``sleep`` may return early (a stop request)."""
+    bytes per second (log.cleaner.io.max.bytes.per.second): every THROTTLE_CHECK_INTERVAL_S (or
+    sooner, once more than an interval's allowance was observed) the observed rate is compared
+    with the desired one and the caller sleeps off the excess, as Kafka's Throttler does. Thread-safe; ``sleep`` may return early (a stop request)."""
 
     def __init__(
         self,
@@ -175,7 +175,12 @@ class Throttler:
             self._observed += observed
             now = self._clock()
             elapsed = now - self._period_start
-            if elapsed <= THROTTLE_CHECK_INTERVAL_S or self._observed <= 0:
+            # Kafka checks once per interval; a burst above a whole interval's allowance is
+            # slept off at once, so a short cleaning of big chunks is throttled too.
+            if elapsed <= 0 or (
+                elapsed <= THROTTLE_CHECK_INTERVAL_S
+                and self._observed <= self.rate * THROTTLE_CHECK_INTERVAL_S
+            ):
                 return
             if self._observed / elapsed > self.rate:
                 pause = self._observed / self.rate - elapsed
@@ -642,12 +647,18 @@ class CleaningResult:
 
 class Cleaner:
     """One cleaner thread's state: its offset map (``dedupe_buffer_bytes``) and the throttler
-    shared by all threads. ``stop()`` makes every running cleaning abort at its next read."""
+    shared by all threads. ``stop()`` (or setting the ``stopped`` event the threads share)
+    makes a running cleaning abort at its next read."""
 
-    def __init__(self, dedupe_buffer_bytes: int, throttler: Throttler | None = None) -> None:
+    def __init__(
+        self,
+        dedupe_buffer_bytes: int,
+        throttler: Throttler | None = None,
+        stopped: threading.Event | None = None,
+    ) -> None:
         self.offset_map = OffsetMap(dedupe_buffer_bytes)
         self.throttler = throttler
-        self.stopped = threading.Event()
+        self.stopped = stopped or threading.Event()
 
     def stop(self) -> None:
         self.stopped.set()
@@ -945,6 +956,7 @@ class CleaningJob:
         log = self.plan.log
         if self.swapped and log.truncations == self.plan.truncations:
             log.first_dirty_offset = self.end_offset
+        killpoints.reached("checkpoint")
         stats = self.stats
         stats.ended = time.monotonic()
         stats.cpu_s = time.process_time() - stats.cpu_started

@@ -19,7 +19,7 @@ POINTS = (
     "log-swapped",  # the .log renamed to .swap: the swap is committed
     "replaced-deleted",  # the replaced segments renamed to .deleted
     "swap-installed",  # the .swap files renamed in; the manifest not yet removed
-    "checkpoint",  # the swap is complete; the cleaner checkpoint not yet written
+    "checkpoint",  # every swap complete, the checkpoint moved in memory, its file not written
 )
 
 

@@ -65,11 +65,13 @@ def check_consistent(log: Log, before: list, after: list) -> None:
     assert leftovers == []
 
 
-@pytest.mark.parametrize("point", killpoints.POINTS[:-1])
+@pytest.mark.parametrize("point", killpoints.POINTS)
 @pytest.mark.parametrize("nth", [1, 2])
 def test_a_crash_at_any_kill_point_leaves_old_or_new_segments(
     tmp_path, clock, monkeypatch, point, nth
 ):
+    if point == "checkpoint" and nth == 2:
+        pytest.skip("a cleaning reaches its checkpoint once")
     log = build(tmp_path / "a", clock)
     twin_dir = str(tmp_path / "b" / "topic-0")
     shutil.copytree(log.directory, twin_dir)
