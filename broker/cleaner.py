@@ -142,6 +142,15 @@ async def _plans(ctx: BrokerContext, now: int) -> list[CleaningPlan]:
 async def _clean(ctx: BrokerContext, job: CleaningJob) -> CleaningResult | None:
     topic, partition = job.plan.key
     log = job.plan.log
+    logger.info(
+        "cleaning log",
+        topic=topic,
+        partition=partition,
+        dirty_ratio=round(job.plan.cleanable_ratio, 3),
+        overdue=job.plan.needs_compaction_now,
+        first_dirty_offset=job.plan.first_dirty_offset,
+        first_uncleanable_offset=job.plan.first_uncleanable_offset,
+    )
     try:
         await trio.to_thread.run_sync(job.build_offset_map)
         for group in job.groups:
