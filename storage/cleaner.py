@@ -906,26 +906,11 @@ class CleaningJob:
                 memoryview(chunk)[entry.position : entry.next_position], header.base_offset, entry
             )
             return
-        records = rb.iter_records(chunk, entry.position, header)
         if set_horizon:
             horizon = self.now_ms + self.plan.config.delete_retention_ms
         if horizon is not None:
             spec = dataclasses.replace(spec, delete_horizon_ms=horizon)
-        out = rb.build_batch(
-            spec,
-            [
-                (
-                    records[n].offset_delta,
-                    header.base_timestamp + records[n].timestamp_delta,
-                    records[n].key,
-                    records[n].value,
-                    records[n].headers,
-                )
-                for n in kept
-            ],
-            max_timestamp=header.max_timestamp if header.log_append_time else None,
-            last_offset_delta=header.last_offset_delta,
-        )
+        out = rb.rebuild_batch(spec, header, data, fields, kept)
         writer.append(out, header.base_offset, next(iter_shallow(out)))
 
     # -- steps 3 (swap) and 4, holding the log's lock ------------------------------------------
