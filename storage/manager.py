@@ -271,12 +271,14 @@ class LogManager:
     # -- periodic work -----------------------------------------------------------------------
     def due(self, task: Maintenance, now_ms: int) -> list[tuple[tuple[str, int], Log]]:
         """((topic, partition), log) of every log that has ``task`` work at ``now_ms``. Flush
-        and file removal are judged from memory; retention is run on every log (its check may
-        stat a segment without message timestamps). Safe to call while other threads append:
+        and file removal are judged from memory; retention is run on every log not being
+        cleaned (its check may stat a segment without message timestamps). Safe to call while other threads append:
         ``run`` checks again."""
         logs = list(self._logs.items())
         if task is Maintenance.RETENTION:
-            return logs
+            # A log being cleaned waits (Kafka runs a compacted log's retention in its cleaner
+            # thread): deleting the segments a cleaning is about to swap would waste it.
+            return [(key, log) for key, log in logs if not self.cleaning.in_progress(key)]
         if task is Maintenance.FLUSH:
             return [(key, log) for key, log in logs if log.flush_due(now_ms)]
         return [(key, log) for key, log in logs if log.deleted_files_due(now_ms)]

@@ -506,3 +506,18 @@ def test_offset_of_max_timestamp_and_search_after_cleaning(tmp_path, clock):
     assert log.offset_for_timestamp(t + 91) is None
     assert log.offset_of_max_timestamp() == TimestampOffset(t + 90, 4)
     verify_files(log)
+
+
+def test_retention_waits_while_a_log_is_being_cleaned(tmp_path, clock):
+    from storage import Maintenance
+
+    config = LogConfig(cleanup_policy="compact,delete", file_delete_delay_ms=0)
+    manager = LogManager([str(tmp_path)], lambda topic: config, clock)
+    manager.startup()
+    manager.create_log("t", 0)
+    assert [key for key, _ in manager.due(Maintenance.RETENTION, clock.now)] == [("t", 0)]
+    assert manager.cleaning.begin(("t", 0)) is not None
+    assert manager.due(Maintenance.RETENTION, clock.now) == []
+    manager.cleaning.end(("t", 0))
+    assert len(manager.due(Maintenance.RETENTION, clock.now)) == 1
+    manager.shutdown()
