@@ -110,7 +110,7 @@ bench: $(VENV)/.installed-bench
 # build/pipeline/<topic>-per-minute (Parquet). `make pipeline-seed` first produces demo data into it.
 PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
-.PHONY: pipeline pipeline-seed bench-spark soak
+.PHONY: pipeline pipeline-seed bench-spark bench-cleaner soak
 
 pipeline: $(VENV)/.installed-test
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
@@ -122,6 +122,10 @@ pipeline-seed: $(VENV)/.installed-test
 # Spark read throughput (1,000,000 messages, own broker process): bench/results/spark.json.
 bench-spark: $(VENV)/.installed-test
 	$(BIN)/python bench/bench_spark.py
+
+# Log cleaner throughput and memory for a 10^6-key log: bench/results/cleaner.json.
+bench-cleaner: $(VENV)/.installed-test
+	$(BIN)/python bench/bench_cleaner.py
 
 # Soak (bench/soak.py, not part of `make test`): kill -9, SIGTERM and, as root, a full tmpfs under
 # the log dir, at random moments under acks=all producers, for SOAK_SECONDS; checks after every

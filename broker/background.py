@@ -4,7 +4,8 @@
 - flush of logs whose ``flush.ms`` has passed, every ``log.flush.scheduler.interval.ms``;
 - recovery-point and log-start-offset checkpoints every
   ``log.flush.offset.checkpoint.interval.ms``;
-- removal of ``.deleted`` files whose ``file.delete.delay.ms`` has passed (every second).
+- removal of ``.deleted`` files whose ``file.delete.delay.ms`` has passed (every second);
+- the log cleaner's threads (broker/cleaner.py) for compacted topics.
 
 What each task does and which logs need it is storage's (storage.manager.Maintenance); this
 module schedules it. Blocking storage calls run in worker threads, one per log with work, so an
@@ -19,6 +20,7 @@ from typing import Awaitable, Callable
 import structlog
 import trio
 
+from broker import cleaner
 from broker.context import BrokerContext
 from broker.errors import STORAGE_FAILURES
 from storage import Maintenance
@@ -55,6 +57,7 @@ def start(ctx: BrokerContext, nursery: trio.Nursery) -> None:
         DELETE_CHECK_INTERVAL_MS,
         lambda: maintain(ctx, Maintenance.DELETE_FILES),
     )
+    cleaner.start(ctx, nursery)
 
 
 async def _every(name: str, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:

@@ -38,6 +38,7 @@ from storage.config import MINIMUMS as LOG_MINIMUMS
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
+DOUBLE_MAX = 1.7976931348623157e308  # Java's Double.MAX_VALUE
 MINUTE_MS = 60 * 1000
 HOUR_MS = 60 * MINUTE_MS
 
@@ -76,6 +77,7 @@ def topic_name_error(name: str) -> str | None:
 class Type(enum.Enum):
     INT = "int"
     LONG = "long"
+    DOUBLE = "double"
     BOOLEAN = "boolean"
     STRING = "string"
     LIST = "list"  # a comma-separated string (IncrementalAlterConfigs may APPEND/SUBTRACT)
@@ -124,6 +126,15 @@ class ConfigKey:
             if value.lower() not in ("true", "false"):
                 raise ValueError(f"{raw!r} is not true or false")
             value = value.lower() == "true"
+        elif self.type is Type.DOUBLE:
+            try:
+                value = float(value)
+            except ValueError:
+                raise ValueError(f"{raw!r} is not a number") from None
+            if value != value:
+                raise ValueError(f"{raw!r} is not a number")
+            if self.minimum is not None and value < self.minimum:
+                raise ValueError(f"{value} is below the minimum {self.minimum}")
         elif self.type in _RANGES:
             lo, hi = _RANGES[self.type]
             try:
@@ -169,6 +180,12 @@ def _cleanup_policy(value: str) -> str:
     if not parts or any(p not in ("delete", "compact") for p in parts):
         raise ValueError(f"{value!r} is not a list of delete, compact")
     return ",".join(parts)
+
+
+def _ratio(value: float) -> float:
+    if not 0 <= value <= 1:
+        raise ValueError(f"{value} is out of range [0, 1]")
+    return value
 
 
 def _unlimited_if_negative(value: int) -> int:
@@ -349,15 +366,23 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("super.users", Type.STRING, "", _B,
               validator=_checked(security_settings.parse_super_users)),
     ConfigKey("allow.everyone.if.no.acl.found", Type.BOOLEAN, False, _B),
+    # The log cleaner (broker/cleaner.py, storage/cleaner.py): Kafka's CleanerConfig.
+    ConfigKey("log.cleaner.enable", Type.BOOLEAN, True, _B),
+    ConfigKey("log.cleaner.threads", Type.INT, 1, _B, minimum=0),
+    ConfigKey("log.cleaner.backoff.ms", Type.LONG, 15000, _B, minimum=0),
+    ConfigKey("log.cleaner.dedupe.buffer.size", Type.LONG, 134217728, _B, minimum=1),
+    ConfigKey("log.cleaner.io.max.bytes.per.second", Type.DOUBLE, DOUBLE_MAX, _B, minimum=0),
     # Topic configs, each with the broker properties that set its default.
     ConfigKey("cleanup.policy", Type.LIST, "delete", _T, validator=_cleanup_policy,
               synonyms=(Synonym("log.cleanup.policy"),)),
     ConfigKey("compression.type", Type.STRING, "producer", _T, choices=_CODEC_NAMES,
               synonyms=(Synonym("compression.type"),)),
+    _log("delete.retention.ms", Type.LONG, Synonym("log.cleaner.delete.retention.ms")),
     _log("file.delete.delay.ms", Type.LONG, Synonym("log.segment.delete.delay.ms")),
     _log("flush.messages", Type.LONG, Synonym("log.flush.interval.messages")),
     _log("flush.ms", Type.LONG, Synonym("log.flush.interval.ms")),
     _log("index.interval.bytes", Type.INT, Synonym("log.index.interval.bytes")),
+    _log("max.compaction.lag.ms", Type.LONG, Synonym("log.cleaner.max.compaction.lag.ms")),
     _log("max.message.bytes", Type.INT, Synonym("message.max.bytes")),
     ConfigKey("message.format.version", Type.STRING, DEFAULT_FORMAT_VERSION, _T,
               validator=_format_version, synonyms=(Synonym("log.message.format.version"),)),
@@ -369,6 +394,9 @@ KEYS: tuple[ConfigKey, ...] = (
               synonyms=(Synonym("log.message.timestamp.difference.max.ms"),)),
     ConfigKey("message.timestamp.type", Type.STRING, "CreateTime", _T, choices=_TIMESTAMP_TYPES,
               synonyms=(Synonym("log.message.timestamp.type"),)),
+    _log("min.cleanable.dirty.ratio", Type.DOUBLE, Synonym("log.cleaner.min.cleanable.ratio"),
+         validator=_ratio),
+    _log("min.compaction.lag.ms", Type.LONG, Synonym("log.cleaner.min.compaction.lag.ms")),
     _log("retention.bytes", Type.LONG, Synonym("log.retention.bytes")),
     _log("retention.ms", Type.LONG, Synonym("log.retention.ms"),
          Synonym("log.retention.minutes", MINUTE_MS), Synonym("log.retention.hours", HOUR_MS),
@@ -433,16 +461,20 @@ class TopicConfig:
 
     cleanup_policy: str
     compression_type: str
+    delete_retention_ms: int
     file_delete_delay_ms: int
     flush_messages: int
     flush_ms: int
     index_interval_bytes: int
+    max_compaction_lag_ms: int
     max_message_bytes: int
     message_format_version: str
     message_timestamp_after_max_ms: int
     message_timestamp_before_max_ms: int
     message_timestamp_difference_max_ms: int
     message_timestamp_type: str
+    min_cleanable_dirty_ratio: float
+    min_compaction_lag_ms: int
     retention_bytes: int
     retention_ms: int
     segment_bytes: int
@@ -465,6 +497,12 @@ class TopicConfig:
             raise ConfigError(
                 "compression.type",
                 "zstd needs message.format.version 0.11.0 or later (record batches, KIP-110)",
+            )
+        if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+            raise ConfigError(
+                "min.compaction.lag.ms",
+                f"{config.min_compaction_lag_ms} exceeds max.compaction.lag.ms "
+                f"{config.max_compaction_lag_ms}",
             )
         return config
 
@@ -536,6 +574,11 @@ class BrokerConfig:
     """(host, port) of the Prometheus endpoint and web console (broker/http.py), None: none."""
     console_read_only: bool
     """The console refuses its destructive actions (delete topic, reset offsets) with 403."""
+    log_cleaner_enable: bool
+    log_cleaner_threads: int
+    log_cleaner_backoff_ms: int
+    log_cleaner_dedupe_buffer_size: int
+    log_cleaner_io_max_bytes_per_second: float
     topic_defaults: Mapping[str, Any] = dataclasses.field(repr=False)
     """Typed topic-config defaults keyed by topic config name (``segment.bytes`` ...)."""
     given: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)

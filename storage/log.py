@@ -41,10 +41,10 @@ from storage.errors import (
     OffsetOutOfRangeError,
     RecordSetTooLargeError,
 )
+from storage import killpoints, swap
 from storage.layout import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
-    LEFTOVER_SUFFIXES,
     LOG_SUFFIX,
     PARTITION_METADATA_FILE,
     TIME_INDEX_SUFFIX,
@@ -112,6 +112,12 @@ class Log:
 
     ``needs_recovery`` (no clean-shutdown marker) makes the constructor scan every segment from
     the one holding ``recovery_point``, truncate at the first bad entry and drop later segments.
+    An interrupted swap of cleaned segments is completed or rolled back first (storage/swap.py).
+
+    ``first_dirty_offset`` is the log cleaner's checkpoint (storage/cleaner.py): everything
+    below it has been cleaned; None when the log was never cleaned. A truncation below it lowers
+    it and calls ``on_first_dirty_lowered`` (the LogManager rewrites its checkpoint file, so a
+    crash cannot leave appends made after the truncation counted as clean).
     """
 
     def __init__(
@@ -124,6 +130,8 @@ class Log:
         log_start_offset: int = 0,
         needs_recovery: bool = True,
         rng: random.Random | None = None,
+        first_dirty_offset: int | None = None,
+        on_first_dirty_lowered: Callable[[], None] | None = None,
     ) -> None:
         parsed = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
         if parsed is None:
@@ -149,6 +157,10 @@ class Log:
         self._producers = ProducerStateManager()  # loaded below, see _load_producer_state
         self._recent_segment: LogSegment | None = None
         self._closed = False
+        self.first_dirty_offset = first_dirty_offset
+        self.on_first_dirty_lowered = on_first_dirty_lowered
+        # Counts truncations: a cleaning prepared before one must not be swapped in after it.
+        self.truncations = 0
         os.makedirs(directory, exist_ok=True)
         self._load_segments()
         self.recovery_point = recovery_point
@@ -278,17 +290,18 @@ class Log:
 
     # -- loading and recovery ----------------------------------------------------------------
     def _load_segments(self) -> None:
+        for action in swap.recover(self.directory):
+            logger.info(
+                "recovered an interrupted segment swap or delete",
+                topic=self.topic,
+                partition=self.partition,
+                action=action,
+            )
         names = os.listdir(self.directory)
         bases: set[int] = set()
         index_files: list[tuple[int, str]] = []
         for name in names:
             path = os.path.join(self.directory, name)
-            if name.endswith(LEFTOVER_SUFFIXES):
-                logger.info(
-                    "removing leftover file", topic=self.topic, partition=self.partition, file=path
-                )
-                os.unlink(path)
-                continue
             parsed = parse_segment_file(name)
             if parsed is None:
                 continue
@@ -599,7 +612,7 @@ class Log:
             or (
                 segment.size > 0
                 and segment.time_waited_for_roll(self._clock(), max_timestamp)
-                > config.segment_ms - segment.jitter_ms
+                > config.max_segment_ms - segment.jitter_ms
             )
             or segment.offset_index.is_full()
             or segment.time_index.is_full()
@@ -809,6 +822,19 @@ class Log:
             raise ValueError(f"{self.name}: cannot truncate to negative offset {offset}")
         if offset >= self.log_end_offset:
             return
+        self.truncations += 1
+        try:
+            self._truncate(offset)
+        finally:
+            if (
+                self.first_dirty_offset is not None
+                and self.first_dirty_offset > self.log_end_offset
+            ):
+                self.first_dirty_offset = self.log_end_offset
+                if self.on_first_dirty_lowered is not None:
+                    self.on_first_dirty_lowered()
+
+    def _truncate(self, offset: int) -> None:
         self._recent_sets.clear()
         self._delete_producer_snapshots(lambda snapshot: snapshot <= offset)
         now = self._clock()
@@ -864,14 +890,17 @@ class Log:
 
     # -- retention ---------------------------------------------------------------------------
     def delete_expired_segments(self, now_ms: int) -> int:
-        """Delete the segments wholly below the log start offset (moved by DeleteRecords), then
-        apply retention.ms (on each segment's largest timestamp) then retention.bytes, oldest
-        segment first, stopping at the first segment to keep; return how many segments were
-        deleted. A non-empty active segment that qualifies is rolled first, then deleted."""
+        """Delete the segments wholly below the log start offset (moved by DeleteRecords), then,
+        when cleanup.policy includes delete, apply retention.ms (on each segment's largest
+        timestamp) then retention.bytes, oldest segment first, stopping at the first segment to
+        keep (Kafka's deleteOldSegments); return how many segments were deleted. A non-empty
+        active segment that qualifies is rolled first, then deleted."""
         self._check_open()
         deleted = 0
         if len(self._bases) > 1 and self._bases[1] <= self._log_start_offset:
             deleted += self.delete_segments_before(self._log_start_offset, now_ms)
+        if not self.config.delete:
+            return deleted
         if self.config.retention_ms >= 0:
             deleted += self._delete_old_segments(
                 lambda segment: self._time_expired(segment, now_ms), now_ms, "retention.ms"
@@ -978,6 +1007,39 @@ class Log:
             segment.delete_files()
         else:
             self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+
+    # -- compaction --------------------------------------------------------------------------
+    def replace_segments(
+        self, old: list[LogSegment], truncations: int, now_ms: int
+    ) -> LogSegment | None:
+        """Swap in the cleaned segment whose ``.cleaned`` files the cleaner wrote at
+        ``old[0].base_offset`` for ``old``, a run of inactive segments of this log, as they were
+        when this log had seen ``truncations`` truncations (storage/swap.py's protocol: commit,
+        the old segments renamed to .deleted and removed after file.delete.delay.ms, install).
+        Returns the new segment, or None when ``old`` is no longer such a run (a truncation,
+        retention or another swap came first): nothing changed then and the caller discards
+        its cleaned files. OSError after the commit point means the log dir is failing; the
+        next start completes the swap."""
+        self._check_open()
+        first = next((i for i, s in enumerate(self._segments) if s is old[0]), None)
+        if (
+            first is None
+            or truncations != self.truncations
+            or first + len(old) >= len(self._segments)
+            or any(a is not b for a, b in zip(self._segments[first : first + len(old)], old))
+        ):
+            return None
+        base = old[0].base_offset
+        swap.commit(self.directory, base, [s.base_offset for s in old])
+        for segment in old:
+            self._delete_segment(segment, now_ms, reason="replaced by its cleaned segment")
+        killpoints.reached("replaced-deleted")
+        swap.install(self.directory, base)
+        segment = self._new_segment(base, create=False)
+        segment.load_max_timestamp_from_index()
+        self._segments[first : first + len(old)] = [segment]
+        self._bases[first : first + len(old)] = [base]
+        return segment
 
     def deleted_files_due(self, now_ms: int) -> bool:
         """Whether a .deleted segment's file.delete.delay.ms has passed (memory only)."""

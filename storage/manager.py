@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 import structlog
 
 from storage import checkpoint
+from storage.cleaner import CleanerManager
 from storage.durable import fsync_dir
 from storage.config import LogConfig
 from storage.errors import LogNotFoundError
@@ -78,6 +79,9 @@ class LogManager:
         # Serialises log-start-offset checkpoint writes (request handlers' worker threads and
         # the periodic task): each rewrites one file through the same temporary name.
         self._start_checkpoint_lock = threading.Lock()
+        # The log cleaner's bookkeeping (storage/cleaner.py); the broker runs the cleaning.
+        self.cleaning = CleanerManager()
+        self._cleaner_checkpoint_lock = threading.Lock()
 
     # -- start-up ----------------------------------------------------------------------------
     def startup(self) -> None:
@@ -118,6 +122,16 @@ class LogManager:
                 "again until retention removes them; delete them again if that matters",
             )
             start_offsets = {}
+        try:
+            clean_offsets = checkpoint.read_checkpoint(checkpoint.cleaner_checkpoint_path(log_dir))
+        except checkpoint.CheckpointError as exc:
+            logger.warning(
+                "cleaner offset checkpoint unreadable; compacted logs are cleaned again from "
+                "their start",
+                log_dir=log_dir,
+                error=str(exc),
+            )
+            clean_offsets = {}
         loaded = 0
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
@@ -148,6 +162,8 @@ class LogManager:
                 recovery_point=recovery_points.get(parsed, 0),
                 log_start_offset=start_offsets.get(parsed, 0),
                 needs_recovery=not clean,
+                first_dirty_offset=clean_offsets.get(parsed),
+                on_first_dirty_lowered=self._cleaner_checkpointer(log_dir),
             )
             self._dir_of[parsed] = log_dir
             loaded += 1
@@ -191,6 +207,7 @@ class LogManager:
         self.offline_dirs[log_dir] = repr(exc)
         keys = [key for key, d in list(self._dir_of.items()) if d == log_dir]
         for key in keys:
+            self.cleaning.abort_and_wait(key)
             self._logs.pop(key).abandon()
             del self._dir_of[key]
             self._offline[key] = log_dir
@@ -238,7 +255,11 @@ class LogManager:
         log_dir = min(online, key=lambda d: counts[d])
         path = os.path.join(log_dir, partition_dir_name(topic, partition))
         log = Log(
-            path, config or self._config_for_topic(topic), clock=self._clock, needs_recovery=False
+            path,
+            config or self._config_for_topic(topic),
+            clock=self._clock,
+            needs_recovery=False,
+            on_first_dirty_lowered=self._cleaner_checkpointer(log_dir),
         )
         fsync_dir(log_dir)
         self._logs[key] = log
@@ -254,6 +275,7 @@ class LogManager:
         if not keys:
             raise LogNotFoundError(f"topic {topic!r} has no log in {self.log_dirs}")
         for key in keys:
+            self.cleaning.abort_and_wait(key)  # no cleaning writes into the doomed directory
             log = self._logs.pop(key)
             log_dir = self._dir_of.pop(key)
             log.close()
@@ -261,6 +283,8 @@ class LogManager:
             os.rename(log.directory, doomed)
             fsync_dir(log_dir)
             shutil.rmtree(doomed)
+            if log.first_dirty_offset is not None:
+                self.checkpoint_cleaner(log_dir)  # a new topic of this name starts dirty
             logger.info("deleted log", topic=topic, partition=key[1], log_dir=log_dir)
             if log.log_start_offset > log.first_segment_base:
                 # else a topic created again under this name would start there after a crash
@@ -270,12 +294,14 @@ class LogManager:
     # -- periodic work -----------------------------------------------------------------------
     def due(self, task: Maintenance, now_ms: int) -> list[tuple[tuple[str, int], Log]]:
         """((topic, partition), log) of every log that has ``task`` work at ``now_ms``. Flush
-        and file removal are judged from memory; retention is run on every log (its check may
-        stat a segment without message timestamps). Safe to call while other threads append:
+        and file removal are judged from memory; retention is run on every log not being
+        cleaned (its check may stat a segment without message timestamps). Safe to call while other threads append:
         ``run`` checks again."""
         logs = list(self._logs.items())
         if task is Maintenance.RETENTION:
-            return logs
+            # A log being cleaned waits (Kafka runs a compacted log's retention in its cleaner
+            # thread): deleting the segments a cleaning is about to swap would waste it.
+            return [(key, log) for key, log in logs if not self.cleaning.in_progress(key)]
         if task is Maintenance.FLUSH:
             return [(key, log) for key, log in logs if log.flush_due(now_ms)]
         return [(key, log) for key, log in logs if log.deleted_files_due(now_ms)]
@@ -320,6 +346,21 @@ class LogManager:
                 path = checkpoint.log_start_offset_path(d)
                 if offsets or os.path.exists(path):  # no file until DeleteRecords needs one
                     checkpoint.write_checkpoint(path, offsets)
+
+    def _cleaner_checkpointer(self, log_dir: str) -> Callable[[], None]:
+        return lambda: self.checkpoint_cleaner(log_dir)
+
+    def checkpoint_cleaner(self, log_dir: str) -> None:
+        """Write ``log_dir``'s cleaner-offset-checkpoint (Kafka's format): the first dirty offset
+        of every log there that the cleaner has seen. Called after each cleaning and when a
+        truncation lowers one; serialised, as several threads may call it."""
+        with self._cleaner_checkpoint_lock:
+            offsets = {
+                key: log.first_dirty_offset
+                for key, log in list(self._logs.items())
+                if self._dir_of.get(key) == log_dir and log.first_dirty_offset is not None
+            }
+            checkpoint.write_checkpoint(checkpoint.cleaner_checkpoint_path(log_dir), offsets)
 
     def shutdown(self) -> list[str]:
         """Flush and close every log, write the checkpoints, then the clean-shutdown markers.
