@@ -27,6 +27,7 @@ def make_config(log_dir, **props) -> BrokerConfig:
         ("listeners", "PLAINTEXT://127.0.0.1:9092"),
         ("log.dirs", str(log_dir)),
         ("group.min.session.timeout.ms", "1000"),
+        ("group.initial.rebalance.delay.ms", "0"),
     ]
     pairs += [(k.replace("_", "."), str(v)) for k, v in props.items()]
     return BrokerConfig.from_properties(pairs)
@@ -54,6 +55,13 @@ async def running(log_dir, *, clock=None, clean=True, topics=(("t", 4),), **prop
     else:
         for log in ctx.log_manager.all_logs():
             log.close()
+
+
+def fetched(c, group, partitions):
+    """The PartitionOffsets of one OffsetFetch (the group error must be NONE)."""
+    error, answers = c.fetch_offsets(group, partitions)
+    assert error is E.NONE
+    return [po for _, _, po in answers]
 
 
 def trio_ms() -> int:
@@ -84,7 +92,7 @@ async def test_commits_survive_restart(tmp_path, clean):
         assert await c.commit_offsets("g", "", -1, None, [("t", 0, 20, "m0b", -1)]) == [E.NONE]
         assert ctx.topics.get(OFFSETS_TOPIC).config.cleanup_policy == "compact"
     async with running(tmp_path) as (ctx, c):
-        got = c.fetch_offsets("g", [("t", 0), ("t", 1), ("t", 2), ("t", 3)])
+        got = fetched(c, "g", [("t", 0), ("t", 1), ("t", 2), ("t", 3)])
         assert [(p.offset, p.metadata, p.error) for p in got] == [
             (20, "m0b", E.NONE),
             (11, "", E.NONE),
@@ -116,7 +124,7 @@ async def test_commit_errors(tmp_path):
         assert r.error is E.NONE
         assert await c.commit_offsets("m", r.member_id, 1, None, [("t", 0, 1, None, -1)]) == [
             E.REBALANCE_IN_PROGRESS
-        ]  # AwaitingSync
+        ]  # CompletingRebalance
         assert (await c.sync("m", 1, r.member_id, {r.member_id: b"a"})).error is E.NONE
         assert await c.commit_offsets("m", r.member_id, 0, None, [("t", 0, 1, None, -1)]) == [
             E.ILLEGAL_GENERATION
@@ -130,8 +138,8 @@ async def test_commit_errors(tmp_path):
         assert await c.commit_offsets("m", r.member_id, 1, None, [("t", 0, 7, None, -1)]) == [
             E.NONE
         ]
-        assert c.fetch_offsets("m", [("t", 0)])[0].offset == 7
-        assert c.fetch_offsets("g", [("t", 0)])[0].offset == -1  # refused ones not stored
+        assert fetched(c, "m", [("t", 0)])[0].offset == 7
+        assert fetched(c, "g", [("t", 0)])[0].offset == -1  # refused ones not stored
 
 
 async def test_offsets_expire_and_empty_group_goes_away(tmp_path):
@@ -142,19 +150,42 @@ async def test_offsets_expire_and_empty_group_goes_away(tmp_path):
         assert await c.commit_offsets("long", "", -1, None, [("t", 0, 2, "b", -1)]) == [E.NONE]
         # v1's explicit commit timestamp moves the expiry: 0 + 1 day, long past
         assert await c.commit_offsets("old", "", -1, None, [("t", 1, 3, "", 0)]) == [E.NONE]
-        now[0] += 5000
-        assert await c.expire_offsets(now[0]) == 1  # "old" only: expiry is strictly before now
+        now[0] += 4999
+        assert await c.expire_offsets(now[0]) == 1  # "old" only
         now[0] += 1
-        assert await c.expire_offsets(now[0]) == 1
-        assert c.fetch_offsets("short", [("t", 0)])[0].offset == -1
-        assert c.fetch_offsets("long", [("t", 0)])[0].offset == 2
+        assert await c.expire_offsets(now[0]) == 1  # "short": at its expire timestamp
+        assert fetched(c, "short", [("t", 0)])[0].offset == -1
+        assert fetched(c, "long", [("t", 0)])[0].offset == 2
         assert sorted(c.list_groups()[1]) == [("long", "")]
         assert c.describe("short")[1].state == "Dead"
     async with running(tmp_path, clock=lambda: now[0]) as (ctx, c):
         # the tombstones were durable too
-        assert c.fetch_offsets("short", [("t", 0)])[0].offset == -1
-        assert c.fetch_offsets("old", [("t", 1)])[0].offset == -1
-        assert c.fetch_offsets("long", [("t", 0)])[0].offset == 2
+        assert fetched(c, "short", [("t", 0)])[0].offset == -1
+        assert fetched(c, "old", [("t", 1)])[0].offset == -1
+        assert fetched(c, "long", [("t", 0)])[0].offset == 2
+
+
+async def test_offsets_of_an_emptied_group_expire_from_when_it_emptied(tmp_path):
+    now = [1_700_000_000_000]
+    day = 24 * 3600 * 1000
+    async with running(tmp_path, clock=lambda: now[0]) as (ctx, c):
+        a = await join(c, client="a")
+        await c.sync("g", 1, a.member_id, {})
+        assert await c.commit_offsets("g", a.member_id, 1, None, [("t", 0, 5, "", -1)]) == [E.NONE]
+        now[0] += 2 * day  # a member keeps the group's offsets alive (not a subscription)
+        c.heartbeat("g", a.member_id, 1)
+        assert await c.expire_offsets(now[0]) == 0
+        await c.leave("g", [(a.member_id, None)])
+        assert c.describe("g")[1].state == "Empty"
+        now[0] += day - 1
+        assert await c.expire_offsets(now[0]) == 0
+    async with running(tmp_path, clock=lambda: now[0]) as (ctx, c):
+        # the time it emptied came back with its group record
+        now[0] += 1
+        assert await c.expire_offsets(now[0]) == 1
+        assert c.describe("g")[1].state == "Dead"
+    async with running(tmp_path, clock=lambda: now[0]) as (ctx, c):
+        assert c.list_groups()[1] == []  # the group record's tombstone was written
 
 
 # ---- membership on trio timers -----------------------------------------------------------------
@@ -178,7 +209,7 @@ async def test_rebalance_and_session_timeout_on_timers(tmp_path, autojump_clock)
             a2 = await join(c, a.member_id)
         b = results["b"]
         assert a2.generation_id == b.generation_id == 2
-        assert dict(a2.members).keys() == {a.member_id, b.member_id}
+        assert {m.member_id for m in a2.members} == {a.member_id, b.member_id}
         syncs = {}
 
         async def sync_b():
@@ -198,7 +229,10 @@ async def test_rebalance_and_session_timeout_on_timers(tmp_path, autojump_clock)
         assert 3 <= trio.current_time() - t0 <= 4
         assert c.describe("g")[1].state == "PreparingRebalance"
         a3 = await join(c, a.member_id)
-        assert (a3.generation_id, a3.members) == (3, ((a.member_id, b"meta"),))
+        assert (a3.generation_id, [(m.member_id, m.metadata) for m in a3.members]) == (
+            3,
+            [(a.member_id, b"meta")],
+        )
 
 
 async def test_rebalance_timeout_on_timer(tmp_path, autojump_clock):
@@ -209,10 +243,10 @@ async def test_rebalance_timeout_on_timer(tmp_path, autojump_clock):
         b = await join(c, client="b", session=60_000, rebalance=5_000)
         # a never rejoins: the rebalance ends at the group's rebalance timeout (a's 60 s)
         assert trio.current_time() - t0 == pytest.approx(60, abs=0.01)
-        assert (b.generation_id, b.leader_id, b.members) == (
+        assert (b.generation_id, b.leader_id, [m.member_id for m in b.members]) == (
             2,
             b.member_id,
-            ((b.member_id, b"meta"),),
+            [b.member_id],
         )
 
 
@@ -484,7 +518,7 @@ async def test_offsets_topic_with_retention_is_repaired(tmp_path):
     with capture_logs() as logs:  # persisted: the next start finds nothing to repair
         async with running(tmp_path) as (ctx, c):
             assert ctx.topics.get(OFFSETS_TOPIC).config.retention_ms == -1
-            assert [p.offset for p in c.fetch_offsets("g", [("t", 0)])] == [5]
+            assert [p.offset for p in fetched(c, "g", [("t", 0)])] == [5]
     assert not [e for e in logs if "retention" in e["event"]]
 
 
@@ -520,11 +554,11 @@ async def test_offsets_log_is_compacted_at_start_up(tmp_path, monkeypatch):
         log = ctx.get_log(OFFSETS_TOPIC, 0)
         assert (log.log_start_offset, log.log_end_offset) == (200, 204)  # 4 live offsets
         assert [s.base_offset for s in log.segments] == [200]
-        got = c.fetch_offsets("g", [("t", p) for p in range(4)])
+        got = fetched(c, "g", [("t", p) for p in range(4)])
         assert [(p.offset, p.metadata) for p in got] == [(last[p], "meta") for p in range(4)]
     monkeypatch.setattr(coordinator_module, "COMPACT_MIN_BYTES", 16 << 20)
     async with running(tmp_path) as (ctx, c):  # crash above: replay of the snapshot only
-        got = c.fetch_offsets("g", [("t", p) for p in range(4)])
+        got = fetched(c, "g", [("t", p) for p in range(4)])
         assert [p.offset for p in got] == [last[p] for p in range(4)]
 
 
@@ -553,10 +587,10 @@ async def test_offsets_log_is_compacted_on_the_timer(tmp_path):
         with trio.fail_after(10):
             await compacted.wait()
         assert log.log_end_offset - log.log_start_offset == 4
-        got = c.fetch_offsets("g", [("t", p) for p in range(4)])
+        got = fetched(c, "g", [("t", p) for p in range(4)])
         assert [p.offset for p in got] == [last[p] for p in range(4)]
         # commits after compaction land after the snapshot and win on replay
         assert await c.commit_offsets("g", "", -1, None, [("t", 0, 999, "", -1)]) == [E.NONE]
     async with running(tmp_path) as (ctx, c):
-        got = c.fetch_offsets("g", [("t", p) for p in range(4)])
+        got = fetched(c, "g", [("t", p) for p in range(4)])
         assert [p.offset for p in got] == [999] + [last[p] for p in range(1, 4)]
