@@ -591,6 +591,16 @@ class GroupCoordinator:
         return errors
 
     def fetch_offsets(
+        self, group_id: str, partitions: Sequence[tuple[str, int]]
+    ) -> list[PartitionOffset]:
+        """The group's committed offsets of ``partitions``, in order (every answer carries
+        GROUP_COORDINATOR_NOT_AVAILABLE while the coordinator is not active)."""
+        error, answers = self.fetch_group_offsets(group_id, partitions)
+        if error is not ErrorCode.NONE:
+            return [PartitionOffset(-1, "", error) for _ in partitions]
+        return [po for _, _, po in answers]
+
+    def fetch_group_offsets(
         self,
         group_id: str,
         partitions: Sequence[tuple[str, int]] | None,

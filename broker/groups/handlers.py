@@ -65,7 +65,7 @@ def _find(ctx, key_type: int, version: int, key: str) -> tuple[ErrorCode, str | 
     if key_type == _SHARE_KEY:
         if version < 6:
             return ErrorCode.INVALID_REQUEST, "share coordinators are asked for from v6"
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "this broker has no share coordinator"
+        return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, "this broker has no share coordinator"
     if _coordinator(ctx) is None:
         return _NOT_AVAILABLE, "the group coordinator is starting; retry"
     return ErrorCode.NONE, None
@@ -327,7 +327,9 @@ def _fetch_group(
         error: ErrorCode = _NOT_AVAILABLE
         answers: list[tuple[str, int, PartitionOffset]] = []
     else:
-        error, answers = coordinator.fetch_offsets(group_id, wanted, require_stable=require_stable)
+        error, answers = coordinator.fetch_group_offsets(
+            group_id, wanted, require_stable=require_stable
+        )
     if error is not ErrorCode.NONE:
         if version >= 2 or wanted is None:
             return int(error), []
