@@ -100,9 +100,9 @@ class PollingConsumer(threading.Thread):
     """A kafka-python consumer polled in its own thread (each member must keep polling to
     take part in rebalances). Records what it received and its latest assignment."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str, **kw) -> None:
         super().__init__(daemon=True)
-        self.consumer = kafka_consumer(bootstrap, group)
+        self.consumer = kafka_consumer(bootstrap, group, **kw)
         self.consumer.subscribe([topic])
         self.records: list = []
         self.assignment: set[TopicPartition] = set()
