@@ -169,6 +169,9 @@ class GroupCoordinator:
         # (group, topic, partition) of commits being written: OffsetFetch with require_stable
         # answers UNSTABLE_OFFSET_COMMIT for them rather than the offset they replace.
         self._committing: dict[tuple[str, str, int], int] = {}
+        # Groups whose tombstone could not be written: retried at each expiry check, so a
+        # deleted group does not come back at the next start.
+        self._tombstones_due: set[str] = set()
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -359,6 +362,8 @@ class GroupCoordinator:
                     self.group_records.pop(w.group_id, None)
                 else:
                     self.group_records[w.group_id] = w.record
+            elif w.kind is WriteKind.TOMBSTONE:
+                self._tombstones_due.add(w.group_id)
             elif w.kind is WriteKind.EMPTY:
                 # As Kafka: the previous generation stays in the log and will time out.
                 logger.warning(
@@ -718,9 +723,27 @@ class GroupCoordinator:
             if not self.offsets.has_group(g) and self.machine.remove_group(g)
         ]
         await self._flush_writes()
+        await self._retry_tombstones()
         if expired or removed:
             logger.info("expired committed offsets", offsets=len(expired), groups_removed=removed)
         return len(expired)
+
+    async def _retry_tombstones(self) -> None:
+        """Write the group tombstones that failed before, for groups still gone."""
+        async with self._write_lock:  # no record of these groups is queued meanwhile
+            due = sorted(g for g in self._tombstones_due if g not in self.machine.groups)
+            self._tombstones_due.clear()
+            if not due:
+                return
+            try:
+                await self._append(
+                    [(encode_group_key(g), None) for g in due], "group tombstones", groups=due
+                )
+            except _AppendFailedError:
+                self._tombstones_due.update(due)  # logged; retried at the next check
+                return
+            for g in due:
+                self.group_records.pop(g, None)
 
     async def compact_offsets(self, now_ms: int) -> int:
         """Compact the offsets log if it holds far more than the live records (see the module

@@ -1008,3 +1008,31 @@ async def test_offset_apis_at_their_latest_versions(tmp_path):
         ]
         r = await wire(ApiKey.OFFSET_FETCH, 3, {"group_id": "a", "topics": None})
         assert (r.error_code, r.topics) == (0, [])
+
+
+async def test_a_tombstone_that_could_not_be_written_is_retried(tmp_path, monkeypatch):
+    import errno
+
+    from broker.groups import coordinator as coordinator_module
+
+    async with running(tmp_path) as (ctx, c):
+        a = await join(c, client="a")
+        await c.sync("g", 1, a.member_id, {})
+        await c.leave("g", [(a.member_id, None)])
+        real = coordinator_module.append_records
+
+        def full_disk(log, settings, records, now):
+            if any(v is None for _, v in records):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(log, settings, records, now)
+
+        monkeypatch.setattr(coordinator_module, "append_records", full_disk)
+        assert await c.delete_groups(["g"]) == [("g", E.NONE)]  # no offsets: only the tombstone
+        assert "g" in c.group_records  # not written
+        await c.expire_offsets(ctx.clock())
+        assert "g" in c.group_records  # the disk is still full
+        monkeypatch.setattr(coordinator_module, "append_records", real)
+        await c.expire_offsets(ctx.clock())
+        assert "g" not in c.group_records
+    async with running(tmp_path) as (ctx, c):
+        assert c.list_groups() == (E.NONE, [])
