@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test kcat chromium node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
+.PHONY: install install-test kcat openssl chromium prometheus node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ build-deps:
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    build-essential libdeflate-dev >/dev/null; }
 
-install-test: $(VENV)/.installed-test kcat docker-compose node-deps chromium
+install-test: $(VENV)/.installed-test kcat openssl docker-compose node-deps chromium prometheus
 
 # KafkaJS (tests/integration/test_kafkajs.py) from the npm registry, pinned by its lock file; node and
 # npm from Debian when the machine has none.
@@ -45,6 +45,11 @@ kcat:
 	@command -v kcat >/dev/null || { echo "installing kcat from Debian packages"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends kcat >/dev/null; }
 
+# openssl makes the security tests' CA and certificates at test time (none is committed).
+openssl:
+	@command -v openssl >/dev/null || { echo "installing openssl from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends openssl >/dev/null; }
+
 # Debian's chromium and its driver: tests/integration/test_console.py drives the web console in a
 # headless browser through selenium.
 chromium:
@@ -52,6 +57,13 @@ chromium:
 	  echo "installing chromium and chromium-driver from Debian packages"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    chromium chromium-driver >/dev/null; }
+
+# Debian's Prometheus: tests/integration/test_dashboard.py runs it against a broker and checks the
+# dashboards (docker/grafana-dashboard.json, docker/prometheus/consoles/) with it.
+prometheus:
+	@[ -x /usr/bin/prometheus ] || { echo "installing prometheus from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    prometheus >/dev/null; }
 
 run: install
 	$(BIN)/chronolog serve --config config/server.properties \

@@ -2,7 +2,8 @@
 
 - retention every ``log.retention.check.interval.ms``: each partition under its lock;
 - flush of logs whose ``flush.ms`` has passed, every ``log.flush.scheduler.interval.ms``;
-- recovery-point checkpoints every ``log.flush.offset.checkpoint.interval.ms``;
+- recovery-point and log-start-offset checkpoints every
+  ``log.flush.offset.checkpoint.interval.ms``;
 - removal of ``.deleted`` files whose ``file.delete.delay.ms`` has passed (every second).
 
 What each task does and which logs need it is storage's (storage.manager.Maintenance); this
@@ -111,7 +112,8 @@ async def maintain(ctx: BrokerContext, task: Maintenance) -> int:
 
 
 async def checkpoint(ctx: BrokerContext) -> None:
-    """Write the recovery-point checkpoints; the admin lock keeps topic creation and deletion
-    from changing the set of logs while the worker thread walks it."""
+    """Write the recovery-point and log-start-offset checkpoints; the admin lock keeps topic
+    creation and deletion from changing the set of logs while the worker thread walks it."""
     async with ctx.admin_lock:
         await trio.to_thread.run_sync(ctx.log_manager.checkpoint_recovery_points)
+        await trio.to_thread.run_sync(ctx.log_manager.checkpoint_log_start_offsets)

@@ -25,12 +25,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import javaproperties
 
+from broker.security import settings as security_settings
 from protocol.records import Codec, TimestampType
 from protocol.validator import TopicSettings
 from storage import LogConfig
@@ -78,6 +78,7 @@ class Type(enum.Enum):
     LONG = "long"
     BOOLEAN = "boolean"
     STRING = "string"
+    LIST = "list"  # a comma-separated string (IncrementalAlterConfigs may APPEND/SUBTRACT)
 
 
 _RANGES = {Type.INT: (-(2**31), INT_MAX), Type.LONG: (-(2**63), LONG_MAX)}
@@ -180,18 +181,14 @@ def _non_empty(value: str) -> str:
     return value
 
 
-def _listener(value: str) -> tuple[str, int]:
-    if "," in value:
-        raise ValueError(
-            f"{value!r} lists several listeners; only one PLAINTEXT listener is supported"
-        )
-    m = re.fullmatch(r"(?:PLAINTEXT://)?\[?([^\]\s]*?)\]?:(\d+)", value)
-    if not m:
-        raise ValueError(f"{value!r} is not of the form PLAINTEXT://host:port")
-    port = int(m.group(2))
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} is out of range [0, 65535]")
-    return m.group(1), port
+def _checked(parse: Callable[[str], Any]) -> Callable[[str], str]:
+    """A validator that checks a value with ``parse`` and keeps it as written."""
+
+    def check(value: str) -> str:
+        parse(value)
+        return value
+
+    return check
 
 
 def _http_listener(value: str) -> tuple[str, int] | None:
@@ -293,8 +290,10 @@ def _log(name: str, type_: Type, *synonyms: Synonym, **extra: Any) -> ConfigKey:
 # fmt: off
 KEYS: tuple[ConfigKey, ...] = (
     # Broker properties.
-    ConfigKey("listeners", Type.STRING, ("", 9092), _B, validator=_listener),
-    ConfigKey("advertised.listeners", Type.STRING, None, _B, validator=_listener),
+    ConfigKey("listeners", Type.STRING, "PLAINTEXT://:9092", _B,
+              validator=security_settings.parse_listener_list),
+    ConfigKey("advertised.listeners", Type.STRING, None, _B,
+              validator=security_settings.parse_listener_list),
     ConfigKey("broker.id", Type.INT, 0, _B, minimum=0),
     ConfigKey("log.dirs", Type.STRING, None, _B, validator=_non_empty),
     ConfigKey("log.dir", Type.STRING, "/tmp/kafka-logs", _B, validator=_non_empty),
@@ -317,8 +316,43 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("max.incremental.fetch.session.cache.slots", Type.INT, 1000, _B, minimum=0),
     ConfigKey("metrics.listener", Type.STRING, None, _B, validator=_http_listener),
     ConfigKey("console.read.only", Type.BOOLEAN, True, _B),
+    # Listeners' security (broker/security/settings.py); the ssl.* and sasl.enabled.mechanisms
+    # keys may also be set per listener, listener.name.<name>.<key>.
+    ConfigKey("listener.security.protocol.map", Type.STRING,
+              security_settings.DEFAULT_PROTOCOL_MAP, _B,
+              validator=_checked(security_settings.parse_protocol_map)),
+    ConfigKey("ssl.keystore.type", Type.STRING, "JKS", _B),
+    ConfigKey("ssl.keystore.location", Type.STRING, None, _B),
+    ConfigKey("ssl.keystore.password", Type.STRING, None, _B),
+    ConfigKey("ssl.key.password", Type.STRING, None, _B),
+    ConfigKey("ssl.truststore.type", Type.STRING, "JKS", _B),
+    ConfigKey("ssl.truststore.location", Type.STRING, None, _B),
+    ConfigKey("ssl.truststore.password", Type.STRING, None, _B),
+    ConfigKey("ssl.client.auth", Type.STRING, "none", _B, choices=("none", "requested", "required")),
+    ConfigKey("ssl.enabled.protocols", Type.STRING, "TLSv1.2,TLSv1.3", _B,
+              validator=_checked(security_settings.parse_protocols)),
+    ConfigKey("ssl.principal.mapping.rules", Type.STRING, "DEFAULT", _B,
+              validator=security_settings.parse_principal_rules),
+    ConfigKey("sasl.enabled.mechanisms", Type.STRING, "GSSAPI", _B,
+              validator=_checked(security_settings.parse_mechanisms)),
+    ConfigKey("connection.failed.authentication.delay.ms", Type.INT, 100, _B, minimum=0),
+    ConfigKey("connections.max.reauth.ms", Type.LONG, 0, _B, minimum=0,
+              validator=security_settings.parse_reauth),
+    ConfigKey("ssl.protocol", Type.STRING, "TLSv1.3", _B, choices=("TLSv1.2", "TLSv1.3", "TLS")),
+    ConfigKey("ssl.endpoint.identification.algorithm", Type.STRING, "https", _B),
+    # Inter-broker settings: checked against the listeners (a single broker does not use them).
+    ConfigKey("security.inter.broker.protocol", Type.STRING, "PLAINTEXT", _B,
+              choices=security_settings.PROTOCOLS),
+    ConfigKey("inter.broker.listener.name", Type.STRING, None, _B),
+    ConfigKey("sasl.mechanism.inter.broker.protocol", Type.STRING, "GSSAPI", _B,
+              validator=_checked(security_settings.parse_mechanisms)),
+    ConfigKey("authorizer.class.name", Type.STRING, "", _B,
+              validator=security_settings.parse_authorizer),
+    ConfigKey("super.users", Type.STRING, "", _B,
+              validator=_checked(security_settings.parse_super_users)),
+    ConfigKey("allow.everyone.if.no.acl.found", Type.BOOLEAN, False, _B),
     # Topic configs, each with the broker properties that set its default.
-    ConfigKey("cleanup.policy", Type.STRING, "delete", _T, validator=_cleanup_policy,
+    ConfigKey("cleanup.policy", Type.LIST, "delete", _T, validator=_cleanup_policy,
               synonyms=(Synonym("log.cleanup.policy"),)),
     ConfigKey("compression.type", Type.STRING, "producer", _T, choices=_CODEC_NAMES,
               synonyms=(Synonym("compression.type"),)),
@@ -511,6 +545,14 @@ class BrokerConfig:
     given: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
     """The broker properties set (file and overrides, later ones win) as written, so the
     console can tell a set value from a default."""
+    listener_given: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    """The ``listener.name.*`` and ``<mechanism>.sasl.jaas.config`` properties as written. Kept
+    apart from ``given`` because JAAS configs hold passwords: never shown or logged."""
+    listeners: tuple[security_settings.Listener, ...] = ()
+    """Every listener (broker/security/settings.py); the first one's addresses are also
+    ``host``/``port``/``advertised_host``/``advertised_port``."""
+    security: security_settings.SecuritySettings = security_settings.SecuritySettings()
+    """Authentication and authorization settings."""
 
     @classmethod
     def from_properties(cls, pairs: Iterable[tuple[str, str]]) -> BrokerConfig:
@@ -520,9 +562,13 @@ class BrokerConfig:
         """
         given: dict[str, Any] = {}
         raw_given: dict[str, str] = {}
+        dynamic: dict[str, str] = {}  # listener.name.* and <mechanism>.sasl.jaas.config
         for name, raw in pairs:
             if name not in BROKER_KEYS:
-                raise ConfigError(name, "unknown broker property")
+                if not security_settings.is_dynamic_key(name):
+                    raise ConfigError(name, "unknown broker property")
+                dynamic[name] = raw  # not in raw_given: JAAS configs hold passwords
+                continue
             given[name] = _parse(BROKER_KEYS[name], name, raw)
             raw_given[name] = raw
         v = {name: given.get(name, key.default) for name, key in BROKER_KEYS.items()}
@@ -539,28 +585,41 @@ class BrokerConfig:
         values = {
             key.attribute: v[name] for name, key in BROKER_KEYS.items() if key.attribute in fields
         }
-        values.update(_addresses(v, "advertised.listeners" in given), log_dirs=_log_dirs(v))
+        try:
+            listeners, security = security_settings.resolve(
+                v, given, dynamic.items(), _parse_listener_key
+            )
+        except security_settings.SettingsError as exc:
+            raise ConfigError(exc.key, exc.reason) from None
+        first = listeners[0]
+        values.pop("listeners")
+        values.update(
+            host=first.host,
+            port=first.port,
+            advertised_host=first.advertised_host,
+            advertised_port=first.advertised_port,
+            log_dirs=_log_dirs(v),
+        )
         metrics = v["metrics.listener"]
-        if metrics is not None and metrics[1] != 0 and metrics[1] == values["port"]:
-            raise ConfigError("metrics.listener", f"port {metrics[1]} is the Kafka listener's")
-        return cls(**values, topic_defaults=topic_defaults, given=raw_given)
+        if metrics is not None and metrics[1] != 0 and metrics[1] in {l.port for l in listeners}:
+            raise ConfigError("metrics.listener", f"port {metrics[1]} is a Kafka listener's")
+        return cls(
+            **values,
+            topic_defaults=topic_defaults,
+            given=raw_given,
+            listener_given=dynamic,
+            listeners=listeners,
+            security=security,
+        )
 
     def topic_config(self, overrides: Mapping[str, str] | None = None) -> TopicConfig:
         """The effective config of a topic with these (already validated) overrides."""
         return TopicConfig.resolve(self.topic_defaults, overrides or {})
 
 
-def _addresses(v: Mapping[str, Any], advertised_given: bool) -> dict[str, Any]:
-    """The listener's host and port, and the ones advertised to clients."""
-    host, port = v["listeners"]
-    adv_host, adv_port = v["advertised.listeners"] or (host, port)
-    if adv_host in ("", "0.0.0.0", "::"):
-        if advertised_given:
-            raise ConfigError("advertised.listeners", "must name a host clients can reach")
-        adv_host = socket.getfqdn()
-    if advertised_given and adv_port == 0:
-        raise ConfigError("advertised.listeners", "port 0 cannot be advertised")
-    return {"host": host, "port": port, "advertised_host": adv_host, "advertised_port": adv_port}
+def _parse_listener_key(name: str, raw: str) -> Any:
+    """A ``listener.name.<listener>.<key>`` value, typed as the broker property <key>."""
+    return _parse(BROKER_KEYS[name.split(".", 3)[3]], name, raw)
 
 
 def _log_dirs(v: Mapping[str, Any]) -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""Per-log-dir files: ``recovery-point-offset-checkpoint`` and ``.kafka_cleanshutdown``.
+"""Per-log-dir files: ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint`` and
+``.kafka_cleanshutdown``.
 
 Checkpoint format (Kafka's OffsetCheckpoint, version 0), text, one item a line::
 
@@ -16,7 +17,12 @@ import os
 
 from storage.durable import fsync_dir, write_atomically
 from storage.errors import InvalidTopicError, StorageError
-from storage.layout import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT, validate_topic
+from storage.layout import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    validate_topic,
+)
 
 CHECKPOINT_VERSION = 0
 
@@ -80,6 +86,10 @@ def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
 
 def recovery_point_path(log_dir: str) -> str:
     return os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT)
+
+
+def log_start_offset_path(log_dir: str) -> str:
+    return os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)
 
 
 def clean_shutdown_path(log_dir: str) -> str:

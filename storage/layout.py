@@ -1,7 +1,8 @@
 """File and directory names of a Kafka log dir.
 
 <log.dir>/<topic>-<partition>/<20-digit base offset>.log|.index|.timeindex, plus per log dir
-``recovery-point-offset-checkpoint`` and ``.kafka_cleanshutdown``.
+``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint`` and
+``.kafka_cleanshutdown``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ PARTITION_METADATA_FILE = "partition.metadata"
 # A partition directory renamed on topic deletion; removed at start-up if a crash left it.
 DELETE_DIR_SUFFIX = "-delete"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+# Log start offsets moved past their first segment's base (DeleteRecords), Kafka's name and format
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 MAX_TOPIC_LENGTH = 249

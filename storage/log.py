@@ -121,6 +121,7 @@ class Log:
         *,
         clock: Callable[[], int],
         recovery_point: int = 0,
+        log_start_offset: int = 0,
         needs_recovery: bool = True,
         rng: random.Random | None = None,
     ) -> None:
@@ -160,6 +161,21 @@ class Log:
         self.log_end_offset = active.next_offset()
         if not needs_recovery or self.recovery_point > self.log_end_offset:
             self.recovery_point = self.log_end_offset
+        self._log_start_offset = max(log_start_offset, self._bases[0])
+        if self._log_start_offset > self.log_end_offset:
+            # Kafka's LogLoader does the same: the messages up to the checkpointed log start
+            # were lost in a crash (never fsynced); offsets below it must not be handed out
+            # again, so the log restarts empty there.
+            logger.warning(
+                "log start offset is beyond the recovered log end; the log restarts empty there",
+                topic=self.topic,
+                partition=self.partition,
+                log_start_offset=self._log_start_offset,
+                log_end_offset=self.log_end_offset,
+                action="none: the messages lost were never fsynced and had been deleted "
+                "(DeleteRecords) anyway",
+            )
+            self._truncate_fully_and_start_at(self._log_start_offset)
         self._load_producer_state(clean_shutdown=not needs_recovery)
         self.last_flush_ms = clock()
 
@@ -178,7 +194,49 @@ class Log:
 
     @property
     def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
+        """The first offset readable: the first segment's base offset, or more once DeleteRecords
+        (KIP-107) has moved it into that segment (:meth:`increment_log_start_offset`)."""
+        return self._log_start_offset
+
+    @property
+    def first_segment_base(self) -> int:
+        """The base offset of the oldest segment (Kafka's localLogStartOffset); <= the log
+        start offset."""
+        return self._bases[0]
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """KIP-107 (DeleteRecords): make ``offset`` the first readable offset; returns whether
+        the log start offset moved (False: it was already at or past ``offset``). Nothing is
+        written: the caller checkpoints it (LogManager.checkpoint_log_start_offsets) and may
+        delete the segments now wholly below it (:meth:`delete_segments_before`; retention does
+        it too). Raises OffsetOutOfRangeError beyond the high watermark, ValueError below 0."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"{self.name}: log start offset {offset} is negative")
+        if offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"Cannot increment the log start offset to {offset} of partition {self.name} "
+                f"since it is larger than the high watermark {self.high_watermark}",
+                offset=offset,
+                log_start_offset=self._log_start_offset,
+                log_end_offset=self.log_end_offset,
+            )
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self._recent_sets = {k: v for k, v in self._recent_sets.items() if k >= offset}
+        logger.info(
+            "log start offset moved",
+            topic=self.topic,
+            partition=self.partition,
+            log_start_offset=offset,
+        )
+        return True
+
+    def _front_removed(self) -> None:
+        """After segments were removed from the front: the log start offset is at least the
+        first remaining segment's base."""
+        self._log_start_offset = max(self._log_start_offset, self._bases[0])
 
     @property
     def high_watermark(self) -> int:
@@ -653,6 +711,8 @@ class Log:
             raise ValueError(f"{self.name}: max_bytes {max_bytes} is negative")
         if offset == self.log_end_offset:
             return FetchData(-1, 0, 0, self.high_watermark)
+        if offset < self._log_start_offset:
+            return None  # read() raises OffsetOutOfRangeError
         segment = self.active_segment
         found = self._recent_sets.get(offset)
         if found is None or self._recent_segment is not segment:
@@ -680,7 +740,8 @@ class Log:
 
         Segments whose largest timestamp is below the target are skipped; a segment whose
         candidate scan finds nothing (one without message timestamps, judged by its mtime) does
-        not end the search as it does in Kafka: later segments are searched too."""
+        not end the search as it does in Kafka: later segments are searched too. Messages below
+        the log start offset are not found (Kafka's startingOffset)."""
         self._check_open()
         if timestamp == LATEST_TIMESTAMP:
             return TimestampOffset(-1, self.high_watermark)
@@ -691,11 +752,12 @@ class Log:
                 f"{self.name}: timestamp {timestamp} is negative and neither -1 "
                 f"(latest) nor -2 (earliest)"
             )
-        for segment in self._segments:
+        start = self._segment_index(self._log_start_offset)
+        for segment in self._segments[start:]:
             if segment.largest_timestamp < timestamp:
                 continue
             self._ensure_index(segment)
-            found = segment.find_offset_by_timestamp(timestamp)
+            found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
             if found is not None:
                 return found
         return None
@@ -717,9 +779,11 @@ class Log:
     def legacy_offsets_before(self, timestamp: int, max_num: int) -> list[int]:
         """ListOffsets v0: segment base offsets (plus the log end offset when the active
         segment holds data) whose segment mtime is <= ``timestamp``, newest first, at most
-        ``max_num``; -1 starts at the log end, -2 at the log start."""
+        ``max_num``; -1 starts at the log end, -2 at the log start. A base offset below the
+        log start offset counts as the log start offset (as in Kafka)."""
         self._check_open()
-        pairs = [(s.base_offset, s.last_modified_ms) for s in self._segments]
+        start_offset = self._log_start_offset
+        pairs = [(max(s.base_offset, start_offset), s.last_modified_ms) for s in self._segments]
         if self.active_segment.size > 0:
             pairs.append((self.log_end_offset, self._clock()))
         if timestamp == LATEST_TIMESTAMP:
@@ -737,8 +801,9 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Remove every message at or after ``offset``. Truncation happens at message-set
         boundaries: a compressed wrapper holding ``offset`` is removed whole, so
-        ``log_end_offset`` may end up below ``offset``. Below the log start offset the log is
-        emptied and restarted at ``offset``."""
+        ``log_end_offset`` may end up below ``offset``. Below the first segment the log is
+        emptied and restarted at ``offset``; the log start offset never stays above the new
+        log end offset."""
         self._check_open()
         if offset < 0:
             raise ValueError(f"{self.name}: cannot truncate to negative offset {offset}")
@@ -747,7 +812,7 @@ class Log:
         self._recent_sets.clear()
         self._delete_producer_snapshots(lambda snapshot: snapshot <= offset)
         now = self._clock()
-        if offset < self.log_start_offset:
+        if offset < self._bases[0]:
             self._truncate_fully_and_start_at(offset)
             return
         keep = self._segment_index(offset)
@@ -765,6 +830,7 @@ class Log:
         else:
             self.log_end_offset = segment.next_offset()
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
         self._load_producer_state(clean_shutdown=False)  # Kafka's truncateAndReload
         logger.info(
             "log truncated",
@@ -787,7 +853,7 @@ class Log:
         self._bases = [offset]
         self._open_inactive = []
         fsync_dir(self.directory)
-        self.log_end_offset = self.recovery_point = offset
+        self.log_end_offset = self.recovery_point = self._log_start_offset = offset
         self._producers = ProducerStateManager()
         logger.info(
             "log emptied and restarted",
@@ -798,11 +864,14 @@ class Log:
 
     # -- retention ---------------------------------------------------------------------------
     def delete_expired_segments(self, now_ms: int) -> int:
-        """Apply retention.ms (on each segment's largest timestamp) then retention.bytes,
-        oldest segment first, stopping at the first segment to keep; return how many segments
-        were deleted. A non-empty active segment that qualifies is rolled first, then deleted."""
+        """Delete the segments wholly below the log start offset (moved by DeleteRecords), then
+        apply retention.ms (on each segment's largest timestamp) then retention.bytes, oldest
+        segment first, stopping at the first segment to keep; return how many segments were
+        deleted. A non-empty active segment that qualifies is rolled first, then deleted."""
         self._check_open()
         deleted = 0
+        if len(self._bases) > 1 and self._bases[1] <= self._log_start_offset:
+            deleted += self.delete_segments_before(self._log_start_offset, now_ms)
         if self.config.retention_ms >= 0:
             deleted += self._delete_old_segments(
                 lambda segment: self._time_expired(segment, now_ms), now_ms, "retention.ms"
@@ -842,6 +911,7 @@ class Log:
             del self._segments[0]
             del self._bases[0]
             deleted += 1
+        self._front_removed()
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         self._delete_producer_snapshots(lambda snapshot: snapshot >= self.log_start_offset)
         return deleted
@@ -886,6 +956,7 @@ class Log:
             self._delete_segment(segment, now_ms, reason=reason)
         del self._segments[: len(deletable)]
         del self._bases[: len(deletable)]
+        self._front_removed()
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         self._delete_producer_snapshots(lambda snapshot: snapshot >= self.log_start_offset)
         return len(deletable)

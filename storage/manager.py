@@ -2,9 +2,13 @@
 
 Start-up (``startup``): per log dir, remove ``*-delete`` directories left by an interrupted topic
 deletion, read the recovery-point checkpoint (unreadable -> recover every log in that dir from
-offset 0), note the clean-shutdown marker, open each ``<topic>-<partition>`` directory as a Log
+offset 0) and the log-start-offset checkpoint (unreadable -> every log starts at its first
+segment), note the clean-shutdown marker, open each ``<topic>-<partition>`` directory as a Log
 (recovering it unless the marker was present), then remove the marker so a crash from now on
 forces recovery.
+
+Log start offsets moved by DeleteRecords are checkpointed (``checkpoint_log_start_offsets``) by
+the caller before it answers, so they survive a kill -9; also periodically and at shutdown.
 
 Periodic work (:class:`Maintenance`: retention, flush.ms, removal of ``.deleted`` files) is
 defined here and scheduled by the caller, which owns threads and locking: ``due(task, now)``
@@ -22,6 +26,7 @@ from __future__ import annotations
 import enum
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 
@@ -70,6 +75,9 @@ class LogManager:
         self.offline_dirs: dict[str, str] = {}
         self._offline: dict[tuple[str, int], str] = {}
         self._unlisted: set[str] = set()  # offline since start-up: what they hold is unknown
+        # Serialises log-start-offset checkpoint writes (request handlers' worker threads and
+        # the periodic task): each rewrites one file through the same temporary name.
+        self._start_checkpoint_lock = threading.Lock()
 
     # -- start-up ----------------------------------------------------------------------------
     def startup(self) -> None:
@@ -98,6 +106,18 @@ class LogManager:
                 error=str(exc),
             )
             recovery_points, clean = {}, False
+        try:
+            start_offsets = checkpoint.read_checkpoint(checkpoint.log_start_offset_path(log_dir))
+        except checkpoint.CheckpointError as exc:
+            logger.warning(
+                "log start offset checkpoint unreadable; every log in the dir starts at its "
+                "first segment",
+                log_dir=log_dir,
+                error=str(exc),
+                action="records deleted with DeleteRecords inside a first segment are readable "
+                "again until retention removes them; delete them again if that matters",
+            )
+            start_offsets = {}
         loaded = 0
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
@@ -126,6 +146,7 @@ class LogManager:
                 self._config_for_topic(parsed[0]),
                 clock=self._clock,
                 recovery_point=recovery_points.get(parsed, 0),
+                log_start_offset=start_offsets.get(parsed, 0),
                 needs_recovery=not clean,
             )
             self._dir_of[parsed] = log_dir
@@ -241,6 +262,9 @@ class LogManager:
             fsync_dir(log_dir)
             shutil.rmtree(doomed)
             logger.info("deleted log", topic=topic, partition=key[1], log_dir=log_dir)
+            if log.log_start_offset > log.first_segment_base:
+                # else a topic created again under this name would start there after a crash
+                self.checkpoint_log_start_offsets(log_dir)
         return len(keys)
 
     # -- periodic work -----------------------------------------------------------------------
@@ -279,6 +303,24 @@ class LogManager:
             }
             checkpoint.write_checkpoint(checkpoint.recovery_point_path(log_dir), points)
 
+    def checkpoint_log_start_offsets(self, log_dir: str | None = None) -> None:
+        """Write the log-start-offset-checkpoint of ``log_dir`` (default: every online one)
+        atomically: the logs whose start offset is past their first segment's base, as Kafka
+        writes it. Safe to call from several threads."""
+        dirs = [log_dir] if log_dir is not None else self.log_dirs
+        with self._start_checkpoint_lock:
+            for d in dirs:
+                if d in self.offline_dirs:
+                    continue
+                offsets = {
+                    key: log.log_start_offset
+                    for key, log in list(self._logs.items())
+                    if self._dir_of.get(key) == d and log.log_start_offset > log.first_segment_base
+                }
+                path = checkpoint.log_start_offset_path(d)
+                if offsets or os.path.exists(path):  # no file until DeleteRecords needs one
+                    checkpoint.write_checkpoint(path, offsets)
+
     def shutdown(self) -> list[str]:
         """Flush and close every log, write the checkpoints, then the clean-shutdown markers.
 
@@ -303,6 +345,7 @@ class LogManager:
                 )
         try:
             self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
         except OSError as exc:
             complete = False
             logger.warning(

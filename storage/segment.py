@@ -467,20 +467,25 @@ class LogSegment:
             return 0
         return end - position
 
-    def find_offset_by_timestamp(self, timestamp: int) -> TimestampOffset | None:
-        """The first message (deep inside compressed wrappers and record batches) with
-        timestamp >= ``timestamp``, starting from the time index entry just below it."""
+    def find_offset_by_timestamp(
+        self, timestamp: int, min_offset: int = 0
+    ) -> TimestampOffset | None:
+        """The first message (deep inside compressed wrappers and record batches) at or after
+        ``min_offset`` with timestamp >= ``timestamp``, starting from the time index entry just
+        below it."""
         _, index_offset = self.time_index.lookup_before(timestamp)
-        _, position = self.offset_index.lookup(index_offset)
+        _, position = self.offset_index.lookup(max(index_offset, min_offset))
         view = self._view()
         for entry in iter_shallow(view, position):
             if entry.timestamp < timestamp:
                 continue  # a wrapper or batch carries its largest inner timestamp
             if entry.codec == Codec.NONE and entry.magic < rb.MAGIC:
-                return TimestampOffset(entry.timestamp, entry.offset)
+                if entry.offset >= min_offset:
+                    return TimestampOffset(entry.timestamp, entry.offset)
+                continue
             wrapper = memoryview(view)[entry.position : entry.next_position]
             for message in iter_deep(wrapper):
-                if message.timestamp >= timestamp:
+                if message.timestamp >= timestamp and message.offset >= min_offset:
                     return TimestampOffset(message.timestamp, message.offset)
         return None
 

@@ -159,6 +159,14 @@ class BrokerProcess:
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_output().splitlines()[-lines:])
 
+    def metrics_url(self) -> str:
+        """The Prometheus endpoint's address (``metrics.listener``, port 0 allowed), from the
+        latest start's "metrics listening" log line; the web console is served beside it."""
+        for line in self.log_output(since_start=True).splitlines():
+            if '"metrics listening"' in line:
+                return json.loads(line)["url"]
+        raise AssertionError(f"no 'metrics listening' line in the broker's log:\n{self.log_tail()}")
+
 
 class ExternalBroker:
     """The broker named by CHRONOLOG_BOOTSTRAP; process control skips the test."""
