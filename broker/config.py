@@ -328,6 +328,8 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("offsets.retention.check.interval.ms", Type.LONG, 600000, _B, minimum=1),
     ConfigKey("group.min.session.timeout.ms", Type.INT, 6000, _B),
     ConfigKey("group.max.session.timeout.ms", Type.INT, 300000, _B),
+    ConfigKey("group.initial.rebalance.delay.ms", Type.INT, 3000, _B, minimum=0),
+    ConfigKey("group.max.size", Type.INT, INT_MAX, _B, minimum=1),
     ConfigKey("max.incremental.fetch.session.cache.slots", Type.INT, 1000, _B, minimum=0),
     ConfigKey("metrics.listener", Type.STRING, None, _B, validator=_http_listener),
     ConfigKey("console.read.only", Type.BOOLEAN, True, _B),
@@ -569,6 +571,8 @@ class BrokerConfig:
     offsets_retention_check_interval_ms: int
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
+    group_initial_rebalance_delay_ms: int
+    group_max_size: int
     max_incremental_fetch_session_cache_slots: int
     metrics_listener: tuple[str, int] | None
     """(host, port) of the Prometheus endpoint and web console (broker/http.py), None: none."""

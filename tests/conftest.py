@@ -70,6 +70,8 @@ class BrokerProcess:
         props = {
             "listeners": f"PLAINTEXT://{self.host}:{self.port or 0}",
             "log.dirs": ",".join(self.log_dirs),
+            # As Kafka's own development config: groups form at once (default 3 s).
+            "group.initial.rebalance.delay.ms": "0",
             **self.overrides,
         }
         cmd = [sys.executable, "-m", "broker", "serve"]

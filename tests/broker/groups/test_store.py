@@ -1,6 +1,7 @@
 """The offsets log on real storage: replay against an independent oracle, and compaction that
-gives the same replay whatever point a crash interrupts it at (each point is reopened from a
-copy of the partition directory, with recovery, as after a kill -9)."""
+gives the same replay (offsets and group records) whatever point a crash interrupts it at
+(each point is reopened from a copy of the partition directory, with recovery, as after a
+kill -9)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ import pytest
 from broker.groups import store
 from broker.groups.offsets import (
     CommittedOffset,
+    GroupRecord,
+    MemberRecord,
     OffsetCache,
     OffsetKey,
+    encode_group_key,
+    encode_group_value,
     encode_offset_key,
     encode_offset_value,
 )
@@ -29,31 +34,44 @@ CONFIG = LogConfig(
 SETTINGS = TopicSettings(compacted=True)
 
 
-def replay(directory: str) -> dict[OffsetKey, CommittedOffset]:
+Replay = tuple[dict[OffsetKey, CommittedOffset], dict[str, GroupRecord]]
+
+
+def replay(directory: str) -> Replay:
     """Open a partition directory as after a crash (full recovery) and replay it."""
     log = Log(directory, CONFIG, clock=lambda: NOW, needs_recovery=True, recovery_point=0)
     try:
         cache = OffsetCache()
-        load_offsets(
-            log, cache, default_retention_ms=86_400_000, topic="__consumer_offsets", partition=0
-        )
-        return cache.as_dict()
+        groups: dict[str, GroupRecord] = {}
+        load_offsets(log, cache, groups=groups, topic="__consumer_offsets", partition=0)
+        return cache.as_dict(), groups
     finally:
         log.close()
 
 
-def fill(log, rng: random.Random, rounds: int) -> dict[OffsetKey, CommittedOffset]:
-    """Random commits and tombstones over a few keys; returns the oracle's live set."""
+def group_record(i: int, rng: random.Random) -> GroupRecord:
+    members = tuple(
+        MemberRecord(f"m{j}", None if j else "static", "c", "/h", 30000, 10000, b"s", b"a" * i)
+        for j in range(rng.randint(0, 3))
+    )
+    return GroupRecord("consumer", i, "range" if members else None, None, NOW + i, members)
+
+
+def fill(log, rng: random.Random, rounds: int) -> Replay:
+    """Random commits, group records and tombstones over a few keys; returns the oracle's
+    live sets."""
     oracle: dict[OffsetKey, CommittedOffset] = {}
+    groups: dict[str, GroupRecord] = {}
     keys = [OffsetKey(f"g{g}", "t", p) for g in range(3) for p in range(5)]
     for i in range(rounds):
-        batch = []
+        batch: list[tuple[bytes, bytes | None]] = []
         for key in rng.sample(keys, rng.randint(1, 4)):
             if rng.random() < 0.2:
                 oracle.pop(key, None)
                 batch.append((encode_offset_key(key.group, key.topic, key.partition), None))
             else:
-                value = CommittedOffset(i, "m" * rng.randint(0, 20), NOW + i, NOW + i + 10**6)
+                expire = None if rng.random() < 0.5 else NOW + i + 10**6
+                value = CommittedOffset(i, "m" * rng.randint(0, 20), NOW + i, expire)
                 oracle[key] = value
                 batch.append(
                     (
@@ -61,8 +79,16 @@ def fill(log, rng: random.Random, rounds: int) -> dict[OffsetKey, CommittedOffse
                         encode_offset_value(value),
                     )
                 )
+        if rng.random() < 0.3:
+            group = f"g{rng.randint(0, 3)}"
+            if rng.random() < 0.2:
+                groups.pop(group, None)
+                batch.append((encode_group_key(group), None))
+            else:
+                groups[group] = group_record(i, rng)
+                batch.append((encode_group_key(group), encode_group_value(groups[group])))
         append_records(log, SETTINGS, batch, NOW + i)
-    return oracle
+    return oracle, groups
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -72,6 +98,7 @@ def test_compaction_gives_the_same_replay_at_every_crash_point(tmp_path, monkeyp
     directory = str(tmp_path / "live" / "__consumer_offsets-0")
     log = Log(directory, CONFIG, clock=lambda: NOW)
     oracle = fill(log, rng, 300)
+    assert oracle[1], "the workload left no group record to compact"
     assert replay_copy(log, tmp_path / "before") == oracle
     old_segments = len(log.segments)
     assert old_segments > 5
@@ -93,9 +120,9 @@ def test_compaction_gives_the_same_replay_at_every_crash_point(tmp_path, monkeyp
     for name in ("roll", "append", "flush", "_delete_segment"):
         capture(name)
     cache = OffsetCache()
-    for key, value in oracle.items():
+    for key, value in oracle[0].items():
         cache.put(key.group, key.topic, key.partition, value)
-    start, deleted = compact(log, SETTINGS, cache.items(), NOW + 10**5)
+    start, deleted = compact(log, SETTINGS, cache.items(), NOW + 10**5, oracle[1].items())
 
     names = [n for n, _ in points]
     assert names.count("append") > 3 and names.count("_delete_segment") == deleted
@@ -117,11 +144,11 @@ def test_compaction_gives_the_same_replay_at_every_crash_point(tmp_path, monkeyp
     assert replay(directory) == oracle
     # replay now reads only the snapshot
     reopened = Log(directory, CONFIG, clock=lambda: NOW, needs_recovery=False)
-    assert reopened.log_end_offset - reopened.log_start_offset == len(oracle)
+    assert reopened.log_end_offset - reopened.log_start_offset == len(oracle[0]) + len(oracle[1])
     reopened.close()
 
 
-def replay_copy(log, where) -> dict[OffsetKey, CommittedOffset]:
+def replay_copy(log, where) -> Replay:
     dst = where / "__consumer_offsets-0"
     shutil.copytree(log.directory, dst)
     return replay(str(dst))
@@ -132,7 +159,7 @@ def test_compaction_with_no_live_offsets_empties_the_log(tmp_path):
     key = encode_offset_key("g", "t", 0)
     for i in range(60):
         append_records(
-            log, SETTINGS, [(key, encode_offset_value(CommittedOffset(i, "", NOW, NOW + 1)))], NOW
+            log, SETTINGS, [(key, encode_offset_value(CommittedOffset(i, "", NOW)))], NOW
         )
     append_records(log, SETTINGS, [(key, None)], NOW)
     end = log.log_end_offset
@@ -143,4 +170,4 @@ def test_compaction_with_no_live_offsets_empties_the_log(tmp_path):
     assert (start, log.log_start_offset, log.log_end_offset) == (end, end, end)
     assert deleted > 0 and log.size == 0
     log.close()
-    assert replay(str(tmp_path / "__consumer_offsets-0")) == {}
+    assert replay(str(tmp_path / "__consumer_offsets-0")) == ({}, {})
