@@ -38,10 +38,6 @@ from storage.cleaner import (
 
 logger = structlog.get_logger(__name__)
 
-SELF_COMPACTED_TOPICS = frozenset({"__consumer_offsets"})
-"""Topics the cleaner leaves alone: the group coordinator compacts __consumer_offsets with its
-own snapshots (broker/groups/store.py) until it switches to this cleaner."""
-
 MB = 1024 * 1024
 
 
@@ -119,7 +115,6 @@ async def _plans(ctx: BrokerContext, now: int) -> list[CleaningPlan]:
         key = (log.topic, log.partition)
         if (
             not log.config.compact
-            or log.topic in SELF_COMPACTED_TOPICS
             or key in manager.cleaning.uncleanable
             or manager.cleaning.in_progress(key)
         ):

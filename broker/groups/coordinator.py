@@ -16,18 +16,16 @@ Resources and errors:
   machine queued them (:meth:`GroupCoordinator._flush_writes`, shielded from cancellation so
   a parked SyncGroup is always answered).
 - One background task runs in the broker's nursery: the timer (session, rebalance and sync
-  timeouts; every offsets.retention.check.interval.ms, offset expiry and the compaction
-  check). The broker calls :meth:`GroupCoordinator.shutdown` when it begins shutting down:
+  timeouts; every offsets.retention.check.interval.ms, offset expiry). The broker calls :meth:`GroupCoordinator.shutdown` when it begins shutting down:
   every parked JoinGroup/SyncGroup gets NOT_COORDINATOR_FOR_GROUP, so no request holds shutdown
   up.
 - Until :func:`setup` returns, the broker has no coordinator and the handlers answer
   GROUP_COORDINATOR_NOT_AVAILABLE (clients retry).
 
 Tombstones mark expired or deleted offsets and deleted groups; the live set is what replay
-leaves. When the log holds more than COMPACT_MIN_BYTES and COMPACT_RATIO records per live
-record (checked at start-up and on the timer), it is compacted: the live offsets and group
-records are written again as a snapshot and the segments before it deleted (store.compact;
-crash-safe at every step).
+leaves. The topic is compacted (cleanup.policy=compact) by the broker's log cleaner like any
+other (broker/cleaner.py, storage/cleaner.py): it keeps the last record of every key, so replay
+gives the same offsets and groups, and removes tombstones after delete.retention.ms.
 """
 
 from __future__ import annotations
@@ -63,13 +61,7 @@ from broker.groups.state import (
     SyncResult,
     WriteKind,
 )
-from broker.groups.store import (
-    OffsetStoreError,
-    append_records,
-    compact,
-    load_offsets,
-    needs_compaction,
-)
+from broker.groups.store import OffsetStoreError, append_records, load_offsets
 from protocol.errors import ErrorCode
 from storage.errors import LogNotFoundError
 
@@ -77,19 +69,15 @@ logger = structlog.get_logger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITION = 0
-# Kafka's offsets topic settings (GroupCoordinator.offsetsTopicConfigs): compacted, 100 MiB
-# segments. Retention is switched off explicitly: it deletes segments by age or size, which
-# would drop live offsets; the coordinator's own compaction bounds the log instead.
+# Kafka's offsets topic settings (GroupCoordinator.offsetsTopicConfigs): compacted by the log
+# cleaner, 100 MiB segments. Retention is also switched off explicitly (a compact-only log gets
+# none anyway): deleting segments by age or size would drop live offsets.
 OFFSETS_TOPIC_CONFIGS = {
     "cleanup.policy": "compact",
     "segment.bytes": "104857600",
     "retention.ms": "-1",
     "retention.bytes": "-1",
 }
-# Compact when the log exceeds this size and holds more than COMPACT_RATIO records per live
-# record: replay at start-up then stays within a few times the live set.
-COMPACT_MIN_BYTES = 16 * 1024 * 1024
-COMPACT_RATIO = 4
 
 
 @dataclass(frozen=True)
@@ -156,13 +144,11 @@ class GroupCoordinator:
             max_size=cfg.group_max_size,
         )
         self.offsets = OffsetCache()
-        # The last group record stored for each group (what compaction must keep).
+        # The last group record stored for each group (what replay gives back).
         self.group_records: dict[str, GroupRecord] = {}
         self.retention_ms = cfg.offsets_retention_minutes * 60_000
         self.retention_check_interval_ms = cfg.offsets_retention_check_interval_ms
         self.metadata_max_bytes = cfg.offset_metadata_max_bytes
-        self.compact_min_bytes = COMPACT_MIN_BYTES
-        self.compact_ratio = COMPACT_RATIO
         self.active = False
         self._changed = trio.Event()
         self._write_lock = trio.Lock()
@@ -176,7 +162,7 @@ class GroupCoordinator:
     # ---- life cycle ----------------------------------------------------------------------
 
     async def start(self, nursery: trio.Nursery) -> None:
-        """Create/replay (and compact if due) the offsets topic, then run the timer in
+        """Create and replay the offsets topic, then run the timer in
         ``nursery``. If the broker began stopping meanwhile, stay inactive."""
         ctx = self._ctx
         if ctx.topics.get(OFFSETS_TOPIC) is None:
@@ -209,7 +195,6 @@ class GroupCoordinator:
             groups_with_members=sum(1 for r in self.group_records.values() if r.members),
             offsets=len(self.offsets),
         )
-        await self.compact_offsets(now)
         if ctx.stopping:  # shutdown began during start-up: Server.begin_shutdown saw no coordinator
             return
         self.active = True
@@ -270,7 +255,6 @@ class GroupCoordinator:
                 next_check = now + self.retention_check_interval_ms
                 if self.active:
                     await self.expire_offsets(now)
-                    await self.compact_offsets(now)
                 continue
             # Reset before reading the deadlines: a change after this wakes the wait below.
             self._changed = trio.Event()
@@ -744,51 +728,6 @@ class GroupCoordinator:
                 return
             for g in due:
                 self.group_records.pop(g, None)
-
-    async def compact_offsets(self, now_ms: int) -> int:
-        """Compact the offsets log if it holds far more than the live records (see the module
-        docstring); returns how many segments were deleted (0 when not due or on failure,
-        which is logged and retried at the next check)."""
-        ctx = self._ctx
-        async with self._write_lock:  # no group record is in flight while the snapshot is taken
-            async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as log:
-                live_count = len(self.offsets) + len(self.group_records)
-                if log is None or not needs_compaction(
-                    log, live_count, min_bytes=self.compact_min_bytes, ratio=self.compact_ratio
-                ):
-                    return 0
-                before = (log.size, log.log_end_offset - log.log_start_offset)
-                live = list(self.offsets.items())  # under the lock: commits cannot interleave
-                groups = list(self.group_records.items())
-                try:
-                    start, deleted = await trio.to_thread.run_sync(
-                        compact, log, self._settings(), live, now_ms, groups
-                    )
-                except (OffsetStoreError, *STORAGE_FAILURES) as exc:
-                    logger.error(
-                        "compacting the offsets log failed; committed offsets are intact",
-                        topic=OFFSETS_TOPIC,
-                        partition=OFFSETS_PARTITION,
-                        error=repr(exc),
-                        action="check the log directory's disk; retried at the next "
-                        "offsets.retention.check.interval.ms",
-                    )
-                    return 0
-                after = (log.size, log.log_end_offset - log.log_start_offset)
-        logger.info(
-            "compacted the offsets log",
-            topic=OFFSETS_TOPIC,
-            partition=OFFSETS_PARTITION,
-            live_offsets=len(live),
-            live_groups=len(groups),
-            snapshot_offset=start,
-            segments_deleted=deleted,
-            bytes_before=before[0],
-            records_before=before[1],
-            bytes_after=after[0],
-            records_after=after[1],
-        )
-        return deleted
 
     def _settings(self):
         return self._ctx.topics.get(OFFSETS_TOPIC).settings

@@ -10,9 +10,8 @@ Group-metadata records (a group's generation, members and assignments, Kafka's k
 v3) are appended the same way, by the coordinator's single writer, in the order the state
 machine produced them; replay keeps the last one of each group (a tombstone removes it).
 
-Compaction (:func:`compact`) keeps replay short: the live offsets and group records are appended
-again as a snapshot, fsynced, and every segment wholly before the snapshot is deleted. A crash at
-any point leaves a log whose replay gives the same offsets and groups (see :func:`compact`).
+The broker's log cleaner compacts the topic (cleanup.policy=compact): it keeps the last record
+of every key at its offset, so a replay of the cleaned log gives the same offsets and groups.
 """
 
 from __future__ import annotations
@@ -26,15 +25,10 @@ from broker.groups.offsets import (
     GroupKey,
     GroupRecord,
     OffsetCache,
-    OffsetKey,
     OffsetRecordError,
     decode_group_value,
     decode_key,
     decode_offset_value,
-    encode_group_key,
-    encode_group_value,
-    encode_offset_key,
-    encode_offset_value,
 )
 from protocol.errors import ErrorCode
 from protocol.records import MessageSetBuilder, iter_deep
@@ -43,10 +37,6 @@ from protocol.validator import Rejected, validate_produce
 logger = structlog.get_logger(__name__)
 
 READ_CHUNK_BYTES = 1 << 20
-# Compaction writes its snapshot in message sets of about this size: far below the offsets
-# topic's max.message.bytes per message and segment.bytes per set.
-SNAPSHOT_SET_BYTES = 512 * 1024
-_RECORD_OVERHEAD = 34  # log overhead 12 + magic-1 message header 22 (key/value lengths incl.)
 
 
 class OffsetStoreError(Exception):
@@ -79,54 +69,6 @@ def _append(log, settings, records: Iterable[tuple[bytes, bytes | None]], now_ms
         raise OffsetStoreError(result.error, result.reason)
     log.append(result)
     return result.first_offset
-
-
-def needs_compaction(log, live: int, *, min_bytes: int, ratio: int) -> bool:
-    """True when the log holds more than ``min_bytes`` and more than ``ratio`` records per
-    live offset (records counted as offsets between log start and log end)."""
-    records = log.log_end_offset - log.log_start_offset
-    return log.size > min_bytes and records > ratio * max(live, 1)
-
-
-def compact(
-    log,
-    settings,
-    live: Iterable[tuple[OffsetKey, CommittedOffset]],
-    now_ms: int,
-    groups: Iterable[tuple[str, GroupRecord]] = (),
-) -> tuple[int, int]:
-    """Rewrite the live offsets and group records as a snapshot at the log end, then drop
-    everything before it.
-
-    Steps, each leaving a log whose replay gives exactly ``live``: roll (the snapshot starts a
-    segment of its own); append the snapshot in sets of at most SNAPSHOT_SET_BYTES (a replay
-    of old records followed by part of the snapshot re-puts values it already has); fsync;
-    delete the segments wholly before the snapshot, oldest first (a replay of any suffix of
-    the old records followed by the whole snapshot ends with the live values, and a key absent
-    from the snapshot was last written as a tombstone before it, so it stays absent). The same
-    holds for group records, keyed by group.
-    Returns (snapshot's first offset, segments deleted). Raises OffsetStoreError when a set is
-    refused (nothing is deleted then); storage errors propagate. Caller holds the lock.
-    """
-    log.roll()
-    start = log.log_end_offset
-    batch: list[tuple[bytes, bytes]] = []
-    size = 0
-    records = [
-        (encode_offset_key(key.group, key.topic, key.partition), encode_offset_value(value))
-        for key, value in live
-    ]
-    records.extend((encode_group_key(g), encode_group_value(r)) for g, r in groups)
-    for record in records:
-        batch.append(record)
-        size += len(record[0]) + len(record[1]) + _RECORD_OVERHEAD
-        if size >= SNAPSHOT_SET_BYTES:
-            _append(log, settings, batch, now_ms)
-            batch, size = [], 0
-    if batch:
-        _append(log, settings, batch, now_ms)
-    log.flush()
-    return start, log.delete_segments_before(start, now_ms)
 
 
 def load_offsets(

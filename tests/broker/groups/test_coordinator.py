@@ -14,10 +14,13 @@ from trio.testing import wait_all_tasks_blocked
 from broker.config import BrokerConfig
 from broker.groups import OFFSETS_TOPIC, setup
 from broker.groups.handlers import GROUP_HANDLERS
+from broker.groups.offsets import OffsetCache
+from broker.groups.store import load_offsets
 from broker.server import Server, open_context
 from protocol.api import ApiKey
 from protocol.connection import ClientConnection, ServerConnection
 from protocol.errors import ErrorCode as E
+from storage.cleaner import Cleaner
 
 RANGE = [("range", b"meta")]
 
@@ -542,61 +545,7 @@ async def commit_many(c, n: int, group: str = "g") -> dict[int, int]:
     return last
 
 
-async def test_offsets_log_is_compacted_at_start_up(tmp_path, monkeypatch):
-    from broker.groups import coordinator as coordinator_module
-
-    async with running(tmp_path) as (ctx, c):
-        last = await commit_many(c, 200)
-        log = ctx.get_log(OFFSETS_TOPIC, 0)
-        assert (log.log_start_offset, log.log_end_offset) == (0, 200)  # not due: < 16 MiB
-    monkeypatch.setattr(coordinator_module, "COMPACT_MIN_BYTES", 1000)
-    async with running(tmp_path, clean=False) as (ctx, c):
-        log = ctx.get_log(OFFSETS_TOPIC, 0)
-        assert (log.log_start_offset, log.log_end_offset) == (200, 204)  # 4 live offsets
-        assert [s.base_offset for s in log.segments] == [200]
-        got = fetched(c, "g", [("t", p) for p in range(4)])
-        assert [(p.offset, p.metadata) for p in got] == [(last[p], "meta") for p in range(4)]
-    monkeypatch.setattr(coordinator_module, "COMPACT_MIN_BYTES", 16 << 20)
-    async with running(tmp_path) as (ctx, c):  # crash above: replay of the snapshot only
-        got = fetched(c, "g", [("t", p) for p in range(4)])
-        assert [p.offset for p in got] == [last[p] for p in range(4)]
-
-
-async def test_offsets_log_is_compacted_on_the_timer(tmp_path):
-    async with running(tmp_path, offsets_retention_check_interval_ms=100) as (ctx, c):
-        last = await commit_many(c, 200)
-        log = ctx.get_log(OFFSETS_TOPIC, 0)
-        checks: list[int] = []
-        checked_thrice, compacted = trio.Event(), trio.Event()
-        check = c.compact_offsets
-
-        async def counted_check(now_ms: int) -> int:
-            deleted = await check(now_ms)
-            checks.append(deleted)
-            if len(checks) == 3:
-                checked_thrice.set()
-            if deleted:
-                compacted.set()
-            return deleted
-
-        c.compact_offsets = counted_check
-        with trio.fail_after(10):
-            await checked_thrice.wait()  # several checks: not due, the log is far below 16 MiB
-        assert checks[:3] == [0, 0, 0] and log.log_start_offset == 0
-        c.compact_min_bytes = 2000
-        with trio.fail_after(10):
-            await compacted.wait()
-        assert log.log_end_offset - log.log_start_offset == 4
-        got = fetched(c, "g", [("t", p) for p in range(4)])
-        assert [p.offset for p in got] == [last[p] for p in range(4)]
-        # commits after compaction land after the snapshot and win on replay
-        assert await c.commit_offsets("g", "", -1, None, [("t", 0, 999, "", -1)]) == [E.NONE]
-    async with running(tmp_path) as (ctx, c):
-        got = fetched(c, "g", [("t", p) for p in range(4)])
-        assert [p.offset for p in got] == [999] + [last[p] for p in range(1, 4)]
-
-
-# ---- group records: stored, replayed, compacted -----------------------------------------------
+# ---- group records: stored, replayed, cleaned -----------------------------------------------
 
 
 async def static_join(c, instance, member_id="", *, client="c", session=10_000):
@@ -676,21 +625,22 @@ async def test_members_that_do_not_come_back_are_expired_after_a_restart(tmp_pat
         assert c.describe("g")[1].state == "Empty"  # the emptied group was stored
 
 
-async def test_group_records_survive_compaction(tmp_path, monkeypatch):
-    from broker.groups import coordinator as coordinator_module
-
+async def test_offsets_and_groups_survive_the_log_cleaner(tmp_path):
     async with running(tmp_path) as (ctx, c):
         a, b = await stable_pair(c)
         before = c.describe("g")[1]
-        await commit_many(c, 100, "simple")
-    monkeypatch.setattr(coordinator_module, "COMPACT_MIN_BYTES", 1000)
-    async with running(tmp_path, clean=False) as (ctx, c):
-        log = ctx.get_log(OFFSETS_TOPIC, 0)
-        assert log.log_end_offset - log.log_start_offset == 5  # 4 offsets and 1 group
+        last = await commit_many(c, 200, "simple")
+        async with ctx.locked_log(OFFSETS_TOPIC, 0) as log:
+            records_before = log.log_end_offset - log.log_start_offset
+            log.roll()  # the cleaner never touches the active segment
+            assert Cleaner(1 << 20).clean(log, ctx.clock(), force=True) is not None
+            cache, groups = OffsetCache(), {}
+            kept = load_offsets(log, cache, groups=groups, topic=OFFSETS_TOPIC, partition=0)
+        assert records_before > 200 and kept == len(cache) + len(groups) == 4 + 1
+    async with running(tmp_path, clean=False) as (ctx, c):  # a crash after the cleaning
         assert c.describe("g")[1] == before
-    monkeypatch.setattr(coordinator_module, "COMPACT_MIN_BYTES", 16 << 20)
-    async with running(tmp_path) as (ctx, c):
-        assert c.describe("g")[1] == before
+        got = fetched(c, "simple", [("t", p) for p in range(4)])
+        assert [(p.offset, p.metadata) for p in got] == [(last[p], "meta") for p in range(4)]
 
 
 async def test_delete_groups_and_offsets(tmp_path):
