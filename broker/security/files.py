@@ -17,7 +17,7 @@ import os
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from storage.durable import fsync_dir
+from storage.durable import write_atomically
 
 MODE = 0o600
 
@@ -31,22 +31,7 @@ class StateFileError(Exception):
 def write_private(path: str, doc: Any) -> None:
     """Replace ``path`` with ``doc`` as JSON, mode 0600, durably (see the module docstring)."""
     data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, MODE)
-    try:
-        try:
-            os.fchmod(fd, MODE)  # a leftover .tmp keeps its old mode through O_CREAT
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        os.unlink(tmp)
-        raise
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    write_atomically(path, data, MODE)
 
 
 def read_json(path: str) -> Any | None:
