@@ -314,7 +314,12 @@ def reset_offsets(
                 f"{len(g.members)} member(s): offsets can only be reset while the group is "
                 "inactive; stop its consumers and retry"
             )
-        meta = bootstrap.call(ApiKey.METADATA, 1, {"topics": [{"name": topic}]})
+        # v4+: a tool must not create the topic it was given by mistake (v1 auto-creates)
+        meta = bootstrap.call(
+            ApiKey.METADATA,
+            12,
+            {"topics": [{"name": topic}], "allow_auto_topic_creation": False},
+        )
         (t,) = meta.topics
         if t.error_code != 0:
             raise GroupsToolError(

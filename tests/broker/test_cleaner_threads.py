@@ -76,7 +76,7 @@ async def test_a_compacted_topic_is_cleaned_and_its_checkpoint_written(tmp_path)
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
 
 
-async def test_consumer_offsets_is_left_to_the_group_coordinator(tmp_path):
+async def test_consumer_offsets_is_cleaned_like_any_compacted_topic(tmp_path):
     ctx = await open_context(config(tmp_path))
     await ctx.create_topic("__consumer_offsets", 1, COMPACT)
     for round_ in range(3):
@@ -84,8 +84,13 @@ async def test_consumer_offsets_is_left_to_the_group_coordinator(tmp_path):
             ctx.get_log("__consumer_offsets", 0).append,
             _validated(ctx.get_log("__consumer_offsets", 0), round_),
         )
-    ctx.get_log("__consumer_offsets", 0).roll()
-    assert await broker_cleaner.clean_filthiest(ctx, Cleaner(1 << 20)) is None
+    log = ctx.get_log("__consumer_offsets", 0)
+    log.roll()
+    result = await broker_cleaner.clean_filthiest(ctx, Cleaner(1 << 20))
+    assert result is not None and (result.topic, result.partition) == ("__consumer_offsets", 0)
+    assert {k: v for k, (_, v) in values_by_key(log).items()} == {
+        b"key-%d" % k: b"r2." for k in range(5)
+    }
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
 
 

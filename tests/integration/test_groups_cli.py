@@ -35,6 +35,14 @@ def iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
+def topics_of(bootstrap: str) -> set[str]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()
+
+
 def committed(bootstrap: str, group: str) -> dict[int, int]:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
     try:
@@ -140,6 +148,7 @@ def test_reset_to_earliest_latest_dry_run_and_refusals(broker):
     out = reset("--topic", "no-such-topic", "--to-latest")
     assert out.returncode == 1
     assert broker.bootstrap in out.stderr and "check the topic name" in out.stderr
+    assert "no-such-topic" not in topics_of(broker.bootstrap)  # the tool did not create it
     out = reset("--topic", topic, "--to-datetime", "yesterday")
     assert out.returncode == 1 and "not an ISO-8601 date and time" in out.stderr
     # a group with members is refused, as Kafka does
