@@ -199,6 +199,21 @@ def broker(tmp_path_factory):
         proc.stop()
 
 
+@pytest.fixture(scope="module")
+def broker_with_defaults(tmp_path_factory):
+    """A broker of this module's own, every property at its default and its log dir on this
+    machine, for tests that check default config sources or read the log dir; skips the test
+    when CHRONOLOG_BOOTSTRAP is set (the compose broker runs with config/server.properties)."""
+    if os.environ.get("CHRONOLOG_BOOTSTRAP"):
+        pytest.skip("needs a broker with default configs (CHRONOLOG_BOOTSTRAP is set)")
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker"))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
 @pytest.fixture
 def broker_factory(tmp_path):
     if os.environ.get("CHRONOLOG_BOOTSTRAP"):

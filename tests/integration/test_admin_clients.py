@@ -28,6 +28,14 @@ from kafka.errors import (
 from tests.integration.clients import kp_consume_all, kp_producer, topic_name
 from tests.integration.test_negotiated_versions import used_versions
 
+
+@pytest.fixture(scope="module")
+def broker(broker_with_defaults):
+    """These tests check default config sources or sizes in the log dir: not the compose
+    broker's, which runs with config/server.properties."""
+    return broker_with_defaults
+
+
 TIMEOUT_S = 30
 
 

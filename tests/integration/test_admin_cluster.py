@@ -13,6 +13,13 @@ from protocol import ApiKey
 from tests.integration.kafka_wire import WireClient, create_topic, message_set, produce
 
 
+@pytest.fixture(scope="module")
+def broker(broker_with_defaults):
+    """These tests check default config sources or sizes in the log dir: not the compose
+    broker's, which runs with config/server.properties."""
+    return broker_with_defaults
+
+
 def name(prefix: str = "dir") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

@@ -18,6 +18,13 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC_CONFIG, DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT = 1, 2, 3, 4, 5
 
 
+@pytest.fixture(scope="module")
+def broker(broker_with_defaults):
+    """These tests check default config sources or sizes in the log dir: not the compose
+    broker's, which runs with config/server.properties."""
+    return broker_with_defaults
+
+
 def name(prefix: str = "cfg") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

@@ -11,6 +11,14 @@ import pytest
 from protocol import ApiKey
 from tests.integration.kafka_wire import WireClient, message_set, produce
 
+
+@pytest.fixture(scope="module")
+def broker(broker_with_defaults):
+    """These tests check default config sources or sizes in the log dir: not the compose
+    broker's, which runs with config/server.properties."""
+    return broker_with_defaults
+
+
 ZERO = uuid.UUID(int=0)
 
 
