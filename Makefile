@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test kcat chromium zookeeper faketime node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
+.PHONY: install install-test kcat openssl chromium prometheus zookeeper faketime node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ build-deps:
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    build-essential libdeflate-dev >/dev/null; }
 
-install-test: $(VENV)/.installed-test kcat docker-compose node-deps chromium zookeeper faketime
+install-test: $(VENV)/.installed-test kcat openssl docker-compose node-deps chromium prometheus zookeeper faketime
 
 # KafkaJS (tests/integration/test_kafkajs.py) from the npm registry, pinned by its lock file; node and
 # npm from Debian when the machine has none.
@@ -60,6 +60,11 @@ faketime:
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    libfaketime >/dev/null; }
 
+# openssl makes the security tests' CA and certificates at test time (none is committed).
+openssl:
+	@command -v openssl >/dev/null || { echo "installing openssl from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends openssl >/dev/null; }
+
 # Debian's chromium and its driver: tests/integration/test_console.py drives the web console in a
 # headless browser through selenium.
 chromium:
@@ -67,6 +72,13 @@ chromium:
 	  echo "installing chromium and chromium-driver from Debian packages"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    chromium chromium-driver >/dev/null; }
+
+# Debian's Prometheus: tests/integration/test_dashboard.py runs it against a broker and checks the
+# dashboards (docker/grafana-dashboard.json, docker/prometheus/consoles/) with it.
+prometheus:
+	@[ -x /usr/bin/prometheus ] || { echo "installing prometheus from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    prometheus >/dev/null; }
 
 run: install
 	$(BIN)/chronolog serve --config config/server.properties \
@@ -116,7 +128,7 @@ bench: $(VENV)/.installed-bench
 # build/pipeline/<topic>-per-minute (Parquet). `make pipeline-seed` first produces demo data into it.
 PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
-.PHONY: pipeline pipeline-seed bench-spark soak
+.PHONY: pipeline pipeline-seed bench-spark bench-cleaner soak
 
 pipeline: $(VENV)/.installed-test
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
@@ -128,6 +140,10 @@ pipeline-seed: $(VENV)/.installed-test
 # Spark read throughput (1,000,000 messages, own broker process): bench/results/spark.json.
 bench-spark: $(VENV)/.installed-test
 	$(BIN)/python bench/bench_spark.py
+
+# Log cleaner throughput and memory for a 10^6-key log: bench/results/cleaner.json.
+bench-cleaner: $(VENV)/.installed-test
+	$(BIN)/python bench/bench_cleaner.py
 
 # Soak (bench/soak.py, not part of `make test`): kill -9, SIGTERM and, as root, a full tmpfs under
 # the log dir, at random moments under acks=all producers, for SOAK_SECONDS; checks after every

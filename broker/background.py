@@ -2,8 +2,10 @@
 
 - retention every ``log.retention.check.interval.ms``: each partition under its lock;
 - flush of logs whose ``flush.ms`` has passed, every ``log.flush.scheduler.interval.ms``;
-- recovery-point checkpoints every ``log.flush.offset.checkpoint.interval.ms``;
-- removal of ``.deleted`` files whose ``file.delete.delay.ms`` has passed (every second).
+- recovery-point and log-start-offset checkpoints every
+  ``log.flush.offset.checkpoint.interval.ms``;
+- removal of ``.deleted`` files whose ``file.delete.delay.ms`` has passed (every second);
+- the log cleaner's threads (broker/cleaner.py) for compacted topics.
 
 What each task does and which logs need it is storage's (storage.manager.Maintenance); this
 module schedules it. Blocking storage calls run in worker threads, one per log with work, so an
@@ -18,6 +20,7 @@ from typing import Awaitable, Callable
 import structlog
 import trio
 
+from broker import cleaner
 from broker.context import BrokerContext
 from broker.errors import STORAGE_FAILURES
 from storage import Maintenance
@@ -54,6 +57,7 @@ def start(ctx: BrokerContext, nursery: trio.Nursery) -> None:
         DELETE_CHECK_INTERVAL_MS,
         lambda: maintain(ctx, Maintenance.DELETE_FILES),
     )
+    cleaner.start(ctx, nursery)
 
 
 async def _every(name: str, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:
@@ -111,7 +115,8 @@ async def maintain(ctx: BrokerContext, task: Maintenance) -> int:
 
 
 async def checkpoint(ctx: BrokerContext) -> None:
-    """Write the recovery-point checkpoints; the admin lock keeps topic creation and deletion
-    from changing the set of logs while the worker thread walks it."""
+    """Write the recovery-point and log-start-offset checkpoints; the admin lock keeps topic
+    creation and deletion from changing the set of logs while the worker thread walks it."""
     async with ctx.admin_lock:
         await trio.to_thread.run_sync(ctx.log_manager.checkpoint_recovery_points)
+        await trio.to_thread.run_sync(ctx.log_manager.checkpoint_log_start_offsets)

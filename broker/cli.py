@@ -3,8 +3,12 @@
     chronolog serve [--config server.properties] [--override key=value ...]
     chronolog dump-log ...   (storage.dump)
     chronolog groups ...     (broker.groups.cli)
+    chronolog topics ...     (broker.admin.topics_cli)
+    chronolog configs ...    (broker.admin.configs_cli)
     chronolog cluster ...    (broker.cluster.cli)
     chronolog health ...     (broker.health)
+    chronolog users ...      (broker.security.users_cli)
+    chronolog acls ...       (broker.security.acls_cli)
 
 Exit status: 0 after a clean shutdown, 2 for unknown or invalid configuration, 1 when the broker
 cannot start (log dir state, port in use) or fails.
@@ -25,8 +29,12 @@ from broker.logging_setup import configure_logging
 DELEGATED = {
     "dump-log": "storage.dump",
     "groups": "broker.groups.cli",
+    "topics": "broker.admin.topics_cli",
+    "configs": "broker.admin.configs_cli",
     "cluster": "broker.cluster.cli",
     "health": "broker.health",
+    "users": "broker.security.users_cli",
+    "acls": "broker.security.acls_cli",
 }
 
 

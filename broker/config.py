@@ -25,12 +25,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import javaproperties
 
+from broker.security import settings as security_settings
 from protocol.records import Codec, TimestampType
 from protocol.validator import TopicSettings
 from storage import LogConfig
@@ -38,6 +38,7 @@ from storage.config import MINIMUMS as LOG_MINIMUMS
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
+DOUBLE_MAX = 1.7976931348623157e308  # Java's Double.MAX_VALUE
 MINUTE_MS = 60 * 1000
 HOUR_MS = 60 * MINUTE_MS
 
@@ -76,8 +77,10 @@ def topic_name_error(name: str) -> str | None:
 class Type(enum.Enum):
     INT = "int"
     LONG = "long"
+    DOUBLE = "double"
     BOOLEAN = "boolean"
     STRING = "string"
+    LIST = "list"  # a comma-separated string (IncrementalAlterConfigs may APPEND/SUBTRACT)
 
 
 _RANGES = {Type.INT: (-(2**31), INT_MAX), Type.LONG: (-(2**63), LONG_MAX)}
@@ -123,6 +126,15 @@ class ConfigKey:
             if value.lower() not in ("true", "false"):
                 raise ValueError(f"{raw!r} is not true or false")
             value = value.lower() == "true"
+        elif self.type is Type.DOUBLE:
+            try:
+                value = float(value)
+            except ValueError:
+                raise ValueError(f"{raw!r} is not a number") from None
+            if value != value:
+                raise ValueError(f"{raw!r} is not a number")
+            if self.minimum is not None and value < self.minimum:
+                raise ValueError(f"{value} is below the minimum {self.minimum}")
         elif self.type in _RANGES:
             lo, hi = _RANGES[self.type]
             try:
@@ -170,6 +182,12 @@ def _cleanup_policy(value: str) -> str:
     return ",".join(parts)
 
 
+def _ratio(value: float) -> float:
+    if not 0 <= value <= 1:
+        raise ValueError(f"{value} is out of range [0, 1]")
+    return value
+
+
 def _unlimited_if_negative(value: int) -> int:
     return max(value, -1)  # Kafka's KafkaConfig.logRetentionTimeMillis: any negative is -1
 
@@ -180,18 +198,14 @@ def _non_empty(value: str) -> str:
     return value
 
 
-def _listener(value: str) -> tuple[str, int]:
-    if "," in value:
-        raise ValueError(
-            f"{value!r} lists several listeners; only one PLAINTEXT listener is supported"
-        )
-    m = re.fullmatch(r"(?:PLAINTEXT://)?\[?([^\]\s]*?)\]?:(\d+)", value)
-    if not m:
-        raise ValueError(f"{value!r} is not of the form PLAINTEXT://host:port")
-    port = int(m.group(2))
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} is out of range [0, 65535]")
-    return m.group(1), port
+def _checked(parse: Callable[[str], Any]) -> Callable[[str], str]:
+    """A validator that checks a value with ``parse`` and keeps it as written."""
+
+    def check(value: str) -> str:
+        parse(value)
+        return value
+
+    return check
 
 
 def _http_listener(value: str) -> tuple[str, int] | None:
@@ -304,8 +318,10 @@ def _log(name: str, type_: Type, *synonyms: Synonym, **extra: Any) -> ConfigKey:
 # fmt: off
 KEYS: tuple[ConfigKey, ...] = (
     # Broker properties.
-    ConfigKey("listeners", Type.STRING, ("", 9092), _B, validator=_listener),
-    ConfigKey("advertised.listeners", Type.STRING, None, _B, validator=_listener),
+    ConfigKey("listeners", Type.STRING, "PLAINTEXT://:9092", _B,
+              validator=security_settings.parse_listener_list),
+    ConfigKey("advertised.listeners", Type.STRING, None, _B,
+              validator=security_settings.parse_listener_list),
     ConfigKey("broker.id", Type.INT, 0, _B, minimum=0),
     ConfigKey("log.dirs", Type.STRING, None, _B, validator=_non_empty),
     ConfigKey("log.dir", Type.STRING, "/tmp/kafka-logs", _B, validator=_non_empty),
@@ -323,9 +339,52 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("offsets.retention.check.interval.ms", Type.LONG, 600000, _B, minimum=1),
     ConfigKey("group.min.session.timeout.ms", Type.INT, 6000, _B),
     ConfigKey("group.max.session.timeout.ms", Type.INT, 300000, _B),
+    ConfigKey("group.initial.rebalance.delay.ms", Type.INT, 3000, _B, minimum=0),
+    ConfigKey("group.max.size", Type.INT, INT_MAX, _B, minimum=1),
     ConfigKey("max.incremental.fetch.session.cache.slots", Type.INT, 1000, _B, minimum=0),
     ConfigKey("metrics.listener", Type.STRING, None, _B, validator=_http_listener),
     ConfigKey("console.read.only", Type.BOOLEAN, True, _B),
+    # Listeners' security (broker/security/settings.py); the ssl.* and sasl.enabled.mechanisms
+    # keys may also be set per listener, listener.name.<name>.<key>.
+    ConfigKey("listener.security.protocol.map", Type.STRING,
+              security_settings.DEFAULT_PROTOCOL_MAP, _B,
+              validator=_checked(security_settings.parse_protocol_map)),
+    ConfigKey("ssl.keystore.type", Type.STRING, "JKS", _B),
+    ConfigKey("ssl.keystore.location", Type.STRING, None, _B),
+    ConfigKey("ssl.keystore.password", Type.STRING, None, _B),
+    ConfigKey("ssl.key.password", Type.STRING, None, _B),
+    ConfigKey("ssl.truststore.type", Type.STRING, "JKS", _B),
+    ConfigKey("ssl.truststore.location", Type.STRING, None, _B),
+    ConfigKey("ssl.truststore.password", Type.STRING, None, _B),
+    ConfigKey("ssl.client.auth", Type.STRING, "none", _B, choices=("none", "requested", "required")),
+    ConfigKey("ssl.enabled.protocols", Type.STRING, "TLSv1.2,TLSv1.3", _B,
+              validator=_checked(security_settings.parse_protocols)),
+    ConfigKey("ssl.principal.mapping.rules", Type.STRING, "DEFAULT", _B,
+              validator=security_settings.parse_principal_rules),
+    ConfigKey("sasl.enabled.mechanisms", Type.STRING, "GSSAPI", _B,
+              validator=_checked(security_settings.parse_mechanisms)),
+    ConfigKey("connection.failed.authentication.delay.ms", Type.INT, 100, _B, minimum=0),
+    ConfigKey("connections.max.reauth.ms", Type.LONG, 0, _B, minimum=0,
+              validator=security_settings.parse_reauth),
+    ConfigKey("ssl.protocol", Type.STRING, "TLSv1.3", _B, choices=("TLSv1.2", "TLSv1.3", "TLS")),
+    ConfigKey("ssl.endpoint.identification.algorithm", Type.STRING, "https", _B),
+    # Inter-broker settings: checked against the listeners (a single broker does not use them).
+    ConfigKey("security.inter.broker.protocol", Type.STRING, "PLAINTEXT", _B,
+              choices=security_settings.PROTOCOLS),
+    ConfigKey("inter.broker.listener.name", Type.STRING, None, _B),
+    ConfigKey("sasl.mechanism.inter.broker.protocol", Type.STRING, "GSSAPI", _B,
+              validator=_checked(security_settings.parse_mechanisms)),
+    ConfigKey("authorizer.class.name", Type.STRING, "", _B,
+              validator=security_settings.parse_authorizer),
+    ConfigKey("super.users", Type.STRING, "", _B,
+              validator=_checked(security_settings.parse_super_users)),
+    ConfigKey("allow.everyone.if.no.acl.found", Type.BOOLEAN, False, _B),
+    # The log cleaner (broker/cleaner.py, storage/cleaner.py): Kafka's CleanerConfig.
+    ConfigKey("log.cleaner.enable", Type.BOOLEAN, True, _B),
+    ConfigKey("log.cleaner.threads", Type.INT, 1, _B, minimum=0),
+    ConfigKey("log.cleaner.backoff.ms", Type.LONG, 15000, _B, minimum=0),
+    ConfigKey("log.cleaner.dedupe.buffer.size", Type.LONG, 134217728, _B, minimum=1),
+    ConfigKey("log.cleaner.io.max.bytes.per.second", Type.DOUBLE, DOUBLE_MAX, _B, minimum=0),
     # The cluster (broker/cluster/): ZooKeeper, replication.
     ConfigKey("zookeeper.connect", Type.STRING, None, _B, validator=_zookeeper_connect),
     ConfigKey("zookeeper.session.timeout.ms", Type.INT, 18000, _B, minimum=1),
@@ -346,14 +405,16 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("controlled.shutdown.max.retries", Type.INT, 3, _B, minimum=1),
     ConfigKey("controlled.shutdown.retry.backoff.ms", Type.LONG, 5000, _B, minimum=0),
     # Topic configs, each with the broker properties that set its default.
-    ConfigKey("cleanup.policy", Type.STRING, "delete", _T, validator=_cleanup_policy,
+    ConfigKey("cleanup.policy", Type.LIST, "delete", _T, validator=_cleanup_policy,
               synonyms=(Synonym("log.cleanup.policy"),)),
     ConfigKey("compression.type", Type.STRING, "producer", _T, choices=_CODEC_NAMES,
               synonyms=(Synonym("compression.type"),)),
+    _log("delete.retention.ms", Type.LONG, Synonym("log.cleaner.delete.retention.ms")),
     _log("file.delete.delay.ms", Type.LONG, Synonym("log.segment.delete.delay.ms")),
     _log("flush.messages", Type.LONG, Synonym("log.flush.interval.messages")),
     _log("flush.ms", Type.LONG, Synonym("log.flush.interval.ms")),
     _log("index.interval.bytes", Type.INT, Synonym("log.index.interval.bytes")),
+    _log("max.compaction.lag.ms", Type.LONG, Synonym("log.cleaner.max.compaction.lag.ms")),
     _log("max.message.bytes", Type.INT, Synonym("message.max.bytes")),
     ConfigKey("message.format.version", Type.STRING, DEFAULT_FORMAT_VERSION, _T,
               validator=_format_version, synonyms=(Synonym("log.message.format.version"),)),
@@ -367,6 +428,9 @@ KEYS: tuple[ConfigKey, ...] = (
               synonyms=(Synonym("log.message.timestamp.type"),)),
     ConfigKey("min.insync.replicas", Type.INT, 1, _T, minimum=1,
               synonyms=(Synonym("min.insync.replicas"),)),
+    _log("min.cleanable.dirty.ratio", Type.DOUBLE, Synonym("log.cleaner.min.cleanable.ratio"),
+         validator=_ratio),
+    _log("min.compaction.lag.ms", Type.LONG, Synonym("log.cleaner.min.compaction.lag.ms")),
     _log("retention.bytes", Type.LONG, Synonym("log.retention.bytes")),
     _log("retention.ms", Type.LONG, Synonym("log.retention.ms"),
          Synonym("log.retention.minutes", MINUTE_MS), Synonym("log.retention.hours", HOUR_MS),
@@ -433,10 +497,12 @@ class TopicConfig:
 
     cleanup_policy: str
     compression_type: str
+    delete_retention_ms: int
     file_delete_delay_ms: int
     flush_messages: int
     flush_ms: int
     index_interval_bytes: int
+    max_compaction_lag_ms: int
     max_message_bytes: int
     message_format_version: str
     message_timestamp_after_max_ms: int
@@ -444,6 +510,8 @@ class TopicConfig:
     message_timestamp_difference_max_ms: int
     message_timestamp_type: str
     min_insync_replicas: int
+    min_cleanable_dirty_ratio: float
+    min_compaction_lag_ms: int
     retention_bytes: int
     retention_ms: int
     segment_bytes: int
@@ -467,6 +535,12 @@ class TopicConfig:
             raise ConfigError(
                 "compression.type",
                 "zstd needs message.format.version 0.11.0 or later (record batches, KIP-110)",
+            )
+        if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+            raise ConfigError(
+                "min.compaction.lag.ms",
+                f"{config.min_compaction_lag_ms} exceeds max.compaction.lag.ms "
+                f"{config.max_compaction_lag_ms}",
             )
         return config
 
@@ -533,11 +607,18 @@ class BrokerConfig:
     offsets_retention_check_interval_ms: int
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
+    group_initial_rebalance_delay_ms: int
+    group_max_size: int
     max_incremental_fetch_session_cache_slots: int
     metrics_listener: tuple[str, int] | None
     """(host, port) of the Prometheus endpoint and web console (broker/http.py), None: none."""
     console_read_only: bool
     """The console refuses its destructive actions (delete topic, reset offsets) with 403."""
+    log_cleaner_enable: bool
+    log_cleaner_threads: int
+    log_cleaner_backoff_ms: int
+    log_cleaner_dedupe_buffer_size: int
+    log_cleaner_io_max_bytes_per_second: float
     zookeeper_connect: str | None
     """ZooKeeper's address (with an optional chroot); None: a single broker, no cluster."""
     zookeeper_session_timeout_ms: int
@@ -562,6 +643,14 @@ class BrokerConfig:
     given: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
     """The broker properties set (file and overrides, later ones win) as written, so the
     console can tell a set value from a default."""
+    listener_given: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    """The ``listener.name.*`` and ``<mechanism>.sasl.jaas.config`` properties as written. Kept
+    apart from ``given`` because JAAS configs hold passwords: never shown or logged."""
+    listeners: tuple[security_settings.Listener, ...] = ()
+    """Every listener (broker/security/settings.py); the first one's addresses are also
+    ``host``/``port``/``advertised_host``/``advertised_port``."""
+    security: security_settings.SecuritySettings = security_settings.SecuritySettings()
+    """Authentication and authorization settings."""
 
     @classmethod
     def from_properties(cls, pairs: Iterable[tuple[str, str]]) -> BrokerConfig:
@@ -571,9 +660,13 @@ class BrokerConfig:
         """
         given: dict[str, Any] = {}
         raw_given: dict[str, str] = {}
+        dynamic: dict[str, str] = {}  # listener.name.* and <mechanism>.sasl.jaas.config
         for name, raw in pairs:
             if name not in BROKER_KEYS:
-                raise ConfigError(name, "unknown broker property")
+                if not security_settings.is_dynamic_key(name):
+                    raise ConfigError(name, "unknown broker property")
+                dynamic[name] = raw  # not in raw_given: JAAS configs hold passwords
+                continue
             given[name] = _parse(BROKER_KEYS[name], name, raw)
             raw_given[name] = raw
         v = {name: given.get(name, key.default) for name, key in BROKER_KEYS.items()}
@@ -590,28 +683,41 @@ class BrokerConfig:
         values = {
             key.attribute: v[name] for name, key in BROKER_KEYS.items() if key.attribute in fields
         }
-        values.update(_addresses(v, "advertised.listeners" in given), log_dirs=_log_dirs(v))
+        try:
+            listeners, security = security_settings.resolve(
+                v, given, dynamic.items(), _parse_listener_key
+            )
+        except security_settings.SettingsError as exc:
+            raise ConfigError(exc.key, exc.reason) from None
+        first = listeners[0]
+        values.pop("listeners")
+        values.update(
+            host=first.host,
+            port=first.port,
+            advertised_host=first.advertised_host,
+            advertised_port=first.advertised_port,
+            log_dirs=_log_dirs(v),
+        )
         metrics = v["metrics.listener"]
-        if metrics is not None and metrics[1] != 0 and metrics[1] == values["port"]:
-            raise ConfigError("metrics.listener", f"port {metrics[1]} is the Kafka listener's")
-        return cls(**values, topic_defaults=topic_defaults, given=raw_given)
+        if metrics is not None and metrics[1] != 0 and metrics[1] in {l.port for l in listeners}:
+            raise ConfigError("metrics.listener", f"port {metrics[1]} is a Kafka listener's")
+        return cls(
+            **values,
+            topic_defaults=topic_defaults,
+            given=raw_given,
+            listener_given=dynamic,
+            listeners=listeners,
+            security=security,
+        )
 
     def topic_config(self, overrides: Mapping[str, str] | None = None) -> TopicConfig:
         """The effective config of a topic with these (already validated) overrides."""
         return TopicConfig.resolve(self.topic_defaults, overrides or {})
 
 
-def _addresses(v: Mapping[str, Any], advertised_given: bool) -> dict[str, Any]:
-    """The listener's host and port, and the ones advertised to clients."""
-    host, port = v["listeners"]
-    adv_host, adv_port = v["advertised.listeners"] or (host, port)
-    if adv_host in ("", "0.0.0.0", "::"):
-        if advertised_given:
-            raise ConfigError("advertised.listeners", "must name a host clients can reach")
-        adv_host = socket.getfqdn()
-    if advertised_given and adv_port == 0:
-        raise ConfigError("advertised.listeners", "port 0 cannot be advertised")
-    return {"host": host, "port": port, "advertised_host": adv_host, "advertised_port": adv_port}
+def _parse_listener_key(name: str, raw: str) -> Any:
+    """A ``listener.name.<listener>.<key>`` value, typed as the broker property <key>."""
+    return _parse(BROKER_KEYS[name.split(".", 3)[3]], name, raw)
 
 
 def _log_dirs(v: Mapping[str, Any]) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import structlog
 import trio
 
+from broker.admin.dynamic import DynamicConfigs
 from broker.config import BrokerConfig, ConfigError, topic_name_error
 from broker.fetch_sessions import FetchSessionCache
 from broker.producer_ids import ProducerIdManager
@@ -148,6 +149,8 @@ class BrokerContext:
         self.topics = topics
         self.clock = clock
         self.admin_lock = trio.Lock()
+        # The dynamic broker configs (broker/admin/dynamic.py); open_context loads them.
+        self.dynamic_configs = DynamicConfigs(config)
         # The group coordinator (broker.groups), or None when it is not installed.
         self.coordinator: GroupCoordinator | None = None
         # InitProducerId's ids (broker/producer_ids.py), loaded by open_context.

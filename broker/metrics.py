@@ -18,7 +18,8 @@ and the HTTP endpoint calls :meth:`BrokerMetrics.scrape` there), so nothing need
 Without ``metrics.listener`` there is no BrokerMetrics (``ctx.metrics`` is None) and the request
 path skips all of this.
 
-Not measured: authentication failures (there is no SASL), RemoteTimeMs (a Fetch's long-poll wait
+Authentications are counted per listener as Kafka's socket-server-metrics
+``successful-authentication-total`` / ``failed-authentication-total``. Not measured: RemoteTimeMs (a Fetch's long-poll wait
 is part of its local time), produce purgatory (a single replica: acks=-1 never waits).
 """
 
@@ -116,6 +117,9 @@ class BrokerMetrics:
     def __init__(self, ctx: BrokerContext, connections: Callable[[], int]) -> None:
         self.ctx = ctx
         self.connections = connections
+        # Open connections per listener name (set by the server); None: all are PLAINTEXT's.
+        self.listener_connections: Callable[[], dict[str, int]] | None = None
+        self.authentications: dict[tuple[str, bool], int] = {}  # (listener, succeeded)
         self.messages_in: dict[str, int] = {}
         self.bytes_in: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
@@ -169,6 +173,10 @@ class BrokerMetrics:
         self.local_time.observe(name, (handled - started) * 1000)
         self.send_time.observe(name, (sent - handled) * 1000)
         self.total_time.observe(name, (sent - received) * 1000)
+
+    def authentication(self, listener: str, ok: bool) -> None:
+        """A SASL authentication on ``listener`` succeeded or failed."""
+        self.authentications[(listener, ok)] = self.authentications.get((listener, ok), 0) + 1
 
     def storage_error(self, log: Log) -> None:
         """A storage call on ``log`` failed (counted per log dir)."""
@@ -278,8 +286,27 @@ class _StateCollector(Collector):
             "Open Kafka client connections",
             labels=["listener"],
         )
-        connections.add_metric(["PLAINTEXT"], m.connections())
+        per_listener = (
+            {"PLAINTEXT": m.connections()}
+            if m.listener_connections is None
+            else m.listener_connections()
+        )
+        for listener, count in sorted(per_listener.items()):
+            connections.add_metric([listener], count)
         yield connections
+        for ok, name, help_text in (
+            (True, "successful", "Successful SASL authentications"),
+            (False, "failed", "Failed SASL authentications"),
+        ):
+            family = CounterMetricFamily(
+                f"kafka_server_socket_server_metrics_{name}_authentication",
+                help_text,
+                labels=["listener"],
+            )
+            for (listener, succeeded), value in sorted(m.authentications.items()):
+                if succeeded is ok:
+                    family.add_metric([listener], value)
+            yield family
         waiting = {event for state in ctx.partition_states() for event in state.waiters}
         purgatory = GaugeMetricFamily(
             "kafka_server_delayedoperationpurgatory_purgatorysize",

@@ -18,6 +18,7 @@ import errno
 import os
 import signal
 import socket
+from functools import partial
 from itertools import count
 from time import perf_counter
 from typing import Any
@@ -26,6 +27,7 @@ import structlog
 import trio
 
 from broker import background
+from broker.admin.dynamic import DynamicConfigs
 from broker.accept import serve_listeners
 from broker.config import BrokerConfig
 from broker.context import BrokerContext, client_host, kafka_host_string, wall_clock_ms
@@ -40,6 +42,9 @@ from broker.cluster.handlers import cluster_handlers
 from broker.cluster.producer_ids import ZkProducerIdManager
 from broker.cluster_meta import load_or_create_meta
 from broker.errors import STORAGE_FAILURES
+from broker.security.gate import SecurityGate
+from broker.security.session import Session, current_session
+from broker.security.settings import Listener
 from broker.topics import TopicRegistry
 from protocol import (
     CLUSTER_VERSIONS,
@@ -47,6 +52,7 @@ from protocol import (
     ApiKey,
     FileRegion,
     ProtocolError,
+    RawFrame,
     Request,
     ServerConnection,
     native,
@@ -57,6 +63,7 @@ logger = structlog.get_logger(__name__)
 
 RECEIVE_BYTES = 262144  # a 1 MB produce request arrives in a few reads, not sixteen
 INLINE_REGION_BYTES = 65536  # see send_response
+TLS_REGION_PIECE_BYTES = 1 << 20  # a FileRegion on a TLS stream is read and sent in such pieces
 SHUTDOWN_GRACE_S = 10.0
 CONTROLLED_SHUTDOWN_LIMIT_S = 60.0  # a cluster's controlled shutdown, at most
 _conn_ids = count(1)
@@ -75,6 +82,9 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     if config.zookeeper_connect is not None:
         return await open_cluster_context(config)
     cluster_id = await trio.to_thread.run_sync(load_or_create_meta, config)
+    dynamic = DynamicConfigs(config)
+    await trio.to_thread.run_sync(dynamic.load)
+    config = dynamic.effective(config)  # the dynamic broker configs set before the restart
     registry = TopicRegistry(config)
     await trio.to_thread.run_sync(registry.load)
 
@@ -85,6 +95,7 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     manager = LogManager(list(config.log_dirs), config_for_topic, wall_clock_ms)
     await trio.to_thread.run_sync(manager.startup)
     ctx = BrokerContext(config, cluster_id, manager, registry)
+    ctx.dynamic_configs = dynamic
     await trio.to_thread.run_sync(ctx.producer_ids.load)
 
     # Reconcile: logs on disk without a registry entry keep the broker defaults; registry
@@ -183,13 +194,20 @@ class Server:
             if ctx.cluster is None
             else {**SUPPORTED_VERSIONS, **CLUSTER_VERSIONS}
         )
+        # TLS contexts, credentials, ACLs (broker/security); StartupError for unreadable stores
+        self.security = SecurityGate(ctx)
         self.active = 0
+        self.active_by_listener = {listener.name: 0 for listener in ctx.config.listeners}
         self._idle_scopes: set[trio.CancelScope] = set()
         self._busy = 0
         self._all_done = trio.Event()
 
-    async def handle_connection(self, stream: trio.SocketStream) -> None:
+    async def handle_connection(
+        self, stream: trio.SocketStream, listener: Listener | None = None
+    ) -> None:
+        """Serve one connection accepted on ``listener`` (default: the first one)."""
         config = self.ctx.config
+        listener = listener or config.listeners[0]
         try:
             peer_ip, peer_port = stream.socket.getpeername()[:2]
         except OSError:
@@ -210,13 +228,25 @@ class Server:
             await stream.aclose()
             return
         self.active += 1
+        self.active_by_listener[listener.name] = self.active_by_listener.get(listener.name, 0) + 1
         conn_id = next(_conn_ids)
-        logger.info("connection opened", conn=conn_id, peer=peer, active=self.active)
+        logger.info(
+            "connection opened",
+            conn=conn_id,
+            peer=peer,
+            listener=listener.name,
+            active=self.active,
+        )
         reason = "closed by client"
         versions: dict[ApiKey, set[int]] = {}
         clients: set[str] = set()
+        session: Session | None = None
         try:
-            reason = await self._serve(stream, conn_id, versions, clients)
+            # ACLs name hosts as Kafka prints addresses (IPv4-mapped IPv6 as IPv4), no "/"
+            host = kafka_host_string(peer_ip)[1:] if peer_ip != "?" else ""
+            stream, session = await self.security.open(stream, listener, peer, host)
+            current_session.set(session)
+            reason = await self._serve(stream, conn_id, versions, clients, session)
         except ProtocolError as exc:
             reason = f"bad request: {exc}"
             logger.warning(
@@ -245,12 +275,14 @@ class Server:
             )
         finally:
             self.active -= 1
+            self.active_by_listener[listener.name] -= 1
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             logger.info(
                 "connection closed",
                 conn=conn_id,
                 peer=peer,
+                principal=session.principal if session is not None else None,
                 reason=reason,
                 active=self.active,
                 client_id=", ".join(sorted(clients)),
@@ -259,10 +291,11 @@ class Server:
 
     async def _serve(
         self,
-        stream: trio.SocketStream,
+        stream: trio.abc.Stream,
         conn_id: int,
         versions: dict[ApiKey, set[int]],
         clients: set[str],
+        session: Session,
     ) -> str:
         """Serve requests until the peer or the broker ends the connection; ``versions`` and
         ``clients`` collect every (api, version) served and client id seen, for the
@@ -289,19 +322,34 @@ class Server:
                 return "closed by client"
             received = perf_counter() if ctx.metrics is not None else 0.0
             for request in conn.receive_data(data):
+                if isinstance(request, RawFrame):  # a SASL token after a SaslHandshake v0
+                    answer = await self.security.raw_token(session, request.payload)
+                    await stream.send_all(conn.send_raw(answer))
+                    conn.raw_frames = session.sasl is not None and session.sasl.raw_tokens
+                    continue
                 versions.setdefault(request.header.api_key, set()).add(request.header.api_version)
                 clients.add(request.header.client_id or "")
+                self.security.admit(session, request)
                 self._busy += 1
                 try:
-                    await self._dispatch(stream, conn, request, conn_id, received)
+                    await self._dispatch(stream, conn, request, conn_id, received, session)
                 finally:
                     self._busy -= 1
                 if ctx.stopping and self._busy == 0:
                     self._all_done.set()
+                if session.close_reason is not None:  # a failed authentication, answered
+                    raise CloseConnectionError(session.close_reason)
+                conn.raw_frames = session.sasl is not None and session.sasl.raw_tokens
         return "broker shutting down"
 
     async def _dispatch(
-        self, stream, conn: ServerConnection, request: Request, conn_id: int, received: float
+        self,
+        stream,
+        conn: ServerConnection,
+        request: Request,
+        conn_id: int,
+        received: float,
+        session: Session,
     ) -> None:
         """Handle one request and write its answer; ``received``: perf_counter() when its frame
         was complete (for the metrics' queue time)."""
@@ -323,7 +371,7 @@ class Server:
             )
         metrics = self.ctx.metrics
         started = perf_counter() if metrics is not None else 0.0
-        body = await handler(self.ctx, request)
+        body = await self.security.call(session, handler, request)
         handled = perf_counter() if metrics is not None else 0.0
         if body is not None:
             if header.api_key == ApiKey.FETCH:
@@ -369,24 +417,31 @@ def _versions_used(versions: dict[ApiKey, set[int]]) -> str:
     )
 
 
-async def send_response(stream: trio.SocketStream, chunks: list[Any]) -> None:
+async def send_response(stream: trio.abc.Stream, chunks: list[Any]) -> None:
     """Write response chunks in order. FileRegions up to INLINE_REGION_BYTES are read (pread)
     into the buffer, so a small fetch answer is one send rather than three syscalls and three
     TCP segments (header, sendfile, the tagged fields after the records); larger ones go by
     os.sendfile. (TCP_CORK around the pieces was tried: reads that needed the disk then stalled
-    200 ms, the kernel's cork timeout.)"""
+    200 ms, the kernel's cork timeout.) On a TLS stream, which sendfile cannot write to, larger
+    regions are read in TLS_REGION_PIECE_BYTES pieces in a worker thread and sent as bytes."""
     pending = bytearray()
+    plain = isinstance(stream, trio.SocketStream)
     for chunk in chunks:
         if not isinstance(chunk, FileRegion):
             pending += chunk
         elif chunk.length <= INLINE_REGION_BYTES:
-            data = os.pread(chunk.source, chunk.length, chunk.position)
-            if len(data) != chunk.length:
-                raise SendfileError(
-                    f"segment file ended {chunk.length - len(data)} bytes "
-                    f"before the fetch response was complete"
+            pending += _pread(chunk.source, chunk.position, chunk.length, chunk.length)
+        elif not plain:
+            position, remaining = chunk.position, chunk.length
+            while remaining:
+                size = min(remaining, TLS_REGION_PIECE_BYTES)
+                pending += await trio.to_thread.run_sync(
+                    _pread, chunk.source, position, size, remaining
                 )
-            pending += data
+                position += size
+                remaining -= size
+                await stream.send_all(pending)
+                pending = bytearray()
         else:
             if pending:
                 await stream.send_all(pending)
@@ -394,6 +449,18 @@ async def send_response(stream: trio.SocketStream, chunks: list[Any]) -> None:
             await _sendfile(stream.socket, chunk)
     if pending:
         await stream.send_all(pending)
+
+
+def _pread(source, position: int, size: int, remaining: int) -> bytes:
+    """``size`` bytes of a segment file; SendfileError when it ends sooner (``remaining``: the
+    bytes of the region still unsent, for the message)."""
+    data = os.pread(source, size, position)
+    if len(data) != size:
+        raise SendfileError(
+            f"segment file ended {remaining - len(data)} bytes "
+            f"before the fetch response was complete"
+        )
+    return data
 
 
 async def _sendfile(sock, region: FileRegion) -> None:
@@ -423,20 +490,29 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         ctx = await open_context(config)
         server = Server(ctx)
-        listeners = await trio.open_tcp_listeners(config.port, host=config.host or None)
-        port = listeners[0].socket.getsockname()[1]
-        http_sockets = await _open_metrics(ctx, server)
-        if config.advertised_port == 0:  # listeners=...:0 picks a free port: advertise that one
-            config = ctx.config = dataclasses.replace(config, advertised_port=port)
-        logger.info(
-            "listening",
-            host=config.host or "0.0.0.0",
-            port=port,
-            advertised=f"{config.advertised_host}:{config.advertised_port}",
-            broker_id=config.broker_id,
-            cluster_id=ctx.cluster_id,
-            record_scans=native.DESCRIPTION,
+        bound = await _open_listeners(config.listeners)
+        listeners = [sock for _, sockets in bound for sock in sockets]
+        first = bound[0][0]
+        # ctx.config, not config: it carries the dynamic broker configs (broker/admin)
+        config = ctx.config = dataclasses.replace(
+            ctx.config,
+            port=first.port,
+            advertised_port=first.advertised_port,
+            listeners=tuple(listener for listener, _ in bound),
         )
+        http_sockets = await _open_metrics(ctx, server)
+        for listener, _ in bound:
+            logger.info(
+                "listening",
+                listener=listener.name,
+                security_protocol=listener.protocol,
+                host=listener.host or "0.0.0.0",
+                port=listener.port,
+                advertised=f"{listener.advertised_host}:{listener.advertised_port}",
+                broker_id=config.broker_id,
+                cluster_id=ctx.cluster_id,
+                record_scans=native.DESCRIPTION,
+            )
         async with trio.open_nursery() as outer:
             async with trio.open_nursery() as connections:
                 bg_scope = trio.CancelScope()
@@ -472,10 +548,13 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
 
                 async def accept() -> None:
                     with accept_scope:
-                        await serve_listeners(listeners, server.handle_connection, connections)
+                        async with trio.open_nursery() as acceptors:
+                            for listener, sockets in bound:
+                                handler = partial(server.handle_connection, listener=listener)
+                                acceptors.start_soon(serve_listeners, sockets, handler, connections)
 
                 connections.start_soon(accept)
-                task_status.started(port)
+                task_status.started(first.port)
                 async for signum in signals:
                     logger.info(
                         "shutting down",
@@ -515,6 +594,26 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
     return 0
 
 
+async def _open_listeners(
+    configured: tuple[Listener, ...],
+) -> list[tuple[Listener, list[trio.SocketListener]]]:
+    """Bind every listener: each with its sockets, and with the bound port in place of port 0
+    (advertised too, unless advertised.listeners gave one)."""
+    bound = []
+    for listener in configured:
+        sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
+        port = sockets[0].socket.getsockname()[1]
+        bound.append(
+            (
+                dataclasses.replace(
+                    listener, port=port, advertised_port=listener.advertised_port or port
+                ),
+                sockets,
+            )
+        )
+    return bound
+
+
 async def _open_metrics(ctx: BrokerContext, server: Server) -> list[socket.socket]:
     """With ``metrics.listener``: install ``ctx.metrics`` and bind its sockets (an OSError,
     e.g. the port in use, stops the start-up like the Kafka listener's would)."""
@@ -523,6 +622,7 @@ async def _open_metrics(ctx: BrokerContext, server: Server) -> list[socket.socke
     host, port = ctx.config.metrics_listener
     sockets = await trio.to_thread.run_sync(http.open_sockets, host, port)
     ctx.metrics = BrokerMetrics(ctx, lambda: server.active)
+    ctx.metrics.listener_connections = lambda: dict(server.active_by_listener)
     bound = sockets[0].getsockname()[1]
     shown = host or "0.0.0.0"
     base = f"http://{f'[{shown}]' if ':' in shown else shown}:{bound}"

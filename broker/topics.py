@@ -109,6 +109,25 @@ class TopicRegistry:
             topic_id or new_topic_id(),
         )
 
+    def rebuilt(self, config: BrokerConfig) -> dict[str, Topic]:
+        """Every topic re-resolved against ``config``'s defaults, not registered (a dynamic
+        broker config change). Raises ConfigError naming the topic whose overrides no longer
+        combine with the new defaults."""
+        topics = {}
+        for name, t in self._topics.items():
+            try:
+                resolved = config.topic_config(t.overrides)
+            except ConfigError as exc:
+                raise ConfigError(exc.key, f"{exc.reason} (for topic {name!r})") from None
+            topics[name] = Topic(name, t.partitions, t.overrides, resolved, t.topic_id)
+        return topics
+
+    def use_config(self, config: BrokerConfig, topics: Mapping[str, Topic]) -> None:
+        """Adopt a new broker configuration and the topics :meth:`rebuilt` made from it."""
+        self._config = config
+        self._topics.update((name, t) for name, t in topics.items() if name in self._topics)
+        self._ids = None
+
     def by_id(self, topic_id: uuid.UUID) -> Topic | None:
         return self._by_id().get(topic_id)
 

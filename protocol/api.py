@@ -19,6 +19,7 @@ __all__ = [
     "Request",
     "Response",
     "FileRegion",
+    "RawFrame",
     "api_versions_body",
 ]
 
@@ -79,19 +80,35 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FETCH: (0, 17),
     ApiKey.LIST_OFFSETS: (0, 9),
     ApiKey.METADATA: (0, 12),
-    ApiKey.OFFSET_COMMIT: (0, 2),
-    ApiKey.OFFSET_FETCH: (0, 1),
-    ApiKey.FIND_COORDINATOR: (0, 0),
-    ApiKey.JOIN_GROUP: (0, 1),
-    ApiKey.HEARTBEAT: (0, 0),
-    ApiKey.LEAVE_GROUP: (0, 0),
-    ApiKey.SYNC_GROUP: (0, 0),
-    ApiKey.DESCRIBE_GROUPS: (0, 0),
-    ApiKey.LIST_GROUPS: (0, 0),
+    ApiKey.OFFSET_COMMIT: (0, 9),
+    ApiKey.OFFSET_FETCH: (0, 9),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.API_VERSIONS: (0, 4),
-    ApiKey.CREATE_TOPICS: (0, 0),
-    ApiKey.DELETE_TOPICS: (0, 0),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_ACLS: (0, 3),
+    ApiKey.CREATE_ACLS: (0, 3),
+    ApiKey.DELETE_ACLS: (0, 3),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # What a broker in a cluster (zookeeper.connect, broker/cluster/) serves besides
@@ -131,6 +148,14 @@ class Request:
 
     header: RequestHeader
     body: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RawFrame:
+    """A frame's payload taken as it is, without a request header: a SASL token after a
+    SaslHandshake v0 (KIP-152's older exchange), while ``ServerConnection.raw_frames`` is set."""
+
+    payload: bytes
 
 
 @dataclass(frozen=True, slots=True)

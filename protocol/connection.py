@@ -22,7 +22,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from protocol.api import SUPPORTED_VERSIONS, ApiKey, Request, RequestHeader, Response
+from protocol.api import SUPPORTED_VERSIONS, ApiKey, RawFrame, Request, RequestHeader, Response
 from protocol.errors import (
     BodyEncodeError,
     FrameTooLargeError,
@@ -131,12 +131,15 @@ class ServerConnection:
         self._versions = versions
         # The served api keys by number: a dict lookup, cheaper than ApiKey() per request.
         self._keys = {int(k): k for k in versions}
+        self.raw_frames = False
+        """While set, each frame is yielded as a :class:`RawFrame` (a SASL token after a
+        SaslHandshake v0); read before each frame, so the caller may flip it between two."""
 
     @property
     def max_request_bytes(self) -> int:
         return self._frames.max_frame_bytes
 
-    def receive_data(self, data: bytes) -> Iterator[Request]:
+    def receive_data(self, data: bytes) -> Iterator[Request | RawFrame]:
         """Buffer ``data`` and return an iterator over every request now complete, in order.
 
         The iterator raises FrameTooLargeError, MalformedFrameError, UnsupportedApiError or
@@ -145,9 +148,17 @@ class ServerConnection:
         self._frames.feed(data)
         return self._requests()
 
-    def _requests(self) -> Iterator[Request]:
+    def _requests(self) -> Iterator[Request | RawFrame]:
         while (frame := self._frames.next_frame()) is not None:
-            yield _decode_request(*frame, self._keys, self._versions)
+            if self.raw_frames:
+                buf, start, end = frame
+                yield RawFrame(bytes(buf[start + 4 : end]))
+            else:
+                yield _decode_request(*frame, self._keys, self._versions)
+
+    def send_raw(self, payload: bytes) -> bytes:
+        """A frame holding ``payload`` as it is (the answer to a :class:`RawFrame`)."""
+        return _INT32.pack(len(payload)) + payload
 
     def send(self, request: Request, body: Mapping[str, Any]) -> bytes:
         """The response frame for ``request`` as bytes.

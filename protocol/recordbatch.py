@@ -79,6 +79,8 @@ __all__ = [
     "Record",
     "read_header",
     "iter_records",
+    "build_empty_batch",
+    "rebuild_batch",
     "batch_crc",
     "build_batch",
     "encode_varint",
@@ -158,6 +160,14 @@ class BatchHeader(NamedTuple):
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """KIP-534: the time after which the cleaner may drop this batch's tombstones, set by
+        the cleaner that first kept them (carried in baseTimestamp); None when not set."""
+        if self.attributes & DELETE_HORIZON_MASK:
+            return self.base_timestamp
+        return None
 
     @property
     def last_offset(self) -> int:
@@ -416,7 +426,9 @@ def encode_record(
 
 @dataclass(frozen=True, slots=True)
 class BatchSpec:
-    """Header fields of a batch to build (the rest derive from its records)."""
+    """Header fields of a batch to build (the rest derive from its records).
+    ``delete_horizon_ms`` >= 0 sets the delete horizon attribute (KIP-534) and makes it the
+    baseTimestamp, as Kafka's cleaner writes a batch whose tombstones it keeps."""
 
     base_offset: int = 0
     codec: Codec = Codec.NONE
@@ -425,26 +437,112 @@ class BatchSpec:
     producer_epoch: int = NO_PRODUCER_EPOCH
     base_sequence: int = NO_SEQUENCE
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH
+    delete_horizon_ms: int = NO_TIMESTAMP
 
 
 def build_batch(
-    spec: BatchSpec, records: Sequence[RecordInput], *, max_timestamp: int | None = None
+    spec: BatchSpec,
+    records: Sequence[RecordInput],
+    *,
+    max_timestamp: int | None = None,
+    last_offset_delta: int | None = None,
 ) -> bytes:
     """Encode one batch. ``records`` = [(offset_delta, timestamp, key, value, headers)] with
-    absolute timestamps (-1 = none). baseTimestamp is the first record's timestamp, maxTimestamp
-    the largest (or ``max_timestamp``, e.g. the append time under LogAppendTime). An empty list
-    gives a batch without records (Kafka keeps such batches after compaction)."""
+    absolute timestamps (-1 = none). baseTimestamp is the first record's timestamp (or the
+    spec's delete horizon), maxTimestamp the largest (or ``max_timestamp``, e.g. the append
+    time under LogAppendTime). ``last_offset_delta`` overrides the last record's offset delta:
+    a compacted batch keeps its original last offset, so the producer's last sequence survives
+    (Kafka's overrideLastOffset). An empty list gives a batch without records."""
     raw = bytearray()
-    base_ts = records[0][1] if records else NO_TIMESTAMP
+    if spec.delete_horizon_ms >= 0:
+        base_ts = spec.delete_horizon_ms
+    else:
+        base_ts = records[0][1] if records else NO_TIMESTAMP
     for offset_delta, ts, key, value, headers in records:
         encode_record(raw, offset_delta, ts - base_ts, key, value, headers)
-    body = compress(spec.codec, raw, MAGIC) if spec.codec != Codec.NONE else raw
     if max_timestamp is None:
         max_timestamp = max((r[1] for r in records), default=NO_TIMESTAMP)
+    if last_offset_delta is None:
+        last_offset_delta = records[-1][0] if records else 0
+    return _assemble(spec, raw, len(records), base_ts, max_timestamp, last_offset_delta)
+
+
+def _varint_size(value: int) -> int:
+    v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    size = 1
+    while v >= 0x80:
+        v >>= 7
+        size += 1
+    return size
+
+
+def rebuild_batch(
+    spec: BatchSpec,
+    header: BatchHeader,
+    section: bytes | memoryview,
+    fields: Sequence[int],
+    kept: Sequence[int],
+) -> bytes:
+    """The batch ``header`` describes with only the records ``kept`` (their indexes, in order)
+    of its records ``section`` (decompressed; ``fields`` are :func:`record_positions`' columns
+    over it), under ``spec`` (its delete horizon, if set, becomes the baseTimestamp). Records
+    keep their offset deltas, keys, values and headers byte for byte; only their timestamp
+    deltas are re-encoded when the baseTimestamp moves (the first record is gone, or a horizon
+    is set). The last offset delta is the original one (Kafka's overrideLastOffset) and
+    maxTimestamp the largest kept timestamp, or the header's under LogAppendTime. What a
+    compacting cleaner writes, without decoding the records into objects."""
+    old_base = header.base_timestamp
+    first = kept[0] * POSITION_FIELDS
+    if spec.delete_horizon_ms >= 0:
+        new_base = spec.delete_horizon_ms
+    elif header.delete_horizon_ms is not None:
+        new_base = old_base
+    else:
+        new_base = old_base + fields[first]
+    starts = []  # where each record (its length varint) starts, and the end
+    pos, end = 0, len(section)
+    for _ in range(len(fields) // POSITION_FIELDS):
+        starts.append(pos)
+        length, after = read_varint(section, pos, end)
+        pos = after + length
+    starts.append(pos)
+    raw = bytearray()
+    max_ts = NO_TIMESTAMP
+    for n in kept:
+        row = n * POSITION_FIELDS
+        ts = old_base + fields[row]
+        if ts > max_ts:
+            max_ts = ts
+        if new_base == old_base:
+            raw += section[starts[n] : starts[n + 1]]
+            continue
+        klen, kstart = fields[row + 3], fields[row + 2]
+        body = bytearray(b"\x00")
+        encode_varint(ts - new_base, body)
+        encode_varint(fields[row + 1], body)
+        body += section[kstart - _varint_size(klen) : starts[n + 1]]
+        encode_varint(len(body), raw)
+        raw += body
+    if spec.log_append_time:
+        max_ts = header.max_timestamp
+    return _assemble(spec, raw, len(kept), new_base, max_ts, header.last_offset_delta)
+
+
+def _assemble(
+    spec: BatchSpec,
+    raw: bytearray,
+    count: int,
+    base_ts: int,
+    max_timestamp: int,
+    last_offset_delta: int,
+) -> bytes:
+    """Header, (compressed) records ``raw`` and CRC-32C of a batch."""
+    body = compress(spec.codec, raw, MAGIC) if spec.codec != Codec.NONE else raw
     attributes = int(spec.codec)
     if spec.log_append_time:
         attributes |= TIMESTAMP_TYPE_MASK
-    last_delta = records[-1][0] if records else 0
+    if spec.delete_horizon_ms >= 0:
+        attributes |= DELETE_HORIZON_MASK
     out = bytearray(
         _HEADER.pack(
             spec.base_offset,
@@ -453,16 +551,41 @@ def build_batch(
             MAGIC,
             0,
             attributes,
-            last_delta,
+            last_offset_delta,
             base_ts,
             max_timestamp,
             spec.producer_id,
             spec.producer_epoch,
             spec.base_sequence,
-            len(records),
+            count,
         )
     )
     out += body
+    _U32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def build_empty_batch(spec: BatchSpec, last_offset_delta: int, timestamp: int) -> bytes:
+    """A batch header without records, as Kafka's cleaner keeps for a producer's last batch
+    once all its records are gone (DefaultRecordBatch.writeEmptyHeader): the spec's producer
+    fields, offsets and timestamp type, base and max timestamp ``timestamp``, no codec."""
+    out = bytearray(
+        _HEADER.pack(
+            spec.base_offset,
+            MIN_BATCH_LENGTH,
+            spec.partition_leader_epoch,
+            MAGIC,
+            0,
+            TIMESTAMP_TYPE_MASK if spec.log_append_time else 0,
+            last_offset_delta,
+            timestamp,
+            timestamp,
+            spec.producer_id,
+            spec.producer_epoch,
+            spec.base_sequence,
+            0,
+        )
+    )
     _U32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
 

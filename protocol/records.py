@@ -52,7 +52,10 @@ __all__ = [
     "MIN_MESSAGE_SIZE",
     "ShallowEntry",
     "Message",
+    "DeepMessage",
     "iter_shallow",
+    "deep_messages",
+    "build_legacy",
     "check_entry",
     "iter_deep",
     "MessageSetBuilder",
@@ -461,6 +464,32 @@ def _deep(mv: memoryview, entry: ShallowEntry, check_crc: bool) -> Iterator[Deep
         yield DeepMessage(
             base + e.offset, ts, tst, key, value, magic, Codec(codec), e.attributes, e.offset
         )
+
+
+def deep_messages(buf: Buffer, entry: ShallowEntry) -> list[DeepMessage]:
+    """The messages of one magic-0/1 entry of ``buf`` (from :func:`iter_shallow`), decompressed
+    when it is a wrapper, with their stored attributes; what a cleaner filters. Raises
+    :class:`CorruptRecordError` as :func:`iter_deep` does; CRCs are not checked."""
+    mv = _view(buf)
+    try:
+        return list(_deep(mv, entry, False))
+    finally:
+        mv.release()
+
+
+def build_legacy(
+    messages: Sequence[tuple[int, int, int, bytes | None, bytes | None]],
+    magic: int,
+    codec: Codec,
+    wrapper_type: TimestampType,
+    wrapper_timestamp: int | None,
+) -> bytes:
+    """Encode magic-0/1 ``messages`` = [(absolute offset, timestamp, inner attributes, key,
+    value)] with any gaps between offsets: uncompressed, one entry each; compressed, one wrapper
+    at the last offset whose magic-1 inner offsets are relative to the first message (KIP-31,
+    gaps kept), stamped ``wrapper_timestamp`` (None: the largest inner timestamp, KIP-32's
+    CreateTime rule) with the type bit of ``wrapper_type``. Empty bytes for no messages."""
+    return _build(messages, magic, Codec(codec), wrapper_type, wrapper_timestamp)
 
 
 def iter_deep(buf: Buffer, position: int = 0) -> Iterator[Message]:

@@ -1,4 +1,5 @@
-"""Per-log-dir files: ``recovery-point-offset-checkpoint`` and ``.kafka_cleanshutdown``.
+"""Per-log-dir files: ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
+``cleaner-offset-checkpoint`` and ``.kafka_cleanshutdown``.
 
 Checkpoint format (Kafka's OffsetCheckpoint, version 0), text, one item a line::
 
@@ -6,7 +7,7 @@ Checkpoint format (Kafka's OffsetCheckpoint, version 0), text, one item a line::
     <n>                    number of entries
     <topic> <partition> <offset>   n times
 
-Both files are written atomically (storage.durable.write_atomically), so a crash leaves either
+The checkpoints are written atomically (storage.durable.write_atomically), so a crash leaves either
 the old or the new content, never a torn one.
 """
 
@@ -16,7 +17,13 @@ import os
 
 from storage.durable import fsync_dir, write_atomically
 from storage.errors import InvalidTopicError, StorageError
-from storage.layout import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT, validate_topic
+from storage.layout import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEANER_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    validate_topic,
+)
 
 CHECKPOINT_VERSION = 0
 
@@ -80,6 +87,15 @@ def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
 
 def recovery_point_path(log_dir: str) -> str:
     return os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT)
+
+
+def log_start_offset_path(log_dir: str) -> str:
+    return os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)
+
+
+def cleaner_checkpoint_path(log_dir: str) -> str:
+    """The log cleaner's checkpoint: per compacted log, the first offset not yet cleaned."""
+    return os.path.join(log_dir, CLEANER_CHECKPOINT)
 
 
 def clean_shutdown_path(log_dir: str) -> str:

@@ -8,6 +8,9 @@ DumpLogSegments.
   segment's .log next to it (offset entries must point at the start of the entry holding their
   offset; time entries must carry the largest timestamp up to their offset; both must be in
   order).
+* ``cleaner-offset-checkpoint`` (and ``recovery-point-offset-checkpoint``): one line per
+  partition. A ``.log`` file is followed by its partition's cleaner checkpoint, when the log dir
+  has one: where the cleaned part of the log ends.
 
 Exit status: 0 when everything read is sound, 1 when corruption or an index mismatch was found,
 2 when a file is missing, unreadable or of an unknown kind.
@@ -27,9 +30,17 @@ from protocol import recordbatch as rb
 from protocol.compression import Codec
 from protocol.errors import CorruptRecordError
 from protocol.records import LOG_OVERHEAD, ShallowEntry, check_entry, iter_deep, iter_shallow
+from storage.checkpoint import CheckpointError, read_checkpoint
 from storage.errors import CorruptIndexError
 from storage.index import OffsetIndex, TimeIndex
-from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, parse_segment_file
+from storage.layout import (
+    CLEANER_CHECKPOINT,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    RECOVERY_POINT_CHECKPOINT,
+    parse_partition_dir,
+    parse_segment_file,
+)
 from storage.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
 
 if TYPE_CHECKING:
@@ -84,9 +95,12 @@ def _dump_batch(
     if not (deep and valid):
         return OK
     try:
-        for i, r in enumerate(rb.iter_records(data, entry.position, h)):
+        for r in rb.iter_records(data, entry.position, h):
             ts = h.max_timestamp if h.log_append_time else h.base_timestamp + r.timestamp_delta
-            sequence = -1 if h.base_sequence < 0 else (h.base_sequence + i) & 0x7FFFFFFF
+            # Kafka's record sequence: base + offset delta (compaction leaves gaps)
+            sequence = (
+                -1 if h.base_sequence < 0 else (h.base_sequence + r.offset_delta) & 0x7FFFFFFF
+            )
             out.write(
                 f"| offset: {h.base_offset + r.offset_delta} {time_name}: {ts} keySize: "
                 f"{-1 if r.key is None else len(r.key)} valueSize: "
@@ -168,15 +182,21 @@ def _log_facts(log_path: str) -> tuple[dict[int, tuple[int, int]], _Timeline]:
     data = _read(log_path)
     starts: dict[int, tuple[int, int]] = {}
     previous = -1
+    # A record batch counts at its last offset with its maxTimestamp too: after compaction its
+    # last records may be gone (or all of them: a producer's empty batch), and appends, recovery
+    # and the cleaner all index a batch by its header.
+    messages = []
     for entry in iter_shallow(data):
         starts[entry.position] = (previous, entry.offset)
         previous = entry.offset
-    messages = [(m.offset, m.timestamp) for m in iter_deep(data)]
+        if entry.magic == rb.MAGIC:
+            messages.append((entry.offset, entry.timestamp))
+    messages += [(m.offset, m.timestamp) for m in iter_deep(data)]
     # Running maximum over the messages sorted by offset: one bisect per time index entry
     # instead of a scan of the whole log.
     ordered = sorted(messages)
     max_timestamps = list(itertools.accumulate((ts for _, ts in ordered), max))
-    last_offset = messages[-1][0] if messages else None
+    last_offset = max(o for o, _ in messages) if messages else None
     return starts, _Timeline([o for o, _ in ordered], max_timestamps, last_offset)
 
 
@@ -263,11 +283,13 @@ def dump_file(path: str, *, deep: bool, verify: bool, out: TextIO, err: TextIO) 
     name = os.path.basename(path)
     if name.endswith(SNAPSHOT_SUFFIX) and name[: -len(SNAPSHOT_SUFFIX)].isdigit():
         return _dump_snapshot(path, out, err)
+    if name in (CLEANER_CHECKPOINT, RECOVERY_POINT_CHECKPOINT):
+        return _dump_checkpoint(path, out, err)
     parsed = parse_segment_file(name)
     if parsed is None:
         err.write(
             f"dump-log: {path}: not a segment file (expected <20-digit offset>.log, "
-            f".index, .timeindex or .snapshot)\n"
+            f".index, .timeindex or .snapshot, or a checkpoint)\n"
         )
         return UNREADABLE
     base, suffix = parsed
@@ -279,8 +301,47 @@ def dump_file(path: str, *, deep: bool, verify: bool, out: TextIO, err: TextIO) 
         return UNREADABLE
     out.write(f"Dumping {path}\n")
     if suffix == LOG_SUFFIX:
-        return _dump_log(path, deep, out)
+        status = _dump_log(path, deep, out)
+        _cleaner_checkpoint_line(path, base, out)
+        return status
     return _dump_index(path, base, suffix, verify, out)
+
+
+def _dump_checkpoint(path: str, out: TextIO, err: TextIO) -> int:
+    """A checkpoint file (Kafka's OffsetCheckpoint format), one line per partition."""
+    what = "firstDirtyOffset" if os.path.basename(path) == CLEANER_CHECKPOINT else "recoveryPoint"
+    if not os.path.exists(path):
+        err.write(f"dump-log: {path}: cannot read: No such file or directory\n")
+        return UNREADABLE
+    out.write(f"Dumping {path}\n")
+    try:
+        offsets = read_checkpoint(path)
+    except CheckpointError as exc:
+        out.write(f"corrupt checkpoint: {exc}\n")
+        return CORRUPT
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.write(f"topic: {topic} partition: {partition} {what}: {offset}\n")
+    return OK
+
+
+def _cleaner_checkpoint_line(log_path: str, base: int, out: TextIO) -> None:
+    """Where the log cleaner's clean section of this segment's partition ends, if it has one."""
+    partition_dir = os.path.dirname(os.path.abspath(log_path))
+    parsed = parse_partition_dir(os.path.basename(partition_dir))
+    if parsed is None:
+        return
+    try:
+        offsets = read_checkpoint(os.path.join(os.path.dirname(partition_dir), CLEANER_CHECKPOINT))
+    except CheckpointError:
+        return
+    first_dirty = offsets.get(parsed)
+    if first_dirty is None:
+        return
+    where = "cleaned" if first_dirty > base else "dirty"
+    out.write(
+        f"cleaner checkpoint: {parsed[0]}-{parsed[1]} is cleaned below offset {first_dirty} "
+        f"(this segment starts {where})\n"
+    )
 
 
 def _dump_snapshot(path: str, out: TextIO, err: TextIO) -> int:
@@ -310,7 +371,8 @@ def main(argv: list[str]) -> int:
     """Entry point (``chronolog dump-log``); returns the worst exit status of all files."""
     parser = argparse.ArgumentParser(
         prog="chronolog dump-log",
-        description="Print Kafka segment files (.log, .index, .timeindex).",
+        description="Print Kafka segment files (.log, .index, .timeindex, .snapshot) and log dir "
+        "checkpoints (cleaner-offset-checkpoint, recovery-point-offset-checkpoint).",
     )
     parser.add_argument("files", nargs="+", metavar="FILE")
     parser.add_argument(

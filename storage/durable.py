@@ -30,13 +30,15 @@ def fsync_file(path: str) -> None:
     _fsync_path(path, os.O_RDONLY)
 
 
-def write_atomically(path: str, data: bytes) -> None:
-    """Replace ``path`` by ``data`` via tmp + fsync + rename + directory fsync. On failure (a
-    full disk) ``path`` is untouched and the partial temporary file is removed again."""
+def write_atomically(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` by ``data`` (file mode ``mode``) via tmp + fsync + rename + directory
+    fsync. On failure (a full disk) ``path`` is untouched and the partial temporary file is
+    removed again."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         try:
+            os.fchmod(fd, mode)  # a leftover .tmp keeps its old mode through O_CREAT
             view = memoryview(data)
             while view:
                 view = view[syscalls.write(fd, view) :]

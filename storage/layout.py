@@ -1,7 +1,8 @@
 """File and directory names of a Kafka log dir.
 
 <log.dir>/<topic>-<partition>/<20-digit base offset>.log|.index|.timeindex, plus per log dir
-``recovery-point-offset-checkpoint`` and ``.kafka_cleanshutdown``.
+``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
+``cleaner-offset-checkpoint`` and ``.kafka_cleanshutdown``.
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-# Leftovers of an interrupted delete/clean/swap; removed when a log is loaded.
-LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
+# <base>.replaces: the segments a cleaned segment being swapped in replaces (storage/swap.py).
+SWAP_MANIFEST_SUFFIX = ".replaces"
 # KIP-516: the partition's topic id, "version: 0\ntopic_id: <base64url uuid>\n"
 PARTITION_METADATA_FILE = "partition.metadata"
 # A partition directory renamed on topic deletion; removed at start-up if a crash left it.
 DELETE_DIR_SUFFIX = "-delete"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+# Log start offsets moved past their first segment's base (DeleteRecords), Kafka's name and format
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+# Kafka's LogCleanerManager checkpoint: per log, the first offset not yet cleaned.
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 MAX_TOPIC_LENGTH = 249

@@ -43,10 +43,10 @@ from storage.errors import (
     OffsetOutOfRangeError,
     RecordSetTooLargeError,
 )
+from storage import killpoints, swap
 from storage.layout import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
-    LEFTOVER_SUFFIXES,
     LOG_SUFFIX,
     PARTITION_METADATA_FILE,
     TIME_INDEX_SUFFIX,
@@ -127,6 +127,12 @@ class Log:
 
     ``needs_recovery`` (no clean-shutdown marker) makes the constructor scan every segment from
     the one holding ``recovery_point``, truncate at the first bad entry and drop later segments.
+    An interrupted swap of cleaned segments is completed or rolled back first (storage/swap.py).
+
+    ``first_dirty_offset`` is the log cleaner's checkpoint (storage/cleaner.py): everything
+    below it has been cleaned; None when the log was never cleaned. A truncation below it lowers
+    it and calls ``on_first_dirty_lowered`` (the LogManager rewrites its checkpoint file, so a
+    crash cannot leave appends made after the truncation counted as clean).
     """
 
     def __init__(
@@ -136,8 +142,11 @@ class Log:
         *,
         clock: Callable[[], int],
         recovery_point: int = 0,
+        log_start_offset: int = 0,
         needs_recovery: bool = True,
         rng: random.Random | None = None,
+        first_dirty_offset: int | None = None,
+        on_first_dirty_lowered: Callable[[], None] | None = None,
     ) -> None:
         parsed = parse_partition_dir(os.path.basename(os.path.normpath(directory)))
         if parsed is None:
@@ -166,6 +175,10 @@ class Log:
         # The high watermark of a replicated partition (set by the broker's replica manager);
         # None: a single replica, whose every appended message is committed.
         self._high_watermark: int | None = None
+        self.first_dirty_offset = first_dirty_offset
+        self.on_first_dirty_lowered = on_first_dirty_lowered
+        # Counts truncations: a cleaning prepared before one must not be swapped in after it.
+        self.truncations = 0
         os.makedirs(directory, exist_ok=True)
         self.leader_epochs = LeaderEpochCache(directory)
         self._load_segments()
@@ -179,6 +192,21 @@ class Log:
         self.log_end_offset = active.next_offset()
         if not needs_recovery or self.recovery_point > self.log_end_offset:
             self.recovery_point = self.log_end_offset
+        self._log_start_offset = max(log_start_offset, self._bases[0])
+        if self._log_start_offset > self.log_end_offset:
+            # Kafka's LogLoader does the same: the messages up to the checkpointed log start
+            # were lost in a crash (never fsynced); offsets below it must not be handed out
+            # again, so the log restarts empty there.
+            logger.warning(
+                "log start offset is beyond the recovered log end; the log restarts empty there",
+                topic=self.topic,
+                partition=self.partition,
+                log_start_offset=self._log_start_offset,
+                log_end_offset=self.log_end_offset,
+                action="none: the messages lost were never fsynced and had been deleted "
+                "(DeleteRecords) anyway",
+            )
+            self.truncate_fully_and_start_at(self._log_start_offset)
         self._load_producer_state(clean_shutdown=not needs_recovery)
         self._load_leader_epochs()
         self.last_flush_ms = clock()
@@ -198,7 +226,50 @@ class Log:
 
     @property
     def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
+        """The first offset readable: the first segment's base offset, or more once DeleteRecords
+        (KIP-107) has moved it into that segment (:meth:`increment_log_start_offset`)."""
+        return self._log_start_offset
+
+    @property
+    def first_segment_base(self) -> int:
+        """The base offset of the oldest segment (Kafka's localLogStartOffset); <= the log
+        start offset."""
+        return self._bases[0]
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """KIP-107 (DeleteRecords): make ``offset`` the first readable offset; returns whether
+        the log start offset moved (False: it was already at or past ``offset``). Nothing is
+        written: the caller checkpoints it (LogManager.checkpoint_log_start_offsets) and may
+        delete the segments now wholly below it (:meth:`delete_segments_before`; retention does
+        it too). Raises OffsetOutOfRangeError beyond the high watermark, ValueError below 0."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"{self.name}: log start offset {offset} is negative")
+        if offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"Cannot increment the log start offset to {offset} of partition {self.name} "
+                f"since it is larger than the high watermark {self.high_watermark}",
+                offset=offset,
+                log_start_offset=self._log_start_offset,
+                log_end_offset=self.log_end_offset,
+            )
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self._recent_sets = {k: v for k, v in self._recent_sets.items() if k >= offset}
+        self.leader_epochs.truncate_from_start(offset)
+        logger.info(
+            "log start offset moved",
+            topic=self.topic,
+            partition=self.partition,
+            log_start_offset=offset,
+        )
+        return True
+
+    def _front_removed(self) -> None:
+        """After segments were removed from the front: the log start offset is at least the
+        first remaining segment's base."""
+        self._log_start_offset = max(self._log_start_offset, self._bases[0])
 
     @property
     def high_watermark(self) -> int:
@@ -264,17 +335,18 @@ class Log:
 
     # -- loading and recovery ----------------------------------------------------------------
     def _load_segments(self) -> None:
+        for action in swap.recover(self.directory):
+            logger.info(
+                "recovered an interrupted segment swap or delete",
+                topic=self.topic,
+                partition=self.partition,
+                action=action,
+            )
         names = os.listdir(self.directory)
         bases: set[int] = set()
         index_files: list[tuple[int, str]] = []
         for name in names:
             path = os.path.join(self.directory, name)
-            if name.endswith(LEFTOVER_SUFFIXES):
-                logger.info(
-                    "removing leftover file", topic=self.topic, partition=self.partition, file=path
-                )
-                os.unlink(path)
-                continue
             parsed = parse_segment_file(name)
             if parsed is None:
                 continue
@@ -678,7 +750,7 @@ class Log:
             or (
                 segment.size > 0
                 and segment.time_waited_for_roll(self._clock(), max_timestamp)
-                > config.segment_ms - segment.jitter_ms
+                > config.max_segment_ms - segment.jitter_ms
             )
             or segment.offset_index.is_full()
             or segment.time_index.is_full()
@@ -816,6 +888,8 @@ class Log:
             raise ValueError(f"{self.name}: max_bytes {max_bytes} is negative")
         if offset == self.log_end_offset or offset == max_offset:
             return FetchData(-1, 0, 0, self.high_watermark)
+        if offset < self._log_start_offset:
+            return None  # read() raises OffsetOutOfRangeError
         if max_offset is not None and max_offset < self.log_end_offset:
             return None
         segment = self.active_segment
@@ -845,7 +919,8 @@ class Log:
 
         Segments whose largest timestamp is below the target are skipped; a segment whose
         candidate scan finds nothing (one without message timestamps, judged by its mtime) does
-        not end the search as it does in Kafka: later segments are searched too."""
+        not end the search as it does in Kafka: later segments are searched too. Messages below
+        the log start offset are not found (Kafka's startingOffset)."""
         self._check_open()
         if timestamp == LATEST_TIMESTAMP:
             return TimestampOffset(-1, self.high_watermark)
@@ -856,11 +931,12 @@ class Log:
                 f"{self.name}: timestamp {timestamp} is negative and neither -1 "
                 f"(latest) nor -2 (earliest)"
             )
-        for segment in self._segments:
+        start = self._segment_index(self._log_start_offset)
+        for segment in self._segments[start:]:
             if segment.largest_timestamp < timestamp:
                 continue
             self._ensure_index(segment)
-            found = segment.find_offset_by_timestamp(timestamp)
+            found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
             if found is not None:
                 return found
         return None
@@ -882,9 +958,11 @@ class Log:
     def legacy_offsets_before(self, timestamp: int, max_num: int) -> list[int]:
         """ListOffsets v0: segment base offsets (plus the log end offset when the active
         segment holds data) whose segment mtime is <= ``timestamp``, newest first, at most
-        ``max_num``; -1 starts at the log end, -2 at the log start."""
+        ``max_num``; -1 starts at the log end, -2 at the log start. A base offset below the
+        log start offset counts as the log start offset (as in Kafka)."""
         self._check_open()
-        pairs = [(s.base_offset, s.last_modified_ms) for s in self._segments]
+        start_offset = self._log_start_offset
+        pairs = [(max(s.base_offset, start_offset), s.last_modified_ms) for s in self._segments]
         if self.active_segment.size > 0:
             pairs.append((self.log_end_offset, self._clock()))
         if timestamp == LATEST_TIMESTAMP:
@@ -902,17 +980,31 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Remove every message at or after ``offset``. Truncation happens at message-set
         boundaries: a compressed wrapper holding ``offset`` is removed whole, so
-        ``log_end_offset`` may end up below ``offset``. Below the log start offset the log is
-        emptied and restarted at ``offset``."""
+        ``log_end_offset`` may end up below ``offset``. Below the first segment the log is
+        emptied and restarted at ``offset``; the log start offset never stays above the new
+        log end offset."""
         self._check_open()
         if offset < 0:
             raise ValueError(f"{self.name}: cannot truncate to negative offset {offset}")
         if offset >= self.log_end_offset:
             return
+        self.truncations += 1
+        try:
+            self._truncate(offset)
+        finally:
+            if (
+                self.first_dirty_offset is not None
+                and self.first_dirty_offset > self.log_end_offset
+            ):
+                self.first_dirty_offset = self.log_end_offset
+                if self.on_first_dirty_lowered is not None:
+                    self.on_first_dirty_lowered()
+
+    def _truncate(self, offset: int) -> None:
         self._recent_sets.clear()
         self._delete_producer_snapshots(lambda snapshot: snapshot <= offset)
         now = self._clock()
-        if offset < self.log_start_offset:
+        if offset < self._bases[0]:
             self.truncate_fully_and_start_at(offset)
             return
         keep = self._segment_index(offset)
@@ -930,6 +1022,7 @@ class Log:
         else:
             self.log_end_offset = segment.next_offset()
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
         self._clamp_high_watermark()
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self._load_producer_state(clean_shutdown=False)  # Kafka's truncateAndReload
@@ -958,7 +1051,7 @@ class Log:
         self._bases = [offset]
         self._open_inactive = []
         fsync_dir(self.directory)
-        self.log_end_offset = self.recovery_point = offset
+        self.log_end_offset = self.recovery_point = self._log_start_offset = offset
         if self._high_watermark is not None:
             self._high_watermark = offset
         self.leader_epochs.clear()
@@ -972,11 +1065,17 @@ class Log:
 
     # -- retention ---------------------------------------------------------------------------
     def delete_expired_segments(self, now_ms: int) -> int:
-        """Apply retention.ms (on each segment's largest timestamp) then retention.bytes,
-        oldest segment first, stopping at the first segment to keep; return how many segments
-        were deleted. A non-empty active segment that qualifies is rolled first, then deleted."""
+        """Delete the segments wholly below the log start offset (moved by DeleteRecords), then,
+        when cleanup.policy includes delete, apply retention.ms (on each segment's largest
+        timestamp) then retention.bytes, oldest segment first, stopping at the first segment to
+        keep (Kafka's deleteOldSegments); return how many segments were deleted. A non-empty
+        active segment that qualifies is rolled first, then deleted."""
         self._check_open()
         deleted = 0
+        if len(self._bases) > 1 and self._bases[1] <= self._log_start_offset:
+            deleted += self.delete_segments_before(self._log_start_offset, now_ms)
+        if not self.config.delete:
+            return deleted
         if self.config.retention_ms >= 0:
             deleted += self._delete_old_segments(
                 lambda segment: self._time_expired(segment, now_ms), now_ms, "retention.ms"
@@ -1016,6 +1115,7 @@ class Log:
             del self._segments[0]
             del self._bases[0]
             deleted += 1
+        self._front_removed()
         self._start_moved()
         return deleted
 
@@ -1071,6 +1171,7 @@ class Log:
             self._delete_segment(segment, now_ms, reason=reason)
         del self._segments[: len(deletable)]
         del self._bases[: len(deletable)]
+        self._front_removed()
         self._start_moved()
         return len(deletable)
 
@@ -1091,6 +1192,39 @@ class Log:
             segment.delete_files()
         else:
             self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+
+    # -- compaction --------------------------------------------------------------------------
+    def replace_segments(
+        self, old: list[LogSegment], truncations: int, now_ms: int
+    ) -> LogSegment | None:
+        """Swap in the cleaned segment whose ``.cleaned`` files the cleaner wrote at
+        ``old[0].base_offset`` for ``old``, a run of inactive segments of this log, as they were
+        when this log had seen ``truncations`` truncations (storage/swap.py's protocol: commit,
+        the old segments renamed to .deleted and removed after file.delete.delay.ms, install).
+        Returns the new segment, or None when ``old`` is no longer such a run (a truncation,
+        retention or another swap came first): nothing changed then and the caller discards
+        its cleaned files. OSError after the commit point means the log dir is failing; the
+        next start completes the swap."""
+        self._check_open()
+        first = next((i for i, s in enumerate(self._segments) if s is old[0]), None)
+        if (
+            first is None
+            or truncations != self.truncations
+            or first + len(old) >= len(self._segments)
+            or any(a is not b for a, b in zip(self._segments[first : first + len(old)], old))
+        ):
+            return None
+        base = old[0].base_offset
+        swap.commit(self.directory, base, [s.base_offset for s in old])
+        for segment in old:
+            self._delete_segment(segment, now_ms, reason="replaced by its cleaned segment")
+        killpoints.reached("replaced-deleted")
+        swap.install(self.directory, base)
+        segment = self._new_segment(base, create=False)
+        segment.load_max_timestamp_from_index()
+        self._segments[first : first + len(old)] = [segment]
+        self._bases[first : first + len(old)] = [base]
+        return segment
 
     def deleted_files_due(self, now_ms: int) -> bool:
         """Whether a .deleted segment's file.delete.delay.ms has passed (memory only)."""

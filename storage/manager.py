@@ -2,9 +2,13 @@
 
 Start-up (``startup``): per log dir, remove ``*-delete`` directories left by an interrupted topic
 deletion, read the recovery-point checkpoint (unreadable -> recover every log in that dir from
-offset 0), note the clean-shutdown marker, open each ``<topic>-<partition>`` directory as a Log
+offset 0) and the log-start-offset checkpoint (unreadable -> every log starts at its first
+segment), note the clean-shutdown marker, open each ``<topic>-<partition>`` directory as a Log
 (recovering it unless the marker was present), then remove the marker so a crash from now on
 forces recovery.
+
+Log start offsets moved by DeleteRecords are checkpointed (``checkpoint_log_start_offsets``) by
+the caller before it answers, so they survive a kill -9; also periodically and at shutdown.
 
 Periodic work (:class:`Maintenance`: retention, flush.ms, removal of ``.deleted`` files) is
 defined here and scheduled by the caller, which owns threads and locking: ``due(task, now)``
@@ -22,12 +26,14 @@ from __future__ import annotations
 import enum
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 
 import structlog
 
 from storage import checkpoint
+from storage.cleaner import CleanerManager
 from storage.durable import fsync_dir
 from storage.config import LogConfig
 from storage.errors import LogNotFoundError
@@ -70,6 +76,12 @@ class LogManager:
         self.offline_dirs: dict[str, str] = {}
         self._offline: dict[tuple[str, int], str] = {}
         self._unlisted: set[str] = set()  # offline since start-up: what they hold is unknown
+        # Serialises log-start-offset checkpoint writes (request handlers' worker threads and
+        # the periodic task): each rewrites one file through the same temporary name.
+        self._start_checkpoint_lock = threading.Lock()
+        # The log cleaner's bookkeeping (storage/cleaner.py); the broker runs the cleaning.
+        self.cleaning = CleanerManager()
+        self._cleaner_checkpoint_lock = threading.Lock()
 
     # -- start-up ----------------------------------------------------------------------------
     def startup(self) -> None:
@@ -98,6 +110,28 @@ class LogManager:
                 error=str(exc),
             )
             recovery_points, clean = {}, False
+        try:
+            start_offsets = checkpoint.read_checkpoint(checkpoint.log_start_offset_path(log_dir))
+        except checkpoint.CheckpointError as exc:
+            logger.warning(
+                "log start offset checkpoint unreadable; every log in the dir starts at its "
+                "first segment",
+                log_dir=log_dir,
+                error=str(exc),
+                action="records deleted with DeleteRecords inside a first segment are readable "
+                "again until retention removes them; delete them again if that matters",
+            )
+            start_offsets = {}
+        try:
+            clean_offsets = checkpoint.read_checkpoint(checkpoint.cleaner_checkpoint_path(log_dir))
+        except checkpoint.CheckpointError as exc:
+            logger.warning(
+                "cleaner offset checkpoint unreadable; compacted logs are cleaned again from "
+                "their start",
+                log_dir=log_dir,
+                error=str(exc),
+            )
+            clean_offsets = {}
         loaded = 0
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
@@ -126,7 +160,10 @@ class LogManager:
                 self._config_for_topic(parsed[0]),
                 clock=self._clock,
                 recovery_point=recovery_points.get(parsed, 0),
+                log_start_offset=start_offsets.get(parsed, 0),
                 needs_recovery=not clean,
+                first_dirty_offset=clean_offsets.get(parsed),
+                on_first_dirty_lowered=self._cleaner_checkpointer(log_dir),
             )
             self._dir_of[parsed] = log_dir
             loaded += 1
@@ -170,6 +207,7 @@ class LogManager:
         self.offline_dirs[log_dir] = repr(exc)
         keys = [key for key, d in list(self._dir_of.items()) if d == log_dir]
         for key in keys:
+            self.cleaning.abort_and_wait(key)
             self._logs.pop(key).abandon()
             del self._dir_of[key]
             self._offline[key] = log_dir
@@ -217,7 +255,11 @@ class LogManager:
         log_dir = min(online, key=lambda d: counts[d])
         path = os.path.join(log_dir, partition_dir_name(topic, partition))
         log = Log(
-            path, config or self._config_for_topic(topic), clock=self._clock, needs_recovery=False
+            path,
+            config or self._config_for_topic(topic),
+            clock=self._clock,
+            needs_recovery=False,
+            on_first_dirty_lowered=self._cleaner_checkpointer(log_dir),
         )
         fsync_dir(log_dir)
         self._logs[key] = log
@@ -249,6 +291,7 @@ class LogManager:
         if not keys:
             raise LogNotFoundError(f"topic {topic!r} has no log in {self.log_dirs}")
         for key in keys:
+            self.cleaning.abort_and_wait(key)  # no cleaning writes into the doomed directory
             log = self._logs.pop(key)
             log_dir = self._dir_of.pop(key)
             log.close()
@@ -256,18 +299,25 @@ class LogManager:
             os.rename(log.directory, doomed)
             fsync_dir(log_dir)
             shutil.rmtree(doomed)
+            if log.first_dirty_offset is not None:
+                self.checkpoint_cleaner(log_dir)  # a new topic of this name starts dirty
             logger.info("deleted log", topic=topic, partition=key[1], log_dir=log_dir)
+            if log.log_start_offset > log.first_segment_base:
+                # else a topic created again under this name would start there after a crash
+                self.checkpoint_log_start_offsets(log_dir)
         return len(keys)
 
     # -- periodic work -----------------------------------------------------------------------
     def due(self, task: Maintenance, now_ms: int) -> list[tuple[tuple[str, int], Log]]:
         """((topic, partition), log) of every log that has ``task`` work at ``now_ms``. Flush
-        and file removal are judged from memory; retention is run on every log (its check may
-        stat a segment without message timestamps). Safe to call while other threads append:
+        and file removal are judged from memory; retention is run on every log not being
+        cleaned (its check may stat a segment without message timestamps). Safe to call while other threads append:
         ``run`` checks again."""
         logs = list(self._logs.items())
         if task is Maintenance.RETENTION:
-            return logs
+            # A log being cleaned waits (Kafka runs a compacted log's retention in its cleaner
+            # thread): deleting the segments a cleaning is about to swap would waste it.
+            return [(key, log) for key, log in logs if not self.cleaning.in_progress(key)]
         if task is Maintenance.FLUSH:
             return [(key, log) for key, log in logs if log.flush_due(now_ms)]
         return [(key, log) for key, log in logs if log.deleted_files_due(now_ms)]
@@ -295,6 +345,39 @@ class LogManager:
             }
             checkpoint.write_checkpoint(checkpoint.recovery_point_path(log_dir), points)
 
+    def checkpoint_log_start_offsets(self, log_dir: str | None = None) -> None:
+        """Write the log-start-offset-checkpoint of ``log_dir`` (default: every online one)
+        atomically: the logs whose start offset is past their first segment's base, as Kafka
+        writes it. Safe to call from several threads."""
+        dirs = [log_dir] if log_dir is not None else self.log_dirs
+        with self._start_checkpoint_lock:
+            for d in dirs:
+                if d in self.offline_dirs:
+                    continue
+                offsets = {
+                    key: log.log_start_offset
+                    for key, log in list(self._logs.items())
+                    if self._dir_of.get(key) == d and log.log_start_offset > log.first_segment_base
+                }
+                path = checkpoint.log_start_offset_path(d)
+                if offsets or os.path.exists(path):  # no file until DeleteRecords needs one
+                    checkpoint.write_checkpoint(path, offsets)
+
+    def _cleaner_checkpointer(self, log_dir: str) -> Callable[[], None]:
+        return lambda: self.checkpoint_cleaner(log_dir)
+
+    def checkpoint_cleaner(self, log_dir: str) -> None:
+        """Write ``log_dir``'s cleaner-offset-checkpoint (Kafka's format): the first dirty offset
+        of every log there that the cleaner has seen. Called after each cleaning and when a
+        truncation lowers one; serialised, as several threads may call it."""
+        with self._cleaner_checkpoint_lock:
+            offsets = {
+                key: log.first_dirty_offset
+                for key, log in list(self._logs.items())
+                if self._dir_of.get(key) == log_dir and log.first_dirty_offset is not None
+            }
+            checkpoint.write_checkpoint(checkpoint.cleaner_checkpoint_path(log_dir), offsets)
+
     def shutdown(self) -> list[str]:
         """Flush and close every log, write the checkpoints, then the clean-shutdown markers.
 
@@ -319,6 +402,7 @@ class LogManager:
                 )
         try:
             self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
         except OSError as exc:
             complete = False
             logger.warning(

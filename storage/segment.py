@@ -22,7 +22,7 @@ from protocol import recordbatch as rb
 from protocol.errors import CorruptRecordError
 from protocol.records import Codec, LOG_OVERHEAD, ShallowEntry, check_entry, iter_deep, iter_shallow
 from storage.durable import fsync_file
-from storage.config import INT_MAX, LogConfig
+from storage.config import INT_MAX, LONG_MAX, LogConfig
 from storage.errors import CorruptIndexError, is_disk_failure
 from storage.index import OffsetIndex, TimeIndex
 from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_path
@@ -388,16 +388,28 @@ class LogSegment:
             )
         self.bytes_since_last_index_entry += len(buffer)
 
+    def _load_rolling_based_timestamp(self) -> None:
+        if self.rolling_based_timestamp is None and self.size:
+            first = next(iter_shallow(self._view()), None)
+            self.rolling_based_timestamp = first.timestamp if first is not None else -1
+
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
         """KIP-33 roll clock: the incoming set's max timestamp minus the first set's, or wall
         time since creation when the first set had no timestamp. Using the incoming timestamp,
         not now, avoids KAFKA-4099 (rolling on every append of old data)."""
-        if self.rolling_based_timestamp is None and self.size:
-            first = next(iter_shallow(self._view()), None)
-            self.rolling_based_timestamp = first.timestamp if first is not None else -1
+        self._load_rolling_based_timestamp()
         if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
             return message_timestamp - self.rolling_based_timestamp
         return now_ms - self.created_ms
+
+    def first_batch_timestamp(self) -> int:
+        """The first entry's timestamp (read from the file once), LONG_MAX when the segment is
+        empty or has no timestamps: the clock of max.compaction.lag.ms (Kafka's
+        LogSegment.getFirstBatchTimestamp)."""
+        self._load_rolling_based_timestamp()
+        if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
+            return self.rolling_based_timestamp
+        return LONG_MAX
 
     # -- reading -----------------------------------------------------------------------------
     def _find_entry(self, offset: int) -> tuple[ShallowEntry | None, int]:
@@ -473,20 +485,25 @@ class LogSegment:
             return 0
         return end - position
 
-    def find_offset_by_timestamp(self, timestamp: int) -> TimestampOffset | None:
-        """The first message (deep inside compressed wrappers and record batches) with
-        timestamp >= ``timestamp``, starting from the time index entry just below it."""
+    def find_offset_by_timestamp(
+        self, timestamp: int, min_offset: int = 0
+    ) -> TimestampOffset | None:
+        """The first message (deep inside compressed wrappers and record batches) at or after
+        ``min_offset`` with timestamp >= ``timestamp``, starting from the time index entry just
+        below it."""
         _, index_offset = self.time_index.lookup_before(timestamp)
-        _, position = self.offset_index.lookup(index_offset)
+        _, position = self.offset_index.lookup(max(index_offset, min_offset))
         view = self._view()
         for entry in iter_shallow(view, position):
             if entry.timestamp < timestamp:
                 continue  # a wrapper or batch carries its largest inner timestamp
             if entry.codec == Codec.NONE and entry.magic < rb.MAGIC:
-                return TimestampOffset(entry.timestamp, entry.offset)
+                if entry.offset >= min_offset:
+                    return TimestampOffset(entry.timestamp, entry.offset)
+                continue
             wrapper = memoryview(view)[entry.position : entry.next_position]
             for message in iter_deep(wrapper):
-                if message.timestamp >= timestamp:
+                if message.timestamp >= timestamp and message.offset >= min_offset:
                     return TimestampOffset(message.timestamp, message.offset)
         return None
 

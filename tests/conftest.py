@@ -70,6 +70,8 @@ class BrokerProcess:
         props = {
             "listeners": f"PLAINTEXT://{self.host}:{self.port or 0}",
             "log.dirs": ",".join(self.log_dirs),
+            # As Kafka's own development config: groups form at once (default 3 s).
+            "group.initial.rebalance.delay.ms": "0",
             **self.overrides,
         }
         cmd = [sys.executable, "-m", "broker", "serve"]
@@ -157,6 +159,14 @@ class BrokerProcess:
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_output().splitlines()[-lines:])
 
+    def metrics_url(self) -> str:
+        """The Prometheus endpoint's address (``metrics.listener``, port 0 allowed), from the
+        latest start's "metrics listening" log line; the web console is served beside it."""
+        for line in self.log_output(since_start=True).splitlines():
+            if '"metrics listening"' in line:
+                return json.loads(line)["url"]
+        raise AssertionError(f"no 'metrics listening' line in the broker's log:\n{self.log_tail()}")
+
 
 class ExternalBroker:
     """The broker named by CHRONOLOG_BOOTSTRAP; process control skips the test."""
@@ -181,6 +191,21 @@ def broker(tmp_path_factory):
     if bootstrap:
         yield ExternalBroker(bootstrap)
         return
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker"))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def broker_with_defaults(tmp_path_factory):
+    """A broker of this module's own, every property at its default and its log dir on this
+    machine, for tests that check default config sources or read the log dir; skips the test
+    when CHRONOLOG_BOOTSTRAP is set (the compose broker runs with config/server.properties)."""
+    if os.environ.get("CHRONOLOG_BOOTSTRAP"):
+        pytest.skip("needs a broker with default configs (CHRONOLOG_BOOTSTRAP is set)")
     proc = BrokerProcess(tmp_path_factory.mktemp("broker"))
     proc.start()
     try:

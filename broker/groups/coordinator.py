@@ -1,31 +1,37 @@
 """The group coordinator as the broker runs it: the pure :class:`GroupMachine` driven by trio
-timers, plus committed offsets kept in the internal ``__consumer_offsets`` topic.
+timers, with committed offsets and group metadata kept in the internal ``__consumer_offsets``
+topic.
 
 Resources and errors:
 - At start-up the topic ``__consumer_offsets`` (1 partition, compacted-style: no time or size
   retention) is created through the broker context if missing (clients cannot create it, nor
   Metadata auto-create it), its configs repaired if something left it with retention, and it
-  is replayed into memory.
+  is replayed into memory: committed offsets, and every group's last group-metadata record
+  (generation, protocol, leader, members and their assignments), so a Stable group comes back
+  Stable and its static members rejoin without a rebalance.
 - Every access to its Log holds the partition's lock and runs in a worker thread (the broker's
-  rule). A commit is fsynced before it is acknowledged.
-- One background task runs in the broker's nursery: the timer (session and rebalance timeouts;
-  every offsets.retention.check.interval.ms, offsets.retention.minutes expiry and the
-  compaction check). The broker calls :meth:`GroupCoordinator.shutdown` when it begins
-  shutting down: every parked JoinGroup/SyncGroup gets NOT_COORDINATOR_FOR_GROUP, so no request
-  holds shutdown up.
+  rule). A commit is fsynced before it is acknowledged; so is a generation's group record
+  before its members get their assignments (Kafka's storeGroup).
+- Group records are written by whichever task holds the writer lock, in the order the state
+  machine queued them (:meth:`GroupCoordinator._flush_writes`, shielded from cancellation so
+  a parked SyncGroup is always answered).
+- One background task runs in the broker's nursery: the timer (session, rebalance and sync
+  timeouts; every offsets.retention.check.interval.ms, offset expiry). The broker calls :meth:`GroupCoordinator.shutdown` when it begins shutting down:
+  every parked JoinGroup/SyncGroup gets NOT_COORDINATOR_FOR_GROUP, so no request holds shutdown
+  up.
 - Until :func:`setup` returns, the broker has no coordinator and the handlers answer
   GROUP_COORDINATOR_NOT_AVAILABLE (clients retry).
 
-Tombstones mark expired offsets; the live set is what replay leaves. When the log holds more
-than COMPACT_MIN_BYTES and COMPACT_RATIO records per live offset (checked at start-up and on the
-timer), it is compacted: the live offsets are written again as a snapshot and the segments
-before it deleted (store.compact; crash-safe at every step).
+Tombstones mark expired or deleted offsets and deleted groups; the live set is what replay
+leaves. The topic is compacted (cleanup.policy=compact) by the broker's log cleaner like any
+other (broker/cleaner.py, storage/cleaner.py): it keeps the last record of every key, so replay
+gives the same offsets and groups, and removes tombstones after delete.retention.ms.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -34,20 +40,28 @@ import trio
 from broker.context import BrokerContext, TopicExistsError
 from broker.errors import STORAGE_FAILURES
 from broker.groups.offsets import (
+    NO_LEADER_EPOCH,
     CommittedOffset,
+    GroupRecord,
     OffsetCache,
+    encode_group_key,
+    encode_group_value,
     encode_offset_key,
     encode_offset_value,
     expire_timestamp,
 )
-from broker.groups.state import Delivery, GroupMachine, GroupSummary, JoinResult, SyncResult
-from broker.groups.store import (
-    OffsetStoreError,
-    append_records,
-    compact,
-    load_offsets,
-    needs_compaction,
+from broker.groups.state import (
+    Delivery,
+    GroupMachine,
+    GroupOverview,
+    GroupSummary,
+    GroupWrite,
+    JoinResult,
+    LeaveMember,
+    SyncResult,
+    WriteKind,
 )
+from broker.groups.store import OffsetStoreError, append_records, load_offsets
 from protocol.errors import ErrorCode
 from storage.errors import LogNotFoundError
 
@@ -55,19 +69,15 @@ logger = structlog.get_logger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITION = 0
-# Kafka's offsets topic settings (GroupCoordinator.offsetsTopicConfigs): compacted, 100 MiB
-# segments. Retention is switched off explicitly: it deletes segments by age or size, which
-# would drop live offsets; the coordinator's own compaction bounds the log instead.
+# Kafka's offsets topic settings (GroupCoordinator.offsetsTopicConfigs): compacted by the log
+# cleaner, 100 MiB segments. Retention is also switched off explicitly (a compact-only log gets
+# none anyway): deleting segments by age or size would drop live offsets.
 OFFSETS_TOPIC_CONFIGS = {
     "cleanup.policy": "compact",
     "segment.bytes": "104857600",
     "retention.ms": "-1",
     "retention.bytes": "-1",
 }
-# Compact when the log exceeds this size and holds more than COMPACT_RATIO records per live
-# offset: replay at start-up then stays within a few times the live set.
-COMPACT_MIN_BYTES = 16 * 1024 * 1024
-COMPACT_RATIO = 4
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,19 @@ class PartitionOffset:
     offset: int
     metadata: str
     error: ErrorCode
+    leader_epoch: int = NO_LEADER_EPOCH
+
+
+@dataclass(frozen=True)
+class CommitEntry:
+    """One partition of an OffsetCommit: ``timestamp`` -1 means now (only v1 sends others)."""
+
+    topic: str
+    partition: int
+    offset: int
+    metadata: str | None = ""
+    timestamp: int = -1
+    leader_epoch: int = NO_LEADER_EPOCH
 
 
 class _Waiter:
@@ -94,8 +117,17 @@ class _Waiter:
         return self.result
 
 
+class _AppendFailedError(Exception):
+    """Raised by GroupCoordinator._append when records could not be written; ``error`` is the
+    code for the client (the failure is already logged)."""
+
+    def __init__(self, error: ErrorCode) -> None:
+        super().__init__(error.name)
+        self.error = error
+
+
 class GroupCoordinator:
-    """Membership and offsets for every group (this broker coordinates them all).
+    """Membership, offsets and group records for every group (this broker coordinates them all).
 
     Build with :func:`setup`. ``ctx`` is the broker's BrokerContext (config, clock, topics,
     per-partition locks, ``create_topic``/``get_log``).
@@ -108,20 +140,29 @@ class GroupCoordinator:
         self.machine = GroupMachine(
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,
             max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+            max_size=cfg.group_max_size,
         )
         self.offsets = OffsetCache()
+        # The last group record stored for each group (what replay gives back).
+        self.group_records: dict[str, GroupRecord] = {}
         self.retention_ms = cfg.offsets_retention_minutes * 60_000
         self.retention_check_interval_ms = cfg.offsets_retention_check_interval_ms
         self.metadata_max_bytes = cfg.offset_metadata_max_bytes
-        self.compact_min_bytes = COMPACT_MIN_BYTES
-        self.compact_ratio = COMPACT_RATIO
         self.active = False
         self._changed = trio.Event()
+        self._write_lock = trio.Lock()
+        # (group, topic, partition) of commits being written: OffsetFetch with require_stable
+        # answers UNSTABLE_OFFSET_COMMIT for them rather than the offset they replace.
+        self._committing: dict[tuple[str, str, int], int] = {}
+        # Groups whose tombstone could not be written: retried at each expiry check, so a
+        # deleted group does not come back at the next start.
+        self._tombstones_due: set[str] = set()
 
     # ---- life cycle ----------------------------------------------------------------------
 
     async def start(self, nursery: trio.Nursery) -> None:
-        """Create/replay (and compact if due) the offsets topic, then run the timer in
+        """Create and replay the offsets topic, then run the timer in
         ``nursery``. If the broker began stopping meanwhile, stay inactive."""
         ctx = self._ctx
         if ctx.topics.get(OFFSETS_TOPIC) is None:
@@ -137,20 +178,23 @@ class GroupCoordinator:
                 lambda: load_offsets(
                     log,
                     self.offsets,
-                    default_retention_ms=self.retention_ms,
+                    groups=self.group_records,
                     topic=OFFSETS_TOPIC,
                     partition=OFFSETS_PARTITION,
                 )
             )
-        for group in self.offsets.groups():
-            self.machine.ensure_group(group)
+        now = ctx.clock()
+        for group_id, record in self.group_records.items():
+            self.machine.load_group(group_id, record, now)
+        for group_id in self.offsets.groups():
+            self.machine.ensure_group(group_id)
         logger.info(
-            "group coordinator loaded offsets",
+            "group coordinator loaded offsets and groups",
             records_replayed=count,
-            groups=len(self.offsets.groups()),
+            groups=len(self.machine.groups),
+            groups_with_members=sum(1 for r in self.group_records.values() if r.members),
             offsets=len(self.offsets),
         )
-        await self.compact_offsets(ctx.clock())
         if ctx.stopping:  # shutdown began during start-up: Server.begin_shutdown saw no coordinator
             return
         self.active = True
@@ -192,36 +236,150 @@ class GroupCoordinator:
 
     def shutdown(self) -> None:
         """Stop serving: parked requests get NOT_COORDINATOR_FOR_GROUP, new ones
-        GROUP_COORDINATOR_NOT_AVAILABLE. Committed offsets are already durable."""
+        GROUP_COORDINATOR_NOT_AVAILABLE. Committed offsets and stored group records are
+        already durable."""
         if not self.active:
             return
         self.active = False
-        self._deliver(self.machine.abandon_all(ErrorCode.NOT_COORDINATOR_FOR_GROUP))
+        self._answer(self.machine.abandon_all(ErrorCode.NOT_COORDINATOR_FOR_GROUP))
+        self._changed.set()
         logger.info("group coordinator stopped")
 
     async def _run_timers(self) -> None:
         next_check = self._ctx.clock() + self.retention_check_interval_ms
         while True:
-            self._changed = trio.Event()
             now = self._ctx.clock()
             if self.active:
-                self._answer(self.machine.expire(now))
+                await self._settle(self.machine.expire(now))
             if now >= next_check:
                 next_check = now + self.retention_check_interval_ms
                 if self.active:
                     await self.expire_offsets(now)
-                    await self.compact_offsets(now)
                 continue
+            # Reset before reading the deadlines: a change after this wakes the wait below.
+            self._changed = trio.Event()
             deadline = min(self.machine.next_deadline() or math.inf, next_check)
             with trio.move_on_after(max(0.0, (deadline - now) / 1000)):
                 await self._changed.wait()
 
+    # ---- writing ---------------------------------------------------------------------------
+
+    async def _append(self, records: list[tuple[bytes, bytes | None]], what: str, **log) -> None:
+        """Append and fsync ``records`` to the offsets log. Raises _AppendFailedError with
+        Kafka's code for the client (GroupMetadataManager's mapping) after logging why."""
+        ctx = self._ctx
+        disk_error: OSError | None = None
+        error: ErrorCode | None = None
+        appended_to = -1
+        async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as offsets_log:
+            try:
+                if offsets_log is None:  # clients cannot delete it; a broker bug if it is gone
+                    raise LogNotFoundError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log")
+                await trio.to_thread.run_sync(
+                    append_records, offsets_log, self._settings(), records, ctx.clock()
+                )
+                appended_to = offsets_log.log_end_offset
+            except OffsetStoreError as exc:
+                too_large = exc.error in (
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    ErrorCode.RECORD_LIST_TOO_LARGE,
+                )
+                error = (
+                    ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+                    if too_large and what == "offset commit"
+                    else ErrorCode.UNKNOWN_SERVER_ERROR
+                )
+                logger.error(
+                    f"{what} refused by the offsets log",
+                    topic=OFFSETS_TOPIC,
+                    partition=OFFSETS_PARTITION,
+                    error=exc.error.name,
+                    reason=str(exc),
+                    action="commit fewer partitions or shorter metadata per request"
+                    if what == "offset commit"
+                    else "raise the offsets topic's max.message.bytes or make the group smaller",
+                    **log,
+                )
+            except STORAGE_FAILURES as exc:
+                # A log that cannot be written sends the client to find its coordinator again.
+                if isinstance(exc, OSError):
+                    error, disk_error = ErrorCode.NOT_COORDINATOR_FOR_GROUP, exc
+                else:
+                    error = ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
+                logger.error(
+                    f"{what} could not be written",
+                    topic=OFFSETS_TOPIC,
+                    partition=OFFSETS_PARTITION,
+                    error=repr(exc),
+                    action="check the log directory's disk; the client will retry",
+                    **log,
+                )
+        if error is None and ctx.cluster is not None:
+            # In a cluster a write counts once the ISR has it (broker/cluster/groups.py).
+            error = await ctx.cluster.groups.committed(appended_to - 1)
+        if disk_error is not None:
+            await ctx.storage_failed(OFFSETS_TOPIC, OFFSETS_PARTITION, disk_error)
+        if error is not None:
+            raise _AppendFailedError(error)
+
+    async def _flush_writes(self) -> None:
+        """Store every group record the machine queued, in order, and report each back to it
+        (which answers parked SyncGroups). Shielded: the answers must not be lost to a
+        cancelled caller."""
+        with trio.CancelScope(shield=True):
+            async with self._write_lock:
+                while writes := self.machine.take_writes():
+                    await self._store_group_writes(writes)
+
+    async def _store_group_writes(self, writes: list[GroupWrite]) -> None:
+        records: list[tuple[bytes, bytes | None]] = [
+            (
+                encode_group_key(w.group_id),
+                None if w.record is None else encode_group_value(w.record),
+            )
+            for w in writes
+        ]
+        error = ErrorCode.NONE
+        try:
+            await self._append(records, "group metadata", groups=[w.group_id for w in writes])
+        except _AppendFailedError as exc:
+            error = exc.error
+        now = self._ctx.clock()
+        for w in writes:
+            if error is ErrorCode.NONE:
+                if w.record is None:
+                    self.group_records.pop(w.group_id, None)
+                else:
+                    self.group_records[w.group_id] = w.record
+            elif w.kind is WriteKind.TOMBSTONE:
+                self._tombstones_due.add(w.group_id)
+            elif w.kind is WriteKind.EMPTY:
+                # As Kafka: the previous generation stays in the log and will time out.
+                logger.warning(
+                    "could not store an emptied group's metadata",
+                    group=w.group_id,
+                    generation=w.generation_id,
+                    error=error.name,
+                )
+            self._answer(self.machine.store_completed(w.seq, error, now))
+            if error is ErrorCode.NONE:
+                logger.info(
+                    "stored group metadata",
+                    group=w.group_id,
+                    generation=w.generation_id,
+                    reason=w.kind.value,
+                    members=0 if w.record is None else len(w.record.members),
+                )
+        self._changed.set()
+
     # ---- membership ------------------------------------------------------------------------
 
-    def _deliver(self, out: list[Delivery]) -> None:
-        """Answer parked requests, and wake the timer: deadlines may have moved."""
+    async def _settle(self, out: list[Delivery]) -> None:
+        """Answer parked requests, wake the timer (deadlines may have moved), and store the
+        group records the machine queued."""
         self._answer(out)
         self._changed.set()
+        await self._flush_writes()
 
     @staticmethod
     def _answer(out: list[Delivery]) -> None:
@@ -235,6 +393,9 @@ class GroupCoordinator:
         group_id: str,
         member_id: str,
         *,
+        group_instance_id: str | None = None,
+        require_known_member_id: bool = False,
+        support_skipping_assignment: bool = False,
         client_id: str,
         client_host: str,
         session_timeout_ms: int,
@@ -245,10 +406,13 @@ class GroupCoordinator:
         if not self.active:
             return JoinResult(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, member_id)
         waiter = _Waiter()
-        self._deliver(
+        await self._settle(
             self.machine.join(
                 group_id,
                 member_id,
+                group_instance_id=group_instance_id,
+                require_known_member_id=require_known_member_id,
+                support_skipping_assignment=support_skipping_assignment,
                 client_id=client_id,
                 client_host=client_host,
                 session_timeout_ms=session_timeout_ms,
@@ -264,17 +428,28 @@ class GroupCoordinator:
         return result
 
     async def sync(
-        self, group_id: str, generation_id: int, member_id: str, assignments: dict[str, bytes]
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        assignments: dict[str, bytes],
+        *,
+        group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol: str | None = None,
     ) -> SyncResult:
         if not self.active:
             return SyncResult(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE)
         waiter = _Waiter()
-        self._deliver(
+        await self._settle(
             self.machine.sync(
                 group_id,
                 generation_id,
                 member_id,
                 assignments,
+                group_instance_id=group_instance_id,
+                protocol_type=protocol_type,
+                protocol=protocol,
                 now_ms=self._ctx.clock(),
                 waiter=waiter,
             )
@@ -283,21 +458,42 @@ class GroupCoordinator:
         assert isinstance(result, SyncResult)
         return result
 
-    def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None = None,
+    ) -> ErrorCode:
         if not self.active:
             return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
-        error = self.machine.heartbeat(group_id, member_id, generation_id, now_ms=self._ctx.clock())
+        error = self.machine.heartbeat(
+            group_id,
+            member_id,
+            generation_id,
+            group_instance_id=group_instance_id,
+            now_ms=self._ctx.clock(),
+        )
         self._changed.set()
         return error
 
-    def leave(self, group_id: str, member_id: str) -> ErrorCode:
+    async def leave(
+        self, group_id: str, members: Sequence[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[LeaveMember]]:
+        """LeaveGroup for (member id, group instance id) entries."""
         if not self.active:
-            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
-        error, out = self.machine.leave(group_id, member_id, now_ms=self._ctx.clock())
-        self._deliver(out)
-        if error is ErrorCode.NONE:
-            logger.info("member left group", group=group_id, member=member_id)
-        return error
+            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, []
+        error, answers, out = self.machine.leave(group_id, members, now_ms=self._ctx.clock())
+        await self._settle(out)
+        for a in answers:
+            if a.error is ErrorCode.NONE:
+                logger.info(
+                    "member left group",
+                    group=group_id,
+                    member=a.member_id,
+                    group_instance_id=a.group_instance_id,
+                )
+        return error, answers
 
     def describe(self, group_id: str) -> tuple[ErrorCode, GroupSummary | None]:
         if not self.active:
@@ -305,9 +501,17 @@ class GroupCoordinator:
         return ErrorCode.NONE, self.machine.describe(group_id)
 
     def list_groups(self) -> tuple[ErrorCode, list[tuple[str, str]]]:
+        """(group id, protocol type) of every group."""
+        error, overview = self.overview()
+        return error, [(g.group_id, g.protocol_type) for g in overview]
+
+    def overview(
+        self, states: Iterable[str] = (), types: Iterable[str] = ()
+    ) -> tuple[ErrorCode, list[GroupOverview]]:
+        """ListGroups: every group, filtered by states and types (see GroupMachine.overview)."""
         if not self.active:
             return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, []
-        return ErrorCode.NONE, self.machine.overview()
+        return ErrorCode.NONE, self.machine.overview(states, types)
 
     # ---- offsets ---------------------------------------------------------------------------
 
@@ -317,204 +521,225 @@ class GroupCoordinator:
         member_id: str,
         generation_id: int,
         retention_ms: int | None,
-        entries: Sequence[tuple[str, int, int, str | None, int]],
+        entries: Sequence[CommitEntry | tuple],
+        *,
+        group_instance_id: str | None = None,
     ) -> list[ErrorCode]:
-        """Commit (topic, partition, offset, metadata, timestamp) entries; one error code per
-        entry, in order. ``retention_ms`` None = offsets.retention.minutes; ``timestamp`` -1
-        = now (only v1 sends others). Durable (fsynced) before this returns NONE."""
+        """Commit entries (CommitEntry, or tuples of its fields); one error code per entry,
+        in order. ``retention_ms`` None = the group's state decides expiry (Kafka 3.9); a value
+        gives these offsets their own expire timestamp (v2-v4). Durable (fsynced) before this
+        returns NONE."""
+        commits = [e if isinstance(e, CommitEntry) else CommitEntry(*e) for e in entries]
         if not self.active:
-            return [ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE] * len(entries)
+            return [ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE] * len(commits)
         ctx = self._ctx
         now = ctx.clock()
-        group_error = self.machine.check_commit(group_id, member_id, generation_id, now_ms=now)
+        group_error = self.machine.check_commit(
+            group_id, member_id, generation_id, group_instance_id=group_instance_id, now_ms=now
+        )
         self._changed.set()
         errors: list[ErrorCode] = []
-        to_store: list[tuple[int, str, int, CommittedOffset]] = []
-        retention = self.retention_ms if retention_ms is None else retention_ms
-        for i, (topic, partition, offset, metadata, timestamp) in enumerate(entries):
-            t = ctx.topics.get(topic)
-            if t is None or not 0 <= partition < t.partitions:
+        to_store: list[tuple[int, CommitEntry, CommittedOffset]] = []
+        for i, e in enumerate(commits):
+            t = ctx.topics.get(e.topic)
+            if t is None or not 0 <= e.partition < t.partitions:
                 errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             elif group_error is not ErrorCode.NONE:
                 errors.append(group_error)
-            elif metadata is not None and len(metadata.encode()) > self.metadata_max_bytes:
+            elif e.metadata is not None and len(e.metadata.encode()) > self.metadata_max_bytes:
                 errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
             else:
                 errors.append(ErrorCode.NONE)
-                to_store.append(
-                    (
-                        i,
-                        topic,
-                        partition,
-                        CommittedOffset(
-                            offset,
-                            metadata or "",
-                            now,
-                            expire_timestamp(
-                                now_ms=now, retention_ms=retention, commit_timestamp=timestamp
-                            ),
-                        ),
-                    )
+                value = CommittedOffset(
+                    e.offset,
+                    e.metadata or "",
+                    now if e.timestamp == -1 else e.timestamp,
+                    expire_timestamp(now_ms=now, retention_ms=retention_ms),
+                    e.leader_epoch,
                 )
+                to_store.append((i, e, value))
         if not to_store:
             return errors
-        records = [
-            (encode_offset_key(group_id, topic, partition), encode_offset_value(value))
-            for _, topic, partition, value in to_store
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_offset_key(group_id, e.topic, e.partition), encode_offset_value(value))
+            for _, e, value in to_store
         ]
-        failure: ErrorCode | None = None
-        disk_error: OSError | None = None
-        async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as log:
-            try:
-                if log is None:  # clients cannot delete it; a broker bug if it is gone
-                    raise LogNotFoundError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log")
-                await trio.to_thread.run_sync(append_records, log, self._settings(), records, now)
-            except OffsetStoreError as exc:
-                failure = (
-                    ErrorCode.INVALID_COMMIT_OFFSET_SIZE
-                    if exc.error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE)
-                    else ErrorCode.UNKNOWN_SERVER_ERROR
-                )
-                logger.error(
-                    "offset commit refused by the offsets log",
-                    group=group_id,
-                    topic=OFFSETS_TOPIC,
-                    partition=OFFSETS_PARTITION,
-                    error=exc.error.name,
-                    reason=str(exc),
-                    action="commit fewer partitions or shorter metadata per request",
-                )
-            except STORAGE_FAILURES as exc:
-                # Kafka's mapping (GroupMetadataManager.storeOffsets): a log that cannot be
-                # written sends the client to find its coordinator again and retry.
-                if isinstance(exc, OSError):
-                    failure, disk_error = ErrorCode.NOT_COORDINATOR_FOR_GROUP, exc
+        keys = [(group_id, e.topic, e.partition) for _, e, _ in to_store]
+        for k in keys:
+            self._committing[k] = self._committing.get(k, 0) + 1
+        try:
+            await self._append(records, "offset commit", group=group_id)
+        except _AppendFailedError as exc:
+            for i, _, _ in to_store:
+                errors[i] = exc.error
+        else:
+            for _, e, value in to_store:
+                self.offsets.put(group_id, e.topic, e.partition, value)
+        finally:
+            for k in keys:
+                left = self._committing[k] - 1
+                if left:
+                    self._committing[k] = left
                 else:
-                    failure = ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
-                logger.error(
-                    "offset commit could not be written",
-                    group=group_id,
-                    topic=OFFSETS_TOPIC,
-                    partition=OFFSETS_PARTITION,
-                    error=repr(exc),
-                    action="check the log directory's disk; the client will retry",
-                )
-            else:
-                # Still under the lock, so the cache follows the log's order.
-                for _, topic, partition, value in to_store:
-                    self.offsets.put(group_id, topic, partition, value)
-                appended_to = log.log_end_offset
-        if failure is None and ctx.cluster is not None:
-            # In a cluster the commit is acknowledged once the ISR has it (broker/cluster/groups).
-            failure = await ctx.cluster.groups.committed(appended_to - 1)
-        if disk_error is not None:
-            await ctx.storage_failed(OFFSETS_TOPIC, OFFSETS_PARTITION, disk_error)
-        if failure is not None:
-            for i, *_ in to_store:
-                errors[i] = failure
+                    del self._committing[k]
         return errors
 
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[tuple[str, int]]
     ) -> list[PartitionOffset]:
+        """The group's committed offsets of ``partitions``, in order (every answer carries
+        GROUP_COORDINATOR_NOT_AVAILABLE while the coordinator is not active)."""
+        error, answers = self.fetch_group_offsets(group_id, partitions)
+        if error is not ErrorCode.NONE:
+            return [PartitionOffset(-1, "", error) for _ in partitions]
+        return [po for _, _, po in answers]
+
+    def fetch_group_offsets(
+        self,
+        group_id: str,
+        partitions: Sequence[tuple[str, int]] | None,
+        *,
+        require_stable: bool = False,
+    ) -> tuple[ErrorCode, list[tuple[str, int, PartitionOffset]]]:
+        """OffsetFetch for one group: the given partitions, or (None) every partition the
+        group has committed. A group error (coordinator not active) or NONE and one answer
+        per partition."""
         if not self.active:
-            return [
-                PartitionOffset(-1, "", ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE)
-                for _ in partitions
-            ]
+            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, []
+        if partitions is None:
+            partitions = sorted(self.offsets.of_group(group_id))
         out = []
         for topic, partition in partitions:
             value = self.offsets.get(group_id, topic, partition)
-            out.append(
-                PartitionOffset(-1, "", ErrorCode.NONE)
-                if value is None
-                else PartitionOffset(value.offset, value.metadata, ErrorCode.NONE)
+            if require_stable and (group_id, topic, partition) in self._committing:
+                answer = PartitionOffset(-1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+            elif value is None:
+                answer = PartitionOffset(-1, "", ErrorCode.NONE)
+            else:
+                answer = PartitionOffset(
+                    value.offset, value.metadata, ErrorCode.NONE, value.leader_epoch
+                )
+            out.append((topic, partition, answer))
+        return ErrorCode.NONE, out
+
+    async def _delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> int:
+        """Tombstone the group's committed offsets of ``partitions`` (those it has); returns
+        how many. Raises _AppendFailedError (nothing deleted) when they cannot be written."""
+        present = [(t, p) for t, p in partitions if self.offsets.get(group_id, t, p) is not None]
+        if present:
+            await self._append(
+                [(encode_offset_key(group_id, t, p), None) for t, p in present],
+                "offset deletion",
+                group=group_id,
             )
-        return out
+            for t, p in present:
+                self.offsets.delete(group_id, t, p)
+        return len(present)
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> list[tuple[str, ErrorCode]]:
+        """DeleteGroups: each Empty group loses its offsets and its group record (tombstones)
+        and is gone; others get GROUP_ID_NOT_FOUND or NON_EMPTY_GROUP."""
+        results = []
+        for group_id in dict.fromkeys(group_ids):
+            if not self.active:
+                results.append((group_id, ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE))
+                continue
+            error = self.machine.check_delete(group_id)
+            if error is ErrorCode.NONE:
+                self.machine.remove_group(group_id)
+                try:
+                    removed = await self._delete_offsets(
+                        group_id, list(self.offsets.of_group(group_id))
+                    )
+                except _AppendFailedError as exc:
+                    self.machine.ensure_group(group_id)  # its offsets are still there
+                    error = exc.error
+                else:
+                    logger.info("group deleted", group=group_id, offsets_removed=removed)
+                await self._flush_writes()
+            results.append((group_id, error))
+        return results
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[tuple[str, int]]
+    ) -> tuple[ErrorCode, list[tuple[str, int, ErrorCode]]]:
+        """OffsetDelete: the group's committed offsets of ``partitions``, unless a member of
+        the (non-empty) group subscribes to the topic (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        if not self.active:
+            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, []
+        error, subscribed = self.machine.check_offset_delete(group_id, {t for t, _ in partitions})
+        if error is not ErrorCode.NONE:
+            return error, []
+        eligible = [(t, p) for t, p in partitions if t not in subscribed]
+        answers = [
+            (t, p, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if t in subscribed else ErrorCode.NONE)
+            for t, p in partitions
+        ]
+        try:
+            removed = await self._delete_offsets(group_id, eligible)
+        except _AppendFailedError as exc:
+            return exc.error, []
+        if removed:
+            logger.info("offsets deleted", group=group_id, partitions=eligible, removed=removed)
+        if not self.offsets.has_group(group_id) and self.machine.remove_group(group_id):
+            await self._flush_writes()
+        return ErrorCode.NONE, answers
 
     async def expire_offsets(self, now_ms: int) -> int:
-        """Write tombstones for offsets past their expire timestamp, then drop Empty groups
-        that have no offsets left. Returns how many offsets expired."""
-        ctx = self._ctx
-        async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as log:
-            expired = list(self.offsets.expired(now_ms)) if log is not None else []
-            if expired:
-                records = [
-                    (encode_offset_key(k.group, k.topic, k.partition), None) for k in expired
-                ]
-                try:
-                    await trio.to_thread.run_sync(
-                        append_records, log, self._settings(), records, now_ms
-                    )
-                except STORAGE_FAILURES as exc:
-                    logger.error(
-                        "could not write expired-offset tombstones",
-                        topic=OFFSETS_TOPIC,
-                        partition=OFFSETS_PARTITION,
-                        count=len(expired),
-                        error=repr(exc),
-                        action="check the log directory's disk; expiry is retried at "
-                        "the next offsets.retention.check.interval.ms",
-                    )
-                    return 0
-                for k in expired:
-                    self.offsets.delete(k.group, k.topic, k.partition)
+        """Write tombstones for offsets past their retention (Kafka 3.9's rules, see
+        OffsetCache.expired), then drop Empty groups that have no offsets left. Returns how
+        many offsets expired."""
+
+        def policy(group: str):
+            p = self.machine.expiry_policy(group)
+            return None if p is None else (p.base_ms, p.keep_topics)
+
+        expired = list(self.offsets.expired(now_ms, self.retention_ms, policy))
+        if expired:
+            try:
+                await self._append(
+                    [(encode_offset_key(k.group, k.topic, k.partition), None) for k in expired],
+                    "expired-offset tombstones",
+                    count=len(expired),
+                )
+            except _AppendFailedError:
+                return 0  # logged; retried at the next offsets.retention.check.interval.ms
+            for k in expired:
+                self.offsets.delete(k.group, k.topic, k.partition)
         removed = [
             g
             for g in list(self.machine.groups)
             if not self.offsets.has_group(g) and self.machine.remove_group(g)
         ]
+        await self._flush_writes()
+        await self._retry_tombstones()
         if expired or removed:
             logger.info("expired committed offsets", offsets=len(expired), groups_removed=removed)
         return len(expired)
 
-    async def compact_offsets(self, now_ms: int) -> int:
-        """Compact the offsets log if it holds far more than the live offsets (see the module
-        docstring); returns how many segments were deleted (0 when not due or on failure,
-        which is logged and retried at the next check)."""
-        ctx = self._ctx
-        async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as log:
-            if log is None or not needs_compaction(
-                log, len(self.offsets), min_bytes=self.compact_min_bytes, ratio=self.compact_ratio
-            ):
-                return 0
-            before = (log.size, log.log_end_offset - log.log_start_offset)
-            live = list(self.offsets.items())  # under the lock: commits cannot interleave
+    async def _retry_tombstones(self) -> None:
+        """Write the group tombstones that failed before, for groups still gone."""
+        async with self._write_lock:  # no record of these groups is queued meanwhile
+            due = sorted(g for g in self._tombstones_due if g not in self.machine.groups)
+            self._tombstones_due.clear()
+            if not due:
+                return
             try:
-                start, deleted = await trio.to_thread.run_sync(
-                    compact, log, self._settings(), live, now_ms
+                await self._append(
+                    [(encode_group_key(g), None) for g in due], "group tombstones", groups=due
                 )
-            except STORAGE_FAILURES as exc:
-                logger.error(
-                    "compacting the offsets log failed; committed offsets are intact",
-                    topic=OFFSETS_TOPIC,
-                    partition=OFFSETS_PARTITION,
-                    error=repr(exc),
-                    action="check the log directory's disk; retried at the next "
-                    "offsets.retention.check.interval.ms",
-                )
-                return 0
-            after = (log.size, log.log_end_offset - log.log_start_offset)
-        logger.info(
-            "compacted the offsets log",
-            topic=OFFSETS_TOPIC,
-            partition=OFFSETS_PARTITION,
-            live_offsets=len(live),
-            snapshot_offset=start,
-            segments_deleted=deleted,
-            bytes_before=before[0],
-            records_before=before[1],
-            bytes_after=after[0],
-            records_after=after[1],
-        )
-        return deleted
+            except _AppendFailedError:
+                self._tombstones_due.update(due)  # logged; retried at the next check
+                return
+            for g in due:
+                self.group_records.pop(g, None)
 
     def _settings(self):
         return self._ctx.topics.get(OFFSETS_TOPIC).settings
 
 
 async def setup(ctx, nursery: trio.Nursery) -> GroupCoordinator:
-    """The broker's hook: build the coordinator, replay offsets, start its timers in
+    """The broker's hook: build the coordinator, replay offsets and groups, start its timers in
     ``nursery`` (cancelled with it); the broker stores the result in ``ctx.coordinator``."""
     coordinator = GroupCoordinator(ctx)
     await coordinator.start(nursery)

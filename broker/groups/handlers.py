@@ -1,25 +1,43 @@
-"""Request handlers for the group apis, merged into the broker's dispatch table.
+"""Request handlers for the group apis at every version Kafka 3.9 serves, merged into the
+broker's dispatch table.
 
 Each is ``async def handler(ctx, request) -> dict``: ``request.body`` is the decoded body
-(Kafka's JSON field names in snake_case), the dict is the response body. Before the
-coordinator has started (``ctx.coordinator`` is None) every api answers
-GROUP_COORDINATOR_NOT_AVAILABLE, which clients retry. A member's client_host (DescribeGroups)
-is the peer address the server put in ``broker.context.client_host`` ("/127.0.0.1", as Kafka's
-KafkaApis passes ``clientAddress.toString``).
+(Kafka's JSON field names in snake_case, every version's fields present with defaults), the
+dict is the response body (fields a version lacks are not written). Before the coordinator has
+started (``ctx.coordinator`` is None) every api answers GROUP_COORDINATOR_NOT_AVAILABLE, which
+clients retry. A member's client_host (DescribeGroups) is the peer address the server put in
+``broker.context.client_host`` ("/127.0.0.1", as Kafka's KafkaApis passes
+``clientAddress.toString``).
 
-OffsetFetch v0 and OffsetCommit v0 use the same store as v1+: Kafka 0.10.1 kept v0 offsets in
-ZooKeeper, which this broker does not have.
+Version handling follows KafkaApis and GroupCoordinatorAdapter: JoinGroup v4+ of a dynamic
+member requires a known member id (KIP-394), v5+ carries group.instance.id (KIP-345), v9 may
+skip the assignment; SyncGroup v5+ must name the protocol type and name; LeaveGroup v3+ leaves
+in batches (v0-2 answer one member's error at the top level); OffsetFetch v2+ takes a null topic
+list (every committed partition), v8+ several groups; ListGroups v4+ filters by state, v5+ by
+type (every group here is "classic"). OffsetCommit v0 and OffsetFetch v0 use the same store as
+v1+ (Kafka kept them in ZooKeeper, which this broker does not have). FindCoordinator answers
+this broker for groups; for transactional ids (key type 1), which this broker cannot
+coordinate, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as InitProducerId does.
 """
 
 from __future__ import annotations
 
+import structlog
+
 from broker.context import client_host
-from broker.groups.coordinator import GroupCoordinator
-from broker.groups.state import UNKNOWN_MEMBER_ID
+from broker.groups.coordinator import CommitEntry, GroupCoordinator, PartitionOffset
+from broker.groups.state import UNKNOWN_MEMBER_ID, JoinResult
 from protocol.api import ApiKey, Request
 from protocol.errors import ErrorCode
 
-_NOT_AVAILABLE = int(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE)
+logger = structlog.get_logger(__name__)
+
+_NOT_AVAILABLE = ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
+# DescribeGroups' authorized_operations when not asked for (Integer.MIN_VALUE), and when asked
+# without an authorizer: every operation a group supports (READ 3, DELETE 6, DESCRIBE 8).
+_OPERATIONS_NOT_REQUESTED = -(2**31)
+_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+_GROUP_KEY, _TRANSACTION_KEY, _SHARE_KEY = 0, 1, 2
 
 
 def _coordinator(ctx) -> GroupCoordinator | None:
@@ -27,25 +45,119 @@ def _coordinator(ctx) -> GroupCoordinator | None:
     return coordinator if coordinator is not None and coordinator.active else None
 
 
+# ---- FindCoordinator -------------------------------------------------------------------------
+
+
+def _find(ctx, key_type: int, version: int, key: str) -> tuple[ErrorCode, str | None]:
+    """(error, message) for one coordinator key."""
+    if key_type == _TRANSACTION_KEY:
+        logger.warning(
+            "FindCoordinator for a transactional id refused",
+            transactional_id=key,
+            error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+            reason="transactions are not supported by this broker; use an idempotent "
+            "producer without transactional.id",
+        )
+        return (
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "this broker has no transaction coordinator",
+        )
+    if key_type == _SHARE_KEY:
+        if version < 6:
+            return ErrorCode.INVALID_REQUEST, "share coordinators are asked for from v6"
+        return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, "this broker has no share coordinator"
+    if _coordinator(ctx) is None:
+        return _NOT_AVAILABLE, "the group coordinator is starting; retry"
+    return ErrorCode.NONE, None
+
+
 async def handle_find_coordinator(ctx, request: Request) -> dict:
+    body = request.body
+    version = request.header.api_version
+    node_id, host, port = ctx.config.broker_id, "", -1
     coordinator = _coordinator(ctx)
-    if coordinator is None:
-        return {"error_code": _NOT_AVAILABLE, "node_id": -1, "host": "", "port": -1}
-    node_id, host, port = coordinator.node
-    return {"error_code": 0, "node_id": node_id, "host": host, "port": port}
+    if coordinator is not None:
+        node_id, host, port = coordinator.node
+    if body.key_type not in (_GROUP_KEY, _TRANSACTION_KEY, _SHARE_KEY):
+        error = ErrorCode.INVALID_REQUEST
+        message = f"unknown coordinator key type {body.key_type}"
+        if version >= 4:
+            return {
+                "coordinators": [
+                    _coordinator_entry(k, error, message, -1, "", -1) for k in body.coordinator_keys
+                ]
+            }
+        return {
+            "error_code": int(error),
+            "error_message": message,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+    if version >= 4:
+        entries = []
+        for key in body.coordinator_keys:
+            error, message = _find(ctx, body.key_type, version, key)
+            ok = error is ErrorCode.NONE
+            entries.append(
+                _coordinator_entry(
+                    key,
+                    error,
+                    message,
+                    node_id if ok else -1,
+                    host if ok else "",
+                    port if ok else -1,
+                )
+            )
+        return {"coordinators": entries}
+    error, message = _find(ctx, body.key_type, version, body.key)
+    if error is not ErrorCode.NONE:
+        return {
+            "error_code": int(error),
+            "error_message": message,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+    # Kafka sends Errors.NONE.message(), "NONE", as v1-v3's message on success.
+    return {
+        "error_code": 0,
+        "error_message": "NONE",
+        "node_id": node_id,
+        "host": host,
+        "port": port,
+    }
+
+
+def _coordinator_entry(
+    key: str, error: ErrorCode, message: str | None, node_id: int, host: str, port: int
+) -> dict:
+    return {
+        "key": key,
+        "node_id": node_id,
+        "host": host,
+        "port": port,
+        "error_code": int(error),
+        "error_message": message,
+    }
+
+
+# ---- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
 
 
 async def handle_join_group(ctx, request: Request) -> dict:
     body = request.body
+    version = request.header.api_version
     coordinator = _coordinator(ctx)
     if coordinator is None:
-        return _join_response(body.member_id, _NOT_AVAILABLE)
-    rebalance_timeout = (
-        body.rebalance_timeout_ms if request.header.api_version >= 1 else body.session_timeout_ms
-    )
+        return _join_response(JoinResult(_NOT_AVAILABLE, body.member_id), version)
+    rebalance_timeout = body.rebalance_timeout_ms if version >= 1 else body.session_timeout_ms
     result = await coordinator.join(
         body.group_id,
         body.member_id,
+        group_instance_id=body.group_instance_id,
+        require_known_member_id=version >= 4 and body.group_instance_id is None,
+        support_skipping_assignment=version >= 9,
         client_id=request.header.client_id or "",
         client_host=client_host.get(),
         session_timeout_ms=body.session_timeout_ms,
@@ -53,83 +165,138 @@ async def handle_join_group(ctx, request: Request) -> dict:
         protocol_type=body.protocol_type,
         protocols=[(p.name, p.metadata) for p in body.protocols],
     )
+    return _join_response(result, version)
+
+
+def _join_response(result: JoinResult, version: int) -> dict:
+    protocol = result.protocol
+    # Before v7 the protocol name is not nullable (""); from v7 "" is sent as null.
+    if version < 7:
+        protocol = protocol or ""
+    elif protocol == "":
+        protocol = None
     return {
         "error_code": int(result.error),
         "generation_id": result.generation_id,
-        "protocol_name": result.protocol,
+        "protocol_type": result.protocol_type,
+        "protocol_name": protocol,
         "leader": result.leader_id,
+        "skip_assignment": result.skip_assignment,
         "member_id": result.member_id,
-        "members": [{"member_id": mid, "metadata": meta} for mid, meta in result.members],
-    }
-
-
-def _join_response(member_id: str, error: int) -> dict:
-    return {
-        "error_code": error,
-        "generation_id": 0,
-        "protocol_name": "",
-        "leader": "",
-        "member_id": member_id,
-        "members": [],
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "metadata": m.metadata,
+            }
+            for m in result.members
+        ],
     }
 
 
 async def handle_sync_group(ctx, request: Request) -> dict:
     body = request.body
+    version = request.header.api_version
     coordinator = _coordinator(ctx)
     if coordinator is None:
-        return {"error_code": _NOT_AVAILABLE, "assignment": b""}
-    assignments = {a.member_id: a.assignment for a in body.assignments}
-    result = await coordinator.sync(body.group_id, body.generation_id, body.member_id, assignments)
-    return {"error_code": int(result.error), "assignment": result.assignment}
+        return {"error_code": int(_NOT_AVAILABLE), "assignment": b""}
+    if version >= 5 and (body.protocol_type is None or body.protocol_name is None):
+        # From v5 the protocol type and name are mandatory (KafkaApis).
+        return {"error_code": int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL), "assignment": b""}
+    result = await coordinator.sync(
+        body.group_id,
+        body.generation_id,
+        body.member_id,
+        {a.member_id: a.assignment for a in body.assignments},
+        group_instance_id=body.group_instance_id,
+        protocol_type=body.protocol_type,
+        protocol=body.protocol_name,
+    )
+    return {
+        "error_code": int(result.error),
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol,
+        "assignment": result.assignment,
+    }
 
 
 async def handle_heartbeat(ctx, request: Request) -> dict:
     body = request.body
     coordinator = _coordinator(ctx)
     if coordinator is None:
-        return {"error_code": _NOT_AVAILABLE}
-    return {
-        "error_code": int(coordinator.heartbeat(body.group_id, body.member_id, body.generation_id))
-    }
+        return {"error_code": int(_NOT_AVAILABLE)}
+    error = coordinator.heartbeat(
+        body.group_id, body.member_id, body.generation_id, body.group_instance_id
+    )
+    return {"error_code": int(error)}
 
 
 async def handle_leave_group(ctx, request: Request) -> dict:
     body = request.body
+    version = request.header.api_version
+    if version >= 3:
+        leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+    else:
+        leaving = [(body.member_id, None)]
     coordinator = _coordinator(ctx)
     if coordinator is None:
-        return {"error_code": _NOT_AVAILABLE}
-    return {"error_code": int(coordinator.leave(body.group_id, body.member_id))}
+        return {"error_code": int(_NOT_AVAILABLE), "members": []}
+    error, answers = await coordinator.leave(body.group_id, leaving)
+    if version < 3:
+        # Older clients read one error: the top-level one, else the member's.
+        if error is ErrorCode.NONE and answers:
+            error = answers[0].error
+        return {"error_code": int(error)}
+    return {
+        "error_code": int(error),
+        "members": [
+            {
+                "member_id": a.member_id,
+                "group_instance_id": a.group_instance_id,
+                "error_code": int(a.error),
+            }
+            for a in answers
+        ],
+    }
+
+
+# ---- OffsetCommit / OffsetFetch / OffsetDelete -----------------------------------------------
 
 
 async def handle_offset_commit(ctx, request: Request) -> dict:
     body = request.body
     version = request.header.api_version
     entries = [
-        (
+        CommitEntry(
             t.name,
             p.partition_index,
             p.committed_offset,
             p.committed_metadata,
             p.commit_timestamp if version == 1 else -1,
+            p.committed_leader_epoch,
         )
         for t in body.topics
         for p in t.partitions
     ]
     coordinator = _coordinator(ctx)
     if coordinator is None:
-        errors = [ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE] * len(entries)
+        errors = [_NOT_AVAILABLE] * len(entries)
     else:
         if version == 0:
             generation, member = -1, UNKNOWN_MEMBER_ID
         else:
             generation, member = body.generation_id_or_member_epoch, body.member_id
-        # v2's retention_time_ms -1 means the broker's offsets.retention.minutes.
+        # v2-v4's retention_time_ms: -1 lets the group's state decide when offsets expire.
         retention = (
-            body.retention_time_ms if version >= 2 and body.retention_time_ms != -1 else None
+            body.retention_time_ms if 2 <= version <= 4 and body.retention_time_ms != -1 else None
         )
         errors = await coordinator.commit_offsets(
-            body.group_id, member, generation, retention, entries
+            body.group_id,
+            member,
+            generation,
+            retention,
+            entries,
+            group_instance_id=body.group_instance_id,
         )
     it = iter(errors)
     return {
@@ -146,52 +313,126 @@ async def handle_offset_commit(ctx, request: Request) -> dict:
     }
 
 
+def _fetch_group(
+    ctx,
+    coordinator: GroupCoordinator | None,
+    group_id: str,
+    topics,
+    require_stable: bool,
+    version: int,
+) -> tuple[int, list[dict]]:
+    """(group error, response topics) of one group; ``topics`` None = every committed one."""
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    if coordinator is None:
+        error: ErrorCode = _NOT_AVAILABLE
+        answers: list[tuple[str, int, PartitionOffset]] = []
+    else:
+        error, answers = coordinator.fetch_group_offsets(
+            group_id, wanted, require_stable=require_stable
+        )
+    if error is not ErrorCode.NONE:
+        if version >= 2 or wanted is None:
+            return int(error), []
+        # v0-v1 have no top-level error: it goes on every partition.
+        answers = [(t, p, PartitionOffset(-1, "", error)) for t, p in wanted]
+    by_topic: dict[str, list[dict]] = {}
+    for topic, partition, po in answers:
+        if version == 0 and po.error is ErrorCode.NONE:
+            t = ctx.topics.get(topic)
+            if t is None or not 0 <= partition < t.partitions:
+                # v0 (Kafka: ZooKeeper) answers unknown partitions with error 3.
+                po = PartitionOffset(-1, "", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        by_topic.setdefault(topic, []).append(
+            {
+                "partition_index": partition,
+                "committed_offset": po.offset,
+                "committed_leader_epoch": po.leader_epoch,
+                "metadata": po.metadata,
+                "error_code": int(po.error),
+            }
+        )
+    return 0, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+
+
 async def handle_offset_fetch(ctx, request: Request) -> dict:
     body = request.body
-    wanted = [(t.name, p) for t in body.topics for p in t.partition_indexes]
+    version = request.header.api_version
+    coordinator = _coordinator(ctx)
+    if version >= 8:
+        groups = []
+        for g in body.groups:
+            error, topics = _fetch_group(
+                ctx, coordinator, g.group_id, g.topics, body.require_stable, version
+            )
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
+        return {"groups": groups}
+    error, topics = _fetch_group(
+        ctx, coordinator, body.group_id, body.topics, body.require_stable, version
+    )
+    return {"topics": topics, "error_code": error}
+
+
+async def handle_offset_delete(ctx, request: Request) -> dict:
+    body = request.body
     coordinator = _coordinator(ctx)
     if coordinator is None:
-        answers = [(-1, "", _NOT_AVAILABLE)] * len(wanted)
-    else:
-        answers = []
-        for (topic, partition), po in zip(wanted, coordinator.fetch_offsets(body.group_id, wanted)):
-            t = ctx.topics.get(topic)
-            if request.header.api_version == 0 and (t is None or not 0 <= partition < t.partitions):
-                # v0 (Kafka: ZooKeeper) answers unknown partitions with error 3.
-                answers.append((-1, "", int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
-            else:
-                answers.append((po.offset, po.metadata, int(po.error)))
-    it = iter(answers)
-    responses = []
+        return {"error_code": int(_NOT_AVAILABLE), "topics": []}
+    answers: dict[tuple[str, int], ErrorCode] = {}
+    known = []
     for t in body.topics:
-        parts = []
-        for p in t.partition_indexes:
-            offset, metadata, error = next(it)
-            parts.append(
-                {
-                    "partition_index": p,
-                    "committed_offset": offset,
-                    "metadata": metadata,
-                    "error_code": error,
-                }
-            )
-        responses.append({"name": t.name, "partitions": parts})
-    return {"topics": responses}
+        topic = ctx.topics.get(t.name)
+        for p in t.partitions:
+            if topic is None or not 0 <= p.partition_index < topic.partitions:
+                answers[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                known.append((t.name, p.partition_index))
+    error, results = await coordinator.delete_offsets(body.group_id, known)
+    if error is not ErrorCode.NONE:
+        return {"error_code": int(error), "topics": []}
+    for topic, partition, err in results:
+        answers[(topic, partition)] = err
+    return {
+        "error_code": 0,
+        "topics": [
+            {
+                "name": t.name,
+                "partitions": [
+                    {
+                        "partition_index": p.partition_index,
+                        "error_code": int(answers[(t.name, p.partition_index)]),
+                    }
+                    for p in t.partitions
+                ],
+            }
+            for t in body.topics
+        ],
+    }
+
+
+# ---- DescribeGroups / ListGroups / DeleteGroups ----------------------------------------------
 
 
 async def handle_describe_groups(ctx, request: Request) -> dict:
+    body = request.body
+    version = request.header.api_version
     coordinator = _coordinator(ctx)
+    operations = (
+        _GROUP_OPERATIONS
+        if version >= 3 and body.include_authorized_operations
+        else _OPERATIONS_NOT_REQUESTED
+    )
     groups = []
-    for group_id in request.body.groups:
+    for group_id in body.groups:
         if coordinator is None:
             groups.append(
                 {
-                    "error_code": _NOT_AVAILABLE,
+                    "error_code": int(_NOT_AVAILABLE),
                     "group_id": group_id,
                     "group_state": "",
                     "protocol_type": "",
                     "protocol_data": "",
                     "members": [],
+                    "authorized_operations": _OPERATIONS_NOT_REQUESTED,
                 }
             )
             continue
@@ -207,6 +448,7 @@ async def handle_describe_groups(ctx, request: Request) -> dict:
                 "members": [
                     {
                         "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id,
                         "client_id": m.client_id,
                         "client_host": m.client_host,
                         "member_metadata": m.metadata,
@@ -214,20 +456,40 @@ async def handle_describe_groups(ctx, request: Request) -> dict:
                     }
                     for m in s.members
                 ],
+                "authorized_operations": operations,
             }
         )
     return {"groups": groups}
 
 
 async def handle_list_groups(ctx, request: Request) -> dict:
+    body = request.body
     coordinator = _coordinator(ctx)
     if coordinator is None:
-        return {"error_code": _NOT_AVAILABLE, "groups": []}
-    error, overview = coordinator.list_groups()
+        return {"error_code": int(_NOT_AVAILABLE), "groups": []}
+    error, overview = coordinator.overview(body.states_filter or (), body.types_filter or ())
     return {
         "error_code": int(error),
-        "groups": [{"group_id": g, "protocol_type": pt} for g, pt in overview],
+        "groups": [
+            {
+                "group_id": g.group_id,
+                "protocol_type": g.protocol_type,
+                "group_state": g.state,
+                "group_type": g.group_type,
+            }
+            for g in overview
+        ],
     }
+
+
+async def handle_delete_groups(ctx, request: Request) -> dict:
+    names = request.body.groups_names
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        results = [(g, _NOT_AVAILABLE) for g in dict.fromkeys(names)]
+    else:
+        results = await coordinator.delete_groups(names)
+    return {"results": [{"group_id": g, "error_code": int(e)} for g, e in results]}
 
 
 GROUP_HANDLERS = {
@@ -240,4 +502,6 @@ GROUP_HANDLERS = {
     ApiKey.OFFSET_FETCH: handle_offset_fetch,
     ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
     ApiKey.LIST_GROUPS: handle_list_groups,
+    ApiKey.DELETE_GROUPS: handle_delete_groups,
+    ApiKey.OFFSET_DELETE: handle_offset_delete,
 }

@@ -6,9 +6,12 @@ and fsynced (``Log.flush``) before the client hears it succeeded, so a kill -9 r
 response loses nothing; a torn append is cut off by the storage engine's recovery and was never
 acknowledged.
 
-Compaction (:func:`compact`) keeps replay short: the live offsets are appended again as a
-snapshot, fsynced, and every segment wholly before the snapshot is deleted. A crash at any point
-leaves a log whose replay gives the same offsets (see :func:`compact` for why).
+Group-metadata records (a group's generation, members and assignments, Kafka's key v2 / value
+v3) are appended the same way, by the coordinator's single writer, in the order the state
+machine produced them; replay keeps the last one of each group (a tombstone removes it).
+
+The broker's log cleaner compacts the topic (cleanup.policy=compact): it keeps the last record
+of every key at its offset, so a replay of the cleaned log gives the same offsets and groups.
 """
 
 from __future__ import annotations
@@ -20,13 +23,12 @@ import structlog
 from broker.groups.offsets import (
     CommittedOffset,
     GroupKey,
+    GroupRecord,
     OffsetCache,
-    OffsetKey,
     OffsetRecordError,
+    decode_group_value,
     decode_key,
     decode_offset_value,
-    encode_offset_key,
-    encode_offset_value,
 )
 from protocol.errors import ErrorCode
 from protocol.records import MessageSetBuilder, iter_deep
@@ -35,10 +37,6 @@ from protocol.validator import Rejected, validate_produce
 logger = structlog.get_logger(__name__)
 
 READ_CHUNK_BYTES = 1 << 20
-# Compaction writes its snapshot in message sets of about this size: far below the offsets
-# topic's max.message.bytes per message and segment.bytes per set.
-SNAPSHOT_SET_BYTES = 512 * 1024
-_RECORD_OVERHEAD = 34  # log overhead 12 + magic-1 message header 22 (key/value lengths incl.)
 
 
 class OffsetStoreError(Exception):
@@ -73,53 +71,20 @@ def _append(log, settings, records: Iterable[tuple[bytes, bytes | None]], now_ms
     return result.first_offset
 
 
-def needs_compaction(log, live: int, *, min_bytes: int, ratio: int) -> bool:
-    """True when the log holds more than ``min_bytes`` and more than ``ratio`` records per
-    live offset (records counted as offsets between log start and log end)."""
-    records = log.log_end_offset - log.log_start_offset
-    return log.size > min_bytes and records > ratio * max(live, 1)
-
-
-def compact(
-    log, settings, live: Iterable[tuple[OffsetKey, CommittedOffset]], now_ms: int
-) -> tuple[int, int]:
-    """Rewrite the live offsets as a snapshot at the log end, then drop everything before it.
-
-    Steps, each leaving a log whose replay gives exactly ``live``: roll (the snapshot starts a
-    segment of its own); append the snapshot in sets of at most SNAPSHOT_SET_BYTES (a replay
-    of old records followed by part of the snapshot re-puts values it already has); fsync;
-    delete the segments wholly before the snapshot, oldest first (a replay of any suffix of
-    the old records followed by the whole snapshot ends with the live values, and a key absent
-    from the snapshot was last written as a tombstone before it, so it stays absent).
-    Returns (snapshot's first offset, segments deleted). Raises OffsetStoreError when a set is
-    refused (nothing is deleted then); storage errors propagate. Caller holds the lock.
-    """
-    log.roll()
-    start = log.log_end_offset
-    batch: list[tuple[bytes, bytes]] = []
-    size = 0
-    for key, value in live:
-        record = (
-            encode_offset_key(key.group, key.topic, key.partition),
-            encode_offset_value(value),
-        )
-        batch.append(record)
-        size += len(record[0]) + len(record[1]) + _RECORD_OVERHEAD
-        if size >= SNAPSHOT_SET_BYTES:
-            _append(log, settings, batch, now_ms)
-            batch, size = [], 0
-    if batch:
-        _append(log, settings, batch, now_ms)
-    log.flush()
-    return start, log.delete_segments_before(start, now_ms)
-
-
 def load_offsets(
-    log, cache: OffsetCache, *, default_retention_ms: int, topic: str, partition: int
+    log,
+    cache: OffsetCache,
+    *,
+    groups: dict[str, GroupRecord] | None = None,
+    topic: str,
+    partition: int,
 ) -> int:
-    """Replay the whole log into ``cache`` (later records win, null values delete). Returns the
-    number of records replayed. Records that do not decode are skipped with an error log: they
-    cannot be client commits (every commit is written by this module)."""
+    """Replay the whole log into ``cache`` and ``groups`` (later records win, null values
+    delete). Returns the number of records replayed. Records that do not decode are skipped
+    with an error log: they cannot be client commits (every record is written by this
+    module)."""
+    if groups is None:
+        groups = {}
     offset = log.log_start_offset
     end = log.log_end_offset
     count = 0
@@ -132,7 +97,7 @@ def load_offsets(
                 continue
             last = message.offset
             count += 1
-            _apply(cache, message, default_retention_ms, topic, partition)
+            _apply(cache, groups, message, topic, partition)
         if last is None:
             break
         offset = last + 1
@@ -140,7 +105,7 @@ def load_offsets(
 
 
 def _apply(
-    cache: OffsetCache, message, default_retention_ms: int, topic: str, partition: int
+    cache: OffsetCache, groups: dict[str, GroupRecord], message, topic: str, partition: int
 ) -> None:
     if message.key is None:
         logger.error(
@@ -154,14 +119,15 @@ def _apply(
     try:
         key = decode_key(message.key)
         if isinstance(key, GroupKey):
-            return  # membership is not restored across restarts; members rejoin
-        assert isinstance(key, OffsetKey)
+            if message.value is None:
+                groups.pop(key.group, None)
+            else:
+                groups[key.group] = decode_group_value(message.value)
+            return
         if message.value is None:
             cache.delete(key.group, key.topic, key.partition)
             return
-        value: CommittedOffset = decode_offset_value(
-            message.value, default_retention_ms=default_retention_ms
-        )
+        value: CommittedOffset = decode_offset_value(message.value)
     except OffsetRecordError as exc:
         logger.error(
             "skipping an undecodable record in the offsets log",

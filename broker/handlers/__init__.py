@@ -1,19 +1,32 @@
 """The dispatch table: ``HANDLERS[api_key] -> async def handler(ctx, request) -> dict | None``.
 
-The group apis come from ``broker.groups.handlers.GROUP_HANDLERS``; ApiVersions advertises
+The group apis come from ``broker.groups.handlers.GROUP_HANDLERS``, the SASL, ACL and SCRAM
+credential apis from ``broker.security.handlers.SECURITY_HANDLERS``; ApiVersions advertises
 exactly the keys in the final table.
 """
 
 from __future__ import annotations
 
 from broker.groups.handlers import GROUP_HANDLERS
-from broker.handlers.admin import handle_create_topics, handle_delete_topics
+from broker.handlers.admin import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_topics,
+)
+from broker.handlers.configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
+from broker.handlers.cluster import handle_describe_cluster, handle_describe_log_dirs
+from broker.handlers.delete_records import handle_delete_records
 from broker.handlers.fetch import handle_fetch, release as release_fetch_body
 from broker.handlers.api_versions import make_api_versions_handler
 from broker.handlers.metadata import handle_metadata
 from broker.handlers.list_offsets import handle_list_offsets
 from broker.handlers.produce import handle_produce
 from broker.handlers.producer_ids import handle_init_producer_id
+from broker.security.handlers import SECURITY_HANDLERS
 from protocol.api import ApiKey
 
 HANDLERS: dict = {
@@ -24,9 +37,17 @@ HANDLERS: dict = {
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+    ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.CREATE_PARTITIONS: handle_create_partitions,
+    ApiKey.DELETE_RECORDS: handle_delete_records,
+    ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
+    ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
 }
 
 HANDLERS.update(GROUP_HANDLERS)
+HANDLERS.update(SECURITY_HANDLERS)
 
 HANDLERS[ApiKey.API_VERSIONS] = make_api_versions_handler(HANDLERS)
 

@@ -1,127 +1,197 @@
-"""CreateTopics v0 and DeleteTopics v0 (this broker is its own controller)."""
+"""CreateTopics v0-v7, DeleteTopics v0-v6 and CreatePartitions v0-v3 (this broker is its own
+controller), answered as Kafka 3.9's ZooKeeper-mode broker answers them (KafkaApis,
+ZkAdminManager), with these differences: creation is complete when the answer is sent, so a
+``timeout_ms`` <= 0 answers NONE rather than REQUEST_TIMED_OUT (as a KRaft controller does);
+replica assignments naming another broker than this one are refused (Kafka would create
+partitions without a live replica); ``__consumer_offsets`` is neither created, deleted nor
+given partitions by request (the group coordinator owns it and maps groups to its partitions).
+
+Each topic is judged on its own; the answer names what is wrong with it (``error_message``, v1+)
+and the log says it once. ``validate_only`` runs every check without creating anything.
+"""
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
+from typing import Any
 
 import structlog
 
-from broker.config import ConfigError, topic_name_error
-from broker.errors import STORAGE_FAILURES
+from broker.admin.changes import PartitionCountError, UnknownTopicError, add_partitions
+from broker.admin.configs import topic_entries
+from broker.config import ConfigError, parse_topic_configs, topic_name_error
 from broker.context import INTERNAL_TOPICS, BrokerContext, InvalidTopicNameError, TopicExistsError
+from broker.errors import STORAGE_FAILURES
+from broker.topics import Topic
 from protocol.api import Request
 from protocol.errors import ErrorCode
 
 logger = structlog.get_logger(__name__)
 
-
-def _reject(topic: str, error: ErrorCode, reason: str) -> dict:
-    logger.warning("topic creation rejected", topic=topic, error=error.name, reason=reason)
-    return {"name": topic, "error_code": int(error), "error_message": reason}
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"  # KRaft's; Kafka refuses to create it by request
+ZERO_UUID = uuid.UUID(int=0)
 
 
-async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
-    entries = request.body.topics
-    counts = Counter(e.name for e in entries)
-    results, seen = [], set()
+class TopicRequestError(Exception):
+    """Raised while judging one topic of an admin request: ``code`` and ``str(exc)`` are its
+    answer."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def config_error_message(exc: ConfigError) -> str:
+    """A ConfigError as Kafka words it, naming the key."""
+    if exc.reason.startswith("unknown") and exc.reason.endswith("config"):
+        kind = exc.reason.removeprefix("unknown").removesuffix("config").strip()
+        return f"Unknown {kind + ' ' if kind else ''}config name: {exc.key}"
+    return f"Invalid value for configuration {exc.key}: {exc.reason}"
+
+
+def collisions(ctx: BrokerContext, name: str) -> list[str]:
+    """Existing topics whose name equals ``name`` once '.' and '_' are confused (Kafka refuses
+    them: metric names cannot tell them apart)."""
+    if "." not in name and "_" not in name:
+        return []
+    flat = name.replace(".", "_")
+    return [t for t in ctx.topics.names() if t != name and t.replace(".", "_") == flat]
+
+
+def _rejected(name: str | None, code: ErrorCode, message: str, what: str) -> None:
+    logger.warning(what, topic=name, error=code.name, reason=message)
+
+
+# -- CreateTopics --------------------------------------------------------------------------------
+
+
+def _partition_count(ctx: BrokerContext, entry: Any) -> int:
+    """The partition count a CreatableTopic asks for; raises TopicRequestError."""
     broker_id = ctx.config.broker_id
-    for entry in entries:
-        name = entry.name
-        if name in seen:
-            continue
-        seen.add(name)
-        if counts[name] > 1:
-            results.append(
-                _reject(
-                    name,
-                    ErrorCode.INVALID_REQUEST,
-                    f"topic listed {counts[name]} times in one request",
-                )
+    if entry.assignments:
+        if entry.num_partitions != -1 or entry.replication_factor != -1:
+            raise TopicRequestError(
+                ErrorCode.INVALID_REQUEST,
+                "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                "Both cannot be used at the same time.",
             )
-            continue
-        reason = topic_name_error(name)
-        if reason:
-            results.append(_reject(name, ErrorCode.INVALID_TOPIC_EXCEPTION, reason))
-            continue
-        if name in ctx.topics:
-            results.append(_reject(name, ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists"))
-            continue
-        if name in INTERNAL_TOPICS:
-            # The group coordinator creates it with the configs that keep offsets alive.
-            results.append(
-                _reject(
-                    name, ErrorCode.INVALID_REQUEST, "internal topic: the broker creates it itself"
-                )
+        replicas = {a.partition_index: list(a.broker_ids) for a in entry.assignments}
+        if len(replicas) != len(entry.assignments) or sorted(replicas) != list(
+            range(len(replicas))
+        ):
+            raise TopicRequestError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                "partitions should be a consecutive 0-based integer sequence",
             )
-            continue
-        assignment = entry.assignments
-        if assignment:
-            if entry.num_partitions != -1 or entry.replication_factor != -1:
-                results.append(
-                    _reject(
-                        name,
-                        ErrorCode.INVALID_REQUEST,
-                        "give either replica_assignment or num_partitions and "
-                        "replication_factor (-1), not both",
-                    )
+        for partition, brokers in sorted(replicas.items()):
+            if brokers != [broker_id]:
+                raise TopicRequestError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"partition {partition} is assigned to brokers {brokers}, but the only "
+                    f"broker is {broker_id}: assign every partition to [{broker_id}]",
                 )
-                continue
-            ids = sorted(a.partition_index for a in assignment)
-            if ids != list(range(len(ids))):
-                results.append(
-                    _reject(
-                        name,
-                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                        f"partition ids {ids} are not 0..{len(ids) - 1}",
-                    )
-                )
-                continue
-            bad = [a for a in assignment if list(a.broker_ids) != [broker_id]]
-            if bad:
-                results.append(
-                    _reject(
-                        name,
-                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                        f"partition {bad[0].partition_index} is assigned to "
-                        f"{list(bad[0].broker_ids)}; the only broker is "
-                        f"{broker_id}",
-                    )
-                )
-                continue
-            partitions = len(ids)
-        else:
-            if entry.num_partitions <= 0:
-                results.append(
-                    _reject(
-                        name,
-                        ErrorCode.INVALID_PARTITIONS,
-                        f"num_partitions {entry.num_partitions} must be > 0",
-                    )
-                )
-                continue
-            if entry.replication_factor not in (1, -1):
-                results.append(
-                    _reject(
-                        name,
-                        ErrorCode.INVALID_REPLICATION_FACTOR,
-                        f"replication_factor {entry.replication_factor}: this is a "
-                        "single broker, use 1 (or -1 for the default)",
-                    )
-                )
-                continue
-            partitions = entry.num_partitions
-        configs = [(c.name, c.value) for c in entry.configs]
+        return len(replicas)
+    partitions = ctx.config.num_partitions if entry.num_partitions == -1 else entry.num_partitions
+    factor = 1 if entry.replication_factor == -1 else entry.replication_factor
+    if partitions <= 0:
+        raise TopicRequestError(
+            ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+        )
+    if factor <= 0:
+        raise TopicRequestError(
+            ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
+        )
+    if factor > 1:
+        raise TopicRequestError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Replication factor: {factor} larger than available brokers: 1.",
+        )
+    return partitions
+
+
+def _new_topic(ctx: BrokerContext, entry: Any) -> Topic:
+    """Check one CreatableTopic; the Topic it would create (not registered). Raises
+    TopicRequestError."""
+    name = entry.name
+    if name == CLUSTER_METADATA_TOPIC:
+        raise TopicRequestError(
+            ErrorCode.INVALID_REQUEST,
+            f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.",
+        )
+    if name in ctx.topics:
+        raise TopicRequestError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    nulls = [c.name for c in entry.configs if c.value is None]
+    if nulls:
+        raise TopicRequestError(
+            ErrorCode.INVALID_CONFIG,
+            f"Null value not supported for topic configs: {','.join(nulls)}",
+        )
+    partitions = _partition_count(ctx, entry)
+    reason = topic_name_error(name)
+    if reason:
+        raise TopicRequestError(ErrorCode.INVALID_TOPIC_EXCEPTION, reason)
+    if name in INTERNAL_TOPICS:
+        raise TopicRequestError(
+            ErrorCode.INVALID_REQUEST,
+            f"{name} is an internal topic: the broker creates it itself",
+        )
+    colliding = collisions(ctx, name)
+    if colliding:
+        raise TopicRequestError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic '{name}' collides with existing topics: {', '.join(colliding)}",
+        )
+    try:
+        overrides = parse_topic_configs([(c.name, c.value) for c in entry.configs])
+        return ctx.topics.make_topic(name, partitions, overrides)
+    except ConfigError as exc:
+        raise TopicRequestError(ErrorCode.INVALID_CONFIG, config_error_message(exc)) from None
+
+
+def _created(ctx: BrokerContext, topic: Topic, topic_id: uuid.UUID) -> dict:
+    layers = ctx.dynamic_configs.layers()
+    return {
+        "name": topic.name,
+        "topic_id": topic_id,
+        "error_code": 0,
+        "error_message": None,
+        "num_partitions": topic.partitions,
+        "replication_factor": 1,
+        "configs": [
+            e.created_topic_config() for e in topic_entries(topic.overrides, topic.config, layers)
+        ],
+    }
+
+
+def _failed(name: str, code: ErrorCode, message: str | None) -> dict:
+    return {
+        "name": name,
+        "topic_id": ZERO_UUID,
+        "error_code": int(code),
+        "error_message": message,
+        "num_partitions": -1,
+        "replication_factor": -1,
+        "configs": [],
+    }
+
+
+async def _create_one(ctx: BrokerContext, entry: Any, validate_only: bool) -> dict:
+    name = entry.name
+    try:
+        topic = _new_topic(ctx, entry)
+        if validate_only:
+            return _created(ctx, topic, ZERO_UUID)
         try:
-            await ctx.create_topic(name, partitions, _config_map(configs))
-        except ConfigError as exc:
-            results.append(_reject(name, ErrorCode.INVALID_CONFIG, str(exc)))
-            continue
-        except TopicExistsError as exc:
-            results.append(_reject(name, ErrorCode.TOPIC_ALREADY_EXISTS, str(exc)))
-            continue
+            created = await ctx.create_topic(name, topic.partitions, topic.overrides)
+        except TopicExistsError:
+            raise TopicRequestError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
+            ) from None
         except InvalidTopicNameError as exc:
-            results.append(_reject(name, ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)))
-            continue
+            raise TopicRequestError(ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)) from None
+        except ConfigError as exc:
+            raise TopicRequestError(ErrorCode.INVALID_CONFIG, config_error_message(exc)) from None
         except STORAGE_FAILURES as exc:
             logger.error(
                 "creating topic failed",
@@ -129,52 +199,171 @@ async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
                 error=repr(exc),
                 action="check the log dirs are writable and have space",
             )
-            results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
+            return _failed(
+                name,
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"the broker could not create the topic's logs ({exc}); see the broker log",
+            )
+        return _created(ctx, created, created.topic_id)
+    except TopicRequestError as exc:
+        _rejected(name, exc.code, str(exc), "topic creation rejected")
+        return _failed(name, exc.code, str(exc))
+
+
+async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
+    body = request.body
+    validate_only = bool(body.validate_only)
+    counts = Counter(e.name for e in body.topics)
+    results = []
+    for entry in body.topics:
+        if counts[entry.name] > 1:
+            message = "Found multiple entries for this topic."
+            _rejected(entry.name, ErrorCode.INVALID_REQUEST, message, "topic creation rejected")
+            results.append(_failed(entry.name, ErrorCode.INVALID_REQUEST, message))
             continue
-        results.append({"name": name, "error_code": 0})
-    return {"topics": results}
+        results.append(await _create_one(ctx, entry, validate_only))
+    return {"throttle_time_ms": 0, "topics": results}
 
 
-def _config_map(configs: list[tuple[str, str]]) -> dict[str, str]:
-    seen: dict[str, str] = {}
-    for key, value in configs:
-        if key in seen:
-            raise ConfigError(key, "given more than once")
-        seen[key] = value
-    return seen
+# -- DeleteTopics --------------------------------------------------------------------------------
+
+
+async def _delete_one(ctx: BrokerContext, name: str) -> tuple[ErrorCode, str | None]:
+    if name in INTERNAL_TOPICS:
+        message = (
+            f"{name} is an internal topic: the group coordinator keeps committed offsets there"
+        )
+        _rejected(name, ErrorCode.INVALID_REQUEST, message, "topic deletion rejected")
+        return ErrorCode.INVALID_REQUEST, message
+    try:
+        deleted = await ctx.delete_topic(name)
+    except STORAGE_FAILURES as exc:
+        logger.error(
+            "deleting topic failed",
+            topic=name,
+            error=repr(exc),
+            action="check the log dirs' disk: the topic is deleted for this run, but the "
+            "registry could not be rewritten, so it returns (empty) at the next start",
+        )
+        return ErrorCode.UNKNOWN_SERVER_ERROR, f"the broker could not delete the logs ({exc})"
+    if not deleted:
+        message = f"Topic `{name}` to delete does not exist"
+        _rejected(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, message, "topic deletion rejected")
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, message
+    return ErrorCode.NONE, None
 
 
 async def handle_delete_topics(ctx: BrokerContext, request: Request) -> dict:
+    body = request.body
+    if request.header.api_version < 6:
+        wanted = [(name, ZERO_UUID) for name in body.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id) for t in body.topics]
+    if any(name is not None and topic_id != ZERO_UUID for name, topic_id in wanted):
+        # Kafka fails the whole request (InvalidRequestException).
+        message = "Topic name and topic ID can not both be specified."
+        logger.warning("topic deletion rejected", error="INVALID_REQUEST", reason=message)
+        return {
+            "throttle_time_ms": 0,
+            "responses": [
+                {
+                    "name": name,
+                    "topic_id": topic_id,
+                    "error_code": int(ErrorCode.INVALID_REQUEST),
+                    "error_message": message,
+                }
+                for name, topic_id in wanted
+            ],
+        }
     results = []
-    for name in dict.fromkeys(request.body.topic_names):
-        if name in INTERNAL_TOPICS:
-            logger.warning(
-                "topic deletion rejected",
-                topic=name,
-                error="INVALID_REQUEST",
-                reason="internal topic: the group coordinator keeps committed offsets there",
+    done: dict[str, tuple[ErrorCode, str | None]] = {}  # a name given twice is deleted once
+    for name, topic_id in wanted:
+        if topic_id != ZERO_UUID:
+            topic = ctx.topics.by_id(topic_id)
+            name = topic.name if topic is not None else None
+        if name is None:
+            code, message = ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id}"
+            _rejected(None, code, message, "topic deletion rejected")
+        else:
+            if name not in done:
+                done[name] = await _delete_one(ctx, name)
+            code, message = done[name]
+        results.append(
+            {
+                "name": name,
+                "topic_id": topic_id,
+                "error_code": int(code),
+                "error_message": message,
+            }
+        )
+    return {"throttle_time_ms": 0, "responses": results}
+
+
+# -- CreatePartitions ----------------------------------------------------------------------------
+
+
+async def _add_partitions(ctx: BrokerContext, entry: Any, validate_only: bool) -> None:
+    """Raises TopicRequestError, UnknownTopicError, PartitionCountError."""
+    name = entry.name
+    if name in INTERNAL_TOPICS:
+        raise TopicRequestError(
+            ErrorCode.INVALID_REQUEST,
+            f"{name} is an internal topic: the group coordinator maps groups to its partitions",
+        )
+    topic = ctx.topics.get(name)
+    if topic is None:
+        raise UnknownTopicError(f"The topic '{name}' does not exist.")
+    added = entry.count - topic.partitions
+    if entry.assignments is not None and added > 0:
+        brokers = {b for a in entry.assignments for b in a.broker_ids}
+        unknown = sorted(brokers - {ctx.config.broker_id})
+        if unknown:
+            raise TopicRequestError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.",
             )
-            results.append({"name": name, "error_code": int(ErrorCode.INVALID_REQUEST)})
-            continue
-        try:
-            deleted = await ctx.delete_topic(name)
-        except STORAGE_FAILURES as exc:
-            logger.error(
-                "deleting topic failed",
-                topic=name,
-                error=repr(exc),
-                action="check the log dirs' disk: the topic is deleted for this run, but the "
-                "registry could not be rewritten, so it returns (empty) at the next start",
+        if len(entry.assignments) != added:
+            raise TopicRequestError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Increasing the number of partitions by {added} but "
+                f"{len(entry.assignments)} assignments provided.",
             )
-            results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
-            continue
-        if not deleted:
-            logger.warning(
-                "topic deletion rejected",
-                topic=name,
-                error="UNKNOWN_TOPIC_OR_PARTITION",
-                reason="no such topic",
-            )
-        code = ErrorCode.NONE if deleted else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        results.append({"name": name, "error_code": int(code)})
-    return {"responses": results}
+    await add_partitions(ctx, name, entry.count, validate_only=validate_only)
+
+
+async def handle_create_partitions(ctx: BrokerContext, request: Request) -> dict:
+    body = request.body
+    validate_only = bool(body.validate_only)
+    counts = Counter(t.name for t in body.topics)
+    results, answered = [], set()
+    for entry in body.topics:
+        name = entry.name
+        if counts[name] > 1:
+            if name in answered:
+                continue  # answered once per name, as Kafka's map of results is
+            answered.add(name)
+            code, message = ErrorCode.INVALID_REQUEST, "Duplicate topic in request."
+        else:
+            code, message = ErrorCode.NONE, None
+            try:
+                await _add_partitions(ctx, entry, validate_only)
+            except TopicRequestError as exc:
+                code, message = exc.code, str(exc)
+            except UnknownTopicError as exc:
+                code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
+            except PartitionCountError as exc:
+                code, message = ErrorCode.INVALID_PARTITIONS, str(exc)
+            except STORAGE_FAILURES as exc:
+                logger.error(
+                    "adding partitions failed",
+                    topic=name,
+                    error=repr(exc),
+                    action="check the log dirs are writable and have space; the missing "
+                    "partition logs are created at the next start",
+                )
+                code = ErrorCode.UNKNOWN_SERVER_ERROR
+                message = f"the broker could not create the new partition logs ({exc})"
+        if code != ErrorCode.NONE:
+            _rejected(name, code, message or "", "adding partitions rejected")
+        results.append({"name": name, "error_code": int(code), "error_message": message})
+    return {"throttle_time_ms": 0, "results": results}

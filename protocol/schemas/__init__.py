@@ -117,6 +117,8 @@ def _decode(
     api_key: ApiKey,
     version: int,
     direction: str,
+    *,
+    exact: bool,
 ) -> Body:
     try:
         codec = table.compiled.get((api_key, version)) or table[api_key, version]
@@ -128,7 +130,7 @@ def _decode(
             api_version=version,
             offset=exc.offset,
         ) from None
-    if pos != end:
+    if exact and pos != end:
         raise MalformedFrameError(
             f"{end - pos} unexpected bytes after the {_what(api_key, version, direction)} body",
             api_key=api_key,
@@ -143,17 +145,20 @@ def decode_request_body(
 ) -> Body:
     """Decode the request body in ``buf[start:end]``; it must fill the range exactly.
 
-    Raises MalformedFrameError (offset = index into ``buf``) for anything that does not parse or
-    leaves bytes over. ``(api_key, version)`` must be in REQUEST_SCHEMAS.
+    Raises MalformedFrameError (offset = index into ``buf``) for anything that does not parse.
+    Bytes after the body are ignored, as Kafka's RequestContext.parseRequest ignores them:
+    librdkafka 2.16 sends three such bytes after its "all topics" Metadata v12 request.
+    ``(api_key, version)`` must be in REQUEST_SCHEMAS.
     """
-    return _decode(REQUEST_SCHEMAS, buf, start, end, api_key, version, "request")
+    return _decode(REQUEST_SCHEMAS, buf, start, end, api_key, version, "request", exact=False)
 
 
 def decode_response_body(
     api_key: ApiKey, version: int, buf: ByteBuffer, start: int, end: int
 ) -> Body:
-    """Decode the response body in ``buf[start:end]``, as :func:`decode_request_body`."""
-    return _decode(RESPONSE_SCHEMAS, buf, start, end, api_key, version, "response")
+    """Decode the response body in ``buf[start:end]``, as :func:`decode_request_body`, except
+    that it must fill the range exactly (MalformedFrameError for bytes left over)."""
+    return _decode(RESPONSE_SCHEMAS, buf, start, end, api_key, version, "response", exact=True)
 
 
 def _encode_error(exc: Exception, api_key: ApiKey, version: int, direction: str) -> BodyEncodeError:

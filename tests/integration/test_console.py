@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -23,7 +21,6 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
@@ -31,50 +28,13 @@ from kafka import TopicPartition as KTopicPartition
 
 WAIT_S = 30
 BUILD = Path(__file__).resolve().parents[2] / "build"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 BASE_MS = 1_700_000_000_000
 SEGMENT_BYTES = 600  # a few batches per segment
 
 
 def console_url(broker) -> str:
-    """The console's base URL from the broker's "metrics listening" log line."""
-    for line in broker.log_output(since_start=True).splitlines():
-        if '"metrics listening"' in line:
-            return json.loads(line)["url"].removesuffix("/metrics")
-    raise AssertionError(f"no 'metrics listening' line in the broker's log:\n{broker.log_tail()}")
-
-
-@pytest.fixture
-def browser():
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip("chromium and chromium-driver are not installed (make install-test does it)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="chronolog-chrome-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={profile}",
-        "--window-size=1280,900",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(WAIT_S)
-    driver.implicitly_wait(5)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
+    """The console is served at the root of the metrics listener."""
+    return broker.metrics_url().removesuffix("/metrics")
 
 
 def screenshot(driver, name: str) -> None:
@@ -189,7 +149,7 @@ def test_segment_timeline_shows_every_segment(broker_factory, browser):
     directory = os.path.join(broker.log_dir, f"{topic}-0")
     on_disk = sorted(int(f[: -len(".log")]) for f in os.listdir(directory) if f.endswith(".log"))
     assert len(on_disk) >= 3
-    browser.get(f"{console_url(broker)}/topics/{topic}/0")
+    browser.get(f"{broker.metrics_url().removesuffix('/metrics')}/topics/{topic}/0")
     drawn = browser.find_elements("css selector", "#timeline g.segment")
     assert sorted(int(g.get_attribute("data-base-offset")) for g in drawn) == on_disk
     for g in drawn:  # every bar is visible

@@ -100,9 +100,9 @@ class PollingConsumer(threading.Thread):
     """A kafka-python consumer polled in its own thread (each member must keep polling to
     take part in rebalances). Records what it received and its latest assignment."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str, **kw) -> None:
         super().__init__(daemon=True)
-        self.consumer = kafka_consumer(bootstrap, group)
+        self.consumer = kafka_consumer(bootstrap, group, **kw)
         self.consumer.subscribe([topic])
         self.records: list = []
         self.assignment: set[TopicPartition] = set()
@@ -579,11 +579,14 @@ def test_chronolog_groups_cli(broker):
         a.consumer.poll(timeout_ms=100)  # keep the member alive (heartbeats run in a thread)
         listed = run_cli("--bootstrap-server", broker.bootstrap, "list")
         assert listed.returncode == 0, listed.stderr
-        assert any(line.split() == [group, "consumer"] for line in listed.stdout.splitlines())
+        assert any(
+            line.split() == [group, "consumer", "Stable"] for line in listed.stdout.splitlines()
+        )
         desc = run_cli("--bootstrap-server", broker.bootstrap, "describe", group)
         assert desc.returncode == 0, desc.stderr
         lines = desc.stdout.splitlines()
-        assert lines[0].split()[:4] == ["GROUP", group, "STATE", "Stable"]
+        head = lines[0].split()
+        assert head[:5] == ["GROUP", group, "STATE", "Stable", "GENERATION"] and int(head[5]) >= 1
         rows = {tuple(line.split()[:5]) for line in lines if line.startswith(topic)}
         assert rows == {(topic, "0", "2", "5", "3"), (topic, "1", "5", "5", "0")}
         admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
@@ -595,9 +598,16 @@ def test_chronolog_groups_cli(broker):
         owners = {tuple(line.split()[5:7]) for line in lines if line.startswith(topic)}
         assert owners == {(member["member_id"], host)}
         members_header = lines.index(
-            next(x for x in lines if x.split()[:3] == ["MEMBER-ID", "CLIENT-ID", "HOST"])
+            next(
+                x for x in lines if x.split()[:3] == ["MEMBER-ID", "GROUP-INSTANCE-ID", "CLIENT-ID"]
+            )
         )
-        assert lines[members_header + 1].split()[::2] == [member["member_id"], host]
+        assert lines[members_header + 1].split() == [
+            member["member_id"],
+            "-",
+            member["client_id"],
+            host,
+        ]
     finally:
         a.stop_event.set()
         bounded(lambda: a.consumer.close(), what="KafkaConsumer.close()")

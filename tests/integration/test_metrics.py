@@ -32,14 +32,6 @@ COMMITTED = 70  # the group's committed offset: lag = ROUNDS * PER_ROUND - COMMI
 SEGMENT_BYTES = 2000  # about one round's batch per segment
 
 
-def metrics_url(broker) -> str:
-    """The endpoint's address from the broker's "metrics listening" log line."""
-    for line in broker.log_output(since_start=True).splitlines():
-        if '"metrics listening"' in line:
-            return json.loads(line)["url"]
-    raise AssertionError(f"no 'metrics listening' line in the broker's log:\n{broker.log_tail()}")
-
-
 def scrape(url: str) -> dict[tuple[str, tuple], float]:
     """Every sample, keyed by (name, sorted labels)."""
     with urllib.request.urlopen(url, timeout=10) as response:
@@ -55,7 +47,7 @@ def scrape(url: str) -> dict[tuple[str, tuple], float]:
 
 def test_metrics_show_what_clients_did(broker_factory):
     broker = broker_factory({"metrics.listener": "http://127.0.0.1:0"})
-    url = metrics_url(broker)
+    url = broker.metrics_url()
     topic = f"metrics-{uuid.uuid4().hex[:8]}"
     group = f"metrics-group-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})

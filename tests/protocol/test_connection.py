@@ -8,6 +8,7 @@ import struct
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
+from protocol.schemas import encode_response_body
 from protocol import (
     ApiKey,
     BodyEncodeError,
@@ -163,7 +164,8 @@ def test_unsupported_version_of_known_api():
 
 
 def test_api_with_a_schema_but_not_served_is_unsupported():
-    frame = struct.pack(">ihhih", 10, ApiKey.DESCRIBE_ACLS, 0, 7, -1)
+    unserved = next(key for key in ApiKey if key not in SUPPORTED_VERSIONS)
+    frame = struct.pack(">ihhih", 10, unserved, 0, 7, -1)
     with pytest.raises(UnsupportedApiError):
         list(ServerConnection().receive_data(frame))
 
@@ -190,15 +192,29 @@ def test_malformed_headers(frame, offset):
     assert info.value.offset == offset
 
 
-def test_trailing_garbage_inside_frame():
-    frame = bytearray(_frames()[2])
-    frame += b"\x00\x01"
-    struct.pack_into(">i", frame, 0, len(frame) - 4)
+def test_bytes_after_a_request_body_are_ignored_as_kafka_does():
+    # librdkafka 2.16's "all topics" Metadata v12 (list_topics()) as captured on the wire: three
+    # bytes follow the body's tagged fields, which Kafka's parser never looks at.
+    frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    (request,) = ServerConnection().receive_data(struct.pack(">i", len(frame)) + frame)
+    assert (request.header.api_key, request.header.api_version) == (ApiKey.METADATA, 12)
+    assert request.body.topics is None and request.header.client_id == "rdkafka"
+    original = _frames()[2]
+    padded = bytearray(original + b"\x00\x01")
+    struct.pack_into(">i", padded, 0, len(padded) - 4)
+    (a,) = ServerConnection().receive_data(original)
+    (b,) = ServerConnection().receive_data(bytes(padded))
+    assert a == b
+
+
+def test_bytes_after_a_response_body_are_refused():
+    client = ClientConnection()
+    correlation_id, _ = client.request(ApiKey.METADATA, 1, {"topics": []})
+    body = encode_response_body(ApiKey.METADATA, 1, {"brokers": [], "topics": []})
+    frame = struct.pack(">i", correlation_id) + body + b"\x00\x01"
     with pytest.raises(MalformedFrameError) as info:
-        list(ServerConnection().receive_data(bytes(frame)))
+        list(client.receive_data(struct.pack(">i", len(frame)) + frame))
     assert "2 unexpected bytes" in str(info.value)
-    assert info.value.offset == len(frame) - 2
-    assert info.value.api_key == ApiKey.METADATA and info.value.api_version == 1
 
 
 def test_null_client_id_header():

@@ -10,12 +10,38 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
 )
@@ -32,6 +58,8 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
@@ -47,6 +75,12 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from protocol import SUPPORTED_VERSIONS, ApiKey, ClientConnection, ServerConnection
 from protocol.schemas import (
@@ -76,6 +110,31 @@ KAFKA_PYTHON = {
     ApiKey.CREATE_TOPICS: (CreateTopicsRequest, CreateTopicsResponse),
     ApiKey.DELETE_TOPICS: (DeleteTopicsRequest, DeleteTopicsResponse),
     ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse),
+    ApiKey.DELETE_GROUPS: (DeleteGroupsRequest, DeleteGroupsResponse),
+    ApiKey.OFFSET_DELETE: (OffsetDeleteRequest, OffsetDeleteResponse),
+    ApiKey.DESCRIBE_CONFIGS: (DescribeConfigsRequest, DescribeConfigsResponse),
+    ApiKey.ALTER_CONFIGS: (AlterConfigsRequest, AlterConfigsResponse),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
+    ),
+    ApiKey.CREATE_PARTITIONS: (CreatePartitionsRequest, CreatePartitionsResponse),
+    ApiKey.DELETE_RECORDS: (DeleteRecordsRequest, DeleteRecordsResponse),
+    ApiKey.DESCRIBE_CLUSTER: (DescribeClusterRequest, DescribeClusterResponse),
+    ApiKey.DESCRIBE_LOG_DIRS: (DescribeLogDirsRequest, DescribeLogDirsResponse),
+    ApiKey.SASL_HANDSHAKE: (SaslHandshakeRequest, SaslHandshakeResponse),
+    ApiKey.SASL_AUTHENTICATE: (SaslAuthenticateRequest, SaslAuthenticateResponse),
+    ApiKey.DESCRIBE_ACLS: (DescribeAclsRequest, DescribeAclsResponse),
+    ApiKey.CREATE_ACLS: (CreateAclsRequest, CreateAclsResponse),
+    ApiKey.DELETE_ACLS: (DeleteAclsRequest, DeleteAclsResponse),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (
+        DescribeUserScramCredentialsRequest,
+        DescribeUserScramCredentialsResponse,
+    ),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (
+        AlterUserScramCredentialsRequest,
+        AlterUserScramCredentialsResponse,
+    ),
 }
 
 # Every version served, but ApiVersions above v0 is checked in test_api_versions_v3.
@@ -296,3 +355,57 @@ def test_create_topics_v0_built_by_kafka_python():
     assert (topic.name, topic.num_partitions, topic.replication_factor) == ("new", 3, 1)
     assert [(c.name, c.value) for c in topic.configs] == [("retention.ms", "1000")]
     assert body.timeout_ms == 5000
+
+
+def test_admin_requests_built_by_kafka_pythons_admin_client():
+    """The requests kafka-python's KafkaAdminClient builds (its own request builders, with
+    tuples for nested structs) decode to what the admin client meant."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.admin._configs import AlterConfigOp, ConfigAdminMixin
+
+    describe = ConfigAdminMixin._describe_configs_request(
+        [ConfigResource(ConfigResourceType.TOPIC, "t", configs={"retention.ms": None})],
+        include_synonyms=True,
+    )
+    body = _receive(_kp_frame(describe, 4))
+    (resource,) = body.resources
+    assert (resource.resource_type, resource.resource_name) == (2, "t")
+    assert list(resource.configuration_keys) == ["retention.ms"] and body.include_synonyms
+    alter = ConfigAdminMixin._alter_configs_request(
+        [
+            ConfigResource(
+                ConfigResourceType.BROKER,
+                "0",
+                configs={
+                    "log.retention.ms": "5",
+                    "message.max.bytes": (AlterConfigOp.DELETE, None),
+                },
+            )
+        ],
+        validate_only=True,
+        incremental=True,
+    )
+    body = _receive(_kp_frame(alter, 1))
+    (resource,) = body.resources
+    assert (resource.resource_type, resource.resource_name, body.validate_only) == (4, "0", True)
+    assert [(c.name, c.config_operation, c.value) for c in resource.configs] == [
+        ("log.retention.ms", 0, "5"),
+        ("message.max.bytes", 1, None),
+    ]
+
+
+def test_create_partitions_and_delete_records_built_by_kafka_python():
+    T = CreatePartitionsRequest.CreatePartitionsTopic
+    req = CreatePartitionsRequest(
+        topics=[T(name="t", count=4, assignments=None)], timeout_ms=900, validate_only=False
+    )
+    body = _receive(_kp_frame(req, 3))
+    assert [(t.name, t.count, t.assignments) for t in body.topics] == [("t", 4, None)]
+    R = DeleteRecordsRequest.DeleteRecordsTopic
+    req = DeleteRecordsRequest(
+        topics=[R(name="t", partitions=[R.DeleteRecordsPartition(partition_index=2, offset=-1)])],
+        timeout_ms=900,
+    )
+    body = _receive(_kp_frame(req, 2))
+    (topic,) = body.topics
+    assert [(p.partition_index, p.offset) for p in topic.partitions] == [(2, -1)]

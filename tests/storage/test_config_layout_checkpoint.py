@@ -39,10 +39,37 @@ def test_log_config_overrides_take_kafka_names():
         {"segment.bytes": "1024", "retention_ms": 5, "flush.messages": "1"}
     )
     assert (c.segment_bytes, c.retention_ms, c.flush_messages) == (1024, 5, 1)
-    with pytest.raises(InvalidConfigError, match="unknown log config 'cleanup.policy'"):
-        LogConfig().with_overrides({"cleanup.policy": "compact"})
+    with pytest.raises(InvalidConfigError, match="unknown log config 'compression.type'"):
+        LogConfig().with_overrides({"compression.type": "gzip"})
     with pytest.raises(InvalidConfigError, match="not an integer"):
         LogConfig().with_overrides({"segment.ms": "soon"})
+
+
+def test_log_config_compaction_settings():
+    c = LogConfig()
+    assert (c.cleanup_policy, c.min_cleanable_dirty_ratio, c.delete_retention_ms) == (
+        "delete",
+        0.5,
+        86400000,
+    )
+    assert (c.min_compaction_lag_ms, c.max_compaction_lag_ms) == (0, 2**63 - 1)
+    assert c.delete and not c.compact and c.max_segment_ms == c.segment_ms
+    c = c.with_overrides({"cleanup.policy": "compact, delete", "min.cleanable.dirty.ratio": "0.25"})
+    assert (c.cleanup_policy, c.min_cleanable_dirty_ratio) == ("compact,delete", 0.25)
+    assert c.compact and c.delete
+    # KIP-354: a compacted log's active segment rolls by max.compaction.lag.ms at the latest
+    c = c.with_overrides({"max.compaction.lag.ms": 1000})
+    assert c.max_segment_ms == 1000
+    assert c.with_overrides({"cleanup.policy": "delete"}).max_segment_ms == c.segment_ms
+    for bad in (
+        {"cleanup.policy": "shred"},
+        {"min.cleanable.dirty.ratio": "1.5"},
+        {"min.cleanable.dirty.ratio": "half"},
+        {"min.compaction.lag.ms": 2000},  # above max.compaction.lag.ms
+        {"max.compaction.lag.ms": 0},
+    ):
+        with pytest.raises(InvalidConfigError):
+            c.with_overrides(bad)
 
 
 @pytest.mark.parametrize(

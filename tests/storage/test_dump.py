@@ -87,3 +87,24 @@ def test_missing_and_unknown_files_are_explained(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("x")
     assert main([str(tmp_path / "notes.txt")]) == 2
     assert "not a segment file" in capsys.readouterr().err
+
+
+def test_dump_shows_the_cleaner_checkpoint(tmp_path, clock, capsys):
+    from storage.checkpoint import cleaner_checkpoint_path, write_checkpoint
+
+    seg = make_log(tmp_path, clock)
+    path = cleaner_checkpoint_path(str(tmp_path))
+    write_checkpoint(path, {("t", 0): 7, ("u", 3): 0})
+    assert main([path]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "topic: t partition: 0 firstDirtyOffset: 7",
+        "topic: u partition: 3 firstDirtyOffset: 0",
+    ]
+    assert main([seg.log_path]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "cleaner checkpoint: t-0 is cleaned below offset 7 (this segment starts cleaned)"
+    )
+    with open(path, "w") as f:
+        f.write("0\n2\nt 0 7\n")
+    assert main([path]) == 1
+    assert "announces 2 entries" in capsys.readouterr().out

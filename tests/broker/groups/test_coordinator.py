@@ -14,10 +14,13 @@ from trio.testing import wait_all_tasks_blocked
 from broker.config import BrokerConfig
 from broker.groups import OFFSETS_TOPIC, setup
 from broker.groups.handlers import GROUP_HANDLERS
+from broker.groups.offsets import OffsetCache
+from broker.groups.store import load_offsets
 from broker.server import Server, open_context
 from protocol.api import ApiKey
 from protocol.connection import ClientConnection, ServerConnection
 from protocol.errors import ErrorCode as E
+from storage.cleaner import Cleaner
 
 RANGE = [("range", b"meta")]
 
@@ -27,6 +30,7 @@ def make_config(log_dir, **props) -> BrokerConfig:
         ("listeners", "PLAINTEXT://127.0.0.1:9092"),
         ("log.dirs", str(log_dir)),
         ("group.min.session.timeout.ms", "1000"),
+        ("group.initial.rebalance.delay.ms", "0"),
     ]
     pairs += [(k.replace("_", "."), str(v)) for k, v in props.items()]
     return BrokerConfig.from_properties(pairs)
@@ -54,6 +58,13 @@ async def running(log_dir, *, clock=None, clean=True, topics=(("t", 4),), **prop
     else:
         for log in ctx.log_manager.all_logs():
             log.close()
+
+
+def fetched(c, group, partitions):
+    """The PartitionOffsets of one OffsetFetch (the group error must be NONE)."""
+    error, answers = c.fetch_group_offsets(group, partitions)
+    assert error is E.NONE
+    return [po for _, _, po in answers]
 
 
 def trio_ms() -> int:
@@ -84,7 +95,7 @@ async def test_commits_survive_restart(tmp_path, clean):
         assert await c.commit_offsets("g", "", -1, None, [("t", 0, 20, "m0b", -1)]) == [E.NONE]
         assert ctx.topics.get(OFFSETS_TOPIC).config.cleanup_policy == "compact"
     async with running(tmp_path) as (ctx, c):
-        got = c.fetch_offsets("g", [("t", 0), ("t", 1), ("t", 2), ("t", 3)])
+        got = fetched(c, "g", [("t", 0), ("t", 1), ("t", 2), ("t", 3)])
         assert [(p.offset, p.metadata, p.error) for p in got] == [
             (20, "m0b", E.NONE),
             (11, "", E.NONE),
@@ -116,7 +127,7 @@ async def test_commit_errors(tmp_path):
         assert r.error is E.NONE
         assert await c.commit_offsets("m", r.member_id, 1, None, [("t", 0, 1, None, -1)]) == [
             E.REBALANCE_IN_PROGRESS
-        ]  # AwaitingSync
+        ]  # CompletingRebalance
         assert (await c.sync("m", 1, r.member_id, {r.member_id: b"a"})).error is E.NONE
         assert await c.commit_offsets("m", r.member_id, 0, None, [("t", 0, 1, None, -1)]) == [
             E.ILLEGAL_GENERATION
@@ -130,8 +141,8 @@ async def test_commit_errors(tmp_path):
         assert await c.commit_offsets("m", r.member_id, 1, None, [("t", 0, 7, None, -1)]) == [
             E.NONE
         ]
-        assert c.fetch_offsets("m", [("t", 0)])[0].offset == 7
-        assert c.fetch_offsets("g", [("t", 0)])[0].offset == -1  # refused ones not stored
+        assert fetched(c, "m", [("t", 0)])[0].offset == 7
+        assert fetched(c, "g", [("t", 0)])[0].offset == -1  # refused ones not stored
 
 
 async def test_offsets_expire_and_empty_group_goes_away(tmp_path):
@@ -142,19 +153,42 @@ async def test_offsets_expire_and_empty_group_goes_away(tmp_path):
         assert await c.commit_offsets("long", "", -1, None, [("t", 0, 2, "b", -1)]) == [E.NONE]
         # v1's explicit commit timestamp moves the expiry: 0 + 1 day, long past
         assert await c.commit_offsets("old", "", -1, None, [("t", 1, 3, "", 0)]) == [E.NONE]
-        now[0] += 5000
-        assert await c.expire_offsets(now[0]) == 1  # "old" only: expiry is strictly before now
+        now[0] += 4999
+        assert await c.expire_offsets(now[0]) == 1  # "old" only
         now[0] += 1
-        assert await c.expire_offsets(now[0]) == 1
-        assert c.fetch_offsets("short", [("t", 0)])[0].offset == -1
-        assert c.fetch_offsets("long", [("t", 0)])[0].offset == 2
+        assert await c.expire_offsets(now[0]) == 1  # "short": at its expire timestamp
+        assert fetched(c, "short", [("t", 0)])[0].offset == -1
+        assert fetched(c, "long", [("t", 0)])[0].offset == 2
         assert sorted(c.list_groups()[1]) == [("long", "")]
         assert c.describe("short")[1].state == "Dead"
     async with running(tmp_path, clock=lambda: now[0]) as (ctx, c):
         # the tombstones were durable too
-        assert c.fetch_offsets("short", [("t", 0)])[0].offset == -1
-        assert c.fetch_offsets("old", [("t", 1)])[0].offset == -1
-        assert c.fetch_offsets("long", [("t", 0)])[0].offset == 2
+        assert fetched(c, "short", [("t", 0)])[0].offset == -1
+        assert fetched(c, "old", [("t", 1)])[0].offset == -1
+        assert fetched(c, "long", [("t", 0)])[0].offset == 2
+
+
+async def test_offsets_of_an_emptied_group_expire_from_when_it_emptied(tmp_path):
+    now = [1_700_000_000_000]
+    day = 24 * 3600 * 1000
+    async with running(tmp_path, clock=lambda: now[0]) as (ctx, c):
+        a = await join(c, client="a")
+        await c.sync("g", 1, a.member_id, {})
+        assert await c.commit_offsets("g", a.member_id, 1, None, [("t", 0, 5, "", -1)]) == [E.NONE]
+        now[0] += 2 * day  # a member keeps the group's offsets alive (not a subscription)
+        c.heartbeat("g", a.member_id, 1)
+        assert await c.expire_offsets(now[0]) == 0
+        await c.leave("g", [(a.member_id, None)])
+        assert c.describe("g")[1].state == "Empty"
+        now[0] += day - 1
+        assert await c.expire_offsets(now[0]) == 0
+    async with running(tmp_path, clock=lambda: now[0]) as (ctx, c):
+        # the time it emptied came back with its group record
+        now[0] += 1
+        assert await c.expire_offsets(now[0]) == 1
+        assert c.describe("g")[1].state == "Dead"
+    async with running(tmp_path, clock=lambda: now[0]) as (ctx, c):
+        assert c.list_groups()[1] == []  # the group record's tombstone was written
 
 
 # ---- membership on trio timers -----------------------------------------------------------------
@@ -178,7 +212,7 @@ async def test_rebalance_and_session_timeout_on_timers(tmp_path, autojump_clock)
             a2 = await join(c, a.member_id)
         b = results["b"]
         assert a2.generation_id == b.generation_id == 2
-        assert dict(a2.members).keys() == {a.member_id, b.member_id}
+        assert {m.member_id for m in a2.members} == {a.member_id, b.member_id}
         syncs = {}
 
         async def sync_b():
@@ -198,7 +232,10 @@ async def test_rebalance_and_session_timeout_on_timers(tmp_path, autojump_clock)
         assert 3 <= trio.current_time() - t0 <= 4
         assert c.describe("g")[1].state == "PreparingRebalance"
         a3 = await join(c, a.member_id)
-        assert (a3.generation_id, a3.members) == (3, ((a.member_id, b"meta"),))
+        assert (a3.generation_id, [(m.member_id, m.metadata) for m in a3.members]) == (
+            3,
+            [(a.member_id, b"meta")],
+        )
 
 
 async def test_rebalance_timeout_on_timer(tmp_path, autojump_clock):
@@ -209,10 +246,10 @@ async def test_rebalance_timeout_on_timer(tmp_path, autojump_clock):
         b = await join(c, client="b", session=60_000, rebalance=5_000)
         # a never rejoins: the rebalance ends at the group's rebalance timeout (a's 60 s)
         assert trio.current_time() - t0 == pytest.approx(60, abs=0.01)
-        assert (b.generation_id, b.leader_id, b.members) == (
+        assert (b.generation_id, b.leader_id, [m.member_id for m in b.members]) == (
             2,
             b.member_id,
-            ((b.member_id, b"meta"),),
+            [b.member_id],
         )
 
 
@@ -484,7 +521,7 @@ async def test_offsets_topic_with_retention_is_repaired(tmp_path):
     with capture_logs() as logs:  # persisted: the next start finds nothing to repair
         async with running(tmp_path) as (ctx, c):
             assert ctx.topics.get(OFFSETS_TOPIC).config.retention_ms == -1
-            assert [p.offset for p in c.fetch_offsets("g", [("t", 0)])] == [5]
+            assert [p.offset for p in fetched(c, "g", [("t", 0)])] == [5]
     assert not [e for e in logs if "retention" in e["event"]]
 
 
@@ -499,64 +536,453 @@ async def test_offset_metadata_max_bytes_is_configurable(tmp_path):
 # ---- compaction of the offsets log ------------------------------------------------------------
 
 
-async def commit_many(c, n: int) -> dict[int, int]:
+async def commit_many(c, n: int, group: str = "g") -> dict[int, int]:
     last = {}
     for i in range(n):
         p = i % 4
-        assert await c.commit_offsets("g", "", -1, None, [("t", p, i, "meta", -1)]) == [E.NONE]
+        assert await c.commit_offsets(group, "", -1, None, [("t", p, i, "meta", -1)]) == [E.NONE]
         last[p] = i
     return last
 
 
-async def test_offsets_log_is_compacted_at_start_up(tmp_path, monkeypatch):
+# ---- group records: stored, replayed, cleaned -----------------------------------------------
+
+
+async def static_join(c, instance, member_id="", *, client="c", session=10_000):
+    return await c.join(
+        "g",
+        member_id,
+        group_instance_id=instance,
+        client_id=client,
+        client_host="/10.0.0.1",
+        session_timeout_ms=session,
+        rebalance_timeout_ms=30_000,
+        protocol_type="consumer",
+        protocols=RANGE,
+    )
+
+
+async def stable_pair(c):
+    """Group "g": static member "ia" and dynamic "b", Stable at generation 2."""
+    results = {}
+    a = await static_join(c, "ia", client="a")
+    await c.sync("g", 1, a.member_id, {a.member_id: b"A1"})
+
+    async def join_b():
+        results["b"] = await join(c, client="b")
+
+    async with trio.open_nursery() as n:
+        n.start_soon(join_b)
+        await wait_all_tasks_blocked()
+        results["a"] = await static_join(c, "ia", a.member_id, client="a")
+    a, b = results["a"], results["b"]
+    assert a.generation_id == b.generation_id == 2
+    leader = a if a.leader_id == a.member_id else b
+    follower = b if leader is a else a
+    async with trio.open_nursery() as n:
+        n.start_soon(c.sync, "g", 2, follower.member_id, {})
+        await wait_all_tasks_blocked()
+        got = await c.sync("g", 2, leader.member_id, {a.member_id: b"A", b.member_id: b"B"})
+    assert got.error is E.NONE
+    return a, b
+
+
+@pytest.mark.parametrize("clean", [True, False])
+async def test_groups_come_back_after_a_restart(tmp_path, clean):
+    async with running(tmp_path, clean=clean) as (ctx, c):
+        a, b = await stable_pair(c)
+        before = c.describe("g")[1]
+        assert before.state == "Stable"
+    async with running(tmp_path) as (ctx, c):
+        after = c.describe("g")[1]
+        assert after == before  # same members, ids, hosts, metadata and assignments
+        group = c.machine.get("g")
+        assert (group.generation_id, group.leader_id) == (2, a.leader_id)
+        # the dynamic member simply goes on heartbeating with its old id and generation
+        assert c.heartbeat("g", b.member_id, 2) is E.NONE
+        # the static member restarted meanwhile: it rejoins with no member id, no rebalance
+        again = await static_join(c, "ia", client="a")
+        assert again.error is E.NONE and again.generation_id == 2
+        assert again.member_id != a.member_id
+        assert c.heartbeat("g", a.member_id, 2, "ia") is E.FENCED_INSTANCE_ID
+        got = await c.sync("g", 2, again.member_id, {}, group_instance_id="ia")
+        assert (got.error, got.assignment) == (E.NONE, b"A")
+        assert c.describe("g")[1].state == "Stable"
+    async with running(tmp_path) as (ctx, c):  # the replaced id was stored too
+        ids = {m.member_id for m in c.describe("g")[1].members}
+        assert ids == {again.member_id, b.member_id}
+
+
+async def test_members_that_do_not_come_back_are_expired_after_a_restart(tmp_path, autojump_clock):
+    async with running(tmp_path, clock=trio_ms) as (ctx, c):
+        a, b = await stable_pair(c)
+    async with running(tmp_path, clock=trio_ms) as (ctx, c):
+        await trio.sleep(10.001)  # neither heartbeats: both sessions (10 s) end
+        s = c.describe("g")[1]
+        assert (s.state, s.members) == ("Empty", ())
+        assert c.machine.get("g").generation_id == 3
+    async with running(tmp_path, clock=trio_ms) as (ctx, c):
+        assert c.describe("g")[1].state == "Empty"  # the emptied group was stored
+
+
+async def test_offsets_and_groups_survive_the_log_cleaner(tmp_path):
+    async with running(tmp_path) as (ctx, c):
+        a, b = await stable_pair(c)
+        before = c.describe("g")[1]
+        last = await commit_many(c, 200, "simple")
+        async with ctx.locked_log(OFFSETS_TOPIC, 0) as log:
+            records_before = log.log_end_offset - log.log_start_offset
+            log.roll()  # the cleaner never touches the active segment
+            assert Cleaner(1 << 20).clean(log, ctx.clock(), force=True) is not None
+            cache, groups = OffsetCache(), {}
+            kept = load_offsets(log, cache, groups=groups, topic=OFFSETS_TOPIC, partition=0)
+        assert records_before > 200 and kept == len(cache) + len(groups) == 4 + 1
+    async with running(tmp_path, clean=False) as (ctx, c):  # a crash after the cleaning
+        assert c.describe("g")[1] == before
+        got = fetched(c, "simple", [("t", p) for p in range(4)])
+        assert [(p.offset, p.metadata) for p in got] == [(last[p], "meta") for p in range(4)]
+
+
+async def test_delete_groups_and_offsets(tmp_path):
+    async with running(tmp_path) as (ctx, c):
+        a, b = await stable_pair(c)
+        entries = [("t", 0, 1, "", -1), ("t", 1, 2, "", -1)]
+        assert await c.commit_offsets("g", b.member_id, 2, None, entries) == [E.NONE] * 2
+        assert await c.commit_offsets("simple", "", -1, None, entries) == [E.NONE] * 2
+        assert await c.delete_groups(["g", "simple", "nope", "simple"]) == [
+            ("g", E.NON_EMPTY_GROUP),
+            ("simple", E.NONE),
+            ("nope", E.GROUP_ID_NOT_FOUND),
+        ]
+        # "g" subscribes to nothing it can parse (b"meta"): every topic counts as subscribed
+        assert await c.delete_offsets("g", [("t", 0)]) == (
+            E.NONE,
+            [("t", 0, E.GROUP_SUBSCRIBED_TO_TOPIC)],
+        )
+        await c.leave("g", [(b.member_id, None), ("", "ia")])
+        assert c.describe("g")[1].state == "Empty"
+        assert await c.delete_offsets("g", [("t", 0)]) == (E.NONE, [("t", 0, E.NONE)])
+        assert fetched(c, "g", [("t", 0), ("t", 1)])[1].offset == 2
+        assert await c.delete_offsets("nope", [("t", 0)]) == (E.GROUP_ID_NOT_FOUND, [])
+        assert await c.delete_groups(["g"]) == [("g", E.NONE)]
+        assert c.list_groups() == (E.NONE, [])
+    async with running(tmp_path) as (ctx, c):
+        assert c.list_groups() == (E.NONE, [])
+        assert [p.offset for p in fetched(c, "g", [("t", 0), ("t", 1)])] == [-1, -1]
+        assert [p.offset for p in fetched(c, "simple", [("t", 0), ("t", 1)])] == [-1, -1]
+
+
+async def test_require_stable_fetch_during_a_commit(tmp_path):
+    async with running(tmp_path) as (ctx, c):
+        assert await c.commit_offsets("g", "", -1, None, [("t", 0, 1, "", -1)]) == [E.NONE]
+        seen = {}
+
+        async def fetch_while_committing():
+            await wait_all_tasks_blocked()
+            seen["stable"] = c.fetch_group_offsets("g", [("t", 0)], require_stable=True)
+            seen["plain"] = c.fetch_group_offsets("g", [("t", 0)])
+
+        async with trio.open_nursery() as n:
+            n.start_soon(fetch_while_committing)
+            await c.commit_offsets("g", "", -1, None, [("t", 0, 2, "", -1)])
+        ((_, _, stable),) = seen["stable"][1]
+        ((_, _, plain),) = seen["plain"][1]
+        assert stable.error is E.UNSTABLE_OFFSET_COMMIT
+        assert (plain.error, plain.offset) == (E.NONE, 1)
+        assert fetched(c, "g", [("t", 0)])[0].offset == 2
+
+
+# ---- the newer versions through real frames ----------------------------------------------------
+
+
+def consumer_subscription(*topics: str) -> bytes:
+    """ConsumerProtocol subscription v0 (kafka-python's layout)."""
+    out = b"\x00\x00" + len(topics).to_bytes(4, "big")
+    for t in topics:
+        out += len(t).to_bytes(2, "big") + t.encode()
+    return out + b"\xff\xff\xff\xff"
+
+
+async def test_find_coordinator_versions(tmp_path):
+    async with running(tmp_path) as (ctx, c):
+        wire = Wire(ctx)
+        r = await wire(ApiKey.FIND_COORDINATOR, 3, {"key": "g", "key_type": 0})
+        assert (r.error_code, r.error_message, r.node_id, r.port) == (0, "NONE", 0, 9092)
+        r = await wire(ApiKey.FIND_COORDINATOR, 2, {"key": "tx", "key_type": 1})
+        assert (r.error_code, r.node_id) == (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+        assert "transaction" in r.error_message
+        r = await wire(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["a", "b"]})
+        assert [(x.key, x.error_code, x.node_id, x.host, x.port) for x in r.coordinators] == [
+            ("a", 0, 0, "127.0.0.1", 9092),
+            ("b", 0, 0, "127.0.0.1", 9092),
+        ]
+        r = await wire(ApiKey.FIND_COORDINATOR, 5, {"key_type": 2, "coordinator_keys": ["s"]})
+        assert r.coordinators[0].error_code == E.INVALID_REQUEST
+        r = await wire(ApiKey.FIND_COORDINATOR, 6, {"key_type": 2, "coordinator_keys": ["s"]})
+        assert r.coordinators[0].error_code == E.GROUP_COORDINATOR_NOT_AVAILABLE
+        r = await wire(ApiKey.FIND_COORDINATOR, 6, {"key_type": 9, "coordinator_keys": ["s"]})
+        assert r.coordinators[0].error_code == E.INVALID_REQUEST
+
+
+def join_body(member_id="", instance=None, metadata=b"m", **kw):
+    return {
+        "group_id": "g",
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 30_000,
+        "member_id": member_id,
+        "group_instance_id": instance,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": metadata}],
+        **kw,
+    }
+
+
+async def test_membership_apis_at_their_latest_versions(tmp_path):
+    async with running(tmp_path) as (ctx, c):
+        wire = Wire(ctx)
+        sub = consumer_subscription("t")
+        # KIP-394: a dynamic member's first JoinGroup v4+ only gets a member id
+        r = await wire(ApiKey.JOIN_GROUP, 9, join_body(metadata=sub, reason="first"))
+        assert (r.error_code, r.generation_id) == (E.MEMBER_ID_REQUIRED, -1)
+        assert r.member_id.startswith("wire-test-") and r.protocol_name is None
+        member = r.member_id
+        r = await wire(ApiKey.JOIN_GROUP, 9, join_body(member, metadata=sub))
+        assert (r.error_code, r.generation_id, r.protocol_type, r.protocol_name) == (
+            0,
+            1,
+            "consumer",
+            "range",
+        )
+        assert (r.leader, r.skip_assignment) == (member, False)
+        assert [(m.member_id, m.group_instance_id, m.metadata) for m in r.members] == [
+            (member, None, sub)
+        ]
+        # JoinGroup v6 (flexible, before nullable protocol names) answers errors with ""
+        r = await wire(ApiKey.JOIN_GROUP, 6, join_body("ghost"))
+        assert (r.error_code, r.protocol_name) == (E.UNKNOWN_MEMBER_ID, "")
+        # SyncGroup v5 must name the protocol type and name
+        sync_body = {
+            "group_id": "g",
+            "generation_id": 1,
+            "member_id": member,
+            "assignments": [{"member_id": member, "assignment": b"asg"}],
+        }
+        r = await wire(ApiKey.SYNC_GROUP, 5, sync_body)
+        assert r.error_code == E.INCONSISTENT_GROUP_PROTOCOL
+        r = await wire(
+            ApiKey.SYNC_GROUP, 5, dict(sync_body, protocol_type="consumer", protocol_name="range")
+        )
+        assert (r.error_code, r.protocol_type, r.protocol_name, r.assignment) == (
+            0,
+            "consumer",
+            "range",
+            b"asg",
+        )
+        r = await wire(
+            ApiKey.HEARTBEAT, 4, {"group_id": "g", "generation_id": 1, "member_id": member}
+        )
+        assert r.error_code == 0
+        # a static member (v5+) joins without MEMBER_ID_REQUIRED
+        static = {}
+
+        async def join_static():
+            static["r"] = await wire(ApiKey.JOIN_GROUP, 7, join_body(instance="inst", metadata=sub))
+
+        async with trio.open_nursery() as n:
+            n.start_soon(join_static)
+            await wait_all_tasks_blocked()
+            r = await wire(ApiKey.JOIN_GROUP, 9, join_body(member, metadata=sub))
+        s = static["r"]
+        assert (s.error_code, s.generation_id) == (0, 2) and s.member_id.startswith("inst-")
+        assert {(m.member_id, m.group_instance_id) for m in r.members} == {
+            (member, None),
+            (s.member_id, "inst"),
+        }
+        # DescribeGroups v5 shows the instance id and, when asked, the allowed operations
+        r = await wire(
+            ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["g"], "include_authorized_operations": True}
+        )
+        (g,) = r.groups
+        assert g.group_state == "CompletingRebalance"
+        assert {(m.member_id, m.group_instance_id) for m in g.members} == {
+            (member, None),
+            (s.member_id, "inst"),
+        }
+        assert g.authorized_operations == (1 << 3) | (1 << 6) | (1 << 8)
+        r = await wire(ApiKey.DESCRIBE_GROUPS, 4, {"groups": ["g"]})
+        assert r.groups[0].authorized_operations == -(2**31)
+        # ListGroups v4/v5 filter by state and type
+        r = await wire(ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": []})
+        assert [(x.group_id, x.group_state, x.group_type) for x in r.groups] == [
+            ("g", "CompletingRebalance", "classic")
+        ]
+        r = await wire(ApiKey.LIST_GROUPS, 4, {"states_filter": ["Stable", "Empty"]})
+        assert r.groups == []
+        r = await wire(ApiKey.LIST_GROUPS, 5, {"types_filter": ["consumer"]})
+        assert r.groups == []
+        # LeaveGroup v3+: a batch, one answer each; v0-v2: one error at the top
+        r = await wire(
+            ApiKey.LEAVE_GROUP,
+            5,
+            {
+                "group_id": "g",
+                "members": [
+                    {"member_id": "", "group_instance_id": "inst", "reason": "bye"},
+                    {"member_id": "ghost", "group_instance_id": None},
+                ],
+            },
+        )
+        assert r.error_code == 0
+        assert [(m.member_id, m.group_instance_id, m.error_code) for m in r.members] == [
+            ("", "inst", 0),
+            ("ghost", None, E.UNKNOWN_MEMBER_ID),
+        ]
+        r = await wire(ApiKey.LEAVE_GROUP, 2, {"group_id": "g", "member_id": "ghost"})
+        assert r.error_code == E.UNKNOWN_MEMBER_ID
+        r = await wire(ApiKey.LEAVE_GROUP, 2, {"group_id": "g", "member_id": member})
+        assert r.error_code == 0
+        r = await wire(ApiKey.LIST_GROUPS, 4, {"states_filter": ["empty"]})
+        assert [(x.group_id, x.group_state) for x in r.groups] == [("g", "Empty")]
+
+
+async def test_offset_apis_at_their_latest_versions(tmp_path):
+    async with running(tmp_path, topics=(("t", 2), ("u", 1))) as (ctx, c):
+        wire = Wire(ctx)
+
+        def commit(version, group, parts, **kw):
+            return wire(
+                ApiKey.OFFSET_COMMIT,
+                version,
+                {
+                    "group_id": group,
+                    "generation_id_or_member_epoch": -1,
+                    "member_id": "",
+                    "topics": [
+                        {
+                            "name": t,
+                            "partitions": [
+                                {
+                                    "partition_index": p,
+                                    "committed_offset": o,
+                                    "committed_leader_epoch": 7,
+                                    "committed_metadata": None,
+                                }
+                                for p, o in ps
+                            ],
+                        }
+                        for t, ps in parts.items()
+                    ],
+                    **kw,
+                },
+            )
+
+        r = await commit(9, "a", {"t": [(0, 10), (1, 11)], "u": [(0, 12)], "x": [(0, 1)]})
+        assert [(t.name, [p.error_code for p in t.partitions]) for t in r.topics] == [
+            ("t", [0, 0]),
+            ("u", [0]),
+            ("x", [3]),
+        ]
+        r = await commit(4, "b", {"t": [(0, 20)]}, retention_time_ms=60_000)
+        assert r.topics[0].partitions[0].error_code == 0
+        # v2+: a null topic list is every committed partition
+        r = await wire(ApiKey.OFFSET_FETCH, 2, {"group_id": "a", "topics": None})
+        assert r.error_code == 0
+        got = {
+            (t.name, p.partition_index): (p.committed_offset, p.metadata, p.error_code)
+            for t in r.topics
+            for p in t.partitions
+        }
+        assert got == {("t", 0): (10, "", 0), ("t", 1): (11, "", 0), ("u", 0): (12, "", 0)}
+        # v5+ carry the leader epoch; v7 require_stable; v6 is flexible
+        for version in (5, 6, 7):
+            r = await wire(
+                ApiKey.OFFSET_FETCH,
+                version,
+                {
+                    "group_id": "a",
+                    "topics": [{"name": "t", "partition_indexes": [0]}],
+                    "require_stable": True,
+                },
+            )
+            p = r.topics[0].partitions[0]
+            assert (p.committed_offset, p.committed_leader_epoch) == (10, 7)
+        # v8+: several groups in one request, null topics per group
+        r = await wire(
+            ApiKey.OFFSET_FETCH,
+            9,
+            {
+                "groups": [
+                    {"group_id": "a", "topics": [{"name": "u", "partition_indexes": [0]}]},
+                    {"group_id": "b", "topics": None},
+                    {"group_id": "none", "topics": None},
+                ]
+            },
+        )
+        assert [
+            (
+                g.group_id,
+                g.error_code,
+                [(t.name, [p.committed_offset for p in t.partitions]) for t in g.topics],
+            )
+            for g in r.groups
+        ] == [("a", 0, [("u", [12])]), ("b", 0, [("t", [20])]), ("none", 0, [])]
+        # v4's retention gave "b" its own expiry: a version-1 record with no leader epoch
+        assert c.offsets.get("b", "t", 0).expire_timestamp_ms is not None
+        # OffsetDelete: unknown partitions, then the rest
+        r = await wire(
+            ApiKey.OFFSET_DELETE,
+            0,
+            {
+                "group_id": "a",
+                "topics": [
+                    {"name": "t", "partitions": [{"partition_index": 0}, {"partition_index": 5}]},
+                    {"name": "x", "partitions": [{"partition_index": 0}]},
+                ],
+            },
+        )
+        assert r.error_code == 0
+        assert [
+            (t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics
+        ] == [
+            ("t", [(0, 0), (5, 3)]),
+            ("x", [(0, 3)]),
+        ]
+        r = await wire(ApiKey.OFFSET_DELETE, 0, {"group_id": "nope", "topics": []})
+        assert (r.error_code, r.topics) == (E.GROUP_ID_NOT_FOUND, [])
+        # DeleteGroups
+        r = await wire(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["a", "b", "nope"]})
+        assert [(x.group_id, x.error_code) for x in r.results] == [
+            ("a", 0),
+            ("b", 0),
+            ("nope", E.GROUP_ID_NOT_FOUND),
+        ]
+        r = await wire(ApiKey.OFFSET_FETCH, 3, {"group_id": "a", "topics": None})
+        assert (r.error_code, r.topics) == (0, [])
+
+
+async def test_a_tombstone_that_could_not_be_written_is_retried(tmp_path, monkeypatch):
+    import errno
+
     from broker.groups import coordinator as coordinator_module
 
     async with running(tmp_path) as (ctx, c):
-        last = await commit_many(c, 200)
-        log = ctx.get_log(OFFSETS_TOPIC, 0)
-        assert (log.log_start_offset, log.log_end_offset) == (0, 200)  # not due: < 16 MiB
-    monkeypatch.setattr(coordinator_module, "COMPACT_MIN_BYTES", 1000)
-    async with running(tmp_path, clean=False) as (ctx, c):
-        log = ctx.get_log(OFFSETS_TOPIC, 0)
-        assert (log.log_start_offset, log.log_end_offset) == (200, 204)  # 4 live offsets
-        assert [s.base_offset for s in log.segments] == [200]
-        got = c.fetch_offsets("g", [("t", p) for p in range(4)])
-        assert [(p.offset, p.metadata) for p in got] == [(last[p], "meta") for p in range(4)]
-    monkeypatch.setattr(coordinator_module, "COMPACT_MIN_BYTES", 16 << 20)
-    async with running(tmp_path) as (ctx, c):  # crash above: replay of the snapshot only
-        got = c.fetch_offsets("g", [("t", p) for p in range(4)])
-        assert [p.offset for p in got] == [last[p] for p in range(4)]
+        a = await join(c, client="a")
+        await c.sync("g", 1, a.member_id, {})
+        await c.leave("g", [(a.member_id, None)])
+        real = coordinator_module.append_records
 
+        def full_disk(log, settings, records, now):
+            if any(v is None for _, v in records):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(log, settings, records, now)
 
-async def test_offsets_log_is_compacted_on_the_timer(tmp_path):
-    async with running(tmp_path, offsets_retention_check_interval_ms=100) as (ctx, c):
-        last = await commit_many(c, 200)
-        log = ctx.get_log(OFFSETS_TOPIC, 0)
-        checks: list[int] = []
-        checked_thrice, compacted = trio.Event(), trio.Event()
-        check = c.compact_offsets
-
-        async def counted_check(now_ms: int) -> int:
-            deleted = await check(now_ms)
-            checks.append(deleted)
-            if len(checks) == 3:
-                checked_thrice.set()
-            if deleted:
-                compacted.set()
-            return deleted
-
-        c.compact_offsets = counted_check
-        with trio.fail_after(10):
-            await checked_thrice.wait()  # several checks: not due, the log is far below 16 MiB
-        assert checks[:3] == [0, 0, 0] and log.log_start_offset == 0
-        c.compact_min_bytes = 2000
-        with trio.fail_after(10):
-            await compacted.wait()
-        assert log.log_end_offset - log.log_start_offset == 4
-        got = c.fetch_offsets("g", [("t", p) for p in range(4)])
-        assert [p.offset for p in got] == [last[p] for p in range(4)]
-        # commits after compaction land after the snapshot and win on replay
-        assert await c.commit_offsets("g", "", -1, None, [("t", 0, 999, "", -1)]) == [E.NONE]
+        monkeypatch.setattr(coordinator_module, "append_records", full_disk)
+        assert await c.delete_groups(["g"]) == [("g", E.NONE)]  # no offsets: only the tombstone
+        assert "g" in c.group_records  # not written
+        await c.expire_offsets(ctx.clock())
+        assert "g" in c.group_records  # the disk is still full
+        monkeypatch.setattr(coordinator_module, "append_records", real)
+        await c.expire_offsets(ctx.clock())
+        assert "g" not in c.group_records
     async with running(tmp_path) as (ctx, c):
-        got = c.fetch_offsets("g", [("t", p) for p in range(4)])
-        assert [p.offset for p in got] == [999] + [last[p] for p in range(1, 4)]
+        assert c.list_groups() == (E.NONE, [])

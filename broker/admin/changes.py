@@ -1,0 +1,137 @@
+"""The changes admin requests make to a running broker: topic config overrides, the dynamic
+broker configs, partitions added to a topic.
+
+Each change is judged completely before anything is written (ConfigError, naming the key; and
+the ``*Error`` classes below), then persisted (the topic registry or the dynamic config file,
+atomically) and only then applied to the running logs, each under its partition lock, so later
+appends, rolls, flushes and retention passes use it without a restart. A failed write (a full
+disk) leaves the broker as it was and propagates the OSError. Changes are serialised by the
+context's admin lock, which topic creation and deletion take too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import structlog
+import trio
+
+from broker.context import BrokerContext
+from broker.topics import Topic
+
+logger = structlog.get_logger(__name__)
+
+
+class UnknownTopicError(Exception):
+    """Raised when a change names a topic that does not exist."""
+
+
+class PartitionCountError(Exception):
+    """Raised by :func:`add_partitions` when the count asked for does not increase the topic's
+    (Kafka's INVALID_PARTITIONS); ``str(exc)`` is Kafka's message."""
+
+
+async def _apply(ctx: BrokerContext, topics: list[Topic]) -> None:
+    """Give every partition log of ``topics`` its topic's current settings."""
+    for topic in topics:
+        for p in range(topic.partitions):
+            async with ctx.locked_log(topic.name, p) as log:
+                if log is not None:
+                    log.update_config(topic.log_config)
+
+
+async def set_topic_overrides(
+    ctx: BrokerContext, name: str, overrides: Mapping[str, str], *, validate_only: bool
+) -> Topic:
+    """Make ``overrides`` the topic's whole set of config overrides; returns the topic as it
+    is (or would be, with ``validate_only``). Raises UnknownTopicError, ConfigError."""
+    async with ctx.admin_lock:
+        old = ctx.topics.get(name)
+        if old is None:
+            raise UnknownTopicError(f"The topic '{name}' does not exist.")
+        new = ctx.topics.make_topic(name, old.partitions, overrides, topic_id=old.topic_id)
+        if validate_only:
+            return new
+        ctx.topics.put(new)
+        try:
+            await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
+        except BaseException:
+            ctx.topics.put(old)
+            raise
+        await _apply(ctx, [new])
+    logger.info(
+        "topic configs changed",
+        topic=name,
+        configs=dict(new.overrides),
+        before=dict(old.overrides),
+    )
+    return new
+
+
+async def set_dynamic_broker_configs(
+    ctx: BrokerContext, values: Mapping[str, str], *, per_broker: bool, validate_only: bool
+) -> None:
+    """Make ``values`` the whole dynamic layer named (this broker's own, or the cluster-wide
+    defaults), persist it and apply it: the broker's config and every topic's effective config
+    follow. Raises broker.admin.dynamic.NotDynamicError, ConfigError."""
+    async with ctx.admin_lock:
+        dynamic = ctx.dynamic_configs
+        layer = dynamic.validate(values, per_broker=per_broker)
+        cluster_default = dynamic.cluster_default if per_broker else layer
+        own = layer if per_broker else dynamic.per_broker
+        config = dynamic.effective(ctx.config, cluster_default, own)
+        topics = ctx.topics.rebuilt(config)
+        if validate_only:
+            return
+        await trio.to_thread.run_sync(dynamic.save, dynamic.snapshot(cluster_default, own))
+        before = dict(dynamic.per_broker if per_broker else dynamic.cluster_default)
+        dynamic.replace(cluster_default, own)
+        changed = [
+            t for t in topics.values() if (old := ctx.topics.get(t.name)) and old.config != t.config
+        ]
+        ctx.config = config
+        ctx.topics.use_config(config, topics)
+        await _apply(ctx, changed)
+    logger.info(
+        "dynamic broker configs changed",
+        level=f"broker {ctx.config.broker_id}" if per_broker else "cluster-wide default",
+        configs=layer,
+        before=before,
+        topics_changed=len(changed),
+    )
+
+
+async def add_partitions(
+    ctx: BrokerContext, name: str, count: int, *, validate_only: bool
+) -> Topic:
+    """Grow the topic to ``count`` partitions: the registry first (a crash before the logs
+    exist is repaired at the next start, which creates missing logs), then the new logs.
+    Raises UnknownTopicError, PartitionCountError."""
+    async with ctx.admin_lock:
+        old = ctx.topics.get(name)
+        if old is None:
+            raise UnknownTopicError(f"The topic '{name}' does not exist.")
+        if count < old.partitions:
+            raise PartitionCountError(
+                f"Topic currently has {old.partitions} partitions, which is higher than the "
+                f"requested {count}."
+            )
+        if count == old.partitions:
+            raise PartitionCountError(f"Topic already has {old.partitions} partitions.")
+        new = Topic(name, count, old.overrides, old.config, old.topic_id)
+        if validate_only:
+            return new
+        ctx.topics.put(new)
+        try:
+            await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
+        except BaseException:
+            ctx.topics.put(old)
+            raise
+        for p in range(old.partitions, count):
+            async with ctx.partition(name, p).lock:
+                log = await trio.to_thread.run_sync(
+                    ctx.log_manager.create_log, name, p, new.log_config
+                )
+                await trio.to_thread.run_sync(log.assign_topic_id, new.topic_id)
+    logger.info("added partitions", topic=name, partitions=count, before=old.partitions)
+    return new

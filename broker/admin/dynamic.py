@@ -1,0 +1,145 @@
+"""The broker's dynamic configs (KIP-226): cluster-wide defaults and this broker's own values of
+the properties Kafka lets AlterConfigs change at run time (:data:`DYNAMIC_BROKER_KEYS`).
+
+Persisted as JSON in ``<first log dir>/chronolog-broker-configs.json`` (``{"version": 1,
+"cluster_default": {...}, "brokers": {"<broker id>": {...}}}``), replaced atomically (tmp file,
+fsync, rename, directory fsync), so a crash leaves the old or the new file, never a torn one. At
+start-up they are laid over the static properties before any topic or log is loaded, so the
+effective configuration is the same after a restart as before it.
+
+Not thread-safe: the broker changes it on the trio thread under its admin lock and runs the file
+write in a worker thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+
+from broker.admin.configs import DYNAMIC_BROKER_KEYS, BrokerLayers
+from broker.config import BROKER_KEYS, BrokerConfig, ConfigError
+from broker.errors import StartupError
+from storage.durable import write_atomically
+
+DYNAMIC_CONFIG_FILE = "chronolog-broker-configs.json"
+
+
+class NotDynamicError(Exception):
+    """Raised by :meth:`DynamicConfigs.validate` for properties that cannot change while the
+    broker runs (Kafka answers INVALID_REQUEST "Cannot update these configs dynamically")."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(
+            f"Cannot update these configs dynamically: {', '.join(names)}; set them in "
+            "server.properties and restart the broker"
+        )
+        self.names = names
+
+
+class DynamicConfigs:
+    """The dynamic layers of one broker's configuration; see the module docstring."""
+
+    def __init__(self, static: BrokerConfig) -> None:
+        self.static = static
+        self.path = os.path.join(static.log_dirs[0], DYNAMIC_CONFIG_FILE)
+        self.cluster_default: dict[str, str] = {}
+        self.per_broker: dict[str, str] = {}
+
+    def load(self) -> None:
+        """Read the file (absent: nothing dynamic). Raises StartupError when it is unreadable or
+        holds values that no longer validate."""
+        try:
+            with open(self.path, "rb") as f:
+                doc = json.loads(f.read())
+            cluster_default = dict(doc.get("cluster_default", {}))
+            per_broker = dict(doc.get("brokers", {}).get(str(self.static.broker_id), {}))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            raise StartupError(
+                f"cannot read dynamic broker configs {self.path}: {exc}; restore it from a "
+                "backup, or remove it to fall back to server.properties"
+            ) from exc
+        try:
+            self.cluster_default = self.validate(cluster_default, per_broker=False)
+            self.per_broker = self.validate(per_broker, per_broker=True)
+            self.effective(self.static)
+        except (ConfigError, NotDynamicError) as exc:
+            raise StartupError(
+                f"dynamic broker configs {self.path}: {exc}; fix or remove the entry"
+            ) from exc
+
+    def layers(self, cluster_default=None, per_broker=None) -> BrokerLayers:
+        """The layers DescribeConfigs reports (optionally with a proposed dynamic layer)."""
+        return BrokerLayers(
+            self.per_broker if per_broker is None else per_broker,
+            self.cluster_default if cluster_default is None else cluster_default,
+            self.static.given,
+        )
+
+    @staticmethod
+    def validate(values: Mapping[str, str], *, per_broker: bool) -> dict[str, str]:
+        """Check one dynamic layer: every name a known dynamic property, every value valid.
+        Returns it with values stripped. Raises NotDynamicError (names the properties that are
+        not dynamic) or ConfigError (unknown name or invalid value, naming the key)."""
+        unknown = [name for name in values if name not in BROKER_KEYS]
+        if unknown:
+            raise ConfigError(unknown[0], "unknown broker config")
+        fixed = sorted(name for name in values if name not in DYNAMIC_BROKER_KEYS)
+        if fixed:
+            raise NotDynamicError(fixed)
+        result = {}
+        for name, raw in values.items():
+            try:
+                BROKER_KEYS[name].parse(raw)
+            except ValueError as exc:
+                raise ConfigError(name, f"invalid value {raw!r}: {exc}") from None
+            result[name] = raw.strip()
+        return result
+
+    def effective(
+        self,
+        current: BrokerConfig,
+        cluster_default: Mapping[str, str] | None = None,
+        per_broker: Mapping[str, str] | None = None,
+    ) -> BrokerConfig:
+        """``current`` with the dynamic properties taken from the layers (the stored ones, or
+        the proposed ones given); raises ConfigError when the combination does not validate.
+        Everything not dynamic (listeners, the advertised port chosen at start-up) is kept."""
+        layers = self.layers(cluster_default, per_broker)
+        merged = BrokerConfig.from_properties(
+            [
+                *self.static.given.items(),
+                *self.static.listener_given.items(),
+                *layers.cluster_default.items(),
+                *layers.per_broker.items(),
+            ]
+        )
+        fields = {f.name for f in dataclasses.fields(BrokerConfig)}
+        changes = {
+            BROKER_KEYS[name].attribute: getattr(merged, BROKER_KEYS[name].attribute)
+            for name in DYNAMIC_BROKER_KEYS
+            if BROKER_KEYS[name].attribute in fields
+        }
+        return dataclasses.replace(current, topic_defaults=merged.topic_defaults, **changes)
+
+    def snapshot(self, cluster_default: Mapping[str, str], per_broker: Mapping[str, str]) -> bytes:
+        """The file contents for these layers (other brokers' entries are not kept: chronolog
+        is a single broker)."""
+        doc = {
+            "version": 1,
+            "cluster_default": dict(cluster_default),
+            "brokers": {str(self.static.broker_id): dict(per_broker)} if per_broker else {},
+        }
+        return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+    def save(self, snapshot: bytes) -> None:
+        """Write a snapshot durably (blocking: run it in a worker thread)."""
+        write_atomically(self.path, snapshot)
+
+    def replace(self, cluster_default: Mapping[str, str], per_broker: Mapping[str, str]) -> None:
+        """Adopt saved layers in memory."""
+        self.cluster_default = dict(cluster_default)
+        self.per_broker = dict(per_broker)

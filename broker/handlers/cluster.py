@@ -1,0 +1,131 @@
+"""DescribeCluster v0-v1 and DescribeLogDirs v0-v4, as Kafka 3.9's broker answers them.
+
+DescribeCluster: this broker is the whole cluster and its controller. Asked for the cluster's
+authorized operations, it reports every operation Kafka supports on the CLUSTER resource (what
+Kafka reports without an authorizer). An endpoint type other than "broker" answers
+MISMATCHED_ENDPOINT_TYPE or UNSUPPORTED_ENDPOINT_TYPE (v0: INVALID_REQUEST), as Kafka does.
+
+DescribeLogDirs: every log dir with its partitions (those asked for, or all when the topic list
+is null): size in bytes, offset lag 0 (the only replica is the leader), never a future replica;
+v4 adds the file system's total and usable bytes. An offline log dir (KIP-112) answers
+KAFKA_STORAGE_ERROR and no partitions. Partitions the request names that are not here are left
+out, as Kafka leaves them out.
+"""
+
+from __future__ import annotations
+
+import os
+
+import trio
+
+from broker.context import BrokerContext
+from protocol.api import Request
+from protocol.errors import ErrorCode
+
+BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
+_ENDPOINT_NAMES = {BROKER_ENDPOINT: "BROKER", CONTROLLER_ENDPOINT: "CONTROLLER"}
+NOT_REQUESTED = -(2**31)  # the schema's default: operations not asked for
+# AclEntry.supportedOperations(CLUSTER): CREATE, ALTER, DESCRIBE, CLUSTER_ACTION,
+# DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE (AclOperation codes 5, 7-12).
+CLUSTER_OPERATIONS = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))
+
+
+async def handle_describe_cluster(ctx: BrokerContext, request: Request) -> dict:
+    version = request.header.api_version
+    body = request.body
+    wanted = body.endpoint_type
+    config = ctx.config
+    answer = {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "error_message": None,
+        "endpoint_type": BROKER_ENDPOINT,
+        "cluster_id": ctx.cluster_id,
+        "controller_id": config.broker_id,
+        "brokers": [
+            {
+                "broker_id": config.broker_id,
+                "host": config.advertised_host,
+                "port": config.advertised_port,
+                "rack": None,
+            }
+        ],
+        "cluster_authorized_operations": (
+            CLUSTER_OPERATIONS if body.include_cluster_authorized_operations else NOT_REQUESTED
+        ),
+    }
+    if wanted not in _ENDPOINT_NAMES:
+        code = ErrorCode.INVALID_REQUEST if version == 0 else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+        message = f"Unsupported endpoint type {wanted}"
+    elif wanted != BROKER_ENDPOINT:
+        code = ErrorCode.INVALID_REQUEST if version == 0 else ErrorCode.MISMATCHED_ENDPOINT_TYPE
+        message = (
+            "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of "
+            f"type {_ENDPOINT_NAMES[wanted]}"
+        )
+    else:
+        return answer
+    return {
+        **answer,
+        "error_code": int(code),
+        "error_message": message,
+        "cluster_id": "",
+        "controller_id": -1,
+        "brokers": [],
+        "cluster_authorized_operations": NOT_REQUESTED,
+    }
+
+
+def _space(path: str) -> tuple[int, int]:
+    """(total, usable) bytes of the file system holding ``path``; (-1, -1) when unknown."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1, -1
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+async def handle_describe_log_dirs(ctx: BrokerContext, request: Request) -> dict:
+    manager = ctx.log_manager
+    asked = request.body.topics
+    wanted = None if asked is None else {(t.topic, p) for t in asked for p in t.partitions}
+    results = []
+    for log_dir in manager.log_dirs:
+        if log_dir in manager.offline_dirs:
+            results.append(
+                {
+                    "error_code": int(ErrorCode.KAFKA_STORAGE_ERROR),
+                    "log_dir": log_dir,
+                    "topics": [],
+                    "total_bytes": -1,
+                    "usable_bytes": -1,
+                }
+            )
+            continue
+        topics: dict[str, list[dict]] = {}
+        for topic, partition in manager.partitions_in(log_dir):
+            if wanted is not None and (topic, partition) not in wanted:
+                continue
+            async with ctx.locked_log(topic, partition) as log:
+                if log is None:
+                    continue
+                size = log.size
+            topics.setdefault(topic, []).append(
+                {
+                    "partition_index": partition,
+                    "partition_size": size,
+                    "offset_lag": 0,
+                    "is_future_key": False,
+                }
+            )
+        total, usable = await trio.to_thread.run_sync(_space, log_dir)
+        results.append(
+            {
+                "error_code": 0,
+                "log_dir": log_dir,
+                "topics": [{"name": t, "partitions": ps} for t, ps in sorted(topics.items())],
+                "total_bytes": total,
+                "usable_bytes": usable,
+            }
+        )
+    return {"throttle_time_ms": 0, "error_code": 0, "results": results}

@@ -1,0 +1,367 @@
+"""A hypothesis state machine checking the log cleaner against a model.
+
+The model is the history of every record appended (and not truncated): (offset, timestamp,
+key, value, append time). Rules append keyed records with repeated keys and tombstones as
+magic-0/1 message sets (compressed or not, CreateTime or LogAppendTime) and v2 record batches
+(some from an idempotent producer), roll, clean (with a dedupe buffer that may hold only a few
+keys), truncate, crash at a kill point inside a cleaning, crash without one, and reopen. Segment
+modification times follow the model's clock, as they follow the wall clock in a broker.
+
+Checked after every step:
+- every record read is the one appended at its offset, in offset order;
+- the latest record of every key is there, unless it is a tombstone older than
+  delete.retention.ms; then no older record of the key is there either (nothing comes back);
+- a record a cleaning removed was superseded by a later record of its key or was a tombstone
+  older than delete.retention.ms, and was older than min.compaction.lag.ms;
+- offsets_for_times (Log.offset_for_timestamp) equals brute force over what remains;
+- every index file verifies against its segment (``dump-log --verify``);
+- each idempotent producer's last batch is still known to the producer state.
+
+Truncations cut at or above the end of every cleaning's dirty section so far (finished or
+crashed), as a follower's truncation cuts only above the high watermark that cleaning never
+passes: below it a truncation could remove the record that made a cleaning drop an older value
+(tests/storage/test_cleaner.py covers the checkpoint lowered by a truncation).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import shutil
+import tempfile
+
+from hypothesis import HealthCheck, assume, event, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from protocol.compression import Codec
+from protocol.records import MessageSetBuilder, TimestampType, iter_deep, iter_shallow
+from protocol.validator import TopicSettings, ValidatedRecords, validate_produce
+from storage import Log, LogConfig, TimestampOffset, killpoints
+from storage.cleaner import OFFSET_MAP_ENTRY_BYTES, Cleaner, plan_cleaning
+from storage.dump import dump_file
+from tests.storage.helpers import Clock
+
+DAY = 86_400_000
+NOW = 1_700_000_000_000
+KEYS = [b"k%d" % i for i in range(4)]
+KINDS = ["v2", "v2", "v2_gzip", "v2_zstd", "v2_lat", "v1", "v1_gzip", "v1_lz4", "v1_lat"]
+KINDS += ["v1_lat_snappy", "v0", "v0_gzip"]
+
+
+_no_op = killpoints.reached  # the real one does nothing
+
+
+class Crash(Exception):
+    """A kill -9 at a kill point."""
+
+
+class CleanerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = tempfile.mkdtemp(prefix="cleaner-stateful-")
+        self.clock = Clock(NOW)
+        # offset -> (timestamp, key, value, append time)
+        self.history: dict[int, tuple[int, bytes, bytes | None, int]] = {}
+        self.present: dict[int, tuple[int, bytes, bytes | None]] = {}
+        self.producer_last: dict[int, tuple[int, int, int, int]] = {}
+        self.next_sequence: dict[int, int] = {}
+        self.log: Log | None = None
+        # No truncation below this: it could remove a record a cleaning (finished or not)
+        # dropped older values for; Kafka's cleaning never passes the high watermark either.
+        self.truncate_floor = 0
+
+    @initialize(
+        segment_bytes=st.integers(400, 1500),
+        interval=st.sampled_from([0, 64, 300]),
+        index_bytes=st.sampled_from([36, 120, 4096]),
+        retention=st.sampled_from([0, 5_000, DAY]),
+        lag=st.sampled_from([0, 0, 4_000]),
+    )
+    def open(self, segment_bytes, interval, index_bytes, retention, lag):
+        self.config = LogConfig(
+            cleanup_policy="compact",
+            segment_bytes=segment_bytes,
+            index_interval_bytes=interval,
+            segment_index_bytes=index_bytes,
+            delete_retention_ms=retention,
+            min_compaction_lag_ms=lag,
+            file_delete_delay_ms=0,
+        )
+        self.log = Log(
+            os.path.join(self.tmp, "topic-0"), self.config, clock=self.clock, needs_recovery=False
+        )
+
+    def teardown(self) -> None:
+        killpoints.reached = _no_op
+        if self.log is not None:
+            self.log.abandon()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _touch_active(self) -> None:
+        ns = self.clock.now * 1_000_000
+        os.utime(self.log.active_segment.log_path, ns=(ns, ns))
+
+    def read_log(self) -> list[tuple]:
+        out = []
+        offset = self.log.log_start_offset
+        while offset < self.log.log_end_offset:
+            data = self.log.read(offset, 1 << 20).read_bytes()
+            shallow = list(iter_shallow(data))
+            if not shallow:  # the rest was cleaned away: a consumer waits here for more
+                break
+            out += [
+                (m.offset, m.timestamp, m.key, m.value)
+                for m in iter_deep(data)
+                if m.offset >= offset
+            ]
+            offset = shallow[-1].offset + 1
+        return out
+
+    def _raise_floor(self, now: int) -> None:
+        plan = plan_cleaning(self.log, now)
+        if plan is not None:
+            self.truncate_floor = max(self.truncate_floor, plan.first_uncleanable_offset)
+
+    def _sync_present(self) -> None:
+        self.present = {o: (t, k, v) for o, t, k, v in self.read_log()}
+
+    # -- rules -----------------------------------------------------------------------------------
+    @rule(
+        records=st.lists(
+            st.tuples(st.sampled_from(KEYS), st.booleans(), st.integers(0, 3000)),
+            min_size=1,
+            max_size=6,
+        ),
+        kind=st.sampled_from(KINDS),
+        producer=st.sampled_from([None, None, 1, 2]),
+        seed=st.integers(0, 2**32),
+        advance=st.integers(0, 3000),
+        copies=st.integers(1, 4),
+    )
+    def append(self, records, kind, producer, seed, advance, copies):
+        """Append the set ``copies`` times (the same keys again: work for the cleaner)."""
+        rng = random.Random(seed)
+        for _ in range(copies):
+            self.clock.advance(advance)
+            self._append(records, kind, producer, rng)
+
+    def _append(self, records, kind, producer, rng):
+        magic = 0 if kind.startswith("v0") else 1 if kind.startswith("v1") else 2
+        codec = Codec.NONE
+        for name, c in (("gzip", Codec.GZIP), ("lz4", Codec.LZ4), ("zstd", Codec.ZSTD)):
+            if name in kind:
+                codec = c
+        if "snappy" in kind:
+            codec = Codec.SNAPPY
+        lat = "lat" in kind
+        idempotent = magic == 2 and producer is not None
+        sequence = self.next_sequence.get(producer, 0) if idempotent else -1
+        builder = MessageSetBuilder(
+            magic=magic,
+            codec=codec,
+            producer_id=producer if idempotent else -1,
+            producer_epoch=0 if idempotent else -1,
+            base_sequence=sequence,
+        )
+        for key, tombstone, age in records:
+            value = None if tombstone and rng.random() < 0.6 else rng.randbytes(rng.randint(0, 30))
+            builder.append(value, key=key, timestamp=self.clock.now - age)
+        settings_ = TopicSettings(
+            magic=magic,
+            timestamp_type=TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME,
+            compacted=True,
+        )
+        v = validate_produce(
+            builder.build(), settings_, next_offset=self.log.log_end_offset, now_ms=self.clock.now
+        )
+        assert isinstance(v, ValidatedRecords), v
+        assume(len(v.buffer) <= self.config.segment_bytes)
+        self.log.append(v)
+        self._touch_active()
+        for m in iter_deep(v.buffer):
+            self.history[m.offset] = (m.timestamp, m.key, m.value, self.clock.now)
+            self.present[m.offset] = (m.timestamp, m.key, m.value)
+        if idempotent:
+            self.producer_last[producer] = (
+                sequence,
+                sequence + len(records) - 1,
+                v.first_offset,
+                v.last_offset,
+            )
+            self.next_sequence[producer] = sequence + len(records)
+
+    @rule()
+    def roll(self):
+        self.log.roll()
+        self._touch_active()
+
+    @rule(
+        advance=st.integers(0, 10_000),
+        small_map=st.booleans(),
+        force=st.sampled_from([True, True, False]),
+        roll_first=st.booleans(),
+    )
+    def clean(self, advance, small_map, force, roll_first):
+        if roll_first:
+            self.roll()
+        self.clock.advance(advance)
+        now = self.clock.now
+        buffer = 8 * OFFSET_MAP_ENTRY_BYTES if small_map else 1 << 20
+        before = dict(self.present)
+        self._raise_floor(now)
+        result = Cleaner(buffer).clean(self.log, now, force=force)
+        self._sync_present()
+        self._check_removals(before, now, result.end_offset if result else None)
+        event("clean removed records" if len(self.present) < len(before) else "clean removed none")
+
+    @rule(
+        point=st.sampled_from(killpoints.POINTS),
+        nth=st.integers(1, 3),
+        advance=st.integers(0, 10_000),
+    )
+    def crash_while_cleaning(self, point, nth, advance):
+        self.clock.advance(advance)
+        now = self.clock.now
+        before = dict(self.present)
+        self._raise_floor(now)
+        count = [0]
+
+        def reached(name: str) -> None:
+            if name == point:
+                count[0] += 1
+                if count[0] == nth:
+                    raise Crash(point)
+
+        killpoints.reached = reached
+        try:
+            Cleaner(1 << 20).clean(self.log, now, force=True)
+        except Crash:
+            pass
+        finally:
+            killpoints.reached = _no_op
+        self._reopen(recover=True)
+        self._sync_present()
+        self._check_removals(before, now, None)
+
+    @rule(data=st.data())
+    def truncate(self, data):
+        low = max(self.truncate_floor, self.log.log_start_offset)
+        assume(low <= self.log.log_end_offset)
+        offset = data.draw(st.integers(low, self.log.log_end_offset))
+        self.log.truncate_to(offset)
+        end = self.log.log_end_offset
+        assert end <= offset
+        self.history = {o: r for o, r in self.history.items() if o < end}
+        self.present = {o: r for o, r in self.present.items() if o < end}
+        self.producer_last = {p: b for p, b in self.producer_last.items() if b[3] < end}
+        self._touch_active()
+
+    @rule()
+    def reopen_clean(self):
+        self.log.close()
+        self.log = Log(
+            self.log.directory,
+            self.config,
+            clock=self.clock,
+            needs_recovery=False,
+            first_dirty_offset=self.log.first_dirty_offset,
+        )
+
+    @rule()
+    def crash(self):
+        self._reopen(recover=True)
+
+    def _reopen(self, *, recover: bool) -> None:
+        first_dirty = self.log.first_dirty_offset
+        self.log.abandon()
+        self.log = Log(
+            self.log.directory,
+            self.config,
+            clock=self.clock,
+            needs_recovery=recover,
+            first_dirty_offset=first_dirty,
+        )
+
+    # -- checks ----------------------------------------------------------------------------------
+    def _check_removals(self, before: dict, now: int, end_offset: int | None) -> None:
+        retention, lag = self.config.delete_retention_ms, self.config.min_compaction_lag_ms
+        for offset in sorted(set(before) - set(self.present)):
+            ts, key, value, appended = self.history[offset]
+            superseded = any(o > offset and r[1] == key for o, r in self.history.items())
+            expired_tombstone = value is None and now >= appended + retention
+            assert superseded or expired_tombstone, (offset, key, value)
+            if end_offset is not None and not expired_tombstone:
+                assert any(offset < o < end_offset and r[1] == key for o, r in self.history.items())
+            if lag:
+                assert ts <= now - lag, (offset, ts, now)
+
+    @invariant()
+    def log_matches_model(self):
+        if self.log is None:
+            return
+        got = self.read_log()
+        assert [r[0] for r in got] == sorted(r[0] for r in got)
+        for offset, ts, key, value in got:
+            assert self.history[offset][:3] == (ts, key, value), offset
+        present = {r[0] for r in got}
+        assert present == set(self.present)
+        latest: dict[bytes, int] = {}
+        for offset in sorted(self.history):
+            latest[self.history[offset][1]] = offset
+        for key, offset in latest.items():
+            if offset in present:
+                continue
+            _, _, value, appended = self.history[offset]
+            assert value is None and self.clock.now >= appended + self.config.delete_retention_ms
+            assert not any(self.history[o][1] == key for o in present), key
+
+    @invariant()
+    def time_search_matches_brute_force(self):
+        if self.log is None:
+            return
+        got = sorted((o, r[0]) for o, r in self.present.items())
+        stamps = sorted({ts for _, ts in got if ts >= 0})
+        for target in stamps[:: max(len(stamps) // 6, 1)] + [NOW + 10 * DAY]:
+            expected = next((TimestampOffset(ts, o) for o, ts in got if ts >= target), None)
+            assert self.log.offset_for_timestamp(target) == expected, target
+
+    @invariant()
+    def indexes_verify(self):
+        if self.log is None:
+            return
+        out = io.StringIO()
+        for s in self.log.segments:
+            for path in (s.log_path, s.offset_index.path, s.time_index.path):
+                assert dump_file(path, deep=False, verify=True, out=out, err=out) == 0, (
+                    out.getvalue()
+                )
+        leftovers = [
+            n
+            for n in os.listdir(self.log.directory)
+            if n.endswith((".cleaned", ".swap", ".replaces"))
+        ]
+        assert leftovers == []
+
+    @precondition(lambda self: self.log is not None)
+    @invariant()
+    def producers_last_batches_survive(self):
+        state = self.log.producer_state()
+        for pid, (first_seq, last_seq, first_offset, last_offset) in self.producer_last.items():
+            if first_offset < self.log.log_start_offset:
+                continue
+            dup = state.check(pid, 0, first_seq, last_seq)
+            assert dup is not None and (dup.first_offset, dup.last_offset) == (
+                first_offset,
+                last_offset,
+            )
+
+
+CleanerMachine.TestCase.settings = settings(
+    max_examples=int(os.environ.get("CLEANER_STATEFUL_EXAMPLES", "40")),
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestCleanerMachine = CleanerMachine.TestCase
