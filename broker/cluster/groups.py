@@ -28,6 +28,7 @@ from broker.groups.coordinator import (
     OFFSETS_TOPIC_CONFIGS,
     GroupCoordinator,
 )
+from broker.groups.handlers import handle_find_coordinator
 from protocol.api import Request
 from protocol.errors import ErrorCode
 
@@ -38,12 +39,7 @@ logger = structlog.get_logger(__name__)
 
 COMMIT_TIMEOUT_S = 5.0  # Kafka's offsets.commit.timeout.ms
 
-_NOT_AVAILABLE = {
-    "error_code": int(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE),
-    "node_id": -1,
-    "host": "",
-    "port": -1,
-}
+GROUP_KEY_TYPE = 0  # FindCoordinator's key type of a consumer group (1: a transactional id)
 
 
 class CoordinatorPlacement:
@@ -103,21 +99,48 @@ class CoordinatorPlacement:
                     self._scope = None
 
     async def find_coordinator(self, request: Request) -> dict:
-        """FindCoordinator in a cluster: the offsets partition's leader."""
+        """FindCoordinator v0-v6 in a cluster: for group keys, the offsets partition's leader
+        (v4+ answer per key); other key types as a single broker answers them."""
+        body = request.body
+        version = request.header.api_version
+        if body.key_type != GROUP_KEY_TYPE:
+            return await handle_find_coordinator(self.cluster.ctx, request)
+        node = await self._leader_node()
+        error = ErrorCode.NONE if node is not None else ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
+        message = None if node is not None else "the group coordinator is moving or starting; retry"
+        node_id, host, port = node if node is not None else (-1, "", -1)
+        if version >= 4:
+            return {
+                "coordinators": [
+                    {
+                        "key": key,
+                        "node_id": node_id,
+                        "host": host,
+                        "port": port,
+                        "error_code": int(error),
+                        "error_message": message,
+                    }
+                    for key in body.coordinator_keys
+                ]
+            }
+        return {
+            "error_code": int(error),
+            "error_message": message if node is None else "NONE",
+            "node_id": node_id,
+            "host": host,
+            "port": port,
+        }
+
+    async def _leader_node(self) -> tuple[int, str, int] | None:
         cluster = self.cluster
         info = cluster.metadata.partition(OFFSETS_TOPIC, OFFSETS_PARTITION)
         if info is None:
             await self._create_offsets_topic()
-            return _NOT_AVAILABLE
+            return None
         broker = cluster.metadata.brokers.get(info.leader)
         if broker is None:
-            return _NOT_AVAILABLE
-        return {
-            "error_code": 0,
-            "node_id": broker.broker_id,
-            "host": broker.host,
-            "port": broker.port,
-        }
+            return None
+        return broker.broker_id, broker.host, broker.port
 
     async def _create_offsets_topic(self) -> None:
         cluster = self.cluster

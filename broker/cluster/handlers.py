@@ -6,10 +6,12 @@ exactly that.
 
 Controller requests from an older controller epoch are refused with STALE_CONTROLLER_EPOCH, and
 those addressed to an earlier registration of this broker (KIP-380's broker epoch) with
-STALE_BROKER_EPOCH. CreateTopics and DeleteTopics must reach the controller (NOT_CONTROLLER
-otherwise, as in Kafka 0.10.1: clients send them there); they write ZooKeeper and wait, up to
-the request's timeout, until the controller has done it (REQUEST_TIMED_OUT after that: the
-operation goes on).
+STALE_BROKER_EPOCH. CreateTopics and DeleteTopics are served by any broker (Kafka 0.10.1 wanted
+the controller; both only write ZooKeeper, so chronolog's tools may ask the broker they know):
+replicas are assigned over the live brokers of this broker's metadata, and the answer waits, up
+to the request's timeout, until this broker's metadata shows the controller has done it
+(REQUEST_TIMED_OUT after that: the operation goes on). ElectLeaders and the reassignment apis
+need the controller (NOT_CONTROLLER elsewhere).
 """
 
 from __future__ import annotations
@@ -176,15 +178,8 @@ async def handle_cluster_create_topics(ctx: BrokerContext, request: Request) -> 
     assert cluster is not None
     body = request.body
     entries = body.topics
-    if cluster.controller is None:
-        return {
-            "topics": [
-                _reject(e.name, ErrorCode.NOT_CONTROLLER, "send CreateTopics to the controller")
-                for e in dict((e.name, e) for e in entries).values()
-            ]
-        }
     counts = Counter(e.name for e in entries)
-    brokers = {b: info.rack for b, info in cluster.controller.live.items()}
+    brokers = {b: info.rack for b, info in cluster.metadata.brokers.items()}
     results, created, seen = [], [], set()
     for entry in entries:
         name = entry.name
@@ -203,7 +198,7 @@ async def handle_cluster_create_topics(ctx: BrokerContext, request: Request) -> 
                 _reject(name, ErrorCode.INVALID_REQUEST, "internal topic: the broker creates it")
             )
             continue
-        if name in cluster.controller.assignments:
+        if name in cluster.metadata.topics:
             results.append(_reject(name, ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists"))
             continue
         try:
@@ -302,30 +297,34 @@ def _assignment_problem(assignment: dict[int, tuple[int, ...]], brokers: dict) -
 
 
 async def handle_cluster_delete_topics(ctx: BrokerContext, request: Request) -> dict:
-    """DeleteTopics in a cluster: marked in /admin/delete_topics for the controller, which
-    stops and deletes every replica and removes the topic; waits up to timeout_ms."""
+    """DeleteTopics v0-v6 in a cluster: marked in /admin/delete_topics for the controller,
+    which stops and deletes every replica and removes the topic; waits up to timeout_ms. v6
+    names topics by name or id."""
     cluster = ctx.cluster
     assert cluster is not None
     body = request.body
-    names = list(dict.fromkeys(body.topic_names))
+    by_id = {v: k for k, v in cluster.metadata.topic_ids.items()}
+    if request.header.api_version >= 6:
+        wanted = [(t.name or by_id.get(t.topic_id), t.topic_id) for t in body.topics]
+    else:
+        wanted = [(name, None) for name in body.topic_names]
     results = []
-    if cluster.controller is None:
-        return {
-            "responses": [{"name": n, "error_code": int(ErrorCode.NOT_CONTROLLER)} for n in names]
-        }
     marked = []
-    for name in names:
-        if name in INTERNAL_TOPICS:
-            results.append({"name": name, "error_code": int(ErrorCode.INVALID_REQUEST)})
-        elif name not in cluster.controller.assignments:
-            results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)})
+    for name, topic_id in dict.fromkeys(wanted):
+        result = {"name": name, "topic_id": topic_id or cluster.metadata.topic_ids.get(name)}
+        if name is None:
+            results.append({**result, "error_code": int(ErrorCode.UNKNOWN_TOPIC_ID)})
+        elif name in INTERNAL_TOPICS:
+            results.append({**result, "error_code": int(ErrorCode.INVALID_REQUEST)})
+        elif name not in cluster.metadata.topics:
+            results.append({**result, "error_code": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)})
         else:
             try:
                 await cluster.zk.create(f"{DELETE_TOPICS}/{name}", b"")
             except NodeExistsError:
                 pass
             marked.append(name)
-            results.append({"name": name, "error_code": 0})
+            results.append({**result, "error_code": 0})
     if marked:
         done = await cluster.wait_for_metadata(
             lambda cache: not any(name in cache.topics for name in marked), body.timeout_ms

@@ -108,8 +108,12 @@ def test_delete_topic_removes_every_replica(cluster_factory):
         assert cluster.metadata(b, ["gone"]).topics[0].error_code == (
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
-    other = next(b for b in (1, 2, 3) if b != cluster.controller())
-    refused = call(
-        cluster.broker(other), ApiKey.DELETE_TOPICS, 0, {"topic_names": ["x"], "timeout_ms": 1}
-    )
-    assert refused.responses[0].error_code == ErrorCode.NOT_CONTROLLER
+    # any broker serves CreateTopics and DeleteTopics (they only write ZooKeeper); v6 by name
+    other = cluster.broker(next(b for b in (1, 2, 3) if b != cluster.controller()))
+    entry = {"name": "again", "num_partitions": 1, "replication_factor": 3}
+    made = call(other, ApiKey.CREATE_TOPICS, 7, {"topics": [entry], "timeout_ms": 20000})
+    assert made.topics[0].error_code == 0
+    body = {"topics": [{"name": "again"}], "timeout_ms": 20000}
+    gone = call(other, ApiKey.DELETE_TOPICS, 6, body, timeout=30)
+    assert gone.responses[0].error_code == 0
+    assert not cluster.zk.exists("/brokers/topics/again")

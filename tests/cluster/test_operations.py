@@ -211,3 +211,31 @@ def test_chronolog_cluster_describe_and_elect_leaders(cluster_factory):
         text=True,
     )
     assert bad.returncode == 1 and "cannot reach" in bad.stderr
+
+
+def test_chronolog_topics_create_and_describe_in_a_cluster(cluster_factory):
+    """`chronolog topics` (the admin tool) on any broker of a cluster: create with a
+    replication factor, describe shows each partition's leader, replicas and ISR."""
+    cluster = cluster_factory(3)
+    wait_for(lambda: cluster.controller() > 0, 30, "a controller")
+    other = next(
+        b for b in cluster.brokers if int(b.overrides["broker.id"]) != cluster.controller()
+    )
+    cli = [sys.executable, "-m", "broker", "topics", "--bootstrap-server", other.bootstrap]
+    made = subprocess.run(
+        [*cli, "create", "t", "--partitions", "2", "--replication-factor", "3"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    cluster.wait_led("t")
+    out = subprocess.run([*cli, "describe", "t"], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if "Partition:" in line]
+    assert len(rows) == 2
+    for p, row in enumerate(rows):
+        state = cluster.state("t", p)
+        assert f"Leader: {state['leader']}" in row
+        assert sorted(row.split("Isr: ")[1].split()[0].split(",")) == ["1", "2", "3"]
+        assert len(row.split("Replicas: ")[1].split()[0].split(",")) == 3
