@@ -316,6 +316,16 @@ class _StateCollector(Collector):
         purgatory.add_metric(["Fetch"], len(waiting))
         purgatory.add_metric(["Produce"], 0)
         yield purgatory
+        # Kafka's UnderReplicatedPartitions: partitions this broker leads whose ISR is smaller
+        # than their replica set (always 0 for a single broker).
+        under = GaugeMetricFamily(
+            "kafka_server_replicamanager_underreplicatedpartitions",
+            "Partitions led by this broker whose in-sync replicas are fewer than their replicas",
+        )
+        cluster = ctx.cluster
+        led = cluster.replicas.replicas.values() if cluster and cluster.replicas else ()
+        under.add_metric([], sum(1 for r in led if r.is_leader and len(r.isr) < len(r.replicas)))
+        yield under
 
         labels = ["topic", "partition"]
         size = GaugeMetricFamily("kafka_log_log_size", "Partition size in bytes", labels=labels)

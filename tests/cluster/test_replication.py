@@ -11,6 +11,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from protocol.errors import ErrorCode
 from protocol.records import TimestampType, iter_deep
+from tests.integration.test_metrics import scrape
 from tests.cluster.helpers import (
     produce,
     replica_bytes,
@@ -95,11 +96,19 @@ def test_consumers_see_only_what_the_isr_has(cluster_factory):
 
 
 def test_isr_shrinks_and_grows_and_min_insync_is_honoured(cluster_factory):
-    cluster = cluster_factory(3, zookeeper_session_timeout_ms=30000, replica_lag_time_max_ms=3000)
+    cluster = cluster_factory(
+        3,
+        zookeeper_session_timeout_ms=30000,
+        replica_lag_time_max_ms=3000,
+        metrics_listener="http://127.0.0.1:0",
+    )
     assert cluster.create_topic("t", 1, 3, {"min.insync.replicas": "2"}) == 0
     leader_id = cluster.leader("t")
     leader = cluster.broker(leader_id)
     f1, f2 = _followers(cluster, "t")
+    under_replicated = ("kafka_server_replicamanager_underreplicatedpartitions", ())
+    wait_for(lambda: len(cluster.state("t")["isr"]) == 3, 30, "ISR of three")
+    assert scrape(leader.metrics_url())[under_replicated] == 0
     cluster.broker(f1).proc.send_signal(signal.SIGSTOP)
     try:
         started = time.monotonic()
@@ -109,6 +118,7 @@ def test_isr_shrinks_and_grows_and_min_insync_is_honoured(cluster_factory):
         assert time.monotonic() - started > 1.5
         assert sorted(cluster.state("t")["isr"]) == sorted([leader_id, f2])
         wait_for(lambda: f1 not in cluster.partition_view(leader_id, "t")[3], 10, "metadata ISR")
+        assert scrape(leader.metrics_url())[under_replicated] == 1
         cluster.broker(f2).proc.send_signal(signal.SIGSTOP)
         try:
             wait_for(lambda: cluster.state("t")["isr"] == [leader_id], 20, "ISR of the leader")
@@ -122,6 +132,7 @@ def test_isr_shrinks_and_grows_and_min_insync_is_honoured(cluster_factory):
     wait_for(lambda: len(cluster.state("t")["isr"]) == 3, 30, "ISR back to three")
     data, hw = wait_for(lambda: _all_replicas_equal(cluster, "t"), 30, "replicas equal")
     assert [m.value for m in iter_deep(data)] == [b"x", b"z"] and hw == 2
+    wait_for(lambda: scrape(leader.metrics_url())[under_replicated] == 0, 10, "no under-replicated")
 
 
 def test_not_enough_replicas_after_append(cluster_factory):
