@@ -238,7 +238,8 @@ class Cluster:
             action="none if it comes back within zookeeper.session.timeout.ms; else this "
             "broker's partitions move to other brokers until it reconnects",
         )
-        self._connected = trio.Event()
+        if self._connected.is_set():  # (one unset event: the election loop may wait on it)
+            self._connected = trio.Event()
         if state == "lost":
             self._session_lost = True
             # The ephemeral /controller went with the session: another broker takes over.
