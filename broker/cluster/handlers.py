@@ -470,6 +470,41 @@ async def handle_list_partition_reassignments(ctx: BrokerContext, request: Reque
     }
 
 
+async def handle_cluster_create_partitions(ctx: BrokerContext, request: Request) -> dict:
+    """CreatePartitions in a cluster: refused for now (the controller does not yet assign and
+    start added partitions), rather than growing one broker's topics alone."""
+    results = []
+    for topic in request.body.topics:
+        reason = "adding partitions is not supported in a cluster yet; create a new topic"
+        logger.warning("CreatePartitions refused", topic=topic.name, reason=reason)
+        results.append(
+            {
+                "name": topic.name,
+                "error_code": int(ErrorCode.INVALID_REQUEST),
+                "error_message": reason,
+            }
+        )
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def cluster_describe_cluster(single):
+    """DescribeCluster as the single broker answers it, with the cluster's live brokers and
+    controller from the metadata cache."""
+
+    async def handle(ctx: BrokerContext, request: Request) -> dict:
+        answer = await single(ctx, request)
+        cache = ctx.cluster.metadata
+        if answer.get("error_code") == 0 and cache.brokers:
+            answer["controller_id"] = cache.controller_id
+            answer["brokers"] = [
+                {"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+            ]
+        return answer
+
+    return handle
+
+
 async def handle_cluster_find_coordinator(ctx: BrokerContext, request: Request) -> dict:
     assert ctx.cluster is not None
     return await ctx.cluster.groups.find_coordinator(request)
@@ -494,5 +529,9 @@ def cluster_handlers(handlers: dict) -> dict:
             ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
         }
     )
+    if ApiKey.CREATE_PARTITIONS in table:
+        table[ApiKey.CREATE_PARTITIONS] = handle_cluster_create_partitions
+    if ApiKey.DESCRIBE_CLUSTER in table:
+        table[ApiKey.DESCRIBE_CLUSTER] = cluster_describe_cluster(table[ApiKey.DESCRIBE_CLUSTER])
     table[ApiKey.API_VERSIONS] = make_api_versions_handler(table)
     return table

@@ -117,3 +117,22 @@ def test_delete_topic_removes_every_replica(cluster_factory):
     gone = call(other, ApiKey.DELETE_TOPICS, 6, body, timeout=30)
     assert gone.responses[0].error_code == 0
     assert not cluster.zk.exists("/brokers/topics/again")
+
+
+def test_describe_cluster_and_create_partitions_in_a_cluster(cluster_factory):
+    cluster = cluster_factory(3)
+    wait_for(lambda: cluster.controller() > 0, 30, "a controller")
+    assert cluster.create_topic("t", 1, 3) == 0
+    for b in (1, 2, 3):
+        answer = call(cluster.broker(b), ApiKey.DESCRIBE_CLUSTER, 0, {})
+        assert answer.error_code == 0
+        assert sorted(x.broker_id for x in answer.brokers) == [1, 2, 3]
+        assert answer.controller_id == cluster.controller()
+    body = {
+        "topics": [{"name": "t", "count": 3, "assignments": None}],
+        "timeout_ms": 5000,
+        "validate_only": False,
+    }
+    answer = call(cluster.broker(1), ApiKey.CREATE_PARTITIONS, 0, body)
+    assert answer.results[0].error_code == ErrorCode.INVALID_REQUEST
+    assert len(cluster.zk_json("/brokers/topics/t")["partitions"]) == 1
