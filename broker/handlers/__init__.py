@@ -20,6 +20,7 @@ from broker.handlers.configs import (
 )
 from broker.handlers.cluster import handle_describe_cluster, handle_describe_log_dirs
 from broker.handlers.delete_records import handle_delete_records
+from broker.handlers.describe_producers import handle_describe_producers
 from broker.handlers.fetch import handle_fetch, release as release_fetch_body
 from broker.handlers.api_versions import make_api_versions_handler
 from broker.handlers.metadata import handle_metadata
@@ -42,6 +43,7 @@ HANDLERS: dict = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.DELETE_RECORDS: handle_delete_records,
+    ApiKey.DESCRIBE_PRODUCERS: handle_describe_producers,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
     ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
 }

@@ -718,6 +718,42 @@ async def create_partitions_rule(check: Check, handler: Handler, ctx: Any, reque
     )
 
 
+async def offset_for_leader_epoch_rule(
+    check: Check, handler: Handler, ctx: Any, request: Request
+) -> Any:
+    """A follower (CLUSTER_ACTION on the cluster) may ask for every topic; anyone else needs
+    DESCRIBE on each topic (KafkaApis.handleOffsetForLeaderEpochRequest)."""
+    if check.cluster(O.CLUSTER_ACTION):
+        return await handler(ctx, request)
+    return await _split_topics(
+        check,
+        handler,
+        ctx,
+        request,
+        operation=O.DESCRIBE,
+        field="topics",
+        name_of=lambda e: e["topic"],
+        denied_entry=lambda e: {
+            "topic": e["topic"],
+            "partitions": _partitions(
+                e,
+                "partition",
+                lambda p: {
+                    "partition": p,
+                    "error_code": TOPIC_DENIED,
+                    "leader_epoch": -1,
+                    "end_offset": -1,
+                },
+            ),
+        },
+        response_field="topics",
+    )
+
+
+def _denied_cluster_action(request: Request) -> dict:
+    return {"error_code": CLUSTER_DENIED}
+
+
 def _top_error(**extra: Any) -> Callable[[Request], dict]:
     return lambda request: {"error_code": CLUSTER_DENIED, "error_message": None, **extra}
 
@@ -799,6 +835,13 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
         },
     ),
     A.DESCRIBE_CLUSTER: allowed,
+    # between brokers (broker/cluster/): the controller's requests and followers' epochs need
+    # CLUSTER_ACTION, which the brokers' principal must have (super.users, or an ACL)
+    A.LEADER_AND_ISR: cluster_rule(O.CLUSTER_ACTION, _denied_cluster_action),
+    A.STOP_REPLICA: cluster_rule(O.CLUSTER_ACTION, _denied_cluster_action),
+    A.UPDATE_METADATA: cluster_rule(O.CLUSTER_ACTION, _denied_cluster_action),
+    A.CONTROLLED_SHUTDOWN: cluster_rule(O.CLUSTER_ACTION, _denied_cluster_action),
+    A.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch_rule,
     A.DESCRIBE_PRODUCERS: _topic_partition_rule(
         O.READ,
         lambda p: {

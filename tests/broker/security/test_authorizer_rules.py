@@ -30,7 +30,6 @@ from broker.security.rules import RULES, Check
 from broker.security.session import Session
 from broker.security.settings import Listener, SecuritySettings
 from protocol import ApiKey, ClientConnection, ServerConnection
-from protocol.api import SUPPORTED_VERSIONS
 from protocol.schemas import REQUEST_SCHEMAS, encode_response_body
 from tests.protocol.wire_strategies import value_strategy
 
@@ -217,19 +216,8 @@ def test_rule_answers_encode_at_every_version(tmp_path_factory, api, version, da
     if api == ApiKey.PRODUCE:
         value["acks"] = -1
     _, frame = ClientConnection("t").request(api, version, value)
-    served = SUPPORTED_VERSIONS.get(api)
-    SUPPORTED_VERSIONS[api] = (0, 99)  # decode every version the schemas define
-    try:
-        import protocol.connection as connection
-
-        connection._SERVED_KEYS[int(api)] = api
-        (request,) = ServerConnection().receive_data(frame)
-    finally:
-        if served is None:
-            del SUPPORTED_VERSIONS[api]
-            del connection._SERVED_KEYS[int(api)]
-        else:
-            SUPPORTED_VERSIONS[api] = served
+    # decode every version the schemas define
+    (request,) = ServerConnection(versions={api: (0, 99)}).receive_data(frame)
     tmp = tmp_path_factory.mktemp("acl")
     check = Check(authorizer(tmp), _session(), api)
     ctx = SimpleNamespace(topics=_Topics(), config=SimpleNamespace(auto_create_topics_enable=True))
