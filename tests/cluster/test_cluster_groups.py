@@ -4,6 +4,7 @@ following its leader: committed offsets survive the coordinator's broker being k
 from __future__ import annotations
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
 from tests.cluster.helpers import wait_for
@@ -26,7 +27,17 @@ def test_committed_offsets_move_with_the_offsets_partition(cluster_factory):
         bootstrap_servers=cluster.bootstrap, group_id="g", enable_auto_commit=False
     )
     consumer.assign([tp])
-    consumer.commit({tp: OffsetAndMetadata(7, "", -1)})
+
+    def commit() -> bool:
+        # the first FindCoordinator creates __consumer_offsets (RF 3) and elects its leader:
+        # on a loaded machine that can outlast one commit's timeout, so retry until it is there
+        try:
+            consumer.commit({tp: OffsetAndMetadata(7, "", -1)})
+            return True
+        except KafkaTimeoutError:
+            return False
+
+    wait_for(commit, 120, "the first commit")
     consumer.close()
     doc = cluster.zk_json("/brokers/topics/__consumer_offsets")
     assert len(doc["partitions"]["0"]) == 3  # offsets.topic.replication.factor
