@@ -10,6 +10,7 @@ import time
 from typing import Any, Callable
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from client import BrokerConnection, BrokerConnectionError
 from protocol import ApiKey
@@ -93,9 +94,12 @@ class ClusterProcesses:
         return self._zk
 
     def zk_json(self, path: str):
-        if not self.zk.exists(path):
+        """The JSON at `path`, or None when it does not exist (an ephemeral node such as
+        /controller can vanish at any moment, so this asks once instead of exists-then-get)."""
+        try:
+            data, _ = self.zk.get(path)
+        except NoNodeError:
             return None
-        data, _ = self.zk.get(path)
         return json.loads(data)
 
     def registered(self) -> list[int]:
