@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from kafka import KafkaConsumer, TopicPartition
 
 from tests.conftest import REPO
-from tests.integration.clients import create_topic, kp_consume_all, topic_name
+from tests.integration.clients import create_topic, kcat_offset_for, kp_consume_all, topic_name
 
 BASE_TS = 1_700_000_000_000
 SPREAD_MS = 500_000  # keyed records' timestamps; segment.ms is longer, so only size rolls
@@ -95,18 +95,6 @@ def roll_with_sentinel(bootstrap, topic) -> int:
     first, so every keyed record lies in a cleanable segment. Returns its offset."""
     latest = produce_keyed(bootstrap, topic, [(b"sentinel", b"end", BASE_TS + 20 * SPREAD_MS)])
     return latest[b"sentinel"][0]
-
-
-def kcat_offset_for(bootstrap, topic, timestamp) -> int:
-    out = subprocess.run(
-        ["kcat", "-b", bootstrap, "-Q", "-t", f"{topic}:0:{timestamp}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    # "<topic> [0] offset <n>"; -1 when no message has a timestamp that late
-    return int(out.split("offset")[1].split()[0])
 
 
 @pytest.mark.parametrize(
