@@ -663,7 +663,10 @@ def _config_resource_rule(operation: Operation, response_field: str, extra: dict
 
 async def init_producer_id_rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
     """WRITE on the transactional id when given; else IDEMPOTENT_WRITE on the cluster or
-    WRITE on some topic (KIP-679)."""
+    WRITE on some topic (KIP-679). Checked before the handler, as Kafka's
+    handleInitProducerIdRequest checks before the transaction coordinator: a principal without
+    WRITE is refused for that, logged as a denial, even though the handler would refuse any
+    transactional id anyway (no transactions here, with the same error code)."""
     txn = request.body.transactional_id
     if txn is not None:
         ok, code = check(Operation.WRITE, TXN, txn), TXN_DENIED

@@ -1,14 +1,19 @@
 """The broker's log cleaner threads (broker/cleaner.py) over a real BrokerContext: compacted
-topics produced through the Produce handler are cleaned, the checkpoint file follows, the
+topics produced through the Produce handler are cleaned, the checkpoint file follows, two
+threads clean two logs at once, each cleaning's log line tells what the files show, the
 partition stays writable while a (throttled) cleaning runs, and the properties parse."""
 
 from __future__ import annotations
 
+import glob
+import itertools
 import os
+import threading
 import time
 
 import pytest
 import trio
+from structlog.testing import capture_logs
 
 from broker import cleaner as broker_cleaner
 from broker.config import BrokerConfig, ConfigError
@@ -18,6 +23,7 @@ from protocol.api import ApiKey
 from protocol.records import MessageSetBuilder, iter_deep
 from protocol.validator import TopicSettings, validate_produce
 from storage.checkpoint import cleaner_checkpoint_path, read_checkpoint
+from storage import killpoints
 from storage.cleaner import Cleaner
 from tests.broker.test_server import config, produce_body, request
 
@@ -91,6 +97,95 @@ async def test_consumer_offsets_is_cleaned_like_any_compacted_topic(tmp_path):
     assert {k: v for k, (_, v) in values_by_key(log).items()} == {
         b"key-%d" % k: b"r2." for k in range(5)
     }
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+async def test_two_cleaner_threads_clean_two_logs_at_once(tmp_path, monkeypatch):
+    ctx = await open_context(config(tmp_path, log_cleaner_threads=2, log_cleaner_backoff_ms=50))
+    topics = ("a", "b")
+    for topic in topics:
+        await ctx.create_topic(topic, 1, COMPACT)
+        for round_ in range(5):
+            await produce(ctx, topic, keyed_set(range(40), b"r%d" % round_))
+        ctx.get_log(topic, 0).roll()
+    # Each cleaning, once its first segment is read, waits for the other to get as far: with
+    # one cleaning at a time the barrier breaks after its timeout and the cleaning fails.
+    both_cleaning = threading.Barrier(2, timeout=30)
+    arrivals = itertools.count()
+
+    def reached(point: str) -> None:
+        if point == "cleaning" and next(arrivals) < 2:
+            both_cleaning.wait()
+
+    monkeypatch.setattr(killpoints, "reached", reached)
+    with capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            assert len(broker_cleaner.start(ctx, nursery)) == 2
+            with trio.fail_after(60):
+                while len([e for e in logs if e["event"] == "cleaned log"]) < 2:
+                    assert not both_cleaning.broken, "the two cleanings did not overlap"
+                    await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+    events = [
+        (e["event"], e["topic"]) for e in logs if e["event"] in ("cleaning log", "cleaned log")
+    ]
+    first_end = events.index(next(e for e in events if e[0] == "cleaned log"))
+    assert sorted(events[:first_end]) == [("cleaning log", t) for t in topics], events
+    assert sorted(events[first_end:]) == [("cleaned log", t) for t in topics], events
+    ends = {(t, 0): ctx.get_log(t, 0).log_end_offset for t in topics}
+    for topic in topics:
+        got = values_by_key(ctx.get_log(topic, 0))
+        assert {k: v for k, (_, v) in got.items()} == {b"key-%d" % k: b"r4." for k in range(40)}
+    assert read_checkpoint(cleaner_checkpoint_path(str(tmp_path))) == ends
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+def segment_files(log) -> dict[int, tuple[int, int]]:
+    """The partition's segments on disk: base offset -> (.log size, messages in it)."""
+    out = {}
+    for path in glob.glob(os.path.join(log.directory, "*.log")):
+        with open(path, "rb") as f:
+            data = f.read()
+        out[int(os.path.basename(path)[:-4])] = (len(data), len(list(iter_deep(data))))
+    return out
+
+
+async def test_the_cleaning_log_line_says_what_the_files_show(tmp_path):
+    """bytes/segments/messages before are those of the segments below the dirty section's end
+    (the already clean ones too: Kafka rewrites them with the dirty ones), after those that
+    replaced them; the throughput counts those bytes and the dirty ones mapped first."""
+    ctx = await open_context(config(tmp_path))
+    await ctx.create_topic("t", 1, {**COMPACT, "segment.bytes": "50000"})
+    log = ctx.get_log("t", 0)
+    first_dirty = 0
+    for cleaning in range(2):
+        for round_ in range(8):
+            await produce(ctx, "t", keyed_set(range(100), b"c%dr%d" % (cleaning, round_), 300))
+        log.roll()
+        end = log.log_end_offset
+        before = {b: v for b, v in segment_files(log).items() if b < end}
+        dirty_bytes = sum(size for b, (size, _) in before.items() if b >= first_dirty)
+        started = time.monotonic()
+        with capture_logs() as logs:
+            result = await broker_cleaner.clean_filthiest(ctx, Cleaner(1 << 20))
+        took = time.monotonic() - started
+        assert result is not None and result.end_offset == end
+        after = {b: v for b, v in segment_files(log).items() if b < end}
+        [line] = [e for e in logs if e["event"] == "cleaned log"]
+        assert line["dirty_section"] == f"[{first_dirty}, {end})"
+        assert (line["segments_before"], line["segments_after"]) == (len(before), len(after))
+        assert line["bytes_before"] == sum(size for size, _ in before.values())
+        assert line["bytes_after"] == sum(size for size, _ in after.values())
+        # the second time, the 100 values the first cleaning kept are read again
+        assert line["messages_before"] == sum(n for _, n in before.values()) == 800 + 100 * cleaning
+        assert line["messages_after"] == sum(n for _, n in after.values()) == 100
+        # seconds are rounded to 1 ms, MB/s to 0.01: bounds, not a tolerance
+        seconds, mb = line["seconds"], (line["bytes_before"] + dirty_bytes) / (1 << 20)
+        assert 0 < seconds <= took + 0.0005
+        slowest = mb / (seconds + 0.0005) - 0.005
+        fastest = mb / (seconds - 0.0005) + 0.005 if seconds > 0.0005 else float("inf")
+        assert slowest <= line["mb_per_second"] <= fastest, (line, mb)
+        first_dirty = end
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 
@@ -65,3 +66,17 @@ def kp_consume_all(
         return out
     finally:
         consumer.close()
+
+
+def kcat_offset_for(bootstrap: str, topic: str, timestamp: int, options=()) -> int:
+    """kcat -Q's offset of the first message of partition 0 at or after ``timestamp`` (-1 when
+    none is that late); ``options`` are more kcat arguments (-X settings)."""
+    out = subprocess.run(
+        ["kcat", "-b", bootstrap, *options, "-Q", "-t", f"{topic}:0:{timestamp}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    # "<topic> [0] offset <n>"
+    return int(out.split("offset")[1].split()[0])

@@ -9,22 +9,29 @@ makes its own.
 ``SecureBroker`` is a conftest.BrokerProcess with ``listeners`` of any kind: each listener's
 port is read from its "listening" log line (``broker.ports[name]``), kept across restarts, and
 the broker is ready when every listener accepts TCP connections.
+
+``SaslTranscript`` runs SASL exchanges on the wire and keeps what they sent and got, so that
+``assert_no_secret`` can look for every password, SCRAM key, proof and nonce in the broker's log
+and in the error messages it answered.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import os
 import socket
+import ssl
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import ssl
-
 import pytest
 
+from broker.security.credentials import FILE_NAME as CREDENTIALS_FILE
 from tests.conftest import START_TIMEOUT_S, BrokerProcess
 from kafka.net.sasl.scram import ScramClient
 from kafka_wire import WireClient
@@ -222,16 +229,113 @@ def authenticate(client: WireClient, token: bytes, version: int = 2):
 
 def scram_login(client: WireClient, mechanism: str, user: str, password: str):
     """A SCRAM exchange with kafka-python's ScramClient; the last SaslAuthenticate answer."""
-    assert handshake(client, mechanism).error_code == 0
-    scram = ScramClient(user, password, mechanism)
-    first = authenticate(client, scram.first_message())
-    if first.error_code:
-        return first
-    scram.process_server_first_message(first.auth_bytes)
-    final = authenticate(client, scram.final_message())
-    if final.error_code == 0:
-        scram.process_server_final_message(final.auth_bytes)
-    return final
+    return SaslTranscript().scram_login(client, mechanism, user, password)
+
+
+class SaslTranscript:
+    """What a test module's SASL exchanges on the wire sent and got, for
+    :func:`assert_no_secret`: the passwords in its tokens, its SCRAM clients (their proofs,
+    nonces and keys) and every error message the broker answered."""
+
+    def __init__(self) -> None:
+        self.passwords: set[str] = set()
+        self.scram_clients: list[ScramClient] = []
+        self.error_messages: list[str] = []
+
+    def sent(self, token: bytes) -> bytes:
+        """Note a token about to be sent (a PLAIN one carries a password); returns it."""
+        parts = token.split(b"\0")
+        if len(parts) == 3:  # PLAIN: authzid NUL user NUL password
+            self.passwords.add(parts[2].decode("utf-8", "replace"))
+        return token
+
+    def authenticate(self, client: WireClient, token: bytes, version: int = 2):
+        answer = authenticate(client, self.sent(token), version)
+        self.error_messages.append(answer.error_message or "")
+        return answer
+
+    def scram_client(self, user: str, password: str, mechanism: str) -> ScramClient:
+        self.passwords.add(password)
+        self.scram_clients.append(ScramClient(user, password, mechanism))
+        return self.scram_clients[-1]
+
+    def scram_login(self, client: WireClient, mechanism: str, user: str, password: str):
+        """:func:`scram_login`, noted."""
+        assert handshake(client, mechanism).error_code == 0
+        scram = self.scram_client(user, password, mechanism)
+        first = self.authenticate(client, scram.first_message())
+        if first.error_code:
+            return first
+        scram.process_server_first_message(first.auth_bytes)
+        final = self.authenticate(client, scram.final_message())
+        if final.error_code == 0:
+            scram.process_server_final_message(final.auth_bytes)
+        return final
+
+    def scram_secrets(self) -> set[str]:
+        """Each exchange's nonce, proof and keys (as the client computed them, whether or not
+        the password was right), in base64 and hex."""
+        out = set()
+        for scram in self.scram_clients:
+            out.add(scram.nonce.decode())
+            keys = (scram.salted_password, scram.client_key, scram.stored_key, scram.server_key)
+            out |= encodings(*(k for k in (*keys, scram.client_proof) if k is not None))
+        return out
+
+
+def encodings(*values: bytes) -> set[str]:
+    """``values`` as base64 and as hex: how a secret would show in a log line."""
+    return {text for v in values for text in (base64.b64encode(v).decode(), v.hex())}
+
+
+SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+
+
+def scram_file_secrets(broker: BrokerProcess, passwords: dict[str, str]) -> set[str]:
+    """The secrets behind every credential in the broker's SCRAM credential file, in base64
+    and hex: the salted password, ClientKey, StoredKey and ServerKey (RFC 5802), computed here
+    from the user's password in ``passwords`` and the file's salt and iterations, and checked
+    against the StoredKey and ServerKey the file holds."""
+    doc = json.loads((Path(broker.log_dir) / CREDENTIALS_FILE).read_text())
+    out = set()
+    for user, mechanisms in doc["users"].items():
+        assert user in passwords, f"the test does not know SCRAM user {user}'s password"
+        for mechanism, stored in mechanisms.items():
+            hash_name = SCRAM_HASHES[mechanism]
+            salted = hashlib.pbkdf2_hmac(
+                hash_name,
+                passwords[user].encode(),
+                base64.b64decode(stored["salt"]),
+                stored["iterations"],
+            )
+            client_key = hmac.new(salted, b"Client Key", hash_name).digest()
+            stored_key = hashlib.new(hash_name, client_key).digest()
+            server_key = hmac.new(salted, b"Server Key", hash_name).digest()
+            assert (stored["stored_key"], stored["server_key"]) == (
+                base64.b64encode(stored_key).decode(),
+                base64.b64encode(server_key).decode(),
+            ), (user, mechanism)
+            out |= encodings(salted, client_key, stored_key, server_key)
+    return out
+
+
+def assert_no_secret(
+    broker: BrokerProcess,
+    transcript: SaslTranscript,
+    passwords: set[str],
+    scram_passwords: dict[str, str] | None = None,
+) -> None:
+    """No password (``passwords`` and every one ``transcript`` sent) and no SCRAM secret (of the
+    credential file's users, whose passwords ``scram_passwords`` gives, and of the transcript's
+    exchanges) appears in the broker's log or in an error message it answered."""
+    secrets = {*passwords, *transcript.passwords} | transcript.scram_secrets()
+    if scram_passwords is not None:
+        secrets |= scram_file_secrets(broker, scram_passwords)
+    secrets.discard("")
+    output = broker.log_output()
+    assert sorted(s for s in secrets if s in output) == [], "secrets in the broker's log"
+    answered = [m for m in transcript.error_messages if any(s in m for s in secrets)]
+    assert answered == [], "secrets in error messages answered to clients"
 
 
 # -- client settings ------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 kafka-python's admin clients, super users, what a principal without permission gets (a denied
 produce stores nothing, a denied fetch returns no data, a denied delete leaves the topic,
 Metadata shows only describable topics and auto-creates nothing), group permissions with
-commits, principals from SASL and from TLS client certificates, and ACLs kept across a
-restart and listed by `chronolog acls`."""
+commits, ACLs on transactional ids (InitProducerId authorized before transactions are
+refused), principals from SASL and from TLS client certificates, ACLs kept across a restart
+and listed by `chronolog acls`, and no password in the log or in an answer."""
 
 from __future__ import annotations
 
@@ -32,9 +33,11 @@ from kafka_wire import WireClient, fetch_partition, message_set, produce
 from protocol import ApiKey
 from security_helpers import (
     local_brokers_only,
+    SaslTranscript,
     SecureBroker,
-    authenticate,
+    assert_no_secret,
     handshake,
+    log_entries,
     make_pki,
     tls_properties,
     tls_wire,
@@ -50,6 +53,8 @@ JAAS = (
     + " ".join(f'user_{u}="{p}"' for u, p in USERS.items())
     + ";"
 )
+SASL = SaslTranscript()
+"""Every SASL exchange on the wire goes through it, for the secrets check at the end."""
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +82,7 @@ def acl_broker(tmp_path_factory, pki):
     broker.start()
     yield broker
     broker.stop()
-    output = broker.log_output()
-    assert [p for p in USERS.values() if p in output] == [], "passwords in the broker's log"
+    assert_no_secret(broker, SASL, set(USERS.values()))
 
 
 def conf(broker, user: str) -> dict:
@@ -104,7 +108,7 @@ def kp(broker, user: str) -> dict:
 def wire(broker, user: str) -> WireClient:
     client = WireClient(broker.host, broker.ports["SASL_PLAINTEXT"])
     assert handshake(client, "PLAIN").error_code == 0
-    assert authenticate(client, f"\0{user}\0{USERS[user]}".encode()).error_code == 0
+    assert SASL.authenticate(client, f"\0{user}\0{USERS[user]}".encode()).error_code == 0
     return client
 
 
@@ -134,6 +138,18 @@ def group_acl(group, user, op):
         ResourceType.GROUP,
         group,
         ResourcePatternType.LITERAL,
+        f"User:{user}",
+        "*",
+        op,
+        AclPermissionType.ALLOW,
+    )
+
+
+def transactional_id_acl(name, user, op, pattern=ResourcePatternType.LITERAL):
+    return AclBinding(
+        ResourceType.TRANSACTIONAL_ID,
+        name,
+        pattern,
         f"User:{user}",
         "*",
         op,
@@ -337,6 +353,81 @@ def test_acl_admin_apis_need_cluster_alter(acl_broker):
     )
     [result] = deleted.values()
     assert result.result(30) == [binding]
+
+
+def init_producer_id(broker, user: str, transactional_id: str) -> int:
+    """InitProducerId v1 for ``transactional_id`` as ``user``: the error code."""
+    with wire(broker, user) as client:
+        body = {"transactional_id": transactional_id, "transaction_timeout_ms": 60000}
+        answer = client.call(ApiKey.INIT_PRODUCER_ID, 1, body)
+    assert (answer.producer_id, answer.producer_epoch) == (-1, -1)
+    return answer.error_code
+
+
+def test_transactional_id_acls(acl_broker):
+    """ACLs on transactional ids (resource type 5) are created, described and deleted like the
+    others, and InitProducerId is authorized first. Kafka's handleInitProducerIdRequest checks
+    WRITE on the transactional id before it hands the request to the transaction coordinator,
+    so without WRITE the answer is TRANSACTIONAL_ID_AUTHORIZATION_FAILED for want of
+    permission, whether or not transactions would work; chronolog has no coordinator and
+    refuses every transactional id (README, departures) with the same code, only after that
+    check: the two refusals differ by the line they log."""
+    txn = topic_name("txn")
+    TXN_DENIED = 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+    def denied_lines() -> list[dict]:
+        return [
+            e
+            for e in log_entries(acl_broker, "authorization denied")
+            if e["resource"] == f"TRANSACTIONAL_ID:{txn}"
+        ]
+
+    def unsupported_lines() -> list[dict]:
+        return [
+            e
+            for e in log_entries(acl_broker, "InitProducerId rejected")
+            if e["transactional_id"] == txn
+        ]
+
+    assert init_producer_id(acl_broker, "alice", txn) == TXN_DENIED
+    assert [(e["principal"], e["operation"], e["api"]) for e in denied_lines()] == [
+        ("User:alice", "WRITE", "INIT_PRODUCER_ID")
+    ]
+    assert unsupported_lines() == []
+    write = transactional_id_acl(txn, "alice", AclOperation.WRITE)
+    describe = transactional_id_acl(
+        "txn-", "bob", AclOperation.DESCRIBE, ResourcePatternType.PREFIXED
+    )
+    grant(acl_broker, write, describe)
+    every_transactional_id = AclBindingFilter(
+        ResourceType.TRANSACTIONAL_ID,
+        None,
+        ResourcePatternType.ANY,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    found = admin(acl_broker).describe_acls(every_transactional_id).result(30)
+    assert sorted(found, key=str) == sorted([write, describe], key=str)
+    # with WRITE: past the authorization, refused because transactions are not supported
+    assert init_producer_id(acl_broker, "alice", txn) == TXN_DENIED
+    assert len(wait_for_log(acl_broker, "InitProducerId rejected")) >= 1
+    assert len(unsupported_lines()) == 1 and len(denied_lines()) == 1
+    # bob may DESCRIBE (prefixed): FindCoordinator gets past the authorization to the answer
+    # that there is no transaction coordinator; but he may not WRITE
+    with wire(acl_broker, "bob") as client:
+        body = {"key": txn, "key_type": 1}
+        found_coordinator = client.call(ApiKey.FIND_COORDINATOR, 1, body)
+    assert found_coordinator.error_code == TXN_DENIED
+    assert found_coordinator.error_message == "this broker has no transaction coordinator"
+    assert init_producer_id(acl_broker, "bob", txn) == TXN_DENIED
+    assert [e["principal"] for e in denied_lines()] == ["User:alice", "User:bob"]
+    [deleted] = admin(acl_broker).delete_acls([every_transactional_id]).values()
+    assert sorted(deleted.result(30), key=str) == sorted([write, describe], key=str)
+    assert admin(acl_broker).describe_acls(every_transactional_id).result(30) == []
+    assert init_producer_id(acl_broker, "alice", txn) == TXN_DENIED
+    assert len(denied_lines()) == 3 and len(unsupported_lines()) == 1
 
 
 def test_tls_certificate_principal(acl_broker, pki):

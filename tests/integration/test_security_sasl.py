@@ -3,11 +3,13 @@ kafka-python, confluent-kafka, aiokafka and kcat (produce, consume, commit offse
 time), SSL with and without client certificates for the same clients; refusals (unauthenticated
 requests, wrong password, unknown user, replayed nonce, truncated exchange, unsupported
 mechanism), the v0 handshake with raw tokens, KIP-554 through the admin clients, failures
-counted in /metrics, and no secret in the broker's log."""
+counted in /metrics, and no password or SCRAM secret (salted password, keys, proofs, nonces)
+in the broker's log or in an error message it answered."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import struct
 import subprocess
 import time
@@ -24,24 +26,23 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.net.sasl.scram import ScramClient
 
-from clients import topic_name
+from clients import kcat_offset_for, topic_name
 from kafka_wire import WireClient
 from protocol import ApiKey
 from security_helpers import (
     local_brokers_only,
     PLAIN_JAAS,
+    SaslTranscript,
     SecureBroker,
     add_scram_user,
     aiokafka_settings,
-    authenticate,
+    assert_no_secret,
     handshake,
     kafka_python_settings,
     librdkafka_settings,
     log_entries,
     make_pki,
-    scram_login,
     tls_properties,
     tls_wire,
     wait_for_log,
@@ -55,7 +56,11 @@ PASSWORDS = {
     "SCRAM-SHA-256": ("carol", "carol-scram256-pw"),
     "SCRAM-SHA-512": ("dave", "dave-scram512-pw"),
 }
-SECRETS = ["alice-plain-pw", "admin-plain-pw", "carol-scram256-pw", "dave-scram512-pw", "eve-pw"]
+NEW_SCRAM_USER = ("frank", "frank-pw")  # made through the admin APIs
+SCRAM_USERS = dict([NEW_SCRAM_USER, *(v for m, v in PASSWORDS.items() if m.startswith("SCRAM"))])
+WRONG_PASSWORD = "eve-pw"
+SASL = SaslTranscript()
+"""Every SASL exchange on the wire goes through it, for the secrets check at the end."""
 MESSAGES = 12
 
 
@@ -92,9 +97,9 @@ def sasl_broker(tmp_path_factory, pki):
     broker.start()
     yield broker
     broker.stop()
-    output = broker.log_output()
-    leaked = [secret for secret in SECRETS if secret in output]
-    assert leaked == [], "secrets in the broker's log"
+    configured = set(re.findall(r'user_\w+="([^"]*)"', PLAIN_JAAS))
+    used = {password for _, password in PASSWORDS.values()} | {WRONG_PASSWORD}
+    assert_no_secret(broker, SASL, configured | used | set(SCRAM_USERS.values()), SCRAM_USERS)
 
 
 def settings_for(make, broker, pki, protocol, mechanism=None, cert=False):
@@ -234,33 +239,78 @@ def test_aiokafka(sasl_broker, pki, protocol, mechanism):
     assert committed == MESSAGES and found == 3
 
 
+def next_millisecond() -> int:
+    """A wall-clock millisecond later than every timestamp taken before the call."""
+    now = int(time.time() * 1000)
+    while int(time.time() * 1000) == now:
+        time.sleep(0.0002)
+    return now + 1
+
+
 @pytest.mark.parametrize("protocol,mechanism", CASES)
 def test_kcat(sasl_broker, pki, protocol, mechanism):
+    """kcat produces in three runs, consumes in a group (which commits: a second run resumes
+    there) and looks offsets up by time. kcat cannot set a CreateTime, librdkafka stamps the
+    wall clock, so the runs are told apart by the instants between them."""
     conf = settings_for(librdkafka_settings, sasl_broker, pki, protocol, mechanism, cert=True)
     options = [arg for key, value in conf.items() for arg in ("-X", f"{key}={value}")]
-    bootstrap = ["-b", sasl_broker.bootstrap_for(protocol)]
-    topic = topic_name("kcat-sec")
-    lines = "".join(f"k{i}:v{i}\n" for i in range(MESSAGES))
-    subprocess.run(
-        ["kcat", *bootstrap, *options, "-P", "-t", topic, "-K:", "-p", "0"],
-        input=lines.encode(),
-        check=True,
-        timeout=60,
-    )
-    consumed = subprocess.run(
-        ["kcat", *bootstrap, *options, "-C", "-t", topic, "-e", "-o", "beginning", "-K:"],
-        capture_output=True,
-        check=True,
-        timeout=60,
-    )
-    assert consumed.stdout.decode() == lines
-    query = subprocess.run(
-        ["kcat", *bootstrap, *options, "-Q", "-t", f"{topic}:0:0"],
-        capture_output=True,
-        check=True,
-        timeout=60,
-    )
-    assert b"offset 0" in query.stdout
+    bootstrap = sasl_broker.bootstrap_for(protocol)
+    kcat = ["kcat", "-b", bootstrap, *options]
+    topic, group = topic_name("kcat-sec"), topic_name("kcat-group")
+    runs = [range(0, 4), range(4, 8), range(8, MESSAGES)]  # the offsets each run gets
+    run_started: list[int] = []
+
+    def produce(run: range) -> None:
+        run_started.append(next_millisecond())
+        subprocess.run(
+            [*kcat, "-P", "-t", topic, "-K:", "-p", "0"],
+            input="".join(f"k{i}:v{i}\n" for i in run).encode(),
+            check=True,
+            timeout=60,
+        )
+
+    def consume_in_group() -> list[tuple[int, int, str]]:
+        """(offset, timestamp, key:value) from the group's committed offset to the end."""
+        out = subprocess.run(
+            # auto.offset.reset, not -o beginning: kcat would start every run from -o
+            [*kcat, "-X", "auto.offset.reset=earliest", "-G", group, "-e", "-f", "%o %T %k:%s\n"]
+            + [topic],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout.decode()
+        return [(int(o), int(t), kv) for o, t, kv in (line.split() for line in out.splitlines())]
+
+    def committed() -> int:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            **settings_for(kafka_python_settings, sasl_broker, pki, protocol, mechanism, cert=True),
+        )
+        try:
+            return admin.list_group_offsets({group: None})[group][TopicPartition(topic, 0)].offset
+        finally:
+            admin.close()
+
+    produce(runs[0])
+    produce(runs[1])
+    first = consume_in_group()
+    assert [(o, kv) for o, _, kv in first] == [(i, f"k{i}:v{i}") for i in range(8)]
+    assert committed() == 8
+    produce(runs[2])
+    second = consume_in_group()
+    assert [(o, kv) for o, _, kv in second] == [(i, f"k{i}:v{i}") for i in runs[2]]
+    assert committed() == MESSAGES
+    stamps = [t for _, t, _ in first + second]
+    for run, started, ended in zip(runs, run_started, [*run_started[1:], 2**63]):
+        assert all(started <= stamps[i] < ended for i in run), (run_started, stamps)
+    # Each run's first offset is the answer for the instant it started (from what was
+    # produced), and a stamp inside a run agrees with brute force over what was read.
+    for run, started in zip(runs, run_started):
+        assert kcat_offset_for(bootstrap, topic, started, options) == run[0]
+    inside = stamps[6]
+    brute_force = min(i for i, t in enumerate(stamps) if t >= inside)
+    assert kcat_offset_for(bootstrap, topic, inside, options) == brute_force
+    assert kcat_offset_for(bootstrap, topic, stamps[-1] + 1, options) == -1
 
 
 # -- on the wire ----------------------------------------------------------------------------
@@ -327,17 +377,17 @@ def test_unauthenticated_requests_get_nothing_and_are_closed(
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_wrong_password_and_unknown_user_are_refused(sasl_broker, pki, mechanism):
-    for user, password in ((PASSWORDS[mechanism][0], "eve-pw"), ("nobody", "eve-pw")):
+    for user, password in ((PASSWORDS[mechanism][0], WRONG_PASSWORD), ("nobody", WRONG_PASSWORD)):
         with WireClient(sasl_broker.host, sasl_broker.ports["SASL_PLAINTEXT"]) as client:
             started = time.monotonic()
             if mechanism == "PLAIN":
                 assert handshake(client, "PLAIN").error_code == 0
-                answer = authenticate(client, f"\0{user}\0{password}".encode())
+                answer = SASL.authenticate(client, f"\0{user}\0{password}".encode())
             else:
-                answer = scram_login(client, mechanism, user, password)
+                answer = SASL.scram_login(client, mechanism, user, password)
             assert answer.error_code == 58  # SASL_AUTHENTICATION_FAILED
             assert time.monotonic() - started >= 0.3  # connection.failed.authentication.delay.ms
-            assert "eve-pw" not in (answer.error_message or "")
+            assert WRONG_PASSWORD not in (answer.error_message or "")
             assert client.closed_by_peer()
     failed = [
         e
@@ -351,7 +401,7 @@ def test_good_logins_on_the_wire_and_v0_raw_tokens(sasl_broker, pki):
     for listener in ("SASL_PLAINTEXT", "SASL_SSL"):
         for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
             with sasl_client(sasl_broker, pki, listener) as client:
-                answer = scram_login(client, mechanism, *PASSWORDS[mechanism])
+                answer = SASL.scram_login(client, mechanism, *PASSWORDS[mechanism])
                 assert answer.error_code == 0 and answer.session_lifetime_ms == 0
                 assert (
                     client.call(ApiKey.METADATA, 9, {"topics": None}).brokers[0].port
@@ -362,7 +412,7 @@ def test_good_logins_on_the_wire_and_v0_raw_tokens(sasl_broker, pki):
     # SaslHandshake v0, then the tokens as raw frames (no Kafka header), as old clients do
     with WireClient(sasl_broker.host, sasl_broker.ports["SASL_PLAINTEXT"]) as client:
         assert handshake(client, "SCRAM-SHA-512", version=0).error_code == 0
-        scram = ScramClient(*PASSWORDS["SCRAM-SHA-512"], "SCRAM-SHA-512")
+        scram = SASL.scram_client(*PASSWORDS["SCRAM-SHA-512"], "SCRAM-SHA-512")
         scram.process_server_first_message(raw_exchange(client, scram.first_message()))
         scram.process_server_final_message(raw_exchange(client, scram.final_message()))
         assert client.call(ApiKey.API_VERSIONS, 0, {}).error_code == 0
@@ -373,13 +423,13 @@ def test_good_logins_on_the_wire_and_v0_raw_tokens(sasl_broker, pki):
         assert client.call(ApiKey.METADATA, 1, {"topics": None}).brokers
     with WireClient(sasl_broker.host, sasl_broker.ports["SASL_PLAINTEXT"]) as client:
         assert handshake(client, "PLAIN", version=0).error_code == 0
-        token = b"\0alice\0wrong!"
+        token = SASL.sent(b"\0alice\0" + WRONG_PASSWORD.encode())
         client.sock.sendall(struct.pack(">i", len(token)) + token)
         assert client.closed_by_peer()  # a failed raw exchange is closed without an answer
 
 
 def raw_exchange(client: WireClient, token: bytes) -> bytes:
-    client.sock.sendall(struct.pack(">i", len(token)) + token)
+    client.sock.sendall(struct.pack(">i", len(token)) + SASL.sent(token))
     head = recv_exactly(client, 4)
     return recv_exactly(client, struct.unpack(">i", head)[0])
 
@@ -399,30 +449,34 @@ def test_replayed_nonce_truncated_exchange_and_unknown_mechanism(sasl_broker, pk
     # record a good exchange, then replay its messages on a new connection
     with WireClient(sasl_broker.host, port) as client:
         assert handshake(client, "SCRAM-SHA-256").error_code == 0
-        scram = ScramClient(user, password, "SCRAM-SHA-256")
+        scram = SASL.scram_client(user, password, "SCRAM-SHA-256")
         recorded_first = scram.first_message()
-        scram.process_server_first_message(authenticate(client, recorded_first).auth_bytes)
+        scram.process_server_first_message(SASL.authenticate(client, recorded_first).auth_bytes)
         recorded_final = scram.final_message()
-        assert authenticate(client, recorded_final).error_code == 0
+        assert SASL.authenticate(client, recorded_final).error_code == 0
     with WireClient(sasl_broker.host, port) as client:
         assert handshake(client, "SCRAM-SHA-256").error_code == 0
-        assert authenticate(client, recorded_first).error_code == 0
-        replayed = authenticate(client, recorded_final)
+        assert SASL.authenticate(client, recorded_first).error_code == 0
+        replayed = SASL.authenticate(client, recorded_final)
         assert replayed.error_code == 58 and "nonce" in replayed.error_message
         assert client.closed_by_peer()
     # a truncated exchange: the client goes away after the first message; the broker is fine
     with WireClient(sasl_broker.host, port) as client:
         assert handshake(client, "SCRAM-SHA-256").error_code == 0
-        authenticate(client, ScramClient(user, password, "SCRAM-SHA-256").first_message())
+        SASL.authenticate(
+            client, SASL.scram_client(user, password, "SCRAM-SHA-256").first_message()
+        )
     # a truncated message: the client-final cut short
     with WireClient(sasl_broker.host, port) as client:
         assert handshake(client, "SCRAM-SHA-256").error_code == 0
-        scram = ScramClient(user, password, "SCRAM-SHA-256")
-        scram.process_server_first_message(authenticate(client, scram.first_message()).auth_bytes)
-        assert authenticate(client, scram.final_message()[:20]).error_code == 58
+        scram = SASL.scram_client(user, password, "SCRAM-SHA-256")
+        scram.process_server_first_message(
+            SASL.authenticate(client, scram.first_message()).auth_bytes
+        )
+        assert SASL.authenticate(client, scram.final_message()[:20]).error_code == 58
     # SaslAuthenticate without a handshake, and a mechanism that is not enabled
     with WireClient(sasl_broker.host, port) as client:
-        assert authenticate(client, b"\0alice\0alice-plain-pw").error_code == 34
+        assert SASL.authenticate(client, b"\0alice\0alice-plain-pw").error_code == 34
         assert client.closed_by_peer()
     with WireClient(sasl_broker.host, port) as client:
         answer = handshake(client, "GSSAPI")
@@ -430,13 +484,13 @@ def test_replayed_nonce_truncated_exchange_and_unknown_mechanism(sasl_broker, pk
         assert client.closed_by_peer()
     # after all that, a good login still works
     with WireClient(sasl_broker.host, port) as client:
-        assert scram_login(client, "SCRAM-SHA-256", user, password).error_code == 0
+        assert SASL.scram_login(client, "SCRAM-SHA-256", user, password).error_code == 0
 
 
 def test_sasl_apis_on_a_plaintext_listener_are_illegal(sasl_broker):
     with WireClient(sasl_broker.host, sasl_broker.ports["PLAINTEXT"]) as client:
         assert handshake(client, "PLAIN").error_code == 34
-        assert authenticate(client, b"\0alice\0x").error_code == 34
+        assert SASL.authenticate(client, b"\0alice\0" + WRONG_PASSWORD.encode()).error_code == 34
         assert client.call(ApiKey.METADATA, 9, {"topics": None}).brokers
 
 
@@ -453,9 +507,13 @@ def test_failed_authentications_are_counted_per_listener(sasl_broker, pki):
     )
     for _ in range(2):
         with sasl_client(sasl_broker, pki, "SASL_SSL") as client:
-            assert scram_login(client, "SCRAM-SHA-512", "dave", "eve-pw").error_code == 58
+            assert (
+                SASL.scram_login(client, "SCRAM-SHA-512", "dave", WRONG_PASSWORD).error_code == 58
+            )
     with sasl_client(sasl_broker, pki, "SASL_SSL") as client:
-        assert scram_login(client, "SCRAM-SHA-512", *PASSWORDS["SCRAM-SHA-512"]).error_code == 0
+        assert (
+            SASL.scram_login(client, "SCRAM-SHA-512", *PASSWORDS["SCRAM-SHA-512"]).error_code == 0
+        )
     after = scrape(url)
     assert after[key] - before.get(key, 0) == 2
     assert after[ok_key] - before.get(ok_key, 0) == 1
@@ -470,26 +528,27 @@ def test_scram_users_through_the_admin_apis(sasl_broker, pki):
         **librdkafka_settings("SASL_SSL", pki, "SCRAM-SHA-256", *PASSWORDS["SCRAM-SHA-256"]),
     }
     admin = AdminClient(conf)
+    user, password = NEW_SCRAM_USER
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192)
     futures = admin.alter_user_scram_credentials(
-        [UserScramCredentialUpsertion("frank", info, b"frank-pw", b"some-salt")]
+        [UserScramCredentialUpsertion(user, info, password.encode(), b"some-salt")]
     )
     for future in futures.values():
         assert future.result(30) is None
-    described = admin.describe_user_scram_credentials(["frank"])["frank"].result(30)
+    described = admin.describe_user_scram_credentials([user])[user].result(30)
     [credential] = described.scram_credential_infos
     del admin  # librdkafka's threads stop with it, not at the broker's stop
     assert (credential.mechanism, credential.iterations) == (ScramMechanism.SCRAM_SHA_256, 8192)
     with WireClient(sasl_broker.host, sasl_broker.ports["SASL_PLAINTEXT"]) as client:
-        assert scram_login(client, "SCRAM-SHA-256", "frank", "frank-pw").error_code == 0
+        assert SASL.scram_login(client, "SCRAM-SHA-256", user, password).error_code == 0
     kp_admin = KafkaAdminClient(
         bootstrap_servers=sasl_broker.bootstrap_for("SASL_PLAINTEXT"),
         **kafka_python_settings("SASL_PLAINTEXT", pki, "PLAIN", *PASSWORDS["PLAIN"]),
     )
     try:
         users = kp_admin.describe_user_scram_credentials()
-        assert {"carol", "dave", "frank"} <= set(users)
+        assert set(SCRAM_USERS) <= set(users)
     finally:
         kp_admin.close()
     text = (Path(sasl_broker.log_dir) / "chronolog-scram-credentials.json").read_text()
-    assert "frank-pw" not in text
+    assert password not in text

@@ -81,6 +81,21 @@ def test_implied_operations_do_not_cross(tmp_path):
     assert not a.authorize("User:alice", "h", O.READ, R.TOPIC, "u")  # not the other way round
 
 
+def test_transactional_ids(tmp_path):
+    a = authorizer(
+        tmp_path,
+        acl(R.TRANSACTIONAL_ID, "app-", O.WRITE, pattern=P.PREFIXED),
+        acl(R.TRANSACTIONAL_ID, "app-audit", O.WRITE, DENY),
+        acl(R.TRANSACTIONAL_ID, "ops", O.DESCRIBE),
+    )
+    alice = lambda op, name: a.authorize("User:alice", "h", op, R.TRANSACTIONAL_ID, name)  # noqa: E731
+    assert alice(O.WRITE, "app-1") and alice(O.DESCRIBE, "app-1")  # WRITE implies DESCRIBE
+    # a DENY of WRITE denies only WRITE: DESCRIBE is still implied by the prefixed ALLOW
+    assert not alice(O.WRITE, "app-audit") and alice(O.DESCRIBE, "app-audit")
+    assert alice(O.DESCRIBE, "ops") and not alice(O.WRITE, "ops")
+    assert not a.authorize("User:alice", "h", O.WRITE, R.TOPIC, "app-1")  # another resource type
+
+
 def test_wildcard_principal_and_deny_all(tmp_path):
     a = authorizer(
         tmp_path,
@@ -138,6 +153,7 @@ def test_authorized_operations_bits(tmp_path):
         (R.TOPIC, "t", P.LITERAL, "User:a", "*", O.READ, Permission.ANY),
         (R.TOPIC, "t", P.LITERAL, "User:a", "*", O.IDEMPOTENT_WRITE, ALLOW),
         (R.GROUP, "g", P.LITERAL, "User:a", "*", O.WRITE, ALLOW),
+        (R.TRANSACTIONAL_ID, "tx", P.LITERAL, "User:a", "*", O.READ, ALLOW),
     ],
 )
 def test_invalid_bindings(binding):
