@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from suite import Suite, build_plan, plot, summarize, targets, text_table  # noqa: E402
-from suite.brokers import tansu_binary  # noqa: E402
+from suite.brokers import BrokerProcess, tansu_binary  # noqa: E402
 from suite.report import readme_section  # noqa: E402
 
 logger = structlog.get_logger("bench.run_all")
@@ -173,6 +173,23 @@ def run_profiles(params: dict, plan: list, path: Path) -> int:
     return 0
 
 
+def validation_checks(brokers: tuple[str, ...], workdir: Path) -> dict:
+    """suite/validation.py against a fresh instance of each broker: what it stores unchecked."""
+    from suite.validation import probe
+
+    answers = {}
+    for name in brokers:
+        broker = BrokerProcess(name, workdir / f"validation-{name}")
+        broker.start()
+        try:
+            answers[name] = probe(broker.bootstrap)
+        except Exception as exc:  # a finding, not a crash: recorded like a failed scenario
+            answers[name] = {"error": repr(exc)}
+        finally:
+            broker.stop(purge=True)
+    return answers
+
+
 def metrics_overhead(quick: bool) -> dict:
     """bench/bench_metrics.py in its own process: produce throughput with ``metrics.listener``
     off and on (scraped every second), alternating; its medians and whether the batched load,
@@ -232,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="chronolog-bench-") as tmp:
         suite = Suite(params, Path(tmp), plan, brokers)
         suite.run()
+        validation = validation_checks(brokers, Path(tmp)) if not args.only else None
     summary = summarize(plan, suite.runs, brokers)
     overhead = metrics_overhead(args.quick) if "chronolog" in brokers and not args.only else None
     doc = {
@@ -264,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         "events": suite.events,
         "scenarios": summary,
         "targets": targets(summary),
+        "validation": validation,
     }
     if overhead is not None:
         doc["targets"]["metrics_overhead"] = overhead
