@@ -520,6 +520,7 @@ def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Val
     max_ts, max_off = NO_TIMESTAMP, -1
     producers = []
     check_time = settings.timestamp_type == TimestampType.CREATE_TIME
+    reencoded = False  # sizes change only then: batches kept as sent were checked by _entries
     for index, e in enumerate(entries):
         where = _where(e, index)
         header = rb.read_header(mv, e.position)
@@ -551,6 +552,7 @@ def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Val
                 _I64.pack_into(out, start + rb.MAX_TIMESTAMP_OFFSET, record_max)
                 _U32.pack_into(out, start + rb.CRC_OFFSET, rb.batch_crc(out, start, len(out)))
         else:
+            reencoded = True
             spec = rb.BatchSpec(
                 codec=Codec(target),
                 producer_id=header.producer_id,
@@ -590,7 +592,8 @@ def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Val
                 )
             )
         offset += count
-    _recheck_sizes(out, settings)
+    if reencoded:
+        _recheck_sizes(out, settings)
     return _result(out, job, offset - job.next_offset, max_ts, max_off, tuple(producers))
 
 

@@ -300,3 +300,18 @@ def test_native_scan_takes_valid_batches():
     assert scan_v2(section, 3, h.base_timestamp, NOW - 100, NOW + 1, True, False) is None
     assert scan_v2(section, 3, h.base_timestamp, NOW - 100, NOW + 100, True, True) is None
     assert scan_v2(section, 2, h.base_timestamp, NOW - 100, NOW + 100, True, False) is None
+
+
+def test_a_batch_grown_by_the_topics_codec_is_checked_again():
+    """A batch kept as sent is checked against max.message.bytes once; one re-encoded with the
+    topic's codec is checked again, as Kafka does: incompressible values grow under gzip."""
+    rng = random.Random(5)
+    batch = kp_batch(records=[(NOW, None, rng.randbytes(500), []) for _ in range(4)])
+    limit = len(batch)  # the batch plus nothing: it fits exactly as sent
+    kept = TopicSettings(magic=2, max_message_bytes=limit)
+    assert (
+        valid(batch, kept).buffer[rb.RECORD_BATCH_OVERHEAD :] == batch[rb.RECORD_BATCH_OVERHEAD :]
+    )
+    gzipped = TopicSettings(magic=2, max_message_bytes=limit, target_codec=Codec.GZIP)
+    reason = rejected(batch, ErrorCode.MESSAGE_TOO_LARGE, gzipped)
+    assert "after conversion" in reason and "gzip" in reason
