@@ -5,7 +5,8 @@ and 1 (offset values at 0, 1 and 3).
 - At inter.broker.protocol.version=2.0 the broker writes group values v1 and offset values v1, as
   Kafka does at that version, and Burrow's HTTP API reports every partition of a real consumer
   group with its owner (the member's client host, "/127.0.0.1" as Kafka writes it), its client
-  id, the committed offset and the lag.
+  id, the committed offset and the lag; the independent decoder in offsets_oracle.py reads the
+  same records at v1.
 - At the default (3.9) group values are v3: Burrow logs that it cannot decode them and shows no
   owner, while it still reads the (v3) offsets. Hence the README's advice for old readers.
 
@@ -31,6 +32,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from tests.integration.offsets_oracle import read_records
 from tests.integration.test_groups import (
     client_host_seen_by,
     create_topic,
@@ -252,6 +254,19 @@ def test_burrow_shows_owners_offsets_and_lag_at_inter_broker_protocol_2_0(
         ) == [(topic, p, host, COMMITTED[p], lags[p]) for p in sorted(END_OFFSETS)]
         undecoded = [r for r in burrow.log_records() if r.get("msg") == "failed to decode"]
         assert undecoded == []
+        # the independent decoder (Kafka's JSON schemas) reads the same records at v1
+        ours = [
+            (kind, k, v) for kind, k, v in read_records(broker.bootstrap) if k["group"] == group
+        ]
+        groups = [v for kind, _, v in ours if kind == "group"]
+        assert {v["version"] for v in groups} == {1}
+        assert [(m["clientId"], m["clientHost"]) for m in groups[-1]["members"]] == [
+            (CLIENT_ID, host)
+        ]
+        offsets = {k["partition"]: v for kind, k, v in ours if kind == "offset"}
+        assert {
+            p: (v["version"], v["offset"], v["expireTimestamp"]) for p, v in offsets.items()
+        } == {p: (1, o, -1) for p, o in COMMITTED.items()}
     finally:
         consumer.close()
 
