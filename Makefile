@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test kcat openssl chromium prometheus zookeeper faketime node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
+.PHONY: install install-test kcat openssl chromium prometheus zookeeper burrow faketime node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,8 @@ build-deps:
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    build-essential libdeflate-dev >/dev/null; }
 
-install-test: $(VENV)/.installed-test kcat openssl docker-compose node-deps chromium prometheus zookeeper faketime
+install-test: $(VENV)/.installed-test kcat openssl docker-compose node-deps chromium prometheus zookeeper burrow \
+  faketime
 
 # KafkaJS (tests/integration/test_kafkajs.py) from the npm registry, pinned by its lock file; node and
 # npm from Debian when the machine has none.
@@ -51,6 +52,12 @@ zookeeper:
 	@[ -f /usr/share/java/zookeeper.jar ] || { echo "installing zookeeper from Debian packages"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    zookeeper >/dev/null; }
+
+# Debian's Burrow 1.2.1 (LinkedIn's consumer-lag monitor): tests/integration/test_burrow.py runs it
+# against a broker; it reads the group records in __consumer_offsets (and locks in ZooKeeper).
+burrow:
+	@command -v Burrow >/dev/null || { echo "installing burrow from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends burrow >/dev/null; }
 
 # Debian's libfaketime: the cluster tests run a broker with its clock an hour behind (LD_PRELOAD)
 # to show LogAppendTime never goes backwards across a leader change.

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.bench_e2e import machine, write_result  # noqa: E402
-from tests.cluster.conftest import ZooKeeperServer  # noqa: E402
+from tests.zookeeper import ZooKeeperServer  # noqa: E402
 from tests.cluster.helpers import ClusterProcesses  # noqa: E402
 from tests.conftest import BrokerProcess  # noqa: E402
 

@@ -235,10 +235,11 @@ def _zookeeper_connect(value: str) -> str:
     return value
 
 
-# message.format.version: Kafka's MetadataVersion names (server-common MetadataVersion.java at
-# 3.9.0), each with its "-IVn" variants. Up to 0.9.0 store magic 0, 0.10.x magic 1 (KIP-32), 0.11.0
-# and later magic 2 (record batches, KIP-98). Kafka 3.x ignores the setting for brokers at 3.0+;
-# chronolog honours it, so a topic can still be held to an old format.
+# Kafka's MetadataVersion names (server-common MetadataVersion.java at 3.9.0), each release with
+# its "-IVn" variants, oldest first: the values of message.format.version and
+# inter.broker.protocol.version. Up to 0.9.0 store magic 0, 0.10.x magic 1 (KIP-32), 0.11.0 and
+# later magic 2 (record batches, KIP-98). Kafka 3.x ignores message.format.version for brokers at
+# 3.0+; chronolog honours it, so a topic can still be held to an old format.
 _IV_COUNTS = {
     "0.10.0": 2,
     "0.10.1": 3,
@@ -266,29 +267,44 @@ _IV_COUNTS = {
     "3.8": 1,
     "3.9": 1,
 }
-_FORMAT_VERSIONS = {"0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0}
-for _short, _count in _IV_COUNTS.items():
-    _magic = 1 if _short.startswith("0.10.") else 2
-    _FORMAT_VERSIONS[_short] = _magic
-    _FORMAT_VERSIONS.update({f"{_short}-IV{n}": _magic for n in range(_count)})
+_RELEASES = {"0.8.0": 1, "0.8.1": 1, "0.8.2": 1, "0.9.0": 1, **_IV_COUNTS}
+# name -> (release rank, IV): a release named without "-IVn" is its last IV, as Kafka's
+# MetadataVersion.fromVersionString reads it ("2.1" is 2.1-IV2).
+_VERSION_ORDER: dict[str, tuple[int, int]] = {}
+for _rank, (_short, _count) in enumerate(_RELEASES.items()):
+    _VERSION_ORDER[_short] = (_rank, _count - 1)
+    if _short in _IV_COUNTS:
+        _VERSION_ORDER.update({f"{_short}-IV{n}": (_rank, n) for n in range(_count)})
 DEFAULT_FORMAT_VERSION = "3.0-IV1"  # Kafka 3.9's default: record batches (magic 2)
+LATEST_METADATA_VERSION = "3.9"  # inter.broker.protocol.version's default (Kafka 3.9's latest)
 
 
-def _format_version(value: str) -> str:
-    if value in _FORMAT_VERSIONS:
+def _metadata_version(value: str) -> str:
+    if value in _VERSION_ORDER:
         return value
     # Kafka accepts full release numbers (0.10.1.0, 0.9.0.1, 2.8.1) by their short version.
     parts = value.split(".")
     short = ".".join(parts[:3] if parts[0] == "0" else parts[:2])
     rest = parts[3:] if parts[0] == "0" else parts[2:]
-    if short in _FORMAT_VERSIONS and len(rest) == 1 and rest[0].isdigit():
+    if short in _RELEASES and len(rest) == 1 and rest[0].isdigit():
         return short
-    raise ValueError(f"{value!r} is not a message format version (0.8.0 ... 3.9)")
+    raise ValueError(f"{value!r} is not a Kafka version (0.8.0 ... 3.9, optionally with -IVn)")
+
+
+def metadata_version_at_least(version: str, floor: str) -> bool:
+    """Kafka's MetadataVersion.isAtLeast for two validated version names."""
+    return _VERSION_ORDER[version] >= _VERSION_ORDER[floor]
 
 
 def format_magic(version: str) -> int:
     """The message magic (0, 1 or 2) a message.format.version stores."""
-    return _FORMAT_VERSIONS[version]
+    if not metadata_version_at_least(version, "0.10.0-IV0"):
+        return 0
+    return 1 if not metadata_version_at_least(version, "0.11.0-IV0") else 2
+
+
+# The oldest inter.broker.protocol.version that can store each magic (MetadataVersion.minSupportedFor).
+_MIN_VERSION_FOR_MAGIC = {0: "0.8.0", 1: "0.10.0", 2: "0.11.0"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,6 +420,10 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("controlled.shutdown.enable", Type.BOOLEAN, True, _B),
     ConfigKey("controlled.shutdown.max.retries", Type.INT, 3, _B, minimum=1),
     ConfigKey("controlled.shutdown.retry.backoff.ms", Type.LONG, 5000, _B, minimum=0),
+    # The versions of the records the group coordinator writes to __consumer_offsets, for
+    # readers that know only older ones (broker/groups/offsets.py).
+    ConfigKey("inter.broker.protocol.version", Type.STRING, LATEST_METADATA_VERSION, _B,
+              validator=_metadata_version),
     # Topic configs, each with the broker properties that set its default.
     ConfigKey("cleanup.policy", Type.LIST, "delete", _T, validator=_cleanup_policy,
               synonyms=(Synonym("log.cleanup.policy"),)),
@@ -417,7 +437,7 @@ KEYS: tuple[ConfigKey, ...] = (
     _log("max.compaction.lag.ms", Type.LONG, Synonym("log.cleaner.max.compaction.lag.ms")),
     _log("max.message.bytes", Type.INT, Synonym("message.max.bytes")),
     ConfigKey("message.format.version", Type.STRING, DEFAULT_FORMAT_VERSION, _T,
-              validator=_format_version, synonyms=(Synonym("log.message.format.version"),)),
+              validator=_metadata_version, synonyms=(Synonym("log.message.format.version"),)),
     ConfigKey("message.timestamp.after.max.ms", Type.LONG, LONG_MAX, _T, minimum=0,
               synonyms=(Synonym("log.message.timestamp.after.max.ms"),)),
     ConfigKey("message.timestamp.before.max.ms", Type.LONG, LONG_MAX, _T, minimum=0,
@@ -638,6 +658,10 @@ class BrokerConfig:
     controlled_shutdown_enable: bool
     controlled_shutdown_max_retries: int
     controlled_shutdown_retry_backoff_ms: int
+    inter_broker_protocol_version: str
+    """A Kafka version (``2.0``, ``2.1-IV0`` ...): the group coordinator writes the
+    ``__consumer_offsets`` record versions Kafka writes at it, and refuses static membership
+    before 2.3 (its records cannot hold a group.instance.id)."""
     topic_defaults: Mapping[str, Any] = dataclasses.field(repr=False)
     """Typed topic-config defaults keyed by topic config name (``segment.bytes`` ...)."""
     given: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
@@ -674,6 +698,7 @@ class BrokerConfig:
             raise ConfigError(
                 "group.min.session.timeout.ms", "must not exceed group.max.session.timeout.ms"
             )
+        _check_message_format(v)
         topic_defaults = {}
         for name, key in TOPIC_KEYS.items():
             synonym = next(s for s in key.synonyms if v[s.name] is not None)
@@ -713,6 +738,20 @@ class BrokerConfig:
     def topic_config(self, overrides: Mapping[str, str] | None = None) -> TopicConfig:
         """The effective config of a topic with these (already validated) overrides."""
         return TopicConfig.resolve(self.topic_defaults, overrides or {})
+
+
+def _check_message_format(v: Mapping[str, Any]) -> None:
+    """Kafka's KafkaConfig check: log.message.format.version may not store a newer magic than
+    inter.broker.protocol.version knows (a broker at IBP 0.10.x must also keep the 0.10 format)."""
+    ibp = v["inter.broker.protocol.version"]
+    magic = format_magic(v["log.message.format.version"])
+    if magic > format_magic(ibp):
+        raise ConfigError(
+            "log.message.format.version",
+            f"{v['log.message.format.version']} can only be used when "
+            f"inter.broker.protocol.version is set to version {_MIN_VERSION_FOR_MAGIC[magic]} "
+            f"or higher (it is {ibp}); set log.message.format.version to {ibp} as well",
+        )
 
 
 def _parse_listener_key(name: str, raw: str) -> Any:

@@ -222,11 +222,13 @@ class BrokerContext:
     async def create_topic(
         self, name: str, partitions: int, overrides: Mapping[str, str] | None = None
     ) -> Topic:
-        """Create a topic: validate, persist the registry, then create every partition's log.
+        """Create a topic: validate, persist the registry, create every partition's log, then
+        register the topic, so Metadata lists it only once every partition can be produced to and
+        read (as Kafka's brokers learn of a topic after its leaders created their logs).
 
         Raises InvalidTopicNameError, TopicExistsError, or ConfigError (bad override); storage
-        errors propagate. The registry is written first, so a crash before the logs exist is
-        repaired at the next start-up (missing logs are created then).
+        errors propagate. The registry file is written first, so a crash before the logs exist
+        is repaired at the next start-up (missing logs are created then).
         """
         reason = topic_name_error(name)
         if reason:
@@ -237,9 +239,8 @@ class BrokerContext:
             if name in self.topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
             topic = self.topics.make_topic(name, partitions, overrides or {})
-            self.topics.put(topic)
             try:
-                await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
+                await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot(topic))
                 for p in range(partitions):
                     async with self.partition(name, p).lock:
                         log = await trio.to_thread.run_sync(
@@ -247,10 +248,10 @@ class BrokerContext:
                         )
                         await trio.to_thread.run_sync(log.assign_topic_id, topic.topic_id)
             except BaseException:
-                self.topics.remove(name)
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
                 raise
+            self.topics.put(topic)
         logger.info(
             "created topic", topic=name, partitions=partitions, configs=dict(topic.overrides)
         )

@@ -158,8 +158,10 @@ class TopicRegistry:
         self._topics.pop(name, None)
         self._ids = None
 
-    def snapshot(self) -> bytes:
-        """The registry file contents for the current state (taken on the trio thread)."""
+    def snapshot(self, adding: Topic | None = None) -> bytes:
+        """The registry file contents for the current state (taken on the trio thread), with
+        ``adding`` too: a topic being created, persisted before it is registered."""
+        topics = [*self._topics.values(), *([] if adding is None else [adding])]
         doc = {
             "version": 1,
             "topics": {
@@ -168,7 +170,7 @@ class TopicRegistry:
                     "configs": dict(t.overrides),
                     "topic_id": topic_id_string(t.topic_id),
                 }
-                for t in self._topics.values()
+                for t in topics
             },
         }
         return json.dumps(doc, indent=1, sort_keys=True).encode()

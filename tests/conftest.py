@@ -7,6 +7,8 @@
 - ``broker_factory(overrides=None, **kw)`` (function): brokers with special configs, stopped at
   teardown; keyword names use ``_`` for ``.`` (``log_segment_bytes=2048``). Skips the test when
   CHRONOLOG_BOOTSTRAP is set.
+- ``zookeeper`` (session): one ZooKeeper server (tests/zookeeper.py), for the cluster tests and
+  Burrow; each user keeps to its own chroot or root path in it.
 
 A BrokerProcess lets the broker pick a free port at its first start (listeners port 0, read back
 from the "listening" log line, so concurrent test runs never race for a port), keeps that port
@@ -30,6 +32,7 @@ import pytest
 
 from client import BrokerConnection, BrokerConnectionError
 from protocol import ApiKey
+from tests.zookeeper import ZooKeeperServer
 
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30.0
@@ -230,3 +233,12 @@ def broker_factory(tmp_path):
     yield make
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    try:
+        yield server
+    finally:
+        server.stop()

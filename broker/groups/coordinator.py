@@ -49,6 +49,8 @@ from broker.groups.offsets import (
     encode_offset_key,
     encode_offset_value,
     expire_timestamp,
+    group_value_version,
+    offset_value_version,
 )
 from broker.groups.state import (
     Delivery,
@@ -149,6 +151,9 @@ class GroupCoordinator:
         self.retention_ms = cfg.offsets_retention_minutes * 60_000
         self.retention_check_interval_ms = cfg.offsets_retention_check_interval_ms
         self.metadata_max_bytes = cfg.offset_metadata_max_bytes
+        # The record versions Kafka writes at this inter.broker.protocol.version.
+        self.group_value_version = group_value_version(cfg.inter_broker_protocol_version)
+        self.offset_value_version = offset_value_version(cfg.inter_broker_protocol_version)
         self.active = False
         self._changed = trio.Event()
         self._write_lock = trio.Lock()
@@ -335,7 +340,9 @@ class GroupCoordinator:
         records: list[tuple[bytes, bytes | None]] = [
             (
                 encode_group_key(w.group_id),
-                None if w.record is None else encode_group_value(w.record),
+                None
+                if w.record is None
+                else encode_group_value(w.record, self.group_value_version),
             )
             for w in writes
         ]
@@ -561,7 +568,10 @@ class GroupCoordinator:
         if not to_store:
             return errors
         records: list[tuple[bytes, bytes | None]] = [
-            (encode_offset_key(group_id, e.topic, e.partition), encode_offset_value(value))
+            (
+                encode_offset_key(group_id, e.topic, e.partition),
+                encode_offset_value(value, self.offset_value_version),
+            )
             for _, e, value in to_store
         ]
         keys = [(group_id, e.topic, e.partition) for _, e, _ in to_store]

@@ -14,7 +14,10 @@ member requires a known member id (KIP-394), v5+ carries group.instance.id (KIP-
 skip the assignment; SyncGroup v5+ must name the protocol type and name; LeaveGroup v3+ leaves
 in batches (v0-2 answer one member's error at the top level); OffsetFetch v2+ takes a null topic
 list (every committed partition), v8+ several groups; ListGroups v4+ filters by state, v5+ by
-type (every group here is "classic"). OffsetCommit v0 and OffsetFetch v0 use the same store as
+type (every group here is "classic"). Below inter.broker.protocol.version 2.3 a static member
+(group.instance.id) is refused with UNSUPPORTED_VERSION by JoinGroup, SyncGroup, Heartbeat and
+OffsetCommit, as KafkaApis does: the group records written then cannot hold its instance id, so it
+would come back from a restart as a dynamic member. OffsetCommit v0 and OffsetFetch v0 use the same store as
 v1+ (Kafka kept them in ZooKeeper, which this broker does not have). FindCoordinator answers
 this broker for groups; for transactional ids (key type 1), which this broker cannot
 coordinate, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as InitProducerId does.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import structlog
 
+from broker.config import metadata_version_at_least
 from broker.context import client_host
 from broker.groups.coordinator import CommitEntry, GroupCoordinator, PartitionOffset
 from broker.groups.state import UNKNOWN_MEMBER_ID, JoinResult
@@ -43,6 +47,23 @@ _GROUP_KEY, _TRANSACTION_KEY, _SHARE_KEY = 0, 1, 2
 def _coordinator(ctx) -> GroupCoordinator | None:
     coordinator = getattr(ctx, "coordinator", None)
     return coordinator if coordinator is not None and coordinator.active else None
+
+
+def _static_member_refused(ctx, group_instance_id: str | None, api: str) -> bool:
+    """True (and logged) for a static member below inter.broker.protocol.version 2.3-IV0."""
+    ibp = ctx.config.inter_broker_protocol_version
+    if group_instance_id is None or metadata_version_at_least(ibp, "2.3-IV0"):
+        return False
+    logger.warning(
+        "static membership refused",
+        api=api,
+        group_instance_id=group_instance_id,
+        inter_broker_protocol_version=ibp,
+        error="UNSUPPORTED_VERSION",
+        action="set inter.broker.protocol.version to 2.3 or later, or run the consumer without "
+        "group.instance.id",
+    )
+    return True
 
 
 # ---- FindCoordinator -------------------------------------------------------------------------
@@ -148,6 +169,8 @@ def _coordinator_entry(
 async def handle_join_group(ctx, request: Request) -> dict:
     body = request.body
     version = request.header.api_version
+    if _static_member_refused(ctx, body.group_instance_id, "JoinGroup"):
+        return _join_response(JoinResult(ErrorCode.UNSUPPORTED_VERSION, UNKNOWN_MEMBER_ID), version)
     coordinator = _coordinator(ctx)
     if coordinator is None:
         return _join_response(JoinResult(_NOT_AVAILABLE, body.member_id), version)
@@ -197,6 +220,8 @@ def _join_response(result: JoinResult, version: int) -> dict:
 async def handle_sync_group(ctx, request: Request) -> dict:
     body = request.body
     version = request.header.api_version
+    if _static_member_refused(ctx, body.group_instance_id, "SyncGroup"):
+        return {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "assignment": b""}
     coordinator = _coordinator(ctx)
     if coordinator is None:
         return {"error_code": int(_NOT_AVAILABLE), "assignment": b""}
@@ -222,6 +247,8 @@ async def handle_sync_group(ctx, request: Request) -> dict:
 
 async def handle_heartbeat(ctx, request: Request) -> dict:
     body = request.body
+    if _static_member_refused(ctx, body.group_instance_id, "Heartbeat"):
+        return {"error_code": int(ErrorCode.UNSUPPORTED_VERSION)}
     coordinator = _coordinator(ctx)
     if coordinator is None:
         return {"error_code": int(_NOT_AVAILABLE)}
@@ -279,7 +306,9 @@ async def handle_offset_commit(ctx, request: Request) -> dict:
         for p in t.partitions
     ]
     coordinator = _coordinator(ctx)
-    if coordinator is None:
+    if _static_member_refused(ctx, body.group_instance_id, "OffsetCommit"):
+        errors = [ErrorCode.UNSUPPORTED_VERSION] * len(entries)
+    elif coordinator is None:
         errors = [_NOT_AVAILABLE] * len(entries)
     else:
         if version == 0:

@@ -20,9 +20,12 @@ start-up. STRING = int16 length + UTF-8 (-1 = null where nullable), BYTES = int3
         int32 session_timeout, BYTES subscription, BYTES assignment
         (v4: v3 in the flexible encoding; read only)
 
-Written as Kafka 3.9 writes them: offset values v3, or v1 when the commit carries its own
-retention (OffsetCommit v2-v4's retention_time_ms); group values v3. A record with a null value
-is a tombstone: the key's offset (or group) is gone.
+Written as Kafka 3.9 writes them at the broker's inter.broker.protocol.version
+(GroupMetadataManager.groupMetadataValue / offsetCommitValue, see :func:`group_value_version` and
+:func:`offset_value_version`): at the default, offset values v3, or v1 when the commit carries
+its own retention (OffsetCommit v2-v4's retention_time_ms), and group values v3; every version
+0-4 is read. A v1 offset value's expire timestamp -1 means none. A record with a null value is a
+tombstone: the key's offset (or group) is gone.
 """
 
 from __future__ import annotations
@@ -31,10 +34,16 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from broker.config import metadata_version_at_least
+
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
-GROUP_VALUE_VERSION = 3
+LATEST_GROUP_VALUE_VERSION = 3
+LATEST_OFFSET_VALUE_VERSION = 3
 NO_LEADER_EPOCH = -1
+NO_EXPIRE_TIMESTAMP = (
+    -1
+)  # a v1 offset value without its own expiry (OffsetCommitRequest.DEFAULT_TIMESTAMP)
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -229,39 +238,74 @@ def encode_group_key(group: str) -> bytes:
     return bytes(out)
 
 
-def encode_offset_value(value: CommittedOffset) -> bytes:
-    """Version 1 when the commit has its own expire timestamp, else version 3 (Kafka 3.9's
-    GroupMetadataManager.offsetCommitValue)."""
+def group_value_version(inter_broker_protocol_version: str) -> int:
+    """The GroupMetadataValue version Kafka 3.9 writes at this inter.broker.protocol.version
+    (MetadataVersion.groupMetadataValueVersion)."""
+    ibp = inter_broker_protocol_version
+    if not metadata_version_at_least(ibp, "0.10.1-IV0"):
+        return 0
+    if not metadata_version_at_least(ibp, "2.1-IV0"):
+        return 1
+    if not metadata_version_at_least(ibp, "2.3-IV0"):
+        return 2
+    return LATEST_GROUP_VALUE_VERSION
+
+
+def offset_value_version(inter_broker_protocol_version: str) -> int:
+    """The OffsetCommitValue version Kafka 3.9 writes at this inter.broker.protocol.version for
+    a commit without its own expiry (MetadataVersion.offsetCommitValueVersion); one with it is
+    always v1."""
+    ibp = inter_broker_protocol_version
+    if not metadata_version_at_least(ibp, "2.1-IV0"):
+        return 1
+    if not metadata_version_at_least(ibp, "2.1-IV1"):
+        return 2
+    return LATEST_OFFSET_VALUE_VERSION
+
+
+def encode_offset_value(
+    value: CommittedOffset, version: int = LATEST_OFFSET_VALUE_VERSION
+) -> bytes:
+    """OffsetCommitValue at ``version`` (1, 2 or 3, from :func:`offset_value_version`), or v1
+    when the commit has its own expire timestamp (GroupMetadataManager.offsetCommitValue).
+    Versions 1 and 2 have no leader epoch."""
     if value.expire_timestamp_ms is not None:
-        out = bytearray(_INT16.pack(1))
-        out += _INT64.pack(value.offset)
-        _put_string(out, value.metadata, "offset metadata")
-        out += _INT64.pack(value.commit_timestamp_ms)
-        out += _INT64.pack(value.expire_timestamp_ms)
-        return bytes(out)
-    out = bytearray(_INT16.pack(3))
+        version = 1
+    if version not in (1, 2, 3):
+        raise OffsetRecordError(f"offset values are written at version 1, 2 or 3, not {version}")
+    out = bytearray(_INT16.pack(version))
     out += _INT64.pack(value.offset)
-    out += _INT32.pack(value.leader_epoch)
+    if version == 3:
+        out += _INT32.pack(value.leader_epoch)
     _put_string(out, value.metadata, "offset metadata")
     out += _INT64.pack(value.commit_timestamp_ms)
+    if version == 1:
+        expire = value.expire_timestamp_ms
+        out += _INT64.pack(NO_EXPIRE_TIMESTAMP if expire is None else expire)
     return bytes(out)
 
 
-def encode_group_value(record: GroupRecord) -> bytes:
-    """GroupMetadataValue version 3."""
-    out = bytearray(_INT16.pack(GROUP_VALUE_VERSION))
+def encode_group_value(record: GroupRecord, version: int = LATEST_GROUP_VALUE_VERSION) -> bytes:
+    """GroupMetadataValue at ``version`` (0-3, from :func:`group_value_version`): v0 has no
+    rebalance timeout, v0-v1 no state timestamp, v0-v2 no group instance id."""
+    if not 0 <= version <= LATEST_GROUP_VALUE_VERSION:
+        raise OffsetRecordError(f"group values are written at version 0-3, not {version}")
+    out = bytearray(_INT16.pack(version))
     _put_string(out, record.protocol_type, "protocol type")
     out += _INT32.pack(record.generation)
     _put_string(out, record.protocol, "protocol")
     _put_string(out, record.leader, "leader")
-    out += _INT64.pack(record.current_state_timestamp)
+    if version >= 2:
+        out += _INT64.pack(record.current_state_timestamp)
     out += _INT32.pack(len(record.members))
     for m in record.members:
         _put_string(out, m.member_id, "member id")
-        _put_string(out, m.group_instance_id, "group instance id")
+        if version >= 3:
+            _put_string(out, m.group_instance_id, "group instance id")
         _put_string(out, m.client_id, "client id")
         _put_string(out, m.client_host, "client host")
-        out += _INT32.pack(m.rebalance_timeout)
+        if version >= 1:
+            out += _INT32.pack(m.rebalance_timeout)
         out += _INT32.pack(m.session_timeout)
         _put_bytes(out, m.subscription)
         _put_bytes(out, m.assignment)
@@ -295,6 +339,8 @@ def decode_offset_value(buf: bytes) -> CommittedOffset:
     metadata = r.string()
     commit_ts = r.int64()
     expire_ts = r.int64() if version == 1 else None
+    if expire_ts == NO_EXPIRE_TIMESTAMP:
+        expire_ts = None
     r.tagged_fields()
     r.done()
     return CommittedOffset(offset, metadata, commit_ts, expire_ts, epoch)

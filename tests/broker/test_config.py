@@ -11,6 +11,7 @@ from broker.config import (
     ConfigError,
     TopicConfig,
     format_magic,
+    metadata_version_at_least,
     load_config,
     parse_properties,
     parse_topic_configs,
@@ -217,8 +218,77 @@ def test_format_version_release_numbers(raw, canonical):
 
 @pytest.mark.parametrize("raw", ["3.10", "0.11", "2.8-IV2", "0.10.1.x", "4.0-IV0", "1.0.0.0"])
 def test_format_version_unknown(raw):
-    with pytest.raises(ConfigError, match="message format version"):
+    with pytest.raises(ConfigError, match="'.*' is not a Kafka version"):
         parse_topic_configs({"message.format.version": raw})
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig.from_properties(
+            [("log.dirs", "/tmp/x"), ("inter.broker.protocol.version", raw)]
+        )
+    assert (
+        e.value.key == "inter.broker.protocol.version" and "not a Kafka version" in e.value.reason
+    )
+
+
+@pytest.mark.parametrize(
+    "raw,value",
+    [
+        ("2.0", "2.0"),
+        ("2.1-IV0", "2.1-IV0"),
+        ("0.11.0.2", "0.11.0"),
+        ("2.8.1", "2.8"),
+        (" 3.9 ", "3.9"),
+    ],
+)
+def test_inter_broker_protocol_version(raw, value):
+    assert (
+        BrokerConfig.from_properties([("log.dirs", "/tmp/x")]).inter_broker_protocol_version
+        == "3.9"
+    )
+    c = BrokerConfig.from_properties(
+        [("log.dirs", "/tmp/x"), ("inter.broker.protocol.version", raw)]
+    )
+    assert c.inter_broker_protocol_version == value
+
+
+def test_metadata_versions_are_ordered_as_kafkas():
+    # a release named without -IVn is its last IV (MetadataVersion.fromVersionString)
+    assert metadata_version_at_least("2.1", "2.1-IV2") and metadata_version_at_least(
+        "2.1-IV2", "2.1"
+    )
+    assert not metadata_version_at_least("2.1-IV1", "2.1")
+    assert not metadata_version_at_least("2.0", "2.1-IV0")
+    assert metadata_version_at_least("2.1-IV0", "2.0") and metadata_version_at_least(
+        "3.9", "2.3-IV0"
+    )
+    assert not metadata_version_at_least("0.9.0", "0.10.0-IV0")
+    assert metadata_version_at_least("0.10.0-IV0", "0.9.0")
+
+
+def test_message_format_newer_than_the_inter_broker_protocol_is_refused():
+    # Kafka's KafkaConfig: the default log.message.format.version (3.0-IV1, record batches)
+    # needs 0.11.0; a broker at 0.10.1 must lower both
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig.from_properties(
+            [("log.dirs", "/tmp/x"), ("inter.broker.protocol.version", "0.10.1")]
+        )
+    assert e.value.key == "log.message.format.version"
+    assert "inter.broker.protocol.version is set to version 0.11.0 or higher" in e.value.reason
+    c = BrokerConfig.from_properties(
+        [
+            ("log.dirs", "/tmp/x"),
+            ("inter.broker.protocol.version", "0.10.1"),
+            ("log.message.format.version", "0.10.1"),
+        ]
+    )
+    assert c.topic_config().magic == 1
+    with pytest.raises(ConfigError, match="version 0.10.0 or higher"):
+        BrokerConfig.from_properties(
+            [
+                ("log.dirs", "/tmp/x"),
+                ("inter.broker.protocol.version", "0.9.0"),
+                ("log.message.format.version", "0.10.2"),
+            ]
+        )
 
 
 def test_default_format_is_record_batches():

@@ -12,6 +12,7 @@ from trio.testing import wait_all_tasks_blocked
 from broker.config import BrokerConfig
 from broker.handlers import HANDLERS, release_fetch_body
 from broker.server import open_context, send_response
+from broker.topics import REGISTRY_FILE
 from protocol import ApiKey, FileRegion, MessageSetBuilder, Request, RequestHeader, iter_deep
 from protocol.schemas import decode_request_body, encode_request_body
 
@@ -287,4 +288,38 @@ async def test_a_response_the_broker_cannot_encode_is_logged_as_its_own_bug(tmp_
     assert "closing connection after an internal error" in events
     assert "closing connection after a bad request" not in events
     assert "BodyEncodeError" in events["connection closed"]["reason"]
+    ctx.log_manager.shutdown()
+
+
+async def test_a_topic_is_listed_only_once_every_partition_log_exists(tmp_path):
+    """Metadata must not name a partition that answers UNKNOWN_TOPIC_OR_PARTITION: Burrow 1.2.1
+    asked ListOffsets for such a partition of a topic being created and then crashed on the
+    partition without an offset. The registry file has the topic before its logs (crash
+    repair), the registry clients see only after them."""
+    ctx = await open_context(config(tmp_path))
+    real_create_log = ctx.log_manager.create_log
+    reached, release = threading.Event(), threading.Event()
+
+    def slow_create_log(topic, partition, log_config=None):
+        if partition == 1:
+            reached.set()
+            release.wait(30)
+        return real_create_log(topic, partition, log_config)
+
+    ctx.log_manager.create_log = slow_create_log
+    metadata = HANDLERS[ApiKey.METADATA]
+
+    async def listed() -> list[tuple[str, int]]:
+        body = await metadata(ctx, request(ApiKey.METADATA, 1, {"topics": None}))
+        return [(t["name"], len(t["partitions"])) for t in body["topics"]]
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ctx.create_topic, "t", 2)
+        try:
+            await trio.to_thread.run_sync(reached.wait, 30)
+            assert ctx.topics.get("t") is None and await listed() == []
+            assert '"t"' in (tmp_path / REGISTRY_FILE).read_text()
+        finally:
+            release.set()
+    assert await listed() == [("t", 2)]
     ctx.log_manager.shutdown()

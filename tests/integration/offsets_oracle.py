@@ -4,7 +4,8 @@ records with a decoder written here from Kafka 3.9's JSON schemas
 .json), independently of the broker's own code (kafka-python has no decoder for these).
 
 The schemas are transcribed as data: (name, type, versions, nullable versions); a generic
-reader walks them for a record's version (non-flexible versions 0-3, what Kafka 3.9 writes).
+reader walks them for a record's version (non-flexible versions 0-3, what Kafka 3.9 writes at
+one inter.broker.protocol.version or another).
 """
 
 from __future__ import annotations

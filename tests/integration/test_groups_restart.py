@@ -1,9 +1,10 @@
 """Group state that survives the broker: after kill -9 and a restart, ``chronolog groups
 describe`` shows the same generation, members and assignments, and the group-metadata record in
 ``__consumer_offsets`` (read back with kafka-python and decoded by the independent oracle in
-offsets_oracle.py) says the same; live consumers carry on without a rebalance. And static
-membership (KIP-345, confluent-kafka with group.instance.id): a member restarted within its
-session timeout gets its partitions back without a rebalance.
+offsets_oracle.py) says the same, in the value version inter.broker.protocol.version selects;
+live consumers carry on without a rebalance. And static membership (KIP-345, confluent-kafka
+with group.instance.id): a member restarted within its session timeout gets its partitions back
+without a rebalance.
 
 Every wait is bounded (see test_groups.py's helpers).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
 from tests.integration.offsets_oracle import last_group_record
@@ -52,8 +54,13 @@ def record_view(record: dict) -> tuple[int, set[str], dict[int, str]]:
     return record["generation"], {m["memberId"] for m in record["members"]}, owners
 
 
-def test_kill_9_restart_keeps_generation_members_and_assignments(broker_factory):
-    broker = broker_factory(group_min_session_timeout_ms=1000)
+# The group-metadata value version Kafka writes at each inter.broker.protocol.version: 3 by
+# default, 1 at 2.0 (for readers such as Burrow 1.2.1); replay reads both.
+@pytest.mark.parametrize("ibp, value_version", [("3.9", 3), ("2.0", 1)])
+def test_kill_9_restart_keeps_generation_members_and_assignments(
+    broker_factory, ibp, value_version
+):
+    broker = broker_factory(group_min_session_timeout_ms=1000, inter_broker_protocol_version=ibp)
     topic, group = unique("rs"), unique("g")
     create_topic(broker.bootstrap, topic, 4)
     kw = dict(session_timeout_ms=30000, heartbeat_interval_ms=1000)
@@ -76,7 +83,7 @@ def test_kill_9_restart_keeps_generation_members_and_assignments(broker_factory)
         state, generation, members, owners = before
         assert len(members) == 2 and set(owners) == {0, 1, 2, 3}
         record = last_group_record(broker.bootstrap, group)
-        assert record["version"] == 3 and record["protocolType"] == "consumer"
+        assert record["version"] == value_version and record["protocolType"] == "consumer"
         assert record_view(record) == (generation, members, owners)
         broker.kill()
         broker.start()

@@ -5,6 +5,7 @@ handlers driven through real protocol frames (ClientConnection -> ServerConnecti
 from __future__ import annotations
 
 import os
+import struct
 from contextlib import asynccontextmanager
 
 import pytest
@@ -20,6 +21,7 @@ from broker.server import Server, open_context
 from protocol.api import ApiKey
 from protocol.connection import ClientConnection, ServerConnection
 from protocol.errors import ErrorCode as E
+from protocol.records import iter_deep
 from storage.cleaner import Cleaner
 
 RANGE = [("range", b"meta")]
@@ -986,3 +988,84 @@ async def test_a_tombstone_that_could_not_be_written_is_retried(tmp_path, monkey
         assert "g" not in c.group_records
     async with running(tmp_path) as (ctx, c):
         assert c.list_groups() == (E.NONE, [])
+
+
+# ---- record versions (inter.broker.protocol.version) -------------------------------------------
+
+
+def stored_versions(log) -> list[tuple[str, int]]:
+    """("group" | "offset", value version) of every non-tombstone record in the offsets log."""
+    raw = log.read(log.log_start_offset, 1 << 20, min_one_message=True).read_bytes()
+    out = []
+    for m in iter_deep(raw):
+        if m.value is not None:
+            kind = "group" if struct.unpack_from(">h", m.key)[0] == 2 else "offset"
+            out.append((kind, struct.unpack_from(">h", m.value)[0]))
+    return out
+
+
+@pytest.mark.parametrize(
+    "props, group_version, offset_version",
+    [
+        ({"inter_broker_protocol_version": "0.10.0", "log_message_format_version": "0.10.0"}, 0, 1),
+        ({"inter_broker_protocol_version": "2.0"}, 1, 1),
+        ({"inter_broker_protocol_version": "2.1-IV0"}, 2, 2),
+        ({"inter_broker_protocol_version": "2.2"}, 2, 3),
+        ({}, 3, 3),
+    ],
+)
+async def test_records_are_written_at_the_inter_broker_protocol_versions(
+    tmp_path, props, group_version, offset_version
+):
+    async with running(tmp_path, **props) as (ctx, c):
+        a = await join(c, client="a", session=10_000, rebalance=10_000)
+        assert (await c.sync("g", 1, a.member_id, {a.member_id: b"A"})).error is E.NONE
+        commits = [("t", 0, 10, "m", -1)]
+        assert await c.commit_offsets("g", a.member_id, 1, None, commits) == [E.NONE]
+        # a commit with its own retention (OffsetCommit v2-v4) is v1 at every version
+        own = [("t", 1, 11, "", -1)]
+        assert await c.commit_offsets("g", a.member_id, 1, 60_000, own) == [E.NONE]
+        before = c.describe("g")[1]
+        async with ctx.locked_log(OFFSETS_TOPIC, 0) as log:
+            assert stored_versions(log) == [
+                ("group", group_version),
+                ("offset", offset_version),
+                ("offset", 1),
+            ]
+    async with running(tmp_path, **props) as (ctx, c):  # replayed from those versions
+        assert c.describe("g")[1] == before
+        assert c.heartbeat("g", a.member_id, 1) is E.NONE
+        got = fetched(c, "g", [("t", 0), ("t", 1)])
+        assert [(p.offset, p.metadata) for p in got] == [(10, "m"), (11, "")]
+
+
+async def test_static_membership_needs_inter_broker_protocol_2_3(tmp_path):
+    """KafkaApis: below 2.3-IV0 the group records cannot hold a group.instance.id, so JoinGroup,
+    SyncGroup, Heartbeat and OffsetCommit of a static member answer UNSUPPORTED_VERSION."""
+    member = {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": "i"}
+    async with running(tmp_path, inter_broker_protocol_version="2.2-IV1") as (ctx, c):
+        wire = Wire(ctx)
+        r = await wire(ApiKey.JOIN_GROUP, 5, join_body(instance="i"))
+        assert (r.error_code, r.member_id, r.generation_id) == (E.UNSUPPORTED_VERSION, "", -1)
+        r = await wire(ApiKey.SYNC_GROUP, 3, dict(member, assignments=[]))
+        assert r.error_code == E.UNSUPPORTED_VERSION
+        r = await wire(ApiKey.HEARTBEAT, 3, member)
+        assert r.error_code == E.UNSUPPORTED_VERSION
+        commit = {
+            "group_id": "g",
+            "generation_id_or_member_epoch": 1,
+            "member_id": "m",
+            "group_instance_id": "i",
+            "topics": [
+                {"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5}]}
+            ],
+        }
+        r = await wire(ApiKey.OFFSET_COMMIT, 7, commit)
+        assert r.topics[0].partitions[0].error_code == E.UNSUPPORTED_VERSION
+        assert len(c.offsets) == 0 and c.list_groups() == (E.NONE, [])
+        # dynamic members are served as usual (KIP-394 first)
+        r = await wire(ApiKey.JOIN_GROUP, 5, join_body())
+        assert r.error_code == E.MEMBER_ID_REQUIRED
+    async with running(tmp_path, inter_broker_protocol_version="2.3-IV0") as (ctx, c):
+        r = await Wire(ctx)(ApiKey.JOIN_GROUP, 5, join_body(instance="i"))
+        assert (r.error_code, r.generation_id) == (E.NONE, 1)

@@ -1,8 +1,10 @@
 """``__consumer_offsets`` record formats (byte layouts from Kafka 3.9's group-coordinator JSON
-schemas, built here independently with struct) and the offset cache's expiry rules."""
+schemas, built here independently with struct) at every version Kafka writes, which version it
+writes at each inter.broker.protocol.version, and the offset cache's expiry rules."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -24,6 +26,8 @@ from broker.groups.offsets import (
     encode_offset_key,
     encode_offset_value,
     expire_timestamp,
+    group_value_version,
+    offset_value_version,
 )
 
 
@@ -89,6 +93,46 @@ def test_decodes_kafka_versions_0_2_and_4():
     assert decode_offset_value(v4) == CommittedOffset(9, "m", 500, None, 3)
 
 
+def test_offset_values_at_versions_1_and_2_have_no_leader_epoch():
+    v = CommittedOffset(42, "meta", 1000, None, 5)
+    # v1 without its own expiry carries expire timestamp -1 (OffsetCommitRequest.DEFAULT_TIMESTAMP)
+    v1 = struct.pack(">hq", 1, 42) + kstr("meta") + struct.pack(">qq", 1000, -1)
+    v2 = struct.pack(">hq", 2, 42) + kstr("meta") + struct.pack(">q", 1000)
+    assert encode_offset_value(v, 1) == v1
+    assert encode_offset_value(v, 2) == v2
+    assert decode_offset_value(v1) == decode_offset_value(v2) == CommittedOffset(42, "meta", 1000)
+    # a commit with its own retention is v1 whatever the version asked for
+    own = CommittedOffset(42, "meta", 1000, 2000, 5)
+    assert (
+        encode_offset_value(own, 2)
+        == encode_offset_value(own, 3)
+        == (struct.pack(">hq", 1, 42) + kstr("meta") + struct.pack(">qq", 1000, 2000))
+    )
+    with pytest.raises(OffsetRecordError, match="version 1, 2 or 3, not 0"):
+        encode_offset_value(v, 0)
+
+
+@pytest.mark.parametrize(
+    "ibp, group_version, offset_version",
+    [
+        ("0.9.0", 0, 1),
+        ("0.10.0-IV1", 0, 1),
+        ("0.10.1-IV0", 1, 1),
+        ("2.0", 1, 1),
+        ("2.1-IV0", 2, 2),
+        ("2.1-IV1", 2, 3),
+        ("2.1", 2, 3),
+        ("2.2-IV1", 2, 3),
+        ("2.3-IV0", 3, 3),
+        ("3.9", 3, 3),
+    ],
+)
+def test_versions_follow_the_inter_broker_protocol_version(ibp, group_version, offset_version):
+    # Kafka 3.9's MetadataVersion.groupMetadataValueVersion / offsetCommitValueVersion
+    assert group_value_version(ibp) == group_version
+    assert offset_value_version(ibp) == offset_version
+
+
 def test_group_key_layout():
     assert encode_group_key("g") == struct.pack(">h", 2) + kstr("g")
     assert decode_key(struct.pack(">h", 2) + kstr("g")) == GroupKey("g")
@@ -133,6 +177,60 @@ def test_group_value_layout_is_kafkas_version_3():
     )
     assert encode_group_value(RECORD) == expected
     assert decode_group_value(expected) == RECORD
+
+
+def _member(m: MemberRecord, version: int) -> bytes:
+    return (
+        kstr(m.member_id)
+        + (kstr(m.group_instance_id) if version >= 3 else b"")
+        + kstr(m.client_id)
+        + kstr(m.client_host)
+        + (struct.pack(">i", m.rebalance_timeout) if version >= 1 else b"")
+        + struct.pack(">i", m.session_timeout)
+        + kbytes(m.subscription)
+        + kbytes(m.assignment)
+    )
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_group_value_layouts_before_version_3(version):
+    # GroupMetadataValue.json: currentStateTimestamp from v2, rebalanceTimeout from v1,
+    # groupInstanceId from v3
+    expected = (
+        struct.pack(">h", version)
+        + kstr("consumer")
+        + struct.pack(">i", 7)
+        + kstr("range")
+        + kstr("m1")
+        + (struct.pack(">q", 123456) if version >= 2 else b"")
+        + struct.pack(">i", 2)
+        + _member(RECORD.members[0], version)
+        + _member(RECORD.members[1], version)
+    )
+    assert encode_group_value(RECORD, version) == expected
+    back = decode_group_value(expected)
+    assert back == GroupRecord(
+        "consumer",
+        7,
+        "range",
+        "m1",
+        123456 if version >= 2 else -1,
+        tuple(
+            MemberRecord(
+                m.member_id,
+                None,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout if version >= 1 else m.session_timeout,
+                m.session_timeout,
+                m.subscription,
+                m.assignment,
+            )
+            for m in RECORD.members
+        ),
+    )
+    with pytest.raises(OffsetRecordError, match="version 0-3, not 4"):
+        encode_group_value(RECORD, 4)
 
 
 def test_empty_group_value():
@@ -253,15 +351,23 @@ ints64 = st.integers(-(2**63), 2**63 - 1)
     ints64,
     st.text(max_size=100),
     ints64,
-    st.one_of(st.none(), ints64),
+    # -1 is Kafka's "no expire timestamp" in a v1 value
+    st.one_of(st.none(), ints64.filter(lambda t: t != -1)),
     ints32,
+    st.sampled_from([1, 2, 3]),
 )
-def test_offset_round_trip(group, topic, partition, offset, metadata, commit_ts, expire_ts, epoch):
+def test_offset_round_trip(
+    group, topic, partition, offset, metadata, commit_ts, expire_ts, epoch, version
+):
     assert decode_key(encode_offset_key(group, topic, partition)) == OffsetKey(
         group, topic, partition
     )
-    v = CommittedOffset(offset, metadata, commit_ts, expire_ts, epoch if expire_ts is None else -1)
-    assert decode_offset_value(encode_offset_value(v)) == v
+    v = CommittedOffset(offset, metadata, commit_ts, expire_ts, epoch)
+    # only v3 holds the leader epoch; a commit with its own expiry is always v1
+    kept = epoch if version == 3 and expire_ts is None else -1
+    assert decode_offset_value(encode_offset_value(v, version)) == CommittedOffset(
+        offset, metadata, commit_ts, expire_ts, kept
+    )
 
 
 members = st.builds(
@@ -289,10 +395,25 @@ members = st.builds(
         st.lists(members, max_size=4).map(tuple),
     ),
     st.text(max_size=20),
+    st.sampled_from([0, 1, 2, 3]),
 )
-def test_group_round_trip(record, group):
+def test_group_round_trip(record, group, version):
     assert decode_key(encode_group_key(group)) == GroupKey(group)
-    assert decode_group_value(encode_group_value(record)) == record
+    # what the older versions cannot hold comes back as Kafka reads it
+    members = tuple(
+        dataclasses.replace(
+            m,
+            group_instance_id=m.group_instance_id if version >= 3 else None,
+            rebalance_timeout=m.rebalance_timeout if version >= 1 else m.session_timeout,
+        )
+        for m in record.members
+    )
+    expected = dataclasses.replace(
+        record,
+        current_state_timestamp=record.current_state_timestamp if version >= 2 else -1,
+        members=members,
+    )
+    assert decode_group_value(encode_group_value(record, version)) == expected
 
 
 def test_expire_timestamp():

@@ -1,10 +1,11 @@
 """The offsets log on real storage: replay against an independent oracle, and the broker's log
 cleaner (storage/cleaner.py), which compacts __consumer_offsets, leaves a log whose replay
 gives the same offsets and group records, one record per key written (tombstones are kept
-until delete.retention.ms)."""
+until delete.retention.ms), with values of every version Kafka writes mixed in one log."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -60,9 +61,26 @@ def group_record(i: int, rng: random.Random) -> GroupRecord:
     return GroupRecord("consumer", i, "range" if members else None, None, NOW + i, members)
 
 
+def as_read_back(record: GroupRecord, version: int) -> GroupRecord:
+    """A group record as a value of ``version`` gives it back: no state timestamp before v2,
+    no instance ids before v3, v0's rebalance timeout is the session timeout."""
+    return dataclasses.replace(
+        record,
+        current_state_timestamp=record.current_state_timestamp if version >= 2 else -1,
+        members=tuple(
+            dataclasses.replace(
+                m,
+                group_instance_id=m.group_instance_id if version >= 3 else None,
+                rebalance_timeout=m.rebalance_timeout if version >= 1 else m.session_timeout,
+            )
+            for m in record.members
+        ),
+    )
+
+
 def fill(log, rng: random.Random, rounds: int) -> Replay:
-    """Random commits, group records and tombstones over a few keys; returns the oracle's
-    live sets."""
+    """Random commits, group records and tombstones over a few keys, each value at a random
+    version (as after inter.broker.protocol.version changes); returns the oracle's live sets."""
     oracle: dict[OffsetKey, CommittedOffset] = {}
     groups: dict[str, GroupRecord] = {}
     keys = [OffsetKey(f"g{g}", "t", p) for g in range(3) for p in range(5)]
@@ -79,7 +97,7 @@ def fill(log, rng: random.Random, rounds: int) -> Replay:
                 batch.append(
                     (
                         encode_offset_key(key.group, key.topic, key.partition),
-                        encode_offset_value(value),
+                        encode_offset_value(value, rng.choice([1, 2, 3])),
                     )
                 )
         if rng.random() < 0.3:
@@ -88,8 +106,9 @@ def fill(log, rng: random.Random, rounds: int) -> Replay:
                 groups.pop(group, None)
                 batch.append((encode_group_key(group), None))
             else:
-                groups[group] = group_record(i, rng)
-                batch.append((encode_group_key(group), encode_group_value(groups[group])))
+                record, version = group_record(i, rng), rng.randint(0, 3)
+                groups[group] = as_read_back(record, version)
+                batch.append((encode_group_key(group), encode_group_value(record, version)))
         append_records(log, SETTINGS, batch, NOW + i)
     return oracle, groups
 
