@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -12,7 +13,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from kafka import KafkaProducer
+from kafka import KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import NoReassignmentInProgressError
 
 from protocol.records import iter_deep
 from protocol.errors import ErrorCode
@@ -120,6 +123,69 @@ def test_reassignment_moves_a_partition_and_its_data(cluster_factory):
     wait_for(lambda: not os.path.exists(moved), 30, "the old replica deleted")
     assert reassign(cluster, {("t", 0): [1, 9]}) == {("t", 0): ErrorCode.INVALID_REPLICA_ASSIGNMENT}
     assert reassign(cluster, {("t", 0): None}) == {("t", 0): ErrorCode.NO_REASSIGNMENT_IN_PROGRESS}
+
+
+def test_a_reassignment_in_progress_is_listed_cancelled_and_completed(cluster_factory):
+    """KIP-455 through kafka-python's KafkaAdminClient: while the broker a partition moves to is
+    frozen (SIGSTOP) it cannot catch up, so the reassignment stays in progress and
+    ListPartitionReassignments shows the replicas being added and removed; cancelling it (a None
+    target) puts the partition back on its replicas; started again, it completes once the broker
+    runs again, and nothing is listed any more."""
+    # sessions outlast the freeze: the frozen broker must stay alive to be a reassignment target
+    cluster = cluster_factory(3, zookeeper_session_timeout_ms=10000)
+    controller = wait_for(lambda: cluster.controller() > 0, 30, "a controller")
+    # the partition moves from [kept, removed] to [kept, added]; the controller is not frozen
+    added = next(b for b in (1, 2, 3) if b != controller)
+    removed, kept = [b for b in (1, 2, 3) if b != added]
+    assert cluster.create_topic("t", assignment={0: [removed, kept]}) == 0
+    values = [b"v%d" % i for i in range(50)]
+    assert produce_batch(cluster.broker(removed), "t", values, acks=-1).error_code == 0
+    admin = KafkaAdminClient(
+        bootstrap_servers=cluster.broker(controller).bootstrap, request_timeout_ms=15000
+    )
+    tp = TopicPartition("t", 0)
+    moving = {
+        "replicas": [kept, added, removed],
+        "adding_replicas": [added],
+        "removing_replicas": [removed],
+    }
+    try:
+        assert admin.list_partition_reassignments() == {}  # connected to the controller first
+        frozen = cluster.broker(added).proc
+        frozen.send_signal(signal.SIGSTOP)
+        try:
+            assert admin.alter_partition_reassignments({tp: [kept, added]}) == {tp: None}
+            assert admin.list_partition_reassignments() == {tp: moving}
+            assert admin.list_partition_reassignments([tp]) == {tp: moving}
+            doc = cluster.zk_json("/brokers/topics/t")  # kept in ZooKeeper, for a new controller
+            assert doc["partitions"]["0"] == [kept, added, removed]
+            assert doc["adding_replicas"] == {"0": [added]}
+            assert doc["removing_replicas"] == {"0": [removed]}
+
+            assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
+            assert admin.list_partition_reassignments() == {}
+            # the original replicas, ordered as in the full set (Kafka's originReplicas)
+            assert cluster.zk_json("/brokers/topics/t")["partitions"]["0"] == [kept, removed]
+            assert cluster.state("t")["leader"] in (removed, kept)
+            assert admin.alter_partition_reassignments({tp: None}) == {
+                tp: NoReassignmentInProgressError
+            }
+
+            assert admin.alter_partition_reassignments({tp: [kept, added]}) == {tp: None}
+            assert admin.list_partition_reassignments() == {tp: moving}
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+        wait_for(lambda: admin.list_partition_reassignments() == {}, 60, "reassignment complete")
+    finally:
+        admin.close()
+    assert cluster.zk_json("/brokers/topics/t")["partitions"]["0"] == [kept, added]
+    assert sorted(cluster.state("t")["isr"]) == sorted([kept, added])
+    data, _ = wait_for(
+        lambda: (got := replica_bytes(cluster.broker(added), "t"))[1] == 50 and got, 30, "copy"
+    )
+    assert [m.value for m in iter_deep(data)] == values
+    old = os.path.join(cluster.broker(removed).log_dirs[0], "t-0")
+    wait_for(lambda: not os.path.exists(old), 30, "the removed replica deleted")
 
 
 def test_kip33_a_moved_replica_deletes_old_messages_by_their_timestamps(cluster_factory):
