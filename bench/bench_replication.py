@@ -10,10 +10,12 @@ max. Each topic first gets a few acknowledged messages (warm-up, not measured); 
 throughput phase every replica catches up before the next phase starts, so a follower still
 copying an acks=1 backlog does not slow the next measurement. The scenarios run in turn,
 --rounds times over, so a busy moment of this shared machine hits them alike; the medians over
-the rounds are reported (with each round in "runs"). Writes bench/results/replication.json and
-replication.png.
+the rounds are reported (with each round in "runs"), and in "paired" each comparison made round
+by round: the median ratio of two scenarios' throughputs and of their p50 difference. Writes
+bench/results/replication.json and replication.png.
 
-    .venv/bin/python bench/bench_replication.py [--rounds 5] [--messages 500000] [--rate 500] [--seconds 10]
+    .venv/bin/python bench/bench_replication.py [--rounds 7] [--messages 1000000]
+        [--rate 500] [--seconds 10]
 """
 
 from __future__ import annotations
@@ -171,6 +173,27 @@ def summary(factor: int, acks: str, runs: list[dict]) -> dict:
     }
 
 
+def paired(runs: list[dict], one: tuple[int, str], other: tuple[int, str]) -> dict:
+    """Scenario ``one`` against ``other`` round by round (the same moment of this shared
+    machine): the medians of their throughput ratio and of their p50 latency difference."""
+    by_round: dict[int, dict] = {}
+    for r in runs:
+        by_round.setdefault(r["round"], {})[(r["replication_factor"], r["acks"])] = r
+    pairs = [(rounds[one], rounds[other]) for rounds in by_round.values()]
+    return {
+        "throughput_ratio": round(
+            statistics.median(
+                a["throughput"]["messages_per_s"] / b["throughput"]["messages_per_s"]
+                for a, b in pairs
+            ),
+            2,
+        ),
+        "p50_ms_difference": round(
+            statistics.median(a["latency"]["p50_ms"] - b["latency"]["p50_ms"] for a, b in pairs), 2
+        ),
+    }
+
+
 def figure(results: list[dict]) -> None:
     import matplotlib
 
@@ -216,8 +239,8 @@ def figure(results: list[dict]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--messages", type=int, default=500_000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--max-seconds", type=float, default=30.0)
     parser.add_argument("--rate", type=int, default=500)
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -285,13 +308,19 @@ def main() -> int:
         "brokers": 3,
         "rounds": args.rounds,
         "scenarios": results,
+        "paired": {
+            "RF 3 against RF 1, acks=1": paired(runs, (3, "1"), (1, "1")),
+            "RF 3 against RF 1, acks=all": paired(runs, (3, "all"), (1, "all")),
+            "acks=all against acks=1, RF 1": paired(runs, (1, "all"), (1, "1")),
+            "acks=all against acks=1, RF 3": paired(runs, (3, "all"), (3, "1")),
+        },
         "runs": runs,
         "load_average_1m_at_start": load_at_start,
         **machine(),
     }
     write_result(RESULT, result)
     figure(results)
-    print(json.dumps(results, indent=2))
+    print(json.dumps({k: result[k] for k in ("scenarios", "paired")}, indent=2))
     return 0
 
 
