@@ -227,11 +227,14 @@ def figure(results: list[dict]) -> None:
         color="#ee6677",
     )
     right.set_xticks(list(x), labels)
-    right.set_title(f"produce latency (ms) at {results[0]['latency']['rate_per_s']} msgs/s")
+    right.set_title(
+        f"produce latency (ms, log scale) at {results[0]['latency']['rate_per_s']} msgs/s"
+    )
     right.legend()
+    right.set_yscale("log")
     fig.suptitle(
-        f"chronolog: the cost of replication (3 brokers + ZooKeeper, one machine): medians of "
-        f"{results[0]['rounds']} rounds, bars from the lowest to the highest"
+        "chronolog: the cost of replication (3 brokers + ZooKeeper, one machine)\n"
+        f"medians of {results[0]['rounds']} rounds; bars from the lowest round to the highest"
     )
     fig.tight_layout()
     fig.savefig(FIGURE, dpi=110)
