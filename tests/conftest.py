@@ -159,6 +159,12 @@ class BrokerProcess:
         except FileNotFoundError:
             return ""
 
+    def log_events(self, event: str | None = None, since_start: bool = False) -> list[dict]:
+        """The broker's JSON log lines (every one, or those whose event is ``event``)."""
+        lines = self.log_output(since_start).splitlines()
+        events = [json.loads(line) for line in lines if line.startswith("{")]
+        return [e for e in events if event is None or e.get("event") == event]
+
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_output().splitlines()[-lines:])
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from confluent_kafka.admin import AdminClient, NewTopic
+
 from protocol import ApiKey
 from protocol.errors import ErrorCode
 from tests.cluster.helpers import call, wait_for
@@ -45,6 +47,31 @@ def test_create_topic_assigns_and_elects(cluster_factory):
     assert (
         cluster.create_topic("bad", assignment={0: [1, 9]}) == ErrorCode.INVALID_REPLICA_ASSIGNMENT
     )
+
+
+def test_replicas_span_racks_when_brokers_have_broker_rack(cluster_factory):
+    """broker.rack (KIP-36): brokers 1, 2 in rack a and 3, 4 in rack b. Every partition of a
+    replication-factor-2 topic created by a client gets one replica in each rack (with 8
+    partitions the rack-blind spread always puts some pair in one rack, whatever its random
+    start), and clients learn each broker's rack."""
+    racks = {1: "a", 2: "a", 3: "b", 4: "b"}
+    cluster = cluster_factory(4, per_broker={b: {"broker.rack": r} for b, r in racks.items()})
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("spread", 8, 2)])["spread"].result(60)
+    cluster.wait_led("spread")
+    assignment = {
+        int(p): r for p, r in cluster.zk_json("/brokers/topics/spread")["partitions"].items()
+    }
+    assert sorted(assignment) == list(range(8))
+    for p, replicas in assignment.items():
+        assert sorted(racks[b] for b in replicas) == ["a", "b"], (p, replicas)
+    # the leaders still spread evenly: every broker is the preferred leader of two partitions
+    assert sorted(r[0] for r in assignment.values()) == [1, 1, 2, 2, 3, 3, 4, 4]
+    described = admin.describe_cluster().result(30)
+    assert {n.id: n.rack for n in described.nodes} == racks
+    for version in (1, 12):  # Metadata carries racks from v1
+        meta = call(cluster.broker(1), ApiKey.METADATA, version, {"topics": []})
+        assert {b.node_id: b.rack for b in meta.brokers} == racks
 
 
 def test_dead_leader_is_replaced_and_comes_back_as_follower(cluster_factory):

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
+from pathlib import Path
 
-from kafka import KafkaProducer
+from kafka import KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import NoReassignmentInProgressError
 
 from protocol.records import iter_deep
 from protocol.errors import ErrorCode
@@ -120,15 +125,85 @@ def test_reassignment_moves_a_partition_and_its_data(cluster_factory):
     assert reassign(cluster, {("t", 0): None}) == {("t", 0): ErrorCode.NO_REASSIGNMENT_IN_PROGRESS}
 
 
+def test_a_reassignment_in_progress_is_listed_cancelled_and_completed(cluster_factory):
+    """KIP-455 through kafka-python's KafkaAdminClient: while the broker a partition moves to is
+    frozen (SIGSTOP) it cannot catch up, so the reassignment stays in progress and
+    ListPartitionReassignments shows the replicas being added and removed; cancelling it (a None
+    target) puts the partition back on its replicas; started again, it completes once the broker
+    runs again, and nothing is listed any more."""
+    # sessions outlast the freeze: the frozen broker must stay alive to be a reassignment target
+    cluster = cluster_factory(3, zookeeper_session_timeout_ms=10000)
+    controller = wait_for(lambda: cluster.controller() > 0, 30, "a controller")
+    # the partition moves from [kept, removed] to [kept, added]; the controller is not frozen
+    added = next(b for b in (1, 2, 3) if b != controller)
+    removed, kept = [b for b in (1, 2, 3) if b != added]
+    assert cluster.create_topic("t", assignment={0: [removed, kept]}) == 0
+    values = [b"v%d" % i for i in range(50)]
+    assert produce_batch(cluster.broker(removed), "t", values, acks=-1).error_code == 0
+    admin = KafkaAdminClient(
+        bootstrap_servers=cluster.broker(controller).bootstrap, request_timeout_ms=15000
+    )
+    tp = TopicPartition("t", 0)
+    moving = {
+        "replicas": [kept, added, removed],
+        "adding_replicas": [added],
+        "removing_replicas": [removed],
+    }
+    try:
+        assert admin.list_partition_reassignments() == {}  # connected to the controller first
+        frozen = cluster.broker(added).proc
+        frozen.send_signal(signal.SIGSTOP)
+        try:
+            assert admin.alter_partition_reassignments({tp: [kept, added]}) == {tp: None}
+            assert admin.list_partition_reassignments() == {tp: moving}
+            assert admin.list_partition_reassignments([tp]) == {tp: moving}
+            doc = cluster.zk_json("/brokers/topics/t")  # kept in ZooKeeper, for a new controller
+            assert doc["partitions"]["0"] == [kept, added, removed]
+            assert doc["adding_replicas"] == {"0": [added]}
+            assert doc["removing_replicas"] == {"0": [removed]}
+
+            assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
+            assert admin.list_partition_reassignments() == {}
+            # the original replicas, ordered as in the full set (Kafka's originReplicas)
+            assert cluster.zk_json("/brokers/topics/t")["partitions"]["0"] == [kept, removed]
+            assert cluster.state("t")["leader"] in (removed, kept)
+            assert admin.alter_partition_reassignments({tp: None}) == {
+                tp: NoReassignmentInProgressError
+            }
+
+            assert admin.alter_partition_reassignments({tp: [kept, added]}) == {tp: None}
+            assert admin.list_partition_reassignments() == {tp: moving}
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+        wait_for(lambda: admin.list_partition_reassignments() == {}, 60, "reassignment complete")
+    finally:
+        admin.close()
+    assert cluster.zk_json("/brokers/topics/t")["partitions"]["0"] == [kept, added]
+    assert sorted(cluster.state("t")["isr"]) == sorted([kept, added])
+    data, _ = wait_for(
+        lambda: (got := replica_bytes(cluster.broker(added), "t"))[1] == 50 and got, 30, "copy"
+    )
+    assert [m.value for m in iter_deep(data)] == values
+    old = os.path.join(cluster.broker(removed).log_dirs[0], "t-0")
+    wait_for(lambda: not os.path.exists(old), 30, "the removed replica deleted")
+
+
 def test_kip33_a_moved_replica_deletes_old_messages_by_their_timestamps(cluster_factory):
-    """KIP-33's reason for retention by message time: a replica moved to a new broker has new
-    files, yet its week-old messages go within one retention check there."""
-    check_ms = 1000
+    """KIP-33's reason for retention by message time: a partition holding week-old messages
+    (CreateTime) moves to a broker that had no replica of it. Its files there are new, yet the
+    first retention check after the copy deletes every segment holding only week-old messages."""
+    check_s = 2.0
+    copy_margin_s = 1.5  # the follower's first fetch, after its log is created
+    test_began = time.time()
     cluster = cluster_factory(
         2,
         per_broker={
             1: {"log.retention.check.interval.ms": 3_600_000},  # the source never checks
-            2: {"log.retention.check.interval.ms": check_ms, "log.segment.delete.delay.ms": 0},
+            2: {
+                "log.retention.check.interval.ms": int(check_s * 1000),
+                # deleted segments stay as .deleted files, to be read afterwards
+                "log.segment.delete.delay.ms": 600_000,
+            },
         },
     )
     configs = {"retention.ms": str(DAY_MS), "segment.bytes": "1024"}
@@ -141,28 +216,60 @@ def test_kip33_a_moved_replica_deletes_old_messages_by_their_timestamps(cluster_
     assert recent.error_code == 0 and recent.base_offset == 40
     assert replica_offsets(cluster.broker(1), "old", 0, -2)[1] == 0  # nothing deleted there
     assert reassign(cluster, {("old", 0): [2]}) == {("old", 0): ErrorCode.NONE}
+    new_broker = cluster.broker(2)
+
+    def deletions():
+        return [
+            e for e in new_broker.log_events("retention deleted segments") if e["topic"] == "old"
+        ]
+
+    first_deletion = wait_for(deletions, 30, "old segments deleted on the new replica")[0]
     wait_for(
         lambda: cluster.zk_json("/brokers/topics/old")["partitions"]["0"] == [2],
         60,
         "reassignment complete",
     )
-    moved_at = time.monotonic()
-    directory = os.path.join(cluster.broker(2).log_dirs[0], "old-0")
-    # the new replica's files are minutes old at most: file-time retention would keep them
-    assert all(
-        time.time() - os.path.getmtime(f) < 600 for f in glob.glob(os.path.join(directory, "*.log"))
+
+    # Which segments hold only week-old messages, from the new replica's files themselves
+    # (the deleted ones are still there as .deleted files).
+    directory = os.path.join(new_broker.log_dirs[0], "old-0")
+    segments = sorted(
+        glob.glob(os.path.join(directory, "*.log"))
+        + glob.glob(os.path.join(directory, "*.log.deleted"))
     )
-    start = wait_for(
-        lambda: (off := replica_offsets(cluster.broker(2), "old", 0, -2)[1]) > 0 and off,
-        10,
-        "old segments deleted on the new replica",
+    day_ago = int(time.time() * 1000) - DAY_MS
+    holds_recent = [
+        any(m.timestamp > day_ago for m in iter_deep(Path(path).read_bytes())) for path in segments
+    ]
+    first_kept = holds_recent.index(True)
+    expected_start = int(os.path.basename(segments[first_kept])[:20])
+    assert expected_start > 0, "the data must fill several segments for this test to mean anything"
+    assert all(path.endswith(".deleted") for path in segments[:first_kept])
+    assert not any(path.endswith(".deleted") for path in segments[first_kept:])
+    # every file is younger than this test: retention by file time would keep them all a day
+    assert all(os.path.getmtime(path) >= test_began for path in segments)
+
+    # one retention pass deleted them all, for retention.ms, within one check interval (plus
+    # the copy) of the replica's creation on the new broker
+    assert first_deletion["segments"] == first_kept
+    assert first_deletion["log_start_offset"] == expected_start
+    reasons = [
+        e["reason"] for e in new_broker.log_events("deleting segment") if e["topic"] == "old"
+    ]
+    assert reasons == ["retention.ms"] * first_kept
+    [created] = [e for e in new_broker.log_events("created log") if e["topic"] == "old"]
+    waited = logged_at(first_deletion) - logged_at(created)
+    assert 0 < waited <= check_s + copy_margin_s, (
+        f"deleted {waited:.2f} s after the replica's creation"
     )
-    assert time.monotonic() - moved_at < 2 * check_ms / 1000 + 3
-    assert 0 < start <= 40
-    data, _ = replica_bytes(cluster.broker(2), "old")
+    assert replica_offsets(new_broker, "old", 0, -2)[1] == expected_start
+    data, _ = replica_bytes(new_broker, "old")
     assert [m.value for m in iter_deep(data)][-1] == b"new"
-    log = cluster.broker(2).log_output()
-    assert '"reason": "retention.ms"' in log
+
+
+def logged_at(event: dict) -> float:
+    """The time of a broker log line (its ISO timestamp), in seconds since the epoch."""
+    return datetime.fromisoformat(event["timestamp"]).timestamp()
 
 
 def test_chronolog_cluster_describe_and_elect_leaders(cluster_factory):

@@ -9,7 +9,6 @@ Needs root (mount); skipped with the reason otherwise.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -23,11 +22,6 @@ from tests.integration.kafka_wire import WireClient, create_topic, message_set, 
 VALUE = b"v" * 20_000
 TOPIC = "full"
 DAY_MS = 86_400_000
-
-
-def log_lines(broker, event: str) -> list[dict]:
-    lines = [json.loads(x) for x in broker.log_output().splitlines() if x.startswith("{")]
-    return [x for x in lines if x.get("event") == event]
 
 
 def produce_until_refused(client, version: int) -> tuple[list[tuple[int, bytes]], object]:
@@ -65,8 +59,7 @@ def test_a_full_disk_refuses_clearly_loses_nothing_and_heals(
         assert values(client, TOPIC) == acknowledged
         assert (
             len(
-                log_lines(
-                    broker,
+                broker.log_events(
                     "appends to the partition are failing; producers get KAFKA_STORAGE_ERROR",
                 )
             )
@@ -79,7 +72,7 @@ def test_a_full_disk_refuses_clearly_loses_nothing_and_heals(
         assert healed.error_code == 0, healed
         assert healed.base_offset == acknowledged[-1][0] + 1
         assert values(client, TOPIC) == [*acknowledged, (healed.base_offset, b"after")]
-    assert len(log_lines(broker, "appends to the partition succeed again")) == 1
+    assert len(broker.log_events("appends to the partition succeed again")) == 1
 
     assert broker.stop() == 0
     segments = sorted(
@@ -156,7 +149,7 @@ def test_retention_frees_a_full_disk_and_writes_resume(broker_factory, small_fs)
             assert time.monotonic() < deadline, "retention never freed the disk"
             time.sleep(0.2)
         assert values(client, TOPIC, answer.base_offset) == [(answer.base_offset, VALUE)]
-    assert "retention deleted segments" in [e.get("event") for e in log_lines_all(broker)]
+    assert broker.log_events("retention deleted segments")
 
 
 def test_group_offsets_are_read_on_a_full_disk_and_commits_are_retried(broker_factory, small_fs):
@@ -190,7 +183,3 @@ def test_group_offsets_are_read_on_a_full_disk_and_commits_are_retried(broker_fa
         assert answer.topics[0].partitions[0].error_code == 0
         read = client.call(ApiKey.OFFSET_FETCH, 1, fetch_offsets).topics[0].partitions[0]
         assert read.committed_offset == 2
-
-
-def log_lines_all(broker) -> list[dict]:
-    return [json.loads(x) for x in broker.log_output().splitlines() if x.startswith("{")]
