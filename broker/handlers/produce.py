@@ -222,6 +222,8 @@ async def _produce_partition(
         except OSError as exc:
             # Storage left the log as it was; the client retries KAFKA_STORAGE_ERROR. A full
             # disk heals by itself; a failing one takes its log dir offline (below).
+            if ctx.metrics is not None:
+                ctx.metrics.storage_error(log)
             if not is_disk_failure(exc):
                 state.appends_failing(exc, topic_name, partition)
             failure = exc
