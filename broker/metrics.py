@@ -11,7 +11,8 @@ Two kinds, both exposed through one custom collector on a :class:`BrokerMetrics`
 - Gauges read from the broker's state at scrape time: per partition from ``ctx.log_manager``
   (in-memory attributes; a segment's first time-index entry is read once and cached), consumer
   group lag from the coordinator's committed offsets, waiting fetches from the partitions'
-  waiter sets, open connections from the server.
+  waiter sets, open connections from the server; waiting acks=all produces are counted by the
+  produce handler.
 
 Everything runs on the trio thread (handlers count after their worker-thread calls returned,
 and the HTTP endpoint calls :meth:`BrokerMetrics.scrape` there), so nothing needs a lock.
@@ -19,8 +20,8 @@ Without ``metrics.listener`` there is no BrokerMetrics (``ctx.metrics`` is None)
 path skips all of this.
 
 Authentications are counted per listener as Kafka's socket-server-metrics
-``successful-authentication-total`` / ``failed-authentication-total``. Not measured: RemoteTimeMs (a Fetch's long-poll wait
-is part of its local time), produce purgatory (a single replica: acks=-1 never waits).
+``successful-authentication-total`` / ``failed-authentication-total``. Not measured: RemoteTimeMs (a
+Fetch's long-poll wait, and an acks=all produce's wait for the ISR, are part of local time).
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ class BrokerMetrics:
         # Open connections per listener name (set by the server); None: all are PLAINTEXT's.
         self.listener_connections: Callable[[], dict[str, int]] | None = None
         self.authentications: dict[tuple[str, bool], int] = {}  # (listener, succeeded)
+        # acks=all produce requests waiting for the ISR (a cluster's produce purgatory)
+        self.produces_waiting = 0
         self.messages_in: dict[str, int] = {}
         self.bytes_in: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
@@ -310,11 +313,11 @@ class _StateCollector(Collector):
         waiting = {event for state in ctx.partition_states() for event in state.waiters}
         purgatory = GaugeMetricFamily(
             "kafka_server_delayedoperationpurgatory_purgatorysize",
-            "Requests waiting: Fetch long polls (Produce never waits: a single replica)",
+            "Requests waiting: Fetch long polls, acks=all produces waiting for the ISR",
             labels=["delayedOperation"],
         )
         purgatory.add_metric(["Fetch"], len(waiting))
-        purgatory.add_metric(["Produce"], 0)
+        purgatory.add_metric(["Produce"], m.produces_waiting)
         yield purgatory
         # Kafka's UnderReplicatedPartitions: partitions this broker leads whose ISR is smaller
         # than their replica set (always 0 for a single broker).
