@@ -98,10 +98,17 @@ def request_path_cost_us(calls: int = 200_000) -> dict:
         config = BrokerConfig.from_properties([("log.dirs", log_dir)])
         ctx = await open_context(config)
         metrics = BrokerMetrics(ctx, lambda: 0)
+        answered = {
+            "index": 0,
+            "error_code": 0,
+            "base_offset": 12345,
+            "log_append_time_ms": -1,
+            "log_start_offset": 0,
+            "record_errors": [],
+            "error_message": None,
+        }  # a Produce v9 partition answer as broker/handlers/produce.py writes it
         body = {
-            "responses": [
-                {"name": "bench", "partition_responses": [{"index": 0, "error_code": 0}]}
-            ],
+            "responses": [{"name": "bench", "partition_responses": [answered]}],
             "throttle_time_ms": 0,
         }
         start = time.perf_counter()
