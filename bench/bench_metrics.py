@@ -3,9 +3,11 @@ with ``metrics.listener`` off and on, alternating, a few rounds; with it on, a s
 /metrics every --scrape-interval seconds during the run (harsher than Prometheus' usual 15 s).
 
 Two loads: "batched" (100-byte messages, linger.ms=5: few large requests, bench_e2e's produce)
-and "one_per_request" (batch.num.messages=1, linger.ms=0: the per-request cost shows). Also the
-in-process cost of what the request path does per request (``request_done`` and ``produced``),
-which does not depend on the machine's other load.
+and "one_per_request" (batch.num.messages=1, linger.ms=0: the per-request cost shows). Each run
+also records the broker process's CPU time (user + system, psutil) per message delivered: on a
+machine shared with other work, throughput moves by tens of percent from run to run, CPU per
+message much less. Also the in-process cost of what the request path does per request
+(``request_done`` and ``produced``).
 
 Bounded: --rounds x 2 loads x 2 brokers, each produce run at most its message count and
 --max-seconds (about 30 s in all with the defaults). Writes bench/results/metrics_overhead.json.
@@ -30,6 +32,7 @@ import urllib.request
 from pathlib import Path
 
 import confluent_kafka
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -140,6 +143,7 @@ def one_run(metrics: bool, load: str, args: argparse.Namespace) -> dict:
     os.makedirs(log_dir)
     overrides = {"metrics.listener": "http://127.0.0.1:0"} if metrics else {}
     proc, bootstrap = start_broker(log_dir, overrides)
+    broker = psutil.Process(proc.pid)
     scraper = None
     try:
         create_topic(bootstrap, "bench")
@@ -147,7 +151,10 @@ def one_run(metrics: bool, load: str, args: argparse.Namespace) -> dict:
             scraper = Scraper(metrics_url(os.path.join(work, "broker.log")), args.scrape_interval)
             scraper.start()
         count = args.messages if load == "batched" else args.messages // 10
+        cpu = broker.cpu_times()
         result = LOADS[load](bootstrap, "bench", count, args.max_seconds)
+        used = broker.cpu_times()
+        cpu_s = used.user + used.system - cpu.user - cpu.system
     finally:
         if scraper is not None:
             scraper.stop.set()
@@ -158,6 +165,8 @@ def one_run(metrics: bool, load: str, args: argparse.Namespace) -> dict:
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(work, ignore_errors=True)
+    result["broker_cpu_s"] = round(cpu_s, 3)
+    result["broker_cpu_us_per_message"] = round(cpu_s / max(result["messages"], 1) * 1e6, 3)
     result["metrics"] = metrics
     result["load"] = load
     if scraper is not None:
@@ -186,16 +195,22 @@ def main() -> int:
                 runs.append(one_run(metrics, load, args))
     medians = {}
     for load in LOADS:
-        off = statistics.median(
-            r["messages_per_s"] for r in runs if r["load"] == load and not r["metrics"]
-        )
-        on = statistics.median(
-            r["messages_per_s"] for r in runs if r["load"] == load and r["metrics"]
-        )
+
+        def median(field: str, on: bool) -> float:
+            return statistics.median(
+                r[field] for r in runs if r["load"] == load and r["metrics"] is on
+            )
+
+        off_rate, on_rate = median("messages_per_s", False), median("messages_per_s", True)
+        off_cpu = median("broker_cpu_us_per_message", False)
+        on_cpu = median("broker_cpu_us_per_message", True)
         medians[load] = {
-            "messages_per_s_metrics_off": off,
-            "messages_per_s_metrics_on": on,
-            "overhead_percent": round((off - on) / off * 100, 1),
+            "messages_per_s_metrics_off": off_rate,
+            "messages_per_s_metrics_on": on_rate,
+            "overhead_percent": round((off_rate - on_rate) / off_rate * 100, 1),
+            "broker_cpu_us_per_message_metrics_off": off_cpu,
+            "broker_cpu_us_per_message_metrics_on": on_cpu,
+            "cpu_overhead_percent": round((on_cpu - off_cpu) / off_cpu * 100, 1),
         }
     result = {
         "benchmark": "metrics_overhead",
