@@ -119,8 +119,9 @@ def trio_thread_cpu_s(pid: int) -> float:
         return int(f.read().split()[0]) / 1e9
 
 
-def request_path_cost_us(calls: int = 200_000) -> dict:
-    """Microseconds per call of what a metrics-enabled broker adds per Produce request."""
+def request_path_cost_us(calls: int = 40_000, repeats: int = 5) -> dict:
+    """Microseconds per call of what a metrics-enabled broker adds per Produce request, the
+    best of ``repeats`` loops (the machine's other load only ever adds)."""
     import trio
 
     from broker.config import BrokerConfig
@@ -145,17 +146,20 @@ def request_path_cost_us(calls: int = 200_000) -> dict:
             "responses": [{"name": "bench", "partition_responses": [answered]}],
             "throttle_time_ms": 0,
         }
-        start = time.perf_counter()
-        for _ in range(calls):
-            metrics.request_done(ApiKey.PRODUCE, 9, body, 0.0, 0.0001, 0.0003, 0.0004)
-        done = time.perf_counter()
-        for _ in range(calls):
-            metrics.produced("bench", 10, 1000)
-        end = time.perf_counter()
+        request_done, produced = [], []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(calls):
+                metrics.request_done(ApiKey.PRODUCE, 9, body, 0.0, 0.0001, 0.0003, 0.0004)
+            done = time.perf_counter()
+            for _ in range(calls):
+                metrics.produced("bench", 10, 1000)
+            request_done.append(done - start)
+            produced.append(time.perf_counter() - done)
         await trio.to_thread.run_sync(ctx.log_manager.shutdown)
         return {
-            "request_done": round((done - start) / calls * 1e6, 2),
-            "produced": round((end - done) / calls * 1e6, 2),
+            "request_done": round(min(request_done) / calls * 1e6, 2),
+            "produced": round(min(produced) / calls * 1e6, 2),
         }
 
     work = tempfile.mkdtemp(prefix="chronolog-bench-metrics-")

@@ -150,10 +150,11 @@ class BrokerMetrics:
         self.messages_in: dict[str, int] = {}
         self.bytes_in: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
-        self.requests: dict[tuple[int, int], int] = {}  # (api key, version)
         self.errors: dict[int, dict[int, int]] = {}  # api key -> error code -> count
         self.times: dict[int, list] = {}  # api key -> the row of its four times (_TIMES)
-        self._error_trees: dict[tuple[int, int], _ErrorTree] = {}  # (api key, version)
+        # (api key, version) -> [requests, its response's error tree, the api's entries of
+        # errors and times]: what a request touches, found with one lookup
+        self.requests: dict[tuple[int, int], list] = {}
         self._log_dirs = {_dir_key(d): d for d in ctx.config.log_dirs}
         self.storage_errors: dict[str, int] = {d: 0 for d in ctx.config.log_dirs}
         self._first_timestamps: dict[tuple[str, int], int] = {}
@@ -186,20 +187,13 @@ class BrokerMetrics:
         seconds: the frame complete, the handler called, the handler returned, the response
         written. Per request: a counter, a walk of the response's error codes along its schema,
         one bisect and two additions for each of the four times."""
-        key = (api_key, version)
-        requests = self.requests
-        requests[key] = requests.get(key, 0) + 1
+        entry = self.requests.get((api_key, version))
+        if entry is None:
+            entry = self._first_request(api_key, version)
+        entry[0] += 1
         if body is not None:
-            tree = self._error_trees.get(key)
-            if tree is None:
-                tree = self._error_trees[key] = response_error_tree(api_key, version)
-            counts = self.errors.get(api_key)
-            if counts is None:
-                counts = self.errors[api_key] = {}
-            _count_errors(body, tree, counts)
-        row = self.times.get(api_key)
-        if row is None:
-            row = self.times[api_key] = [0] * _SUMS + [0.0] * 4
+            _count_errors(body, entry[1], entry[2])
+        row = entry[3]
         queue, local, send = started - received, handled - started, sent - handled
         total = sent - received
         row[bisect_left(_BOUNDS_S, queue)] += 1
@@ -210,6 +204,13 @@ class BrokerMetrics:
         row[_SUMS + 1] += local
         row[_SUMS + 2] += send
         row[_SUMS + 3] += total
+
+    def _first_request(self, api_key: int, version: int) -> list:
+        counts = self.errors.setdefault(api_key, {})
+        row = self.times.setdefault(api_key, [0] * _SUMS + [0.0] * 4)
+        entry = [0, response_error_tree(api_key, version), counts, row]
+        self.requests[(api_key, version)] = entry
+        return entry
 
     def authentication(self, listener: str, ok: bool) -> None:
         """A SASL authentication on ``listener`` succeeded or failed."""
@@ -291,8 +292,8 @@ class _StateCollector(Collector):
             "Requests answered, by api and version",
             labels=["request", "version"],
         )
-        for (api, version), value in sorted(m.requests.items()):
-            requests.add_metric([REQUEST_NAMES[api], str(version)], value)
+        for (api, version), entry in sorted(m.requests.items()):
+            requests.add_metric([REQUEST_NAMES[api], str(version)], entry[0])
         yield requests
         errors = CounterMetricFamily(
             "kafka_network_requestmetrics_errors",
