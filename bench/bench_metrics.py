@@ -1,14 +1,23 @@
-"""Overhead of the Prometheus metrics: confluent-kafka produce throughput against a fresh broker
-with ``metrics.listener`` off and on, alternating, a few rounds; with it on, a scraper reads
-/metrics every --scrape-interval seconds during the run (harsher than Prometheus' usual 15 s).
+"""Overhead of the Prometheus metrics: produce against fresh brokers with ``metrics.listener``
+off and on; with it on, a scraper reads /metrics every --scrape-interval seconds (harsher than
+Prometheus' usual 15 s).
 
-Two loads: "batched" (100-byte messages, linger.ms=5: few large requests, bench_e2e's produce)
-and "one_per_request" (batch.num.messages=1, linger.ms=0: the per-request cost shows). Also the
-in-process cost of what the request path does per request (``request_done`` and ``produced``),
-which does not depend on the machine's other load.
+Throughput, off and on alternating, --rounds rounds of two confluent-kafka loads: "batched"
+(100-byte messages, linger.ms=5: few large requests, bench_e2e's produce) and "one_per_request"
+(batch.num.messages=1, linger.ms=0: the per-request cost shows). Each run also records the
+broker's CPU time per message: the process's (user + system, psutil: 10 ms ticks) and its trio
+thread's (the scheduler's nanoseconds; every handler and the endpoint run there).
+
+On a machine shared with other work, throughput moves by tens of percent from run to run, more
+than the effect measured. So also "side by side": a broker with the listener off and one with it
+on run together, and one-message Produce requests go to each in turn, each sent when the last
+was answered; the trio threads' CPU per request is compared round by round, measured over the
+same seconds. And the in-process cost of what the request path does per request
+(``request_done`` and ``produced``).
 
 Bounded: --rounds x 2 loads x 2 brokers, each produce run at most its message count and
---max-seconds (about 30 s in all with the defaults). Writes bench/results/metrics_overhead.json.
+--max-seconds, plus --side-by-side-rounds x --side-by-side-requests x 2 requests (about 30 s a
+round and 20 s side by side with the defaults). Writes bench/results/metrics_overhead.json.
 
     .venv/bin/python bench/bench_metrics.py [--rounds 3] [--messages 500000] [--max-seconds 3]
 """
@@ -16,6 +25,7 @@ Bounded: --rounds x 2 loads x 2 brokers, each produce run at most its message co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -28,8 +38,13 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import confluent_kafka
+import psutil
+
+from client import BrokerConnection
+from protocol import ApiKey, MessageSetBuilder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -85,8 +100,28 @@ def produce_one_per_request(bootstrap: str, topic: str, count: int, max_s: float
     return produce_phase(bootstrap, topic, count, max_s, config)
 
 
-def request_path_cost_us(calls: int = 200_000) -> dict:
-    """Microseconds per call of what a metrics-enabled broker adds per Produce request."""
+def one_message_produce(topic: str) -> dict:
+    """A Produce v9 body (acks=1) of one 100-byte message."""
+    builder = MessageSetBuilder(magic=2)
+    builder.append(b"x" * MESSAGE_BYTES, timestamp=int(time.time() * 1000))
+    partition = {"index": 0, "records": builder.build()}
+    return {
+        "acks": 1,
+        "timeout_ms": 10_000,
+        "topic_data": [{"name": topic, "partition_data": [partition]}],
+    }
+
+
+def trio_thread_cpu_s(pid: int) -> float:
+    """CPU time of the broker's main thread, where trio runs every request handler and the
+    metrics endpoint, in the scheduler's nanoseconds (/proc/PID/task/PID/schedstat)."""
+    with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
+
+
+def request_path_cost_us(calls: int = 40_000, repeats: int = 5) -> dict:
+    """Microseconds per call of what a metrics-enabled broker adds per Produce request, the
+    best of ``repeats`` loops (the machine's other load only ever adds)."""
     import trio
 
     from broker.config import BrokerConfig
@@ -98,23 +133,33 @@ def request_path_cost_us(calls: int = 200_000) -> dict:
         config = BrokerConfig.from_properties([("log.dirs", log_dir)])
         ctx = await open_context(config)
         metrics = BrokerMetrics(ctx, lambda: 0)
+        answered = {
+            "index": 0,
+            "error_code": 0,
+            "base_offset": 12345,
+            "log_append_time_ms": -1,
+            "log_start_offset": 0,
+            "record_errors": [],
+            "error_message": None,
+        }  # a Produce v9 partition answer as broker/handlers/produce.py writes it
         body = {
-            "responses": [
-                {"name": "bench", "partition_responses": [{"index": 0, "error_code": 0}]}
-            ],
+            "responses": [{"name": "bench", "partition_responses": [answered]}],
             "throttle_time_ms": 0,
         }
-        start = time.perf_counter()
-        for _ in range(calls):
-            metrics.request_done(ApiKey.PRODUCE, 9, body, 0.0, 0.0001, 0.0003, 0.0004)
-        done = time.perf_counter()
-        for _ in range(calls):
-            metrics.produced("bench", 10, 1000)
-        end = time.perf_counter()
+        request_done, produced = [], []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(calls):
+                metrics.request_done(ApiKey.PRODUCE, 9, body, 0.0, 0.0001, 0.0003, 0.0004)
+            done = time.perf_counter()
+            for _ in range(calls):
+                metrics.produced("bench", 10, 1000)
+            request_done.append(done - start)
+            produced.append(time.perf_counter() - done)
         await trio.to_thread.run_sync(ctx.log_manager.shutdown)
         return {
-            "request_done": round((done - start) / calls * 1e6, 2),
-            "produced": round((end - done) / calls * 1e6, 2),
+            "request_done": round(min(request_done) / calls * 1e6, 2),
+            "produced": round(min(produced) / calls * 1e6, 2),
         }
 
     work = tempfile.mkdtemp(prefix="chronolog-bench-metrics-")
@@ -124,10 +169,15 @@ def request_path_cost_us(calls: int = 200_000) -> dict:
         shutil.rmtree(work, ignore_errors=True)
 
 
-LOADS = {"batched": produce_phase, "one_per_request": produce_one_per_request}
+LOADS = {"batched": (produce_phase, 1), "one_per_request": (produce_one_per_request, 10)}
+"""Each load, and by how much it divides --messages."""
 
 
-def one_run(metrics: bool, load: str, args: argparse.Namespace) -> dict:
+@contextlib.contextmanager
+def running_broker(
+    metrics: bool, args: argparse.Namespace
+) -> Iterator[tuple[int, str, Scraper | None]]:
+    """A fresh broker with the listener off or on (then scraped): (pid, bootstrap, scraper)."""
     work = tempfile.mkdtemp(prefix="chronolog-bench-metrics-")
     log_dir = os.path.join(work, "data")
     os.makedirs(log_dir)
@@ -139,8 +189,7 @@ def one_run(metrics: bool, load: str, args: argparse.Namespace) -> dict:
         if metrics:
             scraper = Scraper(metrics_url(os.path.join(work, "broker.log")), args.scrape_interval)
             scraper.start()
-        count = args.messages if load == "batched" else args.messages // 10
-        result = LOADS[load](bootstrap, "bench", count, args.max_seconds)
+        yield proc.pid, bootstrap, scraper
     finally:
         if scraper is not None:
             scraper.stop.set()
@@ -151,16 +200,100 @@ def one_run(metrics: bool, load: str, args: argparse.Namespace) -> dict:
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def scrapes(scraper: Scraper) -> dict:
+    return {
+        "scrapes": len(scraper.times_ms),
+        "scrape_ms_max": round(max(scraper.times_ms, default=0), 2),
+        "scrape_ms_median": round(statistics.median(scraper.times_ms or [0]), 2),
+        "scrape_bytes": max(scraper.sizes, default=0),
+        "scrape_errors": scraper.errors,
+    }
+
+
+def one_run(metrics: bool, load: str, args: argparse.Namespace) -> dict:
+    with running_broker(metrics, args) as (pid, bootstrap, scraper):
+        broker = psutil.Process(pid)
+        run, divisor = LOADS[load]
+        cpu, trio_cpu = broker.cpu_times(), trio_thread_cpu_s(pid)
+        result = run(bootstrap, "bench", args.messages // divisor, args.max_seconds)
+        used, trio_cpu = broker.cpu_times(), trio_thread_cpu_s(pid) - trio_cpu
+        cpu_s = used.user + used.system - cpu.user - cpu.system
+    messages = max(result["messages"], 1)
+    result["broker_cpu_s"] = round(cpu_s, 3)
+    result["broker_cpu_us_per_message"] = round(cpu_s / messages * 1e6, 3)
+    result["trio_cpu_us_per_message"] = round(trio_cpu / messages * 1e6, 3)
     result["metrics"] = metrics
     result["load"] = load
     if scraper is not None:
-        result["scrapes"] = len(scraper.times_ms)
-        result["scrape_ms_max"] = round(max(scraper.times_ms, default=0), 2)
-        result["scrape_ms_median"] = round(statistics.median(scraper.times_ms or [0]), 2)
-        result["scrape_bytes"] = max(scraper.sizes, default=0)
-        result["scrape_errors"] = scraper.errors
+        result |= scrapes(scraper)
     print(json.dumps(result), flush=True)
     return result
+
+
+def side_by_side(args: argparse.Namespace) -> dict:
+    """A broker with the listener off and one with it on (scraped), running together; one
+    connection to each, one-message Produce requests to each in turn, each sent when the last
+    was answered (the broker serves one request at a time: the request path alone). Per round,
+    --side-by-side-requests to each: the trio threads' CPU per request, measured over the same
+    seconds, so the machine's other load weighs on both alike."""
+    rounds = []
+    with contextlib.ExitStack() as stack:
+        (off_pid, off_bootstrap, _), (on_pid, on_bootstrap, scraper) = (
+            stack.enter_context(running_broker(metrics, args)) for metrics in (False, True)
+        )
+        connections = []
+        for bootstrap in (off_bootstrap, on_bootstrap):
+            host, port = bootstrap.rsplit(":", 1)
+            connections.append(
+                stack.enter_context(
+                    BrokerConnection(host, int(port), client_id="bench-metrics", timeout_s=10)
+                )
+            )
+        body = one_message_produce("bench")
+
+        def alternate(requests: int) -> None:
+            for _ in range(requests):
+                for conn in connections:
+                    answer = conn.call(ApiKey.PRODUCE, 9, body)
+                    assert answer.responses[0].partition_responses[0].error_code == 0, answer
+
+        alternate(500)  # warm-up: imports, first segment, caches
+        for _ in range(args.side_by_side_rounds):
+            off_cpu, on_cpu = trio_thread_cpu_s(off_pid), trio_thread_cpu_s(on_pid)
+            alternate(args.side_by_side_requests)
+            off_cpu, on_cpu = (
+                trio_thread_cpu_s(off_pid) - off_cpu,
+                trio_thread_cpu_s(on_pid) - on_cpu,
+            )
+            rounds.append(
+                {
+                    "trio_cpu_us_per_request_metrics_off": round(
+                        off_cpu / args.side_by_side_requests * 1e6, 2
+                    ),
+                    "trio_cpu_us_per_request_metrics_on": round(
+                        on_cpu / args.side_by_side_requests * 1e6, 2
+                    ),
+                }
+            )
+            print(json.dumps(rounds[-1]), flush=True)
+        assert scraper is not None
+        scraped = scrapes(scraper)
+    off = [r["trio_cpu_us_per_request_metrics_off"] for r in rounds]
+    on = [r["trio_cpu_us_per_request_metrics_on"] for r in rounds]
+    return {
+        "requests_per_round": args.side_by_side_requests,
+        "medians": {
+            "trio_cpu_us_per_request_metrics_off": statistics.median(off),
+            "trio_cpu_us_per_request_metrics_on": statistics.median(on),
+            "overhead_percent": round(
+                statistics.median((b - a) / a * 100 for a, b in zip(off, on)), 1
+            ),
+        },
+        "rounds": rounds,
+        **scraped,
+    }
 
 
 def main() -> int:
@@ -169,9 +302,12 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=500_000)
     parser.add_argument("--max-seconds", type=float, default=3.0)
     parser.add_argument("--scrape-interval", type=float, default=1.0)
+    parser.add_argument("--side-by-side-rounds", type=int, default=10)
+    parser.add_argument("--side-by-side-requests", type=int, default=2000)
     args = parser.parse_args()
     cost = request_path_cost_us()
     print(json.dumps({"request_path_us": cost}), flush=True)
+    paired = side_by_side(args)
     runs = []
     for _ in range(args.rounds):
         for load in LOADS:
@@ -179,17 +315,25 @@ def main() -> int:
                 runs.append(one_run(metrics, load, args))
     medians = {}
     for load in LOADS:
-        off = statistics.median(
-            r["messages_per_s"] for r in runs if r["load"] == load and not r["metrics"]
-        )
-        on = statistics.median(
-            r["messages_per_s"] for r in runs if r["load"] == load and r["metrics"]
-        )
+
+        def median(field: str, on: bool) -> float:
+            return statistics.median(
+                r[field] for r in runs if r["load"] == load and r["metrics"] is on
+            )
+
+        off_rate, on_rate = median("messages_per_s", False), median("messages_per_s", True)
         medians[load] = {
-            "messages_per_s_metrics_off": off,
-            "messages_per_s_metrics_on": on,
-            "overhead_percent": round((off - on) / off * 100, 1),
+            "messages_per_s_metrics_off": off_rate,
+            "messages_per_s_metrics_on": on_rate,
+            "overhead_percent": round((off_rate - on_rate) / off_rate * 100, 1),
         }
+        for field in ("broker_cpu_us_per_message", "trio_cpu_us_per_message"):
+            off, on = median(field, False), median(field, True)
+            medians[load] |= {
+                f"{field}_metrics_off": off,
+                f"{field}_metrics_on": on,
+                f"{field}_overhead_percent": round((on - off) / off * 100, 1),
+            }
     result = {
         "benchmark": "metrics_overhead",
         "client": "confluent-kafka " + confluent_kafka.__version__,
@@ -197,12 +341,14 @@ def main() -> int:
         "producer": {"linger.ms": 5, "acks": 1},
         "scrape_interval_s": args.scrape_interval,
         "medians": medians,
+        "side_by_side": paired,
         "request_path_us_per_call": cost,
         "runs": runs,
         **machine(),
     }
     write_result(RESULT, result)
-    print(json.dumps({k: result[k] for k in ("medians", "request_path_us_per_call")}, indent=2))
+    shown = {"medians": medians, "side_by_side": paired["medians"], "request_path": cost}
+    print(json.dumps(shown, indent=2))
     return 0
 
 

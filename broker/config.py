@@ -81,6 +81,7 @@ class Type(enum.Enum):
     BOOLEAN = "boolean"
     STRING = "string"
     LIST = "list"  # a comma-separated string (IncrementalAlterConfigs may APPEND/SUBTRACT)
+    PASSWORD = "password"  # a string never shown: DescribeConfigs reports it sensitive, no value
 
 
 _RANGES = {Type.INT: (-(2**31), INT_MAX), Type.LONG: (-(2**63), LONG_MAX)}
@@ -367,11 +368,11 @@ KEYS: tuple[ConfigKey, ...] = (
               validator=_checked(security_settings.parse_protocol_map)),
     ConfigKey("ssl.keystore.type", Type.STRING, "JKS", _B),
     ConfigKey("ssl.keystore.location", Type.STRING, None, _B),
-    ConfigKey("ssl.keystore.password", Type.STRING, None, _B),
-    ConfigKey("ssl.key.password", Type.STRING, None, _B),
+    ConfigKey("ssl.keystore.password", Type.PASSWORD, None, _B),
+    ConfigKey("ssl.key.password", Type.PASSWORD, None, _B),
     ConfigKey("ssl.truststore.type", Type.STRING, "JKS", _B),
     ConfigKey("ssl.truststore.location", Type.STRING, None, _B),
-    ConfigKey("ssl.truststore.password", Type.STRING, None, _B),
+    ConfigKey("ssl.truststore.password", Type.PASSWORD, None, _B),
     ConfigKey("ssl.client.auth", Type.STRING, "none", _B, choices=("none", "requested", "required")),
     ConfigKey("ssl.enabled.protocols", Type.STRING, "TLSv1.2,TLSv1.3", _B,
               validator=_checked(security_settings.parse_protocols)),
@@ -665,8 +666,8 @@ class BrokerConfig:
     topic_defaults: Mapping[str, Any] = dataclasses.field(repr=False)
     """Typed topic-config defaults keyed by topic config name (``segment.bytes`` ...)."""
     given: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
-    """The broker properties set (file and overrides, later ones win) as written, so the
-    console can tell a set value from a default."""
+    """The broker properties set (file and overrides, later ones win) as written: the
+    STATIC_BROKER_CONFIG layer DescribeConfigs (and the console) report."""
     listener_given: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
     """The ``listener.name.*`` and ``<mechanism>.sasl.jaas.config`` properties as written. Kept
     apart from ``given`` because JAAS configs hold passwords: never shown or logged."""

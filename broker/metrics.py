@@ -11,7 +11,8 @@ Two kinds, both exposed through one custom collector on a :class:`BrokerMetrics`
 - Gauges read from the broker's state at scrape time: per partition from ``ctx.log_manager``
   (in-memory attributes; a segment's first time-index entry is read once and cached), consumer
   group lag from the coordinator's committed offsets, waiting fetches from the partitions'
-  waiter sets, open connections from the server.
+  waiter sets, open connections from the server; waiting acks=all produces are counted by the
+  produce handler.
 
 Everything runs on the trio thread (handlers count after their worker-thread calls returned,
 and the HTTP endpoint calls :meth:`BrokerMetrics.scrape` there), so nothing needs a lock.
@@ -19,14 +20,15 @@ Without ``metrics.listener`` there is no BrokerMetrics (``ctx.metrics`` is None)
 path skips all of this.
 
 Authentications are counted per listener as Kafka's socket-server-metrics
-``successful-authentication-total`` / ``failed-authentication-total``. Not measured: RemoteTimeMs (a Fetch's long-poll wait
-is part of its local time), produce purgatory (a single replica: acks=-1 never waits).
+``successful-authentication-total`` / ``failed-authentication-total``. Not measured: RemoteTimeMs (a
+Fetch's long-poll wait, and an acks=all produce's wait for the ISR, are part of local time).
 """
 
 from __future__ import annotations
 
 import os
 from bisect import bisect_left
+from itertools import accumulate
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import structlog
@@ -45,6 +47,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from protocol import ApiKey, ErrorCode
+from protocol.schemas import RESPONSE_SCHEMAS
 
 if TYPE_CHECKING:
     from broker.context import BrokerContext
@@ -69,45 +72,67 @@ def _error_name(code: int) -> str:
         return str(code)
 
 
-class _Histogram:
-    """Bucket counts per label value; ``observe`` is one bisect and two additions."""
+# A request's four times share one row of counts per api key: _SLOTS bucket counts for each
+# (the last one +Inf) in _TIMES' order, then the four sums in seconds. Bounds are in seconds so
+# the request path does no unit conversion; the families are in ms, as Kafka's.
+_BOUNDS_S: tuple[float, ...] = tuple(b / 1000 for b in LATENCY_BUCKETS_MS)
+_SLOTS = len(LATENCY_BUCKETS_MS) + 1
+_SUMS = 4 * _SLOTS
+_TIMES: tuple[tuple[str, str], ...] = (
+    (
+        "kafka_network_requestmetrics_requestqueuetimems",
+        "Time a request waited behind earlier requests of its connection, ms",
+    ),
+    (
+        "kafka_network_requestmetrics_localtimems",
+        "Time in the request handler, ms (a Fetch's long-poll wait included)",
+    ),
+    (
+        "kafka_network_requestmetrics_responsesendtimems",
+        "Time writing the response to the socket, ms",
+    ),
+    (
+        "kafka_network_requestmetrics_totaltimems",
+        "Request time from the complete frame to the response written, ms",
+    ),
+)
 
-    __slots__ = ("series",)
-
-    def __init__(self) -> None:
-        # label -> [bucket counts (the last one is +Inf), sum]
-        self.series: dict[str, list] = {}
-
-    def observe(self, label: str, value: float) -> None:
-        entry = self.series.get(label)
-        if entry is None:
-            entry = self.series[label] = [[0] * (len(LATENCY_BUCKETS_MS) + 1), 0.0]
-        entry[0][bisect_left(LATENCY_BUCKETS_MS, value)] += 1
-        entry[1] += value
-
-    def family(self, name: str, documentation: str) -> HistogramMetricFamily:
-        family = HistogramMetricFamily(name, documentation, labels=["request"])
-        bounds = [*(repr(float(b)) for b in LATENCY_BUCKETS_MS), "+Inf"]
-        for label, (counts, total) in sorted(self.series.items()):
-            cumulative, buckets = 0, []
-            for bound, n in zip(bounds, counts):
-                cumulative += n
-                buckets.append((bound, cumulative))
-            family.add_metric([label], buckets, total)
-        return family
+# Where a response's error codes are, from its schema: (has "error_code" here, ((array field,
+# its element's tree), ...)) with only the arrays of structs that hold an error code somewhere.
+_ErrorTree = tuple[bool, tuple[tuple[str, "_ErrorTree"], ...]]
 
 
-def _count_errors(body: dict, counts: dict[int, int]) -> None:
-    """Every ``error_code`` in a response body (top level and nested entries) into ``counts``,
-    as Kafka's ``AbstractResponse.errorCounts`` does (NONE included)."""
-    code = body.get("error_code")
-    if code is not None:
-        counts[code] = counts.get(code, 0) + 1
-    for value in body.values():
-        if type(value) is list:
-            for item in value:
-                if isinstance(item, dict):
-                    _count_errors(item, counts)
+def _error_tree(fields) -> _ErrorTree | None:
+    """The tree of a response struct's fields (protocol.schemas' field descriptions, only those
+    present at its version); None when it holds no error code."""
+    here = any(f.name == "error_code" and f.present for f in fields)
+    arrays = []
+    for f in fields:
+        if f.present and f.type == "[]" and f.element == "struct":
+            sub = _error_tree(f.struct.fields)
+            if sub is not None:
+                arrays.append((f.name, sub))
+    return (here, tuple(arrays)) if here or arrays else None
+
+
+def _count_errors(body: dict, tree: _ErrorTree, counts: dict[int, int]) -> None:
+    """Every ``error_code`` the response carries (top level and in nested entries) into
+    ``counts``, as Kafka's ``AbstractResponse.errorCounts`` does (NONE included)."""
+    here, arrays = tree
+    if here:
+        code = body.get("error_code")
+        if code is not None:
+            counts[code] = counts.get(code, 0) + 1
+    for name, sub in arrays:
+        for item in body.get(name) or ():
+            _count_errors(item, sub, counts)
+
+
+def response_error_tree(api_key: int, version: int) -> _ErrorTree:
+    """Where the errors of an (api, version) response are; an ApiVersions request of a version
+    the broker does not serve is answered in v0's layout."""
+    codec = RESPONSE_SCHEMAS.get((api_key, version)) or RESPONSE_SCHEMAS[(api_key, 0)]
+    return _error_tree(codec.schema.fields) or (False, ())
 
 
 class BrokerMetrics:
@@ -120,15 +145,16 @@ class BrokerMetrics:
         # Open connections per listener name (set by the server); None: all are PLAINTEXT's.
         self.listener_connections: Callable[[], dict[str, int]] | None = None
         self.authentications: dict[tuple[str, bool], int] = {}  # (listener, succeeded)
+        # acks=all produce requests waiting for the ISR (a cluster's produce purgatory)
+        self.produces_waiting = 0
         self.messages_in: dict[str, int] = {}
         self.bytes_in: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
-        self.requests: dict[tuple[int, int], int] = {}  # (api key, version)
-        self.errors: dict[tuple[int, int], int] = {}  # (api key, error code)
-        self.total_time = _Histogram()
-        self.queue_time = _Histogram()
-        self.local_time = _Histogram()
-        self.send_time = _Histogram()
+        self.errors: dict[int, dict[int, int]] = {}  # api key -> error code -> count
+        self.times: dict[int, list] = {}  # api key -> the row of its four times (_TIMES)
+        # (api key, version) -> [requests, its response's error tree, the api's entries of
+        # errors and times]: what a request touches, found with one lookup
+        self.requests: dict[tuple[int, int], list] = {}
         self._log_dirs = {_dir_key(d): d for d in ctx.config.log_dirs}
         self.storage_errors: dict[str, int] = {d: 0 for d in ctx.config.log_dirs}
         self._first_timestamps: dict[tuple[str, int], int] = {}
@@ -159,20 +185,32 @@ class BrokerMetrics:
     ) -> None:
         """A request answered (``body`` None: no response, acks=0). Times are perf_counter()
         seconds: the frame complete, the handler called, the handler returned, the response
-        written."""
-        key = (api_key, version)
-        self.requests[key] = self.requests.get(key, 0) + 1
+        written. Per request: a counter, a walk of the response's error codes along its schema,
+        one bisect and two additions for each of the four times."""
+        entry = self.requests.get((api_key, version))
+        if entry is None:
+            entry = self._first_request(api_key, version)
+        entry[0] += 1
         if body is not None:
-            codes: dict[int, int] = {}
-            _count_errors(body, codes)
-            for code, n in codes.items():
-                ekey = (api_key, code)
-                self.errors[ekey] = self.errors.get(ekey, 0) + n
-        name = REQUEST_NAMES[api_key]
-        self.queue_time.observe(name, (started - received) * 1000)
-        self.local_time.observe(name, (handled - started) * 1000)
-        self.send_time.observe(name, (sent - handled) * 1000)
-        self.total_time.observe(name, (sent - received) * 1000)
+            _count_errors(body, entry[1], entry[2])
+        row = entry[3]
+        queue, local, send = started - received, handled - started, sent - handled
+        total = sent - received
+        row[bisect_left(_BOUNDS_S, queue)] += 1
+        row[_SLOTS + bisect_left(_BOUNDS_S, local)] += 1
+        row[2 * _SLOTS + bisect_left(_BOUNDS_S, send)] += 1
+        row[3 * _SLOTS + bisect_left(_BOUNDS_S, total)] += 1
+        row[_SUMS] += queue
+        row[_SUMS + 1] += local
+        row[_SUMS + 2] += send
+        row[_SUMS + 3] += total
+
+    def _first_request(self, api_key: int, version: int) -> list:
+        counts = self.errors.setdefault(api_key, {})
+        row = self.times.setdefault(api_key, [0] * _SUMS + [0.0] * 4)
+        entry = [0, response_error_tree(api_key, version), counts, row]
+        self.requests[(api_key, version)] = entry
+        return entry
 
     def authentication(self, listener: str, ok: bool) -> None:
         """A SASL authentication on ``listener`` succeeded or failed."""
@@ -222,23 +260,19 @@ class _StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
         yield from self._counters(m)
-        yield m.total_time.family(
-            "kafka_network_requestmetrics_totaltimems",
-            "Request time from the complete frame to the response written, ms",
-        )
-        yield m.queue_time.family(
-            "kafka_network_requestmetrics_requestqueuetimems",
-            "Time a request waited behind earlier requests of its connection, ms",
-        )
-        yield m.local_time.family(
-            "kafka_network_requestmetrics_localtimems",
-            "Time in the request handler, ms (a Fetch's long-poll wait included)",
-        )
-        yield m.send_time.family(
-            "kafka_network_requestmetrics_responsesendtimems",
-            "Time writing the response to the socket, ms",
-        )
+        yield from self._times(m)
         yield from self._state(m)
+
+    @staticmethod
+    def _times(m: BrokerMetrics) -> Iterator[Metric]:
+        bounds = [*(repr(float(b)) for b in LATENCY_BUCKETS_MS), "+Inf"]
+        rows = sorted((REQUEST_NAMES[api], row) for api, row in m.times.items())
+        for i, (name, documentation) in enumerate(_TIMES):
+            family = HistogramMetricFamily(name, documentation, labels=["request"])
+            for request, row in rows:
+                buckets = list(zip(bounds, accumulate(row[i * _SLOTS : (i + 1) * _SLOTS])))
+                family.add_metric([request], buckets, row[_SUMS + i] * 1000)
+            yield family
 
     @staticmethod
     def _counters(m: BrokerMetrics) -> Iterator[Metric]:
@@ -258,16 +292,17 @@ class _StateCollector(Collector):
             "Requests answered, by api and version",
             labels=["request", "version"],
         )
-        for (api, version), value in sorted(m.requests.items()):
-            requests.add_metric([REQUEST_NAMES[api], str(version)], value)
+        for (api, version), entry in sorted(m.requests.items()):
+            requests.add_metric([REQUEST_NAMES[api], str(version)], entry[0])
         yield requests
         errors = CounterMetricFamily(
             "kafka_network_requestmetrics_errors",
             "Error codes in responses (one per partition or entry that carries one; NONE too)",
             labels=["request", "error"],
         )
-        for (api, code), value in sorted(m.errors.items()):
-            errors.add_metric([REQUEST_NAMES[api], _error_name(code)], value)
+        for api, counts in sorted(m.errors.items()):
+            for code, value in sorted(counts.items()):
+                errors.add_metric([REQUEST_NAMES[api], _error_name(code)], value)
         yield errors
         storage = CounterMetricFamily(
             "chronolog_log_storage_errors",
@@ -310,11 +345,11 @@ class _StateCollector(Collector):
         waiting = {event for state in ctx.partition_states() for event in state.waiters}
         purgatory = GaugeMetricFamily(
             "kafka_server_delayedoperationpurgatory_purgatorysize",
-            "Requests waiting: Fetch long polls (Produce never waits: a single replica)",
+            "Requests waiting: Fetch long polls, acks=all produces waiting for the ISR",
             labels=["delayedOperation"],
         )
         purgatory.add_metric(["Fetch"], len(waiting))
-        purgatory.add_metric(["Produce"], 0)
+        purgatory.add_metric(["Produce"], m.produces_waiting)
         yield purgatory
         # Kafka's UnderReplicatedPartitions: partitions this broker leads whose ISR is smaller
         # than their replica set (always 0 for a single broker).

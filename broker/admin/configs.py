@@ -166,7 +166,7 @@ def _config_type(key: ConfigKey) -> ConfigType:
 
 
 def _sensitive(key: ConfigKey) -> bool:
-    # Kafka's KafkaConfig.maybeSensitive: passwords (chronolog declares none today).
+    # Kafka's KafkaConfig.maybeSensitive: passwords (the ssl.*.password keys).
     return _config_type(key) == ConfigType.PASSWORD
 
 

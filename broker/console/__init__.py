@@ -126,7 +126,7 @@ async def topics_page(request: Request) -> Response:
 
 
 def _mask(name: str, value: str) -> str:
-    return "******" if data.is_secret(name) and value else value
+    return data.HIDDEN if data.is_secret(name) and value else value
 
 
 async def partition_page(request: Request) -> Response:

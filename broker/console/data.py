@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 import trio
 
-from broker.config import BROKER_KEYS
+from broker.admin.configs import ConfigSource, broker_entries
 from broker.context import BrokerContext
 from protocol.records import Message, TimestampType, iter_deep
 from storage import Log
@@ -217,23 +217,30 @@ async def offsets_for_time(
 # -- broker --------------------------------------------------------------------------------------
 
 
-def broker_configs(ctx: BrokerContext) -> list[tuple[str, str, str]]:
-    """(name, value, source) of every broker property; source "set" or "default". Values of
-    properties named like secrets are masked."""
+@dataclass(frozen=True)
+class ConfigRow:
+    """A broker property as the Broker page shows it."""
+
+    name: str
+    value: str  # "" when it has none; HIDDEN for a set password
+    source: str  # Kafka's ConfigSource name: STATIC_BROKER_CONFIG, DEFAULT_CONFIG, ...
+    dynamic: bool  # AlterConfigs may change it while the broker runs
+
+
+HIDDEN = "******"
+
+
+def broker_configs(ctx: BrokerContext) -> list[ConfigRow]:
+    """Every broker property with its current value and source, as DescribeConfigs reports them
+    for this broker (the dynamic layers over the static properties). Sensitive ones (passwords)
+    come without a value: shown as HIDDEN when set."""
     rows = []
-    for name, key in sorted(BROKER_KEYS.items()):
-        if name in ctx.config.given:
-            value, source = ctx.config.given[name], "set"
+    for entry in broker_entries(ctx.dynamic_configs.layers(), per_broker=True):
+        if entry.sensitive:
+            value = HIDDEN if entry.source != ConfigSource.DEFAULT_CONFIG else ""
         else:
-            default = key.default
-            if isinstance(default, bool):
-                value = str(default).lower()
-            elif isinstance(default, tuple):
-                value = ":".join(map(str, default))
-            else:
-                value = "" if default is None else str(default)
-            source = "default"
-        rows.append((name, "******" if is_secret(name) and value else value, source))
+            value = "" if entry.value is None else entry.value
+        rows.append(ConfigRow(entry.name, value, entry.source.name, not entry.read_only))
     return rows
 
 

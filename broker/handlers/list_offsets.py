@@ -105,6 +105,8 @@ async def _lookup(
             else:
                 found = await trio.to_thread.run_sync(log.offset_for_timestamp, timestamp)
         except STORAGE_FAILURES as exc:
+            if ctx.metrics is not None:
+                ctx.metrics.storage_error(log)
             logger.error(
                 "offset lookup failed",
                 topic=topic,

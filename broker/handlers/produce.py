@@ -222,6 +222,8 @@ async def _produce_partition(
         except OSError as exc:
             # Storage left the log as it was; the client retries KAFKA_STORAGE_ERROR. A full
             # disk heals by itself; a failing one takes its log dir offline (below).
+            if ctx.metrics is not None:
+                ctx.metrics.storage_error(log)
             if not is_disk_failure(exc):
                 state.appends_failing(exc, topic_name, partition)
             failure = exc
@@ -314,20 +316,27 @@ async def _wait_for_replicas(
     waits until its high watermark passes what was appended, within the request's timeout."""
     assert ctx.cluster is not None
     deadline = trio.current_time() + max(timeout_ms, 0) / 1000
-    for t, p, name, answer in waits:
-        part = responses[t]["partition_responses"][p]
-        error = await ctx.cluster.replicas.wait_for_hw(
-            name, part["index"], answer.last_offset, deadline
-        )
-        if error != ErrorCode.NONE:
-            logger.warning(
-                "acks=all produce not acknowledged",
-                topic=name,
-                partition=part["index"],
-                error=error.name,
-                base_offset=part["base_offset"],
+    metrics = ctx.metrics
+    if metrics is not None:
+        metrics.produces_waiting += 1
+    try:
+        for t, p, name, answer in waits:
+            part = responses[t]["partition_responses"][p]
+            error = await ctx.cluster.replicas.wait_for_hw(
+                name, part["index"], answer.last_offset, deadline
             )
-            part.update(error_code=int(error), error_message=error.name)
+            if error != ErrorCode.NONE:
+                logger.warning(
+                    "acks=all produce not acknowledged",
+                    topic=name,
+                    partition=part["index"],
+                    error=error.name,
+                    base_offset=part["base_offset"],
+                )
+                part.update(error_code=int(error), error_message=error.name)
+    finally:
+        if metrics is not None:
+            metrics.produces_waiting -= 1
 
 
 async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:

@@ -9,7 +9,12 @@ import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.handlers import HANDLERS, release_fetch_body
-from broker.metrics import LATENCY_BUCKETS_MS, BrokerMetrics, _count_errors
+from broker.metrics import (
+    LATENCY_BUCKETS_MS,
+    BrokerMetrics,
+    _count_errors,
+    response_error_tree,
+)
 from broker.server import open_context
 from protocol import ApiKey, MessageSetBuilder
 from tests.broker.test_server import config, produce_body, request
@@ -51,18 +56,28 @@ def fetch_body(topic: str, offset: int) -> dict:
     }
 
 
-def test_error_codes_are_counted_at_every_level():
+def test_error_codes_are_counted_at_every_level_of_the_response_schema():
     counts: dict[int, int] = {}
     body = {
         "error_code": 0,
         "responses": [
-            {"name": "a", "partitions": [{"error_code": 3}, {"error_code": 0}]},
-            {"name": "b", "partitions": [{"error_code": 3, "records": b"\x00"}]},
+            {"topic": "a", "partitions": [{"error_code": 3}, {"error_code": 0}]},
+            {"topic": "b", "partitions": [{"error_code": 3, "records": b"\x00"}]},
         ],
-        "other": [1, 2],
+        "throttle_time_ms": 0,
     }
-    _count_errors(body, counts)
+    _count_errors(body, response_error_tree(ApiKey.FETCH, 12), counts)
     assert counts == {0: 2, 3: 2}
+    # Fetch v0 has no top-level error code: one that a body carried would not be on the wire
+    counts.clear()
+    _count_errors(body, response_error_tree(ApiKey.FETCH, 0), counts)
+    assert counts == {0: 1, 3: 2}
+    # an ApiVersions request of an unknown version is answered (and counted) in v0's layout
+    counts.clear()
+    _count_errors(
+        {"error_code": 35, "api_keys": []}, response_error_tree(ApiKey.API_VERSIONS, 99), counts
+    )
+    assert counts == {35: 1}
 
 
 async def test_produce_and_fetch_are_counted_and_logs_read_at_scrape_time(tmp_path):
@@ -107,7 +122,8 @@ async def test_request_times_land_in_their_buckets_and_registries_are_separate(t
     one, other = BrokerMetrics(ctx, lambda: 0), BrokerMetrics(ctx, lambda: 0)
     assert one.registry is not other.registry
     # received 0, handler from 2 ms to 5 ms, sent at 5.05 ms
-    one.request_done(ApiKey.PRODUCE, 9, {"error_code": 0}, 0.0, 0.002, 0.005, 0.00505)
+    answer = {"responses": [{"name": "t", "partition_responses": [{"error_code": 0}]}]}
+    one.request_done(ApiKey.PRODUCE, 9, answer, 0.0, 0.002, 0.005, 0.00505)
     one.request_done(ApiKey.PRODUCE, 9, None, 0.0, 0.0, 20.0, 20.0)
     got = samples(one)
     produce = (("request", "Produce"),)

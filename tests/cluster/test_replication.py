@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -70,12 +71,24 @@ def test_acks_all_copies_the_log_exactly(cluster_factory):
 
 
 def test_consumers_see_only_what_the_isr_has(cluster_factory):
-    cluster = cluster_factory(3, zookeeper_session_timeout_ms=30000, replica_lag_time_max_ms=30000)
+    """...and an acks=all produce waits for the frozen follower in the produce purgatory."""
+    cluster = cluster_factory(
+        3,
+        zookeeper_session_timeout_ms=30000,
+        replica_lag_time_max_ms=30000,
+        metrics_listener="http://127.0.0.1:0",
+    )
     assert cluster.create_topic("t", 1, 3) == 0
     leader = cluster.broker(cluster.leader("t"))
     assert produce(leader, "t", [b"a", b"b"], acks=-1).error_code == 0
+    purgatory = (
+        "kafka_server_delayedoperationpurgatory_purgatorysize",
+        (("delayedOperation", "Produce"),),
+    )
+    assert scrape(leader.metrics_url())[purgatory] == 0
     frozen = cluster.broker(_followers(cluster, "t")[0])
     frozen.proc.send_signal(signal.SIGSTOP)
+    waiting = ThreadPoolExecutor(1)
     try:
         answer = produce(leader, "t", [b"c"], acks=1)
         assert answer.error_code == 0 and answer.base_offset == 2
@@ -86,12 +99,19 @@ def test_consumers_see_only_what_the_isr_has(cluster_factory):
         part = replica_fetch(leader, "t", 0, 0, replica_id=-1)
         assert part.error_code == 0 and part.high_watermark == 2
         assert [m.value for m in iter_deep(part.records)] == [b"a", b"b"]
+        acks_all = waiting.submit(produce, leader, "t", [b"d"], acks=-1, timeout_ms=25000)
+        wait_for(lambda: scrape(leader.metrics_url())[purgatory] == 1, 10, "a produce waiting")
+        assert not acks_all.done()
     finally:
         frozen.proc.send_signal(signal.SIGCONT)
+        waiting.shutdown()  # the produce returns once the follower catches up (or times out)
+    answer = acks_all.result()
+    assert answer.error_code == 0 and answer.base_offset == 3
+    assert scrape(leader.metrics_url())[purgatory] == 0
     wait_for(
-        lambda: replica_offsets(leader, "t", 0, -1, replica_id=-1)[1] == 3,
+        lambda: replica_offsets(leader, "t", 0, -1, replica_id=-1)[1] == 4,
         30,
-        "HW at 3 once caught up",
+        "HW at 4 once caught up",
     )
 
 

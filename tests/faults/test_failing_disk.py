@@ -4,8 +4,9 @@ The failing disk is real: an ext4 image mounted through a loop device, whose bac
 then cut to nothing, so every write and fsync that reaches it gets EIO (KIP-112's case). What a
 user notices: producers to its partitions get KAFKA_STORAGE_ERROR, Metadata reports those
 partitions without a leader and with an offline replica, reads of them answer
-KAFKA_STORAGE_ERROR, one log line says the dir went offline, and every partition in the other
-log dir keeps taking and serving messages. Needs root and loop devices; skipped otherwise.
+KAFKA_STORAGE_ERROR, one log line says the dir went offline, /metrics counts the failed append
+in that dir's storage errors, and every partition in the other log dir keeps taking and serving
+messages. Needs root and loop devices; skipped otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tests.integration.kafka_wire import (
     message_set,
     produce,
 )
+from tests.integration.test_metrics import scrape
 
 TOPIC = "disks"
 PARTITIONS = 4
@@ -95,10 +97,14 @@ def list_offset(client: WireClient, partition: int):
 def test_a_failing_disk_takes_its_log_dir_offline_and_the_rest_keeps_serving(
     broker_factory, tmp_path, loop_disk
 ):
-    good = tmp_path / "good"
+    good, bad = tmp_path / "good", loop_disk.path / "logs"
     broker = broker_factory(
         # The registry lives in the first log dir; every append is fsynced, so EIO surfaces.
-        {"log.dirs": f"{good},{loop_disk.path / 'logs'}", "log.flush.interval.messages": 1}
+        {
+            "log.dirs": f"{good},{bad}",
+            "log.flush.interval.messages": 1,
+            "metrics.listener": "http://127.0.0.1:0",
+        }
     )
     with WireClient(broker.host, broker.port) as client:
         assert create_topic(client, TOPIC, PARTITIONS) == 0
@@ -138,6 +144,14 @@ def test_a_failing_disk_takes_its_log_dir_offline_and_the_rest_keeps_serving(
                 assert read.error_code == 0 and end.error_code == 0 and end.offset == 2
                 values = [m.value for m in iter_deep(bytes(read.records))]
                 assert values == [b"before", b"after"]
+        # The append that met EIO is the failing dir's storage error; the healthy dir has none.
+        # Later requests for its partitions are refused without touching the disk.
+        errors = {
+            labels[0][1]: value
+            for (name, labels), value in scrape(broker.metrics_url()).items()
+            if name == "chronolog_log_storage_errors_total"
+        }
+        assert errors == {str(good): 0, str(bad): 1}
         # Still serving the healthy dir.
         good_p = min(set(range(PARTITIONS)) - on_bad)
         assert (

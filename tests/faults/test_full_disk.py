@@ -2,8 +2,8 @@
 
 What a user notices: producers get KAFKA_STORAGE_ERROR (NOT_LEADER_FOR_PARTITION before Produce
 v4), which clients retry; every acknowledged message stays readable; the broker keeps serving;
-one log line says the partition started failing and one that it recovered; writes resume by
-themselves when space returns; a clean stop leaves segments that ``dump-log --verify`` passes.
+one log line says the partition started failing and one that it recovered; /metrics counts the
+refused appends in the log dir's storage errors; writes resume by themselves when space returns; a clean stop leaves segments that ``dump-log --verify`` passes.
 Needs root (mount); skipped with the reason otherwise.
 """
 
@@ -18,6 +18,7 @@ from protocol import ApiKey, ErrorCode
 from storage.dump import main as dump_log
 from tests.faults.helpers import fill, fill_rest, values
 from tests.integration.kafka_wire import WireClient, create_topic, message_set, produce
+from tests.integration.test_metrics import scrape
 
 VALUE = b"v" * 20_000
 TOPIC = "full"
@@ -44,9 +45,15 @@ def produce_until_refused(client, version: int) -> tuple[list[tuple[int, bytes]]
 def test_a_full_disk_refuses_clearly_loses_nothing_and_heals(
     broker_factory, small_fs, version, expected
 ):
+    log_dir = str(small_fs / "logs")
     broker = broker_factory(
-        {"log.dirs": str(small_fs / "logs"), "log.segment.bytes": 1 << 20},
+        {
+            "log.dirs": log_dir,
+            "log.segment.bytes": 1 << 20,
+            "metrics.listener": "http://127.0.0.1:0",
+        },
     )
+    storage_errors = ("chronolog_log_storage_errors_total", (("log_dir", log_dir),))
     with WireClient(broker.host, broker.port) as client:
         assert create_topic(client, TOPIC) == 0
         fill(small_fs, leave=3 << 20)
@@ -56,6 +63,8 @@ def test_a_full_disk_refuses_clearly_loses_nothing_and_heals(
         # Refused again while full; the broker keeps serving reads of everything acknowledged.
         again = produce(client, TOPIC, message_set([VALUE], magic=2), acks=-1, version=version)
         assert again.error_code == expected
+        # /metrics counted both refused appends in that log dir
+        assert scrape(broker.metrics_url())[storage_errors] == 2
         assert values(client, TOPIC) == acknowledged
         assert (
             len(

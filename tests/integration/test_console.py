@@ -1,6 +1,8 @@
 """The web console of a real broker process (``metrics.listener``), in Debian's chromium driven by
 selenium, headless: what a user sees on each page is checked against an independent oracle
-(kafka-python's offsets_for_times, the .log files on disk, the offset the test committed).
+(kafka-python's offsets_for_times, the .log files on disk, the offset the test committed, the
+configs confluent-kafka's admin client describes); secrets set in the broker's properties never
+reach a page.
 Each test saves a screenshot to build/console-*.png.
 
 Also, without a browser: unknown paths are 404, the destructive actions are refused while the
@@ -22,9 +24,19 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
+
+from broker.cli import main as chronolog
 
 WAIT_S = 30
 BUILD = Path(__file__).resolve().parents[2] / "build"
@@ -195,12 +207,81 @@ def test_group_page_shows_the_lag(broker_factory, browser):
     widths = [float(b.get_attribute("width")) for b in bars]
     assert len(widths) == 2 and widths[0] > widths[1] > 0
     screenshot(browser, "group")
-    browser.get(f"{base}/broker")
+
+
+def shown_configs(browser) -> dict[str, tuple[str, str]]:
+    """The Broker page's configuration table: name -> (value, source)."""
+    return {
+        row.get_attribute("data-name"): (
+            row.find_elements("css selector", "td")[1].text,
+            row.get_attribute("data-source"),
+        )
+        for row in browser.find_elements("css selector", "#configs tbody tr")
+    }
+
+
+def test_broker_page_shows_dynamic_changes_and_no_secret(broker_factory, browser):
+    key_password = f"key-pw-{uuid.uuid4().hex}"
+    jaas_password = f"jaas-pw-{uuid.uuid4().hex}"
+    broker = broker_factory(
+        {
+            "metrics.listener": "http://127.0.0.1:0",
+            "log.retention.ms": "3600000",
+            "ssl.key.password": key_password,
+            "listener.name.plaintext.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'user_alice="{jaas_password}";'
+            ),
+        }
+    )
+    page_url = console_url(broker) + "/broker"
+    browser.get(page_url)
     assert broker.log_dir in browser.find_element("id", "log-dirs").text
-    configs = browser.find_element("id", "configs").text
-    assert "metrics.listener http://127.0.0.1:0 set" in configs
-    assert "console.read.only true default" in configs
+    shown = shown_configs(browser)
+    assert shown["log.retention.ms"] == ("3600000", "STATIC_BROKER_CONFIG")
+    assert shown["metrics.listener"] == ("http://127.0.0.1:0", "STATIC_BROKER_CONFIG")
+    assert shown["console.read.only"] == ("true", "DEFAULT_CONFIG")
+    assert shown["ssl.key.password"] == ("******", "STATIC_BROKER_CONFIG")
+
+    # While it runs: this broker's own value with confluent-kafka's admin client, a cluster-wide
+    # default with `chronolog configs` (librdkafka has no name for the cluster-wide resource).
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    own = ConfigEntry("log.retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)
+    [altered] = admin.incremental_alter_configs(
+        [ConfigResource(ResourceType.BROKER, "0", incremental_configs=[own])]
+    ).values()
+    altered.result(WAIT_S)
+    assert (
+        chronolog(
+            [
+                "configs",
+                "--bootstrap-server",
+                broker.bootstrap,
+                "alter",
+                "--entity-type",
+                "brokers",
+                "--entity-default",
+                "--add-config",
+                "message.max.bytes=2000000",
+            ]
+        )
+        == 0
+    )
+    browser.refresh()
+    shown = shown_configs(browser)
+    assert shown["log.retention.ms"] == ("7200000", "DYNAMIC_BROKER_CONFIG")
+    assert shown["message.max.bytes"] == ("2000000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+    # the page agrees with what the admin client reads through DescribeConfigs
+    [described] = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
+    for name, entry in described.result(WAIT_S).items():
+        if not entry.is_sensitive:
+            assert shown[name] == (entry.value or "", ConfigSource(entry.source).name), name
+    assert described.result(WAIT_S)["ssl.key.password"].is_sensitive
     screenshot(browser, "broker")
+
+    served = urllib.request.urlopen(page_url, timeout=10).read().decode()
+    for secret in (key_password, jaas_password):
+        assert secret not in browser.page_source and secret not in served
 
 
 def _status(url: str, data: bytes | None = None) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition as CkTopicPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from clients import topic_name
 from kafka_wire import WireClient
@@ -157,6 +158,17 @@ def test_encrypted_key_with_ssl_key_password(secure_broker, pki):
         b"v2",
     ]
     assert "keystore-key-pw" not in broker.log_output()
+    # DescribeConfigs reports the password as Kafka does: sensitive, without its value
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_for("SSL"), **settings)
+    try:
+        broker0 = ConfigResource(ConfigResourceType.BROKER, "0")
+        described = admin.describe_configs([broker0], config_filter="all")["broker"]["0"]
+    finally:
+        admin.close()
+    password = described["ssl.key.password"]
+    assert password["is_sensitive"] and password["value"] is None
+    assert password["config_source"] == "STATIC_BROKER_CONFIG"
+    assert "keystore-key-pw" not in repr(described)
 
 
 def test_client_auth_required(secure_broker, pki):
