@@ -56,7 +56,7 @@ from storage.layout import (
 )
 from storage.leader_epoch import CorruptEpochCheckpointError, LeaderEpochCache
 from storage.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
-from storage.segment import LogSegment, TimestampOffset
+from storage.segment import LogSegment, TimestampOffset, producer_batch
 
 if TYPE_CHECKING:
     from protocol.validator import ValidatedRecords
@@ -574,15 +574,7 @@ class Log:
                 self.leader_epochs.truncate_from_end(self.log_end_offset)
                 raise
             if h is not None and h.producer_id >= 0:
-                self._producers.update(
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    h.last_sequence,
-                    h.base_offset,
-                    h.last_offset,
-                    h.max_timestamp,
-                )
+                self._producers.update(*producer_batch(h))
             rolled = set_rolled if set_rolled is not None else rolled
             first = start if first < 0 else first
             last = entry.offset
