@@ -266,11 +266,6 @@ class Log:
         )
         return True
 
-    def _front_removed(self) -> None:
-        """After segments were removed from the front: the log start offset is at least the
-        first remaining segment's base."""
-        self._log_start_offset = max(self._log_start_offset, self._bases[0])
-
     @property
     def high_watermark(self) -> int:
         """The offset below which messages are committed: the log end offset for a single
@@ -1107,13 +1102,14 @@ class Log:
             del self._segments[0]
             del self._bases[0]
             deleted += 1
-        self._front_removed()
         self._start_moved()
         return deleted
 
     def _start_moved(self) -> None:
-        """After segments were deleted from the start: the recovery point, high watermark,
-        producer snapshots and leader epochs follow the new log start offset."""
+        """After segments were deleted from the start: the log start offset is at least the
+        first remaining segment's base; the recovery point, high watermark, producer snapshots
+        and leader epochs follow it."""
+        self._log_start_offset = max(self._log_start_offset, self._bases[0])
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         self._clamp_high_watermark()
         self._delete_producer_snapshots(lambda snapshot: snapshot >= self.log_start_offset)
@@ -1163,7 +1159,6 @@ class Log:
             self._delete_segment(segment, now_ms, reason=reason)
         del self._segments[: len(deletable)]
         del self._bases[: len(deletable)]
-        self._front_removed()
         self._start_moved()
         return len(deletable)
 
