@@ -421,7 +421,12 @@ def test_retention_deletes_only_under_the_delete_policy(tmp_path, clock):
     assert log.delete_expired_segments(clock.now + 2 * DAY) == 1
 
 
-def test_checkpoint_file_is_kafkas_and_survives_a_restart(tmp_path, clock):
+@pytest.mark.parametrize(
+    "delete",
+    [lambda m: m.delete_topic("t"), lambda m: m.delete_log("t", 0)],
+    ids=["delete_topic", "delete_log"],
+)
+def test_checkpoint_file_is_kafkas_and_survives_a_restart(tmp_path, clock, delete):
     config = LogConfig(cleanup_policy="compact", file_delete_delay_ms=0)
     manager = LogManager([str(tmp_path)], lambda topic: config, clock)
     manager.startup()
@@ -443,7 +448,7 @@ def test_checkpoint_file_is_kafkas_and_survives_a_restart(tmp_path, clock):
     log.truncate_to(1)
     assert log.first_dirty_offset == log.log_end_offset == 0  # offset 0 was cleaned away
     assert read_checkpoint(path) == {("t", 0): 0}
-    manager.delete_topic("t")
+    delete(manager)
     assert read_checkpoint(path) == {}
     manager.shutdown()
 
