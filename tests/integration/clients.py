@@ -68,6 +68,18 @@ def kp_consume_all(
         consumer.close()
 
 
+def ck_poll_values(consumer, count: int, timeout_s: float = 30.0) -> list[bytes]:
+    """The values of the first ``count`` messages a confluent-kafka consumer polls (error
+    events skipped: librdkafka retries), fewer when ``timeout_s`` passes first."""
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            got.append(message.value())
+    return got
+
+
 def kcat_offset_for(bootstrap: str, topic: str, timestamp: int, options=()) -> int:
     """kcat -Q's offset of the first message of partition 0 at or after ``timestamp`` (-1 when
     none is that late); ``options`` are more kcat arguments (-X settings)."""
