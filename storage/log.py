@@ -56,7 +56,7 @@ from storage.layout import (
 )
 from storage.leader_epoch import CorruptEpochCheckpointError, LeaderEpochCache
 from storage.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
-from storage.segment import LogSegment, TimestampOffset
+from storage.segment import LogSegment, TimestampOffset, producer_batch
 
 if TYPE_CHECKING:
     from protocol.validator import ValidatedRecords
@@ -265,11 +265,6 @@ class Log:
             log_start_offset=offset,
         )
         return True
-
-    def _front_removed(self) -> None:
-        """After segments were removed from the front: the log start offset is at least the
-        first remaining segment's base."""
-        self._log_start_offset = max(self._log_start_offset, self._bases[0])
 
     @property
     def high_watermark(self) -> int:
@@ -574,15 +569,7 @@ class Log:
                 self.leader_epochs.truncate_from_end(self.log_end_offset)
                 raise
             if h is not None and h.producer_id >= 0:
-                self._producers.update(
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    h.last_sequence,
-                    h.base_offset,
-                    h.last_offset,
-                    h.max_timestamp,
-                )
+                self._producers.update(*producer_batch(h))
             rolled = set_rolled if set_rolled is not None else rolled
             first = start if first < 0 else first
             last = entry.offset
@@ -1115,13 +1102,14 @@ class Log:
             del self._segments[0]
             del self._bases[0]
             deleted += 1
-        self._front_removed()
         self._start_moved()
         return deleted
 
     def _start_moved(self) -> None:
-        """After segments were deleted from the start: the recovery point, high watermark,
-        producer snapshots and leader epochs follow the new log start offset."""
+        """After segments were deleted from the start: the log start offset is at least the
+        first remaining segment's base; the recovery point, high watermark, producer snapshots
+        and leader epochs follow it."""
+        self._log_start_offset = max(self._log_start_offset, self._bases[0])
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         self._clamp_high_watermark()
         self._delete_producer_snapshots(lambda snapshot: snapshot >= self.log_start_offset)
@@ -1171,7 +1159,6 @@ class Log:
             self._delete_segment(segment, now_ms, reason=reason)
         del self._segments[: len(deletable)]
         del self._bases[: len(deletable)]
-        self._front_removed()
         self._start_moved()
         return len(deletable)
 

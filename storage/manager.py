@@ -269,19 +269,12 @@ class LogManager:
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Close and remove one partition's log (a replica moved away or its topic deleted in
-        a cluster), renamed to ``...-delete`` first like :meth:`delete_topic`. Raises
-        LogNotFoundError when there is none."""
+        a cluster) as :meth:`delete_topic` removes each of its logs. Raises LogNotFoundError
+        when there is none."""
         key = (topic, partition)
-        log = self._logs.pop(key, None)
-        if log is None:
+        if key not in self._logs:
             raise LogNotFoundError(f"{topic}-{partition} has no log in {self.log_dirs}")
-        log_dir = self._dir_of.pop(key)
-        log.close()
-        doomed = f"{log.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        os.rename(log.directory, doomed)
-        fsync_dir(log_dir)
-        shutil.rmtree(doomed)
-        logger.info("deleted log", topic=topic, partition=partition, log_dir=log_dir)
+        self._remove_log(key)
 
     def delete_topic(self, topic: str) -> int:
         """Close and remove every partition log of ``topic``; return how many. The directory is
@@ -291,21 +284,24 @@ class LogManager:
         if not keys:
             raise LogNotFoundError(f"topic {topic!r} has no log in {self.log_dirs}")
         for key in keys:
-            self.cleaning.abort_and_wait(key)  # no cleaning writes into the doomed directory
-            log = self._logs.pop(key)
-            log_dir = self._dir_of.pop(key)
-            log.close()
-            doomed = f"{log.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-            os.rename(log.directory, doomed)
-            fsync_dir(log_dir)
-            shutil.rmtree(doomed)
-            if log.first_dirty_offset is not None:
-                self.checkpoint_cleaner(log_dir)  # a new topic of this name starts dirty
-            logger.info("deleted log", topic=topic, partition=key[1], log_dir=log_dir)
-            if log.log_start_offset > log.first_segment_base:
-                # else a topic created again under this name would start there after a crash
-                self.checkpoint_log_start_offsets(log_dir)
+            self._remove_log(key)
         return len(keys)
+
+    def _remove_log(self, key: tuple[str, int]) -> None:
+        self.cleaning.abort_and_wait(key)  # no cleaning writes into the doomed directory
+        log = self._logs.pop(key)
+        log_dir = self._dir_of.pop(key)
+        log.close()
+        doomed = f"{log.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        os.rename(log.directory, doomed)
+        fsync_dir(log_dir)
+        shutil.rmtree(doomed)
+        if log.first_dirty_offset is not None:
+            self.checkpoint_cleaner(log_dir)  # a new log of this name starts dirty
+        logger.info("deleted log", topic=key[0], partition=key[1], log_dir=log_dir)
+        if log.log_start_offset > log.first_segment_base:
+            # else a log created again under this name would start there after a crash
+            self.checkpoint_log_start_offsets(log_dir)
 
     # -- periodic work -----------------------------------------------------------------------
     def due(self, task: Maintenance, now_ms: int) -> list[tuple[tuple[str, int], Log]]:

@@ -57,6 +57,23 @@ class RecoveryResult(NamedTuple):
     reason: str | None
 
 
+ProducerBatch = tuple[int, int, int, int, int, int, int]
+
+
+def producer_batch(h: rb.BatchHeader) -> ProducerBatch:
+    """What :meth:`ProducerStateManager.update` records of a stored batch: ``(producer_id,
+    epoch, first_sequence, last_sequence, first_offset, last_offset, max_timestamp)``."""
+    return (
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        h.last_sequence,
+        h.base_offset,
+        h.last_offset,
+        h.max_timestamp,
+    )
+
+
 def _write_all(fd: int, data: Buffer, position: int, *, undo_to: int) -> None:
     """Write all of ``data`` at ``position``; on failure cut the file back to ``undo_to`` bytes
     (ftruncate needs no free space) and re-raise, so a full disk leaves no partial entry."""
@@ -507,25 +524,16 @@ class LogSegment:
                     return TimestampOffset(message.timestamp, message.offset)
         return None
 
-    def producer_batches(self) -> Iterator[tuple[int, int, int, int, int, int, int]]:
-        """``(producer_id, epoch, first_sequence, last_sequence, first_offset, last_offset,
-        max_timestamp)`` of every record batch with a producer id, in offset order (headers
-        only: nothing is decompressed)."""
+    def producer_batches(self) -> Iterator[ProducerBatch]:
+        """:func:`producer_batch` of every record batch with a producer id, in offset order
+        (headers only: nothing is decompressed)."""
         view = self._view()
         for entry in iter_shallow(view):
             if entry.magic != rb.MAGIC:
                 continue
             h = rb.read_header(view, entry.position)
             if h.producer_id >= 0:
-                yield (
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    h.last_sequence,
-                    h.base_offset,
-                    h.last_offset,
-                    h.max_timestamp,
-                )
+                yield producer_batch(h)
 
     # -- truncating --------------------------------------------------------------------------
     def truncate_to(self, offset: int, now_ms: int) -> int | None:

@@ -71,6 +71,8 @@ def _static_member_refused(ctx, group_instance_id: str | None, api: str) -> bool
 
 def _find(ctx, key_type: int, version: int, key: str) -> tuple[ErrorCode, str | None]:
     """(error, message) for one coordinator key."""
+    if key_type not in (_GROUP_KEY, _TRANSACTION_KEY, _SHARE_KEY):
+        return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     if key_type == _TRANSACTION_KEY:
         logger.warning(
             "FindCoordinator for a transactional id refused",
@@ -95,72 +97,27 @@ def _find(ctx, key_type: int, version: int, key: str) -> tuple[ErrorCode, str | 
 async def handle_find_coordinator(ctx, request: Request) -> dict:
     body = request.body
     version = request.header.api_version
-    node_id, host, port = ctx.config.broker_id, "", -1
     coordinator = _coordinator(ctx)
-    if coordinator is not None:
-        node_id, host, port = coordinator.node
-    if body.key_type not in (_GROUP_KEY, _TRANSACTION_KEY, _SHARE_KEY):
-        error = ErrorCode.INVALID_REQUEST
-        message = f"unknown coordinator key type {body.key_type}"
-        if version >= 4:
-            return {
-                "coordinators": [
-                    _coordinator_entry(k, error, message, -1, "", -1) for k in body.coordinator_keys
-                ]
-            }
+
+    def answer(key: str) -> dict:
+        error, message = _find(ctx, body.key_type, version, key)
+        # _find answers NONE only when there is a coordinator
+        node_id, host, port = coordinator.node if error is ErrorCode.NONE else (-1, "", -1)
         return {
+            "node_id": node_id,
+            "host": host,
+            "port": port,
             "error_code": int(error),
             "error_message": message,
-            "node_id": -1,
-            "host": "",
-            "port": -1,
         }
+
     if version >= 4:
-        entries = []
-        for key in body.coordinator_keys:
-            error, message = _find(ctx, body.key_type, version, key)
-            ok = error is ErrorCode.NONE
-            entries.append(
-                _coordinator_entry(
-                    key,
-                    error,
-                    message,
-                    node_id if ok else -1,
-                    host if ok else "",
-                    port if ok else -1,
-                )
-            )
-        return {"coordinators": entries}
-    error, message = _find(ctx, body.key_type, version, body.key)
-    if error is not ErrorCode.NONE:
-        return {
-            "error_code": int(error),
-            "error_message": message,
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-        }
-    # Kafka sends Errors.NONE.message(), "NONE", as v1-v3's message on success.
-    return {
-        "error_code": 0,
-        "error_message": "NONE",
-        "node_id": node_id,
-        "host": host,
-        "port": port,
-    }
-
-
-def _coordinator_entry(
-    key: str, error: ErrorCode, message: str | None, node_id: int, host: str, port: int
-) -> dict:
-    return {
-        "key": key,
-        "node_id": node_id,
-        "host": host,
-        "port": port,
-        "error_code": int(error),
-        "error_message": message,
-    }
+        return {"coordinators": [{"key": key, **answer(key)} for key in body.coordinator_keys]}
+    single = answer(body.key)
+    if single["error_code"] == 0:
+        # Kafka sends Errors.NONE.message(), "NONE", as v1-v3's message on success.
+        single["error_message"] = "NONE"
+    return single
 
 
 # ---- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------

@@ -627,6 +627,23 @@ class GroupMachine:
             group = self.ensure_group(group_id)
         out: list[Delivery] = []
         names = frozenset(name for name, _ in protocols)
+
+        def add_member(new_member_id: str, instance_id: str | None) -> None:
+            self._add_member_and_rebalance(
+                group,
+                new_member_id,
+                instance_id,
+                client_id,
+                client_host,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                protocol_type,
+                protocols,
+                waiter,
+                now_ms,
+                out,
+            )
+
         if not self._accept_joining_member(group, member_id):
             group.remove(member_id)
             out.append((waiter, JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, UNKNOWN_MEMBER_ID)))
@@ -659,56 +676,17 @@ class GroupMachine:
                         out,
                     )
                 else:
-                    self._add_member_and_rebalance(
-                        group,
-                        new_id,
-                        group_instance_id,
-                        client_id,
-                        client_host,
-                        session_timeout_ms,
-                        rebalance_timeout_ms,
-                        protocol_type,
-                        protocols,
-                        waiter,
-                        now_ms,
-                        out,
-                    )
+                    add_member(new_id, group_instance_id)
             elif require_known_member_id:
                 group.pending_members[new_id] = now_ms + session_timeout_ms
                 out.append((waiter, JoinResult(ErrorCode.MEMBER_ID_REQUIRED, new_id)))
             else:
-                self._add_member_and_rebalance(
-                    group,
-                    new_id,
-                    None,
-                    client_id,
-                    client_host,
-                    session_timeout_ms,
-                    rebalance_timeout_ms,
-                    protocol_type,
-                    protocols,
-                    waiter,
-                    now_ms,
-                    out,
-                )
+                add_member(new_id, None)
         elif member_id in group.pending_members:
             if group_instance_id is not None:
                 out.append((waiter, JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)))
             else:
-                self._add_member_and_rebalance(
-                    group,
-                    member_id,
-                    None,
-                    client_id,
-                    client_host,
-                    session_timeout_ms,
-                    rebalance_timeout_ms,
-                    protocol_type,
-                    protocols,
-                    waiter,
-                    now_ms,
-                    out,
-                )
+                add_member(member_id, None)
         else:
             error = self._validate_member(group, member_id, group_instance_id)
             if error is not None:

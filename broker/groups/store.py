@@ -53,12 +53,6 @@ def append_records(
 ) -> int:
     """Append (key, value-or-None) records as one message set and fsync; returns the first
     offset. Raises OffsetStoreError when the set is refused; storage errors propagate."""
-    first = _append(log, settings, records, now_ms)
-    log.flush()
-    return first
-
-
-def _append(log, settings, records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> int:
     builder = MessageSetBuilder(magic=1, base_offset=log.log_end_offset)
     for key, value in records:
         builder.append(value, key=key, timestamp=now_ms)
@@ -68,6 +62,7 @@ def _append(log, settings, records: Iterable[tuple[bytes, bytes | None]], now_ms
     if isinstance(result, Rejected):
         raise OffsetStoreError(result.error, result.reason)
     log.append(result)
+    log.flush()
     return result.first_offset
 
 

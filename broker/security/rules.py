@@ -131,17 +131,22 @@ def group_rule(operation: Operation, error: Callable[[Request], dict]) -> Callab
     return rule
 
 
+def _name(entry: Any) -> str:
+    name: str = entry["name"]
+    return name
+
+
 async def _split_topics(
     check: Check,
     handler: Handler,
     ctx: Any,
     request: Request,
-    *,
     operation: Operation,
-    field: str,
-    name_of: Callable[[Any], str | None],
     denied_entry: Callable[[Any], dict],
-    response_field: str,
+    *,
+    field: str = "topics",
+    name_of: Callable[[Any], str | None] = _name,
+    response_field: str = "topics",
 ) -> Any:
     """Hand the handler only the ``field`` entries whose topic allows ``operation``; add
     ``denied_entry(entry)`` for the others to the answer's ``response_field`` list."""
@@ -158,8 +163,37 @@ async def _split_topics(
     return body
 
 
-def _partitions(entry: Any, key: str, make: Callable[[int], dict]) -> list[dict]:
-    return [make(p if isinstance(p, int) else p[key]) for p in entry[_partition_field(entry)]]
+def _refused_partitions(
+    topic: str, index: str, partitions: str = "partitions", **answer: Any
+) -> Callable[[Any], dict]:
+    """The answer to a refused topic entry of the request: its ``topic`` and, under
+    ``partitions``, ``{index: i, **answer}`` for each of its partitions (given in the request
+    as indexes, or as entries with the same ``index`` key)."""
+
+    def entry(e: Any) -> dict:
+        return {
+            topic: e[topic],
+            partitions: [
+                {index: p if isinstance(p, int) else p[index], **answer}
+                for p in e[_partition_field(e)]
+            ],
+        }
+
+    return entry
+
+
+def _topics_rule(
+    operation: Operation, denied_entry: Callable[[Any], dict], response_field: str = "topics"
+) -> Callable:
+    """``operation`` on each topic of the request's ``topics`` (by name), answering each
+    refused one ``denied_entry(entry)`` in the answer's ``response_field``."""
+
+    async def rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
+        return await _split_topics(
+            check, handler, ctx, request, operation, denied_entry, response_field=response_field
+        )
+
+    return rule
 
 
 def _partition_field(entry: Any) -> str:
@@ -178,19 +212,15 @@ async def produce_rule(check: Check, handler: Handler, ctx: Any, request: Reques
     txn = request.body.get("transactional_id")
 
     def denied(code: int) -> Callable[[Any], dict]:
-        return lambda e: {
-            "name": e["name"],
-            "partition_responses": [
-                {
-                    "index": p["index"],
-                    "error_code": code,
-                    "base_offset": -1,
-                    "log_append_time_ms": -1,
-                    "log_start_offset": -1,
-                }
-                for p in e["partition_data"]
-            ],
-        }
+        return _refused_partitions(
+            "name",
+            "index",
+            "partition_responses",
+            error_code=code,
+            base_offset=-1,
+            log_append_time_ms=-1,
+            log_start_offset=-1,
+        )
 
     if request.body.acks == 0 and (
         (txn is not None and not check(Operation.WRITE, TXN, txn))
@@ -205,10 +235,9 @@ async def produce_rule(check: Check, handler: Handler, ctx: Any, request: Reques
         handler,
         ctx,
         request,
-        operation=Operation.WRITE,
+        Operation.WRITE,
+        denied(TOPIC_DENIED),
         field="topic_data",
-        name_of=lambda e: e["name"],
-        denied_entry=denied(TOPIC_DENIED),
         response_field="responses",
     )
 
@@ -258,38 +287,10 @@ async def fetch_rule(check: Check, handler: Handler, ctx: Any, request: Request)
         handler,
         ctx,
         request,
-        operation=Operation.READ,
-        field="topics",
+        Operation.READ,
+        _fetch_denied,
         name_of=name_of,
-        denied_entry=_fetch_denied,
         response_field="responses",
-    )
-
-
-async def list_offsets_rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
-    return await _split_topics(
-        check,
-        handler,
-        ctx,
-        request,
-        operation=Operation.DESCRIBE,
-        field="topics",
-        name_of=lambda e: e["name"],
-        denied_entry=lambda e: {
-            "name": e["name"],
-            "partitions": _partitions(
-                e,
-                "partition_index",
-                lambda p: {
-                    "partition_index": p,
-                    "error_code": TOPIC_DENIED,
-                    "timestamp": -1,
-                    "offset": -1,
-                    "old_style_offsets": [],
-                },
-            ),
-        },
-        response_field="topics",
     )
 
 
@@ -344,48 +345,30 @@ async def metadata_rule(check: Check, handler: Handler, ctx: Any, request: Reque
     return answer
 
 
+# OffsetCommit's and OffsetDelete's answer to a refused topic
+_REFUSED_TOPIC_PARTITIONS = _refused_partitions("name", "partition_index", error_code=TOPIC_DENIED)
+
+
 async def offset_commit_rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
     """READ on the group (every partition GROUP_AUTHORIZATION_FAILED), then READ on each
     topic."""
 
-    def denied(code: int) -> Callable[[Any], dict]:
-        return lambda e: {
-            "name": e["name"],
-            "partitions": [
-                {"partition_index": p["partition_index"], "error_code": code}
-                for p in e["partitions"]
-            ],
-        }
-
     if not check(Operation.READ, GROUP, request.body.group_id):
-        return {"topics": [denied(GROUP_DENIED)(e) for e in request.body.topics]}
+        denied = _refused_partitions("name", "partition_index", error_code=GROUP_DENIED)
+        return {"topics": [denied(e) for e in request.body.topics]}
     return await _split_topics(
-        check,
-        handler,
-        ctx,
-        request,
-        operation=Operation.READ,
-        field="topics",
-        name_of=lambda e: e["name"],
-        denied_entry=denied(TOPIC_DENIED),
-        response_field="topics",
+        check, handler, ctx, request, Operation.READ, _REFUSED_TOPIC_PARTITIONS
     )
 
 
-def _offset_fetch_partitions(e: Any, code: int) -> dict:
-    return {
-        "name": e["name"],
-        "partitions": [
-            {
-                "partition_index": p,
-                "committed_offset": -1,
-                "committed_leader_epoch": -1,
-                "metadata": "",
-                "error_code": code,
-            }
-            for p in e["partition_indexes"]
-        ],
-    }
+_REFUSED_OFFSET_FETCH = _refused_partitions(
+    "name",
+    "partition_index",
+    error_code=TOPIC_DENIED,
+    committed_offset=-1,
+    committed_leader_epoch=-1,
+    metadata="",
+)
 
 
 async def offset_fetch_rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
@@ -402,15 +385,7 @@ async def offset_fetch_rule(check: Check, handler: Handler, ctx: Any, request: R
             ]
             return answer
         return await _split_topics(
-            check,
-            handler,
-            ctx,
-            request,
-            operation=Operation.DESCRIBE,
-            field="topics",
-            name_of=lambda e: e["name"],
-            denied_entry=lambda e: _offset_fetch_partitions(e, TOPIC_DENIED),
-            response_field="topics",
+            check, handler, ctx, request, Operation.DESCRIBE, _REFUSED_OFFSET_FETCH
         )
     groups, denied_groups, denied_topics = [], [], {}
     for group in body.groups:
@@ -431,7 +406,7 @@ async def offset_fetch_rule(check: Check, handler: Handler, ctx: Any, request: R
         refused = denied_topics.get(group["group_id"])
         if refused:
             group["topics"] = list(group.get("topics", ())) + [
-                _offset_fetch_partitions(t, TOPIC_DENIED) for t in refused
+                _REFUSED_OFFSET_FETCH(t) for t in refused
             ]
         elif group["group_id"] not in denied_topics:
             asked = next(
@@ -529,21 +504,7 @@ async def offset_delete_rule(check: Check, handler: Handler, ctx: Any, request: 
     if not check(Operation.DELETE, GROUP, request.body.group_id):
         return {"error_code": GROUP_DENIED, "topics": []}
     return await _split_topics(
-        check,
-        handler,
-        ctx,
-        request,
-        operation=Operation.READ,
-        field="topics",
-        name_of=lambda e: e["name"],
-        denied_entry=lambda e: {
-            "name": e["name"],
-            "partitions": [
-                {"partition_index": p["partition_index"], "error_code": TOPIC_DENIED}
-                for p in e["partitions"]
-            ],
-        },
-        response_field="topics",
+        check, handler, ctx, request, Operation.READ, _REFUSED_TOPIC_PARTITIONS
     )
 
 
@@ -556,10 +517,8 @@ async def create_topics_rule(check: Check, handler: Handler, ctx: Any, request: 
         handler,
         ctx,
         request,
-        operation=Operation.CREATE,
-        field="topics",
-        name_of=lambda e: e["name"],
-        denied_entry=lambda e: {
+        Operation.CREATE,
+        lambda e: {
             "name": e["name"],
             "error_code": TOPIC_DENIED,
             "error_message": "Authorization failed.",
@@ -568,7 +527,6 @@ async def create_topics_rule(check: Check, handler: Handler, ctx: Any, request: 
             "replication_factor": -1,
             "configs": None,
         },
-        response_field="topics",
     )
 
 
@@ -597,40 +555,16 @@ async def delete_topics_rule(check: Check, handler: Handler, ctx: Any, request: 
         handler,
         ctx,
         request,
-        operation=Operation.DELETE,
-        field="topics",
-        name_of=name_of,
-        denied_entry=lambda e: {
+        Operation.DELETE,
+        lambda e: {
             "name": e["name"],
             "topic_id": e["topic_id"],
             "error_code": TOPIC_DENIED,
             "error_message": None,
         },
+        name_of=name_of,
         response_field="responses",
     )
-
-
-def _topic_partition_rule(operation: Operation, partition: Callable[[int], dict]) -> Callable:
-    """``operation`` on each of ``topics`` (named), answering each refused partition
-    ``partition(index)`` in the answer's ``topics`` (DeleteRecords, DescribeProducers)."""
-
-    async def rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
-        return await _split_topics(
-            check,
-            handler,
-            ctx,
-            request,
-            operation=operation,
-            field="topics",
-            name_of=lambda e: e["name"],
-            denied_entry=lambda e: {
-                "name": e["name"],
-                "partitions": _partitions(e, "partition_index", partition),
-            },
-            response_field="topics",
-        )
-
-    return rule
 
 
 def _config_resource_rule(operation: Operation, response_field: str, extra: dict) -> Callable:
@@ -702,54 +636,23 @@ async def elect_leaders_rule(check: Check, handler: Handler, ctx: Any, request: 
     }
 
 
-async def create_partitions_rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
-    """ALTER on each topic."""
-    return await _split_topics(
-        check,
-        handler,
-        ctx,
-        request,
-        operation=Operation.ALTER,
-        field="topics",
-        name_of=lambda e: e["name"],
-        denied_entry=lambda e: {
-            "name": e["name"],
-            "error_code": TOPIC_DENIED,
-            "error_message": None,
-        },
-        response_field="results",
-    )
-
-
 async def offset_for_leader_epoch_rule(
     check: Check, handler: Handler, ctx: Any, request: Request
 ) -> Any:
     """A follower (CLUSTER_ACTION on the cluster) may ask for every topic; anyone else needs
     DESCRIBE on each topic (KafkaApis.handleOffsetForLeaderEpochRequest)."""
-    if check.cluster(O.CLUSTER_ACTION):
+    if check.cluster(Operation.CLUSTER_ACTION):
         return await handler(ctx, request)
     return await _split_topics(
         check,
         handler,
         ctx,
         request,
-        operation=O.DESCRIBE,
-        field="topics",
+        Operation.DESCRIBE,
+        _refused_partitions(
+            "topic", "partition", error_code=TOPIC_DENIED, leader_epoch=-1, end_offset=-1
+        ),
         name_of=lambda e: e["topic"],
-        denied_entry=lambda e: {
-            "topic": e["topic"],
-            "partitions": _partitions(
-                e,
-                "partition",
-                lambda p: {
-                    "partition": p,
-                    "error_code": TOPIC_DENIED,
-                    "leader_epoch": -1,
-                    "end_offset": -1,
-                },
-            ),
-        },
-        response_field="topics",
     )
 
 
@@ -766,7 +669,17 @@ O = Operation
 RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     A.PRODUCE: produce_rule,
     A.FETCH: fetch_rule,
-    A.LIST_OFFSETS: list_offsets_rule,
+    A.LIST_OFFSETS: _topics_rule(
+        O.DESCRIBE,
+        _refused_partitions(
+            "name",
+            "partition_index",
+            error_code=TOPIC_DENIED,
+            timestamp=-1,
+            offset=-1,
+            old_style_offsets=(),
+        ),
+    ),
     A.METADATA: metadata_rule,
     A.OFFSET_COMMIT: offset_commit_rule,
     A.OFFSET_FETCH: offset_fetch_rule,
@@ -791,9 +704,9 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     A.API_VERSIONS: allowed,
     A.CREATE_TOPICS: create_topics_rule,
     A.DELETE_TOPICS: delete_topics_rule,
-    A.DELETE_RECORDS: _topic_partition_rule(
+    A.DELETE_RECORDS: _topics_rule(
         O.DELETE,
-        lambda p: {"partition_index": p, "low_watermark": -1, "error_code": TOPIC_DENIED},
+        _refused_partitions("name", "partition_index", error_code=TOPIC_DENIED, low_watermark=-1),
     ),
     A.INIT_PRODUCER_ID: init_producer_id_rule,
     A.DESCRIBE_ACLS: cluster_rule(O.DESCRIBE, _top_error(resources=[])),
@@ -819,7 +732,11 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     A.INCREMENTAL_ALTER_CONFIGS: _config_resource_rule(O.ALTER_CONFIGS, "responses", {}),
     A.DESCRIBE_LOG_DIRS: describe_log_dirs_rule,
     A.SASL_AUTHENTICATE: allowed,
-    A.CREATE_PARTITIONS: create_partitions_rule,
+    A.CREATE_PARTITIONS: _topics_rule(
+        O.ALTER,
+        lambda e: {"name": e["name"], "error_code": TOPIC_DENIED, "error_message": None},
+        response_field="results",
+    ),
     A.DELETE_GROUPS: delete_groups_rule,
     A.ELECT_LEADERS: elect_leaders_rule,
     A.ALTER_PARTITION_REASSIGNMENTS: cluster_rule(O.ALTER, _top_error(responses=[])),
@@ -845,14 +762,15 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     A.UPDATE_METADATA: cluster_rule(O.CLUSTER_ACTION, _denied_cluster_action),
     A.CONTROLLED_SHUTDOWN: cluster_rule(O.CLUSTER_ACTION, _denied_cluster_action),
     A.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch_rule,
-    A.DESCRIBE_PRODUCERS: _topic_partition_rule(
+    A.DESCRIBE_PRODUCERS: _topics_rule(
         O.READ,
-        lambda p: {
-            "partition_index": p,
-            "error_code": TOPIC_DENIED,
-            "error_message": None,
-            "active_producers": [],
-        },
+        _refused_partitions(
+            "name",
+            "partition_index",
+            error_code=TOPIC_DENIED,
+            error_message=None,
+            active_producers=(),
+        ),
     ),
 }
 

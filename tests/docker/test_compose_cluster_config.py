@@ -3,40 +3,15 @@ brokers of one cluster, and the cluster test runner waiting for them."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
+from tests.docker.helpers import ROOT, command_overrides, compose_config, needs_docker_compose
 
-import pytest
-import yaml
-
-ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker" / "docker-compose.cluster.yml"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("docker-compose") is None,
-    reason="docker-compose not installed (`make install-test` installs it)",
-)
-
-
-def _config() -> dict:
-    result = subprocess.run(
-        ["docker-compose", "-f", str(COMPOSE_FILE), "config"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, f"docker-compose config failed:\n{result.stderr}"
-    return yaml.safe_load(result.stdout)
-
-
-def _overrides(command: list[str]) -> dict[str, str]:
-    values = [command[i + 1] for i, arg in enumerate(command) if arg == "--override"]
-    return dict(v.split("=", 1) for v in values)
+pytestmark = needs_docker_compose
 
 
 def test_zookeeper_three_brokers_and_the_runner():
-    config = _config()
+    config = compose_config(COMPOSE_FILE)
     assert set(config["services"]) == {
         "zookeeper",
         "broker1",
@@ -47,7 +22,7 @@ def test_zookeeper_three_brokers_and_the_runner():
     ids, connects = set(), set()
     for n in (1, 2, 3):
         broker = config["services"][f"broker{n}"]
-        overrides = _overrides(broker["command"])
+        overrides = command_overrides(broker["command"])
         ids.add(overrides["broker.id"])
         connects.add(overrides["zookeeper.connect"])
         assert overrides["advertised.listeners"] == f"PLAINTEXT://broker{n}:9092"

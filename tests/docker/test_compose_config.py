@@ -3,44 +3,21 @@ the services, the wiring the integration tests depend on, and the base-image swi
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.docker.helpers import ROOT, command_overrides, compose_config, needs_docker_compose
+
 COMPOSE_FILE = ROOT / "docker" / "docker-compose.yml"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("docker-compose") is None,
-    reason="docker-compose not installed (`make install-test` installs it)",
-)
+pytestmark = needs_docker_compose
 
 
 def _config(**env) -> dict:
-    environ = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("CHRONOLOG_BASE_IMAGE", "CHRONOLOG_DOCKER_SOCKET")
-    }
-    result = subprocess.run(
-        ["docker-compose", "-f", str(COMPOSE_FILE), "config"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**environ, **env},
-    )
-    assert result.returncode == 0, f"docker-compose config failed:\n{result.stderr}"
-    return yaml.safe_load(result.stdout)
-
-
-def _overrides(command: list[str]) -> dict[str, str]:
-    values = [command[i + 1] for i, arg in enumerate(command) if arg == "--override"]
-    return dict(v.split("=", 1) for v in values)
+    return compose_config(COMPOSE_FILE, **env)
 
 
 def test_services_and_named_data_volume():
@@ -48,7 +25,7 @@ def test_services_and_named_data_volume():
     assert set(config["services"]) == {"broker", "broker-secure", "prometheus", "test-runner"}
     assert "chronolog-data" in config["volumes"]
     broker = config["services"]["broker"]
-    log_dirs = _overrides(broker["command"])["log.dirs"]
+    log_dirs = command_overrides(broker["command"])["log.dirs"]
     assert f"chronolog-data:{log_dirs}:rw" in broker["volumes"]
 
 
@@ -56,7 +33,7 @@ def test_broker_listens_in_the_network_and_advertises_its_service_name():
     broker = _config()["services"]["broker"]
     command = broker["command"]
     assert command[:2] == ["chronolog", "serve"]
-    overrides = _overrides(command)
+    overrides = command_overrides(command)
     assert overrides["listeners"] == "PLAINTEXT://0.0.0.0:9092"
     assert overrides["advertised.listeners"] == "PLAINTEXT://broker:9092"
 
@@ -105,7 +82,7 @@ def test_broker_command_is_a_configuration_the_broker_accepts():
     assert config_path.startswith("/app/")  # the Dockerfile's WORKDIR holds config/
     config = load_config(
         str(ROOT / config_path.removeprefix("/app/")),
-        [f"{k}={v}" for k, v in _overrides(command).items()],
+        [f"{k}={v}" for k, v in command_overrides(command).items()],
     )
     assert (config.host, config.port) == ("0.0.0.0", 9092)
     assert (config.advertised_host, config.advertised_port) == ("broker", 9092)
@@ -115,7 +92,7 @@ def test_broker_command_is_a_configuration_the_broker_accepts():
 
 def test_metrics_and_console_port_is_exposed_in_the_network():
     broker = _config()["services"]["broker"]
-    assert _overrides(broker["command"])["metrics.listener"] == "http://0.0.0.0:9404"
+    assert command_overrides(broker["command"])["metrics.listener"] == "http://0.0.0.0:9404"
     assert "9404" in [str(p) for p in broker["expose"]]
 
 
@@ -129,7 +106,7 @@ def test_prometheus_scrapes_the_broker_with_the_dashboards_job():
     )
     scrape = yaml.safe_load((ROOT / "docker" / "prometheus" / "prometheus.yml").read_text())
     (job,) = scrape["scrape_configs"]
-    broker_port = _overrides(config["services"]["broker"]["command"])["metrics.listener"]
+    broker_port = command_overrides(config["services"]["broker"]["command"])["metrics.listener"]
     assert job["job_name"] == "chronolog"  # the job the dashboards select
     assert job["static_configs"] == [{"targets": [f"broker:{broker_port.rsplit(':', 1)[1]}"]}]
 
@@ -145,7 +122,7 @@ def test_secure_broker_is_sasl_ssl_with_certificates_made_at_start():
     command = secure["command"]
     loaded = load_config(
         str(ROOT / command[command.index("--config") + 1].removeprefix("/app/")),
-        [f"{k}={v}" for k, v in _overrides(command).items()],
+        [f"{k}={v}" for k, v in command_overrides(command).items()],
     )
     by_name = {listener.name: listener for listener in loaded.listeners}
     sasl_ssl = by_name["SASL_SSL"]

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import subprocess
+import sys
 import time
 import uuid
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
+
+from tests.conftest import REPO
 
 
 def topic_name(prefix: str = "t") -> str:
@@ -68,6 +73,18 @@ def kp_consume_all(
         consumer.close()
 
 
+def ck_poll_values(consumer, count: int, timeout_s: float = 30.0) -> list[bytes]:
+    """The values of the first ``count`` messages a confluent-kafka consumer polls (error
+    events skipped: librdkafka retries), fewer when ``timeout_s`` passes first."""
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            got.append(message.value())
+    return got
+
+
 def kcat_offset_for(bootstrap: str, topic: str, timestamp: int, options=()) -> int:
     """kcat -Q's offset of the first message of partition 0 at or after ``timestamp`` (-1 when
     none is that late); ``options`` are more kcat arguments (-X settings)."""
@@ -80,3 +97,24 @@ def kcat_offset_for(bootstrap: str, topic: str, timestamp: int, options=()) -> i
     ).stdout
     # "<topic> [0] offset <n>"
     return int(out.split("offset")[1].split()[0])
+
+
+def dump_log_verify(
+    log_dir: str, topic: str, suffixes: tuple[str, ...] = (".log", ".index", ".timeindex")
+) -> list[str]:
+    """Assert that ``chronolog dump-log --verify`` finds the files of ``topic``'s partitions
+    ending in ``suffixes`` sound; returns them."""
+    files = sorted(
+        path
+        for suffix in suffixes
+        for path in glob.glob(os.path.join(log_dir, f"{topic}-*", f"*{suffix}"))
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "broker", "dump-log", "--verify", *files],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return files

@@ -192,31 +192,12 @@ def test_configs_describe_and_alter(broker_factory, capsys):
         "=5000000, DEFAULT_CONFIG:log.segment.bytes=1073741824}" in lines
     )
     assert any(line.startswith("  cleanup.policy=delete,compact ") for line in lines)
-    code, out, _ = run(
-        capsys,
-        broker,
-        "configs",
-        "alter",
-        "--entity-type",
-        "topics",
-        "--entity-name",
-        topic,
-        "--delete-config",
-        "retention.ms",
-    )
+    delete_retention = (
+        f"configs alter --entity-type topics --entity-name {topic} --delete-config retention.ms"
+    ).split()
+    code, out, _ = run(capsys, broker, *delete_retention)
     assert (code, out) == (0, f"Completed updating config for topic {topic}.\n")
-    code, _, err = run(
-        capsys,
-        broker,
-        "configs",
-        "alter",
-        "--entity-type",
-        "topics",
-        "--entity-name",
-        topic,
-        "--delete-config",
-        "retention.ms",
-    )
+    code, _, err = run(capsys, broker, *delete_retention)  # nothing left to delete
     assert code == 1 and "Invalid config(s): retention.ms" in err and broker.bootstrap in err
     code, _, err = run(
         capsys,

@@ -12,16 +12,19 @@ import glob
 import json
 import os
 import random
-import subprocess
-import sys
 import time
 
 import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer, TopicPartition
 
-from tests.conftest import REPO
-from tests.integration.clients import create_topic, kcat_offset_for, kp_consume_all, topic_name
+from tests.integration.clients import (
+    create_topic,
+    dump_log_verify,
+    kcat_offset_for,
+    kp_consume_all,
+    topic_name,
+)
 
 BASE_TS = 1_700_000_000_000
 SPREAD_MS = 500_000  # keyed records' timestamps; segment.ms is longer, so only size rolls
@@ -161,22 +164,6 @@ def test_compacted_topic_keeps_the_newest_value_per_key(broker_factory, codec, m
         consumer.close()
 
 
-def dump_verify(log_dir: str, topic: str) -> None:
-    files = sorted(
-        glob.glob(os.path.join(log_dir, f"{topic}-*", "*.log"))
-        + glob.glob(os.path.join(log_dir, f"{topic}-*", "*.index"))
-        + glob.glob(os.path.join(log_dir, f"{topic}-*", "*.timeindex"))
-    )
-    r = subprocess.run(
-        [sys.executable, "-m", "broker", "dump-log", "--verify", *files],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-
-
 def wait_for_event(broker, event: str, topic: str, count: int, timeout_s: float = 30) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -261,4 +248,4 @@ def assert_recovered_files_sound(log_dir: str, topic: str) -> None:
         os.path.join(directory, "*.swap")
     )
     assert leftovers == []
-    dump_verify(log_dir, topic)
+    dump_log_verify(log_dir, topic)

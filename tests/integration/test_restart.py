@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 from protocol import ApiKey
-from tests.conftest import REPO
-from tests.integration.clients import create_topic, kp_consume_all, topic_name
+from tests.integration.clients import create_topic, dump_log_verify, kp_consume_all, topic_name
 from tests.integration.kafka_wire import WireClient, message_set, produce
 from tests.integration.kafka_wire import create_topic as wire_create_topic
 
@@ -70,19 +66,7 @@ def test_kill9_mid_produce_keeps_every_acknowledged_message(broker_factory):
         assert missing == [], f"partition {partition}: acknowledged offsets lost: {missing[:10]}"
     b.stop()
 
-    indexes = sorted(
-        glob.glob(os.path.join(b.log_dir, f"{topic}-*", "*.index"))
-        + glob.glob(os.path.join(b.log_dir, f"{topic}-*", "*.timeindex"))
-    )
-    assert len(indexes) > 4
-    r = subprocess.run(
-        [sys.executable, "-m", "broker", "dump-log", "--verify", *indexes],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert len(dump_log_verify(b.log_dir, topic, (".index", ".timeindex"))) > 4
 
 
 def test_clean_restart_needs_no_recovery_and_keeps_state(broker_factory):

@@ -28,7 +28,7 @@ from confluent_kafka.admin import (
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
-from clients import topic_name
+from clients import ck_poll_values, topic_name
 from kafka_wire import WireClient, fetch_partition, message_set, produce
 from protocol import ApiKey
 from security_helpers import (
@@ -300,12 +300,7 @@ def test_group_permissions_and_commits(acl_broker):
     consumer = Consumer({**settings, "enable.auto.commit": False})
     try:
         consumer.subscribe([topic])
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < 5 and time.monotonic() < deadline:
-            message = consumer.poll(1)
-            if message is not None and message.error() is None:
-                got.append(message.value())
+        got = ck_poll_values(consumer, 5)
         assert got == [b"m%d" % i for i in range(5)]
         consumer.commit(asynchronous=False)
         [committed] = consumer.committed([CkTopicPartition(topic, 0)], timeout=10)

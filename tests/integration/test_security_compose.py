@@ -10,7 +10,7 @@ import os
 import socket
 import ssl
 import subprocess
-import time
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Producer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
-from clients import topic_name
+from clients import ck_poll_values, topic_name
 
 BOOTSTRAP = os.environ.get("CHRONOLOG_SECURE_BOOTSTRAP")
 pytestmark = pytest.mark.skipif(
@@ -58,11 +58,7 @@ def test_kafka_python_over_sasl_ssl(credentials):
         consumer_timeout_ms=15000,
         **settings,
     )
-    got = []
-    for message in consumer:
-        got.append(message.value)
-        if len(got) == 10:
-            break
+    got = [message.value for message in islice(consumer, 10)]
     consumer.commit()
     assert consumer.committed(TopicPartition(topic, 0)) == 10
     consumer.close()
@@ -85,12 +81,7 @@ def test_confluent_kafka_and_kcat_over_sasl_ssl(credentials):
     assert producer.flush(30) == 0
     consumer = Consumer({**conf, "group.id": topic_name("g"), "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
-    got = []
-    deadline = time.monotonic() + 30
-    while len(got) < 5 and time.monotonic() < deadline:
-        message = consumer.poll(1)
-        if message is not None and message.error() is None:
-            got.append(message.value())
+    got = ck_poll_values(consumer, 5)
     consumer.close()
     assert got == [b"c%d" % i for i in range(5)]
     options = [arg for key, value in conf.items() for arg in ("-X", f"{key}={value}")]

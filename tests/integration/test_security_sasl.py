@@ -13,6 +13,7 @@ import re
 import struct
 import subprocess
 import time
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from confluent_kafka.admin import (
 )
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from clients import kcat_offset_for, topic_name
+from clients import ck_poll_values, kcat_offset_for, topic_name
 from kafka_wire import WireClient
 from protocol import ApiKey
 from security_helpers import (
@@ -147,11 +148,7 @@ def test_kafka_python(sasl_broker, pki, protocol, mechanism):
         consumer_timeout_ms=15000,
         **kw,
     )
-    got = []
-    for message in consumer:
-        got.append(message.value)
-        if len(got) == MESSAGES:
-            break
+    got = [message.value for message in islice(consumer, MESSAGES)]
     tp = TopicPartition(topic, 0)
     consumer.commit()
     assert consumer.committed(tp) == MESSAGES
@@ -179,12 +176,7 @@ def test_confluent_kafka(sasl_broker, pki, protocol, mechanism):
     )
     try:
         consumer.subscribe([topic])
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < MESSAGES and time.monotonic() < deadline:
-            message = consumer.poll(1)
-            if message is not None and message.error() is None:
-                got.append(message.value())
+        got = ck_poll_values(consumer, MESSAGES)
         assert got == [b"m%d" % i for i in range(MESSAGES)]
         consumer.commit(asynchronous=False)
         [committed] = consumer.committed([CkTopicPartition(topic, 0)], timeout=10)

@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -72,12 +73,7 @@ def produce_consume_kafka_python(bootstrap: str, settings: dict, topic: str, cou
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
         consumer.seek_to_beginning(tp)
-        got = []
-        for message in consumer:
-            got.append(message.value)
-            if len(got) == count:
-                break
-        return got
+        return [message.value for message in islice(consumer, count)]
     finally:
         consumer.close()
 
@@ -139,11 +135,7 @@ def test_large_fetch_over_tls_is_sent_as_bytes(secure_broker, pki):
     )
     consumer.assign([TopicPartition(topic, 0)])
     consumer.seek_to_beginning(TopicPartition(topic, 0))
-    got = []
-    for message in consumer:
-        got.append(message.value)
-        if len(got) == len(values):
-            break
+    got = [message.value for message in islice(consumer, len(values))]
     consumer.close()
     assert got == values
 

@@ -421,7 +421,12 @@ def test_retention_deletes_only_under_the_delete_policy(tmp_path, clock):
     assert log.delete_expired_segments(clock.now + 2 * DAY) == 1
 
 
-def test_checkpoint_file_is_kafkas_and_survives_a_restart(tmp_path, clock):
+@pytest.mark.parametrize(
+    "delete",
+    [lambda m: m.delete_topic("t"), lambda m: m.delete_log("t", 0)],
+    ids=["delete_topic", "delete_log"],
+)
+def test_checkpoint_file_is_kafkas_and_survives_a_restart(tmp_path, clock, delete):
     config = LogConfig(cleanup_policy="compact", file_delete_delay_ms=0)
     manager = LogManager([str(tmp_path)], lambda topic: config, clock)
     manager.startup()
@@ -443,12 +448,14 @@ def test_checkpoint_file_is_kafkas_and_survives_a_restart(tmp_path, clock):
     log.truncate_to(1)
     assert log.first_dirty_offset == log.log_end_offset == 0  # offset 0 was cleaned away
     assert read_checkpoint(path) == {("t", 0): 0}
-    manager.delete_topic("t")
+    delete(manager)
     assert read_checkpoint(path) == {}
     manager.shutdown()
 
 
-def test_a_cleaning_is_dropped_when_the_log_is_truncated_meanwhile(tmp_path, clock):
+def mapped_job(tmp_path, clock) -> tuple[Log, CleaningJob]:
+    """A log of 20 sets over 3 keys in several segments, and a cleaning of it (registered with
+    a CleanerManager of its own) whose offset map is built."""
     log = open_log(tmp_path, clock, segment_bytes=200)
     for i in range(20):
         append(log, clock, [(b"k%d" % (i % 3), b"v%d" % i)])
@@ -457,6 +464,11 @@ def test_a_cleaning_is_dropped_when_the_log_is_truncated_meanwhile(tmp_path, clo
     manager = CleanerManager()
     job = CleaningJob(plan, Cleaner(MIB), manager, manager.begin(plan.key), clock.now)
     job.build_offset_map()
+    return log, job
+
+
+def test_a_cleaning_is_dropped_when_the_log_is_truncated_meanwhile(tmp_path, clock):
+    log, job = mapped_job(tmp_path, clock)
     cleaned = job.clean_group(job.groups[0])
     assert any(n.endswith(".cleaned") for n in os.listdir(log.directory))
     log.truncate_to(10)  # under the lock, between the cleaning and its swap
@@ -474,22 +486,15 @@ def test_a_cleaning_is_dropped_when_the_log_is_truncated_meanwhile(tmp_path, clo
 
 
 def test_aborted_cleaning_stops_and_removes_its_files(tmp_path, clock):
-    log = open_log(tmp_path, clock, segment_bytes=200)
-    for i in range(20):
-        append(log, clock, [(b"k%d" % (i % 3), b"v%d" % i)])
-    log.roll()
-    plan = plan_cleaning(log, clock.now)
-    manager = CleanerManager()
-    progress = manager.begin(plan.key)
-    job = CleaningJob(plan, Cleaner(MIB), manager, progress, clock.now)
-    job.build_offset_map()
-    manager.abort_and_wait(plan.key)
+    log, job = mapped_job(tmp_path, clock)
+    manager, key = job.manager, job.plan.key
+    manager.abort_and_wait(key)
     with pytest.raises(CleaningAbortedError):
         job.clean_group(job.groups[0])
     assert not any(n.endswith(".cleaned") for n in os.listdir(log.directory))
-    assert manager.begin(plan.key) is None  # still running until end()
-    manager.end(plan.key)
-    assert manager.begin(plan.key) is not None
+    assert manager.begin(key) is None  # still running until end()
+    manager.end(key)
+    assert manager.begin(key) is not None
 
 
 def test_offset_of_max_timestamp_and_search_after_cleaning(tmp_path, clock):

@@ -260,22 +260,20 @@ class CleanerMachine(RuleBasedStateMachine):
 
     @rule()
     def reopen_clean(self):
-        self.log.close()
-        self.log = Log(
-            self.log.directory,
-            self.config,
-            clock=self.clock,
-            needs_recovery=False,
-            first_dirty_offset=self.log.first_dirty_offset,
-        )
+        self._reopen(recover=False)
 
     @rule()
     def crash(self):
         self._reopen(recover=True)
 
     def _reopen(self, *, recover: bool) -> None:
+        """Open the log again after a clean close, or (``recover``) after a crash: abandoned,
+        then recovered."""
         first_dirty = self.log.first_dirty_offset
-        self.log.abandon()
+        if recover:
+            self.log.abandon()
+        else:
+            self.log.close()
         self.log = Log(
             self.log.directory,
             self.config,

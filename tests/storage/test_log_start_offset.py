@@ -130,14 +130,19 @@ def test_checkpoint_survives_clean_restart_and_unreadable_file_falls_back(tmp_pa
     m.shutdown()
 
 
-def test_deleting_a_topic_forgets_its_start_offset(tmp_path, clock):
+@pytest.mark.parametrize(
+    "delete",
+    [lambda m: m.delete_topic("t"), lambda m: m.delete_log("t", 0)],
+    ids=["delete_topic", "delete_log"],
+)
+def test_deleting_a_log_forgets_its_start_offset(tmp_path, clock, delete):
     m = manager(tmp_path, clock)
     m.startup()
     log = m.create_log("t", 0)
     log.append(validated(log, [1, 2, 3]))
     log.increment_log_start_offset(2)
     m.checkpoint_log_start_offsets()
-    m.delete_topic("t")
+    delete(m)
     assert (tmp_path / "d1" / "log-start-offset-checkpoint").read_text().splitlines() == [
         "0",
         "0",
