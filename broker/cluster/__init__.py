@@ -7,8 +7,9 @@
   acks=all waits.
 - :mod:`.fetcher`: followers' fetchers, with leader-epoch truncation (KIP-101/279).
 - :mod:`.metadata`: the metadata cache and the cluster's Metadata answers.
-- :mod:`.handlers`: the inter-broker apis and the cluster's CreateTopics / DeleteTopics.
-- :mod:`.assignment`: replica assignment for new topics (rack-aware).
+- :mod:`.handlers`: the inter-broker apis and the cluster's CreateTopics / DeleteTopics /
+  CreatePartitions.
+- :mod:`.assignment`: replica assignment for new topics and partitions (rack-aware).
 
 :class:`Cluster` ties them together as ``ctx.cluster`` (None for a single broker: then nothing
 here runs and the request paths check nothing more).
@@ -159,11 +160,15 @@ class Cluster:
         """Read ``name`` from ZooKeeper into ``ctx.topics`` again (False when it is gone)."""
         return await self._register_topic(self.ctx.topics, name) is not None
 
-    async def ensure_topic(self, name: str) -> bool:
-        """Make sure ``ctx.topics`` knows ``name`` as ZooKeeper has it now."""
-        if name in self.ctx.topics:
+    async def ensure_topic(self, name: str, partition: int) -> bool:
+        """Make sure ``ctx.topics`` knows ``name`` with ``partition`` (read from ZooKeeper
+        again when not: a new topic, or partitions added)."""
+        known = self.ctx.topics.get(name)
+        if known is not None and partition < known.partitions:
             return True
-        return await self._register_topic(self.ctx.topics, name) is not None
+        await self.refresh_topic(name)
+        known = self.ctx.topics.get(name)
+        return known is not None and partition < known.partitions
 
     def attach(self, ctx) -> None:
         self.ctx = ctx
