@@ -3,9 +3,10 @@
 One broker at a time is the controller: the one whose ephemeral ``/controller`` node exists
 (broker/cluster/__init__.py elects it). It runs one trio task that handles events in order:
 ZooKeeper watches (brokers joining and leaving, topics created, partitions added to a topic,
-topics to delete, ISR changes reported by leaders) and requests forwarded by the broker
-(ControlledShutdown, ElectLeaders, partition reassignments). It decides leaders and ISRs, writes
-them to ZooKeeper and tells the brokers with LeaderAndIsr, UpdateMetadata and StopReplica.
+topics to delete, ISR changes reported by leaders), config changes this broker applied, and
+requests forwarded by the broker (ControlledShutdown, ElectLeaders, partition reassignments). It
+decides leaders and ISRs, writes them to ZooKeeper and tells the brokers with LeaderAndIsr,
+UpdateMetadata and StopReplica.
 
 Fencing: every partition-state write is a ZooKeeper transaction that also checks the version
 of ``/controller_epoch`` as this controller set it, so a controller that lost its place cannot
@@ -205,6 +206,7 @@ class Controller:
             "brokers": self._on_brokers,
             "topics": self._on_topics,
             "partitions": self._on_partitions,
+            "configs_changed": self._on_configs_changed,
             "isr_changes": self._on_isr_changes,
             "delete_topics": self._on_delete_topics,
             "controlled_shutdown": self._on_controlled_shutdown,
@@ -682,6 +684,26 @@ class Controller:
                 assignment={p: list(r) for p, r in sorted(added.items())},
             )
         changed = await self._start_partitions(name)
+        if changed:
+            self.send_leader_and_isr_for(changed)
+            self.send_update_metadata()
+
+    async def _on_configs_changed(self, name: str | None) -> None:
+        """A topic's configs (``name``) or the dynamic broker configs (None: every topic)
+        changed: unclean.leader.election.enable is read again, and partitions without a
+        leader get one where it is now allowed (Kafka's enableTopicUncleanLeaderElection)."""
+        names = [name] if name is not None else list(self.assignments)
+        allowed = []
+        for topic in names:
+            if topic not in self.assignments:
+                continue
+            was = self.unclean.get(topic, False)
+            self.unclean[topic] = await self._unclean_enabled(topic)
+            if self.unclean[topic] and not was:
+                allowed.append(topic)
+        if not allowed:
+            return
+        changed = await self._elect_offline([k for k in self.states if k[0] in allowed])
         if changed:
             self.send_leader_and_isr_for(changed)
             self.send_update_metadata()
