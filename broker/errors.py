@@ -20,3 +20,9 @@ the connection loop logs as one."""
 class StartupError(Exception):
     """Raised at start-up when a log directory's persisted state contradicts the configuration
     (e.g. meta.properties names another broker.id) or cannot be read."""
+
+
+class ClusterStateError(Exception):
+    """Raised in a cluster when ZooKeeper cannot be read or written (unreachable, session
+    lost); the message says what failed. The change may be only partly written (its config but
+    not the notification the other brokers follow): retrying it completes it."""

@@ -150,12 +150,15 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
 
 
 async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
-    """open_context for a broker in a cluster (zookeeper.connect): the cluster id and the
-    topics come from ZooKeeper (broker/cluster/), before the logs load so each gets its topic's
-    configs; logs are not created here (the controller's LeaderAndIsr does that)."""
+    """open_context for a broker in a cluster (zookeeper.connect): the cluster id, the dynamic
+    broker configs and the topics come from ZooKeeper (broker/cluster/), before the logs load so
+    each gets its topic's configs; logs are not created here (the controller's LeaderAndIsr does that)."""
     cluster = Cluster(config)
     cluster_id = await cluster.connect()
     await trio.to_thread.run_sync(load_or_create_meta, config, cluster_id)
+    dynamic = DynamicConfigs(config)
+    cluster_default, own = await cluster.config_changes.read_broker_configs()
+    config = dynamic.adopt_stored(cluster_default, own, "ZooKeeper /config/brokers")
     registry = TopicRegistry(config)  # in memory: ZooKeeper holds the topics
     await cluster.load_topics(registry)
 
@@ -166,6 +169,7 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
     manager = LogManager(list(config.log_dirs), config_for_topic, wall_clock_ms)
     await trio.to_thread.run_sync(manager.startup)
     ctx = BrokerContext(config, cluster_id, manager, registry)
+    ctx.dynamic_configs = dynamic
     cluster.attach(ctx)
     ctx.producer_ids = ZkProducerIdManager(cluster.zk, config.broker_id)
     for log in manager.all_logs():

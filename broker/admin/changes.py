@@ -3,10 +3,15 @@ broker configs, partitions added to a topic.
 
 Each change is judged completely before anything is written (ConfigError, naming the key; and
 the ``*Error`` classes below), then persisted (the topic registry or the dynamic config file,
-atomically) and only then applied to the running logs, each under its partition lock, so later
-appends, rolls, flushes and retention passes use it without a restart. A failed write (a full
-disk) leaves the broker as it was and propagates the OSError. Changes are serialised by the
-context's admin lock, which topic creation and deletion take too.
+atomically; in a cluster ZooKeeper, with a change notification for the other brokers) and only
+then applied to the running logs, each under its partition lock, so later appends, rolls,
+flushes and retention passes use it without a restart. A failed write (a full disk, ZooKeeper
+unreachable) leaves the broker as it was and propagates the OSError or
+broker.errors.ClusterStateError. Changes are serialised by the context's admin lock, which topic
+creation and deletion take too.
+
+In a cluster, :func:`adopt_topic_overrides` and :func:`adopt_dynamic_broker_configs` apply what
+another broker wrote to ZooKeeper (broker/cluster/config_changes.py follows the notifications).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Mapping
 import structlog
 import trio
 
+from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.topics import Topic
 
@@ -31,7 +37,7 @@ class PartitionCountError(Exception):
     (Kafka's INVALID_PARTITIONS); ``str(exc)`` is Kafka's message."""
 
 
-async def _apply(ctx: BrokerContext, topics: list[Topic]) -> None:
+async def apply_topic_settings(ctx: BrokerContext, topics: list[Topic]) -> None:
     """Give every partition log of ``topics`` its topic's current settings."""
     for topic in topics:
         for p in range(topic.partitions):
@@ -52,13 +58,17 @@ async def set_topic_overrides(
         new = ctx.topics.make_topic(name, old.partitions, overrides, topic_id=old.topic_id)
         if validate_only:
             return new
-        ctx.topics.put(new)
-        try:
-            await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
-        except BaseException:
-            ctx.topics.put(old)
-            raise
-        await _apply(ctx, [new])
+        if ctx.cluster is not None:
+            await ctx.cluster.config_changes.save_topic_config(name, new.overrides)
+            ctx.topics.put(new)
+        else:
+            ctx.topics.put(new)
+            try:
+                await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
+            except BaseException:
+                ctx.topics.put(old)
+                raise
+        await apply_topic_settings(ctx, [new])
     logger.info(
         "topic configs changed",
         topic=name,
@@ -66,6 +76,30 @@ async def set_topic_overrides(
         before=dict(old.overrides),
     )
     return new
+
+
+async def adopt_topic_overrides(
+    ctx: BrokerContext, name: str, overrides: Mapping[str, str]
+) -> None:
+    """In a cluster: make ``overrides``, read from ZooKeeper, the topic's overrides here and
+    apply them to its running logs (a topic this broker does not know is left alone: it reads
+    the configs when it learns of the topic). Raises ConfigError."""
+    async with ctx.admin_lock:
+        old = ctx.topics.get(name)
+        if old is None:
+            return
+        new = ctx.topics.make_topic(name, old.partitions, overrides, topic_id=old.topic_id)
+        ctx.topics.put(new)
+        # Applied even when the registry already had them: an UpdateMetadata may have read
+        # the topic again from ZooKeeper without touching the logs.
+        await apply_topic_settings(ctx, [new])
+    if dict(new.overrides) != dict(old.overrides):
+        logger.info(
+            "topic configs changed in the cluster",
+            topic=name,
+            configs=dict(new.overrides),
+            before=dict(old.overrides),
+        )
 
 
 async def set_dynamic_broker_configs(
@@ -83,15 +117,12 @@ async def set_dynamic_broker_configs(
         topics = ctx.topics.rebuilt(config)
         if validate_only:
             return
-        await trio.to_thread.run_sync(dynamic.save, dynamic.snapshot(cluster_default, own))
+        if ctx.cluster is not None:
+            await ctx.cluster.config_changes.save_broker_configs(layer, per_broker=per_broker)
+        else:
+            await trio.to_thread.run_sync(dynamic.save, dynamic.snapshot(cluster_default, own))
         before = dict(dynamic.per_broker if per_broker else dynamic.cluster_default)
-        dynamic.replace(cluster_default, own)
-        changed = [
-            t for t in topics.values() if (old := ctx.topics.get(t.name)) and old.config != t.config
-        ]
-        ctx.config = config
-        ctx.topics.use_config(config, topics)
-        await _apply(ctx, changed)
+        changed = await _use_layers(ctx, cluster_default, own, config, topics)
     logger.info(
         "dynamic broker configs changed",
         level=f"broker {ctx.config.broker_id}" if per_broker else "cluster-wide default",
@@ -99,6 +130,62 @@ async def set_dynamic_broker_configs(
         before=before,
         topics_changed=len(changed),
     )
+
+
+async def adopt_dynamic_broker_configs(
+    ctx: BrokerContext,
+    *,
+    cluster_default: Mapping[str, str] | None = None,
+    per_broker: Mapping[str, str] | None = None,
+) -> None:
+    """In a cluster: make the layer given (read from ZooKeeper; None: keep the current one)
+    this broker's, as :func:`set_dynamic_broker_configs` does after persisting. Entries that do
+    not validate are left out (logged). Raises ConfigError when the layers do not combine."""
+    async with ctx.admin_lock:
+        dynamic = ctx.dynamic_configs
+        default = (
+            dynamic.cluster_default
+            if cluster_default is None
+            else dynamic.usable(cluster_default, per_broker=False)
+        )
+        own = (
+            dynamic.per_broker
+            if per_broker is None
+            else dynamic.usable(per_broker, per_broker=True)
+        )
+        if (default, own) == (dynamic.cluster_default, dynamic.per_broker):
+            return
+        config = dynamic.effective(ctx.config, default, own)
+        topics = ctx.topics.rebuilt(config)
+        before = (dict(dynamic.cluster_default), dict(dynamic.per_broker))
+        changed = await _use_layers(ctx, default, own, config, topics)
+    logger.info(
+        "dynamic broker configs changed in the cluster",
+        cluster_default=default,
+        broker=own,
+        before_cluster_default=before[0],
+        before_broker=before[1],
+        topics_changed=len(changed),
+    )
+
+
+async def _use_layers(
+    ctx: BrokerContext,
+    cluster_default: Mapping[str, str],
+    own: Mapping[str, str],
+    config: BrokerConfig,
+    topics: Mapping[str, Topic],
+) -> list[Topic]:
+    """Adopt persisted dynamic layers: the broker's config, every topic re-resolved, the logs
+    of those whose effective config changed updated (returned). Under the admin lock."""
+    ctx.dynamic_configs.replace(cluster_default, own)
+    changed = [
+        t for t in topics.values() if (old := ctx.topics.get(t.name)) and old.config != t.config
+    ]
+    ctx.config = config
+    ctx.topics.use_config(config, topics)
+    await apply_topic_settings(ctx, changed)
+    return changed
 
 
 async def add_partitions(

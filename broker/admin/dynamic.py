@@ -1,11 +1,14 @@
 """The broker's dynamic configs (KIP-226): cluster-wide defaults and this broker's own values of
 the properties Kafka lets AlterConfigs change at run time (:data:`DYNAMIC_BROKER_KEYS`).
 
-Persisted as JSON in ``<first log dir>/chronolog-broker-configs.json`` (``{"version": 1,
-"cluster_default": {...}, "brokers": {"<broker id>": {...}}}``), replaced atomically (tmp file,
-fsync, rename, directory fsync), so a crash leaves the old or the new file, never a torn one. At
-start-up they are laid over the static properties before any topic or log is loaded, so the
-effective configuration is the same after a restart as before it.
+A single broker persists them as JSON in ``<first log dir>/chronolog-broker-configs.json``
+(``{"version": 1, "cluster_default": {...}, "brokers": {"<broker id>": {...}}}``), replaced
+atomically (tmp file, fsync, rename, directory fsync), so a crash leaves the old or the new file,
+never a torn one. At start-up they are laid over the static properties before any topic or log
+is loaded, so the effective configuration is the same after a restart as before it. A broker in
+a cluster keeps them in ZooKeeper instead (``/config/brokers/<default>`` and
+``/config/brokers/<id>``, as Kafka; broker/cluster/config_changes.py) and adopts them with
+:meth:`DynamicConfigs.adopt_stored`.
 
 Not thread-safe: the broker changes it on the trio thread under its admin lock and runs the file
 write in a worker thread.
@@ -18,10 +21,14 @@ import json
 import os
 from collections.abc import Mapping
 
+import structlog
+
 from broker.admin.configs import DYNAMIC_BROKER_KEYS, BrokerLayers
 from broker.config import BROKER_KEYS, BrokerConfig, ConfigError
 from broker.errors import StartupError
 from storage.durable import write_atomically
+
+logger = structlog.get_logger(__name__)
 
 DYNAMIC_CONFIG_FILE = "chronolog-broker-configs.json"
 
@@ -70,6 +77,44 @@ class DynamicConfigs:
             raise StartupError(
                 f"dynamic broker configs {self.path}: {exc}; fix or remove the entry"
             ) from exc
+
+    def adopt_stored(
+        self, cluster_default: Mapping[str, str], per_broker: Mapping[str, str], source: str
+    ) -> BrokerConfig:
+        """At a cluster broker's start: take the layers stored at ``source`` (ZooKeeper) and
+        return the static config with them laid over. Like Kafka's DynamicBrokerConfig, what
+        does not validate is left out with an error logged, rather than stopping the broker:
+        the layers are shared and a broker that does not start could not fix them."""
+        self.cluster_default = self.usable(cluster_default, per_broker=False)
+        self.per_broker = self.usable(per_broker, per_broker=True)
+        try:
+            return self.effective(self.static)
+        except ConfigError as exc:
+            logger.error(
+                "dynamic broker configs do not combine with server.properties; ignoring them",
+                source=source,
+                error=str(exc),
+                action="fix them with kafka-configs.sh or chronolog configs",
+            )
+            self.cluster_default, self.per_broker = {}, {}
+            return self.static
+
+    def usable(self, values: Mapping[str, str], *, per_broker: bool) -> dict[str, str]:
+        """``values`` read from a shared store, validated (:meth:`validate`) without the
+        entries that do not pass, each logged."""
+        kept: dict[str, str] = {}
+        for name, raw in values.items():
+            try:
+                kept.update(self.validate({name: raw}, per_broker=per_broker))
+            except (ConfigError, NotDynamicError) as exc:
+                logger.error(
+                    "ignoring a stored dynamic broker config",
+                    config=name,
+                    level="broker" if per_broker else "cluster-wide default",
+                    reason=str(exc),
+                    action="fix or delete it with kafka-configs.sh or chronolog configs",
+                )
+        return kept
 
     def layers(self, cluster_default=None, per_broker=None) -> BrokerLayers:
         """The layers DescribeConfigs reports (optionally with a proposed dynamic layer)."""

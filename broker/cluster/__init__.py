@@ -7,8 +7,11 @@
   acks=all waits.
 - :mod:`.fetcher`: followers' fetchers, with leader-epoch truncation (KIP-101/279).
 - :mod:`.metadata`: the metadata cache and the cluster's Metadata answers.
-- :mod:`.handlers`: the inter-broker apis and the cluster's CreateTopics / DeleteTopics.
-- :mod:`.assignment`: replica assignment for new topics (rack-aware).
+- :mod:`.handlers`: the inter-broker apis and the cluster's CreateTopics / DeleteTopics /
+  CreatePartitions.
+- :mod:`.assignment`: replica assignment for new topics and partitions (rack-aware).
+- :mod:`.config_changes`: topic and dynamic broker configs in ZooKeeper, and the change
+  notifications every broker follows.
 
 :class:`Cluster` ties them together as ``ctx.cluster`` (None for a single broker: then nothing
 here runs and the request paths check nothing more).
@@ -24,10 +27,10 @@ Concurrency rules (next to broker/context.py's):
 - Log calls take the partition lock like every handler's; a follower's append or truncation
   also checks, under that lock, that its fetcher still owns the partition at that leader epoch.
 
-Start-up order (Kafka's KafkaServer.startup): connect to ZooKeeper and read the cluster id and
-the topics (:meth:`Cluster.connect`, before the logs are loaded, so they get their topics'
-configs), load the logs, open the listener, then register ``/brokers/ids/<id>`` and take part in
-the controller election (:meth:`Cluster.start`).
+Start-up order (Kafka's KafkaServer.startup): connect to ZooKeeper and read the cluster id, the
+dynamic broker configs and the topics (:meth:`Cluster.connect`, before the logs are loaded, so
+they get their topics' configs), load the logs, open the listener, then follow config changes,
+register ``/brokers/ids/<id>`` and take part in the controller election (:meth:`Cluster.start`).
 """
 
 from __future__ import annotations
@@ -40,8 +43,10 @@ import structlog
 import trio
 from kazoo.exceptions import KazooException, NodeExistsError
 
+from broker.admin.changes import apply_topic_settings
 from broker.cluster.assignment import AssignmentError, assign_replicas
 from broker.cluster.channel import BrokerChannel, ChannelError
+from broker.cluster.config_changes import ConfigChanges
 from broker.cluster.controller import Controller
 from broker.cluster.fetcher import FetcherManager
 from broker.cluster.groups import CoordinatorPlacement
@@ -101,6 +106,7 @@ class Cluster:
         self._nursery: trio.Nursery | None = None
         self.replicas: ReplicaManager = None  # type: ignore[assignment]
         self.fetchers: FetcherManager = None  # type: ignore[assignment]
+        self.config_changes = ConfigChanges(self)
 
     # -- start-up ----------------------------------------------------------------------------
     async def connect(self) -> str:
@@ -156,14 +162,25 @@ class Cluster:
         return topic
 
     async def refresh_topic(self, name: str) -> bool:
-        """Read ``name`` from ZooKeeper into ``ctx.topics`` again (False when it is gone)."""
-        return await self._register_topic(self.ctx.topics, name) is not None
+        """Read ``name`` from ZooKeeper into ``ctx.topics`` again (False when it is gone); its
+        running logs get its configs as read."""
+        old = self.ctx.topics.get(name)
+        topic = await self._register_topic(self.ctx.topics, name)
+        if topic is None:
+            return False
+        if old is not None and old.config != topic.config:
+            await apply_topic_settings(self.ctx, [topic])
+        return True
 
-    async def ensure_topic(self, name: str) -> bool:
-        """Make sure ``ctx.topics`` knows ``name`` as ZooKeeper has it now."""
-        if name in self.ctx.topics:
+    async def ensure_topic(self, name: str, partition: int) -> bool:
+        """Make sure ``ctx.topics`` knows ``name`` with ``partition`` (read from ZooKeeper
+        again when not: a new topic, or partitions added)."""
+        known = self.ctx.topics.get(name)
+        if known is not None and partition < known.partitions:
             return True
-        return await self._register_topic(self.ctx.topics, name) is not None
+        await self.refresh_topic(name)
+        known = self.ctx.topics.get(name)
+        return known is not None and partition < known.partitions
 
     def attach(self, ctx) -> None:
         self.ctx = ctx
@@ -184,6 +201,7 @@ class Cluster:
         self.fetchers.start(nursery)
         self.replicas.start(nursery)
         self.groups.start(nursery)
+        self.config_changes.start(nursery)
         await self._register()
         nursery.start_soon(self._elect)
 
@@ -254,6 +272,7 @@ class Cluster:
         except (KazooException, StartupError) as exc:
             logger.error("cannot register again after the session expired", error=repr(exc))
         self._controller_changed.set()
+        self.config_changes.wake()  # its watch went with the old session
 
     # -- controller election -----------------------------------------------------------------
     async def _elect(self) -> None:

@@ -2,10 +2,11 @@
 
 One broker at a time is the controller: the one whose ephemeral ``/controller`` node exists
 (broker/cluster/__init__.py elects it). It runs one trio task that handles events in order:
-ZooKeeper watches (brokers joining and leaving, topics created, topics to delete, ISR changes
-reported by leaders) and requests forwarded by the broker (ControlledShutdown, ElectLeaders,
-partition reassignments). It decides leaders and ISRs, writes them to ZooKeeper and tells the
-brokers with LeaderAndIsr, UpdateMetadata and StopReplica.
+ZooKeeper watches (brokers joining and leaving, topics created, partitions added to a topic,
+topics to delete, ISR changes reported by leaders), config changes this broker applied, and
+requests forwarded by the broker (ControlledShutdown, ElectLeaders, partition reassignments). It
+decides leaders and ISRs, writes them to ZooKeeper and tells the brokers with LeaderAndIsr,
+UpdateMetadata and StopReplica.
 
 Fencing: every partition-state write is a ZooKeeper transaction that also checks the version
 of ``/controller_epoch`` as this controller set it, so a controller that lost its place cannot
@@ -204,6 +205,8 @@ class Controller:
         handler = {
             "brokers": self._on_brokers,
             "topics": self._on_topics,
+            "partitions": self._on_partitions,
+            "configs_changed": self._on_configs_changed,
             "isr_changes": self._on_isr_changes,
             "delete_topics": self._on_delete_topics,
             "controlled_shutdown": self._on_controlled_shutdown,
@@ -270,8 +273,11 @@ class Controller:
         return previous
 
     async def _load_topic(self, name: str) -> bool:
-        """Read a topic's assignment, config and partition states; False if it is gone."""
-        found = await self.zk.get_or_none(topic_path(name))
+        """Read a topic's assignment, config and partition states, and watch its assignment
+        for added partitions; False if it is gone."""
+        found = await self.zk.get_or_none(
+            topic_path(name), watch=lambda: self.post("partitions", name)
+        )
         if found is None:
             return False
         assignment = TopicAssignment.from_json(name, found[0])
@@ -655,6 +661,53 @@ class Controller:
             self.send_leader_and_isr_for(changed)
             self.send_update_metadata()
 
+    async def _on_partitions(self, name: str) -> None:
+        """A topic's assignment changed (Kafka's PartitionModificationsHandler): partitions
+        it did not have (CreatePartitions) are added and started. Other changes are the
+        controller's own (reassignments) and already known."""
+        if name not in self.assignments:
+            return  # deleted
+        found = await self.zk.get_or_none(
+            topic_path(name), watch=lambda: self.post("partitions", name)
+        )
+        if found is None:
+            return
+        stored = TopicAssignment.from_json(name, found[0])
+        current = self.assignments[name]
+        added = {p: r for p, r in stored.partitions.items() if p not in current.partitions}
+        if added:
+            self.assignments[name] = replace(current, partitions={**current.partitions, **added})
+            logger.info(
+                "partitions added",
+                topic=name,
+                partitions=len(self.assignments[name].partitions),
+                assignment={p: list(r) for p, r in sorted(added.items())},
+            )
+        changed = await self._start_partitions(name)
+        if changed:
+            self.send_leader_and_isr_for(changed)
+            self.send_update_metadata()
+
+    async def _on_configs_changed(self, name: str | None) -> None:
+        """A topic's configs (``name``) or the dynamic broker configs (None: every topic)
+        changed: unclean.leader.election.enable is read again, and partitions without a
+        leader get one where it is now allowed (Kafka's enableTopicUncleanLeaderElection)."""
+        names = [name] if name is not None else list(self.assignments)
+        allowed = []
+        for topic in names:
+            if topic not in self.assignments:
+                continue
+            was = self.unclean.get(topic, False)
+            self.unclean[topic] = await self._unclean_enabled(topic)
+            if self.unclean[topic] and not was:
+                allowed.append(topic)
+        if not allowed:
+            return
+        changed = await self._elect_offline([k for k in self.states if k[0] in allowed])
+        if changed:
+            self.send_leader_and_isr_for(changed)
+            self.send_update_metadata()
+
     def _forget_topic(self, name: str) -> None:
         self.assignments.pop(name, None)
         self.unclean.pop(name, None)
@@ -842,8 +895,19 @@ class Controller:
             done.set()
 
     async def _write_assignment(self, name: str, assignment: TopicAssignment) -> None:
-        await self.zk.set(topic_path(name), assignment.to_json())
-        self.assignments[name] = assignment
+        """Write a topic's assignment, keeping partitions a broker added (CreatePartitions)
+        that this controller has not read yet (its watch event, queued, starts them)."""
+        while True:
+            data, stat = await self.zk.get(topic_path(name))
+            stored = TopicAssignment.from_json(name, data)
+            added = {p: r for p, r in stored.partitions.items() if p not in assignment.partitions}
+            merged = replace(assignment, partitions={**assignment.partitions, **added})
+            try:
+                await self.zk.set(topic_path(name), merged.to_json(), stat.version)
+            except BadVersionError:
+                continue  # changed meanwhile: merge again
+            self.assignments[name] = merged
+            return
 
     async def _on_reassign(self, targets: dict, reply: list, done: trio.Event) -> None:
         """AlterPartitionReassignments (KIP-455): start moving each partition to its target

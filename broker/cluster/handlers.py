@@ -1,32 +1,35 @@
 """The cluster's request handlers: the inter-broker apis (LeaderAndIsr, UpdateMetadata,
-StopReplica, OffsetForLeaderEpoch), and Metadata, CreateTopics and DeleteTopics as a cluster
-answers them. :func:`cluster_handlers` builds the dispatch table of a broker with
+StopReplica, OffsetForLeaderEpoch), and Metadata, CreateTopics, DeleteTopics and CreatePartitions
+as a cluster answers them. :func:`cluster_handlers` builds the dispatch table of a broker with
 zookeeper.connect: the single broker's table with these in place, and ApiVersions advertising
 exactly that.
 
 Controller requests from an older controller epoch are refused with STALE_CONTROLLER_EPOCH, and
 those addressed to an earlier registration of this broker (KIP-380's broker epoch) with
-STALE_BROKER_EPOCH. CreateTopics and DeleteTopics are served by any broker (Kafka 0.10.1 wanted
-the controller; both only write ZooKeeper, so chronolog's tools may ask the broker they know):
-replicas are assigned over the live brokers of this broker's metadata, and the answer waits, up
-to the request's timeout, until this broker's metadata shows the controller has done it
-(REQUEST_TIMED_OUT after that: the operation goes on). ElectLeaders and the reassignment apis
-need the controller (NOT_CONTROLLER elsewhere).
+STALE_BROKER_EPOCH. CreateTopics, DeleteTopics and CreatePartitions are served by any broker
+(Kafka wants the controller; they only write ZooKeeper, so chronolog's tools may ask the broker
+they know): replicas are assigned over the live brokers of this broker's metadata, and the
+answer waits, up to the request's timeout, until this broker's metadata shows the controller
+has done it (REQUEST_TIMED_OUT after that: the operation goes on). ElectLeaders and the
+reassignment apis need the controller (NOT_CONTROLLER elsewhere).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import structlog
-from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
+from broker.admin.changes import PartitionCountError, UnknownTopicError
 from broker.cluster.assignment import AssignmentError, assign_replicas
 from broker.cluster.metadata import handle_cluster_metadata
-from broker.cluster.zk import DELETE_TOPICS
+from broker.cluster.zk import DELETE_TOPICS, TopicAssignment, ZkDataError, topic_path
 from broker.config import ConfigError, parse_topic_configs, topic_name_error
 from broker.context import INTERNAL_TOPICS, BrokerContext
+from broker.handlers.admin import TopicRequestError, create_partitions_answer
 from broker.handlers.api_versions import make_api_versions_handler
 from protocol.api import ApiKey, Request
 from protocol.errors import ErrorCode
@@ -471,20 +474,136 @@ async def handle_list_partition_reassignments(ctx: BrokerContext, request: Reque
 
 
 async def handle_cluster_create_partitions(ctx: BrokerContext, request: Request) -> dict:
-    """CreatePartitions in a cluster: refused for now (the controller does not yet assign and
-    start added partitions), rather than growing one broker's topics alone."""
-    results = []
-    for topic in request.body.topics:
-        reason = "adding partitions is not supported in a cluster yet; create a new topic"
-        logger.warning("CreatePartitions refused", topic=topic.name, reason=reason)
-        results.append(
-            {
-                "name": topic.name,
-                "error_code": int(ErrorCode.INVALID_REQUEST),
-                "error_message": reason,
-            }
+    """CreatePartitions v0-v3 in a cluster, as Kafka's ZkAdminManager and AdminZkClient: the
+    new partitions' replicas are assigned here (or given, then checked against the live
+    brokers) and written into /brokers/topics/<t>; the controller, watching it, starts them.
+    The answer waits up to timeout_ms until this broker's metadata shows every new partition
+    with a leader (REQUEST_TIMED_OUT after that: the partitions are still added)."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    body = request.body
+    answer = await create_partitions_answer(ctx, request, _grow_topic)
+    counts = {e.name: e.count for e in body.topics}
+    grown = {r["name"]: counts[r["name"]] for r in answer["results"] if r["error_code"] == 0}
+    if grown and not body.validate_only and body.timeout_ms > 0:
+        done = await cluster.wait_for_metadata(
+            lambda cache: all(
+                name in cache.topics
+                and len(cache.topics[name]) >= count
+                and all(p.leader >= 0 for p in cache.topics[name].values())
+                for name, count in grown.items()
+            ),
+            body.timeout_ms,
         )
-    return {"throttle_time_ms": 0, "results": results}
+        if not done:
+            for result in answer["results"]:
+                if result["name"] in grown:
+                    result["error_code"] = int(ErrorCode.REQUEST_TIMED_OUT)
+                    result["error_message"] = (
+                        "the partitions are added; their leaders were not all elected in time"
+                    )
+    return answer
+
+
+async def _grow_topic(ctx: BrokerContext, entry: Any, validate_only: bool) -> None:
+    """Add partitions to ``entry.name`` up to ``entry.count`` in ZooKeeper (a conditional
+    write: judged again if the assignment changed meanwhile). Raises TopicRequestError,
+    UnknownTopicError, PartitionCountError."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    name = entry.name
+    brokers = {b: info.rack for b, info in cluster.metadata.brokers.items()}
+    given = None if entry.assignments is None else [list(a.broker_ids) for a in entry.assignments]
+    try:
+        while True:
+            found = await cluster.zk.get_or_none(topic_path(name))
+            if found is None:
+                raise UnknownTopicError(f"The topic '{name}' does not exist.")
+            current = TopicAssignment.from_json(name, found[0])
+            if current.adding or current.removing:
+                raise TopicRequestError(
+                    ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                    f"A partition reassignment is in progress for the topic '{name}'.",
+                )
+            added = new_partitions(current.partitions, entry.count, given, brokers)
+            if validate_only:
+                return
+            grown = replace(current, partitions={**current.partitions, **added})
+            try:
+                await cluster.zk.set(topic_path(name), grown.to_json(), found[1].version)
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                raise UnknownTopicError(f"The topic '{name}' does not exist.") from None
+            break
+    except (KazooException, ZkDataError) as exc:
+        logger.error("adding partitions in ZooKeeper failed", topic=name, error=repr(exc))
+        raise TopicRequestError(
+            ErrorCode.UNKNOWN_SERVER_ERROR, f"ZooKeeper failed ({exc!r}); retry"
+        ) from exc
+    logger.info(
+        "adding partitions",
+        topic=name,
+        partitions=entry.count,
+        before=len(current.partitions),
+        assignment={p: list(r) for p, r in sorted(added.items())},
+    )
+
+
+def new_partitions(
+    existing: dict[int, tuple[int, ...]],
+    count: int,
+    given: list[list[int]] | None,
+    brokers: dict[int, str | None],
+) -> dict[int, tuple[int, ...]]:
+    """The replicas of the partitions that grow ``existing`` to ``count`` (Kafka's
+    AdminZkClient.createNewPartitionsAssignment): ``given`` checked against the live
+    ``brokers`` (id -> rack), or assigned as at creation with the start index where partition
+    0's preferred replica is, so they continue its spread. Raises PartitionCountError,
+    TopicRequestError."""
+    old = len(existing)
+    if count < old:
+        raise PartitionCountError(
+            f"Topic currently has {old} partitions, which is higher than the requested {count}."
+        )
+    if count == old:
+        raise PartitionCountError(f"Topic already has {old} partitions.")
+    adding = count - old
+    factor = len(existing[0])
+    if given is None:
+        first = existing[0][0]
+        start = next((i for i, b in enumerate(sorted(brokers)) if b >= first), 0)
+        try:
+            return assign_replicas(brokers, adding, factor, fixed_start=start, start_partition=old)
+        except AssignmentError as exc:
+            raise TopicRequestError(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)) from None
+    unknown = sorted({b for replicas in given for b in replicas} - set(brokers))
+    problem = None
+    if unknown:
+        problem = f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}."
+    elif len(given) != adding:
+        problem = (
+            f"Increasing the number of partitions by {adding} but {len(given)} assignments "
+            "provided."
+        )
+    for p, replicas in enumerate(given, start=old):
+        if problem:
+            break
+        if not replicas:
+            problem = f"Cannot have replication factor of 0 for partition id {p}."
+        elif len(set(replicas)) != len(replicas):
+            problem = (
+                "Duplicate brokers not allowed in replica assignment: "
+                f"{', '.join(map(str, replicas))} for partition id {p}."
+            )
+        elif len(replicas) != factor:
+            problem = (
+                "Inconsistent replication factor between partitions, partition 0 has "
+                f"{factor} while partition {p} has {len(replicas)} replicas."
+            )
+    if problem:
+        raise TopicRequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+    return {p: tuple(replicas) for p, replicas in enumerate(given, start=old)}
 
 
 def cluster_describe_cluster(single):

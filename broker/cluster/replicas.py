@@ -173,7 +173,7 @@ class ReplicaManager:
         replicas = tuple(state.replicas)
         if self.broker_id not in replicas:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        if not await self.cluster.ensure_topic(topic):
+        if not await self.cluster.ensure_topic(topic, key[1]):
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         log = await self._ensure_log(key)
         if log is None:

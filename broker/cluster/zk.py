@@ -11,7 +11,13 @@ Layout (paths under the chroot of zookeeper.connect; JSON as Kafka writes it):
   "adding_replicas":{},"removing_replicas":{}}`` (KIP-455's reassignment state, KIP-516's id).
 - ``/brokers/topics/<topic>/partitions/<p>/state``: ``{"controller_epoch":..,"leader":..,
   "version":1,"leader_epoch":..,"isr":[..]}``; its znode version is the partition epoch.
-- ``/config/topics/<topic>``: ``{"version":1,"config":{..}}``.
+- ``/config/topics/<topic>``: ``{"version":1,"config":{..}}``, the topic's overrides;
+  ``/config/brokers/<default>`` and ``/config/brokers/<id>``: the dynamic broker configs,
+  cluster-wide and per broker, in the same format.
+- ``/config/changes/config_change_<seq>`` (persistent sequential): ``{"version":2,
+  "entity_path":"topics/<topic>"}`` (or ``brokers/<default>``, ``brokers/<id>``), written after
+  a config above changed; every broker follows them (Kafka's ZkConfigManager) and deletes those
+  older than 15 minutes.
 - ``/admin/delete_topics/<topic>``: a topic to delete.
 - ``/isr_change_notification/isr_change_<seq>``: ``{"version":1,"partitions":[{"topic":..,
   "partition":..}]}``, written by leaders after they change an ISR.
@@ -30,6 +36,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Callable, TypeVar
 
 import structlog
@@ -47,6 +54,10 @@ BROKER_TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+DEFAULT_BROKER_ENTITY = "<default>"  # the cluster-wide default of the dynamic broker configs
 DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGES = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
@@ -55,9 +66,10 @@ PERSISTENT_PATHS = (
     BROKER_IDS,
     BROKER_TOPICS,
     CONFIG_TOPICS,
+    CONFIG_BROKERS,
     DELETE_TOPICS,
     ISR_CHANGES,
-    "/config/changes",
+    CONFIG_CHANGES,
     "/cluster",
 )
 
@@ -212,16 +224,43 @@ class TopicAssignment:
             raise ZkDataError(f"{path} is not a topic assignment: {exc!r}") from None
 
 
-def topic_config_json(overrides: dict[str, str]) -> bytes:
+def topic_config_json(overrides: Mapping[str, str]) -> bytes:
+    """A topic's overrides or a dynamic broker config layer, as /config/<type>/<name> holds."""
     return _dump({"version": 1, "config": dict(overrides)})
 
 
 def parse_topic_config(name: str, data: bytes) -> dict[str, str]:
-    doc = _load(f"{CONFIG_TOPICS}/{name}", data)
+    return parse_entity_config(f"{CONFIG_TOPICS}/{name}", data)
+
+
+def parse_entity_config(path: str, data: bytes) -> dict[str, str]:
+    """The ``config`` map of /config/topics/<t> or /config/brokers/<b>."""
+    doc = _load(path, data)
     config = doc.get("config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
-        raise ZkDataError(f"{CONFIG_TOPICS}/{name} is not a topic config: {doc!r}")
+        raise ZkDataError(f"{path} is not an entity config: {doc!r}")
     return {str(k): str(v) for k, v in config.items()}
+
+
+def config_change_json(entity_path: str) -> bytes:
+    """A config change notification (Kafka's version 2) for ``topics/<t>`` or
+    ``brokers/<b>``."""
+    return _dump({"version": 2, "entity_path": entity_path})
+
+
+def parse_config_change(path: str, data: bytes) -> tuple[str, str]:
+    """(entity type, entity name) of a config change notification: version 2's entity_path,
+    or version 1's entity_type and entity_name (Kafka reads both)."""
+    doc = _load(path, data)
+    try:
+        if doc["version"] == 1:
+            return str(doc["entity_type"]), str(doc["entity_name"])
+        kind, slash, name = str(doc["entity_path"]).partition("/")
+        if not slash or not name:
+            raise ValueError(f"entity_path {doc['entity_path']!r} is not <type>/<name>")
+        return kind, name
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ZkDataError(f"{path} is not a config change notification: {exc!r}") from None
 
 
 def controller_json(broker_id: int) -> bytes:
@@ -346,9 +385,11 @@ class ZooKeeper:
         w = self.watcher(watch) if watch else None
         return await self.call(self.client.get, self.path(path), watch=w)
 
-    async def get_or_none(self, path: str) -> tuple[bytes, Any] | None:
+    async def get_or_none(
+        self, path: str, watch: Callable[[], None] | None = None
+    ) -> tuple[bytes, Any] | None:
         try:
-            return await self.get(path)
+            return await self.get(path, watch)
         except NoNodeError:
             return None
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -305,11 +306,6 @@ async def handle_delete_topics(ctx: BrokerContext, request: Request) -> dict:
 async def _add_partitions(ctx: BrokerContext, entry: Any, validate_only: bool) -> None:
     """Raises TopicRequestError, UnknownTopicError, PartitionCountError."""
     name = entry.name
-    if name in INTERNAL_TOPICS:
-        raise TopicRequestError(
-            ErrorCode.INVALID_REQUEST,
-            f"{name} is an internal topic: the group coordinator maps groups to its partitions",
-        )
     topic = ctx.topics.get(name)
     if topic is None:
         raise UnknownTopicError(f"The topic '{name}' does not exist.")
@@ -332,6 +328,17 @@ async def _add_partitions(ctx: BrokerContext, entry: Any, validate_only: bool) -
 
 
 async def handle_create_partitions(ctx: BrokerContext, request: Request) -> dict:
+    return await create_partitions_answer(ctx, request, _add_partitions)
+
+
+async def create_partitions_answer(
+    ctx: BrokerContext,
+    request: Request,
+    add: Callable[[BrokerContext, Any, bool], Awaitable[None]],
+) -> dict:
+    """CreatePartitions' answer: each topic judged and grown by ``add(ctx, entry,
+    validate_only)``, which raises TopicRequestError, UnknownTopicError, PartitionCountError
+    or a storage failure (a cluster's adds its partitions in ZooKeeper)."""
     body = request.body
     validate_only = bool(body.validate_only)
     counts = Counter(t.name for t in body.topics)
@@ -346,7 +353,13 @@ async def handle_create_partitions(ctx: BrokerContext, request: Request) -> dict
         else:
             code, message = ErrorCode.NONE, None
             try:
-                await _add_partitions(ctx, entry, validate_only)
+                if name in INTERNAL_TOPICS:
+                    raise TopicRequestError(
+                        ErrorCode.INVALID_REQUEST,
+                        f"{name} is an internal topic: the group coordinator maps groups to its "
+                        "partitions",
+                    )
+                await add(ctx, entry, validate_only)
             except TopicRequestError as exc:
                 code, message = exc.code, str(exc)
             except UnknownTopicError as exc:

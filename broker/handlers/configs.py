@@ -11,6 +11,10 @@ INVALID_REQUEST, KAFKA-13609; chronolog gives the code Kafka says it should); pr
 cannot change at run time answer INVALID_REQUEST "Cannot update these configs dynamically".
 BROKER_LOGGER resources (log4j levels) are not served: INVALID_REQUEST. DescribeConfigs v0's
 ``is_default`` is set from the source (Kafka 3.9 leaves it false). No documentation strings.
+
+In a cluster a change is written to ZooKeeper and every broker applies it
+(broker/cluster/config_changes.py); an incremental change of a topic edits the overrides
+ZooKeeper holds.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from broker.config import (
     topic_name_error,
 )
 from broker.context import BrokerContext
-from broker.errors import STORAGE_FAILURES
+from broker.errors import STORAGE_FAILURES, ClusterStateError
 from broker.handlers.admin import config_error_message
 from protocol.api import Request
 from protocol.errors import ErrorCode
@@ -213,8 +217,12 @@ async def _alter_topic(ctx: BrokerContext, resource: Any, incremental: bool, val
         def effective(key: str) -> str | None:
             return value_string(TOPIC_KEYS[key], getattr(topic.config, TOPIC_KEYS[key].attribute))
 
+        current = dict(topic.overrides)
+        if ctx.cluster is not None:  # edit what ZooKeeper holds, as Kafka's ZkAdminManager
+            stored = await ctx.cluster.config_changes.read_topic_config(name)
+            current = current if stored is None else stored
         ops = _operations(resource, TOPIC_ALIASES)
-        overrides = _edited(dict(topic.overrides), ops, TOPIC_KEYS, effective)
+        overrides = _edited(current, ops, TOPIC_KEYS, effective)
     else:
         overrides = {c.name: c.value for c in resource.configs}
     await set_topic_overrides(ctx, name, overrides, validate_only=validate_only)
@@ -262,6 +270,8 @@ async def _alter(ctx: BrokerContext, request: Request, *, incremental: bool) -> 
             code, message = ErrorCode.INVALID_REQUEST, str(exc)
         except ConfigError as exc:
             code, message = ErrorCode.INVALID_CONFIG, config_error_message(exc)
+        except ClusterStateError as exc:
+            code, message = ErrorCode.UNKNOWN_SERVER_ERROR, f"the change failed: {exc}; retry it"
         except STORAGE_FAILURES as exc:
             logger.error(
                 "config change not saved",

@@ -160,6 +160,8 @@ def test_describe_cluster_and_create_partitions_in_a_cluster(cluster_factory):
         "timeout_ms": 5000,
         "validate_only": False,
     }
+    # CreatePartitions v0 on any broker (tests/cluster/test_cluster_admin.py has the details)
     answer = call(cluster.broker(1), ApiKey.CREATE_PARTITIONS, 0, body)
-    assert answer.results[0].error_code == ErrorCode.INVALID_REQUEST
-    assert len(cluster.zk_json("/brokers/topics/t")["partitions"]) == 1
+    assert answer.results[0].error_code == 0
+    assert len(cluster.zk_json("/brokers/topics/t")["partitions"]) == 3
+    assert len(cluster.metadata(1, ["t"]).topics[0].partitions) == 3

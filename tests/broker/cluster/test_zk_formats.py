@@ -12,9 +12,13 @@ from broker.cluster.zk import (
     LeaderIsr,
     TopicAssignment,
     ZkDataError,
+    config_change_json,
+    parse_config_change,
     parse_controller,
+    parse_entity_config,
     parse_isr_change,
     split_connect,
+    topic_config_json,
 )
 
 
@@ -75,3 +79,29 @@ def test_small_documents():
     ]
     assert split_connect("a:1,b:2/kafka/x") == ("a:1,b:2", "/kafka/x")
     assert split_connect("a:1") == ("a:1", "")
+
+
+def test_config_documents_as_kafka_writes_them():
+    # AdminZkClient.changeTopicConfig / changeBrokerConfig: the entity's config, then a
+    # version 2 notification; Kafka before 2.0 wrote version 1 notifications
+    path = "/config/changes/config_change_0000000007"
+    assert parse_config_change(path, b'{"version":2,"entity_path":"topics/orders"}') == (
+        "topics",
+        "orders",
+    )
+    assert parse_config_change(path, b'{"version":2,"entity_path":"brokers/<default>"}') == (
+        "brokers",
+        "<default>",
+    )
+    old = b'{"version":1,"entity_type":"topics","entity_name":"orders"}'
+    assert parse_config_change(path, old) == ("topics", "orders")
+    assert json.loads(config_change_json("brokers/3")) == {"version": 2, "entity_path": "brokers/3"}
+    for bad in (b'{"version":2,"entity_path":"topics"}', b'{"version":2}', b"[]"):
+        with pytest.raises(ZkDataError):
+            parse_config_change(path, bad)
+    kafka = b'{"version":1,"config":{"retention.ms":"1000","cleanup.policy":"compact"}}'
+    config = parse_entity_config("/config/topics/orders", kafka)
+    assert config == {"retention.ms": "1000", "cleanup.policy": "compact"}
+    assert json.loads(topic_config_json(config)) == json.loads(kafka)
+    with pytest.raises(ZkDataError, match="/config/brokers/1"):
+        parse_entity_config("/config/brokers/1", b'{"version":1}')

@@ -1,0 +1,315 @@
+"""Administration in a cluster with real admin clients: CreatePartitions grows a topic on every
+broker (the controller starts the new partitions, their replicas copy what is produced), topic
+configs and dynamic broker configs changed through one broker reach every broker through
+ZooKeeper (in Kafka's layout) and change what their logs do."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource as CkConfigResource,
+)
+from kafka import KafkaProducer
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+from kafka.errors import InvalidPartitionsError, InvalidReplicationAssignmentError
+
+from protocol import ApiKey
+from protocol.records import iter_deep
+from tests.cluster.helpers import call, replica_bytes, replica_offsets, wait_for
+from tests.cluster.test_replication import _offline_after_losing_the_isr
+from tests.conftest import REPO
+from tests.integration.clients import kp_consume_all
+
+TOPIC, BROKER = 2, 4
+TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DEFAULT_CONFIG = 1, 2, 3, 5
+TIMEOUT_S = 30
+
+
+def described(broker, kind: int, name: str, key: str) -> tuple[str, int]:
+    """(value, source) of one config in ``broker``'s own DescribeConfigs v4 answer."""
+    body = {
+        "resources": [{"resource_type": kind, "resource_name": name, "configuration_keys": [key]}],
+        "include_synonyms": False,
+    }
+    (result,) = call(broker, ApiKey.DESCRIBE_CONFIGS, 4, body).results
+    assert result.error_code == 0, result.error_message
+    (entry,) = result.configs
+    return entry.value, entry.config_source
+
+
+def partitions(cluster, topic: str) -> dict[int, list[int]]:
+    """The topic's replica assignment in ZooKeeper."""
+    doc = cluster.zk_json(f"/brokers/topics/{topic}")
+    return {int(p): r for p, r in doc["partitions"].items()}
+
+
+def wait_grown(cluster, topic: str, count: int) -> None:
+    """Until every broker's Metadata lists ``count`` partitions, each with the leader
+    ZooKeeper names."""
+    wait_for(
+        lambda: all(
+            len(cluster.metadata(b, [topic]).topics[0].partitions) == count for b in (1, 2, 3)
+        ),
+        TIMEOUT_S,
+        f"{count} partitions of {topic} on every broker",
+    )
+    cluster.wait_led(topic)
+
+
+def produce_one_by_one(bootstrap: str, topic: str, values: list[bytes], partition: int = 0):
+    """Each value in a batch of its own (flushed one by one), acks=all."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    try:
+        for value in values:
+            producer.send(topic, value, partition=partition).get(timeout=TIMEOUT_S)
+    finally:
+        producer.close()
+
+
+def segment_sizes(broker, topic: str, partition: int = 0) -> list[int]:
+    directory = os.path.join(broker.log_dirs[0], f"{topic}-{partition}")
+    return [os.path.getsize(f) for f in sorted(glob.glob(os.path.join(directory, "*.log")))]
+
+
+def assert_rolled_by(cluster, topic: str, end: int, segment_bytes: int) -> None:
+    """Every replica (once it has all ``end`` messages) closed its segments at
+    ``segment_bytes``."""
+    for b in (1, 2, 3):
+        broker = cluster.broker(b)
+        wait_for(
+            lambda: replica_offsets(broker, topic, 0, -1)[1] == end,
+            TIMEOUT_S,
+            f"broker {b}'s replica of {topic} complete",
+        )
+        sizes = segment_sizes(broker, topic)
+        assert len(sizes) >= 5, (b, sizes)
+        assert all(size <= segment_bytes for size in sizes[:-1]), (b, sizes)
+
+
+def test_create_partitions_grows_a_topic_on_every_broker(cluster_factory):
+    cluster = cluster_factory(3)
+    assert cluster.create_topic("grow", 2, 2) == 0
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
+    try:
+        admin.create_partitions({"grow": 5})
+        wait_grown(cluster, "grow", 5)
+        assignment = partitions(cluster, "grow")
+        new = [2, 3, 4]
+        assert sorted(assignment) == [0, 1, *new]
+        for p in new:
+            assert len(set(assignment[p])) == 2 and set(assignment[p]) <= {1, 2, 3}
+            for b in (1, 2, 3):
+                assert cluster.partition_view(b, "grow", p)[2] == assignment[p]
+        # consecutive start indexes (Kafka's rule for added partitions): leaders spread
+        assert len({assignment[p][0] for p in new}) == 3
+
+        sent = {p: [b"p%d-%d" % (p, i) for i in range(20)] for p in new}
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=5)
+        futures = [producer.send("grow", v, partition=p) for p in new for v in sent[p]]
+        for future in futures:
+            future.get(timeout=TIMEOUT_S)
+        producer.close()
+        for p in new:
+            assert [m.value for m in kp_consume_all(cluster.bootstrap, "grow", p)] == sent[p]
+            for b in assignment[p]:
+                data = wait_for(
+                    lambda: (got := replica_bytes(cluster.broker(b), "grow", p))[1] == 20
+                    and got[0],
+                    TIMEOUT_S,
+                    f"broker {b}'s replica of grow-{p}",
+                )
+                assert [m.value for m in iter_deep(data)] == sent[p]
+
+        with pytest.raises(InvalidPartitionsError):
+            admin.create_partitions({"grow": 3})
+        with pytest.raises(InvalidPartitionsError):
+            admin.create_partitions({"grow": 5})
+        with pytest.raises(InvalidReplicationAssignmentError):
+            admin.create_partitions({"grow": {"count": 6, "assignments": [[3, 9]]}})
+        admin.create_partitions({"grow": {"count": 6, "assignments": [[3, 1]]}}, validate_only=True)
+        assert len(partitions(cluster, "grow")) == 5
+        admin.create_partitions({"grow": {"count": 6, "assignments": [[3, 1]]}})
+        wait_grown(cluster, "grow", 6)
+        assert partitions(cluster, "grow")[5] == [3, 1]
+    finally:
+        admin.close()
+
+    # `chronolog topics alter` through a broker that is not the controller
+    other = next(b for b in (1, 2, 3) if b != cluster.controller())
+    cli = [sys.executable, "-m", "broker", "topics"]
+    grown = subprocess.run(
+        [*cli, "--bootstrap-server", cluster.broker(other).bootstrap, "alter", "grow"]
+        + ["--partitions", "8"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert grown.returncode == 0, grown.stdout + grown.stderr
+    assert "now has 8 partitions" in grown.stdout
+    wait_grown(cluster, "grow", 8)
+
+
+def test_topic_config_change_reaches_every_broker(cluster_factory):
+    cluster = cluster_factory(3)
+    assert cluster.create_topic("cfg", 1, 3) == 0
+    produce_one_by_one(cluster.bootstrap, "cfg", [b"before"] * 3)
+    admin = AdminClient({"bootstrap.servers": cluster.broker(1).bootstrap})
+    change = CkConfigResource(
+        "topic",
+        "cfg",
+        incremental_configs=[
+            ConfigEntry("segment.bytes", "1024", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    for future in admin.incremental_alter_configs([change]).values():
+        future.result(timeout=TIMEOUT_S)
+    # Kafka's layout: the topic's config, then a change notification naming it
+    assert cluster.zk_json("/config/topics/cfg") == {
+        "version": 1,
+        "config": {"segment.bytes": "1024"},
+    }
+    notifications = [
+        cluster.zk_json(f"/config/changes/{node}")
+        for node in cluster.zk.get_children("/config/changes")
+    ]
+    assert {"version": 2, "entity_path": "topics/cfg"} in notifications
+    for b in (1, 2, 3):
+        wait_for(
+            lambda: described(cluster.broker(b), TOPIC, "cfg", "segment.bytes")
+            == ("1024", TOPIC_CONFIG),
+            TIMEOUT_S,
+            f"broker {b} describes the new segment.bytes",
+        )
+    # at least two brokers learnt it from the notification, one of them a follower: every
+    # replica rolls by the new size
+    produce_one_by_one(cluster.bootstrap, "cfg", [b"x" * 100] * 40)
+    assert_rolled_by(cluster, "cfg", 43, 1024)
+
+    # a broker down during a change (the legacy AlterConfigs, which replaces the whole set:
+    # kafka-python sends the other overrides along) reads it when it starts again
+    down = next(b for b in (1, 2, 3) if b != cluster.controller())
+    assert cluster.broker(down).stop() == 0
+    cluster.wait_registered([b for b in (1, 2, 3) if b != down])
+    kp_admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
+    try:
+        result = kp_admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "cfg", configs={"retention.ms": "3600000"})],
+            incremental=False,
+        )
+        assert result == {"topic": {"cfg": "OK"}}
+    finally:
+        kp_admin.close()
+    assert cluster.zk_json("/config/topics/cfg")["config"] == {
+        "segment.bytes": "1024",
+        "retention.ms": "3600000",
+    }
+    cluster.broker(down).start()
+    cluster.wait_registered([1, 2, 3])
+    for b in (1, 2, 3):
+        wait_for(
+            lambda: described(cluster.broker(b), TOPIC, "cfg", "retention.ms")
+            == ("3600000", TOPIC_CONFIG),
+            TIMEOUT_S,
+            f"broker {b} describes the new retention.ms",
+        )
+        assert described(cluster.broker(b), TOPIC, "cfg", "segment.bytes") == (
+            "1024",
+            TOPIC_CONFIG,
+        )
+
+
+def test_turning_on_unclean_election_elects_a_leader(cluster_factory):
+    """The controller hears of a topic's config change (Kafka's
+    enableTopicUncleanLeaderElection): an offline partition gets its out-of-sync replica."""
+    cluster = cluster_factory(3, zookeeper_session_timeout_ms=3000, replica_lag_time_max_ms=2000)
+    assert cluster.create_topic("t", 1, 3) == 0
+    _, survivor, _ = _offline_after_losing_the_isr(cluster, "t")
+    wait_for(lambda: cluster.state("t")["leader"] == -1, TIMEOUT_S, "partition offline")
+    admin = KafkaAdminClient(
+        bootstrap_servers=cluster.broker(survivor).bootstrap, request_timeout_ms=30000
+    )
+    try:
+        change = {"unclean.leader.election.enable": "true"}
+        result = admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "t", configs=change)]
+        )
+        assert result == {"topic": {"t": "OK"}}
+    finally:
+        admin.close()
+    wait_for(lambda: cluster.leader("t") == survivor, TIMEOUT_S, "the out-of-sync replica leads")
+    assert cluster.state("t")["isr"] == [survivor]
+
+
+def test_dynamic_broker_configs_reach_every_broker(cluster_factory):
+    cluster = cluster_factory(3)
+    assert cluster.create_topic("plain", 1, 3) == 0
+    # the cluster-wide default, through one broker
+    configs = [sys.executable, "-m", "broker", "configs", "--bootstrap-server"]
+    changed = subprocess.run(
+        [*configs, cluster.broker(2).bootstrap, "alter", "--entity-type", "brokers"]
+        + ["--entity-default", "--add-config", "log.segment.bytes=1024"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert cluster.zk_json("/config/brokers/<default>") == {
+        "version": 1,
+        "config": {"log.segment.bytes": "1024"},
+    }
+    for b in (1, 2, 3):
+        broker = cluster.broker(b)
+        wait_for(
+            lambda: described(broker, BROKER, str(b), "log.segment.bytes")
+            == ("1024", DYNAMIC_DEFAULT_BROKER_CONFIG),
+            TIMEOUT_S,
+            f"broker {b} describes the cluster-wide log.segment.bytes",
+        )
+        assert described(broker, TOPIC, "plain", "segment.bytes") == (
+            "1024",
+            DYNAMIC_DEFAULT_BROKER_CONFIG,
+        )
+    # a topic without an override rolls by it on every replica
+    produce_one_by_one(cluster.bootstrap, "plain", [b"x" * 100] * 40)
+    assert_rolled_by(cluster, "plain", 40, 1024)
+
+    # one broker's own value (librdkafka sends it to that broker) stays that broker's
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    own = CkConfigResource(
+        "broker",
+        "3",
+        incremental_configs=[
+            ConfigEntry("log.retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    for future in admin.incremental_alter_configs([own]).values():
+        future.result(timeout=TIMEOUT_S)
+    assert cluster.zk_json("/config/brokers/3") == {
+        "version": 1,
+        "config": {"log.retention.ms": "3600000"},
+    }
+    assert described(cluster.broker(3), BROKER, "3", "log.retention.ms") == (
+        "3600000",
+        DYNAMIC_BROKER_CONFIG,
+    )
+    for b in (1, 2):
+        assert described(cluster.broker(b), BROKER, str(b), "log.retention.ms")[1] == (
+            DEFAULT_CONFIG
+        )
+
+    # a broker started again reads the default from ZooKeeper
+    assert cluster.broker(2).stop() == 0
+    cluster.broker(2).start()
+    cluster.wait_registered([1, 2, 3])
+    assert described(cluster.broker(2), BROKER, "2", "log.segment.bytes") == (
+        "1024",
+        DYNAMIC_DEFAULT_BROKER_CONFIG,
+    )
