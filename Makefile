@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test kcat openssl chromium prometheus zookeeper burrow faketime node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
+.PHONY: screenshots install install-test kcat openssl chromium prometheus zookeeper burrow faketime node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,10 @@ test-pure: install-test
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# The README's screenshots, refreshed from the ones the browser tests saved in build/ (after make test).
+screenshots:
+	cp build/console-*.png build/dashboard.png docs/screenshots/
 
 # Debian's docker-compose: tests/docker checks docker/docker-compose.yml with `docker-compose config`.
 docker-compose:
