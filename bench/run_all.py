@@ -1,6 +1,6 @@
 """Run the side-by-side benchmark suite: chronolog vs Tansu, alternating, several rounds, medians.
 
-    .venv/bin/python bench/run_all.py            # default sizes, ~15 minutes, bench/results/bench.json
+    .venv/bin/python bench/run_all.py            # default sizes, ~20 minutes, bench/results/bench.json
     .venv/bin/python bench/run_all.py --quick    # a few seconds per scenario, bench/results/bench-quick.json
     .venv/bin/python bench/run_all.py --profile  # py-spy profiles of chronolog, bench/results/profile.json
 
@@ -37,7 +37,7 @@ from suite.report import readme_section  # noqa: E402
 logger = structlog.get_logger("bench.run_all")
 
 DEFAULT = {
-    "rounds": 3,
+    "rounds": 5,  # 3 left single produce scenarios 10-25% apart between runs on this shared machine
     # per client and value size: about a second of confluent-kafka at full speed, so a run measures
     # the steady state rather than connection set-up and the last linger; kafka-python is ~15x slower
     "produce_messages": {
@@ -202,12 +202,14 @@ def metrics_overhead(quick: bool) -> dict:
     if done.returncode != 0:
         return {"error": f"bench_metrics.py exited {done.returncode}: {done.stderr[-2000:]}"}
     measured = json.loads((HERE / "results" / "metrics_overhead.json").read_text())
-    medians = measured["medians"]
+    paired = {load: p["medians"] for load, p in measured["side_by_side"].items()}
     return {
-        "rule": "the metrics endpoint adds under 3% to produce throughput (batched load)",
-        "medians": medians,
-        "side_by_side": measured["side_by_side"]["medians"],
-        "met": medians["batched"]["overhead_percent"] < 3.0,
+        "rule": "the metrics endpoint adds under 3% to produce throughput (batched load), judged "
+        "on the broker's CPU per message side by side (it bounds the throughput it can take; "
+        "throughput itself moves by more than 3% between runs here)",
+        "medians": measured["medians"],
+        "side_by_side": paired,
+        "met": paired["batched"]["overhead_percent"] < 3.0,
     }
 
 
