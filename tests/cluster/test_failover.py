@@ -13,11 +13,7 @@ Bounded: ROUNDS rounds, each with its own deadlines.
 
 from __future__ import annotations
 
-import glob
-import os
 import random
-import subprocess
-import sys
 import threading
 import time
 
@@ -26,7 +22,7 @@ from kafka import KafkaProducer
 
 from protocol.records import iter_deep
 from tests.cluster.helpers import replica_bytes, replica_offsets, wait_for
-from tests.conftest import REPO
+from tests.integration.clients import dump_log_verify
 
 ROUNDS = 8
 PARTITIONS = 3
@@ -111,23 +107,6 @@ def _kafka_python_loop(bootstrap: str, acked: Acked, stop: threading.Event) -> N
     producer.close(10)
 
 
-def _dump_log_verify(log_dir: str) -> None:
-    files = sorted(
-        glob.glob(os.path.join(log_dir, f"{TOPIC}-*", "*.log"))
-        + glob.glob(os.path.join(log_dir, f"{TOPIC}-*", "*.index"))
-        + glob.glob(os.path.join(log_dir, f"{TOPIC}-*", "*.timeindex"))
-    )
-    assert files
-    result = subprocess.run(
-        [sys.executable, "-m", "broker", "dump-log", "--verify", *files],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-
-
 def test_kill_leaders_and_the_controller_under_acks_all(cluster_factory):
     cluster = cluster_factory(
         3,
@@ -209,4 +188,4 @@ def test_kill_leaders_and_the_controller_under_acks_all(cluster_factory):
     assert set(kills) & {cluster.controller()} or len(set(kills)) >= 2
     cluster.stop()
     for broker in cluster.brokers:
-        _dump_log_verify(broker.log_dirs[0])
+        assert dump_log_verify(broker.log_dirs[0], TOPIC)

@@ -114,7 +114,7 @@ def dump_log_verify(
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return files
