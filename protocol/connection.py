@@ -48,6 +48,7 @@ __all__ = ["ServerConnection", "ClientConnection", "DEFAULT_MAX_FRAME_BYTES"]
 DEFAULT_MAX_FRAME_BYTES = 104857600  # Kafka's socket.request.max.bytes
 
 _INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
 # api_key int16, api_version int16, correlation_id int32, client_id length int16: 10 bytes.
 _REQUEST_HEAD = struct.Struct(">hhih")
 # size int32 + correlation_id int32: the response frame prefix.
@@ -105,6 +106,18 @@ class _FrameBuffer:
         self._pos = end
         return buf, pos, end
 
+    def next_frame_api_key(self) -> int | None:
+        """The first int16 of the next frame (a request's api key) if the whole frame is
+        buffered, else None. Consumes nothing."""
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 6:
+            return None
+        (size,) = _INT32.unpack_from(buf, pos)
+        if size < 2 or len(buf) - pos - 4 < size:
+            return None
+        key: int = _INT16.unpack_from(buf, pos + 4)[0]
+        return key
+
     def _discard(self) -> None:
         # The stream cannot be resynchronised after a bad size; free what we hold.
         self._buf = bytearray()
@@ -155,6 +168,14 @@ class ServerConnection:
                 yield RawFrame(bytes(buf[start + 4 : end]))
             else:
                 yield _decode_request(*frame, self._keys, self._versions)
+
+    def buffered_request_api_key(self) -> int | None:
+        """The api key of the next request when its whole frame is already buffered (the
+        iterator from :meth:`receive_data` will yield it without more input), else None. A
+        server may hold a response back to send it with the next one's."""
+        if self.raw_frames:
+            return None
+        return self._frames.next_frame_api_key()
 
     def send_raw(self, payload: bytes) -> bytes:
         """A frame holding ``payload`` as it is (the answer to a :class:`RawFrame`)."""

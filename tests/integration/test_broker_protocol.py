@@ -13,7 +13,14 @@ import uuid
 import pytest
 
 from protocol import ApiKey, SUPPORTED_VERSIONS, iter_deep, iter_shallow
-from tests.integration.kafka_wire import WireClient, create_topic, frame, message_set, produce
+from tests.integration.kafka_wire import (
+    WireClient,
+    create_topic,
+    frame,
+    message_set,
+    produce,
+    read_all,
+)
 
 
 def name(prefix: str = "t") -> str:
@@ -321,6 +328,95 @@ def test_pipelined_requests_are_answered_in_order(client):
     got = [client.receive() for _ in ids]
     assert [r.correlation_id for r in got] == ids
     assert [r.api_key for r in got] == [ApiKey.METADATA, ApiKey.API_VERSIONS, ApiKey.METADATA]
+
+
+def _produce_v9(topic: str, partition: int, values: list[bytes]) -> dict:
+    return {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 10000,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [{"index": partition, "records": message_set(values, magic=2)}],
+            }
+        ],
+    }
+
+
+def test_pipelined_produces_sent_in_one_write_are_all_answered_in_order(client):
+    # librdkafka pipelines one-partition Produce requests; the broker answers a run of them
+    # that arrived together with one send (server._dispatch): none may be lost or reordered.
+    topic = name()
+    assert create_topic(client, topic, partitions=3) == 0
+    frames, ids = [], []
+    for i in range(30):
+        cid, raw = client.conn.request(ApiKey.PRODUCE, 9, _produce_v9(topic, i % 3, [b"m%d" % i]))
+        ids.append(cid)
+        frames.append(raw)
+    client.sock.sendall(b"".join(frames))
+    got = [client.receive() for _ in ids]
+    assert [r.correlation_id for r in got] == ids
+    answers = [r.body.responses[0].partition_responses[0] for r in got]
+    assert [(a.index, a.error_code) for a in answers] == [(i % 3, 0) for i in range(30)]
+    assert [a.base_offset for a in answers] == [i // 3 for i in range(30)]
+    for p in range(3):
+        stored = [m.value for m in read_all(client, topic, p)]
+        assert stored == [b"m%d" % i for i in range(p, 30, 3)]
+
+
+def test_produce_answers_are_not_held_behind_a_waiting_fetch(broker, client):
+    topic = name()
+    assert create_topic(client, topic, partitions=2) == 0
+    fetch = {
+        "replica_id": -1,
+        "max_wait_ms": 60000,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [{"partition": 1, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+    }
+    first, a = client.conn.request(ApiKey.PRODUCE, 9, _produce_v9(topic, 0, [b"a"]))
+    second, b = client.conn.request(ApiKey.PRODUCE, 9, _produce_v9(topic, 0, [b"b"]))
+    waiting, f = client.conn.request(ApiKey.FETCH, 11, fetch)
+    client.sock.sendall(a + b + f)
+    # Both answers come while the fetch still waits for data (it would hold them 60 s).
+    deadline = time.monotonic() + 20
+    got = [client.receive(deadline=deadline) for _ in (first, second)]
+    assert [
+        (r.correlation_id, r.body.responses[0].partition_responses[0].base_offset) for r in got
+    ] == [
+        (first, 0),
+        (second, 1),
+    ]
+    with WireClient(broker.host, broker.port) as other:
+        assert produce(other, topic, message_set([b"wake"]), partition=1).error_code == 0
+    answer = client.receive(deadline=time.monotonic() + 20)
+    assert answer.correlation_id == waiting
+    assert [m.value for m in iter_deep(answer.body.responses[0].partitions[0].records)] == [b"wake"]
+
+
+def test_produces_before_a_malformed_request_are_answered_before_the_close(broker, client):
+    topic = name()
+    assert create_topic(client, topic) == 0
+    ids, frames = [], []
+    for value in (b"one", b"two"):
+        cid, raw = client.conn.request(ApiKey.PRODUCE, 9, _produce_v9(topic, 0, [value]))
+        ids.append(cid)
+        frames.append(raw)
+    # A Produce frame whose body is cut short: the connection ends after the two good ones.
+    frames.append(frame(ApiKey.PRODUCE, 9, 99, b"\x00\x01"))
+    client.sock.sendall(b"".join(frames))
+    got = [client.receive() for _ in ids]
+    assert [r.correlation_id for r in got] == ids
+    assert [r.body.responses[0].partition_responses[0].error_code for r in got] == [0, 0]
+    assert client.closed_by_peer()
+    with WireClient(broker.host, broker.port) as other:
+        assert [m.value for m in read_all(other, topic)] == [b"one", b"two"]
 
 
 def test_acks_zero_gets_no_response_and_failure_closes(client, broker):

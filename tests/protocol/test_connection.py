@@ -87,6 +87,30 @@ def test_pipelined_frames_in_one_read():
     _check(list(server.receive_data(b"".join(_frames()))))
 
 
+def test_buffered_request_api_key_names_the_next_whole_frame_only():
+    stream = b"".join(_frames())
+    first = len(_frames()[0])
+    for cut in range(first, len(stream) + 1):
+        server = ServerConnection()
+        requests = server.receive_data(stream[:cut])
+        assert next(requests).header.api_key == ApiKey.PRODUCE
+        # FETCH is next: named only once its whole frame is in, and asking consumes nothing
+        whole = cut >= first + len(_frames()[1])
+        assert server.buffered_request_api_key() == (ApiKey.FETCH if whole else None)
+        assert server.buffered_request_api_key() == (ApiKey.FETCH if whole else None)
+        rest = list(requests) + list(server.receive_data(stream[cut:]))
+        assert [r.header.api_key for r in rest] == [
+            ApiKey.FETCH,
+            ApiKey.METADATA,
+            ApiKey.API_VERSIONS,
+        ]
+        assert server.buffered_request_api_key() is None
+    server = ServerConnection()
+    server.raw_frames = True  # SASL tokens after SaslHandshake v0 are not requests
+    server.receive_data(stream)
+    assert server.buffered_request_api_key() is None
+
+
 def test_split_at_every_byte_boundary():
     stream = b"".join(_frames())
     for cut in range(len(stream) + 1):
