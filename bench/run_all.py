@@ -56,7 +56,9 @@ DEFAULT = {
     "oft_min_segments": 1000,
     "partitions": 100,
     "partition_producers": 10,
-    "partition_messages": 50_000,
+    # about a second at full speed too: at 50,000 a run lasted 0.2-0.3 s, mostly the ten
+    # producers' first requests and last linger (bench/NOTES.md)
+    "partition_messages": 300_000,
     "scenario_timeout_s": 180,
     "suite_budget_s": 1800,  # runs after this are recorded as skipped
 }
