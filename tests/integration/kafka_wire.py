@@ -63,14 +63,20 @@ def produce(
     return response.responses[0].partition_responses[0]
 
 
-def fetch_partition(
-    client: WireClient, topic: str, partition: int = 0, offset: int = 0, max_bytes: int = 1 << 20
-):
-    """One partition's answer to Fetch v12 (no wait, stored bytes unconverted) from ``offset``."""
-    body = {
+def fetch_body(
+    topic: str,
+    partition: int = 0,
+    offset: int = 0,
+    max_bytes: int = 1 << 20,
+    *,
+    max_wait_ms: int = 0,
+    min_bytes: int = 0,
+) -> dict:
+    """A Fetch request body (v3 onwards) for one partition of ``topic``."""
+    return {
         "replica_id": -1,
-        "max_wait_ms": 0,
-        "min_bytes": 0,
+        "max_wait_ms": max_wait_ms,
+        "min_bytes": min_bytes,
         "max_bytes": max_bytes,
         "topics": [
             {
@@ -85,6 +91,13 @@ def fetch_partition(
             }
         ],
     }
+
+
+def fetch_partition(
+    client: WireClient, topic: str, partition: int = 0, offset: int = 0, max_bytes: int = 1 << 20
+):
+    """One partition's answer to Fetch v12 (no wait, stored bytes unconverted) from ``offset``."""
+    body = fetch_body(topic, partition, offset, max_bytes)
     return client.call(ApiKey.FETCH, 12, body).responses[0].partitions[0]
 
 

@@ -16,6 +16,7 @@ from protocol import ApiKey, SUPPORTED_VERSIONS, iter_deep, iter_shallow
 from tests.integration.kafka_wire import (
     WireClient,
     create_topic,
+    fetch_body,
     frame,
     message_set,
     produce,
@@ -368,18 +369,7 @@ def test_pipelined_produces_sent_in_one_write_are_all_answered_in_order(client):
 def test_produce_answers_are_not_held_behind_a_waiting_fetch(broker, client):
     topic = name()
     assert create_topic(client, topic, partitions=2) == 0
-    fetch = {
-        "replica_id": -1,
-        "max_wait_ms": 60000,
-        "min_bytes": 1,
-        "max_bytes": 1 << 20,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [{"partition": 1, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
-            }
-        ],
-    }
+    fetch = fetch_body(topic, 1, max_wait_ms=60000, min_bytes=1)
     first, a = client.conn.request(ApiKey.PRODUCE, 9, _produce_v9(topic, 0, [b"a"]))
     second, b = client.conn.request(ApiKey.PRODUCE, 9, _produce_v9(topic, 0, [b"b"]))
     waiting, f = client.conn.request(ApiKey.FETCH, 11, fetch)

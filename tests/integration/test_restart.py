@@ -9,7 +9,7 @@ import time
 
 from protocol import ApiKey
 from tests.integration.clients import create_topic, dump_log_verify, kp_consume_all, topic_name
-from tests.integration.kafka_wire import WireClient, message_set, produce
+from tests.integration.kafka_wire import WireClient, fetch_body, message_set, produce
 from tests.integration.kafka_wire import create_topic as wire_create_topic
 
 
@@ -112,24 +112,7 @@ def test_sigterm_answers_a_waiting_fetch_before_exiting(broker_factory):
     topic = topic_name("drain")
     with WireClient(b.host, b.port) as c:
         assert wire_create_topic(c, topic) == 0
-        c.send(
-            ApiKey.FETCH,
-            3,
-            {
-                "replica_id": -1,
-                "max_wait_ms": 60000,
-                "min_bytes": 1,
-                "max_bytes": 1 << 20,
-                "topics": [
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
-                        ],
-                    }
-                ],
-            },
-        )
+        c.send(ApiKey.FETCH, 3, fetch_body(topic, max_wait_ms=60000, min_bytes=1))
         time.sleep(0.5)  # the fetch is now parked in the broker's long poll
         b.proc.send_signal(signal.SIGTERM)
         response = c.receive()  # answered (empty) instead of dropped
