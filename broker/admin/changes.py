@@ -37,6 +37,17 @@ class PartitionCountError(Exception):
     (Kafka's INVALID_PARTITIONS); ``str(exc)`` is Kafka's message."""
 
 
+async def _put_and_save(ctx: BrokerContext, new: Topic, old: Topic) -> None:
+    """Put ``new`` in the topic registry and save the registry file; if the save fails (it
+    raises), ``old`` is put back so the running broker matches the file."""
+    ctx.topics.put(new)
+    try:
+        await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
+    except BaseException:
+        ctx.topics.put(old)
+        raise
+
+
 async def apply_topic_settings(ctx: BrokerContext, topics: list[Topic]) -> None:
     """Give every partition log of ``topics`` its topic's current settings."""
     for topic in topics:
@@ -62,12 +73,7 @@ async def set_topic_overrides(
             await ctx.cluster.config_changes.save_topic_config(name, new.overrides)
             ctx.topics.put(new)
         else:
-            ctx.topics.put(new)
-            try:
-                await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
-            except BaseException:
-                ctx.topics.put(old)
-                raise
+            await _put_and_save(ctx, new, old)
         await apply_topic_settings(ctx, [new])
     logger.info(
         "topic configs changed",
@@ -208,12 +214,7 @@ async def add_partitions(
         new = Topic(name, count, old.overrides, old.config, old.topic_id)
         if validate_only:
             return new
-        ctx.topics.put(new)
-        try:
-            await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
-        except BaseException:
-            ctx.topics.put(old)
-            raise
+        await _put_and_save(ctx, new, old)
         for p in range(old.partitions, count):
             async with ctx.partition(name, p).lock:
                 log = await trio.to_thread.run_sync(

@@ -74,6 +74,18 @@ def produce_one_by_one(bootstrap: str, topic: str, values: list[bytes], partitio
         producer.close()
 
 
+def set_config(bootstrap: str, kind: str, name: str, key: str, value: str) -> None:
+    """One IncrementalAlterConfigs SET through librdkafka's admin client."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    change = CkConfigResource(
+        kind,
+        name,
+        incremental_configs=[ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)],
+    )
+    for future in admin.incremental_alter_configs([change]).values():
+        future.result(timeout=TIMEOUT_S)
+
+
 def segment_sizes(broker, topic: str, partition: int = 0) -> list[int]:
     directory = os.path.join(broker.log_dirs[0], f"{topic}-{partition}")
     return [os.path.getsize(f) for f in sorted(glob.glob(os.path.join(directory, "*.log")))]
@@ -161,16 +173,7 @@ def test_topic_config_change_reaches_every_broker(cluster_factory):
     cluster = cluster_factory(3)
     assert cluster.create_topic("cfg", 1, 3) == 0
     produce_one_by_one(cluster.bootstrap, "cfg", [b"before"] * 3)
-    admin = AdminClient({"bootstrap.servers": cluster.broker(1).bootstrap})
-    change = CkConfigResource(
-        "topic",
-        "cfg",
-        incremental_configs=[
-            ConfigEntry("segment.bytes", "1024", incremental_operation=AlterConfigOpType.SET)
-        ],
-    )
-    for future in admin.incremental_alter_configs([change]).values():
-        future.result(timeout=TIMEOUT_S)
+    set_config(cluster.broker(1).bootstrap, "topic", "cfg", "segment.bytes", "1024")
     # Kafka's layout: the topic's config, then a change notification naming it
     assert cluster.zk_json("/config/topics/cfg") == {
         "version": 1,
@@ -282,16 +285,7 @@ def test_dynamic_broker_configs_reach_every_broker(cluster_factory):
     assert_rolled_by(cluster, "plain", 40, 1024)
 
     # one broker's own value (librdkafka sends it to that broker) stays that broker's
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    own = CkConfigResource(
-        "broker",
-        "3",
-        incremental_configs=[
-            ConfigEntry("log.retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
-        ],
-    )
-    for future in admin.incremental_alter_configs([own]).values():
-        future.result(timeout=TIMEOUT_S)
+    set_config(cluster.bootstrap, "broker", "3", "log.retention.ms", "3600000")
     assert cluster.zk_json("/config/brokers/3") == {
         "version": 1,
         "config": {"log.retention.ms": "3600000"},
