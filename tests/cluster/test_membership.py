@@ -7,6 +7,13 @@ from protocol import ApiKey
 from tests.cluster.helpers import call, wait_for
 
 
+def controller_epoch(cluster) -> int:
+    """/controller_epoch, or 0 before the first controller wrote it (a controller creates
+    /controller first, then bumps the epoch, as in Kafka)."""
+    found = cluster.zk.exists("/controller_epoch")
+    return int(cluster.zk.get("/controller_epoch")[0]) if found else 0
+
+
 def test_brokers_register_and_one_controller_is_elected(cluster_factory):
     cluster = cluster_factory(3)
     assert cluster.registered() == [1, 2, 3]
@@ -16,8 +23,7 @@ def test_brokers_register_and_one_controller_is_elected(cluster_factory):
         assert doc["endpoints"] == [f"PLAINTEXT://127.0.0.1:{broker.port}"]
     controller = wait_for(lambda: cluster.controller() > 0, 30, "a controller")
     assert controller in (1, 2, 3)
-    epoch = int(cluster.zk.get("/controller_epoch")[0])
-    assert epoch >= 1
+    wait_for(lambda: controller_epoch(cluster) >= 1, 30, "the controller's epoch")
     cluster_id = cluster.zk_json("/cluster/id")["id"]
     for broker in cluster.brokers:
         meta = broker.log_dirs[0] + "/meta.properties"
@@ -37,12 +43,16 @@ def test_brokers_register_and_one_controller_is_elected(cluster_factory):
 def test_controller_moves_when_it_is_killed(cluster_factory):
     cluster = cluster_factory(3)
     first = wait_for(lambda: cluster.controller() > 0, 30, "a controller")
-    epoch = int(cluster.zk.get("/controller_epoch")[0])
+    epoch = wait_for(lambda: controller_epoch(cluster), 30, "the first controller's epoch")
     cluster.broker(first).kill()
     second = wait_for(
         lambda: (c := cluster.controller()) > 0 and c != first and c, 30, "a new controller"
     )
-    assert int(cluster.zk.get("/controller_epoch")[0]) == epoch + 1
+    wait_for(
+        lambda: controller_epoch(cluster) == epoch + 1,
+        30,
+        f"/controller_epoch {epoch + 1} from the new controller",
+    )
     cluster.wait_registered([b for b in (1, 2, 3) if b != first])
     # the survivors' metadata drops the dead broker
     for broker_id in (1, 2, 3):

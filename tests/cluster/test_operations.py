@@ -85,7 +85,15 @@ def test_preferred_leader_election(cluster_factory):
     }
     cluster.broker(preferred).start()
     wait_for(lambda: preferred in cluster.state("t", 0)["isr"], 30, "preferred back in sync")
-    assert elect_leaders(cluster, [("t", 0)]) == {("t", 0): ErrorCode.NONE}
+    # The leader writes the ISR; the controller counts the broker live from its /brokers/ids
+    # watch, which can come later: until then it still answers PREFERRED_LEADER_NOT_AVAILABLE.
+    unavailable = {("t", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE}
+    answer = wait_for(
+        lambda: (a := elect_leaders(cluster, [("t", 0)])) != unavailable and a,
+        30,
+        "the controller to see the preferred replica live",
+    )
+    assert answer == {("t", 0): ErrorCode.NONE}
     assert cluster.leader("t", 0) == preferred
     assert elect_leaders(cluster, [("t", 0)]) == {("t", 0): ErrorCode.ELECTION_NOT_NEEDED}
     # every partition: those already led by their preferred replica are left out
