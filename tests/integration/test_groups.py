@@ -19,6 +19,7 @@ import uuid
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import RetriableError
 from kafka.structs import OffsetAndMetadata
 
 from tests.conftest import REPO
@@ -110,13 +111,18 @@ class PollingConsumer(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        try:
-            while not self.stop_event.is_set():
+        while not self.stop_event.is_set():
+            try:
                 for batch in self.consumer.poll(timeout_ms=200).values():
                     self.records.extend(batch)
                 self.assignment = set(self.consumer.assignment())
-        except BaseException as exc:
-            self.error = exc
+            except RetriableError:
+                # kafka-python 3.0.12 can raise a refused connection from poll() while the
+                # broker restarts; Kafka's Java consumer retries it inside poll(), so do we.
+                time.sleep(0.1)
+            except BaseException as exc:
+                self.error = exc
+                return
 
     def stop(self, close: bool = True) -> None:
         self.stop_event.set()
