@@ -354,9 +354,9 @@ class Server:
                 with contextlib.suppress(
                     trio.BrokenResourceError, trio.ClosedResourceError, OSError
                 ):
-                    await _flush(stream, outbox)
+                    await send_response(stream, _take(outbox))
                 raise
-            await _flush(stream, outbox)
+            await send_response(stream, _take(outbox))
         return "broker shutting down"
 
     async def _dispatch(
@@ -455,12 +455,6 @@ def _take(outbox: bytearray) -> list[bytes]:
     held = bytes(outbox)
     outbox.clear()
     return [held]
-
-
-async def _flush(stream: trio.abc.Stream, outbox: bytearray) -> None:
-    """Send the answers held in ``outbox``."""
-    if outbox:
-        await stream.send_all(_take(outbox)[0])
 
 
 async def send_response(stream: trio.abc.Stream, chunks: list[Any]) -> None:
