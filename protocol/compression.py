@@ -244,6 +244,66 @@ def _lz4_decompress(data: bytes | bytearray | memoryview, magic: int, limit: int
     return b"".join(parts)
 
 
+# The most output one input byte can give, for codecs whose frames do not bound it themselves:
+# DEFLATE codes a 258-byte match in as few as 2 bits (1032:1); snappy's densest element is a
+# 3-byte copy of 64 bytes.
+_GZIP_MAX_RATIO = 1032
+_SNAPPY_MAX_RATIO = 64 / 3
+# LZ4 frame descriptor: BD bits 4-6 name the largest block; FLG bit 4 adds a 4-byte checksum to
+# every block, bit 2 one to the frame; a block size's top bit marks a stored block.
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
+_LZ4_BLOCK_CHECKSUM = 0x10
+_LZ4_CONTENT_CHECKSUM = 0x04
+_LZ4_STORED_BLOCK = 0x80000000
+_U32_LE = struct.Struct("<I")
+
+
+def _lz4_size_bound(data: bytes | bytearray | memoryview) -> int | None:
+    """Blocks times the frame's largest block, walking the block headers only; None unless the
+    bytes are exactly one frame."""
+    n = len(data)
+    if n < 7 or bytes(data[0:4]) != _LZ4_MAGIC:
+        return None
+    flg = data[4]
+    block_max = _LZ4_BLOCK_MAX.get((data[5] >> 4) & 0x07)
+    if block_max is None:
+        return None
+    pos = 7 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    trailer = 4 if flg & _LZ4_BLOCK_CHECKSUM else 0
+    blocks = 0
+    while pos + 4 <= n:
+        (size,) = _U32_LE.unpack_from(data, pos)
+        pos += 4
+        if size == 0:  # end mark
+            pos += 4 if flg & _LZ4_CONTENT_CHECKSUM else 0
+            return blocks * block_max if pos == n else None
+        pos += (size & ~_LZ4_STORED_BLOCK) + trailer
+        blocks += 1
+    return None
+
+
+def decompressed_size_bound(codec: int, data: bytes | bytearray | memoryview) -> int | None:
+    """The most :func:`decompress` can return for ``data`` (a batch's records, magic 2) without
+    raising, read from the codec's limits and the frame's headers without decompressing; None
+    when nothing short of decompressing bounds it (a zstd frame that does not declare its size,
+    bytes that are not one LZ4 frame, an unknown codec)."""
+    if codec == Codec.NONE:
+        return len(data)
+    if codec == Codec.GZIP:
+        return len(data) * _GZIP_MAX_RATIO
+    if codec == Codec.SNAPPY:
+        return int(len(data) * _SNAPPY_MAX_RATIO) + 1
+    if codec == Codec.LZ4:
+        return _lz4_size_bound(data)
+    if codec == Codec.ZSTD:
+        try:
+            declared = zstandard.frame_content_size(bytes(data[:18]))  # the frame header's most
+        except zstandard.ZstdError:
+            return None
+        return declared if declared >= 0 else None
+    return None
+
+
 _ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=3)  # Kafka's default zstd level
 _ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
 

@@ -51,7 +51,12 @@ from typing import TYPE_CHECKING, NamedTuple
 from zlib import crc32 as _crc32
 
 from protocol import recordbatch as rb
-from protocol.compression import Codec, decompress
+from protocol.compression import (
+    MAX_DECOMPRESSED_BYTES,
+    Codec,
+    decompress,
+    decompressed_size_bound,
+)
 from protocol.errors import CorruptRecordError, ErrorCode
 from protocol.records import (
     _CODEC_MASK,
@@ -93,7 +98,14 @@ if TYPE_CHECKING:
 scan_v1: _ScanV1 | None = fastscan.scan_v1 if fastscan else None
 scan_v2: _ScanV2 | None = fastscan.scan_v2 if fastscan else None
 
-__all__ = ["TopicSettings", "ValidatedRecords", "ProducerBatch", "Rejected", "validate_produce"]
+__all__ = [
+    "TopicSettings",
+    "ValidatedRecords",
+    "ProducerBatch",
+    "Rejected",
+    "validate_produce",
+    "scanned_bytes_bound",
+]
 
 _LONG_MAX = 2**63 - 1
 
@@ -276,6 +288,31 @@ def validate_produce(
         return Rejected(ErrorCode.CORRUPT_MESSAGE, str(exc))
     finally:
         mv.release()
+
+
+def scanned_bytes_bound(buf: Buffer, settings: TopicSettings) -> int | None:
+    """An upper bound on the record bytes :func:`validate_produce` decompresses and scans for
+    ``buf``, read from headers only, when ``buf`` is one record batch that the native scan
+    checks and that is kept in its own codec (path 3 without re-encoding): then the work is
+    proportional to the bound. None for every other shape (older formats, several batches,
+    a conversion, no native scan). A batch whose codec headers bound nothing (a zstd frame
+    without its size, bytes that are not one LZ4 frame) counts as MAX_DECOMPRESSED_BYTES, the
+    most the validator ever decompresses."""
+    mv = memoryview(buf)
+    n = len(mv)
+    if (
+        scan_v2 is None
+        or settings.magic != rb.MAGIC
+        or n < rb.RECORD_BATCH_OVERHEAD
+        or mv[rb.MAGIC_OFFSET] != rb.MAGIC
+        or _I32.unpack_from(mv, rb.LENGTH_OFFSET)[0] != n - LOG_OVERHEAD
+    ):
+        return None
+    codec = mv[rb.ATTRIBUTES_OFFSET + 1] & rb.CODEC_MASK  # the low byte of the int16
+    if settings.target_codec is not None and settings.target_codec != codec:
+        return None
+    bound = decompressed_size_bound(codec, mv[rb.RECORD_BATCH_OVERHEAD :])
+    return MAX_DECOMPRESSED_BYTES if bound is None else bound
 
 
 def _result(

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import codec as kp
 
-from protocol.compression import Codec, compress, decompress, xxh32
+from protocol.compression import Codec, compress, decompress, decompressed_size_bound, xxh32
 from protocol.errors import CorruptRecordError
 
 PAYLOADS = [b"", b"a", b"hello world" * 10, bytes(range(256)) * 300]  # 300 spans xerial blocks
@@ -116,3 +116,81 @@ def test_bomb_is_refused_without_inflating_it(codec):
     finally:
         tracemalloc.stop()
     assert peak < 16 << 20
+
+
+# -- decompressed_size_bound: never below what decompress() returns -----------------------------
+
+_compressible = st.builds(
+    lambda chunk, times, tail: chunk * times + tail,
+    st.binary(min_size=1, max_size=64),
+    st.integers(1, 5000),
+    st.binary(max_size=2000),
+)
+
+
+def _lz4_frames(payload: bytes) -> list[bytes]:
+    """LZ4 frames as our codec, kafka-python and other LZ4F settings write them."""
+    return [
+        compress(Codec.LZ4, payload, 2),
+        kp.lz4_encode(payload),
+        lz4.frame.compress(
+            payload,
+            block_size=lz4.frame.BLOCKSIZE_MAX256KB,
+            block_linked=True,
+            block_checksum=True,
+            content_checksum=True,
+            store_size=True,
+        ),
+        lz4.frame.compress(payload, block_size=lz4.frame.BLOCKSIZE_MAX4MB, store_size=False),
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(st.binary(max_size=300_000), _compressible))
+def test_size_bound_is_never_below_the_output(payload):
+    import zstandard
+
+    assert decompressed_size_bound(Codec.NONE, payload) == len(payload)
+    framed = [
+        (Codec.GZIP, compress(Codec.GZIP, payload, 2)),
+        (Codec.SNAPPY, compress(Codec.SNAPPY, payload, 2)),
+        (Codec.SNAPPY, kp.snappy_encode(payload, xerial_compatible=False)),
+        (Codec.ZSTD, compress(Codec.ZSTD, payload, 2)),
+        (Codec.ZSTD, zstandard.ZstdCompressor(level=19).compress(payload)),
+    ] + [(Codec.LZ4, f) for f in _lz4_frames(payload)]
+    for codec, data in framed:
+        bound = decompressed_size_bound(codec, data)
+        assert bound is not None, codec
+        assert bound >= len(decompress(codec, data, 2)), codec
+
+
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD])
+def test_size_bound_holds_for_bombs(codec):
+    payload = b"\x00" * (32 << 20)
+    data = compress(codec, payload, 2)
+    assert decompressed_size_bound(codec, data) >= len(payload)
+
+
+def test_lz4_bound_counts_blocks():
+    """The bound of an LZ4 frame is its blocks times the frame's block size: one block more
+    than the output at most, so a producer's 1 MB batch is not mistaken for a bomb."""
+    payload = bytes(range(256)) * 4000  # 1,024,000 bytes: 16 blocks of 64 KiB
+    assert decompressed_size_bound(Codec.LZ4, compress(Codec.LZ4, payload, 2)) == 16 * 65536
+    assert decompressed_size_bound(Codec.LZ4, kp.lz4_encode(b"")) == 0
+
+
+def test_size_bound_is_none_when_the_headers_bound_nothing():
+    import zstandard
+
+    payload = b"x" * 100_000
+    frame = compress(Codec.LZ4, payload, 2)
+    assert decompressed_size_bound(Codec.LZ4, frame + b"\x00") is None  # trailing bytes
+    assert decompressed_size_bound(Codec.LZ4, frame[:-2]) is None  # truncated
+    assert decompressed_size_bound(Codec.LZ4, b"not an lz4 frame") is None
+    bad_block_size = bytearray(frame)
+    bad_block_size[5] = 0x30  # BD names block size 3: not a valid LZ4 frame
+    assert decompressed_size_bound(Codec.LZ4, bytes(bad_block_size)) is None
+    unsized = zstandard.ZstdCompressor(write_content_size=False).compress(payload)
+    assert decompressed_size_bound(Codec.ZSTD, unsized) is None
+    assert decompressed_size_bound(Codec.ZSTD, b"junk") is None
+    assert decompressed_size_bound(7, b"x") is None

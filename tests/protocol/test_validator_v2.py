@@ -26,6 +26,7 @@ from protocol.validator import (
     Rejected,
     TopicSettings,
     ValidatedRecords,
+    scanned_bytes_bound,
     validate_produce,
 )
 from tests.protocol.kafka_python_oracle import kp_read
@@ -315,3 +316,59 @@ def test_a_batch_grown_by_the_topics_codec_is_checked_again():
     gzipped = TopicSettings(magic=2, max_message_bytes=limit, target_codec=Codec.GZIP)
     reason = rejected(batch, ErrorCode.MESSAGE_TOO_LARGE, gzipped)
     assert "after conversion" in reason and "gzip" in reason
+
+
+# -- scanned_bytes_bound: where the broker decides to validate (broker/handlers/produce.py) -----
+
+
+@pytest.fixture
+def native_scan(monkeypatch):
+    """The bound is given only when the native scan checks the records: stand one in where the
+    C extension is not built (test-pure); the bound itself never calls it."""
+    from protocol import validator
+
+    if validator.scan_v2 is None:
+        monkeypatch.setattr(validator, "scan_v2", lambda *args: None)
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD])
+def test_scanned_bytes_bound_covers_the_records_section(native_scan, codec):
+    records = [(NOW, None, bytes([i % 251]) * 300, []) for i in range(500)]
+    buf = kp_batch(codec, records)
+    scanned = len(rb.records_section(buf, rb.read_header(buf), 0))  # decompressed
+    bound = scanned_bytes_bound(buf, V2)
+    assert bound is not None and bound >= scanned
+    if codec in (Codec.NONE, Codec.LZ4, Codec.ZSTD):  # read from the frame, not a ratio
+        assert bound < scanned + 65536 + 1
+
+
+def test_scanned_bytes_bound_is_none_for_work_headers_do_not_bound(native_scan):
+    from protocol import validator
+
+    one = kp_batch(Codec.LZ4)
+    assert scanned_bytes_bound(one + one, V2) is None  # two batches (Produce v0-v2)
+    assert scanned_bytes_bound(one[:-1], V2) is None  # truncated
+    assert scanned_bytes_bound(one, TopicSettings(magic=1)) is None  # converted to magic 1
+    assert scanned_bytes_bound(one, TopicSettings(magic=2, target_codec=Codec.GZIP)) is None
+    assert scanned_bytes_bound(one, TopicSettings(magic=2, target_codec=Codec.LZ4)) is not None
+    legacy = MessageSetBuilder(magic=1)
+    legacy.append(b"v", timestamp=NOW)
+    magic1 = legacy.build()
+    assert scanned_bytes_bound(magic1, V2) is None
+    validator.scan_v2 = None  # restored by native_scan's monkeypatch or the next line
+    try:
+        assert scanned_bytes_bound(one, V2) is None  # the Python path's cost is per record
+    finally:
+        validator.scan_v2 = lambda *args: None
+
+
+def test_a_batch_whose_codec_bounds_nothing_counts_as_the_decompression_limit(native_scan):
+    import zstandard
+
+    from protocol.compression import MAX_DECOMPRESSED_BYTES
+
+    buf = bytearray(kp_batch(Codec.ZSTD))
+    unsized = zstandard.ZstdCompressor(write_content_size=False).compress(b"x" * 1000)
+    buf[rb.RECORD_BATCH_OVERHEAD :] = unsized
+    struct.pack_into(">i", buf, rb.LENGTH_OFFSET, len(buf) - 12)
+    assert scanned_bytes_bound(bytes(buf), V2) == MAX_DECOMPRESSED_BYTES
