@@ -277,9 +277,11 @@ def main(argv: list[str] | None = None) -> int:
             "lower is better, so a ratio above 1 means chronolog is slower or costlier)",
             "correctness": "every scenario consumes back what it produced and compares count and the sum of "
             "CRC32s of the values; a mismatch fails the run",
-            "broker_usage": "psutil on the broker process and its children between the scenario's start/end "
-            "marks: CPU user+system seconds (10 ms clock ticks: runs under 50 ms of broker "
-            "CPU carry broker_cpu_low_resolution), RSS sampled every 100 ms",
+            "broker_usage": "the broker process and its children between the scenario's start/end marks: "
+            "CPU seconds from a cpuacct cgroup of each broker's own (ns, all threads) where the "
+            "bench can make one, else psutil's user+system in 10 ms clock ticks (runs under 50 ms "
+            "of broker CPU then carry broker_cpu_low_resolution); which one: cpu_source; RSS from "
+            "psutil, sampled every 100 ms",
             "producers": "confluent: linger.ms=5 (latency: 1), default batch.size; kafka-python: linger_ms=5, "
             "batch_size=256 KiB; acks=all (default)",
             "latency": "CLOCK_MONOTONIC send stamp in the value; consumer (default fetch.wait.max.ms) in another "

@@ -294,6 +294,21 @@ def _validation_lines(validation: dict | None) -> list[str]:
     return lines
 
 
+def _cpu_sources(doc: dict) -> str:
+    """How the runs read broker CPU (brokers.py): a cpuacct cgroup or psutil's clock ticks."""
+    found = sorted(
+        {
+            run["broker_cpu_source"]
+            for scenario in doc["scenarios"].values()
+            for name, entry in scenario.items()
+            if name in ("chronolog", "tansu")
+            for run in entry.get("runs", [])
+            if "broker_cpu_source" in run
+        }
+    )
+    return " and ".join(found) or "psutil clock ticks"
+
+
 def readme_section(doc: dict) -> str:
     """The README's "Performance" section: how to run, the headline table, the targets."""
     brokers = tuple(b for b in ("chronolog", "tansu") if b in next(iter(doc["scenarios"].values())))
@@ -318,7 +333,8 @@ def readme_section(doc: dict) -> str:
         f"p99.9, RSS, CPU per scenario): `bench/results/{doc['name']}.json`, plot `bench/results/{doc['name']}.png`.",
         "",
         f"Run of {doc['started_utc']} (chronolog {env['chronolog_commit']}, {doc['mode']} sizes,",
-        f"{env['cpus']} shared cores, load average {env['loadavg_at_start'][0]:.1f} at start):",
+        f"{env['cpus']} shared cores, load average {env['loadavg_at_start'][0]:.1f} at start;",
+        f"broker CPU from {_cpu_sources(doc)}):",
         "",
         markdown_table(doc["scenarios"], brokers, keep=_headline_row),
         "",

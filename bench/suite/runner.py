@@ -2,7 +2,7 @@
 
 Each run is a fresh child process (spawn) in its own process group, bounded by a timeout; a hang,
 crash or failed check becomes an error string in that run's record. Between the scenario's
-``start`` and ``end`` marks the parent samples the broker's CPU and RSS with psutil.
+``start`` and ``end`` marks the parent samples the broker's CPU and RSS (brokers.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from .brokers import BrokerProcess, BrokerStartError
 logger = structlog.get_logger(__name__)
 
 BROKERS = ("chronolog", "tansu")
-CPU_RESOLUTION_S = 0.01  # psutil reads /proc/<pid>/stat, counted in 10 ms clock ticks
 MAX_START_FAILURES = 2  # a broker that cannot start twice is not retried for every scenario
 
 
@@ -188,9 +187,14 @@ def run_in_child(
     n = outcome.get("messages", 0)
     cpu = u1.cpu_s - u0.cpu_s
     outcome.update(
-        {"elapsed_s": elapsed, "broker_cpu_s": cpu, "broker_rss_peak_mb": rss_peak / 1e6}
+        {
+            "elapsed_s": elapsed,
+            "broker_cpu_s": cpu,
+            "broker_cpu_source": broker.cpu_source,
+            "broker_rss_peak_mb": rss_peak / 1e6,
+        }
     )
-    if cpu < CPU_RESOLUTION_S * 5:
+    if cpu < broker.cpu_resolution_s * 5:
         outcome["broker_cpu_low_resolution"] = True
     if n:
         outcome["broker_cpu_s_per_million_msgs"] = cpu / n * 1e6
