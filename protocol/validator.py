@@ -211,6 +211,11 @@ class _Job:
     lat: bool
     earliest: int
     latest: int
+    native_only: bool = False
+
+
+class _Declined(Exception):
+    """Raised under ``native_only`` where the native scan declines a batch's records."""
 
 
 class _Checked(NamedTuple):
@@ -242,13 +247,18 @@ def validate_produce(
     now_ms: int,
     require_magic2: bool = False,
     partition_leader_epoch: int = 0,
-) -> ValidatedRecords | Rejected:
+    native_only: bool = False,
+) -> ValidatedRecords | Rejected | None:
     """Validate a producer's message set for one partition and assign offsets from
     ``next_offset``; see the module docstring for the rules. Never raises for bad input:
     malformed bytes come back as ``Rejected(CORRUPT_MESSAGE, ...)``. ``buf`` is not modified.
 
     ``require_magic2`` (Produce v3+): exactly one v2 batch, as Kafka's ProduceRequest demands.
     ``partition_leader_epoch`` is written into every stored v2 batch.
+    ``native_only``: None instead of an answer where the native scan declines a batch kept in
+    its codec, whose precise answer would then come from the Python path record by record (a
+    cost :func:`scanned_bytes_bound` does not bound); the caller validates again without it
+    where that cost may run. Never None without it.
     """
     earliest, latest = settings.timestamp_bounds(now_ms)
     job = _Job(
@@ -259,6 +269,7 @@ def validate_produce(
         settings.magic >= 1 and settings.timestamp_type == TimestampType.LOG_APPEND_TIME,
         earliest,
         latest,
+        native_only,
     )
     mv = _view(buf)
     try:
@@ -286,6 +297,8 @@ def validate_produce(
         return Rejected(exc.error, exc.reason)
     except CorruptRecordError as exc:
         return Rejected(ErrorCode.CORRUPT_MESSAGE, str(exc))
+    except _Declined:
+        return None
     finally:
         mv.release()
 
@@ -293,8 +306,9 @@ def validate_produce(
 def scanned_bytes_bound(buf: Buffer, settings: TopicSettings) -> int | None:
     """An upper bound on the record bytes :func:`validate_produce` decompresses and scans for
     ``buf``, read from headers only, when ``buf`` is one record batch that the native scan
-    checks and that is kept in its own codec (path 3 without re-encoding): then the work is
-    proportional to the bound. None for every other shape (older formats, several batches,
+    checks and that is kept in its own codec (path 3 without re-encoding): then the work of
+    ``validate_produce(..., native_only=True)`` is proportional to the bound. None for every
+    other shape (older formats, several batches,
     a conversion, no native scan). A batch whose codec headers bound nothing (a zstd frame
     without its size, bytes that are not one LZ4 frame) counts as MAX_DECOMPRESSED_BYTES, the
     most the validator ever decompresses."""
@@ -576,6 +590,8 @@ def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Val
                 settings.compacted,
             )
         if record_max is None:
+            if job.native_only:
+                raise _Declined
             header, records = _batch_records(mv, e, job, where)
             record_max = max(
                 (header.base_timestamp + r.timestamp_delta for r in records), default=NO_TIMESTAMP

@@ -14,13 +14,16 @@ assigned by the validator are exactly the log end offset at append time. A set w
 is known to be small runs on the trio thread, and is appended there too unless the append would
 fsync (roll or flush.messages): a worker-thread round trip costs more than such a set's work.
 Known small: a record batch kept in its codec whose headers bound the bytes to decompress and
-scan natively to INLINE_SCAN_BYTES (about 0.3 ms), or any other set of up to INLINE_BYTES.
-Everything else, and fsyncing appends, run in one worker thread call, so a slow disk or a
-decompression bomb stalls only that partition and never the event loop.
+scan natively to INLINE_SCAN_BYTES (about 0.3 ms; a batch the native scan declines, whose
+precise answer comes from a record-by-record Python check, is validated again in a thread), or
+any other set of up to INLINE_BYTES. Everything else, and fsyncing appends, run in one worker
+thread call, so a slow disk or a decompression bomb stalls only that partition and never the
+event loop.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any, NamedTuple
 
 import structlog
@@ -50,12 +53,19 @@ INLINE_SCAN_BYTES = 1 << 20
 INLINE_BYTES = 65536
 
 
-def _inline(record_set, topic: Topic) -> bool:
-    """Whether validating ``record_set`` is known to cost less than a worker-thread hand-off."""
+class Placement(Enum):
+    """Where a set is validated: its cost against a worker-thread hand-off's."""
+
+    THREAD = "a worker thread"
+    NATIVE_INLINE = "the trio thread, by the native scan only"
+    INLINE = "the trio thread"
+
+
+def placement(record_set, topic: Topic) -> Placement:
     bound = scanned_bytes_bound(record_set, topic.settings)
     if bound is not None:
-        return bound <= INLINE_SCAN_BYTES
-    return len(record_set) <= INLINE_BYTES
+        return Placement.NATIVE_INLINE if bound <= INLINE_SCAN_BYTES else Placement.THREAD
+    return Placement.INLINE if len(record_set) <= INLINE_BYTES else Placement.THREAD
 
 
 def _check_producers(log, result: ValidatedRecords) -> Rejected | Duplicate | None:
@@ -80,9 +90,16 @@ def _check_producers(log, result: ValidatedRecords) -> Rejected | Duplicate | No
 
 
 def _validate(
-    log, record_set, topic: Topic, now_ms: int, version: int, leader_epoch: int = 0
-) -> Rejected | Duplicate | ValidatedRecords:
-    """Under the partition lock; CPU only. ``leader_epoch`` goes into the batches (KIP-101)."""
+    log,
+    record_set,
+    topic: Topic,
+    now_ms: int,
+    version: int,
+    leader_epoch: int = 0,
+    native_only: bool = False,
+) -> Rejected | Duplicate | ValidatedRecords | None:
+    """Under the partition lock; CPU only. ``leader_epoch`` goes into the batches (KIP-101);
+    None only with ``native_only``, as from validate_produce."""
     result = validate_produce(
         record_set,
         topic.settings,
@@ -90,8 +107,9 @@ def _validate(
         now_ms=now_ms,
         require_magic2=version >= 3,
         partition_leader_epoch=leader_epoch,
+        native_only=native_only,
     )
-    if isinstance(result, Rejected) or result.message_count == 0:
+    if result is None or isinstance(result, Rejected) or result.message_count == 0:
         return result
     if result.producer_batches:
         refused = _check_producers(log, result)
@@ -123,11 +141,22 @@ def _validate_and_append(
 
 
 async def _validate_and_append_inline(
-    log, record_set, topic: Topic, now_ms: int, version: int, leader_epoch: int = 0
+    log,
+    record_set,
+    topic: Topic,
+    now_ms: int,
+    version: int,
+    leader_epoch: int = 0,
+    native_only: bool = False,
 ):
     """:func:`_validate_and_append` for a small set: validation on the trio thread, the append
-    too unless it would fsync."""
-    result = _validate(log, record_set, topic, now_ms, version, leader_epoch)
+    too unless it would fsync. With ``native_only``, a set the native scan declines is
+    validated again, completely, in a worker thread."""
+    result = _validate(log, record_set, topic, now_ms, version, leader_epoch, native_only)
+    if result is None:
+        return await trio.to_thread.run_sync(
+            _validate_and_append, log, record_set, topic, now_ms, version, leader_epoch
+        )
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
     if log.append_would_sync(result):
@@ -222,9 +251,16 @@ async def _produce_partition(
                 if state.last_append_time < 0:
                     state.last_append_time = await trio.to_thread.run_sync(log.latest_timestamp)
                 now = state.next_append_time(now)
-            if _inline(record_set, topic):
+            where = placement(record_set, topic)
+            if where is not Placement.THREAD:
                 result, rolled = await _validate_and_append_inline(
-                    log, record_set, topic, now, version, leader_epoch
+                    log,
+                    record_set,
+                    topic,
+                    now,
+                    version,
+                    leader_epoch,
+                    native_only=where is Placement.NATIVE_INLINE,
                 )
             else:
                 result, rolled = await trio.to_thread.run_sync(

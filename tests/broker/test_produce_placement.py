@@ -11,7 +11,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker.config import BrokerConfig, TopicConfig
-from broker.handlers.produce import INLINE_BYTES, INLINE_SCAN_BYTES, _inline
+from broker.handlers.produce import INLINE_BYTES, INLINE_SCAN_BYTES, Placement, placement
 from broker.topics import Topic
 from protocol import validator
 from protocol.compression import Codec
@@ -45,12 +45,12 @@ def test_a_producers_lz4_batch_is_validated_inline():
     values = [bytes([i % 7]) * 40 + i.to_bytes(8, "big") * 7 for i in range(8000)]
     sent = batch(Codec.LZ4, values)
     assert len(sent) > INLINE_BYTES
-    assert _inline(sent, topic())
+    assert placement(sent, topic()) is Placement.NATIVE_INLINE
 
 
 def test_an_uncompressed_batch_is_inline_up_to_the_scan_limit():
-    assert _inline(batch(Codec.NONE, [b"v" * 1000] * 900), topic())
-    assert not _inline(batch(Codec.NONE, [b"v" * 1000] * 1100), topic())
+    assert placement(batch(Codec.NONE, [b"v" * 1000] * 900), topic()) is Placement.NATIVE_INLINE
+    assert placement(batch(Codec.NONE, [b"v" * 1000] * 1100), topic()) is Placement.THREAD
 
 
 @pytest.mark.parametrize(
@@ -65,15 +65,15 @@ def test_an_uncompressed_batch_is_inline_up_to_the_scan_limit():
 def test_a_small_bomb_goes_to_a_worker_thread(codec, mib):
     bomb = batch(codec, [b"\x00" * int(mib * (1 << 19))] * 2)
     assert len(bomb) <= INLINE_BYTES  # inline by size alone
-    assert not _inline(bomb, topic())
+    assert placement(bomb, topic()) is Placement.THREAD
 
 
 def test_a_gzip_batch_goes_inline_only_when_its_worst_case_is_small():
     """DEFLATE can give 1032 bytes per byte: 1 KiB of gzip may hold 1 MiB."""
-    assert _inline(batch(Codec.GZIP, [b"x"]), topic())
+    assert placement(batch(Codec.GZIP, [b"x"]), topic()) is Placement.NATIVE_INLINE
     sent = batch(Codec.GZIP, [random.Random(1).randbytes(2000) + bytes(2000)])
     assert sent[22] & 0x07 == Codec.GZIP  # kafka-python sends it compressed
-    assert not _inline(sent, topic())
+    assert placement(sent, topic()) is Placement.THREAD
 
 
 def test_a_conversion_is_placed_by_size():
@@ -84,8 +84,8 @@ def test_a_conversion_is_placed_by_size():
         topic(**{"compression.type": "gzip"}),
         topic(**{"message.format.version": "0.10.2"}),
     ):
-        assert _inline(small, converting)
-        assert not _inline(large, converting)
+        assert placement(small, converting) is Placement.INLINE
+        assert placement(large, converting) is Placement.THREAD
 
 
 def test_old_message_sets_are_placed_by_size():
@@ -94,12 +94,12 @@ def test_old_message_sets_are_placed_by_size():
         small.append(b"v" * 100, timestamp=NOW)
     for _ in range(100):
         large.append(b"v" * 1000, timestamp=NOW)
-    assert _inline(small.build(), topic())
-    assert not _inline(large.build(), topic())
+    assert placement(small.build(), topic()) is Placement.INLINE
+    assert placement(large.build(), topic()) is Placement.THREAD
 
 
 def test_without_the_native_scan_a_batch_is_placed_by_size(monkeypatch):
     monkeypatch.setattr(validator, "scan_v2", None)
     values = [bytes([i % 7]) * 40 + i.to_bytes(8, "big") * 7 for i in range(8000)]
-    assert not _inline(batch(Codec.LZ4, values), topic())
+    assert placement(batch(Codec.LZ4, values), topic()) is Placement.THREAD
     assert INLINE_SCAN_BYTES > INLINE_BYTES

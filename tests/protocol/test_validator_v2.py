@@ -342,7 +342,7 @@ def test_scanned_bytes_bound_covers_the_records_section(native_scan, codec):
         assert bound < scanned + 65536 + 1
 
 
-def test_scanned_bytes_bound_is_none_for_work_headers_do_not_bound(native_scan):
+def test_scanned_bytes_bound_is_none_for_work_headers_do_not_bound(native_scan, monkeypatch):
     from protocol import validator
 
     one = kp_batch(Codec.LZ4)
@@ -355,11 +355,8 @@ def test_scanned_bytes_bound_is_none_for_work_headers_do_not_bound(native_scan):
     legacy.append(b"v", timestamp=NOW)
     magic1 = legacy.build()
     assert scanned_bytes_bound(magic1, V2) is None
-    validator.scan_v2 = None  # restored by native_scan's monkeypatch or the next line
-    try:
-        assert scanned_bytes_bound(one, V2) is None  # the Python path's cost is per record
-    finally:
-        validator.scan_v2 = lambda *args: None
+    monkeypatch.setattr(validator, "scan_v2", None)
+    assert scanned_bytes_bound(one, V2) is None  # the Python path's cost is per record
 
 
 def test_a_batch_whose_codec_bounds_nothing_counts_as_the_decompression_limit(native_scan):
@@ -372,3 +369,22 @@ def test_a_batch_whose_codec_bounds_nothing_counts_as_the_decompression_limit(na
     buf[rb.RECORD_BATCH_OVERHEAD :] = unsized
     struct.pack_into(">i", buf, rb.LENGTH_OFFSET, len(buf) - 12)
     assert scanned_bytes_bound(bytes(buf), V2) == MAX_DECOMPRESSED_BYTES
+
+
+def test_native_only_declines_what_the_scan_declines():
+    """validate_produce(native_only=True) answers a batch the native scan accepts exactly as
+    without it, and None for one it declines (the caller validates again without it, and gets
+    the precise error of the Python path)."""
+    from protocol import validator
+
+    if validator.scan_v2 is None:
+        pytest.skip("no native scan (C extension not built, or CHRONOLOG_PURE_PYTHON)")
+    limited = TopicSettings(magic=2, max_timestamp_difference_ms=60_000)
+    for codec in (Codec.NONE, Codec.LZ4):
+        fresh = kp_batch(codec)
+        assert validate_produce(
+            fresh, limited, next_offset=4, now_ms=NOW, native_only=True
+        ) == validate_produce(fresh, limited, next_offset=4, now_ms=NOW)
+        old = kp_batch(codec, [(NOW, None, b"a", []), (NOW - 3_600_000, None, b"b", [])])
+        assert validate_produce(old, limited, next_offset=0, now_ms=NOW, native_only=True) is None
+        assert "record 1" in rejected(old, ErrorCode.INVALID_TIMESTAMP, settings=limited)
