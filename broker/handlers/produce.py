@@ -89,30 +89,36 @@ def _check_producers(log, result: ValidatedRecords) -> Rejected | Duplicate | No
     return None
 
 
+class _Write(NamedTuple):
+    """One partition's share of a Produce, validated and appended under the partition's lock.
+    ``leader_epoch`` goes into the batches (KIP-101)."""
+
+    log: Any
+    record_set: bytes
+    topic: Topic
+    now_ms: int
+    version: int
+    leader_epoch: int
+
+
 def _validate(
-    log,
-    record_set,
-    topic: Topic,
-    now_ms: int,
-    version: int,
-    leader_epoch: int = 0,
-    native_only: bool = False,
+    w: _Write, native_only: bool = False
 ) -> Rejected | Duplicate | ValidatedRecords | None:
-    """Under the partition lock; CPU only. ``leader_epoch`` goes into the batches (KIP-101);
-    None only with ``native_only``, as from validate_produce."""
+    """Under the partition lock; CPU only. None only with ``native_only``, as from
+    validate_produce."""
     result = validate_produce(
-        record_set,
-        topic.settings,
-        next_offset=log.log_end_offset,
-        now_ms=now_ms,
-        require_magic2=version >= 3,
-        partition_leader_epoch=leader_epoch,
+        w.record_set,
+        w.topic.settings,
+        next_offset=w.log.log_end_offset,
+        now_ms=w.now_ms,
+        require_magic2=w.version >= 3,
+        partition_leader_epoch=w.leader_epoch,
         native_only=native_only,
     )
     if result is None or isinstance(result, Rejected) or result.message_count == 0:
         return result
     if result.producer_batches:
-        refused = _check_producers(log, result)
+        refused = _check_producers(w.log, result)
         if refused is not None:
             return refused
     return result
@@ -128,40 +134,28 @@ def _append(log, result: ValidatedRecords) -> tuple[Rejected | ValidatedRecords,
         return Rejected(ErrorCode.RECORD_LIST_TOO_LARGE, str(exc)), None
 
 
-def _validate_and_append(
-    log, record_set, topic: Topic, now_ms: int, version: int, leader_epoch: int = 0
-):
+def _validate_and_append(w: _Write):
     """Runs in a worker thread under the partition lock. Returns (Rejected or ValidatedRecords,
     base offset of a segment rolled by this append or None); message_count 0 means the set held
     no complete message and nothing was appended."""
-    result = _validate(log, record_set, topic, now_ms, version, leader_epoch)
+    result = _validate(w)
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
-    return _append(log, result)
+    return _append(w.log, result)
 
 
-async def _validate_and_append_inline(
-    log,
-    record_set,
-    topic: Topic,
-    now_ms: int,
-    version: int,
-    leader_epoch: int = 0,
-    native_only: bool = False,
-):
+async def _validate_and_append_inline(w: _Write, native_only: bool):
     """:func:`_validate_and_append` for a small set: validation on the trio thread, the append
     too unless it would fsync. With ``native_only``, a set the native scan declines is
     validated again, completely, in a worker thread."""
-    result = _validate(log, record_set, topic, now_ms, version, leader_epoch, native_only)
+    result = _validate(w, native_only)
     if result is None:
-        return await trio.to_thread.run_sync(
-            _validate_and_append, log, record_set, topic, now_ms, version, leader_epoch
-        )
+        return await trio.to_thread.run_sync(_validate_and_append, w)
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
-    if log.append_would_sync(result):
-        return await trio.to_thread.run_sync(_append, log, result)
-    return _append(log, result)
+    if w.log.append_would_sync(result):
+        return await trio.to_thread.run_sync(_append, w.log, result)
+    return _append(w.log, result)
 
 
 class _Answer(NamedTuple):
@@ -251,20 +245,13 @@ async def _produce_partition(
                 if state.last_append_time < 0:
                     state.last_append_time = await trio.to_thread.run_sync(log.latest_timestamp)
                 now = state.next_append_time(now)
+            write = _Write(log, record_set, topic, now, version, leader_epoch)
             where = placement(record_set, topic)
-            if where is not Placement.THREAD:
-                result, rolled = await _validate_and_append_inline(
-                    log,
-                    record_set,
-                    topic,
-                    now,
-                    version,
-                    leader_epoch,
-                    native_only=where is Placement.NATIVE_INLINE,
-                )
+            if where is Placement.THREAD:
+                result, rolled = await trio.to_thread.run_sync(_validate_and_append, write)
             else:
-                result, rolled = await trio.to_thread.run_sync(
-                    _validate_and_append, log, record_set, topic, now, version, leader_epoch
+                result, rolled = await _validate_and_append_inline(
+                    write, native_only=where is Placement.NATIVE_INLINE
                 )
         except OSError as exc:
             # Storage left the log as it was; the client retries KAFKA_STORAGE_ERROR. A full
