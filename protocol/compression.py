@@ -296,8 +296,8 @@ def decompressed_size_bound(codec: int, data: bytes | bytearray | memoryview) ->
     if codec == Codec.LZ4:
         return _lz4_size_bound(data)
     if codec == Codec.ZSTD:
-        try:
-            declared = zstandard.frame_content_size(bytes(data[:18]))  # the frame header's most
+        try:  # a zstd frame header is at most 18 bytes
+            declared = zstandard.frame_content_size(bytes(data[:18]))
         except zstandard.ZstdError:
             return None
         return declared if declared >= 0 else None
