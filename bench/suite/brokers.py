@@ -213,16 +213,18 @@ class BrokerProcess:
             procs += self._ps.children(recursive=True)
         except psutil.Error:
             pass
-        ticks = 0.0
+        counted = self._cpuacct is not None
+        cpu = self._cpuacct.cpu_s() if self._cpuacct is not None else 0.0
         rss = 0
         for p in procs:
             try:
-                t = p.cpu_times()
-                ticks += t.user + t.system
+                if not counted:
+                    t = p.cpu_times()
+                    cpu += t.user + t.system
                 rss += p.memory_info().rss
             except psutil.Error:
                 continue
-        return Usage(self._cpuacct.cpu_s() if self._cpuacct is not None else ticks, rss)
+        return Usage(cpu, rss)
 
     def output_tail(self, chars: int = 600) -> str:
         try:

@@ -62,6 +62,7 @@ class Placement(Enum):
 
 
 def placement(record_set, topic: Topic) -> Placement:
+    """Where to validate ``record_set``: by its scanned-bytes bound, else by its size."""
     bound = scanned_bytes_bound(record_set, topic.settings)
     if bound is not None:
         return Placement.NATIVE_INLINE if bound <= INLINE_SCAN_BYTES else Placement.THREAD
