@@ -15,6 +15,12 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from tests.conftest import REPO
 
 
+# For topics whose messages carry CreateTimes older than the default retention (7 days): the
+# shared broker's retention pass (every 5 minutes) would otherwise delete them mid-test, as
+# Kafka's would.
+KEEP_OLD_MESSAGES = {"retention.ms": -1}
+
+
 def topic_name(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from protocol import ApiKey, SUPPORTED_VERSIONS, iter_deep, iter_shallow
+from tests.integration.clients import KEEP_OLD_MESSAGES
 from tests.integration.kafka_wire import (
     WireClient,
     create_topic,
@@ -133,7 +134,7 @@ def test_delete_topics(client):
 
 def test_produce_then_fetch_at_every_format(client):
     topic = name()
-    assert create_topic(client, topic) == 0
+    assert create_topic(client, topic, configs=KEEP_OLD_MESSAGES) == 0
     ts = [1_600_000_000_000 + i for i in range(3)]
     r = produce(
         client, topic, message_set([b"a", b"b", None], timestamps=ts, keys=[b"k1", None, b"k3"])
@@ -241,7 +242,7 @@ def test_fetch_long_poll_is_woken_by_append(broker, client):
 
 def test_list_offsets(client):
     topic = name()
-    assert create_topic(client, topic, 1, {"segment.bytes": "200"}) == 0
+    assert create_topic(client, topic, 1, {"segment.bytes": "200", **KEEP_OLD_MESSAGES}) == 0
     for i in range(5):
         produce(client, topic, message_set([b"v" * 50], timestamps=[1000 * (i + 1)]))
 

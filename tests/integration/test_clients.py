@@ -11,7 +11,13 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 
 from protocol import iter_shallow
-from tests.integration.clients import create_topic, kp_consume_all, kp_producer, topic_name
+from tests.integration.clients import (
+    KEEP_OLD_MESSAGES,
+    create_topic,
+    kp_consume_all,
+    kp_producer,
+    topic_name,
+)
 from tests.integration.kafka_wire import WireClient, stored_records
 
 BASE_TS = 1_700_000_000_000
@@ -19,7 +25,7 @@ BASE_TS = 1_700_000_000_000
 
 def test_kafka_python_round_trip(broker):
     topic = topic_name("kp")
-    create_topic(broker.bootstrap, topic, 2)
+    create_topic(broker.bootstrap, topic, 2, KEEP_OLD_MESSAGES)
     producer = kp_producer(broker.bootstrap, acks=-1)
     sent = []
     for i in range(50):
@@ -43,7 +49,7 @@ def test_kafka_python_round_trip(broker):
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
 def test_confluent_kafka_round_trip(broker, codec):
     topic = topic_name(f"ck-{codec}")
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap, topic, configs=KEEP_OLD_MESSAGES)
     producer = Producer(
         {
             "bootstrap.servers": broker.bootstrap,
@@ -153,7 +159,7 @@ def test_aiokafka_producers_plain_and_idempotent_and_consumer(broker):
     headers, and its consumer reads them back."""
     aiokafka = pytest.importorskip("aiokafka")
     topic = topic_name("aio")
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap, topic, configs=KEEP_OLD_MESSAGES)
 
     async def run():
         sent = []

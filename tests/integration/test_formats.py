@@ -11,7 +11,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from protocol import iter_shallow
-from tests.integration.clients import create_topic, topic_name
+from tests.integration.clients import KEEP_OLD_MESSAGES, create_topic, topic_name
 from tests.integration.kafka_wire import WireClient, stored_records
 
 BASE_TS = 1_700_000_000_000
@@ -38,7 +38,7 @@ def old_consume(broker, topic: str, count: int) -> list[tuple]:
 
 def test_old_client_on_a_record_batch_topic(broker):
     topic = topic_name("fmt-new")
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap, topic, configs=KEEP_OLD_MESSAGES)
     old = KafkaProducer(bootstrap_servers=broker.bootstrap, api_version=OLD)
     for i in range(5):
         old.send(topic, key=b"old", value=b"o%d" % i, timestamp_ms=BASE_TS + i).get(timeout=15)
@@ -62,7 +62,9 @@ def test_old_client_on_a_record_batch_topic(broker):
 
 def test_record_batch_clients_on_a_0_10_topic(broker):
     topic = topic_name("fmt-old")
-    create_topic(broker.bootstrap, topic, configs={"message.format.version": "0.10.2"})
+    create_topic(
+        broker.bootstrap, topic, configs={"message.format.version": "0.10.2", **KEEP_OLD_MESSAGES}
+    )
     new = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": "gzip"})
     for i in range(5):
         new.produce(topic, key=b"k", value=b"v%d" % i, timestamp=BASE_TS + i)

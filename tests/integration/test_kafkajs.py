@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.clients import create_topic, topic_name
+from tests.integration.clients import KEEP_OLD_MESSAGES, create_topic, topic_name
 
 JS_DIR = Path(__file__).resolve().parent / "js"
 BASE_TS = 1_700_000_000_000
@@ -35,7 +35,7 @@ def run_kafkajs(bootstrap: str, topic: str, count: int) -> dict:
 
 def test_kafkajs_produce_group_consume_and_offsets_by_time(broker):
     topic = topic_name("kjs")
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap, topic, configs=KEEP_OLD_MESSAGES)
     count = 40
     seen = run_kafkajs(broker.bootstrap, topic, count)
     assert [p["errorCode"] for p in seen["produced"]] == [0]

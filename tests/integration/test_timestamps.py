@@ -13,7 +13,13 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import InvalidTimestampError
 
-from tests.integration.clients import create_topic, kp_consume_all, kp_producer, topic_name
+from tests.integration.clients import (
+    KEEP_OLD_MESSAGES,
+    create_topic,
+    kp_consume_all,
+    kp_producer,
+    topic_name,
+)
 from tests.integration.kafka_wire import WireClient, message_set, produce
 
 DAY_MS = 86_400_000
@@ -81,7 +87,9 @@ def test_kip32_alias_for_the_difference_limit(broker):
 def test_offsets_for_times_matches_brute_force_across_segments(broker):
     topic = topic_name("oft")
     create_topic(
-        broker.bootstrap, topic, configs={"segment.bytes": 1024, "index.interval.bytes": 100}
+        broker.bootstrap,
+        topic,
+        configs={"segment.bytes": 1024, "index.interval.bytes": 100, **KEEP_OLD_MESSAGES},
     )
     rng = random.Random(42)
     base = now_ms() - 10 * DAY_MS
