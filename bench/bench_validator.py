@@ -3,7 +3,9 @@
 Sets of 100-byte values (null keys, magic 1, highly compressible) as a producer sends them, 16 KiB and 1 MiB:
 uncompressed under CreateTime and LogAppendTime, and lz4 / gzip wrappers with the producer's
 codec kept (in place: decompress to check, rewrite the wrapper only); for reference also the
-slow paths (gzip recompressed to a topic's lz4, magic-0 sets up-converted). Each case runs for about
+slow paths (gzip recompressed to a topic's lz4, magic-0 sets up-converted). Then one record
+batch (magic 2) of the same values into a magic-2 topic, uncompressed and lz4 (the frame layout
+of Java's and librdkafka's producers), kept as sent and checked by the C scan when it is built. Each case runs for about
 ``--seconds`` and reports the best of ``--repeats`` rounds. Rates are per second of this
 process's CPU time (single-threaded, so one core): the machine is shared and wall-clock rates,
 also recorded, mostly measure the neighbours' load. MiB/s counts the set as sent (compressed).
@@ -20,6 +22,7 @@ import platform
 import time
 from pathlib import Path
 
+from protocol import recordbatch as rb
 from protocol.records import Codec, MessageSetBuilder, TimestampType
 from protocol.validator import TopicSettings, ValidatedRecords, validate_produce
 
@@ -36,6 +39,13 @@ def make_set(set_bytes: int, codec: Codec, magic: int = 1) -> tuple[bytes, int]:
     for i in range(count):
         b.append(VALUE, timestamp=NOW - count + i)
     return b.build(), count
+
+
+def make_batch(set_bytes: int, codec: Codec) -> tuple[bytes, int]:
+    """One record batch of 100-byte values whose records take at most ``set_bytes``."""
+    count = set_bytes // (10 + len(VALUE))  # a record of a 100-byte value and no key: 110 bytes
+    records: list[rb.RecordInput] = [(i, NOW - count + i, None, VALUE, ()) for i in range(count)]
+    return rb.build_batch(rb.BatchSpec(codec=codec), records), count
 
 
 def run_case(buf: bytes, count: int, settings: TopicSettings, seconds: float, repeats: int) -> dict:
@@ -117,8 +127,20 @@ def main() -> None:
             row.update(run_case(buf, count, settings, args.seconds, args.repeats))
             cases.append(row)
             _print(row, set_bytes, count)
+    for codec in (Codec.NONE, Codec.LZ4):
+        for set_bytes in (16 * 1024, 1024 * 1024):
+            buf, count = make_batch(set_bytes, codec)
+            row = {
+                "codec": f"v2 {codec.name.lower()}",
+                "timestamp_type": "create_time",
+                "uncompressed_set_bytes": set_bytes,
+            }
+            settings = TopicSettings(magic=2, max_message_bytes=2 * set_bytes)
+            row.update(run_case(buf, count, settings, args.seconds, args.repeats))
+            cases.append(row)
+            _print(row, set_bytes, count)
     report = {
-        "benchmark": "validate_produce throughput, 100-byte values, magic 1, one core",
+        "benchmark": "validate_produce throughput, 100-byte values, magic 1 and 2, one core",
         "rate_basis": "messages per second of process CPU time (best round)",
         "python": platform.python_version(),
         "machine": platform.machine(),

@@ -23,9 +23,10 @@ offset of the wrapper message; no codec library exception escapes.
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import cramjam
 import lz4.frame
@@ -36,7 +37,15 @@ from protocol.errors import CorruptRecordError
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
-__all__ = ["Codec", "LEGACY_CODECS", "MAX_DECOMPRESSED_BYTES", "compress", "decompress", "xxh32"]
+__all__ = [
+    "Codec",
+    "LEGACY_CODECS",
+    "MAX_DECOMPRESSED_BYTES",
+    "compress",
+    "decompress",
+    "decompress_transient",
+    "xxh32",
+]
 
 
 class Codec(IntEnum):
@@ -253,33 +262,136 @@ _SNAPPY_MAX_RATIO = 64 / 3
 # every block, bit 2 one to the frame; a block size's top bit marks a stored block.
 _LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
 _LZ4_BLOCK_CHECKSUM = 0x10
+_LZ4_CONTENT_SIZE = 0x08
 _LZ4_CONTENT_CHECKSUM = 0x04
+_LZ4_DICT_ID = 0x01
 _LZ4_STORED_BLOCK = 0x80000000
+# FLG of the frames decompress_transient decodes itself: version 01, independent blocks; no
+# block or content checksum, reserved bit or dictionary (a content size is allowed). BD: only
+# bits 4-6 (the block size) may be set.
+_LZ4_PLAIN_MASK = 0xF7
+_LZ4_PLAIN = 0x60
+_LZ4_BD_RESERVED = 0x8F
 _U32_LE = struct.Struct("<I")
+_U64_LE = struct.Struct("<Q")
 
 
-def _lz4_size_bound(data: bytes | bytearray | memoryview) -> int | None:
-    """Blocks times the frame's largest block, walking the block headers only; None unless the
-    bytes are exactly one frame."""
+class _Lz4Frame(NamedTuple):
+    """One LZ4 frame's layout, read from its headers: ``hc`` is the header checksum's position,
+    ``blocks`` each block's data position and size word (top bit: stored)."""
+
+    flg: int
+    bd: int
+    hc: int
+    block_max: int
+    blocks: list[tuple[int, int]]
+
+
+def _lz4_frame(data: bytes | bytearray | memoryview) -> _Lz4Frame | None:
+    """The layout of ``data`` walking the block headers only; None unless it is exactly one
+    frame."""
     n = len(data)
     if n < 7 or bytes(data[0:4]) != _LZ4_MAGIC:
         return None
-    flg = data[4]
-    block_max = _LZ4_BLOCK_MAX.get((data[5] >> 4) & 0x07)
+    flg, bd = data[4], data[5]
+    block_max = _LZ4_BLOCK_MAX.get((bd >> 4) & 0x07)
     if block_max is None:
         return None
-    pos = 7 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    hc = 6 + (8 if flg & _LZ4_CONTENT_SIZE else 0) + (4 if flg & _LZ4_DICT_ID else 0)
+    pos = hc + 1
     trailer = 4 if flg & _LZ4_BLOCK_CHECKSUM else 0
-    blocks = 0
+    blocks: list[tuple[int, int]] = []
     while pos + 4 <= n:
-        (size,) = _U32_LE.unpack_from(data, pos)
+        (word,) = _U32_LE.unpack_from(data, pos)
         pos += 4
-        if size == 0:  # end mark
+        if word == 0:  # end mark
             pos += 4 if flg & _LZ4_CONTENT_CHECKSUM else 0
-            return blocks * block_max if pos == n else None
-        pos += (size & ~_LZ4_STORED_BLOCK) + trailer
-        blocks += 1
+            return _Lz4Frame(flg, bd, hc, block_max, blocks) if pos == n else None
+        blocks.append((pos, word))
+        pos += (word & ~_LZ4_STORED_BLOCK) + trailer
     return None
+
+
+def _lz4_size_bound(data: bytes | bytearray | memoryview) -> int | None:
+    """Blocks times the frame's largest block; None unless the bytes are exactly one frame."""
+    frame = _lz4_frame(data)
+    return None if frame is None else len(frame.blocks) * frame.block_max
+
+
+# decompress_transient's per-thread output buffer (worker threads end after 10 s idle, and
+# their buffers with them); a larger answer gets a buffer of its own.
+_TRANSIENT_KEPT_BYTES = 2 << 20
+_transient = threading.local()
+
+
+def decompress_transient(
+    codec: int,
+    data: bytes | bytearray | memoryview,
+    magic: int,
+    *,
+    position: int = 0,
+    max_bytes: int = MAX_DECOMPRESSED_BYTES,
+) -> bytes | memoryview:
+    """:func:`decompress`, for a reader done with the answer before its thread calls again (the
+    native record scan, which keeps nothing).
+
+    An LZ4 frame as every Kafka client writes it (independent blocks, no checksums besides the
+    header's) whose blocks bound its output within ``max_bytes`` is decompressed block by block
+    into a buffer the calling thread reuses, each block capped at the frame's block size. That
+    takes about 60% of ``lz4.frame.decompress``'s time, which grows and copies its output when
+    the frame does not declare its size. Any other input, and any frame this path does not
+    accept whole, goes to :func:`decompress`, which raises its precise error.
+    """
+    if codec == Codec.LZ4:
+        view = memoryview(data)
+        frame = _lz4_frame(view)
+        if (
+            frame is not None
+            and frame.flg & _LZ4_PLAIN_MASK == _LZ4_PLAIN
+            and frame.bd & _LZ4_BD_RESERVED == 0
+            and len(frame.blocks) * frame.block_max <= max_bytes
+        ):
+            out = _lz4_blocks(view, frame, _transient_buffer(len(frame.blocks) * frame.block_max))
+            if out is not None:
+                return out
+    return decompress(codec, data, magic, position=position, max_bytes=max_bytes)
+
+
+def _lz4_blocks(data: memoryview, frame: _Lz4Frame, buf: bytearray) -> memoryview | None:
+    """``frame``'s content decoded into ``buf``; None when liblz4 refuses a block, or when the
+    header checksum, a block's size or the declared content size is wrong."""
+    if (xxh32(bytes(data[4 : frame.hc])) >> 8) & 0xFF != data[frame.hc]:
+        return None
+    out = memoryview(buf)
+    block_max = frame.block_max
+    total = 0
+    for start, word in frame.blocks:
+        size = word & ~_LZ4_STORED_BLOCK
+        if size > block_max:
+            return None
+        block = data[start : start + size]
+        if word & _LZ4_STORED_BLOCK:
+            out[total : total + size] = block
+            total += size
+            continue
+        try:
+            total += cramjam.lz4.decompress_block_into(
+                block, out[total : total + block_max], block_max
+            )
+        except cramjam.DecompressionError:
+            return None
+    if frame.flg & _LZ4_CONTENT_SIZE and _U64_LE.unpack_from(data, 6)[0] != total:
+        return None
+    return out[:total]
+
+
+def _transient_buffer(size: int) -> bytearray:
+    if size > _TRANSIENT_KEPT_BYTES:
+        return bytearray(size)
+    buf: bytearray | None = getattr(_transient, "buf", None)
+    if buf is None:
+        buf = _transient.buf = bytearray(_TRANSIENT_KEPT_BYTES)
+    return buf
 
 
 def decompressed_size_bound(codec: int, data: bytes | bytearray | memoryview) -> int | None:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 from crc32c import crc32c
 
-from protocol.compression import Codec, compress, decompress
+from protocol.compression import Codec, compress, decompress, decompress_transient
 from protocol.errors import CorruptRecordError
 
 if TYPE_CHECKING:
@@ -372,6 +372,16 @@ def records_section(buf: Buffer, header: BatchHeader, position: int) -> bytes | 
     if header.codec == Codec.NONE:
         return data
     return decompress(header.codec, data, MAGIC, position=position)
+
+
+def records_section_transient(buf: Buffer, header: BatchHeader, position: int) -> Buffer:
+    """:func:`records_section` for a reader done with it before its thread calls again (the
+    native scan): a compressed section may be decompressed into a buffer the thread reuses."""
+    start = position + RECORD_BATCH_OVERHEAD
+    data = memoryview(buf)[start : position + header.entry_size]
+    if header.codec == Codec.NONE:
+        return data
+    return decompress_transient(header.codec, data, MAGIC, position=position)
 
 
 def iter_records(buf: Buffer, position: int = 0, header: BatchHeader | None = None) -> list[Record]:

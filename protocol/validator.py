@@ -168,7 +168,7 @@ class ValidatedRecords:
     ``log_append_time`` is the time written under LogAppendTime, else -1.
     """
 
-    buffer: bytes
+    buffer: bytes | bytearray
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -342,7 +342,7 @@ def _result(
     first = job.next_offset
     last = first + count - 1
     return ValidatedRecords(
-        bytes(out),
+        out,  # a bytearray is not copied again: nothing changes it once validated
         first,
         last,
         max_ts,
@@ -581,7 +581,7 @@ def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Val
         record_max = None
         if target == header.codec and scan_v2 is not None:
             record_max = scan_v2(
-                rb.records_section(mv, header, e.position),
+                rb.records_section_transient(mv, header, e.position),
                 header.records_count,
                 header.base_timestamp,
                 job.earliest,

@@ -497,7 +497,7 @@ class Log:
         last: int,
         max_timestamp: int,
         offset_of_max_timestamp: int,
-        buffer: bytes | memoryview,
+        buffer: bytes | bytearray | memoryview,
     ) -> int | None:
         """Append one set (rolling first when due); the base offset of a segment rolled, or
         None. OSError leaves the segment as it was (LogSegment.append)."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import random
 import struct
 
 import cramjam
+import lz4.block
 import lz4.frame
 import pytest
 import xxhash
@@ -13,7 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import codec as kp
 
-from protocol.compression import Codec, compress, decompress, decompressed_size_bound, xxh32
+from protocol.compression import (
+    Codec,
+    compress,
+    decompress,
+    decompress_transient,
+    decompressed_size_bound,
+    xxh32,
+)
 from protocol.errors import CorruptRecordError
 
 PAYLOADS = [b"", b"a", b"hello world" * 10, bytes(range(256)) * 300]  # 300 spans xerial blocks
@@ -194,3 +203,130 @@ def test_size_bound_is_none_when_the_headers_bound_nothing():
     assert decompressed_size_bound(Codec.ZSTD, unsized) is None
     assert decompressed_size_bound(Codec.ZSTD, b"junk") is None
     assert decompressed_size_bound(7, b"x") is None
+
+
+# -- decompress_transient: decompress's answer or its error, faster for clients' frames ----------
+
+
+def _answer(fn, frame, **kw):
+    try:
+        return bytes(fn(Codec.LZ4, frame, 2, **kw))
+    except CorruptRecordError:
+        return None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(st.binary(max_size=300_000), _compressible))
+def test_transient_answer_is_the_payload(payload):
+    for frame in _lz4_frames(payload):
+        assert bytes(decompress_transient(Codec.LZ4, frame, 2)) == payload
+
+
+def test_clients_frames_are_decoded_block_by_block():
+    """Java's and librdkafka's frames (independent blocks, no content size) and kafka-python's
+    (with a content size) are decoded into the thread's buffer; linked or checksummed frames,
+    and anything that is not one frame, by decompress."""
+    payload = bytes(range(256)) * 4000
+    librdkafka_like = compress(Codec.LZ4, payload, 2)
+    assert librdkafka_like[4] == 0x60  # FLG: version 01, independent blocks, nothing else
+    for frame in (librdkafka_like, kp.lz4_encode(payload)):
+        got = decompress_transient(Codec.LZ4, frame, 2)
+        assert isinstance(got, memoryview) and bytes(got) == payload
+    for frame in (
+        lz4.frame.compress(payload, block_linked=True),
+        lz4.frame.compress(payload, block_linked=False, content_checksum=True),
+        lz4.frame.compress(payload, block_linked=False, block_checksum=True),
+        librdkafka_like + b"\x00",
+    ):
+        assert _answer(decompress_transient, frame) == _answer(decompress, frame)
+        if _answer(decompress, frame) is not None:
+            assert isinstance(decompress_transient(Codec.LZ4, frame, 2), bytes)
+
+
+_header_or_anywhere = st.one_of(st.integers(0, 24), st.integers(0, 1 << 20))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(st.binary(min_size=1, max_size=200_000), _compressible),
+    st.sampled_from([lambda p: compress(Codec.LZ4, p, 2), kp.lz4_encode]),
+    st.lists(st.tuples(_header_or_anywhere, st.integers(1, 255)), min_size=1, max_size=3),
+    st.one_of(st.none(), st.integers(0, 1 << 20)),
+)
+def test_transient_accepts_exactly_what_decompress_accepts(payload, encode, flips, cut):
+    """Damaged frames (bytes flipped in the descriptor, block sizes or data; cut short): the
+    block path answers what decompress answers, or refuses with its error."""
+    frame = bytearray(encode(payload))
+    for pos, xor in flips:
+        frame[pos % len(frame)] ^= xor
+    if cut is not None:
+        frame = frame[: cut % len(frame)]
+    assert _answer(decompress_transient, bytes(frame)) == _answer(decompress, bytes(frame))
+
+
+def test_transient_limit_and_oversized_block_are_decompress_errors():
+    payload = bytes(range(256)) * 4000
+    frame = compress(Codec.LZ4, payload, 2)
+    with pytest.raises(CorruptRecordError, match="more than"):
+        decompress_transient(Codec.LZ4, frame, 2, max_bytes=len(payload) - 1, position=3)
+
+
+def _frame(
+    blocks: list[tuple[int, bytes]],
+    flg: int = 0x60,
+    bd: int = 0x40,
+    content_size: int | None = None,
+):
+    """An LZ4 frame (64 KiB blocks unless ``bd`` says otherwise) with a correct header checksum,
+    whatever it says: ``blocks`` are (size word, data)."""
+    descriptor = bytes([flg, bd])
+    if content_size is not None:
+        descriptor += struct.pack("<Q", content_size)
+    body = b"".join(struct.pack("<I", word) + data for word, data in blocks)
+    hc = bytes([(xxh32(descriptor) >> 8) & 0xFF])
+    return b"\x04\x22\x4d\x18" + descriptor + hc + body + b"\x00\x00\x00\x00"
+
+
+def test_transient_refuses_frames_whose_headers_lie():
+    """What LZ4F refuses, the block path refuses too, though each block would decode."""
+    zeros = lz4.block.compress(b"\x00" * 200_000, store_size=False)
+    noise = bytes(range(256)) * 256 + b"!"  # 65,537 bytes
+    incompressible = lz4.block.compress(bytes(random.Random(1).randbytes(65536)), store_size=False)
+    assert len(incompressible) > 65536
+    payload = b"sized" * 1000
+    sized = lz4.block.compress(payload, store_size=False)
+    lying = {
+        "a block decoding to more than 64 KiB": _frame([(len(zeros), zeros)]),
+        "a stored block over 64 KiB": _frame([(len(noise) | 0x80000000, noise)]),
+        "a compressed block over 64 KiB": _frame([(len(incompressible), incompressible)]),
+        "a reserved bit set in BD": _frame([(len(sized), sized)], bd=0x41),
+        "a content size one too many": _frame(
+            [(len(sized), sized)], flg=0x68, content_size=len(payload) + 1
+        ),
+    }
+    for what, frame in lying.items():
+        assert _answer(decompress, frame) is None, what
+        assert _answer(decompress_transient, frame) is None, what
+    honest = _frame([(len(sized), sized)], flg=0x68, content_size=len(payload))
+    assert bytes(decompress_transient(Codec.LZ4, honest, 2)) == payload
+
+
+def test_transient_buffers_belong_to_their_thread():
+    import threading
+
+    payloads = [bytes([i]) * 300_000 + bytes(range(256)) * i for i in range(1, 5)]
+    frames = [compress(Codec.LZ4, p, 2) for p in payloads]
+    wrong = []
+
+    def work(k):
+        for _ in range(200):
+            for i in (k, (k + 1) % 4):
+                if bytes(decompress_transient(Codec.LZ4, frames[i], 2)) != payloads[i]:
+                    wrong.append(i)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
