@@ -364,24 +364,18 @@ def read_headers(
     return headers
 
 
-def records_section(buf: Buffer, header: BatchHeader, position: int) -> bytes | memoryview:
-    """The batch's records section, decompressed when the batch is compressed."""
-    start = position + RECORD_BATCH_OVERHEAD
-    end = position + header.entry_size
-    data = memoryview(buf)[start:end]
+def records_section(
+    buf: Buffer, header: BatchHeader, position: int, *, transient: bool = False
+) -> bytes | memoryview:
+    """The batch's records section, decompressed when the batch is compressed. ``transient``:
+    for a reader done with it before its thread calls again (the native scan), which lets a
+    compressed section be decompressed into a buffer the thread reuses."""
+    data = memoryview(buf)[position + RECORD_BATCH_OVERHEAD : position + header.entry_size]
     if header.codec == Codec.NONE:
         return data
+    if transient:
+        return decompress_transient(header.codec, data, MAGIC, position=position)
     return decompress(header.codec, data, MAGIC, position=position)
-
-
-def records_section_transient(buf: Buffer, header: BatchHeader, position: int) -> Buffer:
-    """:func:`records_section` for a reader done with it before its thread calls again (the
-    native scan): a compressed section may be decompressed into a buffer the thread reuses."""
-    start = position + RECORD_BATCH_OVERHEAD
-    data = memoryview(buf)[start : position + header.entry_size]
-    if header.codec == Codec.NONE:
-        return data
-    return decompress_transient(header.codec, data, MAGIC, position=position)
 
 
 def iter_records(buf: Buffer, position: int = 0, header: BatchHeader | None = None) -> list[Record]:

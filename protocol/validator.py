@@ -581,7 +581,7 @@ def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Val
         record_max = None
         if target == header.codec and scan_v2 is not None:
             record_max = scan_v2(
-                rb.records_section_transient(mv, header, e.position),
+                rb.records_section(mv, header, e.position, transient=True),
                 header.records_count,
                 header.base_timestamp,
                 job.earliest,
