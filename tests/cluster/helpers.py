@@ -138,8 +138,18 @@ class ClusterProcesses:
         assignment: dict[int, list[int]] | None = None,
         timeout_ms: int = 20000,
     ) -> int:
-        """CreateTopics v0 to the controller; its error code."""
+        """CreateTopics v0 to the controller; its error code. Sent once the controller's
+        metadata lists every broker registered in ZooKeeper: it assigns replicas among the
+        brokers its metadata knows, as Kafka's does, and learns of a new one a moment after
+        its registration."""
         wait_for(lambda: self.controller() > 0, 30, "a controller")
+        registered = len(self.registered())
+
+        def controller_knows_them() -> bool:
+            controller = self.controller()
+            return controller > 0 and len(self.metadata(controller).brokers) >= registered
+
+        wait_for(controller_knows_them, 30, f"the controller to know {registered} brokers")
         entry = {
             "name": name,
             "num_partitions": -1 if assignment else partitions,
