@@ -110,6 +110,19 @@ class ClusterProcesses:
     def wait_registered(self, ids: list[int], timeout: float = 30.0) -> None:
         wait_for(lambda: self.registered() == sorted(ids), timeout, f"brokers {ids} registered")
 
+    def wait_controller_knows_brokers(self, timeout: float = 30.0) -> None:
+        """Until the controller's metadata lists every broker registered in ZooKeeper. It
+        assigns a new topic's replicas among the brokers its metadata knows, as Kafka's does,
+        and learns of a broker a moment after its registration: a CreateTopics sent in that
+        moment gets INVALID_REPLICATION_FACTOR or an assignment without that broker."""
+        registered = len(self.registered())
+
+        def knows_them() -> bool:
+            controller = self.controller()
+            return controller > 0 and len(self.metadata(controller).brokers) >= registered
+
+        wait_for(knows_them, timeout, f"the controller to know the {registered} brokers")
+
     def controller(self) -> int:
         doc = self.zk_json("/controller")
         return -1 if doc is None else doc["brokerid"]
@@ -138,18 +151,9 @@ class ClusterProcesses:
         assignment: dict[int, list[int]] | None = None,
         timeout_ms: int = 20000,
     ) -> int:
-        """CreateTopics v0 to the controller; its error code. Sent once the controller's
-        metadata lists every broker registered in ZooKeeper: it assigns replicas among the
-        brokers its metadata knows, as Kafka's does, and learns of a new one a moment after
-        its registration."""
-        wait_for(lambda: self.controller() > 0, 30, "a controller")
-        registered = len(self.registered())
-
-        def controller_knows_them() -> bool:
-            controller = self.controller()
-            return controller > 0 and len(self.metadata(controller).brokers) >= registered
-
-        wait_for(controller_knows_them, 30, f"the controller to know {registered} brokers")
+        """CreateTopics v0 to the controller, once it knows every registered broker; its error
+        code."""
+        self.wait_controller_knows_brokers()
         entry = {
             "name": name,
             "num_partitions": -1 if assignment else partitions,

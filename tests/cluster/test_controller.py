@@ -56,6 +56,7 @@ def test_replicas_span_racks_when_brokers_have_broker_rack(cluster_factory):
     start), and clients learn each broker's rack."""
     racks = {1: "a", 2: "a", 3: "b", 4: "b"}
     cluster = cluster_factory(4, per_broker={b: {"broker.rack": r} for b, r in racks.items()})
+    cluster.wait_controller_knows_brokers()
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("spread", 8, 2)])["spread"].result(60)
     cluster.wait_led("spread")
