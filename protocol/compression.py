@@ -194,6 +194,12 @@ def _snappy_decompress(data: Buffer, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def _lz4_header_checksum(descriptor: bytes) -> int:
+    """The HC byte over ``descriptor`` (FLG through the dictionary id; magic 0 hashed the
+    magic number too)."""
+    return (xxh32(descriptor) >> 8) & 0xFF
+
+
 def _lz4_compress(data: Buffer, magic: int) -> bytes:
     frame = bytearray(
         lz4.frame.compress(
@@ -206,7 +212,7 @@ def _lz4_compress(data: Buffer, magic: int) -> bytes:
     )
     if magic == 0:
         # Descriptor is magic(4) FLG BD HC; Kafka < 0.10 hashed the magic bytes too.
-        frame[6] = (xxh32(bytes(frame[0:6])) >> 8) & 0xFF
+        frame[6] = _lz4_header_checksum(bytes(frame[0:6]))
     return bytes(frame)
 
 
@@ -218,11 +224,11 @@ def _lz4_decompress(data: bytes | bytearray | memoryview, magic: int, limit: int
     hc_pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
     if len(head) <= hc_pos:
         raise ValueError("LZ4 frame descriptor truncated")
-    correct = (xxh32(head[4:hc_pos]) >> 8) & 0xFF
+    correct = _lz4_header_checksum(head[4:hc_pos])
     frame = data
     if head[hc_pos] != correct:
         if magic != 0:
-            broken = (xxh32(head[0:hc_pos]) >> 8) & 0xFF
+            broken = _lz4_header_checksum(head[0:hc_pos])
             hint = (
                 " (it is the pre-KIP-57 checksum, valid only in magic-0 message sets)"
                 if head[hc_pos] == broken
@@ -286,6 +292,11 @@ class _Lz4Frame(NamedTuple):
     block_max: int
     blocks: list[tuple[int, int]]
 
+    @property
+    def size_bound(self) -> int:
+        """The most its blocks can hold: as many as there are, each at most ``block_max``."""
+        return len(self.blocks) * self.block_max
+
 
 def _lz4_frame(data: bytes | bytearray | memoryview) -> _Lz4Frame | None:
     """The layout of ``data`` walking the block headers only; None unless it is exactly one
@@ -315,7 +326,7 @@ def _lz4_frame(data: bytes | bytearray | memoryview) -> _Lz4Frame | None:
 def _lz4_size_bound(data: bytes | bytearray | memoryview) -> int | None:
     """Blocks times the frame's largest block; None unless the bytes are exactly one frame."""
     frame = _lz4_frame(data)
-    return None if frame is None else len(frame.blocks) * frame.block_max
+    return None if frame is None else frame.size_bound
 
 
 # decompress_transient's per-thread output buffer (worker threads end after 10 s idle, and
@@ -349,9 +360,9 @@ def decompress_transient(
             frame is not None
             and frame.flg & _LZ4_PLAIN_MASK == _LZ4_PLAIN
             and frame.bd & _LZ4_BD_RESERVED == 0
-            and len(frame.blocks) * frame.block_max <= max_bytes
+            and frame.size_bound <= max_bytes
         ):
-            out = _lz4_blocks(view, frame, _transient_buffer(len(frame.blocks) * frame.block_max))
+            out = _lz4_blocks(view, frame, _transient_buffer(frame.size_bound))
             if out is not None:
                 return out
     return decompress(codec, data, magic, position=position, max_bytes=max_bytes)
@@ -360,7 +371,7 @@ def decompress_transient(
 def _lz4_blocks(data: memoryview, frame: _Lz4Frame, buf: bytearray) -> memoryview | None:
     """``frame``'s content decoded into ``buf``; None when liblz4 refuses a block, or when the
     header checksum, a block's size or the declared content size is wrong."""
-    if (xxh32(bytes(data[4 : frame.hc])) >> 8) & 0xFF != data[frame.hc]:
+    if _lz4_header_checksum(bytes(data[4 : frame.hc])) != data[frame.hc]:
         return None
     out = memoryview(buf)
     block_max = frame.block_max

@@ -4,15 +4,24 @@ broker's state, and that each broker's registry is its own."""
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.handlers import HANDLERS, release_fetch_body
 from broker.metrics import (
     LATENCY_BUCKETS_MS,
     BrokerMetrics,
+    _TIMES,
+    REQUEST_NAMES,
     _count_errors,
+    _times_text,
     response_error_tree,
 )
 from broker.server import open_context
@@ -143,6 +152,44 @@ async def test_request_times_land_in_their_buckets_and_registries_are_separate(t
     assert got[("kafka_network_requestmetrics_totaltimems_count", produce)] == 2  # 20 s: +Inf
     assert not any(n.startswith("kafka_network_requestmetrics_requests") for n, _ in samples(other))
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+class _HistogramsByPrometheusClient:
+    """The request-time histograms built as prometheus_client's own families: the oracle for
+    the exposition broker/metrics.py writes itself."""
+
+    def __init__(self, times: dict[int, list]) -> None:
+        self.times = times
+
+    def collect(self):
+        bounds = [*(repr(float(b)) for b in LATENCY_BUCKETS_MS), "+Inf"]
+        rows = sorted((REQUEST_NAMES[api], row) for api, row in self.times.items())
+        for i, (name, documentation) in enumerate(_TIMES):
+            family = HistogramMetricFamily(name, documentation, labels=["request"])
+            for request, row in rows:
+                counts = accumulate(row[i * _SLOTS : (i + 1) * _SLOTS])
+                family.add_metric([request], list(zip(bounds, counts)), row[4 * _SLOTS + i] * 1000)
+            yield family
+
+
+_SLOTS = len(LATENCY_BUCKETS_MS) + 1
+_SLOT_COUNTS = st.integers(min_value=0, max_value=10**12)  # past 1e6: Go's exponent form
+_SUM_SECONDS = st.floats(min_value=0, max_value=1e9, allow_nan=False)
+_ROWS = st.dictionaries(
+    st.sampled_from([int(api) for api in ApiKey]),
+    st.tuples(
+        st.lists(_SLOT_COUNTS, min_size=4 * _SLOTS, max_size=4 * _SLOTS),
+        st.lists(_SUM_SECONDS, min_size=4, max_size=4),
+    ).map(lambda counts_sums: [*counts_sums[0], *counts_sums[1]]),
+    max_size=6,
+)
+
+
+@given(_ROWS)
+def test_request_time_histograms_are_written_as_prometheus_client_writes_them(times):
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_HistogramsByPrometheusClient(times))
+    assert _times_text(times) == generate_latest(registry)
 
 
 async def test_waiting_fetches_are_the_fetch_purgatory(tmp_path):
