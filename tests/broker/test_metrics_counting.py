@@ -166,9 +166,9 @@ class _HistogramsByPrometheusClient:
         rows = sorted((REQUEST_NAMES[api], row) for api, row in self.times.items())
         for i, (name, documentation) in enumerate(_TIMES):
             family = HistogramMetricFamily(name, documentation, labels=["request"])
-            for request, row in rows:
+            for request_name, row in rows:
                 counts = accumulate(row[i * _SLOTS : (i + 1) * _SLOTS])
-                family.add_metric([request], list(zip(bounds, counts)), row[4 * _SLOTS + i] * 1000)
+                family.add_metric([request_name], list(zip(bounds, counts)), row[4 * _SLOTS + i] * 1000)
             yield family
 
 
