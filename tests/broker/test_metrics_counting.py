@@ -168,7 +168,9 @@ class _HistogramsByPrometheusClient:
             family = HistogramMetricFamily(name, documentation, labels=["request"])
             for request_name, row in rows:
                 counts = accumulate(row[i * _SLOTS : (i + 1) * _SLOTS])
-                family.add_metric([request_name], list(zip(bounds, counts)), row[4 * _SLOTS + i] * 1000)
+                family.add_metric(
+                    [request_name], list(zip(bounds, counts)), row[4 * _SLOTS + i] * 1000
+                )
             yield family
 
 
