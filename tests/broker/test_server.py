@@ -323,3 +323,101 @@ async def test_a_topic_is_listed_only_once_every_partition_log_exists(tmp_path):
             release.set()
     assert await listed() == [("t", 2)]
     ctx.log_manager.shutdown()
+
+
+async def _connected_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    """(server side, client side) of a loopback TCP connection (handle_connection reads the
+    peer's address)."""
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    client = trio.socket.socket()
+    await client.connect(listener.getsockname())
+    server, _ = await listener.accept()
+    listener.close()
+    return trio.SocketStream(server), trio.SocketStream(client)
+
+
+def _long_poll(topic: str, max_wait_ms: int) -> dict:
+    return {
+        "replica_id": -1,
+        "max_wait_ms": max_wait_ms,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1000}],
+            }
+        ],
+    }
+
+
+async def test_idle_limit_counts_only_waiting_for_bytes(tmp_path, autojump_clock):
+    """connections.max.idle.ms closes a connection that sends nothing for that long; a request
+    served for longer (a fetch long poll) is answered, and the limit counts again from then."""
+    from structlog.testing import capture_logs
+
+    from broker.server import Server
+    from protocol import ClientConnection
+
+    ctx = await open_context(config(tmp_path, connections_max_idle_ms=1000))
+    await ctx.create_topic("t", 1)
+    server = Server(ctx)
+    client = ClientConnection(client_id="t")
+    with capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            idle_side, idle_peer = await _connected_pair()
+            nursery.start_soon(server.handle_connection, idle_side)
+            polling_side, peer = await _connected_pair()
+            nursery.start_soon(server.handle_connection, polling_side)
+            start = trio.current_time()
+            await peer.send_all(client.request(ApiKey.FETCH, 4, _long_poll("t", 5000))[1])
+            answer = await peer.receive_some(1 << 16)  # one small frame, sent in one piece
+            answered = trio.current_time()
+            assert await idle_peer.receive_some(100) == b""  # closed while the poll waits
+            assert await peer.receive_some(100) == b""
+            closed = trio.current_time()
+    [response] = client.receive_data(answer)
+    assert response.body["responses"][0]["partitions"][0]["error_code"] == 0
+    assert 5 <= answered - start < 5.5  # the whole long poll, not cut at 1 s
+    assert 1 <= closed - answered < 1.5
+    reasons = [e["reason"] for e in logs if e["event"] == "connection closed"]
+    assert reasons == ["idle for 1000 ms", "idle for 1000 ms"]
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+async def test_bytes_arriving_as_the_broker_stops_are_not_served(tmp_path):
+    """A connection waiting for bytes ends at shutdown. When its bytes arrive in that same
+    moment it closes without serving them: nothing appended, nothing answered, never a request
+    cancelled halfway."""
+    import pytest
+
+    from broker.security.session import Session
+    from broker.server import Server
+    from protocol import ClientConnection
+
+    ctx = await open_context(config(tmp_path))
+    await ctx.create_topic("t", 1)
+    server = Server(ctx)
+    from_client, to_client = trio.testing.MemoryReceiveStream(), trio.testing.MemorySendStream()
+    session = Session(server.security, ctx.config.listeners[0], "test", "127.0.0.1")
+    produce = ClientConnection(client_id="t").request(
+        ApiKey.PRODUCE, 2, produce_body("t", message_set(1, b"x"))
+    )[1]
+    reasons = []
+
+    async def serve():
+        stream = trio.StapledStream(to_client, from_client)
+        reasons.append(await server._serve(stream, 1, {}, set(), session))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await wait_all_tasks_blocked()
+        from_client.put_data(produce)  # wakes the connection: it runs after this task yields
+        server.begin_shutdown()
+    assert reasons == ["broker shutting down"]
+    with pytest.raises(trio.WouldBlock):  # nothing was sent
+        to_client.get_data_nowait()
+    assert ctx.get_log("t", 0).log_end_offset == 0
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
