@@ -2,12 +2,13 @@
 them (``kafka.network:type=RequestMetrics,name=RequestsPerSec`` ->
 ``kafka_network_requestmetrics_requests_total``).
 
-Two kinds, both exposed through one custom collector on a :class:`BrokerMetrics`' own
-``CollectorRegistry`` (never the global one, so several brokers in one process do not collide):
+Two kinds, exposed through one custom collector on a :class:`BrokerMetrics`' own
+``CollectorRegistry`` (never the global one, so several brokers in one process do not collide),
+except the request-time histograms, which the scrape writes itself (:func:`_times_text`):
 
 - Counters and latency histograms fed by the request path. They are plain dict entries
   incremented once per request or per partition of a request, never per message; the
-  collector turns them into metric families when scraped.
+  scrape turns them into metric families.
 - Gauges read from the broker's state at scrape time: per partition from ``ctx.log_manager``
   (in-memory attributes; a segment's first time-index entry is read once and cached), consumer
   group lag from the coordinator's committed offsets, waiting fetches from the partitions'
@@ -292,8 +293,8 @@ def _times_text(times: dict[int, list]) -> bytes:
 
 
 class _StateCollector(Collector):
-    """Builds every other broker metric family at scrape time from :class:`BrokerMetrics`' counters
-    and the broker's state."""
+    """Builds every broker metric family but the request times at scrape time, from
+    :class:`BrokerMetrics`' counters and the broker's state."""
 
     def __init__(self, metrics: BrokerMetrics) -> None:
         self.metrics = metrics

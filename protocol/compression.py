@@ -194,6 +194,12 @@ def _snappy_decompress(data: Buffer, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def _lz4_hc_position(flg: int) -> int:
+    """Where the header checksum byte is: after magic(4) FLG BD, the content size (8) and the
+    dictionary id (4) when FLG announces them."""
+    return 6 + (8 if flg & _LZ4_CONTENT_SIZE else 0) + (4 if flg & _LZ4_DICT_ID else 0)
+
+
 def _lz4_header_checksum(descriptor: bytes) -> int:
     """The HC byte over ``descriptor`` (FLG through the dictionary id; magic 0 hashed the
     magic number too)."""
@@ -221,7 +227,7 @@ def _lz4_decompress(data: bytes | bytearray | memoryview, magic: int, limit: int
     if len(head) < 7 or head[0:4] != _LZ4_MAGIC:
         raise ValueError("not an LZ4 frame (bad magic number)")
     flg = head[4]
-    hc_pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    hc_pos = _lz4_hc_position(flg)
     if len(head) <= hc_pos:
         raise ValueError("LZ4 frame descriptor truncated")
     correct = _lz4_header_checksum(head[4:hc_pos])
@@ -308,7 +314,7 @@ def _lz4_frame(data: bytes | bytearray | memoryview) -> _Lz4Frame | None:
     block_max = _LZ4_BLOCK_MAX.get((bd >> 4) & 0x07)
     if block_max is None:
         return None
-    hc = 6 + (8 if flg & _LZ4_CONTENT_SIZE else 0) + (4 if flg & _LZ4_DICT_ID else 0)
+    hc = _lz4_hc_position(flg)
     pos = hc + 1
     trailer = 4 if flg & _LZ4_BLOCK_CHECKSUM else 0
     blocks: list[tuple[int, int]] = []
