@@ -269,18 +269,11 @@ async def test_a_response_the_broker_cannot_encode_is_logged_as_its_own_bug(tmp_
         return {"brokers": "not a list"}
 
     server = Server(ctx, {**HANDLERS, ApiKey.METADATA: broken_metadata})
-    listener = trio.socket.socket()
-    await listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    b = trio.socket.socket()
-    await b.connect(listener.getsockname())
-    a, _ = await listener.accept()
-    listener.close()
+    served, peer = await _connected_pair()
     client = ClientConnection(client_id="t")
     with capture_logs() as logs:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(server.handle_connection, trio.SocketStream(a))
-            peer = trio.SocketStream(b)
+            nursery.start_soon(server.handle_connection, served)
             await peer.send_all(client.request(ApiKey.METADATA, 1, {"topics": []})[1])
             assert await peer.receive_some(100) == b""  # closed without an answer
             await peer.aclose()
