@@ -1,14 +1,15 @@
 """Throughput of validate_produce (validate + assign offsets) on one core.
 
-Sets of 100-byte values (null keys, magic 1, highly compressible) as a producer sends them, 16 KiB and 1 MiB:
-uncompressed under CreateTime and LogAppendTime, and lz4 / gzip wrappers with the producer's
-codec kept (in place: decompress to check, rewrite the wrapper only); for reference also the
-slow paths (gzip recompressed to a topic's lz4, magic-0 sets up-converted). Then one record
-batch (magic 2) of the same values into a magic-2 topic, uncompressed and lz4 (the frame layout
-of Java's and librdkafka's producers), kept as sent and checked by the C scan when it is built.
-Each case runs for about ``--seconds`` and reports the best of ``--repeats`` rounds. Rates are per second of this
-process's CPU time (single-threaded, so one core): the machine is shared and wall-clock rates,
-also recorded, mostly measure the neighbours' load. MiB/s counts the set as sent (compressed).
+Sets of 100-byte values (null keys, magic 1, highly compressible) as a producer sends them,
+16 KiB and 1 MiB: uncompressed under CreateTime and LogAppendTime, and lz4 / gzip wrappers with
+the producer's codec kept (in place: decompress to check, rewrite the wrapper only); for
+reference also the slow paths (gzip recompressed to a topic's lz4, magic-0 sets up-converted).
+Then one record batch (magic 2) of the same values into a magic-2 topic, uncompressed and lz4
+(the frame layout of Java's and librdkafka's producers), kept as sent and checked by the C scan
+when it is built. Each case runs for about ``--seconds`` and reports the best of ``--repeats``
+rounds. Rates are per second of this process's CPU time (single-threaded, so one core): the
+machine is shared and wall-clock rates, also recorded, mostly measure the neighbours' load.
+MiB/s counts the set as sent (compressed).
 
 Usage: python bench/bench_validator.py [--seconds 1.0] [--repeats 3]
 Writes bench/results/validator.json and prints a table.
