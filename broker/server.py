@@ -45,6 +45,7 @@ from broker.metrics import BrokerMetrics
 from broker.security.gate import SecurityGate
 from broker.security.session import Session, current_session
 from broker.security.settings import Listener
+from broker.streams import PlainSocketStream
 from broker.topics import TopicRegistry
 from protocol import (
     CLUSTER_VERSIONS,
@@ -207,9 +208,10 @@ class Server:
         self._all_done = trio.Event()
 
     async def handle_connection(
-        self, stream: trio.SocketStream, listener: Listener | None = None
+        self, accepted: trio.SocketStream, listener: Listener | None = None
     ) -> None:
         """Serve one connection accepted on ``listener`` (default: the first one)."""
+        stream = PlainSocketStream.take(accepted)
         config = self.ctx.config
         listener = listener or config.listeners[0]
         try:
@@ -482,7 +484,7 @@ async def send_response(stream: trio.abc.Stream, chunks: list[Any]) -> None:
     200 ms, the kernel's cork timeout.) On a TLS stream, which sendfile cannot write to, larger
     regions are read in TLS_REGION_PIECE_BYTES pieces in a worker thread and sent as bytes."""
     pending = bytearray()
-    plain = isinstance(stream, trio.SocketStream)
+    plain = isinstance(stream, PlainSocketStream)
     for chunk in chunks:
         if not isinstance(chunk, FileRegion):
             pending += chunk
@@ -527,7 +529,7 @@ async def _sendfile(sock, region: FileRegion) -> None:
         try:
             sent = os.sendfile(out_fd, region.source, position, remaining)
         except BlockingIOError:
-            await sock.wait_writable()
+            await trio.lowlevel.wait_writable(sock)
             continue
         except OSError as exc:
             if exc.errno in (errno.EPIPE, errno.ECONNRESET):

@@ -22,6 +22,7 @@ offset of the wrapper message; no codec library exception escapes.
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 import zlib
@@ -200,9 +201,11 @@ def _lz4_hc_position(flg: int) -> int:
     return 6 + (8 if flg & _LZ4_CONTENT_SIZE else 0) + (4 if flg & _LZ4_DICT_ID else 0)
 
 
+@functools.lru_cache(maxsize=64)
 def _lz4_header_checksum(descriptor: bytes) -> int:
     """The HC byte over ``descriptor`` (FLG through the dictionary id; magic 0 hashed the
-    magic number too)."""
+    magic number too). Cached: a producer writes the same few descriptors into every batch,
+    and xxh32 in Python costs several µs a request."""
     return (xxh32(descriptor) >> 8) & 0xFF
 
 

@@ -31,6 +31,7 @@ from broker.security.sasl import IllegalSaslState, SaslFailure, SaslState
 from broker.security.session import Session
 from broker.security.settings import Listener
 from broker.security.tls import TlsSetupError, server_context
+from broker.streams import PlainSocketStream
 from protocol.api import ApiKey, Request
 
 logger = structlog.get_logger(__name__)
@@ -91,7 +92,7 @@ class SecurityGate:
     # -- connections ------------------------------------------------------------------------
 
     async def open(
-        self, stream: trio.SocketStream, listener: Listener, peer: str, host: str
+        self, stream: PlainSocketStream, listener: Listener, peer: str, host: str
     ) -> tuple[trio.abc.Stream, Session]:
         """The stream to serve (TLS-wrapped on a TLS listener) and the connection's session.
         Raises CloseConnectionError (logged) when the TLS handshake fails or the client

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
 
 import trio
@@ -12,6 +13,7 @@ from trio.testing import wait_all_tasks_blocked
 from broker.config import BrokerConfig
 from broker.handlers import HANDLERS, release_fetch_body
 from broker.server import open_context, send_response
+from broker.streams import PlainSocketStream
 from broker.topics import REGISTRY_FILE
 from protocol import ApiKey, FileRegion, MessageSetBuilder, Request, RequestHeader, iter_deep
 from protocol.schemas import decode_request_body, encode_request_body
@@ -31,10 +33,10 @@ async def test_send_response_streams_file_regions_with_sendfile(tmp_path):
     path = tmp_path / "segment"
     path.write_bytes(b"junk" + data + b"tail")
     fd = os.open(path, os.O_RDONLY)
-    a, b = trio.socket.socketpair()
+    a, b = socket.socketpair()
     try:
-        sender = trio.SocketStream(a)
-        receiver = trio.SocketStream(b)
+        sender = PlainSocketStream(a)
+        receiver = PlainSocketStream(b)
         received = bytearray()
 
         async def slow_reader():
@@ -70,7 +72,8 @@ async def test_small_file_regions_are_sent_inline_and_a_short_file_is_an_error(t
     try:
         await client.connect(listener.getsockname())
         server, _ = await listener.accept()
-        sender, receiver = trio.SocketStream(server), trio.SocketStream(client)
+        sender = PlainSocketStream.take(trio.SocketStream(server))
+        receiver = trio.SocketStream(client)
         expected = b"h" + small + b"m" + large + b"t" + small
         received = bytearray()
 
@@ -94,7 +97,7 @@ async def test_small_file_regions_are_sent_inline_and_a_short_file_is_an_error(t
         assert bytes(received) == expected
         with pytest.raises(SendfileError):
             await send_response(sender, [FileRegion(fd, len(small) + len(large) - 10, 20)])
-        server.close()
+        await sender.aclose()
     finally:
         os.close(fd)
         listener.close()
