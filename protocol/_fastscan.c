@@ -207,12 +207,14 @@ static PyObject *scan_v1(PyObject *module, PyObject *args)
  * Varints are zig-zag base-128, at most 10 bytes. */
 static inline int read_varint(const unsigned char *p, int64_t end, int64_t *pos, int64_t *out)
 {
+    int64_t i = *pos;
     uint64_t v = 0;
     for (int shift = 0; shift <= 63; shift += 7) {
-        if (*pos >= end) return 0;
-        unsigned char b = p[(*pos)++];
+        if (i >= end) return 0;
+        unsigned char b = p[i++];
         v |= (uint64_t)(b & 0x7F) << shift;
         if (!(b & 0x80)) {
+            *pos = i;
             *out = (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
             return 1;
         }
