@@ -325,7 +325,8 @@ def _build_body(
     pairs), the rest at their defaults (fresh ones for lists and structs)."""
     w = fn.w
     template = w.constant({f.name: f.default() for f in s.fields}, "_t")
-    fn.emit(d, f"{target} = Body({template})")
+    cls = w.constant(s.body_class, "_B")
+    fn.emit(d, f"{target} = {cls}({template})")
     decoded = set()
     for f, var in values:
         fn.emit(d, f"{target}[{f.name!r}] = {var}")

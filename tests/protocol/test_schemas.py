@@ -23,7 +23,7 @@ from protocol.schemas import (
     encode_response_body,
     is_flexible,
 )
-from protocol.schemas.codec import snake_case
+from protocol.schemas.codec import Body, body_class, snake_case
 from protocol.schemas.definitions import MESSAGES
 from tests.protocol.wire_strategies import present, value_strategy
 
@@ -81,6 +81,37 @@ def test_decoded_bodies_hold_every_field_with_later_versions_defaults():
     body = decode_response_body(ApiKey.METADATA, 12, raw, 0, len(raw))
     assert body.topics[0].topic_id == uuid.UUID(int=7) and body.topics[0].is_internal is False
     assert body.brokers == [] and body.cluster_id is None
+
+
+def test_decoded_fields_are_properties_and_bodies_stay_dicts():
+    """Every decoded struct reads its fields as class properties (not through __getattr__ after
+    a failed lookup); it is still a Body and a dict, takes no new attributes, and a field named
+    like a dict method leaves the method in place."""
+    raw = encode_request_body(
+        ApiKey.PRODUCE,
+        9,
+        {"acks": -1, "timeout_ms": 5, "topic_data": [{"name": "t", "partition_data": []}]},
+    )
+    body = decode_request_body(ApiKey.PRODUCE, 9, raw, 0, len(raw))
+    topic = body.topic_data[0]
+    for struct, name in ((body, "acks"), (body, "transactional_id"), (topic, "name")):
+        assert isinstance(type(struct).__dict__.get(name), property), name
+        assert getattr(struct, name) == struct[name]
+        assert isinstance(struct, Body) and isinstance(struct, dict)
+    assert (body.acks, body.timeout_ms, topic.name, topic.partition_data) == (-1, 5, "t", [])
+    assert body == {"transactional_id": None, "acks": -1, "timeout_ms": 5, "topic_data": [topic]}
+    with pytest.raises(AttributeError):
+        body.not_a_field  # noqa: B018
+    with pytest.raises(AttributeError):
+        body.acks = 1
+    with pytest.raises(AttributeError):
+        body.extra = 1
+    odd = body_class(("items", "count"))({"items": [1], "count": 2})
+    assert (
+        odd.count == 2
+        and odd["items"] == [1]
+        and list(odd.items()) == [("items", [1]), ("count", 2)]
+    )
 
 
 def test_tagged_fields_are_sent_only_when_not_default():
