@@ -253,7 +253,7 @@ class Server:
             host = kafka_host_string(peer_ip)[1:] if peer_ip != "?" else ""
             stream, session = await self.security.open(stream, listener, peer, host)
             current_session.set(session)
-            reason = await self._serve(stream, conn_id, versions, clients, session)
+            reason = await self._serve(stream, versions, clients, session)
         except ProtocolError as exc:
             reason = f"bad request: {exc}"
             logger.warning(
@@ -299,7 +299,6 @@ class Server:
     async def _serve(
         self,
         stream: trio.abc.Stream,
-        conn_id: int,
         versions: dict[ApiKey, set[int]],
         clients: set[str],
         session: Session,
@@ -329,7 +328,7 @@ class Server:
                     break  # close without serving them, as a cancel takes no half-served request
                 if not data:
                     return "closed by client"
-                await self._answer(stream, conn, data, conn_id, versions, clients, session, outbox)
+                await self._answer(stream, conn, data, versions, clients, session, outbox)
         if ctx.stopping:
             return "broker shutting down"
         return f"idle for {ctx.config.connections_max_idle_ms} ms"
@@ -339,7 +338,6 @@ class Server:
         stream: trio.abc.Stream,
         conn: ServerConnection,
         data: bytes,
-        conn_id: int,
         versions: dict[ApiKey, set[int]],
         clients: set[str],
         session: Session,
@@ -361,7 +359,7 @@ class Server:
                 self.security.admit(session, request)
                 self._busy += 1
                 try:
-                    await self._dispatch(stream, conn, request, conn_id, received, session, outbox)
+                    await self._dispatch(stream, conn, request, received, session, outbox)
                 finally:
                     self._busy -= 1
                 if ctx.stopping and self._busy == 0:
@@ -382,7 +380,6 @@ class Server:
         stream,
         conn: ServerConnection,
         request: Request,
-        conn_id: int,
         received: float,
         session: Session,
         outbox: bytearray,
@@ -402,15 +399,6 @@ class Server:
             raise CloseConnectionError(
                 f"{header.api_key.name} (api key {int(header.api_key)}) is not served by this "
                 "broker"
-            )
-        if header.api_key != ApiKey.API_VERSIONS or request.body is not None:
-            # log only at debug level: one line per request would drown everything else
-            logger.debug(
-                "request",
-                conn=conn_id,
-                api=header.api_key.name,
-                version=header.api_version,
-                correlation_id=header.correlation_id,
             )
         metrics = self.ctx.metrics
         started = perf_counter() if metrics is not None else 0.0

@@ -408,7 +408,7 @@ async def test_bytes_arriving_as_the_broker_stops_are_not_served(tmp_path):
 
     async def serve():
         stream = trio.StapledStream(to_client, from_client)
-        reasons.append(await server._serve(stream, 1, {}, set(), session))
+        reasons.append(await server._serve(stream, {}, set(), session))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve)
