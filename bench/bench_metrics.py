@@ -13,14 +13,16 @@ than the effect measured. So also "side by side": a broker with the listener off
 on run together, and Produce requests go to each in turn, each sent when the last was answered;
 the trio threads' CPU per message is compared round by round, measured over the same seconds,
 for requests of one message and for batched requests of SIDE_BY_SIDE_BATCH messages (about what
-linger.ms=5 gives the batched load). A broker's CPU per message bounds what the listener can
+linger.ms=5 gives the batched load), in several fresh pairs of brokers (a process keeps its own
+speed for its life), the overhead being the median over pairs. A broker's CPU per message bounds what the listener can
 take from its throughput, so the batched side-by-side figure is the one judged against the 3%
 target. And the in-process cost of what the request path does per request (``request_done`` and
 ``produced``).
 
 Bounded: --rounds x 2 loads x 2 brokers, each produce run at most its message count and
---max-seconds, plus --side-by-side-rounds x --side-by-side-requests x 2 requests (about 30 s a
-round and 20 s side by side with the defaults). Writes bench/results/metrics_overhead.json.
+--max-seconds, plus 2 loads x --side-by-side-pairs x --side-by-side-rounds x
+--side-by-side-requests x 2 requests (about 30 s a round, and about 10 s a pair side by side with
+the defaults). Writes bench/results/metrics_overhead.json.
 
     .venv/bin/python bench/bench_metrics.py [--rounds 3] [--messages 500000] [--max-seconds 3]
 """
@@ -241,20 +243,60 @@ def one_run(metrics: bool, load: str, args: argparse.Namespace) -> dict:
 
 
 def side_by_side(args: argparse.Namespace, messages: int) -> dict:
-    """A broker with the listener off and one with it on (scraped), running together; one
-    connection to each, Produce requests of ``messages`` messages to each in turn, each sent
-    when the last was answered (the broker serves one request at a time: the request path
-    alone). Per round, --side-by-side-requests to each: the trio threads' CPU per message,
-    measured over the same seconds (scrapes included), so the machine's other load weighs on
-    both alike."""
+    """Brokers with the listener off and on (scraped) running together, in --side-by-side-pairs
+    fresh pairs: one connection to each, Produce requests of ``messages`` messages to each in
+    turn, each sent when the last was answered (the broker serves one request at a time: the
+    request path alone). Per round, --side-by-side-requests to each: the trio threads' CPU per
+    message, measured over the same seconds (scrapes included), so the machine's other load
+    weighs on both alike.
+
+    A broker process keeps its own speed for its whole life (its memory layout and hash seed):
+    two brokers both off differed by -8.2 % to +0.3 % over one pair's rounds (bench/NOTES.md).
+    So each pair gives one figure, the median of its rounds, and the overhead is the median
+    over pairs, which start in turn with the listener off and on first."""
+    pairs = [
+        _side_by_side_pair(args, messages, on_first=i % 2 == 1)
+        for i in range(args.side_by_side_pairs)
+    ]
+    rounds = [r for pair in pairs for r in pair["rounds"]]
+    scraped = {
+        "scrapes": sum(p["scrapes"] for p in pairs),
+        "scrape_ms_max": max(p["scrape_ms_max"] for p in pairs),
+        "scrape_ms_median": statistics.median(p["scrape_ms_median"] for p in pairs),
+        "scrape_bytes": max(p["scrape_bytes"] for p in pairs),
+        "scrape_errors": [e for p in pairs for e in p["scrape_errors"]],
+    }
+    return {
+        "messages_per_request": messages,
+        "requests_per_round": args.side_by_side_requests,
+        "medians": {
+            "trio_cpu_us_per_message_metrics_off": statistics.median(
+                r["trio_cpu_us_per_message_metrics_off"] for r in rounds
+            ),
+            "trio_cpu_us_per_message_metrics_on": statistics.median(
+                r["trio_cpu_us_per_message_metrics_on"] for r in rounds
+            ),
+            "overhead_percent": round(statistics.median(p["overhead_percent"] for p in pairs), 1),
+        },
+        "pair_overheads_percent": [p["overhead_percent"] for p in pairs],
+        "rounds": rounds,
+        **scraped,
+    }
+
+
+def _side_by_side_pair(args: argparse.Namespace, messages: int, on_first: bool) -> dict:
+    """One fresh pair of brokers for :func:`side_by_side`: its rounds, the median of their
+    overheads, and its scrapes."""
     requests = args.side_by_side_requests
+    roles = (True, False) if on_first else (False, True)
     rounds = []
     with contextlib.ExitStack() as stack:
-        (off_pid, off_bootstrap, _), (on_pid, on_bootstrap, scraper) = (
-            stack.enter_context(running_broker(metrics, args)) for metrics in (False, True)
-        )
+        started = {metrics: stack.enter_context(running_broker(metrics, args)) for metrics in roles}
+        (off_pid, off_bootstrap, _), (on_pid, on_bootstrap, scraper) = started[False], started[True]
         connections = []
-        for bootstrap in (off_bootstrap, on_bootstrap):
+        for bootstrap in (
+            (on_bootstrap, off_bootstrap) if on_first else (off_bootstrap, on_bootstrap)
+        ):
             host, port = bootstrap.rsplit(":", 1)
             connections.append(
                 stack.enter_context(
@@ -285,26 +327,19 @@ def side_by_side(args: argparse.Namespace, messages: int) -> dict:
                     "trio_cpu_us_per_message_metrics_on": round(
                         on_cpu / (requests * messages) * 1e6, 3
                     ),
+                    "on_first": on_first,
                 }
             )
             print(json.dumps(rounds[-1]), flush=True)
         assert scraper is not None
         scraped = scrapes(scraper)
-    off = [r["trio_cpu_us_per_message_metrics_off"] for r in rounds]
-    on = [r["trio_cpu_us_per_message_metrics_on"] for r in rounds]
-    return {
-        "messages_per_request": messages,
-        "requests_per_round": requests,
-        "medians": {
-            "trio_cpu_us_per_message_metrics_off": statistics.median(off),
-            "trio_cpu_us_per_message_metrics_on": statistics.median(on),
-            "overhead_percent": round(
-                statistics.median((b - a) / a * 100 for a, b in zip(off, on)), 1
-            ),
-        },
-        "rounds": rounds,
-        **scraped,
-    }
+    overhead = statistics.median(
+        (r["trio_cpu_us_per_message_metrics_on"] - r["trio_cpu_us_per_message_metrics_off"])
+        / r["trio_cpu_us_per_message_metrics_off"]
+        * 100
+        for r in rounds
+    )
+    return {"rounds": rounds, "overhead_percent": round(overhead, 2), **scraped}
 
 
 def main() -> int:
@@ -313,8 +348,9 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=500_000)
     parser.add_argument("--max-seconds", type=float, default=3.0)
     parser.add_argument("--scrape-interval", type=float, default=1.0)
-    parser.add_argument("--side-by-side-rounds", type=int, default=10)
-    parser.add_argument("--side-by-side-requests", type=int, default=2000)
+    parser.add_argument("--side-by-side-pairs", type=int, default=8)
+    parser.add_argument("--side-by-side-rounds", type=int, default=3)
+    parser.add_argument("--side-by-side-requests", type=int, default=1500)
     args = parser.parse_args()
     cost = request_path_cost_us()
     print(json.dumps({"request_path_us": cost}), flush=True)
