@@ -14,9 +14,9 @@ on run together, and Produce requests go to each in turn, each sent when the las
 the trio threads' CPU per message is compared round by round, measured over the same seconds,
 for requests of one message and for batched requests of SIDE_BY_SIDE_BATCH messages (about what
 linger.ms=5 gives the batched load), in several fresh pairs of brokers (a process keeps its own
-speed for its life), the overhead being the median over pairs. A broker's CPU per message bounds what the listener can
-take from its throughput, so the batched side-by-side figure is the one judged against the 3%
-target. And the in-process cost of what the request path does per request (``request_done`` and
+speed for its life), the overhead being the median over pairs. A broker's CPU per message bounds
+what the listener can take from its throughput, so the batched side-by-side figure is the one
+judged against the 3% target. And the in-process cost of what the request path does per request (``request_done`` and
 ``produced``).
 
 Bounded: --rounds x 2 loads x 2 brokers, each produce run at most its message count and
@@ -292,12 +292,10 @@ def _side_by_side_pair(args: argparse.Namespace, messages: int, on_first: bool) 
     rounds = []
     with contextlib.ExitStack() as stack:
         started = {metrics: stack.enter_context(running_broker(metrics, args)) for metrics in roles}
-        (off_pid, off_bootstrap, _), (on_pid, on_bootstrap, scraper) = started[False], started[True]
-        connections = []
-        for bootstrap in (
-            (on_bootstrap, off_bootstrap) if on_first else (off_bootstrap, on_bootstrap)
-        ):
-            host, port = bootstrap.rsplit(":", 1)
+        (off_pid, _, _), (on_pid, _, scraper) = started[False], started[True]
+        connections = []  # requests go to the brokers in the order they started
+        for metrics in roles:
+            host, port = started[metrics][1].rsplit(":", 1)
             connections.append(
                 stack.enter_context(
                     BrokerConnection(host, int(port), client_id="bench-metrics", timeout_s=10)
