@@ -139,7 +139,7 @@ bench: $(VENV)/.installed-bench
 # build/pipeline/<topic>-per-minute (Parquet). `make pipeline-seed` first produces demo data into it.
 PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
-.PHONY: pipeline pipeline-seed bench-spark bench-cleaner soak
+.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-idle-wait soak
 
 pipeline: $(VENV)/.installed-test
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
@@ -155,6 +155,11 @@ bench-spark: $(VENV)/.installed-test
 # Log cleaner throughput and memory for a 10^6-key log: bench/results/cleaner.json.
 bench-cleaner: $(VENV)/.installed-test
 	$(BIN)/python bench/bench_cleaner.py
+
+# A lone lz4 Produce request's CPU by the pause before it: chronolog, Tansu and two Python floors
+# (also run by `make bench`): bench/results/idle_wait.json.
+bench-idle-wait: $(VENV)/.installed-bench
+	$(BIN)/python bench/bench_idle_wait.py
 
 # Soak (bench/soak.py, not part of `make test`): kill -9, SIGTERM and, as root, a full tmpfs under
 # the log dir, at random moments under acks=all producers, for SOAK_SECONDS; checks after every

@@ -217,6 +217,19 @@ def metrics_overhead(quick: bool) -> dict:
     }
 
 
+def idle_wait(quick: bool) -> dict:
+    """bench/bench_idle_wait.py in its own process: CPU of a lone lz4 Produce request by the pause
+    before it, for chronolog, Tansu and two Python floors (what kafka-python's pace costs)."""
+    args = ["--rounds", "1", "--requests", "50", "--gaps", "0,0.02"] if quick else []
+    done = subprocess.run(
+        [sys.executable, str(HERE / "bench_idle_wait.py"), *args], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        return {"error": f"bench_idle_wait.py exited {done.returncode}: {done.stderr[-2000:]}"}
+    measured = json.loads((HERE / "results" / "idle_wait.json").read_text())
+    return {k: measured[k] for k in ("request", "rounds", "requests_per_round", "by_gap_s")}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small counts, one round (development)")
@@ -261,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         validation = validation_checks(brokers, Path(tmp)) if not args.only else None
     summary = summarize(plan, suite.runs, brokers)
     overhead = metrics_overhead(args.quick) if "chronolog" in brokers and not args.only else None
+    idle = idle_wait(args.quick) if brokers == ("chronolog", "tansu") and not args.only else None
     doc = {
         "name": name,
         "mode": "quick" if args.quick else "default",
@@ -294,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         "scenarios": summary,
         "targets": targets(summary),
         "validation": validation,
+        "idle_wait": idle,
     }
     if overhead is not None:
         doc["targets"]["metrics_overhead"] = overhead

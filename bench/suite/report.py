@@ -294,6 +294,43 @@ def _validation_lines(validation: dict | None) -> list[str]:
     return lines
 
 
+def _idle_wait_lines(idle: dict | None) -> list[str]:
+    """bench_idle_wait.py's table: a lone lz4 Produce request's CPU by the pause before it."""
+    if not idle:
+        return []
+    if "error" in idle:
+        return ["", f"Idle-wait bench not measured ({idle['error'][:200]})."]
+    by_gap = idle["by_gap_s"]
+    servers = list(next(iter(by_gap.values()))["cpu_us_per_request"])
+    lines = [
+        "",
+        "Why broker CPU stays above Tansu's in the lz4 scenarios (`bench/bench_idle_wait.py`,",
+        f"`idle_wait` in the JSON; {idle['request']}, sent one at a time after a pause; server CPU",
+        f"per request in µs, median of {idle['rounds']} rounds of {idle['requests_per_round']}):",
+        "",
+        "| pause before each request | " + " | ".join(servers) + " |",
+        "|---|" + "---|" * len(servers),
+    ]
+    for gap, entry in by_gap.items():
+        cpu = entry["cpu_us_per_request"]
+        lines.append(
+            f"| {float(gap) * 1000:g} ms | " + " | ".join(f"{cpu[s]:,.0f}" for s in servers) + " |"
+        )
+    longest_gap = max(by_gap, key=float)
+    longest = by_gap[longest_gap]["cpu_us_per_request"]
+    lines += [
+        "",
+        "The floors read each request, write it to a file and send a fixed answer, nothing else: in",
+        "trio on chronolog's stream class, and on a blocking socket. On this machine a request costs",
+        "more the longer the core idled before it, whatever the code (bench/NOTES.md); kafka-python",
+        f"sends one every 20-25 ms. After {float(longest_gap) * 1000:g} ms the trio floor took "
+        f"{longest['floor-trio'] / longest['tansu']:.0%} of Tansu's",
+        f"whole request, and chronolog's work above that floor "
+        f"{(longest['chronolog'] - longest['floor-trio']) / longest['tansu']:.0%}.",
+    ]
+    return lines
+
+
 def _cpu_sources(doc: dict) -> str:
     """How the runs read broker CPU (brokers.py): a cpuacct cgroup or psutil's clock ticks."""
     found = sorted(
@@ -358,6 +395,7 @@ def readme_section(doc: dict) -> str:
         ),
         *_overhead_line(t.get("metrics_overhead")),
         *_validation_lines(doc.get("validation")),
+        *_idle_wait_lines(doc.get("idle_wait")),
         "",
         "Notes: Tansu keeps everything in memory, so its cold-cache runs read memory like its warm ones;",
         f"chronolog's cold runs: {doc['cold_cache']}. Tansu has no time index: it answers every",
