@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import statistics
 import struct
@@ -242,7 +243,8 @@ def measure(args: argparse.Namespace) -> dict:
     try:
         for broker in brokers:
             broker.start()
-        floors = [FloorProcess("trio", work), FloorProcess("blocking", work)]
+        for kind in ("trio", "blocking"):
+            floors.append(FloorProcess(kind, work))
         clients = [Client(b.name, b.port, b.pid(), batch) for b in brokers]
         clients += [Client(f.name, f.port, f.pid(), batch) for f in floors]
         results = {}
@@ -268,10 +270,8 @@ def measure(args: argparse.Namespace) -> dict:
         for floor in floors:
             floor.stop()
         for broker in brokers:
-            broker.stop(purge=True)
-        for path in work.glob("floor-*.log"):
-            path.unlink()
-        work.rmdir()
+            broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> int:
