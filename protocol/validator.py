@@ -148,7 +148,8 @@ class TopicSettings:
 
 @dataclass(frozen=True, slots=True)
 class ProducerBatch:
-    """What the idempotence check needs of one appended v2 batch with a producer id."""
+    """What the producer state check needs of one appended v2 batch with a producer id
+    (``is_transactional``: part of the producer's ongoing transaction, KIP-98)."""
 
     producer_id: int
     producer_epoch: int
@@ -157,6 +158,7 @@ class ProducerBatch:
     first_offset: int
     last_offset: int
     max_timestamp: int
+    is_transactional: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,17 +404,24 @@ def _entries(mv: memoryview, settings: TopicSettings, require_magic2: bool) -> l
 def _batch_header(mv: memoryview, entry: ShallowEntry, where: str) -> rb.BatchHeader:
     """The header checks of one v2 batch (Kafka 3.9's LogValidator.validateBatch and the
     request's own checks): CRC-32C, codec, no transactions, CreateTime, producer fields,
-    record count."""
+    record count. Transactional batches are accepted from producers with an id; control
+    batches (transaction markers) only ever come from the transaction coordinator, never in a
+    Produce request."""
     header = _check_batch(mv, entry, None)
     if header.codec > Codec.ZSTD:
         raise _RejectError(
             ErrorCode.CORRUPT_MESSAGE, f"{where} has unknown compression codec {header.codec}"
         )
-    if header.is_control or header.is_transactional:
+    if header.is_control:
         raise _RejectError(
             ErrorCode.INVALID_RECORD,
-            f"{where} is {'a control' if header.is_control else 'a transactional'}"
-            f" batch: transactions are not supported by this broker",
+            f"{where} is a control batch: transaction markers are written by the transaction "
+            f"coordinator, not produced",
+        )
+    if header.is_transactional and header.producer_id < 0:
+        raise _RejectError(
+            ErrorCode.INVALID_RECORD,
+            f"{where} is transactional but has no producer id",
         )
     if header.log_append_time:
         raise _RejectError(
@@ -642,6 +651,7 @@ def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Val
                     offset,
                     last,
                     batch_max,
+                    header.is_transactional,
                 )
             )
         offset += count
