@@ -1,11 +1,20 @@
 """Generate protocol/schemas/definitions.py from Kafka's message definitions (run by hand).
 
-    python -m protocol.schemas.generate --kafka-git PATH_TO_KAFKA_GIT --ref 3.9.0-rc3
+    python -m protocol.schemas.generate --kafka-git PATH_TO_KAFKA_GIT --ref 3.9.0-rc3 \
+        --kafka-jars ~/.m2/repository/org/apache/kafka
 
 reads ``clients/src/main/resources/common/message/<Name>{Request,Response}.json`` for every api in
-:data:`APIS` at ``--ref`` (through ``git show``, so a bare mirror works), strips their ``//``
-comments and writes the definitions as Python literals. Nothing at run time reads JSON or needs
-Kafka's sources; adding an api is a name in :data:`APIS` and a new run.
+:data:`APIS` at ``--ref`` (through ``git show``, so a bare mirror works), and the same files of
+the apis in :data:`KAFKA_4_APIS` from Kafka 4.1.1's own jars (kafka-clients and
+kafka-transaction-coordinator carry their definitions as resources; ``mvn dependency:get
+-Dartifact=org.apache.kafka:kafka-clients:4.1.1`` puts them under ``--kafka-jars``), strips their
+``//`` comments and writes the definitions as Python literals. Nothing at run time reads JSON or
+needs Kafka's sources; adding an api is a name in a list and a new run.
+
+Kafka 4.0 dropped the oldest versions of many apis (KIP-896) without changing the fields of the
+versions it kept. An api in :data:`WIDENED_APIS` takes Kafka 4.1's definition with its valid
+versions reaching down to 3.9's first one again, and the generator refuses to write unless every
+3.9 version compiles to the very same codec from both definitions.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import argparse
 import json
 import pprint
 import subprocess
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +75,23 @@ APIS = [
     "ControlledShutdown",
     "OffsetForLeaderEpoch",
 ]
+
+KAFKA_4_VERSION = "4.1.1"
+# Apis (Request and Response) taken from Kafka 4.1.1's kafka-clients jar: the transaction apis
+# (KIP-98, KIP-447, KIP-664, KIP-890, KIP-994).
+KAFKA_4_APIS = [
+    "AddPartitionsToTxn",
+    "AddOffsetsToTxn",
+    "EndTxn",
+    "WriteTxnMarkers",
+    "TxnOffsetCommit",
+    "DescribeTransactions",
+    "ListTransactions",
+]
+# Apis of APIS whose newer versions come from Kafka 4.1.1 (see the module docstring).
+WIDENED_APIS = ["InitProducerId", "Produce"]
+# Records of the internal __transaction_state topic, from kafka-transaction-coordinator's jar.
+COORDINATOR_RECORDS = ["TransactionLogKey", "TransactionLogValue"]
 
 # The keys of a field definition kept in the generated module ("about" is documentation).
 _FIELD_KEYS = (
@@ -129,27 +156,66 @@ def _message(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def load(kafka_git: str, ref: str) -> dict[str, dict[str, Any]]:
+def _from_git(kafka_git: str, ref: str, name: str) -> dict[str, Any]:
+    text = subprocess.run(
+        ["git", "-C", kafka_git, "show", f"{ref}:{MESSAGE_DIR}/{name}.json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return _message(json.loads(_strip_comments(text)))
+
+
+def _from_jar(kafka_jars: Path, artifact: str, name: str) -> dict[str, Any]:
+    jar = kafka_jars / artifact / KAFKA_4_VERSION / f"{artifact}-{KAFKA_4_VERSION}.jar"
+    with zipfile.ZipFile(jar) as z:
+        text = z.read(f"common/message/{name}.json").decode()
+    return _message(json.loads(_strip_comments(text)))
+
+
+def _versions(spec: str) -> tuple[int, int]:
+    lo, _, hi = spec.partition("-")
+    return int(lo), int(hi or lo)
+
+
+def _widen(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` valid from ``old``'s first version, after checking both compile the same there."""
+    from protocol.schemas.codec import build_codec
+
+    (old_lo, old_hi), (new_lo, new_hi) = _versions(old["validVersions"]), _versions(
+        new["validVersions"]
+    )
+    widened = {**new, "validVersions": f"{min(old_lo, new_lo)}-{new_hi}"}
+    for version in range(old_lo, old_hi + 1):
+        if build_codec(old, version).source != build_codec(widened, version).source:
+            raise SystemExit(f"{new['name']} v{version} differs between 3.9 and {KAFKA_4_VERSION}")
+    return widened
+
+
+def load(kafka_git: str, ref: str, kafka_jars: Path) -> dict[str, dict[str, Any]]:
     messages = {}
     for api in APIS:
         for kind in ("Request", "Response"):
-            text = subprocess.run(
-                ["git", "-C", kafka_git, "show", f"{ref}:{MESSAGE_DIR}/{api}{kind}.json"],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-            doc = json.loads(_strip_comments(text))
-            messages[doc["name"]] = _message(doc)
+            message = _from_git(kafka_git, ref, f"{api}{kind}")
+            if api in WIDENED_APIS:
+                message = _widen(message, _from_jar(kafka_jars, "kafka-clients", f"{api}{kind}"))
+            messages[message["name"]] = message
+    for api in KAFKA_4_APIS:
+        for kind in ("Request", "Response"):
+            messages[f"{api}{kind}"] = _from_jar(kafka_jars, "kafka-clients", f"{api}{kind}")
+    for name in COORDINATOR_RECORDS:
+        messages[name] = _from_jar(kafka_jars, "kafka-transaction-coordinator", name)
     return messages
 
 
 def render(messages: dict[str, dict[str, Any]], ref: str) -> str:
     body = pprint.pformat(messages, width=100, sort_dicts=False)
     return (
-        f'"""Kafka\'s message definitions at {ref}: GENERATED by protocol/schemas/generate.py '
-        f"from\n{MESSAGE_DIR}/*.json; do not edit.\n\nOne entry per message name, fields as in "
-        f'the JSON (minus "about" texts).\n"""\n\nMESSAGES = {body}\n'
+        f'"""Kafka\'s message definitions at {ref}, and those of the transaction apis, the newer '
+        f"versions of\nInitProducerId and Produce and the __transaction_state records at "
+        f"{KAFKA_4_VERSION}: GENERATED by\nprotocol/schemas/generate.py from {MESSAGE_DIR}/*.json; "
+        f'do not edit.\n\nOne entry per message name, fields as in the JSON (minus "about" '
+        f'texts).\n"""\n\nMESSAGES = {body}\n'
     )
 
 
@@ -157,9 +223,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kafka-git", required=True, help="a clone or mirror of apache/kafka")
     parser.add_argument("--ref", default="3.9.0-rc3")
+    parser.add_argument(
+        "--kafka-jars",
+        type=Path,
+        default=Path.home() / ".m2/repository/org/apache/kafka",
+        help="the org/apache/kafka folder of a Maven repository holding Kafka 4.1.1's jars",
+    )
     args = parser.parse_args()
     out = Path(__file__).with_name("definitions.py")
-    out.write_text(render(load(args.kafka_git, args.ref), args.ref))
+    out.write_text(render(load(args.kafka_git, args.ref, args.kafka_jars), args.ref))
     print(f"wrote {out}")
 
 

@@ -29,6 +29,9 @@ from tests.protocol.wire_strategies import present, value_strategy
 
 EVERY = sorted(REQUEST_SCHEMAS)
 KAFKA_GIT = os.environ.get("CHRONOLOG_KAFKA_GIT", "/work/.mirror/apache+kafka/repo")
+KAFKA_JARS = Path(
+    os.environ.get("CHRONOLOG_KAFKA_JARS", Path.home() / ".m2/repository/org/apache/kafka")
+)
 
 
 def test_every_served_version_and_api_key_has_schemas():
@@ -166,17 +169,23 @@ def test_every_version_round_trips(api, version, data):
 
 
 def test_definitions_hold_every_api_key():
-    keys = {m["apiKey"] for m in MESSAGES.values()}
-    assert keys == {int(k) for k in ApiKey}
-    for m in MESSAGES.values():
+    apis = {n: m for n, m in MESSAGES.items() if n.endswith(("Request", "Response"))}
+    assert {m["apiKey"] for m in apis.values()} == {int(k) for k in ApiKey}
+    for m in apis.values():
         assert m["type"] in ("request", "response") and m["fields"]
+    records = {n: m["type"] for n, m in MESSAGES.items() if n not in apis}
+    assert records == {
+        "TransactionLogKey": "coordinator-key",
+        "TransactionLogValue": "coordinator-value",
+    }
 
 
 @pytest.mark.skipif(
-    not Path(KAFKA_GIT).exists(),
-    reason="no Kafka git checkout (set CHRONOLOG_KAFKA_GIT) to compare with",
+    not Path(KAFKA_GIT).exists() or not (KAFKA_JARS / "kafka-clients").exists(),
+    reason="no Kafka git checkout (set CHRONOLOG_KAFKA_GIT) or Kafka 4.1.1 jars in a Maven "
+    "repository (CHRONOLOG_KAFKA_JARS) to compare with",
 )
 def test_definitions_match_kafkas_json():
     from protocol.schemas.generate import load
 
-    assert load(KAFKA_GIT, "3.9.0-rc3") == MESSAGES
+    assert load(KAFKA_GIT, "3.9.0-rc3", KAFKA_JARS) == MESSAGES
