@@ -182,8 +182,9 @@ def _widen(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """``new`` valid from ``old``'s first version, after checking both compile the same there."""
     from protocol.schemas.codec import build_codec
 
-    (old_lo, old_hi), (new_lo, new_hi) = _versions(old["validVersions"]), _versions(
-        new["validVersions"]
+    (old_lo, old_hi), (new_lo, new_hi) = (
+        _versions(old["validVersions"]),
+        _versions(new["validVersions"]),
     )
     widened = {**new, "validVersions": f"{min(old_lo, new_lo)}-{new_hi}"}
     for version in range(old_lo, old_hi + 1):
