@@ -85,6 +85,9 @@ __all__ = [
     "build_batch",
     "encode_varint",
     "read_varint",
+    "EndTxnMarker",
+    "build_end_txn_marker",
+    "read_end_txn_marker",
 ]
 
 MAGIC = 2
@@ -442,6 +445,18 @@ class BatchSpec:
     base_sequence: int = NO_SEQUENCE
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH
     delete_horizon_ms: int = NO_TIMESTAMP
+    is_transactional: bool = False
+    is_control: bool = False
+
+    @property
+    def attributes(self) -> int:
+        """The attribute bits besides the codec that this spec sets."""
+        return (
+            (TIMESTAMP_TYPE_MASK if self.log_append_time else 0)
+            | (DELETE_HORIZON_MASK if self.delete_horizon_ms >= 0 else 0)
+            | (TRANSACTIONAL_MASK if self.is_transactional else 0)
+            | (CONTROL_MASK if self.is_control else 0)
+        )
 
 
 def build_batch(
@@ -542,11 +557,7 @@ def _assemble(
 ) -> bytes:
     """Header, (compressed) records ``raw`` and CRC-32C of a batch."""
     body = compress(spec.codec, raw, MAGIC) if spec.codec != Codec.NONE else raw
-    attributes = int(spec.codec)
-    if spec.log_append_time:
-        attributes |= TIMESTAMP_TYPE_MASK
-    if spec.delete_horizon_ms >= 0:
-        attributes |= DELETE_HORIZON_MASK
+    attributes = int(spec.codec) | spec.attributes
     out = bytearray(
         _HEADER.pack(
             spec.base_offset,
@@ -572,7 +583,8 @@ def _assemble(
 def build_empty_batch(spec: BatchSpec, last_offset_delta: int, timestamp: int) -> bytes:
     """A batch header without records, as Kafka's cleaner keeps for a producer's last batch
     once all its records are gone (DefaultRecordBatch.writeEmptyHeader): the spec's producer
-    fields, offsets and timestamp type, base and max timestamp ``timestamp``, no codec."""
+    fields, offsets, timestamp type and transactional bit, base and max timestamp
+    ``timestamp``, no codec."""
     out = bytearray(
         _HEADER.pack(
             spec.base_offset,
@@ -580,7 +592,7 @@ def build_empty_batch(spec: BatchSpec, last_offset_delta: int, timestamp: int) -
             spec.partition_leader_epoch,
             MAGIC,
             0,
-            TIMESTAMP_TYPE_MASK if spec.log_append_time else 0,
+            spec.attributes & ~DELETE_HORIZON_MASK,
             last_offset_delta,
             timestamp,
             timestamp,
@@ -611,3 +623,68 @@ def set_base_offset(
     """Assign the batch's offsets and leader epoch in place (both outside the CRC)."""
     _I64.pack_into(buf, position + BASE_OFFSET_OFFSET, base_offset)
     _I32.pack_into(buf, position + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+
+
+# Transaction markers (KIP-98; Kafka's EndTransactionMarker, ControlRecordType): a control batch
+# (attributes transactional | control) of the producer's id and epoch, base sequence -1, holding
+# one record whose
+#   key   = int16 version (0), int16 type (0 ABORT, 1 COMMIT)                          4 bytes
+#   value = int16 version (0), int32 coordinator epoch                                 6 bytes
+# Kafka reads any key and value version >= 0 by their first fields (later versions may add more).
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+CONTROL_TYPE_ABORT = 0
+CONTROL_TYPE_COMMIT = 1
+
+
+class EndTxnMarker(NamedTuple):
+    """What a transaction marker says: committed or aborted, by which coordinator epoch."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+def build_end_txn_marker(
+    marker: EndTxnMarker,
+    *,
+    base_offset: int,
+    producer_id: int,
+    producer_epoch: int,
+    timestamp: int,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """The control batch of one transaction marker (MemoryRecords.withEndTransactionMarker)."""
+    spec = BatchSpec(
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=True,
+        is_control=True,
+    )
+    key = _CONTROL_KEY.pack(0, CONTROL_TYPE_COMMIT if marker.commit else CONTROL_TYPE_ABORT)
+    value = _MARKER_VALUE.pack(0, marker.coordinator_epoch)
+    return build_batch(spec, [(0, timestamp, key, value, ())])
+
+
+def read_end_txn_marker(record: Record) -> EndTxnMarker | None:
+    """The marker a control batch's record holds; None for a control record of another type
+    (Kafka 4 knows others, e.g. KRaft's leader change, which are not transaction markers).
+    Raises CorruptRecordError when the key or value is too short or of a negative version."""
+    key, value = record.key, record.value
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptRecordError(f"control record key of {0 if key is None else len(key)} bytes")
+    version, control_type = _CONTROL_KEY.unpack_from(key)
+    if version < 0:
+        raise CorruptRecordError(f"control record key version {version}")
+    if control_type not in (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT):
+        return None
+    if value is None or len(value) < _MARKER_VALUE.size:
+        raise CorruptRecordError(
+            f"transaction marker value of {0 if value is None else len(value)} bytes, "
+            f"needs {_MARKER_VALUE.size}"
+        )
+    value_version, coordinator_epoch = _MARKER_VALUE.unpack_from(value)
+    if value_version < 0:
+        raise CorruptRecordError(f"transaction marker value version {value_version}")
+    return EndTxnMarker(control_type == CONTROL_TYPE_COMMIT, coordinator_epoch)

@@ -313,3 +313,57 @@ def test_fuzzed_batches_raise_only_corrupt_record_errors():
                 convert(buf, magic)
         except CorruptRecordError:
             pass
+
+
+@given(
+    commit=st.booleans(),
+    coordinator_epoch=st.integers(-(2**31), 2**31 - 1),
+    producer_id=st.integers(0, 2**63 - 1),
+    producer_epoch=st.integers(0, 2**15 - 1),
+    base_offset=st.integers(0, 2**62),
+)
+def test_transaction_markers_read_as_kafka_python_reads_them(
+    commit, coordinator_epoch, producer_id, producer_epoch, base_offset
+):
+    marker = rb.EndTxnMarker(commit, coordinator_epoch)
+    data = rb.build_end_txn_marker(
+        marker,
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        timestamp=1_700_000_000_000,
+    )
+    batch = DefaultRecordBatch(bytearray(data))
+    assert batch.validate_crc()
+    assert (batch.is_control_batch, batch.is_transactional) == (True, True)
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (
+        producer_id,
+        producer_epoch,
+        -1,
+    )
+    [record] = list(batch)
+    assert (record.offset, record.version, record.type) == (base_offset, 0, int(commit))
+    header = rb.read_header(data)
+    [ours] = rb.iter_records(data, 0, header)
+    assert rb.read_end_txn_marker(ours) == marker
+    # A control batch holds no messages for a consumer.
+    assert list(iter_deep(data)) == []
+
+
+def test_transactional_batches_and_their_empty_headers_keep_the_bit():
+    spec = rb.BatchSpec(producer_id=5, producer_epoch=1, base_sequence=0, is_transactional=True)
+    data = rb.build_batch(spec, [(0, 1000, b"k", b"v", ())])
+    batch = DefaultRecordBatch(bytearray(data))
+    assert batch.is_transactional and not batch.is_control_batch
+    empty = rb.build_empty_batch(spec, 0, 1000)
+    header = rb.read_header(empty)
+    assert header.is_transactional and not header.is_control and header.records_count == 0
+
+
+def test_marker_records_of_other_control_types_or_short_are_told_apart():
+    record = rb.Record(0, 0, struct.pack(">hh", 0, 3), b"\x00\x00", ())
+    assert rb.read_end_txn_marker(record) is None  # e.g. KRaft's LeaderChange
+    with pytest.raises(CorruptRecordError):
+        rb.read_end_txn_marker(rb.Record(0, 0, b"\x00", b"", ()))
+    with pytest.raises(CorruptRecordError):
+        rb.read_end_txn_marker(rb.Record(0, 0, struct.pack(">hh", 0, 1), b"\x00\x00", ()))
