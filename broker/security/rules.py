@@ -243,6 +243,9 @@ async def produce_rule(check: Check, handler: Handler, ctx: Any, request: Reques
 
 
 def _fetch_denied(e: Any) -> dict:
+    """A refused Fetch topic as Kafka 4.1's FetchResponse.partitionResponse answers each of its
+    partitions: an empty record set and an empty aborted-transaction list, never null (librdkafka
+    reads a null record set as a broken answer and retries forever)."""
     return {
         "topic": e.get("topic") or "",
         "topic_id": e.get("topic_id"),
@@ -253,7 +256,9 @@ def _fetch_denied(e: Any) -> dict:
                 "high_watermark": -1,
                 "last_stable_offset": -1,
                 "log_start_offset": -1,
-                "records": None,
+                "aborted_transactions": [],
+                "preferred_read_replica": -1,
+                "records": b"",
             }
             for p in e["partitions"]
         ],
@@ -525,7 +530,7 @@ async def create_topics_rule(check: Check, handler: Handler, ctx: Any, request: 
             "topic_config_error_code": TOPIC_DENIED,
             "num_partitions": -1,
             "replication_factor": -1,
-            "configs": None,
+            "configs": [],  # Kafka's CreatableTopicResult default: empty, not null
         },
     )
 
@@ -567,9 +572,20 @@ async def delete_topics_rule(check: Check, handler: Handler, ctx: Any, request: 
     )
 
 
-def _config_resource_rule(operation: Operation, response_field: str, extra: dict) -> Callable:
+# What Kafka's Errors.message() says for the refusals DescribeConfigs answers with it
+_DENIED_MESSAGE = {
+    TOPIC_DENIED: "Topic authorization failed.",
+    CLUSTER_DENIED: "Cluster authorization failed.",
+}
+
+
+def _config_resource_rule(
+    operation: Operation, response_field: str, extra: dict, with_message: bool = False
+) -> Callable:
     """DescribeConfigs/AlterConfigs/IncrementalAlterConfigs: topics (type 2) need
-    ``operation`` on the topic, brokers (4) and broker loggers (8) on the cluster."""
+    ``operation`` on the topic, brokers (4) and broker loggers (8) on the cluster. A refused
+    resource's message is null, as KafkaApis.configsAuthorizationApiError leaves it, except in
+    DescribeConfigs (``with_message``), where Kafka's ConfigHelper sends the error's text."""
 
     async def rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
         keep, denied = [], []
@@ -583,8 +599,9 @@ def _config_resource_rule(operation: Operation, response_field: str, extra: dict
                 keep.append(resource)
             else:
                 denied.append(
-                    {"error_code": code, "error_message": None, "resource_type": kind,
-                     "resource_name": name, **extra}
+                    {"error_code": code,
+                     "error_message": _DENIED_MESSAGE[code] if with_message else None,
+                     "resource_type": kind, "resource_name": name, **extra}
                 )  # fmt: skip
         if not denied:
             return await handler(ctx, request)
@@ -727,7 +744,9 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
             ]
         },
     ),
-    A.DESCRIBE_CONFIGS: _config_resource_rule(O.DESCRIBE_CONFIGS, "results", {"configs": []}),
+    A.DESCRIBE_CONFIGS: _config_resource_rule(
+        O.DESCRIBE_CONFIGS, "results", {"configs": []}, with_message=True
+    ),
     A.ALTER_CONFIGS: _config_resource_rule(O.ALTER_CONFIGS, "responses", {}),
     A.INCREMENTAL_ALTER_CONFIGS: _config_resource_rule(O.ALTER_CONFIGS, "responses", {}),
     A.DESCRIBE_LOG_DIRS: describe_log_dirs_rule,
