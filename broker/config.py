@@ -409,6 +409,25 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("broker.rack", Type.STRING, None, _B, validator=_non_empty),
     ConfigKey("default.replication.factor", Type.INT, 1, _B, minimum=1),
     ConfigKey("offsets.topic.replication.factor", Type.INT, 3, _B, minimum=1),
+    # The transaction coordinator (broker/txn/), Kafka's TransactionLogConfig and
+    # TransactionStateManagerConfig names and defaults.
+    ConfigKey("transaction.state.log.num.partitions", Type.INT, 50, _B, minimum=1),
+    ConfigKey("transaction.state.log.replication.factor", Type.INT, 3, _B, minimum=1),
+    ConfigKey("transaction.state.log.min.isr", Type.INT, 2, _B, minimum=1),
+    ConfigKey("transaction.state.log.segment.bytes", Type.INT, 104857600, _B, minimum=1),
+    ConfigKey("transaction.max.timeout.ms", Type.INT, 900000, _B, minimum=1),
+    ConfigKey("transactional.id.expiration.ms", Type.INT, 604800000, _B, minimum=1),
+    ConfigKey(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms", Type.INT, 10000, _B, minimum=1
+    ),
+    ConfigKey(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        Type.INT,
+        3600000,
+        _B,
+        minimum=1,
+    ),
+    ConfigKey("transaction.partition.verification.enable", Type.BOOLEAN, True, _B),
     ConfigKey("replica.lag.time.max.ms", Type.LONG, 30000, _B, minimum=1),
     ConfigKey("replica.fetch.wait.max.ms", Type.INT, 500, _B, minimum=0),
     ConfigKey("replica.fetch.min.bytes", Type.INT, 1, _B, minimum=1),
@@ -647,6 +666,15 @@ class BrokerConfig:
     broker_rack: str | None
     default_replication_factor: int
     offsets_topic_replication_factor: int
+    transaction_state_log_num_partitions: int
+    transaction_state_log_replication_factor: int
+    transaction_state_log_min_isr: int
+    transaction_state_log_segment_bytes: int
+    transaction_max_timeout_ms: int
+    transactional_id_expiration_ms: int
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int
+    transaction_remove_expired_transaction_cleanup_interval_ms: int
+    transaction_partition_verification_enable: bool
     replica_lag_time_max_ms: int
     replica_fetch_wait_max_ms: int
     replica_fetch_min_bytes: int
