@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: screenshots install install-test kcat openssl chromium prometheus zookeeper burrow faketime node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
+.PHONY: screenshots install install-test kafka-jvm kcat openssl chromium prometheus zookeeper burrow faketime node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,22 @@ build-deps:
 	    build-essential libdeflate-dev >/dev/null; }
 
 install-test: $(VENV)/.installed-test kcat openssl docker-compose node-deps chromium prometheus zookeeper burrow \
-  faketime
+  faketime kafka-jvm
+
+# Apache Kafka 4.1.1's jars (tests/jvm/pom.xml: broker, tools, Java clients, Streams, Connect) and
+# our Java drivers (tests/jvm/src), fetched from Maven Central once into build/jvm/: tests/oracle/
+# runs Kafka beside chronolog as the oracle. Maven and a JDK 17 from Debian when the machine has none.
+KAFKA_JVM_STAMP := build/jvm/.installed
+kafka-jvm: $(KAFKA_JVM_STAMP)
+
+$(KAFKA_JVM_STAMP): tests/jvm/pom.xml $(wildcard tests/jvm/src/main/java/chronolog/jvm/*.java)
+	@{ command -v mvn && command -v javac && command -v java; } >/dev/null || { \
+	  echo "installing maven and openjdk-17-jdk-headless from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
+	    maven openjdk-17-jdk-headless >/dev/null; }
+	rm -rf build/jvm/lib
+	cd tests/jvm && mvn -q -B package dependency:copy-dependencies
+	touch $@
 
 # KafkaJS (tests/integration/test_kafkajs.py) from the npm registry, pinned by its lock file; node and
 # npm from Debian when the machine has none.
@@ -101,9 +116,11 @@ lint: install-test
 	$(BIN)/mypy
 
 # The same suite on the pure-Python paths (protocol/native.py), as a machine without a C compiler
-# runs them; .ci/run runs both.
+# runs them; .ci/run runs both. The kafka_oracle tests (tests/oracle/) are left out: what they
+# check is Kafka's JVM side against the broker, which `make test` already covers, and they would
+# cost CI another Kafka start and JVM runs.
 test-pure: install-test
-	CHRONOLOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q
+	CHRONOLOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q -m "not kafka_oracle"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

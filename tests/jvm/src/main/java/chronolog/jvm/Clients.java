@@ -1,0 +1,321 @@
+package chronolog.jvm;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.DescribeProducersResult.PartitionProducerState;
+import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.ProducerState;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+/**
+ * Kafka's Java clients driven by JSON lines, for the tests (tests/oracle/kafka_oracle.py's
+ * JavaClients). Usage: {@code Clients <bootstrap>}; then one request per line on stdin, one answer
+ * per line on stdout, in order, so one JVM start serves a whole test module.
+ *
+ * <p>A request is {@code {"op": NAME, ...arguments}}; the answer is {@code {"ok": true, ...}} or,
+ * when the client raised, {@code {"ok": false, "error": "<exception class>", "message": "..."}}
+ * (the cause of an ExecutionException, as a user of the client would catch it). Keys and values
+ * are UTF-8 strings (null allowed), headers a list of [key, value] pairs. Every op builds its own
+ * producer or consumer from the client defaults plus the request's "config" object, and closes it
+ * before answering; the Admin client is shared. Client logs go to stderr at WARN.
+ */
+public final class Clients {
+    private static final ObjectMapper JSON = new ObjectMapper();
+    private final String bootstrap;
+    private Admin admin;
+
+    private Clients(String bootstrap) {
+        this.bootstrap = bootstrap;
+    }
+
+    public static void main(String[] args) throws Exception {
+        if (args.length != 1) {
+            System.err.println("usage: chronolog.jvm.Clients <bootstrap host:port>");
+            System.exit(2);
+        }
+        Clients clients = new Clients(args[0]);
+        PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        try {
+            for (String line = in.readLine(); line != null; line = in.readLine()) {
+                if (!line.isBlank()) {
+                    out.println(JSON.writeValueAsString(clients.answer(JSON.readTree(line))));
+                }
+            }
+        } finally {
+            if (clients.admin != null) {
+                clients.admin.close(Duration.ofSeconds(5));
+            }
+        }
+    }
+
+    private ObjectNode answer(JsonNode request) {
+        ObjectNode answer = JSON.createObjectNode();
+        try {
+            String op = request.path("op").asText();
+            switch (op) {
+                case "create_topic" -> createTopic(request);
+                case "produce" -> answer.set("records", produce(request));
+                case "consume_group" -> consumeGroup(request, answer);
+                case "read_partition" -> answer.set("records", readPartition(request));
+                case "consumer_offsets" -> consumerOffsets(request, answer);
+                case "list_offsets" -> answer.set("offsets", listOffsets(request));
+                case "describe_producers" -> answer.set("producers", describeProducers(request));
+                default -> throw new IllegalArgumentException("unknown op " + JSON.writeValueAsString(op)
+                    + ": see chronolog.jvm.Clients for the ops it serves");
+            }
+            answer.put("ok", true);
+        } catch (Exception e) {
+            Throwable cause = e instanceof ExecutionException && e.getCause() != null ? e.getCause() : e;
+            answer.removeAll();
+            answer.put("ok", false);
+            answer.put("error", cause.getClass().getName());
+            answer.put("message", String.valueOf(cause.getMessage()));
+        }
+        return answer;
+    }
+
+    private Properties config(JsonNode request, Map<String, Object> defaults) {
+        Properties props = new Properties();
+        props.putAll(defaults);
+        props.put("bootstrap.servers", bootstrap);
+        for (Iterator<Map.Entry<String, JsonNode>> it = request.path("config").fields(); it.hasNext(); ) {
+            Map.Entry<String, JsonNode> e = it.next();
+            props.put(e.getKey(), e.getValue().asText());
+        }
+        return props;
+    }
+
+    private Admin admin() {
+        if (admin == null) {
+            Properties props = new Properties();
+            props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            admin = Admin.create(props);
+        }
+        return admin;
+    }
+
+    /** {"topic", "partitions", "configs": {name: value}}. */
+    private void createTopic(JsonNode request) throws Exception {
+        Map<String, String> configs = new HashMap<>();
+        request.path("configs").fields().forEachRemaining(e -> configs.put(e.getKey(), e.getValue().asText()));
+        NewTopic topic = new NewTopic(request.path("topic").asText(), request.path("partitions").asInt(1), (short) 1)
+            .configs(configs);
+        admin().createTopics(List.of(topic)).all().get();
+    }
+
+    /**
+     * {"topic", "records": [{"partition"?, "key"?, "value", "timestamp"?, "headers"?}], "flush_every"?,
+     * "config"?}: sends the records in order with one producer (its defaults: idempotent, acks=all),
+     * flushing after every "flush_every" records (so batches hold at most that many); answers each
+     * record's partition, offset and timestamp as the broker acknowledged them.
+     */
+    private ArrayNode produce(JsonNode request) throws Exception {
+        String topic = request.path("topic").asText();
+        int flushEvery = request.path("flush_every").asInt(0);
+        Properties props = config(request, Map.of(
+            ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName(),
+            ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName()));
+        List<Future<RecordMetadata>> sent = new ArrayList<>();
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
+            for (JsonNode r : request.path("records")) {
+                RecordHeaders headers = new RecordHeaders();
+                for (JsonNode h : r.path("headers")) {
+                    headers.add(h.get(0).asText(), text(h.get(1)) == null ? null
+                        : text(h.get(1)).getBytes(StandardCharsets.UTF_8));
+                }
+                Integer partition = r.hasNonNull("partition") ? r.get("partition").asInt() : null;
+                Long timestamp = r.hasNonNull("timestamp") ? r.get("timestamp").asLong() : null;
+                sent.add(producer.send(new ProducerRecord<>(
+                    topic, partition, timestamp, text(r.get("key")), text(r.get("value")), headers)));
+                if (flushEvery > 0 && sent.size() % flushEvery == 0) {
+                    producer.flush();
+                }
+            }
+            producer.flush();
+            ArrayNode acks = JSON.createArrayNode();
+            for (Future<RecordMetadata> f : sent) {
+                RecordMetadata m = f.get();
+                acks.addObject().put("partition", m.partition()).put("offset", m.offset())
+                    .put("timestamp", m.timestamp());
+            }
+            return acks;
+        }
+    }
+
+    /**
+     * {"topic", "group", "count", "timeout_ms"?, "config"?}: a group member subscribed to the
+     * topic polls until it has "count" records (or fails after the timeout), commits them
+     * synchronously and leaves; answers the records and the group's committed offsets as read back.
+     */
+    private void consumeGroup(JsonNode request, ObjectNode answer) throws Exception {
+        String topic = request.path("topic").asText();
+        int count = request.path("count").asInt();
+        Properties props = consumerConfig(request);
+        props.put(ConsumerConfig.GROUP_ID_CONFIG, request.path("group").asText());
+        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        long deadline = System.currentTimeMillis() + request.path("timeout_ms").asLong(30000);
+        ArrayNode records = JSON.createArrayNode();
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
+            consumer.subscribe(List.of(topic));
+            while (records.size() < count) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("group " + request.path("group").asText() + " read "
+                        + records.size() + " of " + count + " records from " + topic + " before the timeout");
+                }
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
+                    records.add(record(r));
+                }
+            }
+            consumer.commitSync();
+            ObjectNode committed = JSON.createObjectNode();
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : consumer.committed(consumer.assignment()).entrySet()) {
+                committed.put(String.valueOf(e.getKey().partition()), e.getValue() == null ? null : e.getValue().offset());
+            }
+            answer.set("records", records);
+            answer.set("committed", committed);
+        }
+    }
+
+    /** {"topic", "partition"}: every record from the beginning to the end offset, without a group. */
+    private ArrayNode readPartition(JsonNode request) {
+        TopicPartition tp = new TopicPartition(request.path("topic").asText(), request.path("partition").asInt());
+        ArrayNode records = JSON.createArrayNode();
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(consumerConfig(request))) {
+            consumer.assign(List.of(tp));
+            consumer.seekToBeginning(List.of(tp));
+            long end = consumer.endOffsets(List.of(tp)).get(tp);
+            while (consumer.position(tp) < end) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
+                    records.add(record(r));
+                }
+            }
+        }
+        return records;
+    }
+
+    /**
+     * {"topic", "partitions": [p...], "timestamps": [t...]}: the consumer's beginningOffsets and
+     * endOffsets of the partitions, and offsetsForTimes of every timestamp on every partition
+     * ("for_times": {partition: [{"offset", "timestamp", "leader_epoch"} or null per timestamp]}).
+     */
+    private void consumerOffsets(JsonNode request, ObjectNode answer) {
+        String topic = request.path("topic").asText();
+        List<TopicPartition> tps = new ArrayList<>();
+        request.path("partitions").forEach(p -> tps.add(new TopicPartition(topic, p.asInt())));
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(consumerConfig(request))) {
+            ObjectNode beginning = answer.putObject("beginning");
+            consumer.beginningOffsets(tps).forEach((tp, o) -> beginning.put(String.valueOf(tp.partition()), o));
+            ObjectNode end = answer.putObject("end");
+            consumer.endOffsets(tps).forEach((tp, o) -> end.put(String.valueOf(tp.partition()), o));
+            ObjectNode forTimes = answer.putObject("for_times");
+            for (TopicPartition tp : tps) {
+                ArrayNode found = forTimes.putArray(String.valueOf(tp.partition()));
+                for (JsonNode t : request.path("timestamps")) {
+                    OffsetAndTimestamp ot = consumer.offsetsForTimes(Map.of(tp, t.asLong())).get(tp);
+                    if (ot == null) {
+                        found.addNull();
+                    } else {
+                        found.addObject().put("offset", ot.offset()).put("timestamp", ot.timestamp())
+                            .put("leader_epoch", ot.leaderEpoch().orElse(-1));
+                    }
+                }
+            }
+        }
+    }
+
+    /**
+     * {"topic", "queries": [[partition, spec]...]} with spec "earliest", "latest", "max_timestamp"
+     * or a timestamp: Admin.listOffsets, one answer {"offset", "timestamp", "leader_epoch"} per
+     * query in order (offset -1 when no record qualifies, as the Admin client reports it).
+     */
+    private ArrayNode listOffsets(JsonNode request) throws Exception {
+        String topic = request.path("topic").asText();
+        ArrayNode answers = JSON.createArrayNode();
+        for (JsonNode q : request.path("queries")) {
+            TopicPartition tp = new TopicPartition(topic, q.get(0).asInt());
+            JsonNode spec = q.get(1);
+            OffsetSpec offsetSpec = switch (spec.asText()) {
+                case "earliest" -> OffsetSpec.earliest();
+                case "latest" -> OffsetSpec.latest();
+                case "max_timestamp" -> OffsetSpec.maxTimestamp();
+                default -> {
+                    if (!spec.canConvertToLong()) {
+                        throw new IllegalArgumentException("unknown offset spec " + spec);
+                    }
+                    yield OffsetSpec.forTimestamp(spec.asLong());
+                }
+            };
+            ListOffsetsResultInfo info = admin().listOffsets(Map.of(tp, offsetSpec)).partitionResult(tp).get();
+            answers.addObject().put("offset", info.offset()).put("timestamp", info.timestamp())
+                .put("leader_epoch", info.leaderEpoch().orElse(-1));
+        }
+        return answers;
+    }
+
+    /** {"topic", "partition"}: Admin.describeProducers, the active producers of the partition. */
+    private ArrayNode describeProducers(JsonNode request) throws Exception {
+        TopicPartition tp = new TopicPartition(request.path("topic").asText(), request.path("partition").asInt());
+        PartitionProducerState state = admin().describeProducers(List.of(tp)).partitionResult(tp).get();
+        ArrayNode producers = JSON.createArrayNode();
+        for (ProducerState p : state.activeProducers()) {
+            producers.addObject().put("producer_id", p.producerId()).put("producer_epoch", p.producerEpoch())
+                .put("last_sequence", p.lastSequence()).put("last_timestamp", p.lastTimestamp());
+        }
+        return producers;
+    }
+
+    private Properties consumerConfig(JsonNode request) {
+        return config(request, Map.of(
+            ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName(),
+            ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName(),
+            ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest"));
+    }
+
+    private static ObjectNode record(ConsumerRecord<String, String> r) {
+        ObjectNode node = JSON.createObjectNode();
+        node.put("partition", r.partition()).put("offset", r.offset()).put("timestamp", r.timestamp())
+            .put("timestamp_type", r.timestampType().name).put("key", r.key()).put("value", r.value());
+        ArrayNode headers = node.putArray("headers");
+        for (Header h : r.headers()) {
+            headers.addArray().add(h.key()).add(h.value() == null ? null : new String(h.value(), StandardCharsets.UTF_8));
+        }
+        return node;
+    }
+
+    private static String text(JsonNode node) {
+        return node == null || node.isNull() ? null : node.asText();
+    }
+}
