@@ -1,0 +1,62 @@
+"""The same client calls against Apache Kafka 4.1.1 (the ``kafka_oracle`` fixture) and chronolog
+(the session's ``broker``) give the same answers a user sees: the producer's acknowledgements,
+``beginningOffsets`` / ``endOffsets`` / ``offsetsForTimes`` for every time asked, Admin
+``listOffsets`` (earliest, latest, max timestamp, by time) and every record read back (offset,
+timestamp and its type, key, value, headers), over the same records in 1 MiB segments (Kafka
+4.1's smallest) with timestamps that do not only go up (tests/oracle/scenarios.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.clients import topic_name
+from tests.oracle.kafka_oracle import JavaClients
+from tests.oracle.scenarios import query_times, timed_records
+
+pytestmark = pytest.mark.kafka_oracle
+
+RECORDS = 1500  # 2 KB each: 3 MB, three segments of 1 MiB
+
+
+def _scenario(bootstrap: str, topic: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+    asked = query_times([r["timestamp"] for r in records])
+    with JavaClients(bootstrap) as clients:
+        clients.call(
+            "create_topic",
+            topic=topic,
+            partitions=1,
+            configs={"retention.ms": "-1", "segment.bytes": "1048576"},
+        )
+        acks = clients.call("produce", topic=topic, records=records, flush_every=25)["records"]
+        offsets = clients.call("consumer_offsets", topic=topic, partitions=[0], timestamps=asked)
+        queries = [[0, "earliest"], [0, "latest"], [0, "max_timestamp"]]
+        queries += [[0, t] for t in asked[::15] + [asked[-1]]]
+        listed = clients.call("list_offsets", topic=topic, queries=queries)["offsets"]
+        stored = clients.call("read_partition", topic=topic, partition=0)["records"]
+    return {
+        "acks": acks,
+        "beginning": offsets["beginning"],
+        "end": offsets["end"],
+        "for_times": offsets["for_times"]["0"],
+        "list_offsets": listed,
+        "records": stored,
+    }
+
+
+def test_same_calls_same_answers(kafka_oracle, broker):
+    records = timed_records(RECORDS, value_bytes=2000)
+    topic = topic_name("diff-times")
+    kafka = _scenario(kafka_oracle.bootstrap, topic, records)
+    chronolog = _scenario(broker.bootstrap, topic, records)
+
+    assert kafka["end"] == {"0": RECORDS}, "the scenario itself went wrong on Kafka"
+    assert len(list((Path(kafka_oracle.log_dir) / f"{topic}-0").glob("*.log"))) >= 3
+    for part in ("acks", "beginning", "end", "for_times", "list_offsets"):
+        assert chronolog[part] == kafka[part], part
+    assert len(chronolog["records"]) == len(kafka["records"]) == RECORDS
+    for ours, theirs in zip(chronolog["records"], kafka["records"]):
+        assert ours == theirs
