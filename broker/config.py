@@ -7,8 +7,11 @@ Kafka's topic names (``segment.bytes``, ``retention.ms``, ...); each names the b
 (its synonyms, as Kafka's DescribeConfigs reports them) that set the default every topic starts
 from. From the table come :class:`BrokerConfig`, :class:`TopicConfig`, storage's ``LogConfig``
 and the validator's ``TopicSettings``. The keys storage owns (``segment.bytes``, ``flush.ms``,
-...) take their default and minimum from ``LogConfig``, where the reasons for them live. Unknown
-keys and bad values raise :class:`ConfigError` naming the key, never a bare ``ValueError``.
+...) take their default and minimum from ``LogConfig``, where the reasons for them live. Every
+other name Kafka 4.1 defines (broker/admin/kafka_configs.py, generated from Kafka's definitions)
+is accepted with Kafka's type, default and bounds, kept and reported, but not acted on
+(:data:`KAFKA_ONLY_BROKER_KEYS`, :data:`KAFKA_ONLY_TOPIC_KEYS`). Unknown keys and bad values
+raise :class:`ConfigError` naming the key, never a bare ``ValueError``.
 
 Deliberate departures from Kafka (also in the README):
 - ``max.message.time.difference.ms`` (KIP-32's name) is accepted as an alias of
@@ -30,6 +33,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import javaproperties
 
+from broker.admin import kafka_configs
 from broker.security import settings as security_settings
 from protocol.records import Codec, TimestampType
 from protocol.validator import TopicSettings
@@ -82,9 +86,15 @@ class Type(enum.Enum):
     STRING = "string"
     LIST = "list"  # a comma-separated string (IncrementalAlterConfigs may APPEND/SUBTRACT)
     PASSWORD = "password"  # a string never shown: DescribeConfigs reports it sensitive, no value
+    SHORT = "short"
+    CLASS = "class"  # a Java class name (only Kafka's names chronolog does not act on)
 
 
-_RANGES = {Type.INT: (-(2**31), INT_MAX), Type.LONG: (-(2**63), LONG_MAX)}
+_RANGES = {
+    Type.SHORT: (-(2**15), 2**15 - 1),
+    Type.INT: (-(2**31), INT_MAX),
+    Type.LONG: (-(2**63), LONG_MAX),
+}
 
 
 class Scope(enum.Enum):
@@ -112,6 +122,7 @@ class ConfigKey:
     scope: Scope
     minimum: int | None = None
     choices: tuple[str, ...] = ()
+    maximum: int | float | None = None
     validator: Callable[[Any], Any] | None = None
     synonyms: tuple[Synonym, ...] = ()
 
@@ -136,6 +147,8 @@ class ConfigKey:
                 raise ValueError(f"{raw!r} is not a number")
             if self.minimum is not None and value < self.minimum:
                 raise ValueError(f"{value} is below the minimum {self.minimum}")
+            if self.maximum is not None and value > self.maximum:
+                raise ValueError(f"{value} is above the maximum {self.maximum}")
         elif self.type in _RANGES:
             lo, hi = _RANGES[self.type]
             try:
@@ -143,6 +156,7 @@ class ConfigKey:
             except ValueError:
                 raise ValueError(f"{raw!r} is not an integer") from None
             lo = lo if self.minimum is None else self.minimum
+            hi = hi if self.maximum is None else self.maximum
             if not lo <= value <= hi:
                 raise ValueError(f"{value} is out of range [{lo}, {hi}]")
         elif self.choices and value not in self.choices:
@@ -492,6 +506,74 @@ BROKER_KEYS: dict[str, ConfigKey] = {
 TOPIC_ALIASES = {"max.message.time.difference.ms": "message.timestamp.difference.max.ms"}
 
 
+def _items_in(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """A list value's check: every item one of ``choices`` (Kafka's ValidList)."""
+
+    def check(value: str) -> str:
+        wrong = [v for v in value.split(",") if v.strip() and v.strip() not in choices]
+        if wrong:
+            raise ValueError(f"{wrong[0]!r} is not one of {', '.join(choices)}")
+        return value
+
+    return check
+
+
+def _kafka_key(name: str, entry: tuple, scope: Scope) -> ConfigKey:
+    """The key of a name Kafka 4.1 defines and chronolog does not act on, from its generated
+    definition (broker/admin/kafka_configs.py): Kafka's type, default, bounds and choices."""
+    type_name, default, _importance, minimum, maximum, choices = entry[:6]
+    type_ = Type[type_name]
+    listed = type_ is Type.LIST and bool(choices)
+    key = ConfigKey(
+        name,
+        type_,
+        None,
+        scope,
+        minimum=minimum,
+        maximum=maximum,
+        choices=tuple(choices or ()) if not listed else (),
+        validator=_items_in(tuple(choices)) if listed else None,
+        synonyms=tuple(Synonym(n, unit) for n, unit in kafka_configs.TOPIC_SYNONYMS.get(name, ())),
+    )
+    if default is None:
+        return key
+    try:
+        return dataclasses.replace(key, default=key.parse(default))
+    except ValueError:  # a default Kafka's own validator would refuse, kept as written
+        return dataclasses.replace(key, default=default)
+
+
+KAFKA_ONLY_BROKER_KEYS: dict[str, ConfigKey] = {
+    name: _kafka_key(name, entry, Scope.BROKER)
+    for name, entry in {**kafka_configs.BROKER, **kafka_configs.BROKER_QUOTAS}.items()
+    if name not in BROKER_KEYS
+}
+"""Kafka 4.1's broker properties chronolog accepts (validated, stored, described with Kafka's
+defaults) but does not act on; the README's departures list them."""
+KAFKA_ONLY_TOPIC_KEYS: dict[str, ConfigKey] = {
+    name: _kafka_key(name, entry, Scope.TOPIC)
+    for name, entry in kafka_configs.TOPIC.items()
+    if name not in TOPIC_KEYS
+}
+"""Kafka 4.1's topic configs chronolog accepts but does not act on, likewise."""
+BROKER_UPDATE_MODES: dict[str, str] = {
+    name: entry[6]
+    for name, entry in {**kafka_configs.BROKER, **kafka_configs.BROKER_QUOTAS}.items()
+}
+"""How Kafka 4.1 lets AlterConfigs change each of its broker properties: "per-broker",
+"cluster-wide", "per-listener" (only under a listener prefix) or "read-only"."""
+
+
+def broker_key(name: str) -> ConfigKey | None:
+    """The key of any broker property chronolog knows, acted on or not (None: unknown)."""
+    return BROKER_KEYS.get(name) or KAFKA_ONLY_BROKER_KEYS.get(name)
+
+
+def topic_key(name: str) -> ConfigKey | None:
+    """The key of any topic config chronolog knows, acted on or not (None: unknown)."""
+    return TOPIC_KEYS.get(name) or KAFKA_ONLY_TOPIC_KEYS.get(name)
+
+
 def _parse(key: ConfigKey, name: str, raw: str) -> Any:
     try:
         return key.parse(raw)
@@ -508,7 +590,7 @@ def parse_topic_configs(entries: Mapping[str, str] | Iterable[tuple[str, str]]) 
     result: dict[str, str] = {}
     for raw_name, raw_value in items:
         name = TOPIC_ALIASES.get(raw_name, raw_name)
-        key = TOPIC_KEYS.get(name)
+        key = topic_key(name)
         if key is None:
             raise ConfigError(raw_name, "unknown topic config")
         if raw_value is None:
@@ -569,7 +651,8 @@ class TopicConfig:
         """Topic config from typed broker defaults (by topic key name) and validated overrides."""
         values = dict(defaults)
         for name, raw in overrides.items():
-            values[name] = TOPIC_KEYS[name].parse(raw)
+            if name in TOPIC_KEYS:  # Kafka's other names are kept, not acted on
+                values[name] = TOPIC_KEYS[name].parse(raw)
         config = cls(**{key.attribute: values[name] for name, key in TOPIC_KEYS.items()})
         if config.compression_type == "zstd" and config.magic < 2:
             raise ConfigError(
@@ -715,6 +798,10 @@ class BrokerConfig:
         raw_given: dict[str, str] = {}
         dynamic: dict[str, str] = {}  # listener.name.* and <mechanism>.sasl.jaas.config
         for name, raw in pairs:
+            if name in KAFKA_ONLY_BROKER_KEYS:  # validated and reported, not acted on
+                _parse(KAFKA_ONLY_BROKER_KEYS[name], name, raw)
+                raw_given[name] = raw
+                continue
             if name not in BROKER_KEYS:
                 if not security_settings.is_dynamic_key(name):
                     raise ConfigError(name, "unknown broker property")

@@ -16,6 +16,11 @@ the synonym group in order, then cut before the first entry of the property itse
 Dynamic broker properties (read_only false) are Kafka's: the first broker synonym of every topic
 config but ``message.format.version`` (DynamicLogConfig), the socket server's
 ``max.connections`` and the log cleaner's reconfigurable properties, of those chronolog has.
+
+Every other broker property and topic config Kafka 4.1 defines (broker/admin/kafka_configs.py,
+generated from Kafka's definitions) is reported too, with Kafka's default, type and synonyms;
+chronolog stores what is set for them but does not act on it (the README lists them), and
+those Kafka can change at run time (:data:`ACCEPTED_DYNAMIC_KEYS`) are read_only false.
 Pure functions and frozen data: no I/O.
 """
 
@@ -26,7 +31,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.config import BROKER_KEYS, TOPIC_KEYS, ConfigKey, TopicConfig, Type
+from broker.config import (
+    BROKER_KEYS,
+    BROKER_UPDATE_MODES,
+    KAFKA_ONLY_BROKER_KEYS,
+    KAFKA_ONLY_TOPIC_KEYS,
+    TOPIC_KEYS,
+    ConfigKey,
+    TopicConfig,
+    Type,
+)
+from broker.admin.kafka_configs import BROKER_QUOTAS
 
 __all__ = [
     "ConfigSource",
@@ -36,6 +51,7 @@ __all__ = [
     "ConfigEntry",
     "BrokerLayers",
     "DYNAMIC_BROKER_KEYS",
+    "ACCEPTED_DYNAMIC_KEYS",
     "topic_entries",
     "broker_entries",
     "value_string",
@@ -105,9 +121,19 @@ DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(
 )
 """The broker properties AlterConfigs may change at run time (all cluster-wide in Kafka)."""
 
+ACCEPTED_DYNAMIC_KEYS: frozenset[str] = frozenset(
+    name
+    for name in KAFKA_ONLY_BROKER_KEYS
+    if BROKER_UPDATE_MODES[name] in ("per-broker", "cluster-wide")
+)
+"""Kafka's dynamic broker properties that chronolog does not act on: AlterConfigs stores them
+(per broker only where Kafka says so) and DescribeConfigs reports them."""
+
 # broker property -> the synonym group it belongs to (DynamicBrokerConfig.brokerConfigSynonyms)
 _GROUPS: dict[str, tuple[str, ...]] = {
-    s.name: tuple(t.name for t in key.synonyms) for key in TOPIC_KEYS.values() for s in key.synonyms
+    s.name: tuple(t.name for t in key.synonyms)
+    for key in (*TOPIC_KEYS.values(), *KAFKA_ONLY_TOPIC_KEYS.values())
+    for s in key.synonyms
 }
 
 
@@ -188,6 +214,12 @@ def value_string(key: ConfigKey, value: Any) -> str | None:
     return str(value)
 
 
+def _key(name: str) -> ConfigKey:
+    """The key of a broker property in the layers (DynamicConfigs.validate let only known ones
+    in)."""
+    return KAFKA_ONLY_BROKER_KEYS.get(name) or BROKER_KEYS[name]
+
+
 @dataclass(frozen=True)
 class BrokerLayers:
     """The raw broker property values of each layer, highest precedence first."""
@@ -212,10 +244,10 @@ class BrokerLayers:
             for member in group:
                 if member in values:
                     found.append(
-                        Synonym(member, value_string(BROKER_KEYS[member], values[member]), source)
+                        Synonym(member, value_string(_key(member), values[member]), source)
                     )
         for member in group:
-            default = value_string(BROKER_KEYS[member], BROKER_KEYS[member].default)
+            default = value_string(_key(member), _key(member).default)
             if default is not None:
                 found.append(Synonym(member, default, ConfigSource.DEFAULT_CONFIG))
         while found and found[0].name != name:
@@ -224,7 +256,7 @@ class BrokerLayers:
 
     def value(self, name: str) -> str | None:
         """The effective raw value of broker property ``name`` itself (not its synonyms)."""
-        key = BROKER_KEYS[name]
+        key = _key(name)
         for values, _ in self._layers():
             if name in values:
                 return value_string(key, values[name])
@@ -253,9 +285,14 @@ def topic_entries(
     """Every topic config of a topic with these (normalised) overrides and effective config,
     sorted by name (ConfigHelper.createTopicConfigEntry)."""
     entries = []
-    for name, key in sorted(TOPIC_KEYS.items()):
-        value = value_string(key, getattr(config, key.attribute))
-        synonyms = layers.synonyms(key.synonyms[0].name)
+    for name, key in sorted({**TOPIC_KEYS, **KAFKA_ONLY_TOPIC_KEYS}.items()):
+        synonyms = layers.synonyms(key.synonyms[0].name) if key.synonyms else []
+        if name in TOPIC_KEYS:
+            value = value_string(key, getattr(config, key.attribute))
+        elif name in overrides:
+            value = value_string(key, overrides[name])
+        else:  # a name Kafka defines and chronolog does not act on: as the broker sets it
+            value = synonyms[0].value if synonyms else value_string(key, key.default)
         if name in overrides:
             synonyms.insert(0, Synonym(name, value, ConfigSource.TOPIC_CONFIG))
         entries.append(_entry(key, name, value, synonyms, read_only=False))
@@ -266,10 +303,17 @@ def broker_entries(layers: BrokerLayers, *, per_broker: bool) -> list[ConfigEntr
     """The broker's properties sorted by name: every one (``per_broker``: a broker id was named),
     or only the dynamic cluster-wide defaults set (an empty resource name), whose synonyms are
     then only the other cluster-wide defaults (ConfigHelper.createBrokerConfigEntry)."""
-    names = sorted(BROKER_KEYS) if per_broker else sorted(layers.cluster_default)
+    if per_broker:  # the quotas only when set, as they are no KafkaConfig property
+        names = sorted(
+            n
+            for n in (*BROKER_KEYS, *KAFKA_ONLY_BROKER_KEYS)
+            if n not in BROKER_QUOTAS or n in layers.per_broker
+        )
+    else:
+        names = sorted(layers.cluster_default)
     entries = []
     for name in names:
-        key = BROKER_KEYS[name]
+        key = _key(name)
         synonyms = layers.synonyms(name)
         if not per_broker:
             synonyms = [
@@ -278,7 +322,6 @@ def broker_entries(layers: BrokerLayers, *, per_broker: bool) -> list[ConfigEntr
         value = (
             layers.value(name) if per_broker else value_string(key, layers.cluster_default[name])
         )
-        entries.append(
-            _entry(key, name, value, synonyms, read_only=name not in DYNAMIC_BROKER_KEYS)
-        )
+        read_only = name not in DYNAMIC_BROKER_KEYS and name not in ACCEPTED_DYNAMIC_KEYS
+        entries.append(_entry(key, name, value, synonyms, read_only=read_only))
     return entries

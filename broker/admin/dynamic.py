@@ -23,8 +23,14 @@ from collections.abc import Mapping
 
 import structlog
 
-from broker.admin.configs import DYNAMIC_BROKER_KEYS, BrokerLayers
-from broker.config import BROKER_KEYS, BrokerConfig, ConfigError
+from broker.admin.configs import ACCEPTED_DYNAMIC_KEYS, DYNAMIC_BROKER_KEYS, BrokerLayers
+from broker.config import (
+    BROKER_KEYS,
+    BROKER_UPDATE_MODES,
+    BrokerConfig,
+    ConfigError,
+    broker_key,
+)
 from broker.errors import StartupError
 from storage.durable import write_atomically
 
@@ -41,6 +47,32 @@ class NotDynamicError(Exception):
         super().__init__(
             f"Cannot update these configs dynamically: {', '.join(names)}; set them in "
             "server.properties and restart the broker"
+        )
+        self.names = names
+
+
+class PerBrokerOnlyError(NotDynamicError):
+    """Raised by :meth:`DynamicConfigs.validate` for properties Kafka changes only for one
+    broker, given as cluster-wide defaults (Kafka answers INVALID_REQUEST)."""
+
+    def __init__(self, names: list[str]) -> None:
+        Exception.__init__(
+            self,
+            "Cannot update these configs at default cluster level, broker id must be "
+            f"specified: {', '.join(names)}",
+        )
+        self.names = names
+
+
+class PerListenerOnlyError(NotDynamicError):
+    """Raised by :meth:`DynamicConfigs.validate` for the key and trust store properties given
+    without a listener prefix (Kafka answers INVALID_REQUEST)."""
+
+    def __init__(self, names: list[str]) -> None:
+        Exception.__init__(
+            self,
+            "These security configs can be dynamically updated only per-listener using the "
+            f"listener prefix: {', '.join(names)}",
         )
         self.names = names
 
@@ -129,19 +161,35 @@ class DynamicConfigs:
         """Check one dynamic layer: every name a known dynamic property, every value valid.
         Returns it with values stripped. Raises NotDynamicError (names the properties that are
         not dynamic) or ConfigError (unknown name or invalid value, naming the key)."""
-        unknown = [name for name in values if name not in BROKER_KEYS]
+        keys = {name: broker_key(name) for name in values}
+        unknown = [name for name, key in keys.items() if key is None]
         if unknown:
             raise ConfigError(unknown[0], "unknown broker config")
-        fixed = sorted(name for name in values if name not in DYNAMIC_BROKER_KEYS)
+        modes = {name: BROKER_UPDATE_MODES.get(name) for name in values}
+        fixed = sorted(
+            name
+            for name in values
+            if name not in DYNAMIC_BROKER_KEYS
+            and name not in ACCEPTED_DYNAMIC_KEYS
+            and modes[name] != "per-listener"
+        )
         if fixed:
             raise NotDynamicError(fixed)
+        listener_only = sorted(name for name in values if modes[name] == "per-listener")
+        if listener_only:  # chronolog cannot reload stores: a listener prefix is unknown here
+            raise PerListenerOnlyError(listener_only)
         result = {}
         for name, raw in values.items():
             try:
-                BROKER_KEYS[name].parse(raw)
+                keys[name].parse(raw)  # type: ignore[union-attr]
             except ValueError as exc:
                 raise ConfigError(name, f"invalid value {raw!r}: {exc}") from None
             result[name] = raw.strip()
+        broker_only = sorted(
+            name for name in values if name in ACCEPTED_DYNAMIC_KEYS and modes[name] == "per-broker"
+        )
+        if broker_only and not per_broker:
+            raise PerBrokerOnlyError(broker_only)
         return result
 
     def effective(

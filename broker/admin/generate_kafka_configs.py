@@ -10,7 +10,8 @@ broker quotas of ``DynamicConfig.Broker``, and every
 topic config of ``LogConfig.configKeys()`` (minus the internal ones), each with its type, default
 (as ``ConfigDef.convertToString`` writes it), importance and the bounds or choices of its
 validator; for broker properties also how AlterConfigs may change them
-(``DynamicBrokerConfig.dynamicConfigUpdateModes``: per-broker, cluster-wide, else read-only);
+(``DynamicBrokerConfig.dynamicConfigUpdateModes``: per-broker, cluster-wide, else read-only;
+per-listener for its DynamicSecurityConfigs, the key and trust stores);
 and each topic config's broker synonyms with their unit (``ServerTopicConfigSynonyms``). Nothing
 at run time needs Java or Kafka's jars.
 """
@@ -82,10 +83,15 @@ public class DumpConfigs {
     }
 
     public static void main(String[] args) throws Exception {
-        Map<String, String> modes = kafka.server.DynamicBrokerConfig$.MODULE$.dynamicConfigUpdateModes();
+        kafka.server.DynamicBrokerConfig$ dynamic = kafka.server.DynamicBrokerConfig$.MODULE$;
+        Map<String, String> modes = dynamic.dynamicConfigUpdateModes();
         List<String> broker = new ArrayList<>();
-        for (ConfigDef.ConfigKey k : new TreeMap<>(AbstractKafkaConfig.CONFIG_DEF.configKeys()).values())
-            if (!k.internalConfig) broker.add(key(k, modes.getOrDefault(k.name, "read-only")));
+        for (ConfigDef.ConfigKey k : new TreeMap<>(AbstractKafkaConfig.CONFIG_DEF.configKeys()).values()) {
+            // the keystores and truststores: per broker, and only under a listener's prefix
+            String mode = dynamic.DynamicSecurityConfigs().contains(k.name)
+                ? "per-listener" : modes.getOrDefault(k.name, "read-only");
+            if (!k.internalConfig) broker.add(key(k, mode));
+        }
         // Broker quotas (DynamicConfig.Broker): AlterConfigs sets them per broker, KafkaConfig
         // does not define them.
         Class<?> quotas = Class.forName("kafka.server.DynamicConfig$Broker$");
@@ -178,12 +184,12 @@ LogConfig, DynamicBrokerConfig, ServerTopicConfigSynonyms); do not edit.
 BROKER: name -> (type, default, importance, minimum, maximum, choices, update mode), where type
 is ConfigDef.Type's name, default the string ConfigDef.convertToString writes (None: null or no
 default), minimum/maximum a Range validator's bounds, choices a ValidString's (or a ValidList's)
-values, and update mode "per-broker", "cluster-wide" (AlterConfigs may change it) or
-"read-only". BROKER_QUOTAS: the broker quotas AlterConfigs sets per broker
-(DynamicConfig.Broker), which KafkaConfig does not define, as BROKER. TOPIC: name -> the same
-first six. TOPIC_SYNONYMS: topic config -> its broker properties in order, each with the number
-of milliseconds one of its units holds (1 when it is not a time, 3600000 for an ``.hours``
-property).
+values, and update mode "per-broker", "cluster-wide" (AlterConfigs may change it),
+"per-listener" (only under a ``listener.name.<listener>.`` prefix, per broker) or "read-only".
+BROKER_QUOTAS: the broker quotas AlterConfigs sets per broker (DynamicConfig.Broker), which
+KafkaConfig does not define, as BROKER. TOPIC: name -> the same first six. TOPIC_SYNONYMS:
+topic config -> its broker properties in order, each with the number of milliseconds one of its
+units holds (1 when it is not a time, 3600000 for an ``.hours`` property).
 """
 
 BROKER = {fmt(broker)}

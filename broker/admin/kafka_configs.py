@@ -5,12 +5,12 @@ LogConfig, DynamicBrokerConfig, ServerTopicConfigSynonyms); do not edit.
 BROKER: name -> (type, default, importance, minimum, maximum, choices, update mode), where type
 is ConfigDef.Type's name, default the string ConfigDef.convertToString writes (None: null or no
 default), minimum/maximum a Range validator's bounds, choices a ValidString's (or a ValidList's)
-values, and update mode "per-broker", "cluster-wide" (AlterConfigs may change it) or
-"read-only". BROKER_QUOTAS: the broker quotas AlterConfigs sets per broker
-(DynamicConfig.Broker), which KafkaConfig does not define, as BROKER. TOPIC: name -> the same
-first six. TOPIC_SYNONYMS: topic config -> its broker properties in order, each with the number
-of milliseconds one of its units holds (1 when it is not a time, 3600000 for an ``.hours``
-property).
+values, and update mode "per-broker", "cluster-wide" (AlterConfigs may change it),
+"per-listener" (only under a ``listener.name.<listener>.`` prefix, per broker) or "read-only".
+BROKER_QUOTAS: the broker quotas AlterConfigs sets per broker (DynamicConfig.Broker), which
+KafkaConfig does not define, as BROKER. TOPIC: name -> the same first six. TOPIC_SYNONYMS:
+topic config -> its broker properties in order, each with the number of milliseconds one of its
+units holds (1 when it is not a time, 3600000 for an ``.hours`` property).
 """
 
 BROKER = {
@@ -1053,22 +1053,30 @@ BROKER = {
         "per-broker",
     ),
     "ssl.engine.factory.class": ("CLASS", None, "LOW", None, None, None, "per-broker"),
-    "ssl.key.password": ("PASSWORD", None, "MEDIUM", None, None, None, "per-broker"),
+    "ssl.key.password": ("PASSWORD", None, "MEDIUM", None, None, None, "per-listener"),
     "ssl.keymanager.algorithm": ("STRING", "SunX509", "MEDIUM", None, None, None, "per-broker"),
-    "ssl.keystore.certificate.chain": ("PASSWORD", None, "MEDIUM", None, None, None, "per-broker"),
-    "ssl.keystore.key": ("PASSWORD", None, "MEDIUM", None, None, None, "per-broker"),
-    "ssl.keystore.location": ("STRING", None, "MEDIUM", None, None, None, "per-broker"),
-    "ssl.keystore.password": ("PASSWORD", None, "MEDIUM", None, None, None, "per-broker"),
-    "ssl.keystore.type": ("STRING", "JKS", "MEDIUM", None, None, None, "per-broker"),
+    "ssl.keystore.certificate.chain": (
+        "PASSWORD",
+        None,
+        "MEDIUM",
+        None,
+        None,
+        None,
+        "per-listener",
+    ),
+    "ssl.keystore.key": ("PASSWORD", None, "MEDIUM", None, None, None, "per-listener"),
+    "ssl.keystore.location": ("STRING", None, "MEDIUM", None, None, None, "per-listener"),
+    "ssl.keystore.password": ("PASSWORD", None, "MEDIUM", None, None, None, "per-listener"),
+    "ssl.keystore.type": ("STRING", "JKS", "MEDIUM", None, None, None, "per-listener"),
     "ssl.principal.mapping.rules": ("STRING", "DEFAULT", "LOW", None, None, None, "read-only"),
     "ssl.protocol": ("STRING", "TLSv1.3", "MEDIUM", None, None, None, "per-broker"),
     "ssl.provider": ("STRING", None, "MEDIUM", None, None, None, "per-broker"),
     "ssl.secure.random.implementation": ("STRING", None, "LOW", None, None, None, "per-broker"),
     "ssl.trustmanager.algorithm": ("STRING", "PKIX", "MEDIUM", None, None, None, "per-broker"),
-    "ssl.truststore.certificates": ("PASSWORD", None, "MEDIUM", None, None, None, "per-broker"),
-    "ssl.truststore.location": ("STRING", None, "MEDIUM", None, None, None, "per-broker"),
-    "ssl.truststore.password": ("PASSWORD", None, "MEDIUM", None, None, None, "per-broker"),
-    "ssl.truststore.type": ("STRING", "JKS", "MEDIUM", None, None, None, "per-broker"),
+    "ssl.truststore.certificates": ("PASSWORD", None, "MEDIUM", None, None, None, "per-listener"),
+    "ssl.truststore.location": ("STRING", None, "MEDIUM", None, None, None, "per-listener"),
+    "ssl.truststore.password": ("PASSWORD", None, "MEDIUM", None, None, None, "per-listener"),
+    "ssl.truststore.type": ("STRING", "JKS", "MEDIUM", None, None, None, "per-listener"),
     "telemetry.max.bytes": ("INT", "1048576", "LOW", 1, None, None, "read-only"),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
         "INT",

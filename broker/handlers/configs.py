@@ -9,6 +9,10 @@ list configs such as ``cleanup.policy``). Invalid values and unknown names answe
 INVALID_CONFIG with a message naming the key (Kafka answers a bad broker value with
 INVALID_REQUEST, KAFKA-13609; chronolog gives the code Kafka says it should); properties that
 cannot change at run time answer INVALID_REQUEST "Cannot update these configs dynamically".
+Every name Kafka 4.1 defines is known (broker/admin/kafka_configs.py): the ones chronolog does
+not act on are validated with Kafka's type and bounds, stored and described, and refused as
+Kafka refuses them (read-only ones not dynamically, per-broker ones at the cluster level, the
+key and trust stores without a listener prefix).
 BROKER_LOGGER resources (log4j levels) are not served: INVALID_REQUEST. DescribeConfigs v0's
 ``is_default`` is set from the source (Kafka 3.9 leaves it false). No documentation strings.
 
@@ -36,6 +40,8 @@ from broker.admin.configs import (
 from broker.admin.dynamic import NotDynamicError
 from broker.config import (
     BROKER_KEYS,
+    KAFKA_ONLY_BROKER_KEYS,
+    KAFKA_ONLY_TOPIC_KEYS,
     TOPIC_ALIASES,
     TOPIC_KEYS,
     ConfigError,
@@ -215,14 +221,21 @@ async def _alter_topic(ctx: BrokerContext, resource: Any, incremental: bool, val
     if incremental:
 
         def effective(key: str) -> str | None:
-            return value_string(TOPIC_KEYS[key], getattr(topic.config, TOPIC_KEYS[key].attribute))
+            if key in TOPIC_KEYS:
+                return value_string(
+                    TOPIC_KEYS[key], getattr(topic.config, TOPIC_KEYS[key].attribute)
+                )
+            kafka_key = KAFKA_ONLY_TOPIC_KEYS[key]  # not acted on: the broker's value, or Kafka's
+            if kafka_key.synonyms:
+                return ctx.dynamic_configs.layers().value(kafka_key.synonyms[0].name)
+            return value_string(kafka_key, kafka_key.default)
 
         current = dict(topic.overrides)
         if ctx.cluster is not None:  # edit what ZooKeeper holds, as Kafka's ZkAdminManager
             stored = await ctx.cluster.config_changes.read_topic_config(name)
             current = current if stored is None else stored
         ops = _operations(resource, TOPIC_ALIASES)
-        overrides = _edited(current, ops, TOPIC_KEYS, effective)
+        overrides = _edited(current, ops, {**TOPIC_KEYS, **KAFKA_ONLY_TOPIC_KEYS}, effective)
     else:
         overrides = {c.name: c.value for c in resource.configs}
     await set_topic_overrides(ctx, name, overrides, validate_only=validate_only)
@@ -234,7 +247,8 @@ async def _alter_broker(ctx: BrokerContext, resource: Any, incremental: bool, va
     if incremental:
         current = dict(dynamic.per_broker if per_broker else dynamic.cluster_default)
         layers = dynamic.layers()
-        values = _edited(current, _operations(resource, {}), BROKER_KEYS, layers.value)
+        keys = {**BROKER_KEYS, **KAFKA_ONLY_BROKER_KEYS}
+        values = _edited(current, _operations(resource, {}), keys, layers.value)
     else:
         values = {c.name: c.value for c in resource.configs}
     await set_dynamic_broker_configs(
