@@ -1,8 +1,10 @@
-"""Kafka 4.1.1's DumpLogSegments reads chronolog's own partition files as its own: the offset and
-time indexes verify clean against the logs (``--verify-index-only --deep-iteration``), every
-record Kafka decodes from the logs (``--deep-iteration --print-data-log``) is the one a client
+"""Kafka 4.1.1's DumpLogSegments reads chronolog's own partition files as its own: the time
+indexes verify clean against the logs (``--verify-index-only --deep-iteration``), every record
+Kafka decodes from the logs (``--deep-iteration --print-data-log``) is the one a client
 produced, at the offset and with the timestamp it was acknowledged with, every batch's CRC is
-valid, and the producer-state snapshots decode to the producers Admin.describeProducers saw.
+valid, and the newest producer-state snapshot decodes to the producers Admin.describeProducers
+saw. The offset indexes depart from Kafka 2.0+ (the entry names the first offset of the indexed
+append, not its last): that test is an expected failure saying so.
 
 The logs mix what a broker stores: record batches from Kafka's Java producer (idempotent, with
 headers, uncompressed and each codec), kafka-python's magic-1 messages up-converted to batches,
@@ -132,10 +134,11 @@ def test_time_indexes_verify_clean(stopped_broker):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="chronolog's offset index entries name the first offset of the indexed batch, as Kafka "
-    "0.10.1 wrote them; Kafka 0.11+ (LogSegment.append, recover) writes the batch's last offset, "
-    "so Kafka 4.1.1's DumpLogSegments reports every entry as 'Index offset: first, log offset: "
-    "last'. Lookups stay correct either way; the files differ from Kafka's.",
+    reason="chronolog's offset index entries name the first offset of the indexed append, as "
+    "Kafka up to 1.1 wrote them (LogSegment.append: index.append(firstOffset, ...)); Kafka 2.0+ "
+    "writes the append's last offset (and recovery each batch's lastOffset), so Kafka 4.1.1's "
+    "DumpLogSegments reports each entry as 'Index offset: first, log offset: last'. Lookups are "
+    "correct either way; the files differ from what Kafka writes.",
 )
 def test_offset_indexes_verify_clean(stopped_broker):
     _verify_indexes(stopped_broker[0], "*.index")
