@@ -41,11 +41,12 @@ if TYPE_CHECKING:
     from broker.cluster import Cluster
     from broker.groups.coordinator import GroupCoordinator
     from broker.metrics import BrokerMetrics
+    from broker.txn.coordinator import TransactionCoordinator
 
 logger = structlog.get_logger(__name__)
 
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 """Topics only the broker writes (Kafka's Topic.InternalTopics): clients may not produce to
 them, Metadata does not auto-create them and reports them with is_internal=true."""
 
@@ -153,6 +154,9 @@ class BrokerContext:
         self.dynamic_configs = DynamicConfigs(config)
         # The group coordinator (broker.groups), or None when it is not installed.
         self.coordinator: GroupCoordinator | None = None
+        # The transaction coordinator (broker/txn/), None in a cluster and until the broker
+        # has started it.
+        self.txn_coordinator: TransactionCoordinator | None = None
         # InitProducerId's ids (broker/producer_ids.py), loaded by open_context.
         self.producer_ids = ProducerIdManager(config.log_dirs[0])
         self.fetch_sessions = FetchSessionCache(

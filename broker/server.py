@@ -39,6 +39,7 @@ from broker.console import build_app
 from broker.context import BrokerContext, client_host, kafka_host_string, wall_clock_ms
 from broker.errors import STORAGE_FAILURES, CloseConnectionError
 from broker.groups import setup as setup_group_coordinator
+from broker.txn.coordinator import TransactionCoordinator
 from broker.handlers import HANDLERS, release_fetch_body
 from broker.metrics import BrokerMetrics
 from broker.security.gate import SecurityGate
@@ -437,6 +438,8 @@ class Server:
         self.ctx.wake_all()
         if self.ctx.coordinator is not None:
             self.ctx.coordinator.shutdown()
+        if self.ctx.txn_coordinator is not None:
+            self.ctx.txn_coordinator.shutdown()
         for scope in list(self._waiting):
             scope.cancel()
         if self._busy == 0:
@@ -584,6 +587,9 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                                 await ctx.cluster.start(bg, ctx.config.advertised_port)
                             else:
                                 ctx.coordinator = await setup_group_coordinator(ctx, bg)
+                                txn_coordinator = TransactionCoordinator(ctx)
+                                await txn_coordinator.start(bg)
+                                ctx.txn_coordinator = txn_coordinator
                             background.start(ctx, bg)
 
                 outer.start_soon(run_background)

@@ -63,9 +63,10 @@ from broker.groups.state import (
     SyncResult,
     WriteKind,
 )
-from broker.groups.store import OffsetStoreError, append_records, load_offsets
+from broker.groups.store import OffsetStoreError, append_records, load_offsets, pending_offsets
 from protocol.errors import ErrorCode
 from storage.errors import LogNotFoundError
+from storage.producer_state import ProducerStateError
 
 logger = structlog.get_logger(__name__)
 
@@ -135,6 +136,8 @@ class GroupCoordinator:
     per-partition locks, ``create_topic``/``get_log``).
     """
 
+    offsets_topic = OFFSETS_TOPIC
+
     def __init__(self, ctx: BrokerContext) -> None:
         cfg = ctx.config
         self._ctx = ctx
@@ -163,6 +166,9 @@ class GroupCoordinator:
         # Groups whose tombstone could not be written: retried at each expiry check, so a
         # deleted group does not come back at the next start.
         self._tombstones_due: set[str] = set()
+        # Offsets of transactions not yet ended (TxnOffsetCommit, KIP-98): producer id ->
+        # (group, topic, partition) -> offset; they count once the COMMIT marker is written.
+        self._txn_offsets: dict[int, dict[tuple[str, str, int], CommittedOffset]] = {}
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -176,6 +182,7 @@ class GroupCoordinator:
             except TopicExistsError:
                 pass  # created concurrently (no client path can, but creation is idempotent)
         await self._repair_retention()
+        pending: dict = {}
         async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as log:
             if log is None:
                 raise RuntimeError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log after creation")
@@ -184,9 +191,14 @@ class GroupCoordinator:
                     log,
                     self.offsets,
                     groups=self.group_records,
+                    pending=pending,
                     topic=OFFSETS_TOPIC,
                     partition=OFFSETS_PARTITION,
                 )
+            )
+        for producer_id, messages in pending.items():
+            self._txn_offsets[producer_id] = pending_offsets(
+                messages, topic=OFFSETS_TOPIC, partition=OFFSETS_PARTITION
             )
         now = ctx.clock()
         for group_id, record in self.group_records.items():
@@ -269,9 +281,17 @@ class GroupCoordinator:
 
     # ---- writing ---------------------------------------------------------------------------
 
-    async def _append(self, records: list[tuple[bytes, bytes | None]], what: str, **log) -> None:
-        """Append and fsync ``records`` to the offsets log. Raises _AppendFailedError with
-        Kafka's code for the client (GroupMetadataManager's mapping) after logging why."""
+    async def _append(
+        self,
+        records: list[tuple[bytes, bytes | None]],
+        what: str,
+        *,
+        producer: tuple[int, int] | None = None,
+        **log,
+    ) -> None:
+        """Append and fsync ``records`` to the offsets log (as a transactional batch of
+        ``producer`` (id, epoch) when given). Raises _AppendFailedError with Kafka's code for the
+        client (GroupMetadataManager's mapping) after logging why."""
         ctx = self._ctx
         disk_error: OSError | None = None
         error: ErrorCode | None = None
@@ -281,9 +301,22 @@ class GroupCoordinator:
                 if offsets_log is None:  # clients cannot delete it; a broker bug if it is gone
                     raise LogNotFoundError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log")
                 await trio.to_thread.run_sync(
-                    append_records, offsets_log, self._settings(), records, ctx.clock()
+                    lambda: append_records(
+                        offsets_log, self._settings(), records, ctx.clock(), producer=producer
+                    )
                 )
                 appended_to = offsets_log.log_end_offset
+            except ProducerStateError as exc:
+                # A fenced transactional producer (a newer epoch wrote here already).
+                error = ErrorCode[exc.error_name]
+                logger.warning(
+                    f"{what} refused",
+                    topic=OFFSETS_TOPIC,
+                    partition=OFFSETS_PARTITION,
+                    error=exc.error_name,
+                    reason=str(exc),
+                    **log,
+                )
             except OffsetStoreError as exc:
                 too_large = exc.error in (
                     ErrorCode.MESSAGE_TOO_LARGE,
@@ -594,6 +627,93 @@ class GroupCoordinator:
                     del self._committing[k]
         return errors
 
+    def partition_for(self, group_id: str) -> int:
+        """The offsets topic's partition holding the group (this broker has one)."""
+        return OFFSETS_PARTITION
+
+    async def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        entries: Sequence[CommitEntry],
+        *,
+        member_id: str = "",
+        generation_id: int = -1,
+        group_instance_id: str | None = None,
+    ) -> list[ErrorCode]:
+        """TxnOffsetCommit: the offsets are written now, as part of the producer's transaction
+        (a transactional batch of its id and epoch), and count once its COMMIT marker is
+        written (:meth:`complete_transaction`). KIP-447: a member id, instance id or generation
+        sent must be the group's current ones. One error code per entry, in order."""
+        if not self.active:
+            return [ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE] * len(entries)
+        ctx = self._ctx
+        now = ctx.clock()
+        group_error = self.machine.check_txn_commit(
+            group_id, member_id, generation_id, group_instance_id
+        )
+        errors: list[ErrorCode] = []
+        to_store: list[tuple[int, CommitEntry, CommittedOffset]] = []
+        for i, e in enumerate(entries):
+            t = ctx.topics.get(e.topic)
+            if group_error is not ErrorCode.NONE:
+                errors.append(group_error)
+            elif t is None or not 0 <= e.partition < t.partitions:
+                errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif e.metadata is not None and len(e.metadata.encode()) > self.metadata_max_bytes:
+                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+            else:
+                errors.append(ErrorCode.NONE)
+                value = CommittedOffset(
+                    e.offset,
+                    e.metadata or "",
+                    now,
+                    expire_timestamp(now_ms=now, retention_ms=None),
+                    e.leader_epoch,
+                )
+                to_store.append((i, e, value))
+        if not to_store:
+            return errors
+        records: list[tuple[bytes, bytes | None]] = [
+            (
+                encode_offset_key(group_id, e.topic, e.partition),
+                encode_offset_value(value, self.offset_value_version),
+            )
+            for _, e, value in to_store
+        ]
+        try:
+            await self._append(
+                records,
+                "transactional offset commit",
+                producer=(producer_id, producer_epoch),
+                group=group_id,
+                producer_id=producer_id,
+            )
+        except _AppendFailedError as exc:
+            for i, _, _ in to_store:
+                errors[i] = exc.error
+        else:
+            pending = self._txn_offsets.setdefault(producer_id, {})
+            for _, e, value in to_store:
+                pending[(group_id, e.topic, e.partition)] = value
+        return errors
+
+    def complete_transaction(self, producer_id: int, commit: bool) -> None:
+        """The producer's transaction marker is in the offsets log: its offsets count (COMMIT)
+        or are dropped (ABORT)."""
+        pending = self._txn_offsets.pop(producer_id, {})
+        if not commit:
+            return
+        for (group_id, topic, partition), value in pending.items():
+            self.machine.ensure_group(group_id)
+            self.offsets.put(group_id, topic, partition, value)
+
+    def _unstable(self, group_id: str, topic: str, partition: int) -> bool:
+        """A commit of this partition is being written or waits for its transaction's end."""
+        key = (group_id, topic, partition)
+        return key in self._committing or any(key in p for p in self._txn_offsets.values())
+
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[tuple[str, int]]
     ) -> list[PartitionOffset]:
@@ -621,7 +741,7 @@ class GroupCoordinator:
         out = []
         for topic, partition in partitions:
             value = self.offsets.get(group_id, topic, partition)
-            if require_stable and (group_id, topic, partition) in self._committing:
+            if require_stable and self._unstable(group_id, topic, partition):
                 answer = PartitionOffset(-1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
             elif value is None:
                 answer = PartitionOffset(-1, "", ErrorCode.NONE)

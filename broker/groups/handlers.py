@@ -73,13 +73,19 @@ def _find(ctx, key_type: int, version: int, key: str) -> tuple[ErrorCode, str | 
     """(error, message) for one coordinator key."""
     if key_type not in (_GROUP_KEY, _TRANSACTION_KEY, _SHARE_KEY):
         return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
-    if key_type == _TRANSACTION_KEY:
+    if key_type == _TRANSACTION_KEY and ctx.txn_coordinator is not None:
+        if not ctx.txn_coordinator.active:
+            return (
+                ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE,
+                "the transaction coordinator is loading",
+            )
+    elif key_type == _TRANSACTION_KEY:
         logger.warning(
             "FindCoordinator for a transactional id refused",
             transactional_id=key,
             error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-            reason="transactions are not supported by this broker; use an idempotent "
-            "producer without transactional.id",
+            reason="transactions are not supported in a ZooKeeper cluster yet; use an "
+            "idempotent producer without transactional.id",
         )
         return (
             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -98,6 +104,9 @@ async def handle_find_coordinator(ctx, request: Request) -> dict:
     body = request.body
     version = request.header.api_version
     coordinator = _coordinator(ctx)
+    if body.key_type == _TRANSACTION_KEY and ctx.txn_coordinator is not None:
+        # Kafka creates __transaction_state at the first FindCoordinator for a transactional id.
+        await ctx.txn_coordinator.ensure_active()
 
     def answer(key: str) -> dict:
         error, message = _find(ctx, body.key_type, version, key)

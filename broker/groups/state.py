@@ -1106,6 +1106,27 @@ class GroupMachine:
             member.expires_at_ms = now_ms + member.session_timeout_ms
         return ErrorCode.NONE
 
+    def check_txn_commit(
+        self, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None
+    ) -> ErrorCode:
+        """May a transactional producer commit offsets for this group (TxnOffsetCommit,
+        KIP-447)? A member id, instance id or generation, when sent, must be the group's
+        current ones, so a zombie of an earlier generation is fenced; without them (v0-v2
+        clients) anything is accepted. An unknown group is created Empty, as Kafka does."""
+        group = self.groups.get(group_id)
+        if group is None:
+            self.ensure_group(group_id)
+            return ErrorCode.NONE
+        if group.state is GroupState.DEAD:
+            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
+        if member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            error = self._validate_member(group, member_id, group_instance_id)
+            if error is not None:
+                return error
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
     def check_delete(self, group_id: str) -> ErrorCode:
         """DeleteGroups' verdict for one group, without deleting it."""
         group = self.groups.get(group_id)

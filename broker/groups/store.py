@@ -30,8 +30,9 @@ from broker.groups.offsets import (
     decode_key,
     decode_offset_value,
 )
+from protocol import recordbatch as rb
 from protocol.errors import ErrorCode
-from protocol.records import MessageSetBuilder, iter_deep
+from protocol.records import Message, MessageSetBuilder, iter_deep, iter_shallow
 from protocol.validator import Rejected, validate_produce
 
 logger = structlog.get_logger(__name__)
@@ -49,16 +50,40 @@ class OffsetStoreError(Exception):
 
 
 def append_records(
-    log, settings, records: Iterable[tuple[bytes, bytes | None]], now_ms: int
+    log,
+    settings,
+    records: Iterable[tuple[bytes, bytes | None]],
+    now_ms: int,
+    *,
+    producer: tuple[int, int] | None = None,
 ) -> int:
     """Append (key, value-or-None) records as one message set and fsync; returns the first
-    offset. Raises OffsetStoreError when the set is refused; storage errors propagate."""
-    builder = MessageSetBuilder(magic=1, base_offset=log.log_end_offset)
-    for key, value in records:
-        builder.append(value, key=key, timestamp=now_ms)
-    result = validate_produce(
-        builder.build(), settings, next_offset=log.log_end_offset, now_ms=now_ms
-    )
+    offset. With ``producer`` (id, epoch) the set is a transactional v2 batch of that producer
+    (a TxnOffsetCommit: its offsets count once the transaction's COMMIT marker follows). Kafka
+    writes these at sequence 0 and skips the sequence check for the coordinator; here they take
+    the producer's next sequence in this partition, so the log's one check applies unchanged.
+    Raises OffsetStoreError when the set is refused; storage errors (ProducerStateError for a
+    fenced producer) propagate."""
+    if producer is None:
+        builder = MessageSetBuilder(magic=1, base_offset=log.log_end_offset)
+        for key, value in records:
+            builder.append(value, key=key, timestamp=now_ms)
+        data = builder.build()
+    else:
+        producer_id, epoch = producer
+        entry = log.producer_state().entry(producer_id)
+        sequence = 0 if entry is None or entry.epoch != epoch else entry.last_sequence + 1
+        spec = rb.BatchSpec(
+            base_offset=log.log_end_offset,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            base_sequence=sequence & 0x7FFFFFFF,
+            is_transactional=True,
+        )
+        data = rb.build_batch(
+            spec, [(i, now_ms, key, value, ()) for i, (key, value) in enumerate(records)]
+        )
+    result = validate_produce(data, settings, next_offset=log.log_end_offset, now_ms=now_ms)
     if isinstance(result, Rejected):
         raise OffsetStoreError(result.error, result.reason)
     log.append(result)
@@ -71,32 +96,71 @@ def load_offsets(
     cache: OffsetCache,
     *,
     groups: dict[str, GroupRecord] | None = None,
+    pending: dict[int, list[Message]] | None = None,
     topic: str,
     partition: int,
 ) -> int:
     """Replay the whole log into ``cache`` and ``groups`` (later records win, null values
-    delete). Returns the number of records replayed. Records that do not decode are skipped
-    with an error log: they cannot be client commits (every record is written by this
-    module)."""
+    delete). Records of a transactional batch count once their producer's COMMIT marker
+    follows and never after an ABORT; those of a transaction still open at the log end are
+    left in ``pending`` (producer id -> records) for the marker to come. Returns the number of
+    records replayed. Records that do not decode are skipped with an error log: they cannot be
+    client commits (every record is written by this module)."""
     if groups is None:
         groups = {}
+    if pending is None:
+        pending = {}
     offset = log.log_start_offset
     end = log.log_end_offset
     count = 0
     while offset < end:
-        data = log.read(offset, READ_CHUNK_BYTES, min_one_message=True)
-        buf = data.read_bytes()
+        buf = log.read(offset, READ_CHUNK_BYTES, min_one_message=True).read_bytes()
         last = None
-        for message in iter_deep(buf):
-            if message.offset < offset:
+        for entry in iter_shallow(buf):
+            if entry.offset < offset:
                 continue
-            last = message.offset
-            count += 1
-            _apply(cache, groups, message, topic, partition)
+            last = entry.offset
+            header = rb.read_header(buf, entry.position) if entry.magic == rb.MAGIC else None
+            if header is not None and header.is_control:
+                [record] = rb.iter_records(buf, entry.position, header)
+                marker = rb.read_end_txn_marker(record)
+                if marker is None:
+                    continue
+                for message in pending.pop(header.producer_id, []):
+                    if marker.commit:
+                        _apply(cache, groups, message, topic, partition)
+                continue
+            messages = [
+                m
+                for m in iter_deep(buf[entry.position : entry.next_position])
+                if m.offset >= offset
+            ]
+            count += len(messages)
+            if header is not None and header.is_transactional:
+                pending.setdefault(header.producer_id, []).extend(messages)
+                continue
+            for message in messages:
+                _apply(cache, groups, message, topic, partition)
         if last is None:
             break
         offset = last + 1
     return count
+
+
+def pending_offsets(
+    messages: Iterable[Message], *, topic: str, partition: int
+) -> dict[tuple[str, str, int], CommittedOffset]:
+    """The offsets an open transaction's records (left in ``pending`` by :func:`load_offsets`)
+    will commit: (group, topic, partition) -> offset."""
+    cache = OffsetCache()
+    for message in messages:
+        _apply(cache, {}, message, topic, partition)
+    return {
+        (group, t, p): value
+        for group in cache.groups()
+        for (t, p) in cache.of_group(group)
+        if (value := cache.get(group, t, p)) is not None
+    }
 
 
 def _apply(

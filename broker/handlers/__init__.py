@@ -1,7 +1,8 @@
 """The dispatch table: ``HANDLERS[api_key] -> async def handler(ctx, request) -> dict | None``.
 
 The group apis come from ``broker.groups.handlers.GROUP_HANDLERS``, the SASL, ACL and SCRAM
-credential apis from ``broker.security.handlers.SECURITY_HANDLERS``; ApiVersions advertises
+credential apis from ``broker.security.handlers.SECURITY_HANDLERS``, the transaction apis from
+``broker.txn.handlers.TXN_HANDLERS``; ApiVersions advertises
 exactly the keys in the final table.
 """
 
@@ -28,6 +29,7 @@ from broker.handlers.list_offsets import handle_list_offsets
 from broker.handlers.produce import handle_produce
 from broker.handlers.producer_ids import handle_init_producer_id
 from broker.security.handlers import SECURITY_HANDLERS
+from broker.txn.handlers import TXN_HANDLERS
 from protocol.api import ApiKey
 
 HANDLERS: dict = {
@@ -50,6 +52,7 @@ HANDLERS: dict = {
 
 HANDLERS.update(GROUP_HANDLERS)
 HANDLERS.update(SECURITY_HANDLERS)
+HANDLERS.update(TXN_HANDLERS)
 
 HANDLERS[ApiKey.API_VERSIONS] = make_api_versions_handler(HANDLERS)
 

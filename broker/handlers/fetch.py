@@ -12,8 +12,10 @@ thread from at most the partition's max bytes (so memory stays bounded, KIP-283)
 magic 0, v2/v3 magic 1; zstd data below v10 is refused with UNSUPPORTED_COMPRESSION_TYPE, as
 Kafka does. Fetch sessions (KIP-227, v7+) are kept by broker/fetch_sessions.py: an incremental
 request reads every partition of its session and answers only those with news. With no
-transactions, read_committed reads up to the high watermark (the last stable offset) and gets no
-aborted transactions. Topic ids (v13+) are resolved through the topic registry; an unknown one
+transactions (KIP-98), read_committed (v4+) reads up to the last stable offset and is told the
+aborted transactions whose records the answer may hold, which the client drops; every v4+
+answer carries the partition's last stable offset. Control batches (transaction markers) go to
+v4+ readers as stored and never to older ones (conversion drops them). Topic ids (v13+) are resolved through the topic registry; an unknown one
 answers UNKNOWN_TOPIC_ID.
 """
 
@@ -128,6 +130,7 @@ async def _read_all(
     remaining = min(body.max_bytes if version >= 3 else INT_MAX, ctx.config.fetch_max_bytes)
     min_one = version >= 3  # KIP-74: the first message is returned even if over the limits
     to_magic = readable_magic(version)
+    read_committed = version >= 4 and body.isolation_level == 1
     total, errored = 0, False
     parts, answers = [], []
     try:
@@ -138,6 +141,7 @@ async def _read_all(
                 error, max_offset = _cluster_check(cluster, w, replica_id, at_end)
             else:
                 error = ErrorCode.NONE
+            lso, aborted = -1, None
             if w.topic is None:
                 error, hw, start, records = ErrorCode.UNKNOWN_TOPIC_ID, -1, -1, b""
             elif error != ErrorCode.NONE:
@@ -152,8 +156,9 @@ async def _read_all(
                     at_end.log_start_offset,
                     b"",
                 )
+                lso = at_end.last_stable_offset
             else:
-                error, hw, start, records = await _read_partition(
+                error, hw, start, records, lso, aborted = await _read_partition(
                     ctx,
                     w.topic,
                     w.partition,
@@ -163,6 +168,7 @@ async def _read_all(
                     to_magic,
                     version >= 10,
                     max_offset,
+                    read_committed,
                 )
                 if error == ErrorCode.KAFKA_STORAGE_ERROR and version <= 5:
                     # As Kafka: Fetch v0-v5 clients may not retry 56; they do retry this.
@@ -178,9 +184,9 @@ async def _read_all(
                     "partition_index": w.partition,
                     "error_code": int(error),
                     "high_watermark": hw,
-                    "last_stable_offset": hw,
+                    "last_stable_offset": lso,
                     "log_start_offset": start,
-                    "aborted_transactions": [] if body.isolation_level else None,
+                    "aborted_transactions": ((aborted or []) if read_committed or error else None),
                     "preferred_read_replica": -1,
                     "records": records,
                 }
@@ -254,22 +260,34 @@ async def _read_partition(
     to_magic: int | None,
     zstd_ok: bool,
     max_offset: int | None = None,
+    read_committed: bool = False,
 ):
-    """(error, high watermark, log start offset, records) of one partition, up to
-    ``max_offset`` when given (a consumer's high watermark in a cluster). A disk error is
-    handed to ``ctx.storage_failed`` once the partition lock is released."""
+    """(error, high watermark, log start offset, records, last stable offset, aborted
+    transactions or None) of one partition, up to ``max_offset`` when given (a consumer's high
+    watermark in a cluster), and for ``read_committed`` up to the last stable offset, with the
+    aborted transactions from ``offset`` to there. A disk error is handed to
+    ``ctx.storage_failed`` once the partition lock is released."""
     failure: OSError | None = None
     async with ctx.locked_log(topic, partition) as log:
         if log is None:
             if ctx.is_offline(topic, partition):
-                return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b""
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, b""
+                return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b"", -1, None
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, b"", -1, None
         if max_bytes < 0:
-            return ErrorCode.INVALID_FETCH_SIZE, -1, -1, b""
+            return ErrorCode.INVALID_FETCH_SIZE, -1, -1, b"", -1, None
         start = log.log_start_offset
+        lso = log.last_stable_offset
+        aborted = None
+        if read_committed:
+            max_offset = lso if max_offset is None else min(max_offset, lso)
         try:
+            if read_committed and start <= offset < max_offset:
+                aborted = [
+                    {"producer_id": txn.producer_id, "first_offset": txn.first_offset}
+                    for txn in log.aborted_transactions(offset, max_offset)
+                ]
             if max_bytes == 0 and not min_one:
-                return ErrorCode.NONE, log.high_watermark, start, b""
+                return ErrorCode.NONE, log.high_watermark, start, b"", lso, aborted
             # A consumer at the tail (or at the log end) is answered from memory: no thread.
             data = log.read_cached(
                 offset, max_bytes, min_one_message=min_one, max_offset=max_offset
@@ -288,7 +306,7 @@ async def _read_partition(
                 offset=offset,
                 reason=str(exc),
             )
-            return ErrorCode.OFFSET_OUT_OF_RANGE, log.high_watermark, start, b""
+            return ErrorCode.OFFSET_OUT_OF_RANGE, log.high_watermark, start, b"", lso, None
         except UnsupportedCompressionError as exc:
             logger.warning(
                 "fetch rejected",
@@ -299,7 +317,14 @@ async def _read_partition(
                 reason=str(exc),
                 action="upgrade the consumer (zstd needs Fetch v10)",
             )
-            return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, log.high_watermark, start, b""
+            return (
+                ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                log.high_watermark,
+                start,
+                b"",
+                lso,
+                None,
+            )
         except (*STORAGE_FAILURES, CorruptRecordError) as exc:  # a failing disk, bad bytes
             if ctx.metrics is not None:
                 ctx.metrics.storage_error(log)
@@ -312,12 +337,12 @@ async def _read_partition(
                 action="check the log dir's disk and dump-log --verify",
             )
             if not isinstance(exc, OSError):
-                return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b""
+                return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b"", -1, None
             failure = exc
     if failure is not None:
         await ctx.storage_failed(topic, partition, failure)
-        return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b""
-    return ErrorCode.NONE, hw, start, records
+        return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b"", -1, None
+    return ErrorCode.NONE, hw, start, records, lso, aborted
 
 
 async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:

@@ -1,7 +1,7 @@
 """ListOffsets v0 (legacy segment offsets) and v1-v9 (KIP-79: first offset with timestamp >= t).
 
-Special timestamps: -1 latest (the high watermark; with no transactions also for
-read_committed), -2 earliest, -3 the message with the largest timestamp (KIP-734, v7+), -4
+Special timestamps: -1 latest (the high watermark; for read_committed, v2+, the last stable
+offset, KIP-98), -2 earliest, -3 the message with the largest timestamp (KIP-734, v7+), -4
 earliest local (KIP-405, v8+: every segment is local, so the log start offset), -5 latest
 tiered (v9+: nothing is tiered, so no offset). v4+ answers carry the leader epoch (0: the single
 broker has led every partition since its creation; in a cluster the leader's current epoch).
@@ -50,8 +50,10 @@ async def _lookup(
     version: int,
     replica_id: int = -1,
     current_leader_epoch: int = -1,
+    read_committed: bool = False,
 ):
-    """v1: (error, timestamp, offset); v0: (error, offsets)."""
+    """v1: (error, timestamp, offset); v0: (error, offsets). A read_committed lookup finds
+    nothing at or past the last stable offset (Kafka's lastFetchableOffset)."""
     missing = (
         (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
         if version
@@ -91,6 +93,8 @@ async def _lookup(
                 )
                 return ErrorCode.NONE, list(offsets)
             if timestamp == LATEST:
+                if read_committed:
+                    return ErrorCode.NONE, -1, log.last_stable_offset
                 if ctx.cluster is not None and not committed_only:
                     return ErrorCode.NONE, -1, log.log_end_offset
                 return ErrorCode.NONE, -1, log.high_watermark
@@ -121,6 +125,8 @@ async def _lookup(
                 else (ErrorCode.UNKNOWN_SERVER_ERROR, [])
             )
     if found is None or (committed_only and found.offset >= log.high_watermark):
+        return ErrorCode.NONE, -1, -1
+    if read_committed and found.offset >= log.last_stable_offset:
         return ErrorCode.NONE, -1, -1
     return ErrorCode.NONE, found.timestamp, found.offset
 
@@ -169,6 +175,7 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request) -> dict:
                 version,
                 request.body.replica_id,
                 p.current_leader_epoch,
+                read_committed=version >= 2 and request.body.isolation_level == 1,
             )
             epoch = LEADER_EPOCH
             if ctx.cluster is not None:

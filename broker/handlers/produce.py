@@ -1,9 +1,10 @@
 """Produce v0-v11: validate each partition's records with its topic's settings and append them.
 
 Batches from idempotent producers (a producer id, KIP-98) are checked against the partition's
-producer state (storage/producer_state.py) before they are appended: a retried batch already
-stored is answered with its original offsets and not stored again; an out-of-order sequence or
-a fenced epoch is refused with OUT_OF_ORDER_SEQUENCE_NUMBER / INVALID_PRODUCER_EPOCH.
+producer state by the log's append itself (storage/producer_state.py), which records them: a
+retried batch already stored is answered with its original offsets and not stored again; a
+refused batch is answered with the error the log names (OUT_OF_ORDER_SEQUENCE_NUMBER,
+INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, DUPLICATE_SEQUENCE_NUMBER).
 
 v3+ carry exactly one record batch (magic 2) per partition; older versions message sets of magic
 0/1 (or batches). The validator converts to the topic's format. v5+ answers with the log start
@@ -33,6 +34,7 @@ from broker.context import INTERNAL_TOPICS, BrokerContext
 from broker.errors import STORAGE_FAILURES, CloseConnectionError
 from broker.topics import Topic
 from protocol.api import Request
+from protocol import recordbatch as rb
 from protocol.errors import ErrorCode
 from protocol.records import TimestampType
 from protocol.validator import Rejected, ValidatedRecords, scanned_bytes_bound, validate_produce
@@ -69,27 +71,6 @@ def placement(record_set, topic: Topic) -> Placement:
     return Placement.INLINE if len(record_set) <= INLINE_BYTES else Placement.THREAD
 
 
-def _check_producers(log, result: ValidatedRecords) -> Rejected | Duplicate | None:
-    """The idempotence check of a validated set's batches against the partition's producers."""
-    producers = log.producer_state()
-    for b in result.producer_batches:
-        try:
-            duplicate = producers.check(
-                b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence
-            )
-        except ProducerStateError as exc:
-            return Rejected(ErrorCode[exc.error_name], str(exc))
-        if duplicate is not None:
-            if len(result.producer_batches) == 1:
-                return duplicate
-            return Rejected(
-                ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
-                f"batch of producer {b.producer_id} sequences {b.base_sequence}.."
-                f"{b.last_sequence} is already stored, among other batches",
-            )
-    return None
-
-
 class _Write(NamedTuple):
     """One partition's share of a Produce, validated and appended under the partition's lock.
     ``leader_epoch`` goes into the batches (KIP-101)."""
@@ -102,12 +83,10 @@ class _Write(NamedTuple):
     leader_epoch: int
 
 
-def _validate(
-    w: _Write, native_only: bool = False
-) -> Rejected | Duplicate | ValidatedRecords | None:
+def _validate(w: _Write, native_only: bool = False) -> Rejected | ValidatedRecords | None:
     """Under the partition lock; CPU only. None only with ``native_only``, as from
     validate_produce."""
-    result = validate_produce(
+    return validate_produce(
         w.record_set,
         w.topic.settings,
         next_offset=w.log.log_end_offset,
@@ -116,23 +95,24 @@ def _validate(
         partition_leader_epoch=w.leader_epoch,
         native_only=native_only,
     )
-    if result is None or isinstance(result, Rejected) or result.message_count == 0:
-        return result
-    if result.producer_batches:
-        refused = _check_producers(w.log, result)
-        if refused is not None:
-            return refused
-    return result
 
 
-def _append(log, result: ValidatedRecords) -> tuple[Rejected | ValidatedRecords, int | None]:
+def _append(
+    log, result: ValidatedRecords
+) -> tuple[Rejected | Duplicate | ValidatedRecords, int | None]:
     """Under the partition lock: append; (result, base offset of a segment rolled by it or
-    None). A set larger than segment.bytes (storage checks it before writing anything) is
-    refused with RECORD_LIST_TOO_LARGE."""
+    None), or the Duplicate a producer's retried batch is. A set larger than segment.bytes or
+    a producer's batch the log refuses (storage checks both before writing anything) is
+    Rejected with RECORD_LIST_TOO_LARGE or the error the log names."""
     try:
-        return result, log.append(result).rolled
+        appended = log.append(result)
     except RecordSetTooLargeError as exc:
         return Rejected(ErrorCode.RECORD_LIST_TOO_LARGE, str(exc)), None
+    except ProducerStateError as exc:
+        return Rejected(ErrorCode[exc.error_name], str(exc)), None
+    if appended.duplicate is not None:
+        return appended.duplicate, None
+    return result, appended.rolled
 
 
 def _validate_and_append(w: _Write):
@@ -191,6 +171,7 @@ async def _produce_partition(
     record_set: bytes,
     version: int,
     acks: int = 1,
+    transactional_id: str | None = None,
 ) -> _Answer:
     """The answer for one partition."""
     if topic_name in INTERNAL_TOPICS:
@@ -240,6 +221,12 @@ async def _produce_partition(
             if replica is None:
                 return _Answer(ErrorCode.NOT_LEADER_FOR_PARTITION, message="leadership moved")
             leader_epoch = replica.leader_epoch
+        if transactional_id is not None:
+            refused = _unverified_transaction(
+                ctx, transactional_id, topic_name, partition, record_set
+            )
+            if refused is not None:
+                return refused
         now = ctx.clock()
         try:
             if topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME:
@@ -324,6 +311,51 @@ async def _produce_partition(
     )
 
 
+# What a coordinator's answer to a verification becomes for the producer: retriable trouble at
+# the coordinator as NOT_ENOUGH_REPLICAS (Kafka's AddPartitionsToTxnManager does the same), a
+# partition missing from the transaction as INVALID_TXN_STATE.
+_VERIFICATION_ERRORS = {
+    ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE: ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_COORDINATOR_FOR_GROUP: ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.TRANSACTION_ABORTABLE: ErrorCode.INVALID_TXN_STATE,
+}
+
+
+def _unverified_transaction(
+    ctx: BrokerContext, transactional_id: str, topic: str, partition: int, record_set: bytes
+) -> _Answer | None:
+    """KIP-890 part 1: a transactional batch is appended only to a partition its producer's
+    ongoing transaction holds, as the coordinator says (asked under the partition's lock, so no
+    marker can come between); otherwise a late or stray write could leave a transaction open in
+    the partition that its coordinator never ends. None when the batch may be appended."""
+    coordinator = ctx.txn_coordinator
+    if (
+        coordinator is None
+        or not ctx.config.transaction_partition_verification_enable
+        or record_set is None
+        or len(record_set) < rb.RECORD_BATCH_OVERHEAD
+        or record_set[rb.MAGIC_OFFSET] != rb.MAGIC
+    ):
+        return None
+    header = rb.read_header(record_set)
+    if not header.is_transactional:
+        return None
+    error = coordinator.verify_partitions(
+        transactional_id, header.producer_id, header.producer_epoch, [(topic, partition)]
+    )[(topic, partition)]
+    if error is ErrorCode.NONE:
+        return None
+    return _rejected(
+        topic,
+        partition,
+        _VERIFICATION_ERRORS.get(error, error),
+        f"transactional produce of producer {header.producer_id} epoch "
+        f"{header.producer_epoch} not verified by the transaction coordinator ({error.name}): "
+        f"the partition is not in its ongoing transaction",
+    )
+
+
 def _cluster_refusal(cluster, topic: Topic, partition: int, acks: int) -> _Answer | None:
     """In a cluster: only the leader appends, and acks=all needs min.insync.replicas in the
     ISR (NOT_ENOUGH_REPLICAS, nothing appended)."""
@@ -381,26 +413,33 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
     responses = []
     waits: list[tuple] = []  # acks=all in a cluster: (topic index, partition index, name, answer)
     failed = False
-    if body.transactional_id is not None:
+    txn_refused = body.transactional_id is not None and ctx.txn_coordinator is None
+    if txn_refused:
         logger.warning(
             "produce rejected",
             transactional_id=body.transactional_id,
             error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-            reason="transactions are not supported by this broker",
+            reason="transactions are not supported in a ZooKeeper cluster yet",
         )
     for topic_data in body.topic_data:
         partition_responses = []
         for data in topic_data.partition_data:
             if acks not in (-1, 0, 1):
                 answer = _Answer(ErrorCode.INVALID_REQUIRED_ACKS)
-            elif body.transactional_id is not None:
+            elif txn_refused:
                 answer = _Answer(
                     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    message="transactions are not supported",
+                    message="transactions are not supported in a ZooKeeper cluster yet",
                 )
             else:
                 answer = await _produce_partition(
-                    ctx, topic_data.name, data.index, data.records, version, acks
+                    ctx,
+                    topic_data.name,
+                    data.index,
+                    data.records,
+                    version,
+                    acks,
+                    body.transactional_id,
                 )
                 if acks == -1 and ctx.cluster is not None and answer.last_offset >= 0:
                     waits.append(

@@ -1,9 +1,10 @@
-"""InitProducerId v0-v5 for idempotent producers (KIP-98; KIP-360's epoch bump from v3).
+"""InitProducerId v0-v5 (KIP-98; KIP-360's epoch bump from v3).
 
-chronolog has no transaction coordinator: a request naming a transactional id is refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED and a log line saying why. Without one, Kafka 3.9 answers
-every request with a fresh producer id at epoch 0 (whatever id and epoch a v3+ client sends), so
-does this handler. Ids come in durable blocks (broker/producer_ids.py), never reused.
+Without a transactional id (an idempotent producer), Kafka answers every request with a fresh
+producer id at epoch 0, whatever id and epoch a v3+ client sends, and so does this handler. Ids
+come in durable blocks (broker/producer_ids.py), never reused. With one, the transaction
+coordinator (broker/txn/) answers; a broker without one (a ZooKeeper cluster, for now) refuses
+with TRANSACTIONAL_ID_AUTHORIZATION_FAILED and a log line saying why.
 """
 
 from __future__ import annotations
@@ -21,18 +22,7 @@ logger = structlog.get_logger(__name__)
 async def handle_init_producer_id(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     if body.transactional_id is not None:
-        logger.warning(
-            "InitProducerId rejected",
-            transactional_id=body.transactional_id,
-            error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-            reason="transactions are not supported by this broker; use an idempotent "
-            "producer without transactional.id",
-        )
-        return {
-            "error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
+        return await _transactional(ctx, request)
     ids = ctx.producer_ids
     async with ctx.admin_lock:
         if ids.needs_block():
@@ -52,3 +42,31 @@ async def handle_init_producer_id(ctx: BrokerContext, request: Request) -> dict:
                 }
         producer_id = ids.next_id()
     return {"error_code": 0, "producer_id": producer_id, "producer_epoch": 0}
+
+
+async def _transactional(ctx: BrokerContext, request: Request) -> dict:
+    body = request.body
+    coordinator = ctx.txn_coordinator
+    if coordinator is None:
+        logger.warning(
+            "InitProducerId rejected",
+            transactional_id=body.transactional_id,
+            error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+            reason="transactions are not supported in a ZooKeeper cluster yet; use an "
+            "idempotent producer without transactional.id",
+        )
+        return {
+            "error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    version = request.header.api_version
+    expected = (
+        (body.producer_id, body.producer_epoch) if version >= 3 and body.producer_id >= 0 else None
+    )
+    error, producer_id, epoch = await coordinator.init_producer_id(
+        body.transactional_id, body.transaction_timeout_ms, expected
+    )
+    if error is ErrorCode.PRODUCER_FENCED and version < 4:
+        error = ErrorCode.INVALID_PRODUCER_EPOCH  # PRODUCER_FENCED is known from v4
+    return {"error_code": int(error), "producer_id": producer_id, "producer_epoch": epoch}
