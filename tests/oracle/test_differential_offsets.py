@@ -1,9 +1,10 @@
 """The same client calls against Apache Kafka 4.1.1 (the ``kafka_oracle`` fixture) and chronolog
 (the session's ``broker``) give the same answers a user sees: the producer's acknowledgements,
 ``beginningOffsets`` / ``endOffsets`` / ``offsetsForTimes`` for every time asked, Admin
-``listOffsets`` (earliest, latest, max timestamp, by time) and every record read back (offset,
-timestamp and its type, key, value, headers), over the same records in 1 MiB segments (Kafka
-4.1's smallest) with timestamps that do not only go up (tests/oracle/scenarios.py).
+``listOffsets`` (earliest, latest, max timestamp, by time), Kafka's GetOffsetShell ``--time``,
+and every record read back (offset, timestamp and its type, key, value, headers), over the same
+records in 1 MiB segments (Kafka 4.1's smallest) with timestamps that do not only go up
+(tests/oracle/scenarios.py).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.integration.clients import topic_name
-from tests.oracle.kafka_oracle import JavaClients
-from tests.oracle.scenarios import query_times, timed_records
+from tests.oracle.kafka_oracle import GET_OFFSET_SHELL, JavaClients, run_kafka_tool
+from tests.oracle.scenarios import first_at_or_after, query_times, timed_records
 
 pytestmark = pytest.mark.kafka_oracle
 
@@ -37,7 +38,18 @@ def _scenario(bootstrap: str, topic: str, records: list[dict[str, Any]]) -> dict
         queries += [[0, t] for t in asked[::15] + [asked[-1]]]
         listed = clients.call("list_offsets", topic=topic, queries=queries)["offsets"]
         stored = clients.call("read_partition", topic=topic, partition=0)["records"]
+    # Kafka's GetOffsetShell: the offset of a time in the middle (a record's timestamp + 1).
+    shell = run_kafka_tool(
+        GET_OFFSET_SHELL,
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--time",
+        str(records[len(records) // 2]["timestamp"] + 1),
+    )
     return {
+        "get_offset_shell": shell.stdout.split(),
         "acks": acks,
         "beginning": offsets["beginning"],
         "end": offsets["end"],
@@ -55,7 +67,11 @@ def test_same_calls_same_answers(kafka_oracle, broker):
 
     assert kafka["end"] == {"0": RECORDS}, "the scenario itself went wrong on Kafka"
     assert len(list((Path(kafka_oracle.log_dir) / f"{topic}-0").glob("*.log"))) >= 3
-    for part in ("acks", "beginning", "end", "for_times", "list_offsets"):
+    stored = [(a["offset"], a["timestamp"]) for a in kafka["acks"]]
+    middle = first_at_or_after(stored, records[RECORDS // 2]["timestamp"] + 1)
+    assert middle is not None
+    assert kafka["get_offset_shell"] == [f"{topic}:0:{middle[0]}"]
+    for part in ("acks", "beginning", "end", "for_times", "list_offsets", "get_offset_shell"):
         assert chronolog[part] == kafka[part], part
     assert len(chronolog["records"]) == len(kafka["records"]) == RECORDS
     for ours, theirs in zip(chronolog["records"], kafka["records"]):
