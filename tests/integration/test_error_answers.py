@@ -1,0 +1,522 @@
+"""Error answers a client can read, on chronolog and on Apache Kafka 4.1.1 run beside it with an
+authorizer (tests/oracle/kafka_oracle.py's KafkaServer, SASL/PLAIN everywhere, ``admin`` the
+super user, ``alice`` allowed only what a test grants).
+
+- A consumer denied READ on a topic (an ACL denying ``User:*`` READ, as librdkafka's
+  0119_consumer_auth sets it) sees TOPIC_AUTHORIZATION_FAILED for each partition: as a
+  KafkaError from confluent-kafka's poll, as a TopicAuthorizationException from Kafka's Java
+  consumer. Before the fix chronolog sent a null record set that librdkafka could not parse.
+- AlterConfigs and IncrementalAlterConfigs of ``sasl.kerberos.min.time.before.relogin`` on the
+  broker succeed (librdkafka's 0081_admin do_test_AlterConfigs) and DescribeConfigs reports it;
+  Kafka's other refusals of dynamic broker configs are answered with Kafka's codes.
+- The differential suite: the same raw requests (Fetch at every version Kafka 4.1 serves, by
+  name and by topic id, ListOffsets, Metadata, CreateTopics, DescribeConfigs, AlterConfigs) sent
+  to both brokers, for authorization errors, unknown topics and partitions, offsets out of range
+  and fenced or unknown leader epochs; the decoded answers must be equal field by field, except
+  topic ids and error texts, of which only whether they are null counts. The intended
+  departures are the xfail(strict) cases, each with its reason.
+
+Each test runs against chronolog; the Kafka runs carry the ``kafka_oracle`` marker.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from clients import topic_name
+from kafka_wire import WireClient
+from protocol import ApiKey
+from security_helpers import SaslTranscript, SecureBroker, handshake, local_brokers_only
+from tests.oracle.kafka_oracle import JavaClientError, JavaClients, KafkaServer
+
+pytestmark = local_brokers_only
+
+USERS = {"admin": "admin-pw", "alice": "alice-pw"}
+ACCOUNTS = " ".join(f'user_{u}="{p}"' for u, p in USERS.items())
+PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
+PARTITIONS = 3
+RELOGIN = "sasl.kerberos.min.time.before.relogin"
+SASL = SaslTranscript()
+
+
+@dataclass
+class Target:
+    """One broker under test, reached over SASL_PLAINTEXT."""
+
+    name: str
+    host: str
+    port: int
+    broker_id: int
+    _admin: AdminClient | None = field(default=None, repr=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def conf(self, user: str) -> dict[str, Any]:
+        """confluent-kafka's settings for ``user``."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": USERS[user],
+        }
+
+    def java_config(self, user: str) -> dict[str, str]:
+        """Kafka's Java clients' settings for ``user``."""
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.jaas.config": f'{PLAIN} username="{user}" password="{USERS[user]}";',
+        }
+
+    def admin(self) -> AdminClient:
+        """The super user's admin client (kept: librdkafka fails its futures when freed)."""
+        if self._admin is None:
+            self._admin = AdminClient(self.conf("admin"))
+        return self._admin
+
+    def wire(self, user: str) -> WireClient:
+        client = WireClient(self.host, self.port)
+        assert handshake(client, "PLAIN").error_code == 0
+        token = f"\0{user}\0{USERS[user]}".encode()
+        assert SASL.authenticate(client, token).error_code == 0
+        return client
+
+
+@pytest.fixture(scope="module")
+def chronolog(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("chronolog-auth")
+    broker = SecureBroker(
+        workdir,
+        {"SASL_PLAINTEXT": "SASL_PLAINTEXT"},
+        {
+            "log.dirs": str(workdir / "logs"),
+            "sasl.enabled.mechanisms": "PLAIN",
+            "plain.sasl.jaas.config": f"{PLAIN} {ACCOUNTS};",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin",
+            "connection.failed.authentication.delay.ms": "0",
+            "auto.create.topics.enable": "false",
+        },
+    ).start()
+    yield Target("chronolog", broker.host, broker.ports["SASL_PLAINTEXT"], 0)
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory):
+    """Kafka 4.1.1 in KRaft mode whose every listener (clients, brokers, controller) is
+    SASL_PLAINTEXT, the broker logging in as ``admin``, with the StandardAuthorizer."""
+    server = KafkaServer(tmp_path_factory.mktemp("kafka-auth"))
+    jaas = f'{PLAIN} username="admin" password="{USERS["admin"]}" {ACCOUNTS};'
+    host, port, controller = server.host, server.port, server.controller_port
+    server.overrides.update(
+        {
+            "listeners": f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller}",
+            "advertised.listeners": f"SASL_PLAINTEXT://{host}:{port}",
+            "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,"
+            "CONTROLLER:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+            "listener.name.controller.plain.sasl.jaas.config": jaas,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin",
+        }
+    )
+    server.start()
+    yield Target("kafka", host, port, 1)
+    server.stop()
+
+
+@pytest.fixture(
+    scope="module", params=["chronolog", pytest.param("kafka", marks=pytest.mark.kafka_oracle)]
+)
+def target(request) -> Target:
+    return request.getfixturevalue(request.param)
+
+
+def _wait(futures: dict, timeout: float = 30) -> None:
+    for future in futures.values():
+        future.result(timeout)
+
+
+def topic_acl(topic: str, principal: str, op: AclOperation, permission: AclPermissionType):
+    return AclBinding(
+        ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, principal, "*", op, permission
+    )
+
+
+def denied_topic(target: Target, prefix: str) -> str:
+    """A topic of PARTITIONS partitions holding one record each, which alice may DESCRIBE and
+    no one may READ (0119_consumer_auth's ACL; the super user is exempt)."""
+    topic = topic_name(prefix)
+    admin = target.admin()
+    _wait(admin.create_topics([NewTopic(topic, PARTITIONS, 1)]))
+    producer = Producer(target.conf("admin"))
+    for p in range(PARTITIONS):
+        producer.produce(topic, f"secret-{p}".encode(), partition=p)
+    assert producer.flush(30) == 0
+    _wait(
+        admin.create_acls(
+            [
+                topic_acl(topic, "User:alice", AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+                topic_acl(topic, "User:*", AclOperation.READ, AclPermissionType.DENY),
+            ]
+        )
+    )
+    return topic
+
+
+def test_denied_consumer_sees_topic_authorization_failed(target):
+    """librdkafka 0119_consumer_auth: every partition reports TOPIC_AUTHORIZATION_FAILED."""
+    topic = denied_topic(target, "denied-ck")
+    consumer = Consumer(
+        {**target.conf("alice"), "group.id": f"g-{topic}", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        errored: dict[int, int] = {}
+        values = []
+        deadline = time.monotonic() + 30
+        while len(errored) < PARTITIONS and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error() is None:
+                values.append(msg.value())
+            else:
+                errored[msg.partition()] = msg.error().code()
+        assert errored == {p: KafkaError.TOPIC_AUTHORIZATION_FAILED for p in range(PARTITIONS)}
+        assert values == []
+    finally:
+        consumer.close()
+
+
+def test_denied_java_consumer_sees_topic_authorization_failed(target):
+    topic = denied_topic(target, "denied-java")
+    with JavaClients(target.bootstrap) as java:
+        with pytest.raises(JavaClientError) as refused:
+            java.call(
+                "read_partition", topic=topic, partition=0, config=target.java_config("alice")
+            )
+    assert refused.value.error == "org.apache.kafka.common.errors.TopicAuthorizationException"
+    assert topic in refused.value.message
+
+
+def _alter_error(futures: dict) -> int | None:
+    """The KafkaError code of a single-resource AlterConfigs answer (None: accepted)."""
+    (future,) = futures.values()
+    try:
+        future.result(30)
+    except KafkaException as exc:
+        code: int = exc.args[0].code()
+        return code
+    return None
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_alter_configs_of_a_kafka_broker_property(target):
+    """librdkafka 0081_admin do_test_AlterConfigs: the per-broker property is accepted, both
+    ways, and described from the dynamic layer; Kafka's refusals keep Kafka's codes."""
+    admin = target.admin()
+    broker = str(target.broker_id)
+    legacy = ConfigResource(ResourceType.BROKER, broker, set_config={RELOGIN: "58000"})
+    assert _alter_error(admin.alter_configs([legacy])) is None
+    incremental = ConfigResource(
+        ResourceType.BROKER,
+        broker,
+        incremental_configs=[
+            ConfigEntry(RELOGIN, "59000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    assert _alter_error(admin.incremental_alter_configs([incremental])) is None
+    (described,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, broker)]).values()
+    entry = described.result(30)[RELOGIN]
+    assert (entry.value, entry.source, entry.is_read_only) == (
+        "59000",
+        ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+        False,
+    )
+
+    def refused(name: str, value: str | None, resource: str = broker, operation: int = 0) -> int:
+        """IncrementalAlterConfigs v1 on the wire (librdkafka refuses the cluster-wide "")."""
+        change = {"name": name, "config_operation": operation, "value": value}
+        body = {
+            "resources": [{"resource_type": 4, "resource_name": resource, "configs": [change]}],
+            "validate_only": False,
+        }
+        with target.wire("admin") as client:
+            code: int = (
+                client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body).responses[0].error_code
+            )
+        return code
+
+    # per-broker at the cluster-wide level, a read-only property, a store without a listener
+    assert refused(RELOGIN, "58000", resource="") == KafkaError.INVALID_REQUEST
+    assert refused("broker.heartbeat.interval.ms", "3000") == KafkaError.INVALID_REQUEST
+    assert refused("ssl.truststore.certificates", "x") == KafkaError.INVALID_REQUEST
+    # a cluster-wide property Kafka defines and chronolog does not act on: set, then deleted
+    assert refused("background.threads", "9", resource="") == 0
+    assert refused("background.threads", None, resource="", operation=1) == 0
+
+
+# -- the differential suite ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One raw request: ``body(ctx)`` built from what differs between the brokers (topic
+    names and ids), sent by ``user``."""
+
+    name: str
+    api: ApiKey
+    version: int
+    user: str
+    body: Callable[[dict], dict]
+
+
+def _fetch(topic_key: str, partitions=range(PARTITIONS), offset: int = 0, epoch: int = -1):
+    def body(ctx: dict) -> dict:
+        topic = ctx[topic_key]
+        return {
+            "replica_id": -1,
+            "max_wait_ms": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "topic": topic,
+                    "topic_id": ctx["ids"].get(topic, uuid.UUID(int=7)),
+                    "partitions": [
+                        {
+                            "partition": p,
+                            "current_leader_epoch": epoch,
+                            "fetch_offset": offset,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                        for p in partitions
+                    ],
+                }
+            ],
+        }
+
+    return body
+
+
+FETCH_VERSIONS = (4, 7, 11, 12, 13, 15, 16, 17)
+SCENARIOS = [
+    *(
+        Scenario(f"fetch-denied-v{v}", ApiKey.FETCH, v, "alice", _fetch("denied"))
+        for v in FETCH_VERSIONS
+    ),
+    *(
+        Scenario(f"fetch-unknown-topic-v{v}", ApiKey.FETCH, v, "admin", _fetch("missing"))
+        for v in (4, 12, 13, 17)
+    ),
+    Scenario("fetch-unknown-partition-v12", ApiKey.FETCH, 12, "admin", _fetch("open", [7])),
+    Scenario("fetch-unknown-partition-v17", ApiKey.FETCH, 17, "admin", _fetch("open", [7])),
+    Scenario("fetch-out-of-range-v12", ApiKey.FETCH, 12, "admin", _fetch("open", [0], offset=1000)),
+    Scenario("fetch-out-of-range-v17", ApiKey.FETCH, 17, "admin", _fetch("open", [0], offset=1000)),
+    Scenario("fetch-unknown-epoch-v12", ApiKey.FETCH, 12, "admin", _fetch("open", [0], epoch=5)),
+    Scenario(
+        "list-offsets-denied-v7",
+        ApiKey.LIST_OFFSETS,
+        7,
+        "alice",
+        lambda ctx: {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {"name": ctx["open"], "partitions": [{"partition_index": 0, "timestamp": -1}]}
+            ],
+        },
+    ),
+    Scenario(
+        "metadata-denied-v12",
+        ApiKey.METADATA,
+        12,
+        "alice",
+        lambda ctx: {
+            "topics": [{"name": ctx["open"], "topic_id": uuid.UUID(int=0)}],
+            "allow_auto_topic_creation": False,
+        },
+    ),  # fmt: skip
+    Scenario(
+        "create-topics-denied-v7",
+        ApiKey.CREATE_TOPICS,
+        7,
+        "alice",
+        lambda ctx: {
+            "topics": [
+                {
+                    "name": ctx["fresh"],
+                    "num_partitions": 1,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
+            ],
+            "timeout_ms": 10000,
+            "validate_only": False,
+        },
+    ),  # fmt: skip
+    Scenario(
+        "describe-configs-denied-v4",
+        ApiKey.DESCRIBE_CONFIGS,
+        4,
+        "alice",
+        lambda ctx: {
+            "resources": [
+                {"resource_type": 2, "resource_name": ctx["open"], "configuration_keys": None},
+                {
+                    "resource_type": 4,
+                    "resource_name": str(ctx["broker_id"]),
+                    "configuration_keys": None,
+                },
+            ],
+            "include_synonyms": False,
+            "include_documentation": False,
+        },
+    ),  # fmt: skip
+    Scenario(
+        "alter-configs-relogin-v2",
+        ApiKey.ALTER_CONFIGS,
+        2,
+        "admin",
+        lambda ctx: {
+            "resources": [
+                {
+                    "resource_type": 4,
+                    "resource_name": str(ctx["broker_id"]),
+                    "configs": [{"name": RELOGIN, "value": "58000"}],
+                }
+            ],
+            "validate_only": True,
+        },
+    ),  # fmt: skip
+    Scenario(
+        "incremental-alter-configs-denied-v1",
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        1,
+        "alice",
+        lambda ctx: {
+            "resources": [
+                {
+                    "resource_type": 2,
+                    "resource_name": ctx["open"],
+                    "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1000"}],
+                }
+            ],
+            "validate_only": True,
+        },
+    ),  # fmt: skip
+]
+
+DEPARTURES: dict[str, str] = {}
+"""Scenario name -> why chronolog answers otherwise on purpose (xfail strict)."""
+
+
+def _shape(value: Any) -> Any:
+    """An answer reduced to what both brokers must agree on: topic ids and error texts only by
+    whether they are null, record sets by their length (None when null), no throttle times."""
+    if isinstance(value, dict):
+        return {
+            k: (
+                (v is None)
+                if k in ("error_message", "topic_id")
+                else None
+                if k == "records" and v is None
+                else len(v)
+                if k == "records"
+                else _shape(v)
+            )
+            for k, v in value.items()
+            if k not in ("throttle_time_ms", "node_endpoints")
+        }
+    if isinstance(value, (list, tuple)):
+        return [_shape(v) for v in value]
+    if isinstance(value, uuid.UUID):
+        return "<uuid>"
+    return value
+
+
+def _context(target: Target) -> dict:
+    """Per broker: a denied topic, an open one (one record a partition), a missing name and a
+    fresh one, and the topic ids."""
+    denied = denied_topic(target, "diff-denied")
+    admin = target.admin()
+    open_topic = topic_name("diff-open")
+    _wait(admin.create_topics([NewTopic(open_topic, PARTITIONS, 1)]))
+    producer = Producer(target.conf("admin"))
+    for p in range(PARTITIONS):
+        producer.produce(open_topic, b"x", partition=p)
+    assert producer.flush(30) == 0
+    with target.wire("admin") as client:
+        listed = client.call(ApiKey.METADATA, 12, {"topics": None}).topics
+    ids = {t.name: t.topic_id for t in listed}
+    return {
+        "denied": denied,
+        "open": open_topic,
+        "missing": topic_name("diff-missing"),
+        "fresh": topic_name("diff-fresh"),
+        "ids": ids,
+        "broker_id": target.broker_id,
+    }
+
+
+@pytest.fixture(scope="module")
+def contexts(chronolog, kafka) -> dict[str, dict]:
+    return {"chronolog": _context(chronolog), "kafka": _context(kafka)}
+
+
+def _answer(target: Target, ctx: dict, scenario: Scenario) -> Any:
+    with target.wire(scenario.user) as client:
+        body = client.call(scenario.api, scenario.version, scenario.body(ctx))
+    shaped = _shape(body)
+    # names differ between the brokers (topic_name is unique per call)
+    text = repr(shaped)
+    for key in ("denied", "open", "missing", "fresh"):
+        text = text.replace(repr(ctx[key]), repr(f"<{key}>"))
+    return text
+
+
+@pytest.mark.kafka_oracle
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        pytest.param(s, id=s.name, marks=pytest.mark.xfail(strict=True, reason=DEPARTURES[s.name]))
+        if s.name in DEPARTURES
+        else pytest.param(s, id=s.name)
+        for s in SCENARIOS
+    ],
+)
+def test_error_answers_match_kafka(chronolog, kafka, contexts, scenario):
+    ours = _answer(chronolog, contexts["chronolog"], scenario)
+    theirs = _answer(kafka, contexts["kafka"], scenario)
+    assert ours == theirs
