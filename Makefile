@@ -41,7 +41,7 @@ $(KAFKA_JVM_STAMP): tests/jvm/pom.xml $(wildcard tests/jvm/src/main/java/chronol
 	  echo "installing maven and openjdk-17-jdk-headless from Debian packages"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends \
 	    maven openjdk-17-jdk-headless >/dev/null; }
-	rm -rf build/jvm/lib
+	$(if $(filter tests/jvm/pom.xml,$?),rm -rf build/jvm/lib)
 	cd tests/jvm && mvn -q -B package dependency:copy-dependencies
 	touch $@
 

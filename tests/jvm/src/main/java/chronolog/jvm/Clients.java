@@ -18,7 +18,6 @@ import java.util.Properties;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.DescribeProducersResult.PartitionProducerState;
 import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -41,31 +40,40 @@ import org.apache.kafka.common.serialization.StringSerializer;
 
 /**
  * Kafka's Java clients driven by JSON lines, for the tests (tests/oracle/kafka_oracle.py's
- * JavaClients). Usage: {@code Clients <bootstrap>}; then one request per line on stdin, one answer
- * per line on stdout, in order, so one JVM start serves a whole test module.
+ * JavaClients). Usage: {@code Clients <bootstrap> [name=value...]}, the settings applying to every
+ * client (e.g. SASL); then one request per line on stdin, one answer per line on stdout, in order,
+ * so one JVM start serves a whole test module.
  *
  * <p>A request is {@code {"op": NAME, ...arguments}}; the answer is {@code {"ok": true, ...}} or,
  * when the client raised, {@code {"ok": false, "error": "<exception class>", "message": "..."}}
  * (the cause of an ExecutionException, as a user of the client would catch it). Keys and values
  * are UTF-8 strings (null allowed), headers a list of [key, value] pairs. Every op builds its own
- * producer or consumer from the client defaults plus the request's "config" object, and closes it
- * before answering; the Admin client is shared. Client logs go to stderr at WARN.
+ * producer or consumer from the client defaults plus the command line's settings plus the
+ * request's "config" object, and closes it before answering; admin ops share one Admin client
+ * unless the request has a "config" (then one of their own). Client logs go to stderr at WARN.
  */
 public final class Clients {
     private static final ObjectMapper JSON = new ObjectMapper();
-    private final String bootstrap;
+    private final Map<String, String> common = new HashMap<>();
     private Admin admin;
 
-    private Clients(String bootstrap) {
-        this.bootstrap = bootstrap;
+    private Clients(String bootstrap, List<String> settings) {
+        common.put("bootstrap.servers", bootstrap);
+        for (String setting : settings) {
+            int eq = setting.indexOf('=');
+            if (eq < 1) {
+                throw new IllegalArgumentException("expected name=value, got " + setting);
+            }
+            common.put(setting.substring(0, eq), setting.substring(eq + 1));
+        }
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 1) {
-            System.err.println("usage: chronolog.jvm.Clients <bootstrap host:port>");
+        if (args.length < 1) {
+            System.err.println("usage: chronolog.jvm.Clients <bootstrap host:port> [name=value...]");
             System.exit(2);
         }
-        Clients clients = new Clients(args[0]);
+        Clients clients = new Clients(args[0], List.of(args).subList(1, args.length));
         PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         try {
@@ -110,7 +118,7 @@ public final class Clients {
     private Properties config(JsonNode request, Map<String, Object> defaults) {
         Properties props = new Properties();
         props.putAll(defaults);
-        props.put("bootstrap.servers", bootstrap);
+        props.putAll(common);
         for (Iterator<Map.Entry<String, JsonNode>> it = request.path("config").fields(); it.hasNext(); ) {
             Map.Entry<String, JsonNode> e = it.next();
             props.put(e.getKey(), e.getValue().asText());
@@ -118,13 +126,22 @@ public final class Clients {
         return props;
     }
 
-    private Admin admin() {
-        if (admin == null) {
-            Properties props = new Properties();
-            props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-            admin = Admin.create(props);
+    /** An admin op's work, given the Admin client to use. */
+    private interface AdminOp<T> {
+        T run(Admin admin) throws Exception;
+    }
+
+    /** Runs the op with the shared Admin client, or one of its own when the request has a config. */
+    private <T> T withAdmin(JsonNode request, AdminOp<T> op) throws Exception {
+        if (request.path("config").size() > 0) {
+            try (Admin own = Admin.create(config(request, Map.of()))) {
+                return op.run(own);
+            }
         }
-        return admin;
+        if (admin == null) {
+            admin = Admin.create(config(JSON.createObjectNode(), Map.of()));
+        }
+        return op.run(admin);
     }
 
     /** {"topic", "partitions", "configs": {name: value}}. */
@@ -133,23 +150,33 @@ public final class Clients {
         request.path("configs").fields().forEachRemaining(e -> configs.put(e.getKey(), e.getValue().asText()));
         NewTopic topic = new NewTopic(request.path("topic").asText(), request.path("partitions").asInt(1), (short) 1)
             .configs(configs);
-        admin().createTopics(List.of(topic)).all().get();
+        withAdmin(request, a -> a.createTopics(List.of(topic)).all().get());
     }
 
     /**
      * {"topic", "records": [{"partition"?, "key"?, "value", "timestamp"?, "headers"?}], "flush_every"?,
-     * "config"?}: sends the records in order with one producer (its defaults: idempotent, acks=all),
-     * flushing after every "flush_every" records (so batches hold at most that many); answers each
-     * record's partition, offset and timestamp as the broker acknowledged them.
+     * "transaction"?, "config"?}: sends the records in order with one producer (its defaults:
+     * idempotent, acks=all), flushing after every "flush_every" records (so batches hold at most
+     * that many); answers each record's partition, offset and timestamp as the broker acknowledged
+     * them. With "transaction": "commit" or "abort" (and a transactional.id in "config") the sends
+     * are one transaction (initTransactions, beginTransaction), flushed, then committed or aborted.
      */
     private ArrayNode produce(JsonNode request) throws Exception {
         String topic = request.path("topic").asText();
         int flushEvery = request.path("flush_every").asInt(0);
+        String transaction = request.path("transaction").asText("");
+        if (!transaction.isEmpty() && !transaction.equals("commit") && !transaction.equals("abort")) {
+            throw new IllegalArgumentException("transaction must be \"commit\" or \"abort\", not " + transaction);
+        }
         Properties props = config(request, Map.of(
             ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName(),
             ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName()));
         List<Future<RecordMetadata>> sent = new ArrayList<>();
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
+            if (!transaction.isEmpty()) {
+                producer.initTransactions();
+                producer.beginTransaction();
+            }
             for (JsonNode r : request.path("records")) {
                 RecordHeaders headers = new RecordHeaders();
                 for (JsonNode h : r.path("headers")) {
@@ -165,6 +192,11 @@ public final class Clients {
                 }
             }
             producer.flush();
+            if (transaction.equals("commit")) {
+                producer.commitTransaction();
+            } else if (transaction.equals("abort")) {
+                producer.abortTransaction();
+            }
             ArrayNode acks = JSON.createArrayNode();
             for (Future<RecordMetadata> f : sent) {
                 RecordMetadata m = f.get();
@@ -263,32 +295,36 @@ public final class Clients {
      */
     private ArrayNode listOffsets(JsonNode request) throws Exception {
         String topic = request.path("topic").asText();
-        ArrayNode answers = JSON.createArrayNode();
-        for (JsonNode q : request.path("queries")) {
-            TopicPartition tp = new TopicPartition(topic, q.get(0).asInt());
-            JsonNode spec = q.get(1);
-            OffsetSpec offsetSpec = switch (spec.asText()) {
-                case "earliest" -> OffsetSpec.earliest();
-                case "latest" -> OffsetSpec.latest();
-                case "max_timestamp" -> OffsetSpec.maxTimestamp();
-                default -> {
-                    if (!spec.canConvertToLong()) {
-                        throw new IllegalArgumentException("unknown offset spec " + spec);
-                    }
-                    yield OffsetSpec.forTimestamp(spec.asLong());
+        return withAdmin(request, a -> {
+            ArrayNode answers = JSON.createArrayNode();
+            for (JsonNode q : request.path("queries")) {
+                TopicPartition tp = new TopicPartition(topic, q.get(0).asInt());
+                ListOffsetsResultInfo info = a.listOffsets(Map.of(tp, offsetSpec(q.get(1)))).partitionResult(tp).get();
+                answers.addObject().put("offset", info.offset()).put("timestamp", info.timestamp())
+                    .put("leader_epoch", info.leaderEpoch().orElse(-1));
+            }
+            return answers;
+        });
+    }
+
+    private static OffsetSpec offsetSpec(JsonNode spec) {
+        return switch (spec.asText()) {
+            case "earliest" -> OffsetSpec.earliest();
+            case "latest" -> OffsetSpec.latest();
+            case "max_timestamp" -> OffsetSpec.maxTimestamp();
+            default -> {
+                if (!spec.canConvertToLong()) {
+                    throw new IllegalArgumentException("unknown offset spec " + spec);
                 }
-            };
-            ListOffsetsResultInfo info = admin().listOffsets(Map.of(tp, offsetSpec)).partitionResult(tp).get();
-            answers.addObject().put("offset", info.offset()).put("timestamp", info.timestamp())
-                .put("leader_epoch", info.leaderEpoch().orElse(-1));
-        }
-        return answers;
+                yield OffsetSpec.forTimestamp(spec.asLong());
+            }
+        };
     }
 
     /** {"topic", "partition"}: Admin.describeProducers, the active producers of the partition. */
     private ArrayNode describeProducers(JsonNode request) throws Exception {
         TopicPartition tp = new TopicPartition(request.path("topic").asText(), request.path("partition").asInt());
-        PartitionProducerState state = admin().describeProducers(List.of(tp)).partitionResult(tp).get();
+        PartitionProducerState state = withAdmin(request, a -> a.describeProducers(List.of(tp)).partitionResult(tp).get());
         ArrayNode producers = JSON.createArrayNode();
         for (ProducerState p : state.activeProducers()) {
             producers.addObject().put("producer_id", p.producerId()).put("producer_epoch", p.producerEpoch())
