@@ -1,7 +1,7 @@
 """Apache Kafka 4.1.1 beside chronolog in the tests: the broker as an oracle, its tools and its
 Java clients, from the jars ``make kafka-jvm`` (part of ``make install-test``) put in build/jvm/
 (tests/jvm/pom.xml). No test touches the network; a missing build/jvm fails the test with the make
-target to run.
+target to run (and skips it in the compose test runner, whose image has no JVM).
 
 API (tests/oracle/conftest.py registers the fixture; a conftest elsewhere can
 ``from tests.oracle.kafka_oracle import kafka_oracle`` to use it there too):
@@ -18,7 +18,8 @@ API (tests/oracle/conftest.py registers the fixture; a conftest elsewhere can
   data older than ``retention.ms`` at its first retention pass: topics with old timestamps need
   ``retention.ms=-1``.
 - ``KafkaServer(workdir, overrides=None)``: the same for a test that needs its own Kafka
-  (``start()``, ``stop()``, ``kill()``); ``overrides`` are server.properties entries.
+  (``start()``, ``stop()``, ``kill()``, ``restart()``: same ports and log dir); ``overrides``
+  are server.properties entries, winning over the settings above.
 - ``run_kafka_tool(main_class, *args, timeout=120, check=True)``: runs one of Kafka's command-line
   tools (``DUMP_LOG_SEGMENTS``, ``GET_OFFSET_SHELL``, ``TOPIC_COMMAND``, ``CONFIG_COMMAND``,
   ``CONSUMER_GROUP_COMMAND``, ``TRANSACTIONS_COMMAND``, or any main class in the jars) as
@@ -251,7 +252,12 @@ class KafkaServer:
         self.proc.kill()
         return self.proc.wait()
 
+    def restart(self) -> "KafkaServer":
+        self.stop()
+        return self.start()
+
     def log_output(self, since_start: bool = False) -> str:
+        """Everything the process(es) wrote; with ``since_start`` only the latest start's."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(self._log_start if since_start else 0)
