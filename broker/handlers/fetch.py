@@ -186,7 +186,7 @@ async def _read_all(
                     "high_watermark": hw,
                     "last_stable_offset": lso,
                     "log_start_offset": start,
-                    "aborted_transactions": ((aborted or []) if read_committed or error else None),
+                    "aborted_transactions": _aborted_field(error, read_committed, aborted),
                     "preferred_read_replica": -1,
                     "records": records,
                 }
@@ -196,6 +196,20 @@ async def _read_all(
         _release_parts(parts)
         raise
     return parts, answers, total, errored
+
+
+# Refused before any read: Kafka 4.1 answers these with FetchResponse.partitionResponse, whose
+# aborted transactions are an empty list; errors of the read itself leave them null.
+_UNREAD = frozenset({ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+
+
+def _aborted_field(error: ErrorCode, read_committed: bool, aborted) -> list | None:
+    """A partition answer's aborted transactions, null or empty as Kafka 4.1 sends them."""
+    if error in _UNREAD:
+        return []
+    if error != ErrorCode.NONE:
+        return None
+    return (aborted or []) if read_committed else None
 
 
 def _cluster_check(cluster, w: Wanted, replica_id: int, log) -> tuple[ErrorCode, int | None]:

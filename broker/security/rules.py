@@ -527,7 +527,7 @@ async def create_topics_rule(check: Check, handler: Handler, ctx: Any, request: 
             "name": e["name"],
             "error_code": TOPIC_DENIED,
             "error_message": "Authorization failed.",
-            "topic_config_error_code": TOPIC_DENIED,
+            "topic_config_error_code": 0,  # Kafka 4.1's ControllerApis sets none
             "num_partitions": -1,
             "replication_factor": -1,
             "configs": [],  # Kafka's CreatableTopicResult default: empty, not null
@@ -572,20 +572,17 @@ async def delete_topics_rule(check: Check, handler: Handler, ctx: Any, request: 
     )
 
 
-# What Kafka's Errors.message() says for the refusals DescribeConfigs answers with it
+# What Kafka's Errors.message() says for these refusals
 _DENIED_MESSAGE = {
     TOPIC_DENIED: "Topic authorization failed.",
     CLUSTER_DENIED: "Cluster authorization failed.",
 }
 
 
-def _config_resource_rule(
-    operation: Operation, response_field: str, extra: dict, with_message: bool = False
-) -> Callable:
+def _config_resource_rule(operation: Operation, response_field: str, extra: dict) -> Callable:
     """DescribeConfigs/AlterConfigs/IncrementalAlterConfigs: topics (type 2) need
     ``operation`` on the topic, brokers (4) and broker loggers (8) on the cluster. A refused
-    resource's message is null, as KafkaApis.configsAuthorizationApiError leaves it, except in
-    DescribeConfigs (``with_message``), where Kafka's ConfigHelper sends the error's text."""
+    resource carries the error's text, as Kafka 4.1 answers (ConfigHelper, ControllerApis)."""
 
     async def rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
         keep, denied = [], []
@@ -599,8 +596,7 @@ def _config_resource_rule(
                 keep.append(resource)
             else:
                 denied.append(
-                    {"error_code": code,
-                     "error_message": _DENIED_MESSAGE[code] if with_message else None,
+                    {"error_code": code, "error_message": _DENIED_MESSAGE[code],
                      "resource_type": kind, "resource_name": name, **extra}
                 )  # fmt: skip
         if not denied:
@@ -744,9 +740,7 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
             ]
         },
     ),
-    A.DESCRIBE_CONFIGS: _config_resource_rule(
-        O.DESCRIBE_CONFIGS, "results", {"configs": []}, with_message=True
-    ),
+    A.DESCRIBE_CONFIGS: _config_resource_rule(O.DESCRIBE_CONFIGS, "results", {"configs": []}),
     A.ALTER_CONFIGS: _config_resource_rule(O.ALTER_CONFIGS, "responses", {}),
     A.INCREMENTAL_ALTER_CONFIGS: _config_resource_rule(O.ALTER_CONFIGS, "responses", {}),
     A.DESCRIBE_LOG_DIRS: describe_log_dirs_rule,

@@ -1,7 +1,7 @@
 """The authorization rules' refusals as Kafka 4.1 shapes them on the wire, at every version:
 a refused Fetch partition carries an empty record set (never null, which librdkafka cannot
-parse), a refused CreateTopics topic an empty config list, a refused DescribeConfigs resource
-Kafka's message. Each answer is encoded and decoded again, so what is checked is what a client
+parse), a refused CreateTopics topic an empty config list, a refused config resource Kafka's
+message. Each answer is encoded and decoded again, so what is checked is what a client
 reads. The shapes come from Kafka 4.1.1's FetchResponse.partitionResponse, ControllerApis and
 ConfigHelper (tests/integration/test_error_answers.py compares with a running Kafka)."""
 
@@ -95,7 +95,7 @@ def test_refused_create_topics_has_an_empty_config_list(tmp_path, version):
     body = {"topics": [{"name": "new", "num_partitions": 1, "replication_factor": 1}]}
     (topic,) = _refused(tmp_path, ApiKey.CREATE_TOPICS, version, body).topics
     assert (topic.error_code, topic.error_message) == (29, "Authorization failed.")
-    assert topic.configs == []
+    assert topic.configs == [] and topic.topic_config_error_code == 0
     assert (topic.num_partitions, topic.replication_factor) == (-1, -1)
 
 
@@ -118,9 +118,9 @@ def test_refused_describe_configs_says_why(tmp_path, version):
     "api,versions",
     [(ApiKey.ALTER_CONFIGS, range(0, 3)), (ApiKey.INCREMENTAL_ALTER_CONFIGS, (0, 1))],
 )
-def test_refused_alter_configs_has_a_null_message(tmp_path, api, versions):
-    """KafkaApis.configsAuthorizationApiError: ApiError(error, null)."""
+def test_refused_alter_configs_says_why(tmp_path, api, versions):
+    """Kafka 4.1's ControllerApis answers the error's text (Kafka 3.9's ZooKeeper mode: null)."""
     body = {"resources": [{"resource_type": 2, "resource_name": "secret", "configs": []}]}
     for version in versions:
         (result,) = _refused(tmp_path, api, version, body).responses
-        assert (result.error_code, result.error_message) == (29, None)
+        assert (result.error_code, result.error_message) == (29, "Topic authorization failed.")
