@@ -18,10 +18,12 @@ import java.util.Properties;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.DeletedRecords;
 import org.apache.kafka.clients.admin.DescribeProducersResult.PartitionProducerState;
 import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -32,6 +34,7 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeaders;
@@ -101,6 +104,7 @@ public final class Clients {
                 case "consumer_offsets" -> consumerOffsets(request, answer);
                 case "list_offsets" -> answer.set("offsets", listOffsets(request));
                 case "describe_producers" -> answer.set("producers", describeProducers(request));
+                case "delete_records" -> answer.set("low_watermarks", deleteRecords(request));
                 default -> throw new IllegalArgumentException("unknown op " + JSON.writeValueAsString(op)
                     + ": see chronolog.jvm.Clients for the ops it serves");
             }
@@ -319,6 +323,25 @@ public final class Clients {
                 yield OffsetSpec.forTimestamp(spec.asLong());
             }
         };
+    }
+
+    /**
+     * {"topic", "before": {partition: offset}}: Admin.deleteRecords; answers each partition's low
+     * watermark (its new log start offset) as the broker reported it.
+     */
+    private ObjectNode deleteRecords(JsonNode request) throws Exception {
+        String topic = request.path("topic").asText();
+        Map<TopicPartition, RecordsToDelete> before = new HashMap<>();
+        request.path("before").fields().forEachRemaining(e -> before.put(
+            new TopicPartition(topic, Integer.parseInt(e.getKey())), RecordsToDelete.beforeOffset(e.getValue().asLong())));
+        return withAdmin(request, a -> {
+            ObjectNode lows = JSON.createObjectNode();
+            for (Map.Entry<TopicPartition, KafkaFuture<DeletedRecords>> e
+                    : a.deleteRecords(before).lowWatermarks().entrySet()) {
+                lows.put(String.valueOf(e.getKey().partition()), e.getValue().get().lowWatermark());
+            }
+            return lows;
+        });
     }
 
     /** {"topic", "partition"}: Admin.describeProducers, the active producers of the partition. */
