@@ -45,6 +45,7 @@ GROUP_DENIED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
 CLUSTER_DENIED = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 TXN_DENIED = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 NOT_REQUESTED = -2147483648  # authorized operations not asked for
+NOT_ATTEMPTED = int(ErrorCode.OPERATION_NOT_ATTEMPTED)
 
 
 class Check:
@@ -120,11 +121,15 @@ def cluster_rule(operation: Operation, error: Callable[[Request], dict]) -> Call
     return rule
 
 
-def group_rule(operation: Operation, error: Callable[[Request], dict]) -> Callable:
-    """The whole request needs ``operation`` on its group_id."""
+def group_rule(
+    operation: Operation, error: Callable[[Request], dict], resource: ResourceType = GROUP
+) -> Callable:
+    """The whole request needs ``operation`` on its group_id (or, for TRANSACTIONAL_ID, its
+    transactional_id)."""
+    field = "transactional_id" if resource == TXN else "group_id"
 
     async def rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
-        if not check(operation, GROUP, request.body.group_id):
+        if not check(operation, resource, request.body[field]):
             return error(request)
         return await handler(ctx, request)
 
@@ -669,6 +674,132 @@ async def offset_for_leader_epoch_rule(
     )
 
 
+# -- transactions (KafkaApis 4.1) -------------------------------------------------------------
+
+
+async def add_partitions_to_txn_rule(
+    check: Check, handler: Handler, ctx: Any, request: Request
+) -> Any:
+    """A client's request (v0-v3) needs WRITE on its transactional id (else every partition
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and WRITE on each topic: one refused topic fails the
+    request, its partitions TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED. A
+    broker's batch (v4+) needs CLUSTER_ACTION."""
+    body = request.body
+    if _v(request) >= 4:
+        if not check.cluster(Operation.CLUSTER_ACTION):
+            return {"error_code": CLUSTER_DENIED, "results_by_transaction": []}
+        return await handler(ctx, request)
+    topics = body.v3_and_below_topics
+
+    def answer(code_of: Callable[[str], int]) -> dict:
+        return {
+            "results_by_topic_v3_and_below": [
+                {
+                    "name": t["name"],
+                    "results_by_partition": [
+                        {"partition_index": p, "partition_error_code": code_of(t["name"])}
+                        for p in t["partitions"]
+                    ],
+                }
+                for t in topics
+            ]
+        }
+
+    if not check(Operation.WRITE, TXN, body.v3_and_below_transactional_id):
+        return answer(lambda name: TXN_DENIED)
+    refused = {t["name"] for t in topics if not check(Operation.WRITE, TOPIC, t["name"])}
+    if refused:
+        return answer(lambda name: TOPIC_DENIED if name in refused else NOT_ATTEMPTED)
+    return await handler(ctx, request)
+
+
+async def add_offsets_to_txn_rule(
+    check: Check, handler: Handler, ctx: Any, request: Request
+) -> Any:
+    """WRITE on the transactional id, then READ on the group."""
+    if not check(Operation.WRITE, TXN, request.body.transactional_id):
+        return {"error_code": TXN_DENIED}
+    if not check(Operation.READ, GROUP, request.body.group_id):
+        return {"error_code": GROUP_DENIED}
+    return await handler(ctx, request)
+
+
+async def txn_offset_commit_rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
+    """WRITE on the transactional id, READ on the group (else every partition refused with that
+    error), then READ on each topic (TOPIC_AUTHORIZATION_FAILED)."""
+    body = request.body
+    for ok, code in (
+        (lambda: check(Operation.WRITE, TXN, body.transactional_id), TXN_DENIED),
+        (lambda: check(Operation.READ, GROUP, body.group_id), GROUP_DENIED),
+    ):
+        if not ok():
+            refused = _refused_partitions("name", "partition_index", error_code=code)
+            return {"topics": [refused(t) for t in body.topics]}
+    return await _split_topics(
+        check, handler, ctx, request, Operation.READ, _REFUSED_TOPIC_PARTITIONS
+    )
+
+
+async def write_txn_markers_rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
+    """From a transaction coordinator: ALTER or CLUSTER_ACTION on the cluster."""
+    if check.cluster(Operation.ALTER) or check.cluster(Operation.CLUSTER_ACTION):
+        return await handler(ctx, request)
+    return {
+        "markers": [
+            {
+                "producer_id": m["producer_id"],
+                "topics": [
+                    {
+                        "name": t["name"],
+                        "partitions": [
+                            {"partition_index": p, "error_code": CLUSTER_DENIED}
+                            for p in t["partition_indexes"]
+                        ],
+                    }
+                    for t in m["topics"]
+                ],
+            }
+            for m in request.body.markers
+        ]
+    }
+
+
+async def describe_transactions_rule(
+    check: Check, handler: Handler, ctx: Any, request: Request
+) -> Any:
+    """DESCRIBE on each transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an answer lists
+    only the topics the principal may DESCRIBE."""
+    ids = list(request.body.transactional_ids)
+    keep = [t for t in ids if check(Operation.DESCRIBE, TXN, t)]
+    answer = (
+        await handler(
+            ctx, _with(request, transactional_ids=keep) if len(keep) < len(ids) else request
+        )
+        if keep
+        else {"transaction_states": []}
+    )
+    states = {s["transactional_id"]: s for s in answer.get("transaction_states", ())}
+    for state in states.values():
+        state["topics"] = [
+            t for t in state.get("topics", ()) if check(Operation.DESCRIBE, TOPIC, t["topic"])
+        ]
+    answer["transaction_states"] = [
+        states.get(t) or {"transactional_id": t, "error_code": TXN_DENIED} for t in ids
+    ]
+    return answer
+
+
+async def list_transactions_rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
+    """Only the transactional ids the principal may DESCRIBE."""
+    answer = await handler(ctx, request)
+    answer["transaction_states"] = [
+        s
+        for s in answer.get("transaction_states", ())
+        if check(Operation.DESCRIBE, TXN, s["transactional_id"])
+    ]
+    return answer
+
+
 def _denied_cluster_action(request: Request) -> dict:
     return {"error_code": CLUSTER_DENIED}
 
@@ -768,6 +899,13 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
         },
     ),
     A.DESCRIBE_CLUSTER: allowed,
+    A.ADD_PARTITIONS_TO_TXN: add_partitions_to_txn_rule,
+    A.ADD_OFFSETS_TO_TXN: add_offsets_to_txn_rule,
+    A.END_TXN: group_rule(O.WRITE, lambda r: {"error_code": TXN_DENIED}, TXN),
+    A.WRITE_TXN_MARKERS: write_txn_markers_rule,
+    A.TXN_OFFSET_COMMIT: txn_offset_commit_rule,
+    A.DESCRIBE_TRANSACTIONS: describe_transactions_rule,
+    A.LIST_TRANSACTIONS: list_transactions_rule,
     # between brokers (broker/cluster/): the controller's requests and followers' epochs need
     # CLUSTER_ACTION, which the brokers' principal must have (super.users, or an ACL)
     A.LEADER_AND_ISR: cluster_rule(O.CLUSTER_ACTION, _denied_cluster_action),

@@ -227,6 +227,81 @@ def test_denied_java_consumer_sees_topic_authorization_failed(target):
     assert topic in refused.value.message
 
 
+def transactional_id_acl(name: str, principal: str, op: AclOperation) -> AclBinding:
+    return AclBinding(
+        ResourceType.TRANSACTIONAL_ID,
+        name,
+        ResourcePatternType.LITERAL,
+        principal,
+        "*",
+        op,
+        AclPermissionType.ALLOW,
+    )
+
+
+def _transaction_errors(target: Target, transactional_id: str, topic: str) -> tuple:
+    """alice's transaction of one record to ``topic``: () when committed, else the codes of the
+    error that ended it and of the abort that followed (None: aborted cleanly)."""
+    producer = Producer(
+        {**target.conf("alice"), "transactional.id": transactional_id, "message.timeout.ms": 10000}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"in-a-transaction")
+    try:
+        producer.commit_transaction(30)
+    except KafkaException as exc:
+        try:
+            producer.abort_transaction(30)
+        except KafkaException as abort:
+            return exc.args[0].code(), abort.args[0].code()
+        return exc.args[0].code(), None
+    return ()
+
+
+def test_transactions_under_acls(target):
+    """KafkaApis' transaction rules: with WRITE on its transactional id and on the topic alice's
+    transaction commits; without WRITE on the topic it ends TOPIC_AUTHORIZATION_FAILED (from
+    AddPartitionsToTxn, the same on both brokers) and nothing is stored; without WRITE on the transactional id
+    InitProducerId answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    topic, closed = topic_name("txn-open"), topic_name("txn-closed")
+    admin = target.admin()
+    _wait(admin.create_topics([NewTopic(topic, 1, 1), NewTopic(closed, 1, 1)]))
+    tid = f"txn-{topic}"
+    _wait(
+        admin.create_acls(
+            [
+                transactional_id_acl(tid, "User:alice", AclOperation.WRITE),
+                transactional_id_acl(tid, "User:alice", AclOperation.DESCRIBE),
+                topic_acl(topic, "User:alice", AclOperation.WRITE, AclPermissionType.ALLOW),
+                topic_acl(closed, "User:alice", AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+            ]
+        )
+    )
+    assert _transaction_errors(target, tid, topic) == ()
+    # librdkafka 2.16 then aborts a transaction the coordinator never began: Kafka 4.1 answers
+    # that EndTxn INVALID_TXN_STATE, and so does chronolog
+    assert _transaction_errors(target, tid, closed) == (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.INVALID_TXN_STATE,
+    )
+    with pytest.raises(KafkaException) as refused:
+        Producer({**target.conf("alice"), "transactional.id": f"other-{tid}"}).init_transactions(30)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    with target.wire("admin") as client:
+        body = {
+            "replica_id": -1,
+            "isolation_level": 1,
+            "topics": [
+                {"name": n, "partitions": [{"partition_index": 0, "timestamp": -1}]}
+                for n in (topic, closed)
+            ],
+        }
+        answer = client.call(ApiKey.LIST_OFFSETS, 7, body)
+    # the committed record and its marker; nothing in the closed topic
+    assert {t.name: t.partitions[0].offset for t in answer.topics} == {topic: 2, closed: 0}
+
+
 def _described(target: Target, name: str, until: str, timeout: float = 15.0) -> ConfigEntry:
     """The broker's DescribeConfigs entry for ``name`` once its value is ``until`` (Kafka
     applies a change when its metadata log reaches the broker), or the last one seen."""
