@@ -31,7 +31,8 @@ API (tests/oracle/conftest.py registers the fixture; a conftest elsewhere can
   class and message. ``config`` (e.g. SASL settings) applies to every client it makes; an op's
   own ``config=`` argument adds to it for that op. The ops and their arguments are documented in
   Clients.java (create_topic, produce (also as a committed or aborted transaction),
-  consume_group, read_partition, consumer_offsets, list_offsets, describe_producers); a new op is
+  consume_group, read_partition, consumer_offsets, list_offsets, describe_producers,
+  delete_records); a new op is
   a new case there. Use it as a context manager (one JVM per with-block: start it once per
   module).
 

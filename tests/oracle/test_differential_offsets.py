@@ -33,6 +33,9 @@ def _scenario(server: Any, topic: str, records: list[dict[str, Any]]) -> dict[st
     """The calls against ``server`` (``broker`` or ``kafka_oracle``); the answers by call."""
     bootstrap = server.bootstrap
     asked = query_times([r["timestamp"] for r in records])
+    queries = [[0, "earliest"], [0, "latest"], [0, "max_timestamp"]]
+    queries += [[0, t] for t in asked[::15] + [asked[-1]]]
+    answers: dict[str, Any] = {}
     with JavaClients(bootstrap) as clients:
         clients.call(
             "create_topic",
@@ -40,41 +43,41 @@ def _scenario(server: Any, topic: str, records: list[dict[str, Any]]) -> dict[st
             partitions=1,
             configs={"retention.ms": "-1", "segment.bytes": "1048576"},
         )
-        acks = clients.call("produce", topic=topic, records=records, flush_every=25)["records"]
+        answers["acks"] = clients.call("produce", topic=topic, records=records, flush_every=25)[
+            "records"
+        ]
         offsets = clients.call("consumer_offsets", topic=topic, partitions=[0], timestamps=asked)
-        queries = [[0, "earliest"], [0, "latest"], [0, "max_timestamp"]]
-        queries += [[0, t] for t in asked[::15] + [asked[-1]]]
-        listed = clients.call("list_offsets", topic=topic, queries=queries)["offsets"]
-        stored = clients.call("read_partition", topic=topic, partition=0)["records"]
-    # Kafka's GetOffsetShell: the offset of a time in the middle (a record's timestamp + 1).
-    shell = run_kafka_tool(
-        GET_OFFSET_SHELL,
-        "--bootstrap-server",
-        bootstrap,
-        "--topic",
-        topic,
-        "--time",
-        str(records[len(records) // 2]["timestamp"] + 1),
-    )
-    if server.log_dirs:  # not a CHRONOLOG_BOOTSTRAP broker
-        segments = list((Path(server.log_dirs[0]) / f"{topic}-0").glob("*.log"))
-        assert len(segments) >= 3, f"{bootstrap} should hold the records in several segments"
-    with JavaClients(bootstrap) as clients:
+        answers["beginning"], answers["end"] = offsets["beginning"], offsets["end"]
+        answers["for_times"] = offsets["for_times"]["0"]
+        answers["list_offsets"] = clients.call("list_offsets", topic=topic, queries=queries)[
+            "offsets"
+        ]
+        answers["records"] = clients.call("read_partition", topic=topic, partition=0)["records"]
+        # Kafka's GetOffsetShell: the offset of a time in the middle (a record's timestamp + 1).
+        shell = run_kafka_tool(
+            GET_OFFSET_SHELL,
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--time",
+            str(records[len(records) // 2]["timestamp"] + 1),
+        )
+        answers["get_offset_shell"] = shell.stdout.split()
+        if server.log_dirs:  # not a CHRONOLOG_BOOTSTRAP broker
+            segments = list((Path(server.log_dirs[0]) / f"{topic}-0").glob("*.log"))
+            assert len(segments) >= 3, f"{bootstrap} should hold the records in several segments"
+
         # Then from DELETE_BEFORE on: the answers start at the log start offset.
         deleted = clients.call("delete_records", topic=topic, before={"0": DELETE_BEFORE})
-        after = clients.call("consumer_offsets", topic=topic, partitions=[0], timestamps=asked)
-        listed_after = clients.call("list_offsets", topic=topic, queries=queries)["offsets"]
-    return {
-        "get_offset_shell": shell.stdout.split(),
-        "low_watermarks": deleted["low_watermarks"],
-        "after_delete": {"offsets": after, "list_offsets": listed_after},
-        "acks": acks,
-        "beginning": offsets["beginning"],
-        "end": offsets["end"],
-        "for_times": offsets["for_times"]["0"],
-        "list_offsets": listed,
-        "records": stored,
-    }
+        answers["low_watermarks"] = deleted["low_watermarks"]
+        answers["after_delete"] = {
+            "offsets": clients.call(
+                "consumer_offsets", topic=topic, partitions=[0], timestamps=asked
+            ),
+            "list_offsets": clients.call("list_offsets", topic=topic, queries=queries)["offsets"],
+        }
+    return answers
 
 
 def test_same_calls_same_answers(kafka_oracle, broker):
