@@ -32,9 +32,8 @@ API (tests/oracle/conftest.py registers the fixture; a conftest elsewhere can
   own ``config=`` argument adds to it for that op. The ops and their arguments are documented in
   Clients.java (create_topic, produce (also as a committed or aborted transaction),
   consume_group, read_partition, consumer_offsets, list_offsets, describe_producers,
-  delete_records); a new op is
-  a new case there. Use it as a context manager (one JVM per with-block: start it once per
-  module).
+  delete_records); a new op is a new case there. Use it as a context manager (one JVM per
+  with-block: start it once per module).
 
 Tests that use these carry ``pytest.mark.kafka_oracle`` (registered in pyproject.toml): ``pytest
 -m kafka_oracle`` runs them alone, and ``make test-pure`` leaves them out.
