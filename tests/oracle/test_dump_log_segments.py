@@ -107,7 +107,8 @@ def stopped_broker(tmp_path_factory):
             expected = _produce_mix(clients, broker.bootstrap)
             producers = clients.call("describe_producers", topic="dump-v2", partition=0)
     finally:
-        assert broker.stop() == 0
+        status = broker.stop()
+    assert status == 0, f"the broker's shutdown was not clean:\n{broker.log_tail()}"
     dirs = {topic: Path(broker.log_dir) / f"{topic}-0" for topic in expected}
     assert len(sorted(dirs["dump-v2"].glob("*.log"))) >= 8, "expected many segments"
     yield dirs, expected, producers["producers"]
