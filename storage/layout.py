@@ -1,6 +1,7 @@
 """File and directory names of a Kafka log dir.
 
-<log.dir>/<topic>-<partition>/<20-digit base offset>.log|.index|.timeindex, plus per log dir
+<log.dir>/<topic>-<partition>/<20-digit base offset>.log|.index|.timeindex|.txnindex (the last
+only for a segment holding the marker of an aborted transaction), plus per log dir
 ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
 ``cleaner-offset-checkpoint`` and ``.kafka_cleanshutdown``.
 """
@@ -15,6 +16,8 @@ from storage.errors import InvalidTopicError
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+# Aborted transactions whose marker is in the segment (storage/txn_index.py), written lazily.
+TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
@@ -33,7 +36,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 MAX_TOPIC_LENGTH = 249
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]+")
-_SEGMENT_RE = re.compile(r"(\d{20})\.(log|index|timeindex)")
+_SEGMENT_RE = re.compile(r"(\d{20})\.(log|index|timeindex|txnindex)")
 
 
 def validate_topic(topic: str, partition: int = 0) -> None:

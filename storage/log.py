@@ -50,13 +50,23 @@ from storage.layout import (
     LOG_SUFFIX,
     PARTITION_METADATA_FILE,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     parse_partition_dir,
     parse_segment_file,
     segment_path,
 )
 from storage.leader_epoch import CorruptEpochCheckpointError, LeaderEpochCache
-from storage.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
-from storage.segment import LogSegment, TimestampOffset, producer_batch
+from storage.producer_state import (
+    SNAPSHOT_SUFFIX,
+    CompletedTxn,
+    CorruptSnapshotError,
+    Duplicate,
+    ProducerAppendInfo,
+    ProducerStateManager,
+    marker_record,
+)
+from storage.segment import LogSegment, TimestampOffset
+from storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from protocol.validator import ValidatedRecords
@@ -108,6 +118,9 @@ class AppendResult(NamedTuple):
 
     rolled: int | None  # base offset of the segment it rolled, or None
     synced: bool  # it fsynced (a roll, or flush.messages reached)
+    # A lone batch an idempotent producer retried, already stored: nothing was appended, the
+    # producer is answered with these original offsets.
+    duplicate: Duplicate | None = None
 
 
 class ReplicaAppend(NamedTuple):
@@ -169,7 +182,10 @@ class Log:
         # first offset -> (position, first entry bytes) of the last RECENT_SETS sets appended to
         # _recent_segment (the active segment when it was filled; emptied on truncation).
         self._recent_sets: dict[int, tuple[int, int]] = {}
-        self._producers = ProducerStateManager()  # loaded below, see _load_producer_state
+        self._producers = ProducerStateManager(self.name)  # loaded below: _load_producer_state
+        # The lowest base offset of the segments whose .txnindex recovery emptied or found
+        # damaged: the producer state is replayed from there to rebuild them.
+        self._txn_rebuild_from: int | None = None
         self._recent_segment: LogSegment | None = None
         self._closed = False
         # The high watermark of a replicated partition (set by the broker's replica manager);
@@ -360,9 +376,12 @@ class Log:
                 )
                 os.unlink(path)
         ordered = sorted(bases)
+        txn_indexes = {base for base, path in index_files if path.endswith(TXN_INDEX_SUFFIX)}
         for base in ordered:
             segment = self._new_segment(base, create=False)
             self._check_indexes(segment, active=base == ordered[-1])
+            if base in txn_indexes:
+                self._check_txn_index(segment)
             self._segments.append(segment)
             self._bases.append(base)
         if not self._segments:
@@ -386,6 +405,26 @@ class Log:
                 segment.time_index.close()
         except CorruptIndexError as exc:
             self._rebuild_indexes(segment, str(exc))
+
+    def _check_txn_index(self, segment: LogSegment) -> None:
+        """Read a .txnindex; a damaged one is emptied and rebuilt by the producer state
+        replay."""
+        try:
+            segment.txn_index.sanity_check()
+        except CorruptIndexError as exc:
+            logger.warning(
+                "transaction index damaged; rebuilding it from the log",
+                topic=self.topic,
+                partition=self.partition,
+                segment=segment.base_offset,
+                reason=str(exc),
+            )
+            self._rebuild_txn_index(segment)
+
+    def _rebuild_txn_index(self, segment: LogSegment) -> None:
+        segment.txn_index.reset()
+        if self._txn_rebuild_from is None or segment.base_offset < self._txn_rebuild_from:
+            self._txn_rebuild_from = segment.base_offset
 
     def _ensure_index(self, segment: LogSegment) -> None:
         """Load an inactive segment's indexes for a lookup, checking every entry; rebuild them
@@ -420,6 +459,7 @@ class Log:
         for i in range(start, len(self._segments)):
             segment = self._segments[i]
             result = segment.recover(self._recovery_size_limit)
+            self._rebuild_txn_index(segment)  # Kafka's LogSegment.recover rebuilds it too
             scanned += result.valid_bytes + result.truncated_bytes
             if i < len(self._segments) - 1:
                 segment.flush()
@@ -449,14 +489,24 @@ class Log:
 
     # -- appending ---------------------------------------------------------------------------
     def append(self, validated: ValidatedRecords) -> AppendResult:
-        """Append a validated message set (final offsets and CRCs) at the log end; returns
-        whether it rolled a new segment and whether it fsynced.
+        """Append a validated message set (final offsets and CRCs) at the log end and record
+        its producers' batches; returns whether it rolled a new segment and whether it fsynced,
+        or the :class:`~storage.producer_state.Duplicate` a lone retried batch is (then nothing
+        is appended).
+
+        Every batch with a producer id is checked against the producer state first (Kafka's
+        UnifiedLog.analyzeAndValidateProducerState: duplicates, epochs, sequences, ongoing
+        transactions; storage/producer_state.py) and recorded only once the set is written:
+        either all of it is appended and recorded, or nothing changes. A transactional batch
+        starts or continues its producer's transaction.
 
         Rolls first when the set would not fit (segment.bytes, full index, relative offset
         overflow) or segment.ms has passed on message timestamps; flushes afterwards when
         flush.messages is reached. Raises InvalidAppendError if the set does not start at
         ``log_end_offset`` or is empty, RecordSetTooLargeError if it exceeds segment.bytes
-        (checked before anything changes: segment.bytes is checked here and nowhere else).
+        (checked before anything changes: segment.bytes is checked here and nowhere else), a
+        ProducerStateError (OutOfOrderSequenceError, InvalidProducerEpochError,
+        InvalidTxnStateError, DuplicateSequenceError) for a refused batch, nothing written.
         A write or fsync that fails (a full or failing disk) raises OSError and leaves the log
         as it was before the call: no torn tail, no index entry, the same log end offset."""
         self._check_open()
@@ -476,20 +526,97 @@ class Log:
                 f"{self.name}: message set of {len(buffer)} bytes exceeds segment.bytes "
                 f"{self.config.segment_bytes}"
             )
+        infos: list[ProducerAppendInfo] = []
+        if validated.producer_batches:
+            checked = self._producers.prepare_client_append(validated.producer_batches)
+            if isinstance(checked, Duplicate):
+                return AppendResult(None, False, checked)
+            infos = checked
         rolled = self._append_set(
             first, last, validated.max_timestamp, validated.offset_of_max_timestamp, buffer
         )
-        for b in validated.producer_batches:
-            self._producers.update(
-                b.producer_id,
-                b.producer_epoch,
-                b.base_sequence,
-                b.last_sequence,
-                b.first_offset,
-                b.last_offset,
-                b.max_timestamp,
-            )
+        for info in infos:
+            self._producers.update(info)
         return AppendResult(rolled, self._flush_appended(first) or rolled is not None)
+
+    def append_control(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        leader_epoch: int,
+        now_ms: int,
+    ) -> int:
+        """Write a COMMIT or ABORT marker of ``producer_id``'s transaction at the log end (what
+        WriteTxnMarkers asks of a partition leader) and return its offset.
+
+        The marker is a control batch as Kafka's MemoryRecords.withEndTransactionMarker builds
+        it: one record (EndTransactionMarker key and value, timestamp ``now_ms``), transactional
+        and control attributes, the producer's id and epoch, base sequence -1, partition leader
+        epoch ``leader_epoch``; it is appended like any set (rolling, flush.messages). It
+        completes the producer's ongoing transaction: an ABORT gets an entry in the segment's
+        .txnindex, and the last stable offset moves past the transaction. A producer without
+        an ongoing transaction gets its marker all the same (aborts of empty or unknown
+        transactions), and a newer epoch becomes the producer's (KIP-890: its next batch
+        starts at sequence 0).
+
+        Raises InvalidProducerEpochError for an epoch older than the producer's,
+        TransactionCoordinatorFencedError for a coordinator epoch older than its last marker's
+        (nothing written), OSError as :meth:`append` does (the log as it was)."""
+        self._check_open()
+        offset = self.log_end_offset
+        info = self._producers.prepare_update(producer_id, client=True)
+        completed = info.append_marker(producer_epoch, coordinator_epoch, offset, now_ms, commit)
+        key, value = marker_record(commit, coordinator_epoch)
+        spec = rb.BatchSpec(
+            base_offset=offset,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            partition_leader_epoch=leader_epoch,
+            is_transactional=True,
+            is_control=True,
+        )
+        batch = rb.build_batch(spec, [(0, now_ms, key, value, ())])
+        self._append_set(offset, offset, now_ms, offset, batch)
+        try:
+            self._record(info, completed, self.active_segment)
+        except OSError:
+            self.truncate_to(offset)  # the .txnindex entry could not be written
+            raise
+        self._flush_appended(offset)
+        return offset
+
+    def _record(
+        self, info: ProducerAppendInfo, completed: CompletedTxn | None, segment: LogSegment
+    ) -> None:
+        """Apply an appended batch's producer changes; a transaction it completed is indexed
+        (an abort, in the .txnindex of ``segment``, which holds the marker) then completed.
+        OSError from the .txnindex leaves the producer state as it was."""
+        if completed is not None:
+            self._index_completed(self._producers, completed, segment, info)
+        else:
+            self._producers.update(info)
+
+    @staticmethod
+    def _index_completed(
+        producers: ProducerStateManager,
+        txn: CompletedTxn,
+        segment: LogSegment,
+        info: ProducerAppendInfo | None = None,
+    ) -> None:
+        """Kafka's UnifiedLog.append after a marker: the aborted transaction's .txnindex entry
+        (with the LSO it leaves; unless the index already has it: a replay over an intact
+        index), then the transaction completed. ``info`` (the marker's changes) is applied
+        after the entry is written."""
+        lso = producers.last_stable_offset(txn)
+        if txn.is_aborted and segment.txn_index.last_offset < txn.last_offset:
+            segment.txn_index.append(
+                AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso)
+            )
+        if info is not None:
+            producers.update(info)
+        producers.complete_txn(txn)
 
     def _append_set(
         self,
@@ -536,10 +663,15 @@ class Log:
         set, so this log builds its own indexes as the leader's did for one-batch produces.
         Record batches of a newer partition leader epoch start that epoch here.
 
+        Batches with a producer id are recorded as the leader's were (Kafka's REPLICATION
+        origin: no sequence or duplicate checks, stale epochs accepted), markers complete
+        their transactions and aborts are indexed, as on the leader.
+
         Raises CorruptRecordError for an entry whose CRC or size is wrong (nothing of it or
         after it is appended), InvalidAppendError when offsets do not follow the log end
-        offset and each other (gaps, as compaction leaves them, are allowed), OSError as
-        :meth:`append` does (what was appended before it stays)."""
+        offset and each other (gaps, as compaction leaves them, are allowed),
+        InvalidTxnStateError for a non-transactional batch of a producer in a transaction,
+        OSError as :meth:`append` does (what was appended before it stays)."""
         self._check_open()
         limit = self._recovery_size_limit
         first = last = -1
@@ -559,17 +691,23 @@ class Log:
                 )
             data = memoryview(buffer)[entry.position : entry.next_position]
             h = rb.read_header(buffer, entry.position) if entry.magic == rb.MAGIC else None
+            info = completed = None
+            if h is not None and h.producer_id >= 0:
+                info = self._producers.prepare_update(h.producer_id, client=False)
+                completed = info.append_stored(buffer, entry.position, h)
             if h is not None and h.partition_leader_epoch > self.leader_epochs.latest_epoch:
                 self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
             try:
                 set_rolled = self._append_set(
                     start, entry.offset, entry.timestamp, entry.offset, data
                 )
+                if info is not None:
+                    self._record(info, completed, self.active_segment)
             except OSError:
+                if self.log_end_offset > start:  # the .txnindex entry failed: take it back
+                    self.truncate_to(start)
                 self.leader_epochs.truncate_from_end(self.log_end_offset)
                 raise
-            if h is not None and h.producer_id >= 0:
-                self._producers.update(*producer_batch(h))
             rolled = set_rolled if set_rolled is not None else rolled
             first = start if first < 0 else first
             last = entry.offset
@@ -647,10 +785,45 @@ class Log:
         self.leader_epochs.truncate_from_start(self.log_start_offset)
 
     def producer_state(self) -> ProducerStateManager:
-        """The idempotent producers of this partition (storage/producer_state.py), loaded when
-        the log opened and after every truncation; appends keep it current."""
+        """The producers of this partition (storage/producer_state.py), loaded when the log
+        opened and after every truncation; appends keep it current. Read it; only the Log
+        records into it."""
         self._check_open()
         return self._producers
+
+    # -- transactions ------------------------------------------------------------------------
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction not yet decided, or decided by a marker
+        the high watermark has not passed (Kafka's firstUnstableOffset, never below the log
+        start offset); None when there is none."""
+        self._check_open()
+        first = self._producers.first_unstable_offset(self.high_watermark)
+        return None if first is None else max(first, self._log_start_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The offset a read_committed consumer reads up to (KIP-98): the first unstable
+        offset, capped by the high watermark."""
+        first = self.first_unstable_offset
+        hw = self.high_watermark
+        return hw if first is None else min(first, hw)
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Every aborted transaction whose offsets overlap [start_offset, upper_bound_offset)
+        (a read_committed fetch from ``start_offset`` sending data below
+        ``upper_bound_offset``), from the .txnindex of the segment holding ``start_offset``
+        and of the later ones until an entry's last stable offset reaches the upper bound
+        (Kafka's LocalLog.collectAbortedTransactions). Raises CorruptIndexError for a .txnindex
+        damaged since the log opened."""
+        self._check_open()
+        found: list[AbortedTxn] = []
+        for segment in self._segments[self._segment_index(start_offset) :]:
+            txns, complete = segment.txn_index.collect(start_offset, upper_bound_offset)
+            found += txns
+            if complete:
+                break
+        return found
 
     def _load_producer_state(self, *, clean_shutdown: bool) -> None:
         """Kafka's LogLoader.rebuildProducerState: the newest sound snapshot within the log,
@@ -665,21 +838,24 @@ class Log:
         self._delete_producer_snapshots(
             lambda snapshot: self.log_start_offset <= snapshot <= self.log_end_offset
         )
-        if clean_shutdown and not self._snapshot_offsets():
-            self._producers = ProducerStateManager()
+        if clean_shutdown and not self._snapshot_offsets() and self._txn_rebuild_from is None:
+            self._producers = ProducerStateManager(self.name)
             if self.log_end_offset == self.log_start_offset:
                 return  # nothing to scan, ever
             for offset in sorted({*self._bases[-2:], self.log_end_offset}):
                 self._write_producer_snapshot(offset)
             return
-        producers, start = self._load_producer_snapshot()
+        # Recovery emptied some .txnindex files: replay from a snapshot below them.
+        rebuild_from, self._txn_rebuild_from = self._txn_rebuild_from, None
+        producers, start = self._load_producer_snapshot(rebuild_from)
         first = self._segment_index(max(start, self.log_start_offset))
-        producers.rebuild(
-            batch
-            for segment in self._segments[first:]
-            for batch in segment.producer_batches()
-            if batch[4] >= start
-        )
+        for segment in self._segments[first:]:
+            for buf, position, h in segment.producer_batches():
+                if h.base_offset < start:
+                    continue
+                completed = producers.replay(buf, position, h)
+                if completed is not None:
+                    self._index_completed(producers, completed, segment)
         self._producers = producers
 
     def _snapshot_offsets(self) -> list[int]:
@@ -689,14 +865,16 @@ class Log:
             if name.endswith(SNAPSHOT_SUFFIX) and name[: -len(SNAPSHOT_SUFFIX)].isdigit()
         )
 
-    def _load_producer_snapshot(self) -> tuple[ProducerStateManager, int]:
+    def _load_producer_snapshot(self, at_most: int | None) -> tuple[ProducerStateManager, int]:
         """(state, offset it holds up to) from the newest sound snapshot (all lie within the
-        log), or an empty state from the log start."""
+        log) at or below ``at_most`` (None: any), or an empty state from the log start."""
         for offset in reversed(self._snapshot_offsets()):
+            if at_most is not None and offset > at_most:
+                continue
             path = segment_path(self.directory, offset, SNAPSHOT_SUFFIX)
             try:
                 with open(path, "rb") as f:
-                    return ProducerStateManager.from_snapshot(f.read()), offset
+                    return ProducerStateManager.from_snapshot(f.read(), self.name), offset
             except (OSError, CorruptSnapshotError) as exc:
                 logger.warning(
                     "ignoring producer state snapshot",
@@ -706,7 +884,7 @@ class Log:
                     reason=str(exc),
                     action="none: the state is rebuilt from the log",
                 )
-        return ProducerStateManager(), self.log_start_offset
+        return ProducerStateManager(self.name), self.log_start_offset
 
     def _write_producer_snapshot(self, offset: int) -> None:
         """Kafka's takeSnapshot: the loaded state as of ``offset`` (the log end), durably."""
@@ -757,7 +935,7 @@ class Log:
         if old.size == 0:
             return old
         base = self.log_end_offset
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             path = segment_path(self.directory, base, suffix)
             if os.path.exists(path):
                 logger.warning(
@@ -1030,7 +1208,7 @@ class Log:
         self._delete_producer_snapshots(lambda snapshot: False)
         for segment in self._segments:
             self._delete_segment(segment, now, reason="truncated fully")
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             path = segment_path(self.directory, offset, suffix)
             if os.path.exists(path):
                 os.unlink(path)
@@ -1042,7 +1220,7 @@ class Log:
         if self._high_watermark is not None:
             self._high_watermark = offset
         self.leader_epochs.clear()
-        self._producers = ProducerStateManager()
+        self._producers = ProducerStateManager(self.name)
         logger.info(
             "log emptied and restarted",
             topic=self.topic,

@@ -1,51 +1,92 @@
-"""Idempotent producers' state for one partition (KIP-98 without transactions), as Kafka 3.9's
-ProducerStateManager / ProducerAppendInfo keep it.
+"""Producers' state for one partition (KIP-98: idempotence and transactions), as Kafka 3.9's
+ProducerStateManager / ProducerAppendInfo / ProducerStateEntry keep it.
 
-Per producer id: its epoch and the metadata of its last five appended batches (first and last
-sequence, first and last offset, max timestamp). A batch is checked before it is appended:
+Per producer id (:class:`ProducerStateEntry`): its epoch, the metadata of its last five appended
+batches (first and last sequence, first and last offset, max timestamp), the epoch of the
+transaction coordinator that wrote its last marker, and the first offset of its ongoing
+transaction. The Log checks every batch a client appends, then records it
+(:meth:`ProducerStateManager.prepare_client_append`, :meth:`ProducerAppendInfo.append_data`,
+:meth:`ProducerStateManager.update`); a batch is
 
-- one equal (same first and last sequence) to one of the last five is a duplicate, a producer's
-  retry of a batch already stored: the broker answers with the original offsets and stores
-  nothing (:class:`Duplicate`);
-- an epoch below the producer's -> :class:`InvalidProducerEpochError` (INVALID_PRODUCER_EPOCH);
-- a new epoch must start at sequence 0, unless the producer is unknown here (its state was lost,
-  e.g. to retention): then any sequence is accepted, as Kafka does;
-- otherwise the first sequence must follow the last one (int32 wrap-around to 0) ->
-  :class:`OutOfOrderSequenceError` (OUT_OF_ORDER_SEQUENCE_NUMBER).
+- a duplicate when it equals (same epoch, first and last sequence) one of the last five: a
+  producer's retry of a batch already stored, answered with the original offsets
+  (:class:`Duplicate`), nothing stored;
+- refused for an epoch below the producer's (:class:`InvalidProducerEpochError`,
+  INVALID_PRODUCER_EPOCH: a fenced zombie);
+- refused unless a new epoch starts at sequence 0 (but a producer unknown here, whose state was
+  lost to retention, may start anywhere) and otherwise the first sequence follows the last one,
+  int32 wrap-around to 0 (:class:`OutOfOrderSequenceError`, OUT_OF_ORDER_SEQUENCE_NUMBER);
+- refused when it is not transactional while its producer has an ongoing transaction
+  (:class:`InvalidTxnStateError`, INVALID_TXN_STATE); a transactional batch starts the
+  producer's transaction at its first offset, or continues it.
+
+A COMMIT or ABORT marker (a control batch, :meth:`ProducerAppendInfo.append_marker`) is refused
+for an epoch below the producer's or a coordinator epoch below the last marker's
+(:class:`TransactionCoordinatorFencedError`); it completes the ongoing transaction, if any (a
+marker for a producer without one is written anyway, as Kafka does), and a newer epoch bumps the
+producer's (KIP-890: its next batch starts at sequence 0). Batches a follower copies or a load
+replays are checked less (Kafka's REPLICATION origin): no duplicates and sequences, stale epochs
+accepted.
+
+Transactions: ongoing ones by first offset; completed ones stay "unreplicated" until the high
+watermark passes their marker, and the first unstable offset is the first offset of the oldest
+of either (the last stable offset is that, capped by the high watermark: storage/log.py).
 
 Snapshots: at every roll and at close the Log writes the state to ``<20-digit offset>.snapshot``
 in Kafka's format (ProducerStateManager.writeSnapshot, version 1); when it opens it loads the
-newest one and replays the batch headers after it, so a start does not rescan the whole log.
-As in Kafka, a snapshot keeps each producer's last batch only::
+newest one and replays the batches after it, so a start does not rescan the whole log. As in
+Kafka, a snapshot keeps each producer's last batch only (a producer whose batches a marker's
+epoch bump dropped has last_sequence -1, last_offset -1, offset_delta 0)::
 
     version int16 (1), crc uint32 (CRC-32C of everything after it),
     count int32, count x entry:
       producer_id int64, epoch int16, last_sequence int32, last_offset int64,
-      offset_delta int32 (last - first offset), timestamp int64,
-      coordinator_epoch int32 (-1), current_txn_first_offset int64 (-1)     46 bytes
+      offset_delta int32 (last - first offset), timestamp int64 (the producer's last),
+      coordinator_epoch int32 (-1: no marker yet),
+      current_txn_first_offset int64 (-1: no ongoing transaction)                   46 bytes
 """
 
 from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, NamedTuple
 
+import structlog
 from crc32c import crc32c
 
+from protocol import recordbatch as rb
 from storage.errors import StorageError
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
+    from protocol.validator import ProducerBatch
 
 __all__ = [
     "ProducerStateManager",
+    "ProducerStateEntry",
+    "ProducerAppendInfo",
+    "ProducerInfo",
+    "CompletedTxn",
     "Duplicate",
+    "Marker",
+    "read_marker",
+    "marker_record",
     "ProducerStateError",
     "OutOfOrderSequenceError",
     "InvalidProducerEpochError",
+    "InvalidTxnStateError",
+    "TransactionCoordinatorFencedError",
+    "DuplicateSequenceError",
     "CorruptSnapshotError",
     "BATCHES_KEPT",
     "SNAPSHOT_SUFFIX",
 ]
+
+logger = structlog.get_logger(__name__)
 
 SNAPSHOT_SUFFIX = ".snapshot"
 _SNAPSHOT_VERSION = 1
@@ -55,26 +96,55 @@ _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # 46 bytes, see the module docstri
 BATCHES_KEPT = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 _INT32_MAX = 2**31 - 1
 
+# Control records (Kafka's ControlRecordType, EndTransactionMarker): key = version int16 (0),
+# type int16 (0 ABORT, 1 COMMIT); value = version int16 (0), coordinator_epoch int32.
+_CONTROL_KEY = struct.Struct(">hh")  # 4 bytes
+_MARKER_VALUE = struct.Struct(">hi")  # 6 bytes
+ABORT, COMMIT = 0, 1
+
 
 class ProducerStateError(StorageError):
-    """Base of the idempotence errors; ``error_name`` is the Kafka error code's name."""
+    """Base of the errors of a producer's batch or marker that :meth:`storage.log.Log.append`
+    and :meth:`~storage.log.Log.append_control` refuse (nothing is appended);
+    ``error_name`` is the Kafka error code's name the broker answers with."""
 
     error_name = ""
 
 
 class OutOfOrderSequenceError(ProducerStateError):
-    """Raised by :meth:`ProducerStateManager.check` when a batch's first sequence does not follow
-    the producer's last one (or a new epoch does not start at 0): a batch was lost in between,
-    and the producer must not go on as if it had not."""
+    """Raised when a batch's first sequence does not follow the producer's last one (or a new
+    epoch does not start at 0): a batch was lost in between, and the producer must not go on
+    as if it had not."""
 
     error_name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
 
 
 class InvalidProducerEpochError(ProducerStateError):
-    """Raised by :meth:`ProducerStateManager.check` for a batch from an older epoch of a producer
-    id than one already seen: a fenced, zombie producer."""
+    """Raised for a batch or marker from an older epoch of a producer id than one already seen:
+    a fenced, zombie producer (or a marker of a transaction already superseded)."""
 
     error_name = "INVALID_PRODUCER_EPOCH"
+
+
+class InvalidTxnStateError(ProducerStateError):
+    """Raised for a non-transactional batch from a producer whose transaction is ongoing in
+    this partition: it must commit or abort it first."""
+
+    error_name = "INVALID_TXN_STATE"
+
+
+class TransactionCoordinatorFencedError(ProducerStateError):
+    """Raised for a marker whose coordinator epoch is below the one of the producer's last
+    marker: it comes from a transaction coordinator that has since been replaced."""
+
+    error_name = "TRANSACTION_COORDINATOR_FENCED"
+
+
+class DuplicateSequenceError(ProducerStateError):
+    """Raised for a set of several batches one of which is a retry of a stored batch: only a
+    lone duplicate can be answered with its original offsets."""
+
+    error_name = "DUPLICATE_SEQUENCE_NUMBER"
 
 
 class CorruptSnapshotError(StorageError):
@@ -92,6 +162,57 @@ class Duplicate:
 
 
 @dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker completed: Kafka's CompletedTxn (``last_offset`` is the
+    marker's)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+class Marker(NamedTuple):
+    """What an end-transaction control record says."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+class ProducerInfo(NamedTuple):
+    """One producer as DescribeProducers shows it (-1: none)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+def marker_record(commit: bool, coordinator_epoch: int) -> tuple[bytes, bytes]:
+    """(key, value) of an end-transaction marker record (Kafka's EndTransactionMarker)."""
+    return (
+        _CONTROL_KEY.pack(0, COMMIT if commit else ABORT),
+        _MARKER_VALUE.pack(0, coordinator_epoch),
+    )
+
+
+def read_marker(buf: Buffer, position: int, header: rb.BatchHeader) -> Marker | None:
+    """The marker of the control batch at ``position``, None when it holds no record (the
+    cleaner emptied it) or another control type (KRaft's). Raises CorruptRecordError for a
+    record that does not parse."""
+    records = rb.iter_records(buf, position, header)
+    if not records or records[0].key is None or len(records[0].key) < _CONTROL_KEY.size:
+        return None
+    _, kind = _CONTROL_KEY.unpack_from(records[0].key)
+    value = records[0].value
+    if kind not in (ABORT, COMMIT) or value is None or len(value) < _MARKER_VALUE.size:
+        return None
+    return Marker(kind == COMMIT, _MARKER_VALUE.unpack_from(value)[1])
+
+
+@dataclass(frozen=True, slots=True)
 class _Batch:
     first_sequence: int
     last_sequence: int
@@ -100,87 +221,352 @@ class _Batch:
     max_timestamp: int
 
 
-class _Producer:
-    __slots__ = ("epoch", "batches")
+class ProducerStateEntry:
+    """One producer's state (Kafka's ProducerStateEntry); -1 fields mean none."""
 
-    def __init__(self, epoch: int) -> None:
+    __slots__ = (
+        "producer_id",
+        "epoch",
+        "batches",
+        "coordinator_epoch",
+        "current_txn_first_offset",
+        "last_timestamp",
+    )
+
+    def __init__(
+        self,
+        producer_id: int,
+        epoch: int = rb.NO_PRODUCER_EPOCH,
+        coordinator_epoch: int = -1,
+        current_txn_first_offset: int = -1,
+        last_timestamp: int = -1,
+    ) -> None:
+        self.producer_id = producer_id
         self.epoch = epoch
         self.batches: deque[_Batch] = deque(maxlen=BATCHES_KEPT)
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_first_offset = current_txn_first_offset
+        self.last_timestamp = last_timestamp
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_sequence if self.batches else rb.NO_SEQUENCE
+
+    def _maybe_update_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.batches.clear()
+            self.epoch = epoch
+
+    def find_duplicate(self, epoch: int, first_sequence: int, last_sequence: int) -> _Batch | None:
+        if epoch != self.epoch:
+            return None
+        for batch in self.batches:
+            if (batch.first_sequence, batch.last_sequence) == (first_sequence, last_sequence):
+                return batch
+        return None
 
 
 def _in_sequence(last: int, first: int) -> bool:
     return first == last + 1 or (first == 0 and last == _INT32_MAX)
 
 
-class ProducerStateManager:
-    """The producers of one partition; see the module docstring. Not thread-safe: callers hold
-    the partition lock."""
+class ProducerAppendInfo:
+    """The changes one append makes to one producer, checked against its current entry and
+    kept apart until :meth:`ProducerStateManager.update` applies them (Kafka's
+    ProducerAppendInfo). ``client``: a producer's own batches (every check), else a follower's
+    copy or a replay of the log (no sequence checks; stale epochs accepted)."""
 
-    def __init__(self) -> None:
-        self._producers: dict[int, _Producer] = {}
+    __slots__ = ("producer_id", "_current", "updated", "started", "_client", "_where")
 
-    def __len__(self) -> int:
-        return len(self._producers)
+    def __init__(
+        self, producer_id: int, current: ProducerStateEntry | None, *, client: bool, where: str
+    ) -> None:
+        self.producer_id = producer_id
+        self._current = current or ProducerStateEntry(producer_id)
+        c = self._current
+        self.updated = ProducerStateEntry(
+            producer_id, c.epoch, c.coordinator_epoch, c.current_txn_first_offset, c.last_timestamp
+        )
+        self.started: list[int] = []  # first offsets of the transactions this append starts
+        self._client = client
+        self._where = where
 
-    def check(
-        self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int
-    ) -> Duplicate | None:
-        """Check a batch before it is appended: a :class:`Duplicate` of a stored batch, None when
-        it may be appended; raises :class:`InvalidProducerEpochError` or
-        :class:`OutOfOrderSequenceError` otherwise."""
-        entry = self._producers.get(producer_id)
-        if entry is None:
-            return None
-        if epoch < entry.epoch:
+    def _check_epoch(self, epoch: int, offset: int) -> None:
+        if epoch < self.updated.epoch and self._client:
             raise InvalidProducerEpochError(
-                f"producer {producer_id} epoch {epoch} is older than its current epoch "
-                f"{entry.epoch}: another producer with this id has taken over"
+                f"{self._where}: producer {self.producer_id} epoch {epoch} at offset {offset} "
+                f"is older than its current epoch {self.updated.epoch}: another producer with "
+                f"this id has taken over"
             )
-        if epoch > entry.epoch:
-            if first_sequence != 0:
-                raise OutOfOrderSequenceError(
-                    f"producer {producer_id} started epoch {epoch} at sequence {first_sequence}, "
-                    f"not 0"
-                )
-            return None
-        for batch in entry.batches:
-            if (batch.first_sequence, batch.last_sequence) == (first_sequence, last_sequence):
-                return Duplicate(batch.first_offset, batch.last_offset, batch.max_timestamp)
-        if entry.batches and not _in_sequence(entry.batches[-1].last_sequence, first_sequence):
-            raise OutOfOrderSequenceError(
-                f"producer {producer_id} epoch {epoch} sent sequence {first_sequence} after "
-                f"{entry.batches[-1].last_sequence}; a batch in between is missing"
-            )
-        return None
 
-    def update(
+    def _check_sequence(self, epoch: int, first_sequence: int, offset: int) -> None:
+        updated, current = self.updated, self._current
+        if epoch != updated.epoch:
+            if first_sequence != 0 and updated.epoch != rb.NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequenceError(
+                    f"{self._where}: producer {self.producer_id} started epoch {epoch} at "
+                    f"sequence {first_sequence} (offset {offset}), not 0; its current epoch is "
+                    f"{updated.epoch}"
+                )
+            return
+        if updated.batches:
+            last = updated.last_sequence
+        elif epoch == current.epoch:
+            last = current.last_sequence
+        else:
+            last = rb.NO_SEQUENCE
+        # An unknown producer (its state lost to retention or DeleteRecords) may start anywhere.
+        if current.epoch != rb.NO_PRODUCER_EPOCH and not _in_sequence(last, first_sequence):
+            raise OutOfOrderSequenceError(
+                f"{self._where}: producer {self.producer_id} epoch {epoch} sent sequence "
+                f"{first_sequence} (offset {offset}) after {last}; a batch in between is missing"
+            )
+
+    def append_data(
         self,
-        producer_id: int,
         epoch: int,
         first_sequence: int,
         last_sequence: int,
         first_offset: int,
         last_offset: int,
         max_timestamp: int,
+        is_transactional: bool,
     ) -> None:
-        """Record an appended batch (or one found in the log while rebuilding)."""
-        entry = self._producers.get(producer_id)
-        if entry is None or epoch > entry.epoch:
-            entry = self._producers[producer_id] = _Producer(epoch)
-        entry.batches.append(
+        """Check and add a data batch; raises a :class:`ProducerStateError`."""
+        self._check_epoch(epoch, first_offset)
+        if self._client:
+            self._check_sequence(epoch, first_sequence, first_offset)
+        updated = self.updated
+        if updated.current_txn_first_offset >= 0 and not is_transactional:
+            raise InvalidTxnStateError(
+                f"{self._where}: producer {self.producer_id} sent a non-transactional batch "
+                f"(offset {first_offset}) while its transaction from offset "
+                f"{updated.current_txn_first_offset} is ongoing; commit or abort it first"
+            )
+        updated._maybe_update_epoch(epoch)
+        updated.batches.append(
             _Batch(first_sequence, last_sequence, first_offset, last_offset, max_timestamp)
         )
+        updated.last_timestamp = max_timestamp
+        if updated.current_txn_first_offset < 0 and is_transactional:
+            updated.current_txn_first_offset = first_offset
+            self.started.append(first_offset)
 
-    def rebuild(self, batches: Iterable[tuple[int, int, int, int, int, int, int]]) -> None:
-        """Replay ``(producer_id, epoch, first_sequence, last_sequence, first_offset,
-        last_offset, max_timestamp)`` of stored batches in offset order (on top of a loaded
-        snapshot, or of nothing)."""
-        for batch in batches:
-            self.update(*batch)
+    def append_marker(
+        self, epoch: int, coordinator_epoch: int, offset: int, timestamp: int, commit: bool
+    ) -> CompletedTxn | None:
+        """Check and add an end-transaction marker at ``offset``; the transaction it completes,
+        None when the producer had none ongoing. Raises a :class:`ProducerStateError`."""
+        self._check_epoch(epoch, offset)
+        updated = self.updated
+        if updated.coordinator_epoch > coordinator_epoch and self._client:
+            raise TransactionCoordinatorFencedError(
+                f"{self._where}: marker for producer {self.producer_id} at offset {offset} comes "
+                f"from coordinator epoch {coordinator_epoch}, older than the current "
+                f"{updated.coordinator_epoch}: a replaced transaction coordinator"
+            )
+        completed = None
+        if updated.current_txn_first_offset >= 0:
+            completed = CompletedTxn(
+                self.producer_id, updated.current_txn_first_offset, offset, not commit
+            )
+        updated._maybe_update_epoch(epoch)
+        updated.coordinator_epoch = coordinator_epoch
+        updated.current_txn_first_offset = -1
+        updated.last_timestamp = timestamp
+        return completed
+
+    def append_stored(self, buf: Buffer, position: int, h: rb.BatchHeader) -> CompletedTxn | None:
+        """Add a batch as stored in a log (a follower's copy, a replay); the transaction a
+        marker completes."""
+        if h.is_control:
+            marker = read_marker(buf, position, h)
+            if marker is None:
+                return None  # emptied by the cleaner: its transaction is gone too
+            return self.append_marker(
+                h.producer_epoch,
+                marker.coordinator_epoch,
+                h.base_offset,
+                h.max_timestamp,
+                marker.commit,
+            )
+        self.append_data(
+            h.producer_epoch,
+            h.base_sequence,
+            h.last_sequence,
+            h.base_offset,
+            h.last_offset,
+            h.max_timestamp,
+            h.is_transactional,
+        )
+        return None
+
+
+class ProducerStateManager:
+    """The producers and transactions of one partition; see the module docstring. Not
+    thread-safe: callers hold the partition lock. ``where`` names the partition in errors."""
+
+    def __init__(self, where: str = "") -> None:
+        self.where = where
+        self._producers: dict[int, ProducerStateEntry] = {}
+        # first offset -> producer id of each ongoing transaction, in offset order
+        self._ongoing: dict[int, int] = {}
+        # first offset -> marker offset of completed transactions the high watermark has not
+        # passed yet (Kafka's unreplicatedTxns)
+        self._unreplicated: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self._producers.get(producer_id)
+
+    # -- checking and recording -------------------------------------------------------------
+    def prepare_update(self, producer_id: int, *, client: bool) -> ProducerAppendInfo:
+        return ProducerAppendInfo(
+            producer_id, self._producers.get(producer_id), client=client, where=self.where
+        )
+
+    def find_duplicate(
+        self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int
+    ) -> Duplicate | None:
+        """The stored batch a client's batch repeats (same epoch and sequences), if any."""
+        entry = self._producers.get(producer_id)
+        batch = entry and entry.find_duplicate(epoch, first_sequence, last_sequence)
+        if not batch:
+            return None
+        return Duplicate(batch.first_offset, batch.last_offset, batch.max_timestamp)
+
+    def prepare_client_append(
+        self, batches: Iterable[ProducerBatch]
+    ) -> list[ProducerAppendInfo] | Duplicate:
+        """Check a client's batches (in offset order) without recording anything: the changes
+        to apply after the append, or the :class:`Duplicate` a lone retried batch is. Raises a
+        :class:`ProducerStateError` (:class:`DuplicateSequenceError` for a duplicate among
+        several batches)."""
+        batches = list(batches)
+        infos: dict[int, ProducerAppendInfo] = {}
+        for b in batches:
+            duplicate = self.find_duplicate(
+                b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence
+            )
+            if duplicate is not None:
+                if len(batches) == 1:
+                    return duplicate
+                raise DuplicateSequenceError(
+                    f"{self.where}: batch of producer {b.producer_id} sequences "
+                    f"{b.base_sequence}..{b.last_sequence} is already stored, among other batches"
+                )
+            info = infos.get(b.producer_id)
+            if info is None:
+                info = infos[b.producer_id] = self.prepare_update(b.producer_id, client=True)
+            info.append_data(
+                b.producer_epoch,
+                b.base_sequence,
+                b.last_sequence,
+                b.first_offset,
+                b.last_offset,
+                b.max_timestamp,
+                b.is_transactional,
+            )
+        return list(infos.values())
+
+    def check(
+        self,
+        producer_id: int,
+        epoch: int,
+        first_sequence: int,
+        last_sequence: int,
+        *,
+        is_transactional: bool = False,
+    ) -> Duplicate | None:
+        """What appending one client batch would meet, recording nothing: a
+        :class:`Duplicate`, None when it may be appended, else the :class:`ProducerStateError`
+        raised."""
+        duplicate = self.find_duplicate(producer_id, epoch, first_sequence, last_sequence)
+        if duplicate is None:
+            self.prepare_update(producer_id, client=True).append_data(
+                epoch, first_sequence, last_sequence, 0, 0, -1, is_transactional
+            )
+        return duplicate
+
+    def update(self, info: ProducerAppendInfo) -> None:
+        """Apply an append's checked changes to its producer (Kafka's update)."""
+        new = info.updated
+        entry = self._producers.get(info.producer_id)
+        if entry is None:
+            self._producers[info.producer_id] = new
+        else:
+            entry._maybe_update_epoch(new.epoch)
+            entry.batches.extend(new.batches)
+            entry.coordinator_epoch = new.coordinator_epoch
+            entry.current_txn_first_offset = new.current_txn_first_offset
+            entry.last_timestamp = new.last_timestamp
+        for first_offset in info.started:
+            self._ongoing[first_offset] = info.producer_id
+
+    def last_stable_offset(self, txn: CompletedTxn) -> int:
+        """The LSO once ``txn`` is complete, before :meth:`complete_txn` (what its .txnindex
+        entry records): the first offset of the oldest transaction of another producer still
+        ongoing, else one past the marker."""
+        for first_offset, producer_id in self._ongoing.items():
+            if producer_id != txn.producer_id:
+                return first_offset
+        return txn.last_offset + 1
+
+    def complete_txn(self, txn: CompletedTxn) -> None:
+        """Move a completed transaction from ongoing to unreplicated."""
+        if self._ongoing.pop(txn.first_offset, None) is None:
+            raise ValueError(
+                f"{self.where}: transaction of producer {txn.producer_id} from offset "
+                f"{txn.first_offset} completed but was never started"
+            )
+        self._unreplicated[txn.first_offset] = txn.last_offset
+
+    def replay(self, buf: Buffer, position: int, h: rb.BatchHeader) -> CompletedTxn | None:
+        """Record a stored batch with a producer id (a follower's copy or a replay of the
+        log); the transaction a marker completed, which the caller indexes then passes to
+        :meth:`complete_txn`."""
+        info = self.prepare_update(h.producer_id, client=False)
+        completed = info.append_stored(buf, position, h)
+        self.update(info)
+        return completed
+
+    # -- transactions ------------------------------------------------------------------------
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the oldest ongoing transaction or of the oldest completed one
+        whose marker is at or above ``high_watermark``; None when there is neither."""
+        self._unreplicated = {
+            first: last for first, last in self._unreplicated.items() if last >= high_watermark
+        }
+        candidates = [*self._unreplicated]
+        if self._ongoing:
+            candidates.append(next(iter(self._ongoing)))
+        return min(candidates) if candidates else None
+
+    def ongoing_transactions(self) -> list[tuple[int, int]]:
+        """(first offset, producer id) of each ongoing transaction, oldest first."""
+        return list(self._ongoing.items())
+
+    # -- reporting ---------------------------------------------------------------------------
+    def active_producers(self) -> list[ProducerInfo]:
+        """Every producer, by producer id, as DescribeProducers shows them (Kafka's
+        activeProducers)."""
+        return [
+            ProducerInfo(
+                pid,
+                e.epoch,
+                e.last_sequence,
+                e.last_timestamp,
+                e.coordinator_epoch,
+                e.current_txn_first_offset,
+            )
+            for pid, e in sorted(self._producers.items())
+        ]
 
     def last_batches(self) -> list[tuple[int, int, int, int, int, int]]:
         """(producer_id, epoch, first_sequence, last_sequence, last_offset, max_timestamp) of
-        each producer's last batch, by producer id (what a snapshot keeps)."""
+        each producer's last batch, by producer id (producers with a batch only)."""
         return [
             (
                 pid,
@@ -194,27 +580,27 @@ class ProducerStateManager:
             if e.batches
         ]
 
+    # -- snapshots ---------------------------------------------------------------------------
     def snapshot(self) -> bytes:
         """The state in Kafka's snapshot format (each producer's last batch)."""
         entries = bytearray()
-        last_batches = self.last_batches()
-        for producer_id, epoch, first_sequence, last_sequence, last_offset, ts in last_batches:
-            first_offset = self._producers[producer_id].batches[-1].first_offset
+        for producer_id, e in sorted(self._producers.items()):
+            last = e.batches[-1] if e.batches else None
             entries += _SNAPSHOT_ENTRY.pack(
                 producer_id,
-                epoch,
-                last_sequence,
-                last_offset,
-                last_offset - first_offset,
-                ts,
-                -1,
-                -1,
+                e.epoch,
+                last.last_sequence if last else rb.NO_SEQUENCE,
+                last.last_offset if last else -1,
+                last.last_offset - last.first_offset if last else 0,
+                e.last_timestamp,
+                e.coordinator_epoch,
+                e.current_txn_first_offset,
             )
-        body = struct.pack(">i", len(last_batches)) + entries
+        body = struct.pack(">i", len(self._producers)) + entries
         return struct.pack(">hI", _SNAPSHOT_VERSION, crc32c(body)) + body
 
     @classmethod
-    def from_snapshot(cls, data: bytes) -> "ProducerStateManager":
+    def from_snapshot(cls, data: bytes, where: str = "") -> "ProducerStateManager":
         """The state a snapshot holds; raises :class:`CorruptSnapshotError`."""
         if len(data) < _SNAPSHOT_HEAD.size:
             raise CorruptSnapshotError(f"snapshot of {len(data)} bytes is shorter than its header")
@@ -225,19 +611,34 @@ class ProducerStateManager:
             raise CorruptSnapshotError("snapshot fails its CRC-32C check")
         if count < 0 or len(data) != _SNAPSHOT_HEAD.size + count * _SNAPSHOT_ENTRY.size:
             raise CorruptSnapshotError(f"snapshot of {len(data)} bytes cannot hold {count} entries")
-        state = cls()
+        state = cls(where)
+        ongoing = []
         for i in range(count):
-            (producer_id, epoch, last_sequence, last_offset, offset_delta, timestamp, _, _) = (
-                _SNAPSHOT_ENTRY.unpack_from(data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size)
-            )
-            first_sequence = (last_sequence - offset_delta) & 0x7FFFFFFF
-            state.update(
+            (
                 producer_id,
                 epoch,
-                first_sequence,
                 last_sequence,
-                last_offset - offset_delta,
                 last_offset,
+                offset_delta,
                 timestamp,
+                coordinator_epoch,
+                txn_first_offset,
+            ) = _SNAPSHOT_ENTRY.unpack_from(data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size)
+            entry = ProducerStateEntry(
+                producer_id, epoch, coordinator_epoch, txn_first_offset, timestamp
             )
+            if last_offset >= 0:
+                entry.batches.append(
+                    _Batch(
+                        (last_sequence - offset_delta) & 0x7FFFFFFF,
+                        last_sequence,
+                        last_offset - offset_delta,
+                        last_offset,
+                        timestamp,
+                    )
+                )
+            state._producers[producer_id] = entry
+            if txn_first_offset >= 0:
+                ongoing.append((txn_first_offset, producer_id))
+        state._ongoing = dict(sorted(ongoing))
         return state

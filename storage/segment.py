@@ -1,4 +1,5 @@
-"""One log segment: a .log file of message-set entries plus its .index and .timeindex.
+"""One log segment: a .log file of message-set entries plus its .index and .timeindex, and
+its .txnindex once an aborted transaction's marker is in it (storage/txn_index.py).
 
 Resources: the .log file descriptor is opened on first use and stays open until the Log
 releases it (roll, least-recently-read eviction), ``close`` or ``delete_files`` (it survives the
@@ -25,7 +26,14 @@ from storage.durable import fsync_file
 from storage.config import INT_MAX, LONG_MAX, LogConfig
 from storage.errors import CorruptIndexError, is_disk_failure
 from storage.index import OffsetIndex, TimeIndex
-from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_path
+from storage.layout import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    segment_path,
+)
+from storage.txn_index import TransactionIndex
 from storage import syscalls
 
 if TYPE_CHECKING:
@@ -57,23 +65,6 @@ class RecoveryResult(NamedTuple):
     reason: str | None
 
 
-ProducerBatch = tuple[int, int, int, int, int, int, int]
-
-
-def producer_batch(h: rb.BatchHeader) -> ProducerBatch:
-    """What :meth:`ProducerStateManager.update` records of a stored batch: ``(producer_id,
-    epoch, first_sequence, last_sequence, first_offset, last_offset, max_timestamp)``."""
-    return (
-        h.producer_id,
-        h.producer_epoch,
-        h.base_sequence,
-        h.last_sequence,
-        h.base_offset,
-        h.last_offset,
-        h.max_timestamp,
-    )
-
-
 def _write_all(fd: int, data: Buffer, position: int, *, undo_to: int) -> None:
     """Write all of ``data`` at ``position``; on failure cut the file back to ``undo_to`` bytes
     (ftruncate needs no free space) and re-raise, so a full disk leaves no partial entry."""
@@ -97,6 +88,7 @@ class LogSegment:
         "log_path",
         "offset_index",
         "time_index",
+        "txn_index",
         "size",
         "max_timestamp",
         "offset_of_max_timestamp",
@@ -129,6 +121,9 @@ class LogSegment:
             segment_path(directory, base_offset, TIME_INDEX_SUFFIX),
             base_offset,
             config.segment_index_bytes,
+        )
+        self.txn_index = TransactionIndex(
+            segment_path(directory, base_offset, TXN_INDEX_SUFFIX), base_offset
         )
         self._fd: int | None = None
         if create:
@@ -187,6 +182,7 @@ class LogSegment:
             fsync_file(self.log_path)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def seal(self) -> None:
         """Make this segment inactive (roll or close): append the final time index entry (the
@@ -216,6 +212,7 @@ class LogSegment:
         first)."""
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         self.release_fd()
 
     def rename_to_deleted(self, suffix: str) -> None:
@@ -223,6 +220,7 @@ class LogSegment:
             index.close()
             if os.path.exists(index.path):
                 index.rename(index.path + suffix)
+        self.txn_index.rename(self.txn_index.path + suffix)
         os.rename(self.log_path, self.log_path + suffix)
         self.log_path += suffix
 
@@ -231,6 +229,7 @@ class LogSegment:
         self.release_fd()
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         try:
             os.unlink(self.log_path)
         except FileNotFoundError:
@@ -267,7 +266,7 @@ class LogSegment:
     def recover(self, max_message_bytes: int) -> RecoveryResult:
         """Rebuild both indexes and the max timestamp by scanning every entry; truncate the log
         at the first incomplete, corrupt (CRC, size, magic, key/value lengths) or out-of-order
-        entry."""
+        entry. The .txnindex is the Log's to rebuild (it needs the producer state)."""
         self.offset_index.reset()
         self.time_index.reset()
         file_size = os.stat(self.log_path).st_size
@@ -524,16 +523,16 @@ class LogSegment:
                     return TimestampOffset(message.timestamp, message.offset)
         return None
 
-    def producer_batches(self) -> Iterator[ProducerBatch]:
-        """:func:`producer_batch` of every record batch with a producer id, in offset order
-        (headers only: nothing is decompressed)."""
+    def producer_batches(self) -> Iterator[tuple[Buffer, int, rb.BatchHeader]]:
+        """(buffer, position, header) of every record batch with a producer id, in offset order
+        (headers only: nothing is decompressed; the buffer is valid while iterating)."""
         view = self._view()
         for entry in iter_shallow(view):
             if entry.magic != rb.MAGIC:
                 continue
             h = rb.read_header(view, entry.position)
             if h.producer_id >= 0:
-                yield producer_batch(h)
+                yield view, entry.position, h
 
     # -- truncating --------------------------------------------------------------------------
     def truncate_to(self, offset: int, now_ms: int) -> int | None:
@@ -547,6 +546,7 @@ class LogSegment:
         next_offset = max(previous + 1, self.base_offset)
         self.offset_index.truncate_to(next_offset)
         self.time_index.truncate_to(next_offset)
+        self.txn_index.truncate_to(next_offset)
         if entry.position < os.stat(self.log_path).st_size:
             os.truncate(self.log_path, entry.position)
         self.size = entry.position

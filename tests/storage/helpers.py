@@ -47,3 +47,34 @@ def validated(
     )
     assert isinstance(result, ValidatedRecords), result
     return result
+
+
+def producer_set(
+    log,
+    producer_id: int,
+    epoch: int,
+    sequence: int,
+    count: int,
+    *,
+    transactional: bool = False,
+    now: int = 1_700_000_000_000,
+) -> ValidatedRecords:
+    """A validated v2 batch of ``count`` records from a producer (transactional or only
+    idempotent), to append at ``log.log_end_offset``."""
+    from protocol import recordbatch as rb
+
+    spec = rb.BatchSpec(
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        is_transactional=transactional,
+    )
+    records = [(i, now, b"k%d" % i, b"v%d" % (sequence + i), ()) for i in range(count)]
+    result = validate_produce(
+        rb.build_batch(spec, records),
+        TopicSettings(magic=2),
+        next_offset=log.log_end_offset,
+        now_ms=now,
+    )
+    assert isinstance(result, ValidatedRecords), result
+    return result

@@ -65,6 +65,9 @@ class CleanerMachine(RuleBasedStateMachine):
         self.history: dict[int, tuple[int, bytes, bytes | None, int]] = {}
         self.present: dict[int, tuple[int, bytes, bytes | None]] = {}
         self.producer_last: dict[int, tuple[int, int, int, int]] = {}
+        # producer -> (last sequence, last offset) of each of its batches: the sequence a
+        # truncation takes the producer back to (the log checks sequences in append)
+        self.producer_sequences: dict[int, list[tuple[int, int]]] = {}
         self.next_sequence: dict[int, int] = {}
         self.log: Log | None = None
         # No truncation below this: it could remove a record a cleaning (finished or not)
@@ -191,6 +194,9 @@ class CleanerMachine(RuleBasedStateMachine):
                 v.last_offset,
             )
             self.next_sequence[producer] = sequence + len(records)
+            self.producer_sequences.setdefault(producer, []).append(
+                (sequence + len(records) - 1, v.last_offset)
+            )
 
     @rule()
     def roll(self):
@@ -256,6 +262,10 @@ class CleanerMachine(RuleBasedStateMachine):
         self.history = {o: r for o, r in self.history.items() if o < end}
         self.present = {o: r for o, r in self.present.items() if o < end}
         self.producer_last = {p: b for p, b in self.producer_last.items() if b[3] < end}
+        for p, batches in self.producer_sequences.items():
+            batches[:] = [b for b in batches if b[1] < end]
+            # A producer whose every batch is gone is unknown again: any sequence goes.
+            self.next_sequence[p] = batches[-1][0] + 1 if batches else 0
         self._touch_active()
 
     @rule()

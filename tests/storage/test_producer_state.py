@@ -22,30 +22,37 @@ from storage.producer_state import (
 NOW = 1_700_000_000_000
 
 
+def record(p, producer_id, epoch, first_seq, last_seq, first_offset, last_offset, ts, txn=False):
+    """Record a stored batch as a replay of the log does (no checks)."""
+    info = p.prepare_update(producer_id, client=False)
+    info.append_data(epoch, first_seq, last_seq, first_offset, last_offset, ts, txn)
+    p.update(info)
+
+
 def test_sequences_duplicates_and_epochs():
     p = ProducerStateManager()
     assert p.check(7, 0, 5, 9) is None  # unknown producer: any sequence (state lost)
-    p.update(7, 0, 5, 9, 100, 104, NOW)
+    record(p, 7, 0, 5, 9, 100, 104, NOW)
     assert p.check(7, 0, 5, 9) == Duplicate(100, 104, NOW)
     with pytest.raises(OutOfOrderSequenceError, match="after 9"):
         p.check(7, 0, 11, 12)
     assert p.check(7, 0, 10, 12) is None
     for i in range(BATCHES_KEPT):
-        p.update(7, 0, 10 + i, 10 + i, 200 + i, 200 + i, NOW)
+        record(p, 7, 0, 10 + i, 10 + i, 200 + i, 200 + i, NOW)
     assert p.check(7, 0, 10, 10) == Duplicate(200, 200, NOW)
     with pytest.raises(OutOfOrderSequenceError):
         p.check(7, 0, 5, 9)  # older than the last five: no longer known as a duplicate
     with pytest.raises(OutOfOrderSequenceError, match="epoch 1 at sequence 3"):
         p.check(7, 1, 3, 4)
     assert p.check(7, 1, 0, 4) is None
-    p.update(7, 1, 0, 4, 300, 304, NOW)
+    record(p, 7, 1, 0, 4, 300, 304, NOW)
     with pytest.raises(InvalidProducerEpochError):
         p.check(7, 0, 15, 15)
 
 
 def test_sequence_wraps_to_zero():
     p = ProducerStateManager()
-    p.update(1, 0, 2**31 - 2, 2**31 - 1, 0, 1, NOW)
+    record(p, 1, 0, 2**31 - 2, 2**31 - 1, 0, 1, NOW)
     assert p.check(1, 0, 0, 3) is None
     with pytest.raises(OutOfOrderSequenceError):
         p.check(1, 0, 1, 3)
@@ -90,9 +97,9 @@ def test_snapshot_format_field_by_field():
     from crc32c import crc32c
 
     p = ProducerStateManager()
-    p.update(9, 2, 0, 4, 10, 14, NOW)
-    p.update(9, 2, 5, 6, 15, 16, NOW + 1)
-    p.update(3, 0, 2**31 - 2, 1, 20, 23, NOW + 2)  # sequence wraps inside the batch
+    record(p, 9, 2, 0, 4, 10, 14, NOW)
+    record(p, 9, 2, 5, 6, 15, 16, NOW + 1)
+    record(p, 3, 0, 2**31 - 2, 1, 20, 23, NOW + 2)  # sequence wraps inside the batch
     data = p.snapshot()
     version, crc, count = struct.unpack_from(">hIi", data)
     assert (version, count, crc) == (1, 2, crc32c(data[6:]))
@@ -109,7 +116,7 @@ def test_corrupt_snapshots_are_refused(damage):
     from storage.producer_state import CorruptSnapshotError
 
     p = ProducerStateManager()
-    p.update(1, 0, 0, 0, 0, 0, NOW)
+    record(p, 1, 0, 0, 0, 0, 0, NOW)
     data = bytearray(p.snapshot())
     if damage == "truncate":
         data = data[:-3]
@@ -197,7 +204,7 @@ def test_dump_log_prints_a_snapshot(tmp_path):
     from storage.dump import dump_file
 
     p = ProducerStateManager()
-    p.update(9, 2, 5, 6, 15, 16, NOW)
+    record(p, 9, 2, 5, 6, 15, 16, NOW)
     path = tmp_path / "00000000000000000017.snapshot"
     path.write_bytes(p.snapshot())
     out = io.StringIO()

@@ -94,7 +94,7 @@ class LogMachine(RuleBasedStateMachine):
         if kind == "v2_zstd":
             codec = Codec.ZSTD
         idempotent = magic == 2 and producer is not None
-        # an idempotent producer's sequences only go forward, whatever the log lost or deleted
+        # a producer goes on after the last batch the log kept (retention forgets no producer)
         sequence = self.next_sequence.get(producer, 0) if idempotent else -1
         builder = MessageSetBuilder(
             magic=magic,
@@ -143,8 +143,18 @@ class LogMachine(RuleBasedStateMachine):
         self.log.truncate_to(offset)
         if offset < self.start:
             self.entries, self.start = [], offset
+            self.producers.clear()  # the log restarts empty, its producers unknown
         else:
             self.entries = [e for e in self.entries if e[-1][0] < offset]
+        self._forget_producers_from(self.end)
+
+    def _forget_producers_from(self, end: int) -> None:
+        """Truncation and recovery take each producer back to its last batch below ``end``;
+        one without any is unknown, and may start at any sequence."""
+        self.producers = {o: p for o, p in self.producers.items() if o < end}
+        self.next_sequence = {}
+        for _, (pid, _, last_seq) in sorted(self.producers.items()):
+            self.next_sequence[pid] = last_seq + 1
 
     @rule(advance=st.integers(0, 5 * DAY))
     def retention(self, advance):
@@ -186,8 +196,11 @@ class LogMachine(RuleBasedStateMachine):
             lost_from = next(e.offset for e in shallow if e.next_position > len(raw) - cut)
         else:
             victim = data.draw(st.sampled_from(shallow))
-            # Anything from the size field on; the offset field is not covered by the CRC.
+            # Anything from the size field on; the offset field is not covered by the CRC, nor
+            # is a record batch's partition leader epoch (bytes 12-15, after the size).
             position = data.draw(st.integers(victim.position + 8, victim.next_position - 1))
+            if victim.magic == 2 and 12 <= position - victim.position < 16:
+                position = victim.position + 16
             with open(segment.log_path, "r+b") as f:
                 f.seek(position)
                 f.write(bytes([raw[position] ^ data.draw(st.integers(1, 255))]))
@@ -200,6 +213,7 @@ class LogMachine(RuleBasedStateMachine):
             needs_recovery=True,
         )
         self.entries = [e for e in self.entries if e[-1][0] < lost_from]
+        self._forget_producers_from(self.end)
 
     # -- checks ----------------------------------------------------------------------------------
     @invariant()
