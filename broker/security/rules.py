@@ -46,6 +46,18 @@ CLUSTER_DENIED = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 TXN_DENIED = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 NOT_REQUESTED = -2147483648  # authorized operations not asked for
 NOT_ATTEMPTED = int(ErrorCode.OPERATION_NOT_ATTEMPTED)
+# What Kafka's Errors.message() says for the refusals Kafka 4.1 answers with a text
+_DENIED_MESSAGE = {
+    TOPIC_DENIED: "Topic authorization failed.",
+    GROUP_DENIED: "Group authorization failed.",
+    CLUSTER_DENIED: "Cluster authorization failed.",
+    TXN_DENIED: "Transactional Id authorization failed.",
+}
+
+
+def _cluster_denied_message(operation: Operation) -> str:
+    """The text of a refused cluster operation (Kafka's names the request and the operation)."""
+    return f"Cluster authorization failed: the principal needs {operation.name} on the cluster."
 
 
 class Check:
@@ -438,7 +450,8 @@ async def offset_fetch_rule(check: Check, handler: Handler, ctx: Any, request: R
 
 
 async def find_coordinator_rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
-    """DESCRIBE on the group (key type 0) or transactional id (1)."""
+    """DESCRIBE on the group (key type 0) or transactional id (1); a refusal carries the error's
+    text below v4 and an empty one per key from v4, as Kafka 4.1 answers."""
     body = request.body
     resource = TXN if body.get("key_type", 0) == 1 else GROUP
     code = TXN_DENIED if resource == TXN else GROUP_DENIED
@@ -446,7 +459,7 @@ async def find_coordinator_rule(check: Check, handler: Handler, ctx: Any, reques
         if not check(Operation.DESCRIBE, resource, body.key):
             return {
                 "error_code": code,
-                "error_message": None,
+                "error_message": _DENIED_MESSAGE[code],
                 "node_id": -1,
                 "host": "",
                 "port": -1,
@@ -455,7 +468,7 @@ async def find_coordinator_rule(check: Check, handler: Handler, ctx: Any, reques
     keys = list(body.coordinator_keys)
     keep = [k for k in keys if check(Operation.DESCRIBE, resource, k)]
     denied = [
-        {"key": k, "node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": None}
+        {"key": k, "node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": ""}
         for k in keys
         if k not in keep
     ]
@@ -546,7 +559,11 @@ async def delete_topics_rule(check: Check, handler: Handler, ctx: Any, request: 
     if _v(request) < 6:
         names = list(body.topic_names)
         keep = [n for n in names if check(Operation.DELETE, TOPIC, n)]
-        denied = [{"name": n, "error_code": TOPIC_DENIED} for n in names if n not in keep]
+        denied = [
+            {"name": n, "error_code": TOPIC_DENIED, "error_message": _DENIED_MESSAGE[TOPIC_DENIED]}
+            for n in names
+            if n not in keep
+        ]
         if not denied:
             return await handler(ctx, request)
         answer = await handler(ctx, _with(request, topic_names=keep)) if keep else {}
@@ -570,18 +587,11 @@ async def delete_topics_rule(check: Check, handler: Handler, ctx: Any, request: 
             "name": e["name"],
             "topic_id": e["topic_id"],
             "error_code": TOPIC_DENIED,
-            "error_message": None,
+            "error_message": _DENIED_MESSAGE[TOPIC_DENIED],
         },
         name_of=name_of,
         response_field="responses",
     )
-
-
-# What Kafka's Errors.message() says for these refusals
-_DENIED_MESSAGE = {
-    TOPIC_DENIED: "Topic authorization failed.",
-    CLUSTER_DENIED: "Cluster authorization failed.",
-}
 
 
 def _config_resource_rule(operation: Operation, response_field: str, extra: dict) -> Callable:
@@ -804,8 +814,11 @@ def _denied_cluster_action(request: Request) -> dict:
     return {"error_code": CLUSTER_DENIED}
 
 
-def _top_error(**extra: Any) -> Callable[[Request], dict]:
-    return lambda request: {"error_code": CLUSTER_DENIED, "error_message": None, **extra}
+def _top_error(operation: Operation | None = None, **extra: Any) -> Callable[[Request], dict]:
+    """A whole request refused on the cluster: with a text when ``operation`` is given (Kafka's
+    ClusterAuthorizationException message), else a null one."""
+    message = None if operation is None else _cluster_denied_message(operation)
+    return lambda request: {"error_code": CLUSTER_DENIED, "error_message": message, **extra}
 
 
 A = ApiKey
@@ -853,12 +866,13 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
         _refused_partitions("name", "partition_index", error_code=TOPIC_DENIED, low_watermark=-1),
     ),
     A.INIT_PRODUCER_ID: init_producer_id_rule,
-    A.DESCRIBE_ACLS: cluster_rule(O.DESCRIBE, _top_error(resources=[])),
+    A.DESCRIBE_ACLS: cluster_rule(O.DESCRIBE, _top_error(O.DESCRIBE, resources=[])),
     A.CREATE_ACLS: cluster_rule(
         O.ALTER,
         lambda r: {
             "results": [
-                {"error_code": CLUSTER_DENIED, "error_message": None} for _ in r.body.creations
+                {"error_code": CLUSTER_DENIED, "error_message": _cluster_denied_message(O.ALTER)}
+                for _ in r.body.creations
             ]
         },
     ),
@@ -866,7 +880,11 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
         O.ALTER,
         lambda r: {
             "filter_results": [
-                {"error_code": CLUSTER_DENIED, "error_message": None, "matching_acls": []}
+                {
+                    "error_code": CLUSTER_DENIED,
+                    "error_message": _cluster_denied_message(O.ALTER),
+                    "matching_acls": [],
+                }
                 for _ in r.body.filters
             ]
         },
@@ -886,12 +904,27 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     A.ALTER_PARTITION_REASSIGNMENTS: cluster_rule(O.ALTER, _top_error(responses=[])),
     A.LIST_PARTITION_REASSIGNMENTS: cluster_rule(O.DESCRIBE, _top_error(topics=[])),
     A.OFFSET_DELETE: offset_delete_rule,
-    A.DESCRIBE_USER_SCRAM_CREDENTIALS: cluster_rule(O.DESCRIBE, _top_error(results=[])),
+    # Kafka 4.1 answers one nameless result per user asked for
+    A.DESCRIBE_USER_SCRAM_CREDENTIALS: cluster_rule(
+        O.DESCRIBE,
+        lambda r: {
+            "error_code": CLUSTER_DENIED,
+            "error_message": None,
+            "results": [
+                {"user": "", "error_code": CLUSTER_DENIED, "error_message": None}
+                for _ in r.body.users or ()
+            ],
+        },
+    ),
     A.ALTER_USER_SCRAM_CREDENTIALS: cluster_rule(
         O.ALTER,
         lambda r: {
             "results": [
-                {"user": u, "error_code": CLUSTER_DENIED, "error_message": None}
+                {
+                    "user": u,
+                    "error_code": CLUSTER_DENIED,
+                    "error_message": _cluster_denied_message(O.ALTER),
+                }
                 for u in dict.fromkeys(
                     [d.name for d in r.body.deletions] + [u.name for u in r.body.upsertions]
                 )
@@ -919,7 +952,7 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
             "name",
             "partition_index",
             error_code=TOPIC_DENIED,
-            error_message=None,
+            error_message=_DENIED_MESSAGE[TOPIC_DENIED],
             active_producers=(),
         ),
     ),

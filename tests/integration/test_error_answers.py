@@ -45,6 +45,7 @@ from confluent_kafka.admin import (
 from clients import topic_name
 from kafka_wire import WireClient
 from protocol import ApiKey
+from protocol.recordbatch import BatchSpec, build_batch
 from security_helpers import SaslTranscript, SecureBroker, handshake, local_brokers_only
 from tests.oracle.kafka_oracle import JavaClientError, JavaClients, KafkaServer
 
@@ -566,12 +567,286 @@ SCENARIOS = [
     ),  # fmt: skip
 ]
 
+GROUP = "diff-group"  # alice may not touch it (no ACL); the same name on both brokers
+BATCH = build_batch(BatchSpec(), [(0, int(time.time() * 1000), None, b"refused", [])])
+
+
+def _topic_partitions(key: str, index: str = "partition_indexes") -> Callable[[dict], list]:
+    return lambda ctx: [{"name": ctx[key], index: [0]}]
+
+
+def _scenario(name: str, api: ApiKey, version: int, body: Callable[[dict], dict]) -> Scenario:
+    """A request alice sends."""
+    return Scenario(name, api, version, "alice", body)
+
+
+# Every other response with nullable fields, refused (KafkaApis' error answers).
+REFUSALS = [
+    *(
+        _scenario(
+            f"produce-denied-v{v}",
+            ApiKey.PRODUCE,
+            v,
+            lambda ctx: {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout_ms": 10000,
+                "topic_data": [
+                    {"name": ctx["open"], "partition_data": [{"index": 0, "records": BATCH}]}
+                ],
+            },
+        )
+        for v in (3, 8, 9, 11)
+    ),
+    _scenario(
+        "offset-fetch-denied-v7",
+        ApiKey.OFFSET_FETCH,
+        7,
+        lambda ctx: {"group_id": GROUP, "topics": _topic_partitions("open")(ctx)},
+    ),
+    _scenario(
+        "offset-fetch-denied-v8",
+        ApiKey.OFFSET_FETCH,
+        8,
+        lambda ctx: {"groups": [{"group_id": GROUP, "topics": _topic_partitions("open")(ctx)}]},
+    ),
+    _scenario(
+        "find-coordinator-denied-v3",
+        ApiKey.FIND_COORDINATOR,
+        3,
+        lambda ctx: {"key": GROUP, "key_type": 0},
+    ),  # fmt: skip
+    _scenario(
+        "find-coordinator-denied-v4",
+        ApiKey.FIND_COORDINATOR,
+        4,
+        lambda ctx: {"key_type": 0, "coordinator_keys": [GROUP]},
+    ),  # fmt: skip
+    *(
+        _scenario(
+            f"join-group-denied-v{v}",
+            ApiKey.JOIN_GROUP,
+            v,
+            lambda ctx: {
+                "group_id": GROUP,
+                "session_timeout_ms": 10000,
+                "rebalance_timeout_ms": 10000,
+                "member_id": "",
+                "group_instance_id": None,
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b""}],
+            },
+        )
+        for v in (5, 7, 9)
+    ),
+    _scenario(
+        "sync-group-denied-v5",
+        ApiKey.SYNC_GROUP,
+        5,
+        lambda ctx: {
+            "group_id": GROUP,
+            "generation_id": 1,
+            "member_id": "m",
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": [],
+        },
+    ),  # fmt: skip
+    _scenario(
+        "describe-groups-denied-v5",
+        ApiKey.DESCRIBE_GROUPS,
+        5,
+        lambda ctx: {"groups": [GROUP], "include_authorized_operations": True},
+    ),  # fmt: skip
+    _scenario(
+        "offset-commit-denied-v8",
+        ApiKey.OFFSET_COMMIT,
+        8,
+        lambda ctx: {
+            "group_id": GROUP,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "topics": [
+                {
+                    "name": ctx["open"],
+                    "partitions": [
+                        {"partition_index": 0, "committed_offset": 1, "committed_metadata": None}
+                    ],
+                }
+            ],
+        },
+    ),  # fmt: skip
+    _scenario(
+        "delete-topics-denied-v5",
+        ApiKey.DELETE_TOPICS,
+        5,
+        lambda ctx: {"topic_names": [ctx["open"]], "timeout_ms": 10000},
+    ),  # fmt: skip
+    _scenario(
+        "delete-topics-denied-v6",
+        ApiKey.DELETE_TOPICS,
+        6,
+        lambda ctx: {
+            "topics": [{"name": ctx["open"], "topic_id": uuid.UUID(int=0)}],
+            "timeout_ms": 10000,
+        },
+    ),  # fmt: skip
+    _scenario(
+        "create-partitions-denied-v3",
+        ApiKey.CREATE_PARTITIONS,
+        3,
+        lambda ctx: {
+            "topics": [{"name": ctx["open"], "count": 5, "assignments": None}],
+            "timeout_ms": 10000,
+            "validate_only": True,
+        },
+    ),  # fmt: skip
+    _scenario(
+        "delete-records-denied-v2",
+        ApiKey.DELETE_RECORDS,
+        2,
+        lambda ctx: {
+            "topics": [{"name": ctx["open"], "partitions": [{"partition_index": 0, "offset": 1}]}],
+            "timeout_ms": 10000,
+        },
+    ),  # fmt: skip
+    _scenario(
+        "describe-acls-denied-v3",
+        ApiKey.DESCRIBE_ACLS,
+        3,
+        lambda ctx: {
+            "resource_type_filter": 1,
+            "resource_name_filter": None,
+            "pattern_type_filter": 1,
+            "principal_filter": None,
+            "host_filter": None,
+            "operation": 1,
+            "permission_type": 1,
+        },
+    ),  # fmt: skip
+    _scenario(
+        "describe-producers-denied-v0",
+        ApiKey.DESCRIBE_PRODUCERS,
+        0,
+        lambda ctx: {"topics": _topic_partitions("denied")(ctx)},
+    ),
+    _scenario(
+        "create-acls-denied-v3",
+        ApiKey.CREATE_ACLS,
+        3,
+        lambda ctx: {
+            "creations": [
+                {
+                    "resource_type": 2,
+                    "resource_name": ctx["open"],
+                    "resource_pattern_type": 3,
+                    "principal": "User:alice",
+                    "host": "*",
+                    "operation": 3,
+                    "permission_type": 3,
+                }
+            ]
+        },
+    ),
+    _scenario(
+        "delete-acls-denied-v3",
+        ApiKey.DELETE_ACLS,
+        3,
+        lambda ctx: {
+            "filters": [
+                {
+                    "resource_type_filter": 2,
+                    "resource_name_filter": ctx["open"],
+                    "pattern_type_filter": 3,
+                    "principal_filter": None,
+                    "host_filter": None,
+                    "operation": 1,
+                    "permission_type": 1,
+                }
+            ]
+        },
+    ),
+    _scenario(
+        "elect-leaders-denied-v2",
+        ApiKey.ELECT_LEADERS,
+        2,
+        lambda ctx: {
+            "election_type": 0,
+            "timeout_ms": 10000,
+            "topic_partitions": [{"topic": ctx["open"], "partitions": [0]}],
+        },
+    ),
+    _scenario(
+        "describe-user-scram-denied-v0",
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+        0,
+        lambda ctx: {"users": [{"name": "alice"}]},
+    ),
+    _scenario(
+        "alter-user-scram-denied-v0",
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+        0,
+        lambda ctx: {"deletions": [{"name": "bob", "mechanism": 1}], "upsertions": []},
+    ),
+    _scenario(
+        "list-reassignments-denied-v0",
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
+        0,
+        lambda ctx: {"timeout_ms": 10000, "topics": None},
+    ),
+    _scenario(
+        "alter-reassignments-denied-v0",
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        0,
+        lambda ctx: {
+            "timeout_ms": 10000,
+            "topics": [
+                {"name": ctx["open"], "partitions": [{"partition_index": 0, "replicas": None}]}
+            ],
+        },
+    ),
+    _scenario(
+        "delete-groups-denied-v2", ApiKey.DELETE_GROUPS, 2, lambda ctx: {"groups_names": [GROUP]}
+    ),
+    _scenario(
+        "offset-delete-denied-v0",
+        ApiKey.OFFSET_DELETE,
+        0,
+        lambda ctx: {
+            "group_id": GROUP,
+            "topics": [{"name": ctx["open"], "partitions": [{"partition_index": 0}]}],
+        },
+    ),
+    _scenario(
+        "describe-log-dirs-denied-v4", ApiKey.DESCRIBE_LOG_DIRS, 4, lambda ctx: {"topics": None}
+    ),
+    _scenario(
+        "init-producer-id-denied-v4",
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        lambda ctx: {
+            "transactional_id": "diff-txn",
+            "transaction_timeout_ms": 60000,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        },
+    ),  # fmt: skip
+]
+SCENARIOS += REFUSALS
+
 _OUT_OF_RANGE = (
     "chronolog answers OFFSET_OUT_OF_RANGE with the partition's high watermark, last stable "
     "offset and log start offset, where Kafka 4.1 sends -1 (clients ignore them on this error "
     "and ask ListOffsets)"
 )
+_CLUSTER_ONLY = (
+    "a single chronolog broker does not serve this api (it is served in a cluster, "
+    "broker/cluster/) and closes the connection, as for any api ApiVersions does not list"
+)
 DEPARTURES: dict[str, str] = {
+    "elect-leaders-denied-v2": _CLUSTER_ONLY,
+    "list-reassignments-denied-v0": _CLUSTER_ONLY,
+    "alter-reassignments-denied-v0": _CLUSTER_ONLY,
     "fetch-out-of-range-v12": _OUT_OF_RANGE,
     "fetch-out-of-range-v17": _OUT_OF_RANGE,
     "fetch-out-of-range-read-committed-v12": _OUT_OF_RANGE,
