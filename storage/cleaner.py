@@ -18,6 +18,15 @@ min.compaction.lag.ms, KIP-58) the *dirty* section. One cleaning (:class:`Cleani
    them in (the log's lock held; storage/swap.py's crash-safe protocol);
 4. finish (the lock held): the checkpoint moves to the end of the mapped section.
 
+Transactions (Kafka's CleanedTransactionMetadata): the cleanable range ends at the last stable
+offset, so no batch of an undecided transaction is cleaned. The batches of aborted transactions
+(known from the segments' .txnindex) are neither mapped nor kept; an ABORT marker stays while
+this cleaning removed data of its transaction (and its .txnindex entry goes into the cleaned
+segment), a COMMIT marker while data of its transaction remains. A marker with nothing left of
+its transaction gets a delete horizon (delete.retention.ms from this cleaning, KIP-534) and is
+removed by the first cleaning after it, unless it is its producer's last record (its epoch
+fences zombies), which stays, emptied.
+
 A record survives when it is past the mapped section, or it is the latest of its key and either
 has a value or is a tombstone (null value) still within delete.retention.ms: for record batches
 (magic 2) from the first cleaning that kept it (KIP-534: the horizon is written into the batch),
@@ -68,7 +77,9 @@ from storage import killpoints, swap, syscalls
 from storage.config import INT_MAX, LogConfig
 from storage.errors import StorageError
 from storage.index import OffsetIndex, TimeIndex
-from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from storage.producer_state import Marker, read_marker
+from storage.txn_index import AbortedTxn, TransactionIndex
 
 if TYPE_CHECKING:
     from storage.log import Log
@@ -205,13 +216,16 @@ class SegmentInfo:
     mtime_ns: int
     offset_index_bytes: int
     time_index_bytes: int
+    # aborted transactions overlapping [base_offset, next segment's base): their batches go
+    aborted: tuple[AbortedTxn, ...] = ()
 
 
 @dataclass(frozen=True)
 class CleaningPlan:
     """What :func:`plan_cleaning` found: Kafka's LogToClean. ``segments`` are the inactive
-    segments below ``first_uncleanable_offset``; ``producer_last_offsets`` maps each producer id
-    to the last offset of its last batch (that batch is kept, possibly empty)."""
+    segments below ``first_uncleanable_offset``; ``producer_last_records`` maps each producer id
+    to (the last offset of its last data batch or -1, its epoch): that batch, else its last
+    marker of that epoch, is kept, possibly empty (Kafka's lastRecordsOfActiveProducers)."""
 
     log: Log
     first_dirty_offset: int
@@ -221,7 +235,7 @@ class CleaningPlan:
     needs_compaction_now: bool
     segments: tuple[SegmentInfo, ...]
     truncations: int
-    producer_last_offsets: Mapping[int, int]
+    producer_last_records: Mapping[int, tuple[int, int]]
     config: LogConfig
     legacy_delete_horizon_ms: int
     checkpoint_reset: bool
@@ -285,7 +299,8 @@ def plan_cleaning(log: Log, now_ms: int) -> CleaningPlan | None:
     else:
         first_dirty = checkpoint
     dirty = segments[_floor_index(bases, first_dirty) : -1]
-    uncleanable = [log.high_watermark, active.base_offset]
+    # Kafka never cleans past the last stable offset (itself at most the high watermark).
+    uncleanable = [log.last_stable_offset, active.base_offset]
     if config.min_compaction_lag_ms > 0:
         young = next(
             (
@@ -321,10 +336,13 @@ def plan_cleaning(log: Log, now_ms: int) -> CleaningPlan | None:
             os.stat(s.log_path).st_mtime_ns,
             s.offset_index.entries * OffsetIndex.ENTRY.size,
             s.time_index.entries * TimeIndex.ENTRY.size,
+            tuple(log.aborted_transactions(s.base_offset, bases[i + 1])),
         )
-        for s in segments[:-1]
+        for i, s in enumerate(segments[:-1])
         if s.base_offset < end
     )
+    producers = log.producer_state()
+    last_data = {pid: last_offset for pid, _, _, _, last_offset, _ in producers.last_batches()}
     return CleaningPlan(
         log=log,
         first_dirty_offset=first_dirty,
@@ -334,8 +352,9 @@ def plan_cleaning(log: Log, now_ms: int) -> CleaningPlan | None:
         needs_compaction_now=now_due,
         segments=infos,
         truncations=log.truncations,
-        producer_last_offsets={
-            pid: last_offset for pid, _, _, _, last_offset, _ in log.producer_state().last_batches()
+        producer_last_records={
+            p.producer_id: (last_data.get(p.producer_id, -1), p.producer_epoch)
+            for p in producers.active_producers()
         },
         config=config,
         legacy_delete_horizon_ms=legacy_horizon,
@@ -454,6 +473,63 @@ class CleanerManager:
             self._cond.notify_all()
 
 
+# -- transactions --------------------------------------------------------------------------------
+
+
+class CleanedTransactions:
+    """Kafka's CleanedTransactionMetadata: the transactions a cleaning walks through, in offset
+    order. Aborted transactions are added as the segments holding them come up
+    (:meth:`add_aborted`); each batch is reported in turn and answered whether it may be
+    discarded. ``cleaned_index``: where a kept ABORT marker's .txnindex entry goes."""
+
+    def __init__(self) -> None:
+        self._aborted: list[AbortedTxn] = []  # not yet reached, by first offset
+        # producer -> (its aborted transaction being walked, last offset of a batch seen of it)
+        self._ongoing_aborted: dict[int, tuple[AbortedTxn, int]] = {}
+        self._ongoing_committed: set[int] = set()
+        self.cleaned_index: TransactionIndex | None = None
+
+    def add_aborted(self, txns: Sequence[AbortedTxn]) -> None:
+        self._aborted = sorted([*self._aborted, *txns], key=lambda t: t.first_offset)
+
+    def _reach(self, offset: int) -> None:
+        while self._aborted and self._aborted[0].first_offset <= offset:
+            txn = self._aborted.pop(0)
+            self._ongoing_aborted.setdefault(txn.producer_id, (txn, -1))
+
+    def on_control_batch(self, header: rb.BatchHeader, marker: Marker | None) -> bool:
+        """A marker: whether it may be discarded (nothing of its transaction was seen; an
+        emptied one always)."""
+        self._reach(header.last_offset)
+        if marker is None:
+            return True
+        pid = header.producer_id
+        if not marker.commit:
+            txn, seen = self._ongoing_aborted.pop(pid, (None, -1))
+            if txn is not None and seen >= 0:
+                if self.cleaned_index is not None:
+                    self.cleaned_index.append(txn)
+                return False
+            return True
+        if pid in self._ongoing_committed:
+            self._ongoing_committed.discard(pid)
+            return False
+        return True
+
+    def on_batch(self, header: rb.BatchHeader) -> bool:
+        """A data batch: whether it belongs to an aborted transaction (then it goes)."""
+        self._reach(header.last_offset)
+        if not header.is_transactional:
+            return False
+        pid = header.producer_id
+        aborted = self._ongoing_aborted.get(pid)
+        if aborted is not None:
+            self._ongoing_aborted[pid] = (aborted[0], header.last_offset)
+            return True
+        self._ongoing_committed.add(pid)
+        return False
+
+
 # -- reading and writing segments ----------------------------------------------------------------
 
 
@@ -527,8 +603,13 @@ class _SegmentWriter:
         self.time_index = TimeIndex(
             swap.cleaned_path(directory, base, TIME_INDEX_SUFFIX), base, config.segment_index_bytes
         )
+        # written only when an ABORT marker with its entry is kept (CleanedTransactions)
+        self.txn_index = TransactionIndex(
+            swap.cleaned_path(directory, base, TXN_INDEX_SUFFIX), base
+        )
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         self._buffer = bytearray()
         self._written = 0
         self.size = 0
@@ -582,6 +663,7 @@ class _SegmentWriter:
         syscalls.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
         self.close()
         os.utime(self.log_path, ns=(mtime_ns, mtime_ns))
 
@@ -711,6 +793,8 @@ class CleaningJob:
         self.groups: list[list[SegmentInfo]] = []
         self.swapped = True
         self._map = cleaner.offset_map
+        # carried from group to group, as Kafka's doClean does
+        self._txns = CleanedTransactions()
 
     def _check(self) -> None:
         if self.progress.aborted or self.cleaner.stopped.is_set():
@@ -737,8 +821,10 @@ class CleaningJob:
             if (i + 1 < len(segments) and segments[i + 1].base_offset > start)
             or (i + 1 == len(segments) and end > start)
         ]
+        txns = CleanedTransactions()
+        txns.add_aborted([t for info, _ in dirty for t in info.aborted])
         for info, next_base in dirty:
-            if self._map_segment(info, start):
+            if self._map_segment(info, start, txns):
                 break
             # Offsets may have gaps (a cleaned segment): the whole segment is mapped.
             omap.update_latest_offset(next_base - 1)
@@ -759,8 +845,9 @@ class CleaningJob:
             plan.first_uncleanable_offset,
         )
 
-    def _map_segment(self, info: SegmentInfo, start: int) -> bool:
-        """Map one segment's keys at offsets >= ``start``; True when the map became full."""
+    def _map_segment(self, info: SegmentInfo, start: int, txns: CleanedTransactions) -> bool:
+        """Map one segment's keys at offsets >= ``start`` (not those of markers and aborted
+        transactions); True when the map became full."""
         omap, stats = self._map, self.stats
         put, digest = omap.put, key_digest
         for chunk, entry in _entries(info.log_path, info.size, self._check, self.cleaner.throttler):
@@ -769,6 +856,14 @@ class CleaningJob:
                 continue
             if entry.magic == rb.MAGIC:
                 header = rb.read_header(chunk, entry.position)
+                if header.is_control:
+                    txns.on_control_batch(header, read_marker(chunk, entry.position, header))
+                    omap.update_latest_offset(entry.offset)
+                    continue
+                if txns.on_batch(header):
+                    stats.map_messages_read += header.records_count
+                    omap.update_latest_offset(entry.offset)
+                    continue
                 data, fields = _batch_fields(chunk, entry, header)
                 base = header.base_offset
                 for i in range(0, len(fields), rb.POSITION_FIELDS):
@@ -803,8 +898,10 @@ class CleaningJob:
         plan = self.plan
         base = group[0].base_offset
         writer = _SegmentWriter(plan.log.directory, base, plan.config, self.cleaner.throttler)
+        self._txns.cleaned_index = writer.txn_index
         try:
             for info in group:
+                self._txns.add_aborted(info.aborted)
                 retain_legacy_deletes = info.mtime_ns // 1_000_000 > plan.legacy_delete_horizon_ms
                 for chunk, entry in _entries(
                     info.log_path, info.size, self._check, self.cleaner.throttler
@@ -864,23 +961,33 @@ class CleaningJob:
         writer.append(data, kept[0].offset, next(iter_shallow(data)))
 
     def _clean_batch(self, chunk: bytes, entry: ShallowEntry, writer: _SegmentWriter) -> None:
-        """Kafka's filterTo for one record batch."""
+        """Kafka's filterTo for one record batch, with its checkBatchRetention."""
         stats = self.stats
         header = rb.read_header(chunk, entry.position)
         horizon = header.delete_horizon_ms
         keep_deletes = horizon is None or self.now_ms < horizon
+        if header.is_control:
+            txn_gone = self._txns.on_control_batch(
+                header, read_marker(chunk, entry.position, header)
+            )
+            discard_records = txn_gone and not keep_deletes
+        else:
+            txn_gone = discard_records = self._txns.on_batch(header)
         data, fields = _batch_fields(chunk, entry, header)
         count = len(fields) // rb.POSITION_FIELDS
         stats.messages_read += count
         kept: list[int] = []
         tombstones = False
-        for n, i in enumerate(range(0, len(fields), rb.POSITION_FIELDS)):
-            offset = header.base_offset + fields[i + 1]
-            klen, tombstone = fields[i + 3], fields[i + 5] < 0
-            key = data[fields[i + 2] : fields[i + 2] + klen] if klen >= 0 else None
-            if self._retained(offset, key, tombstone, keep_deletes):
-                kept.append(n)
-                tombstones = tombstones or tombstone
+        if header.is_control:
+            kept = [] if discard_records else list(range(count))
+        elif not discard_records:
+            for n, i in enumerate(range(0, len(fields), rb.POSITION_FIELDS)):
+                offset = header.base_offset + fields[i + 1]
+                klen, tombstone = fields[i + 3], fields[i + 5] < 0
+                key = data[fields[i + 2] : fields[i + 2] + klen] if klen >= 0 else None
+                if self._retained(offset, key, tombstone, keep_deletes):
+                    kept.append(n)
+                    tombstones = tombstones or tombstone
         stats.messages_written += len(kept)
         spec = rb.BatchSpec(
             base_offset=header.base_offset,
@@ -890,16 +997,18 @@ class CleaningJob:
             producer_epoch=header.producer_epoch,
             base_sequence=header.base_sequence,
             partition_leader_epoch=header.partition_leader_epoch,
+            is_transactional=header.is_transactional,
+            is_control=header.is_control,
         )
         if not kept:
-            # A producer's last batch stays, empty, so that its sequence number survives.
-            if (
-                header.producer_id >= 0
-                and self.plan.producer_last_offsets.get(header.producer_id) == header.last_offset
-            ):
+            # A producer's last batch (or last marker) stays, empty, so that its sequence
+            # number (its epoch) survives.
+            if header.producer_id >= 0 and self._last_of_producer(header):
                 out = rb.build_empty_batch(spec, header.last_offset_delta, header.max_timestamp)
                 writer.append(out, header.base_offset, next(iter_shallow(out)))
             return
+        # A marker left without its transaction goes after delete.retention.ms, like a tombstone.
+        tombstones = tombstones or (header.is_control and txn_gone)
         set_horizon = tombstones and horizon is None
         if len(kept) == count and not set_horizon:
             writer.append(
@@ -912,6 +1021,16 @@ class CleaningJob:
             spec = dataclasses.replace(spec, delete_horizon_ms=horizon)
         out = rb.rebuild_batch(spec, header, data, fields, kept)
         writer.append(out, header.base_offset, next(iter_shallow(out)))
+
+    def _last_of_producer(self, header: rb.BatchHeader) -> bool:
+        """Kafka's isBatchLastRecordOfProducer."""
+        last = self.plan.producer_last_records.get(header.producer_id)
+        if last is None:
+            return False
+        last_data_offset, epoch = last
+        if last_data_offset >= 0:
+            return header.last_offset == last_data_offset
+        return header.is_control and header.producer_epoch == epoch
 
     # -- steps 3 (swap) and 4, holding the log's lock ------------------------------------------
     def swap(self, cleaned: CleanedGroup) -> bool:

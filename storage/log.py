@@ -585,6 +585,7 @@ class Log:
             self.truncate_to(offset)  # the .txnindex entry could not be written
             raise
         self._flush_appended(offset)
+        self._producers.forget_replicated(self.high_watermark)
         return offset
 
     def _record(

@@ -535,14 +535,19 @@ class ProducerStateManager:
     # -- transactions ------------------------------------------------------------------------
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of the oldest ongoing transaction or of the oldest completed one
-        whose marker is at or above ``high_watermark``; None when there is neither."""
+        whose marker is at or above ``high_watermark``; None when there is neither. Changes
+        nothing (the broker reads it without the partition lock): each dict is copied at once,
+        under the GIL."""
+        candidates = [f for f, last in list(self._unreplicated.items()) if last >= high_watermark]
+        candidates += list(self._ongoing)[:1]
+        return min(candidates) if candidates else None
+
+    def forget_replicated(self, high_watermark: int) -> None:
+        """Drop the completed transactions whose marker is below ``high_watermark`` (Kafka's
+        onHighWatermarkUpdated)."""
         self._unreplicated = {
             first: last for first, last in self._unreplicated.items() if last >= high_watermark
         }
-        candidates = [*self._unreplicated]
-        if self._ongoing:
-            candidates.append(next(iter(self._ongoing)))
-        return min(candidates) if candidates else None
 
     def ongoing_transactions(self) -> list[tuple[int, int]]:
         """(first offset, producer id) of each ongoing transaction, oldest first."""

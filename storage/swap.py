@@ -6,17 +6,20 @@ Files of a cleaned segment with base offset B (the base of the first segment it 
 the partition directory::
 
     <B>.log.cleaned, <B>.index.cleaned, <B>.timeindex.cleaned   written by the cleaner, fsynced
+    <B>.txnindex.cleaned    written by the cleaner only when it keeps an aborted transaction
     <B>.replaces      the swap manifest: the base offsets of the segments being replaced
-    <B>.index.swap, <B>.timeindex.swap, <B>.log.swap            renamed from .cleaned
+    <B>.index.swap, <B>.timeindex.swap, <B>.txnindex.swap, <B>.log.swap   renamed from .cleaned
 
 Steps (:func:`commit`, then the Log renames the replaced segments to ``.deleted``, then
 :func:`install`)::
 
     1. write the manifest (atomically: tmp, fsync, rename, directory fsync)
-    2. rename the index files .cleaned -> .swap
+    2. rename the index files .cleaned -> .swap (an empty .txnindex.swap when the cleaned
+       segment has no .txnindex: so that a missing .txnindex.swap always means "installed")
     3. rename the .log .cleaned -> .swap, fsync the directory    <- the commit point
     4. rename the replaced segments' files to .deleted
-    5. rename the index .swap files, then the .log .swap file, to their final names
+    5. rename the index .swap files, then the .log .swap file, to their final names (an empty
+       .txnindex is then removed: such a file is written only with an entry)
     6. remove the manifest, fsync the directory
 
 Recovery (:func:`recover`, called when a Log is loaded): a manifest whose ``<B>.log.cleaned``
@@ -57,14 +60,15 @@ from storage.layout import (
     SWAP_MANIFEST_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     parse_segment_file,
     segment_path,
 )
 
 logger = structlog.get_logger(__name__)
 
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _MANIFEST_VERSION = "0"
 
 
@@ -119,6 +123,10 @@ def commit(directory: str, base: int, replaced: Sequence[int]) -> None:
     text = f"version: {_MANIFEST_VERSION}\nreplaces: {' '.join(map(str, replaced))}\n"
     write_atomically(manifest_path(directory, base), text.encode("ascii"))
     killpoints.reached("manifest-written")
+    txn_index = cleaned_path(directory, base, TXN_INDEX_SUFFIX)
+    if not os.path.exists(txn_index):
+        with open(txn_index, "wb"):
+            pass
     for suffix in _INDEX_SUFFIXES:
         os.rename(
             cleaned_path(directory, base, suffix),
@@ -151,6 +159,9 @@ def install(directory: str, base: int) -> None:
         swap = segment_path(directory, base, suffix) + SWAP_SUFFIX
         if os.path.exists(swap):
             os.replace(swap, segment_path(directory, base, suffix))
+    txn_index = segment_path(directory, base, TXN_INDEX_SUFFIX)
+    if os.path.exists(txn_index) and os.path.getsize(txn_index) == 0:
+        os.unlink(txn_index)
     fsync_dir(directory)
     killpoints.reached("swap-installed")
     _unlink(manifest_path(directory, base))
@@ -233,6 +244,11 @@ def recover(directory: str) -> list[str]:
         # No manifest: a swap Kafka left. Complete only a sound file; anything else is debris.
         end = _next_offset(os.path.join(directory, name))
         if end is not None:
+            # Kafka writes no empty .txnindex: the one at the base is the replaced segment's.
+            txn_swap = segment_path(directory, parsed[0], TXN_INDEX_SUFFIX) + SWAP_SUFFIX
+            if not os.path.exists(txn_swap):
+                with open(txn_swap, "wb"):
+                    pass
             replaced = _kafka_replaced(directory, names, parsed[0], end)
             _roll_forward(directory, parsed[0], replaced)
             done.append(f"completed Kafka's interrupted swap of segment {parsed[0]}")

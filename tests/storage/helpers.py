@@ -60,7 +60,7 @@ def producer_set(
     now: int = 1_700_000_000_000,
 ) -> ValidatedRecords:
     """A validated v2 batch of ``count`` records from a producer (transactional or only
-    idempotent), to append at ``log.log_end_offset``."""
+    idempotent), keyed by producer and sequence, to append at ``log.log_end_offset``."""
     from protocol import recordbatch as rb
 
     spec = rb.BatchSpec(
@@ -69,7 +69,10 @@ def producer_set(
         base_sequence=sequence,
         is_transactional=transactional,
     )
-    records = [(i, now, b"k%d" % i, b"v%d" % (sequence + i), ()) for i in range(count)]
+    records = [
+        (i, now, b"p%d-k%d" % (producer_id, sequence + i), b"v%d" % (sequence + i), ())
+        for i in range(count)
+    ]
     result = validate_produce(
         rb.build_batch(spec, records),
         TopicSettings(magic=2),

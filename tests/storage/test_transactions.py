@@ -58,7 +58,14 @@ def read_committed(log: Log) -> list[int]:
 
     lso = log.last_stable_offset
     aborted = log.aborted_transactions(log.log_start_offset, lso)
-    data = log.read(log.log_start_offset, 1 << 20, max_offset=lso).read_bytes()
+    data = b""
+    offset = log.log_start_offset
+    while offset < lso:  # a read stops at the end of a segment
+        chunk = log.read(offset, 1 << 20, max_offset=lso).read_bytes()
+        if not chunk:
+            break
+        data += chunk
+        offset = list(iter_shallow(chunk))[-1].offset + 1
     out = []
     for entry in iter_shallow(data):
         h = rb.read_header(data, entry.position)
@@ -216,4 +223,87 @@ def test_retention_deletes_a_txn_index_with_its_segment(tmp_path, clock):
     assert log.delete_expired_segments(clock.now) == 1
     assert not os.path.exists(path) and not os.path.exists(path + ".deleted")
     assert log.aborted_transactions(0, 99) == []
+    log.close()
+
+
+def batches(log: Log) -> list:
+    """(base offset, producer id, control?, records, delete horizon) of every batch."""
+    from protocol import recordbatch as rb
+    from protocol.records import iter_shallow
+
+    out = []
+    for s in log.segments:
+        data = open(s.log_path, "rb").read()
+        for e in iter_shallow(data):
+            h = rb.read_header(data, e.position)
+            out.append(
+                (h.base_offset, h.producer_id, h.is_control, h.records_count, h.delete_horizon_ms)
+            )
+    return out
+
+
+def test_cleaner_drops_aborted_data_then_markers_and_stops_at_the_lso(tmp_path, clock):
+    """Kafka's Cleaner with CleanedTransactionMetadata: aborted batches go at once (the
+    producer's last one stays, emptied), an ABORT marker stays while data of its transaction
+    was removed, then gets a delete horizon and goes after delete.retention.ms; a COMMIT marker
+    stays while its data does; nothing at or after the LSO is cleaned."""
+    from storage.cleaner import Cleaner, plan_cleaning
+
+    log = open_log(tmp_path, clock, cleanup_policy="compact", delete_retention_ms=1000)
+    log.append(producer_set(log, 1, 0, 0, 2, transactional=True))  # 0..1 aborted
+    log.append(producer_set(log, 1, 0, 2, 1, transactional=True))  # 2 aborted
+    log.append_control(1, 0, 0, False, 0, clock.now)  # 3 ABORT
+    log.append(producer_set(log, 2, 0, 0, 2, transactional=True))  # 4..5 committed
+    log.append_control(2, 0, 0, True, 0, clock.now)  # 6 COMMIT
+    log.roll()
+    log.append(producer_set(log, 3, 0, 0, 1, transactional=True))  # 7: ongoing
+    log.roll()
+    log.append(validated(log, [NOW], magic=2))  # 8
+    assert log.last_stable_offset == 7
+    assert plan_cleaning(log, clock.now).first_uncleanable_offset == 7
+    committed = read_committed(log)
+    assert committed == [4, 5]
+
+    Cleaner(1 << 20).clean(log, clock.now, force=True)
+    assert read_committed(log) == committed
+    # 0..1 gone, 2 kept empty (producer 1's last batch), both markers kept, the ABORT indexed
+    # in the cleaned segment; 7 (the ongoing transaction) untouched
+    assert [b[:4] for b in batches(log)] == [
+        (2, 1, False, 0),
+        (3, 1, True, 1),
+        (4, 2, False, 2),
+        (6, 2, True, 1),
+        (7, 3, False, 1),
+        (8, -1, False, 1),
+    ]
+    assert txn_index_entries(log, 0) == [(0, 1, 0, 3, 4)]
+    assert log.aborted_transactions(0, 7) == [AbortedTxn(1, 0, 3, 4)]
+
+    # producer 1 goes on, so its emptied batch no longer holds its last sequence; 3 commits
+    log.append_control(3, 0, 0, True, 0, clock.now)  # 9
+    log.append(producer_set(log, 1, 0, 3, 1, transactional=True))  # 10
+    log.append_control(1, 0, 0, True, 0, clock.now)  # 11
+    log.roll()
+    committed = [4, 5, 7, 8, 10]
+    assert read_committed(log) == committed
+
+    def clean_all_again(advance):
+        clock.advance(advance)
+        log.first_dirty_offset = None
+        Cleaner(1 << 20).clean(log, clock.now, force=True)
+        assert read_committed(log) == committed
+
+    clean_all_again(10)  # the emptied batch goes; it was read, so the marker stays indexed
+    assert [b[0] for b in batches(log)] == [3, 4, 6, 7, 8, 9, 10, 11]
+    assert log.aborted_transactions(0, 12) == [AbortedTxn(1, 0, 3, 4)]
+    clean_all_again(10)  # nothing of the aborted transaction is left: a delete horizon
+    assert [b for b in batches(log) if b[0] == 3] == [(3, 1, True, 1, clock.now + 1000)]
+    assert log.aborted_transactions(0, 12) == []
+    clean_all_again(999)  # not yet
+    assert [b[0] for b in batches(log)][:1] == [3]
+    clean_all_again(1)  # delete.retention.ms after the horizon was set: gone
+    assert [b[0] for b in batches(log)] == [4, 6, 7, 8, 9, 10, 11]
+    log.close()
+    log = open_log(tmp_path, clock, recover=True, cleanup_policy="compact")
+    assert (log.first_unstable_offset, read_committed(log)) == (None, committed)
     log.close()
