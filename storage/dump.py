@@ -4,10 +4,16 @@ DumpLogSegments.
 * ``.log``: one line per top-level entry (offset, position, magic, codec, timestamp type,
   timestamp, key/value sizes, stored CRC, whether the entry is valid); ``--deep`` adds a line per
   message inside each compressed wrapper.
+  A control batch's record says its marker (``endTxnMarker: COMMIT coordinatorEpoch: 3``).
 * ``.index`` / ``.timeindex``: one line per entry; ``--verify`` checks each entry against the
   segment's .log next to it (offset entries must point at the start of the entry holding their
   offset; time entries must carry the largest timestamp up to their offset; both must be in
   order).
+* ``.txnindex``: one line per aborted transaction, in Kafka's words; ``--verify`` checks that
+  each entry's last offset is an ABORT marker of its producer in the segment's .log, after its
+  first offset and after the previous entry's.
+* ``.snapshot``: one line per producer (epoch, coordinator epoch, ongoing transaction, last
+  batch), as Kafka prints it.
 * ``cleaner-offset-checkpoint`` (and ``recovery-point-offset-checkpoint``): one line per
   partition. A ``.log`` file is followed by its partition's cleaner checkpoint, when the log dir
   has one: where the cleaned part of the log ends.
@@ -38,10 +44,19 @@ from storage.layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
+    TXN_INDEX_SUFFIX,
     parse_partition_dir,
     parse_segment_file,
 )
-from storage.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, ProducerStateManager
+from storage.producer_state import (
+    ABORT,
+    COMMIT,
+    SNAPSHOT_SUFFIX,
+    CorruptSnapshotError,
+    ProducerStateManager,
+    read_marker,
+)
+from storage.txn_index import ENTRY as TXN_ENTRY, parse as parse_txn_index
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
@@ -105,12 +120,23 @@ def _dump_batch(
                 f"| offset: {h.base_offset + r.offset_delta} {time_name}: {ts} keySize: "
                 f"{-1 if r.key is None else len(r.key)} valueSize: "
                 f"{-1 if r.value is None else len(r.value)} sequence: {sequence} "
-                f"headerKeys: [{','.join(k for k, _ in r.headers)}]\n"
+                f"headerKeys: [{','.join(k for k, _ in r.headers)}]"
+                f"{_control_words(r) if h.is_control else ''}\n"
             )
     except CorruptRecordError as exc:
         out.write(f"| cannot read the records: {exc}\n")
         return CORRUPT
     return OK
+
+
+def _control_words(record: rb.Record) -> str:
+    """What DumpLogSegments says of a control record."""
+    key, value = record.key or b"", record.value or b""
+    kind = struct.unpack_from(">h", key, 2)[0] if len(key) >= 4 else -1
+    if kind in (ABORT, COMMIT) and len(value) >= 6:
+        name = "COMMIT" if kind == COMMIT else "ABORT"
+        return f" endTxnMarker: {name} coordinatorEpoch: {struct.unpack_from('>i', value, 2)[0]}"
+    return f" controlType: UNKNOWN({kind})"
 
 
 def _read(path: str) -> bytes:
@@ -289,7 +315,7 @@ def dump_file(path: str, *, deep: bool, verify: bool, out: TextIO, err: TextIO) 
     if parsed is None:
         err.write(
             f"dump-log: {path}: not a segment file (expected <20-digit offset>.log, "
-            f".index, .timeindex or .snapshot, or a checkpoint)\n"
+            f".index, .timeindex, .txnindex or .snapshot, or a checkpoint)\n"
         )
         return UNREADABLE
     base, suffix = parsed
@@ -304,7 +330,62 @@ def dump_file(path: str, *, deep: bool, verify: bool, out: TextIO, err: TextIO) 
         status = _dump_log(path, deep, out)
         _cleaner_checkpoint_line(path, base, out)
         return status
+    if suffix == TXN_INDEX_SUFFIX:
+        return _dump_txn_index(path, base, verify, out)
     return _dump_index(path, base, suffix, verify, out)
+
+
+def _dump_txn_index(path: str, base: int, verify: bool, out: TextIO) -> int:
+    """An aborted-transaction index, one line per entry as Kafka's DumpLogSegments prints it;
+    with ``verify`` each entry's ABORT marker is looked up in the .log next to it."""
+    data = _read(path)
+    try:
+        whole = len(data) - len(data) % TXN_ENTRY.size
+        entries = parse_txn_index(data[:whole], path, base)
+    except CorruptIndexError as exc:
+        out.write(f"corrupt transaction index: {exc}\n")
+        return CORRUPT
+    for t in entries:
+        out.write(
+            f"version: 0 producerId: {t.producer_id} firstOffset: {t.first_offset} "
+            f"lastOffset: {t.last_offset} lastStableOffset: {t.last_stable_offset}\n"
+        )
+    status = OK
+    if len(data) % TXN_ENTRY.size:
+        out.write(
+            f"{len(data) % TXN_ENTRY.size} trailing bytes do not form a whole "
+            f"{TXN_ENTRY.size}-byte entry\n"
+        )
+        status = CORRUPT
+    if not verify:
+        return status
+    log_path = path[: -len(TXN_INDEX_SUFFIX)] + LOG_SUFFIX
+    try:
+        log = _read(log_path)
+    except OSError as exc:
+        out.write(f"cannot verify against {log_path}: {exc.strerror}\n")
+        return CORRUPT
+    aborts: dict[int, int] = {}  # marker offset -> producer id
+    try:
+        for entry in iter_shallow(log):
+            if entry.magic != rb.MAGIC:
+                continue
+            h = rb.read_header(log, entry.position)
+            if h.is_control:
+                marker = read_marker(log, entry.position, h)
+                if marker is not None and not marker.commit:
+                    aborts[h.base_offset] = h.producer_id
+    except CorruptRecordError as exc:
+        out.write(f"cannot verify against {log_path}: {exc}\n")
+        return CORRUPT
+    for t in entries:
+        if aborts.get(t.last_offset) != t.producer_id:
+            out.write(
+                f"Mismatch: no ABORT marker of producer {t.producer_id} at offset "
+                f"{t.last_offset} in {log_path}\n"
+            )
+            status = CORRUPT
+    return status
 
 
 def _dump_checkpoint(path: str, out: TextIO, err: TextIO) -> int:
@@ -354,16 +435,26 @@ def _dump_snapshot(path: str, out: TextIO, err: TextIO) -> int:
         return UNREADABLE
     out.write(f"Dumping {path}\n")
     try:
-        entries = ProducerStateManager.from_snapshot(data).last_batches()
+        state = ProducerStateManager.from_snapshot(data)
     except CorruptSnapshotError as exc:
         out.write(f"corrupt snapshot: {exc}\n")
         return CORRUPT
-    for producer_id, epoch, first_sequence, last_sequence, last_offset, timestamp in entries:
-        out.write(
-            f"producerId: {producer_id} producerEpoch: {epoch} firstSequence: "
-            f"{first_sequence} lastSequence: {last_sequence} lastOffset: {last_offset} "
-            f"lastTimestamp: {timestamp}\n"
+    for p in state.active_producers():
+        entry = state.entry(p.producer_id)
+        assert entry is not None
+        line = (
+            f"producerId: {p.producer_id} producerEpoch: {p.producer_epoch} coordinatorEpoch: "
+            f"{p.coordinator_epoch} currentTxnFirstOffset: {p.current_txn_start_offset} "
+            f"lastTimestamp: {p.last_timestamp}"
         )
+        if entry.batches:
+            b = entry.batches[-1]
+            line += (
+                f" firstSequence: {b.first_sequence} lastSequence: {b.last_sequence} "
+                f"lastOffset: {b.last_offset} offsetDelta: {b.last_offset - b.first_offset} "
+                f"timestamp: {b.max_timestamp}"
+            )
+        out.write(line + "\n")
     return OK
 
 
@@ -371,8 +462,8 @@ def main(argv: list[str]) -> int:
     """Entry point (``chronolog dump-log``); returns the worst exit status of all files."""
     parser = argparse.ArgumentParser(
         prog="chronolog dump-log",
-        description="Print Kafka segment files (.log, .index, .timeindex, .snapshot) and log dir "
-        "checkpoints (cleaner-offset-checkpoint, recovery-point-offset-checkpoint).",
+        description="Print Kafka segment files (.log, .index, .timeindex, .txnindex, .snapshot) "
+        "and log dir checkpoints (cleaner-offset-checkpoint, recovery-point-offset-checkpoint).",
     )
     parser.add_argument("files", nargs="+", metavar="FILE")
     parser.add_argument(

@@ -209,9 +209,10 @@ def test_dump_log_prints_a_snapshot(tmp_path):
     path.write_bytes(p.snapshot())
     out = io.StringIO()
     assert dump_file(str(path), deep=False, verify=False, out=out, err=io.StringIO()) == 0
-    assert (
-        "producerId: 9 producerEpoch: 2 firstSequence: 5 lastSequence: 6 lastOffset: 16 "
-        f"lastTimestamp: {NOW}"
+    assert (  # Kafka's DumpLogSegments words
+        f"producerId: 9 producerEpoch: 2 coordinatorEpoch: -1 currentTxnFirstOffset: -1 "
+        f"lastTimestamp: {NOW} firstSequence: 5 lastSequence: 6 lastOffset: 16 offsetDelta: 1 "
+        f"timestamp: {NOW}\n"
     ) in out.getvalue()
     path.write_bytes(p.snapshot()[:-1])
     assert dump_file(str(path), deep=False, verify=False, out=io.StringIO(), err=io.StringIO()) == 1

@@ -307,3 +307,41 @@ def test_cleaner_drops_aborted_data_then_markers_and_stops_at_the_lso(tmp_path, 
     log = open_log(tmp_path, clock, recover=True, cleanup_policy="compact")
     assert (log.first_unstable_offset, read_committed(log)) == (None, committed)
     log.close()
+
+
+def test_dump_log_shows_markers_txn_index_and_ongoing_transactions(tmp_path, clock):
+    """Kafka's DumpLogSegments words: endTxnMarker lines, .txnindex entries, the snapshot's
+    coordinator epoch and current transaction; --verify finds an entry without its marker."""
+    import io
+
+    from storage.dump import dump_file
+
+    log = open_log(tmp_path, clock)
+    log.append(producer_set(log, 5, 1, 0, 2, transactional=True))  # 0..1
+    log.append_control(5, 1, 7, False, 0, NOW)  # 2
+    log.append(producer_set(log, 6, 0, 0, 1, transactional=True))  # 3, left ongoing
+    log.close()
+
+    def dump(name: str, verify: bool = False) -> tuple[int, str]:
+        out = io.StringIO()
+        path = segment_path(log.directory, int(name.split(".")[0]), "." + name.split(".")[1])
+        status = dump_file(path, deep=True, verify=verify, out=out, err=out)
+        return status, out.getvalue()
+
+    status, text = dump("0.log")
+    assert status == 0
+    assert "isTransactional: true isControl: true" in text
+    assert "endTxnMarker: ABORT coordinatorEpoch: 7\n" in text
+    status, text = dump("0.txnindex", verify=True)
+    assert status == 0
+    assert "version: 0 producerId: 5 firstOffset: 0 lastOffset: 2 lastStableOffset: 3\n" in text
+    status, text = dump("4.snapshot")
+    assert "producerId: 5 producerEpoch: 1 coordinatorEpoch: 7 currentTxnFirstOffset: -1" in text
+    assert "producerId: 6 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: 3" in text
+
+    path = segment_path(log.directory, 0, ".txnindex")
+    with open(path, "r+b") as f:  # the entry now names offset 1, a data batch
+        f.seek(18)
+        f.write(struct.pack(">q", 1))
+    status, text = dump("0.txnindex", verify=True)
+    assert status == 1 and "no ABORT marker of producer 5 at offset 1" in text
