@@ -284,13 +284,14 @@ def _fetch_denied(e: Any) -> dict:
 
 async def fetch_rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
     """READ on each topic (by name, or by id from v13); a follower's fetch needs
-    CLUSTER_ACTION, else every partition is TOPIC_AUTHORIZATION_FAILED."""
+    CLUSTER_ACTION and nothing else (KafkaApis.handleFetchRequest: replication does not depend
+    on topic ACLs), else every partition is TOPIC_AUTHORIZATION_FAILED."""
     body = request.body
-    replica = body.get("replica_id", -1)
-    state = body.get("replica_state")
-    if state is not None:
-        replica = state["replica_id"]
-    if replica is not None and replica >= 0 and not check.cluster(Operation.CLUSTER_ACTION):
+    # v15+ carries the follower in replica_state; below it replica_state is only a default
+    replica = body.replica_state["replica_id"] if _v(request) >= 15 else body.replica_id
+    if replica >= 0:
+        if check.cluster(Operation.CLUSTER_ACTION):
+            return await handler(ctx, request)
         return {
             "error_code": 0,
             "session_id": 0,

@@ -13,7 +13,14 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-from broker.security.acls import AclStore
+from broker.security.acls import (
+    AclBinding,
+    AclStore,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 from broker.security.authorizer import Authorizer
 from broker.security.rules import RULES, Check
 from broker.security.session import Session
@@ -124,3 +131,40 @@ def test_refused_alter_configs_says_why(tmp_path, api, versions):
     for version in versions:
         (result,) = _refused(tmp_path, api, version, body).responses
         assert (result.error_code, result.error_message) == (29, "Topic authorization failed.")
+
+
+@pytest.mark.parametrize("version", [4, 11, 14, 15, 17])
+def test_a_follower_with_cluster_action_needs_no_topic_acl(tmp_path, version):
+    """KafkaApis.handleFetchRequest: a follower's fetch is authorized by CLUSTER_ACTION alone,
+    so replication goes on for topics no one may READ (v15+ names the follower in
+    replica_state, earlier versions in replica_id)."""
+    store = AclStore(str(tmp_path))
+    cluster_action = AclBinding(
+        ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL, "User:ANONYMOUS", "*",
+        Operation.CLUSTER_ACTION, Permission.ALLOW,
+    )  # fmt: skip
+    store.add([cluster_action.validate()])
+    authorizer = Authorizer(store, SecuritySettings(authorizer="x"))
+    listener = Listener("PLAINTEXT", "PLAINTEXT", "", 9092, "h", 9092)
+    session = Session(gate=None, listener=listener, peer="127.0.0.1:1", host="127.0.0.1")
+    replica = {"replica_state": {"replica_id": 2, "replica_epoch": -1}} if version >= 15 else {}
+    body = {
+        "replica_id": 2,
+        **replica,
+        "topics": [{"topic": "secret", "topic_id": TOPIC_ID, "partitions": [{"partition": 0}]}],
+    }
+    _, frame = ClientConnection("t").request(ApiKey.FETCH, version, body)
+    (request,) = ServerConnection(versions={ApiKey.FETCH: (0, 99)}).receive_data(frame)
+    ctx = SimpleNamespace(topics=_Topics())
+    seen = []
+
+    async def handler(ctx, request):
+        seen.append(request)
+        return {"responses": []}
+
+    async def run():
+        check = Check(authorizer, session, ApiKey.FETCH)
+        return await RULES[ApiKey.FETCH](check, handler, ctx, request)
+
+    assert trio.run(run) == {"responses": []}
+    assert seen == [request]  # the whole request, no topic taken out
