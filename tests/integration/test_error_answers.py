@@ -42,6 +42,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from broker.config import BROKER_UPDATE_MODES, KAFKA_ONLY_BROKER_KEYS, KAFKA_ONLY_TOPIC_KEYS
 from clients import topic_name
 from kafka_wire import WireClient
 from protocol import ApiKey
@@ -943,3 +944,56 @@ def test_error_answers_match_kafka(chronolog, kafka, contexts, scenario):
     ours = _answer(chronolog, contexts["chronolog"], scenario)
     theirs = _answer(kafka, contexts["kafka"], scenario)
     assert ours == theirs
+
+
+# -- config names: DescribeConfigs beside Kafka ----------------------------------------------
+
+
+def _described_configs(target: Target, resource_type: int, name: str) -> dict[str, Any]:
+    """DescribeConfigs v4 of one resource: {name: (value, read_only, source, type)}."""
+    body = {
+        "resources": [
+            {"resource_type": resource_type, "resource_name": name, "configuration_keys": None}
+        ],
+        "include_synonyms": False,
+        "include_documentation": False,
+    }
+    with target.wire("admin") as client:
+        (result,) = client.call(ApiKey.DESCRIBE_CONFIGS, 4, body).results
+    assert result.error_code == 0, result.error_message
+    return {c.name: (c.value, c.read_only, c.config_source, c.config_type) for c in result.configs}
+
+
+@pytest.mark.kafka_oracle
+def test_topic_configs_are_described_as_kafka(chronolog, kafka):
+    """Every topic config Kafka 4.1 reports is reported, and those chronolog does not act on
+    with Kafka's value, flags and type (a fresh topic: every value a default)."""
+    described = {}
+    for target in (chronolog, kafka):
+        topic = topic_name("described")
+        _wait(target.admin().create_topics([NewTopic(topic, 1, 1)]))
+        described[target.name] = _described_configs(target, 2, topic)
+    ours, theirs = described["chronolog"], described["kafka"]
+    assert set(theirs) <= set(ours)
+    for name in KAFKA_ONLY_TOPIC_KEYS:
+        assert ours[name] == theirs[name], name
+
+
+@pytest.mark.kafka_oracle
+def test_broker_configs_are_described_as_kafka(chronolog, kafka):
+    """Every broker property Kafka 4.1 reports is reported; those chronolog does not act on and
+    neither broker sets have Kafka's default, read-only flag and type."""
+    ours = _described_configs(chronolog, 4, str(chronolog.broker_id))
+    theirs = _described_configs(kafka, 4, str(kafka.broker_id))
+    # each reports the listener-prefixed properties it was given (here, Kafka's JAAS configs)
+    assert {n for n in theirs if not n.startswith("listener.name.")} <= set(ours)
+    default = ConfigSource.DEFAULT_CONFIG.value
+    compared = [n for n in KAFKA_ONLY_BROKER_KEYS if n in theirs and theirs[n][2] == default]
+    assert len(compared) > 150
+    # Departure (README): the key and trust stores Kafka changes under a listener prefix are
+    # read-only here, as chronolog alters no listener-prefixed name.
+    stores = {n for n in compared if BROKER_UPDATE_MODES[n] == "per-listener"}
+    assert {n: ours[n][1] for n in stores} == {n: True for n in stores}
+    assert {n: theirs[n][1] for n in stores} == {n: False for n in stores}
+    same = [n for n in compared if n not in stores]
+    assert {n: ours[n] for n in same} == {n: theirs[n] for n in same}
