@@ -1,11 +1,17 @@
 """A hypothesis state machine driving a Log through appends (out-of-order CreateTime stamps,
-compressed and plain sets, magic 0/1 message sets and v2 record batches mixed), rolls, truncations, retention, crashes (torn tails, flipped bytes)
-and reopens, checking every read and timestamp search against a brute-force in-memory model.
+compressed and plain sets, magic 0/1 message sets and v2 record batches mixed), transactions
+(transactional batches of two producers, COMMIT and ABORT markers), rolls, truncations,
+retention, crashes (torn tails, flipped bytes, damaged .txnindex files) and reopens, checking
+every read and timestamp search against a brute-force in-memory model.
 
 The model is a list of top-level entries, each a list of (offset, timestamp, key, value): an
 uncompressed message is an entry of one, a compressed wrapper or a record batch an entry of
-several. Truncation
-and crash recovery work on whole entries, as the Log does.
+several, a marker an entry of one whose key is MARKER (no reader sees it as a message).
+Truncation and crash recovery work on whole entries, as the Log does. Transactions are checked
+against a brute-force replay of every transactional batch and marker appended (retention
+forgets no producer): the first unstable and last stable offsets, the aborted transactions a
+read_committed fetch is told of, and that a read_committed reader (data below the LSO, without
+control batches and the aborted transactions' batches) sees exactly the committed records.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from hypothesis import HealthCheck, assume, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tests.storage.helpers import Clock
+from protocol import recordbatch as rb
 from protocol.compression import Codec
 from protocol.records import MessageSetBuilder, TimestampType, iter_deep, iter_shallow
 from protocol.validator import TopicSettings, ValidatedRecords, validate_produce
@@ -28,6 +35,8 @@ from storage.dump import dump_file
 
 DAY = 86_400_000
 NOW = 1_700_000_000_000
+MARKER = b"<marker>"  # the key of a marker's entry in the model
+TXN_PRODUCERS = [11, 12]
 
 
 class LogMachine(RuleBasedStateMachine):
@@ -39,6 +48,9 @@ class LogMachine(RuleBasedStateMachine):
         # last offset of an idempotent producer's batch -> (producer id, first and last sequence)
         self.producers: dict[int, tuple[int, int, int]] = {}
         self.next_sequence: dict[int, int] = {}
+        # offset of each transactional batch's last record or marker -> (first offset, producer,
+        # "data" | "commit" | "abort"), kept through retention (the producer state keeps them)
+        self.txn_log: dict[int, tuple[int, int, str]] = {}
         self.start = 0
         self.log: Log | None = None
 
@@ -69,7 +81,8 @@ class LogMachine(RuleBasedStateMachine):
     # -- model helpers ---------------------------------------------------------------------------
     @property
     def messages(self) -> list[tuple]:
-        return [m for entry in self.entries for m in entry]
+        """What a reader sees: every record, no marker."""
+        return [m for entry in self.entries for m in entry if m[2] != MARKER]
 
     @property
     def end(self) -> int:
@@ -133,6 +146,64 @@ class LogMachine(RuleBasedStateMachine):
                 self.producers[entry.offset] = (producer, sequence, sequence + len(stamps) - 1)
                 self.next_sequence[producer] = sequence + len(stamps)
 
+    @rule(
+        producer=st.sampled_from(TXN_PRODUCERS),
+        stamps=st.lists(st.integers(-DAY, DAY), min_size=1, max_size=4),
+        value_size=st.integers(0, 60),
+    )
+    def txn_append(self, producer, stamps, value_size):
+        """A transactional batch: starts or continues the producer's transaction."""
+        sequence = self.next_sequence.get(producer, 0)
+        spec = rb.BatchSpec(
+            producer_id=producer, producer_epoch=0, base_sequence=sequence, is_transactional=True
+        )
+        records = [
+            (i, self.clock.now + ts, b"t%d" % i, bytes([i]) * value_size, ())
+            for i, ts in enumerate(stamps)
+        ]
+        v = validate_produce(
+            rb.build_batch(spec, records),
+            TopicSettings(magic=2),
+            next_offset=self.log.log_end_offset,
+            now_ms=self.clock.now,
+        )
+        assert isinstance(v, ValidatedRecords)
+        assume(len(v.buffer) <= self.config.segment_bytes)
+        self.log.append(v)
+        self.entries.append([(m.offset, m.timestamp, m.key, m.value) for m in iter_deep(v.buffer)])
+        self.producers[v.last_offset] = (producer, sequence, sequence + len(stamps) - 1)
+        self.next_sequence[producer] = sequence + len(stamps)
+        self.txn_log[v.last_offset] = (v.first_offset, producer, "data")
+
+    @rule(producer=st.sampled_from(TXN_PRODUCERS), commit=st.booleans())
+    def end_txn(self, producer, commit):
+        """A COMMIT or ABORT marker, whether or not a transaction is ongoing (Kafka writes it)."""
+        offset = self.log.append_control(producer, 0, 0, commit, 0, self.clock.now)
+        assert offset == self.end
+        self.entries.append([(offset, self.clock.now, MARKER, None)])
+        self.txn_log[offset] = (offset, producer, "commit" if commit else "abort")
+
+    def _transactions(self) -> tuple[dict[int, int], list[tuple[int, int, int]], set[int]]:
+        """Brute force over every transactional batch and marker: (ongoing: producer -> first
+        offset, aborted (producer, first offset, marker offset), last offsets of committed
+        transactional batches)."""
+        ongoing: dict[int, int] = {}
+        batches: dict[int, list[int]] = {}
+        aborted, committed = [], set()
+        for offset in sorted(self.txn_log):
+            first, pid, kind = self.txn_log[offset]
+            if kind == "data":
+                ongoing.setdefault(pid, first)
+                batches.setdefault(pid, []).append(offset)
+                continue
+            began = ongoing.pop(pid, None)
+            done = batches.pop(pid, [])
+            if began is not None and kind == "abort":
+                aborted.append((pid, began, offset))
+            elif kind == "commit":
+                committed.update(done)
+        return ongoing, aborted, committed
+
     @rule()
     def roll(self):
         self.log.roll()
@@ -144,6 +215,7 @@ class LogMachine(RuleBasedStateMachine):
         if offset < self.start:
             self.entries, self.start = [], offset
             self.producers.clear()  # the log restarts empty, its producers unknown
+            self.txn_log.clear()
         else:
             self.entries = [e for e in self.entries if e[-1][0] < offset]
         self._forget_producers_from(self.end)
@@ -152,6 +224,7 @@ class LogMachine(RuleBasedStateMachine):
         """Truncation and recovery take each producer back to its last batch below ``end``;
         one without any is unknown, and may start at any sequence."""
         self.producers = {o: p for o, p in self.producers.items() if o < end}
+        self.txn_log = {o: t for o, t in self.txn_log.items() if o < end}
         self.next_sequence = {}
         for _, (pid, _, last_seq) in sorted(self.producers.items()):
             self.next_sequence[pid] = last_seq + 1
@@ -164,7 +237,7 @@ class LogMachine(RuleBasedStateMachine):
         limits = bases[1:] + [2**63]
         expired = 0
         for base, limit in zip(bases, limits):
-            stamps = [m[1] for m in self.messages if base <= m[0] < limit and m[1] >= 0]
+            stamps = [m[1] for e in self.entries for m in e if base <= m[0] < limit and m[1] >= 0]
             # A segment of magic-0 messages only is judged by its mtime: real time, years
             # after this simulated clock, so never expired.
             if not stamps or now - max(stamps) <= self.config.retention_ms:
@@ -182,14 +255,16 @@ class LogMachine(RuleBasedStateMachine):
         self.log = Log(self.log.directory, self.config, clock=self.clock, needs_recovery=False)
 
     @precondition(lambda self: self.log is not None and self.log.active_segment.size > 0)
-    @rule(data=st.data(), tear=st.booleans(), full_scan=st.booleans())
-    def crash(self, data, tear, full_scan):
+    @rule(data=st.data(), tear=st.booleans(), full_scan=st.booleans(), damage=st.booleans())
+    def crash(self, data, tear, full_scan, damage):
         segment = self.log.active_segment
         raw = open(segment.log_path, "rb").read()
         shallow = list(iter_shallow(raw))
         recovery_point = 0 if full_scan else self.log.recovery_point
         for s in self.log.segments:  # die without sealing or flushing anything
             s.close()
+            if damage and os.path.exists(s.txn_index.path):  # a torn .txnindex entry
+                os.truncate(s.txn_index.path, os.path.getsize(s.txn_index.path) - 5)
         if tear:
             cut = data.draw(st.integers(1, len(raw)))
             os.truncate(segment.log_path, len(raw) - cut)
@@ -231,15 +306,15 @@ class LogMachine(RuleBasedStateMachine):
         got = []
         offset = self.start
         while offset < self.end:
-            fetch = self.log.read(offset, 1 << 20)
-            msgs = [
+            data = self.log.read(offset, 1 << 20).read_bytes()
+            shallow = list(iter_shallow(data))
+            assert shallow, f"read at {offset} returned nothing"
+            got += [
                 (m.offset, m.timestamp, m.key, m.value)
-                for m in iter_deep(fetch.read_bytes())
+                for m in iter_deep(data)
                 if m.offset >= offset
             ]
-            assert msgs, f"read at {offset} returned nothing"
-            got += msgs
-            offset = msgs[-1][0] + 1
+            offset = shallow[-1].offset + 1
         assert got == self.messages
         assert self.log.read(self.end, 100).length == 0
 
@@ -256,7 +331,8 @@ class LogMachine(RuleBasedStateMachine):
         ]
         later = [m for m in self.messages if m[0] >= offset]
         assert msgs == later[: len(msgs)]
-        if min_one and offset < self.end:
+        following = [e for e in self.entries if e[-1][0] >= offset]
+        if min_one and following and following[0][0][2] != MARKER:
             assert msgs and msgs[0][0] == later[0][0]
 
     @rule(data=st.data())
@@ -290,12 +366,58 @@ class LogMachine(RuleBasedStateMachine):
                 last[pid] = (first_seq, last_seq, e[0][0], e[-1][0])
         state = self.log.producer_state()
         for pid, (first_seq, last_seq, first_offset, last_offset) in last.items():
-            dup = state.check(pid, 0, first_seq, last_seq)
+            txn = pid in TXN_PRODUCERS
+            dup = state.check(pid, 0, first_seq, last_seq, is_transactional=txn)
             assert dup is not None and (dup.first_offset, dup.last_offset) == (
                 first_offset,
                 last_offset,
             ), (pid, dup)
-            assert state.check(pid, 0, last_seq + 1, last_seq + 1) is None
+            assert state.check(pid, 0, last_seq + 1, last_seq + 1, is_transactional=txn) is None
+
+    @invariant()
+    def transactions_match(self):
+        """LSO, aborted transactions and what a read_committed reader sees, against brute
+        force."""
+        if self.log is None:
+            return
+        ongoing, aborted, committed = self._transactions()
+        first_unstable = max(min(ongoing.values()), self.start) if ongoing else None
+        assert self.log.first_unstable_offset == first_unstable
+        lso = self.end if first_unstable is None else min(first_unstable, self.end)
+        assert self.log.last_stable_offset == lso
+        got = self.log.aborted_transactions(self.start, lso)
+        assert sorted((a.producer_id, a.first_offset, a.last_offset) for a in got) == sorted(
+            a for a in aborted if a[2] >= self.start and a[1] < lso
+        )
+        # the reader: batch by batch below the LSO, as Kafka's consumer applies the list
+        seen, offset = [], self.start
+        while offset < lso:
+            data = self.log.read(offset, 1 << 20, max_offset=lso).read_bytes()
+            shallow = list(iter_shallow(data))
+            if not shallow:
+                break
+            for entry in shallow:
+                if entry.magic == rb.MAGIC:
+                    h = rb.read_header(data, entry.position)
+                    if h.is_control or any(
+                        a.producer_id == h.producer_id and a.first_offset <= h.base_offset
+                        for a in got
+                        if h.is_transactional and h.base_offset <= a.last_offset
+                    ):
+                        continue
+                part = data[entry.position : entry.next_position]
+                seen += [m.offset for m in iter_deep(part) if offset <= m.offset < lso]
+            offset = shallow[-1].offset + 1
+        transactional = {o for o, t in self.txn_log.items() if t[2] == "data"}
+        expected = [
+            m[0]
+            for e in self.entries
+            for m in e
+            if m[2] != MARKER
+            and m[0] < lso
+            and (e[-1][0] not in transactional or e[-1][0] in committed)
+        ]
+        assert seen == expected
 
     @invariant()
     def indexes_verify_against_the_log(self):
@@ -304,7 +426,8 @@ class LogMachine(RuleBasedStateMachine):
         files = [
             path
             for seg in self.log.segments
-            for path in (seg.offset_index.path, seg.time_index.path)
+            for path in (seg.offset_index.path, seg.time_index.path, seg.txn_index.path)
+            if os.path.exists(path) or not path.endswith(".txnindex")
         ]
         out = io.StringIO()
         for path in files:
