@@ -373,6 +373,37 @@ def test_alter_configs_of_a_kafka_broker_property(target):
     assert refused("background.threads", None, resource="", operation=1) == 0
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_librdkafka_0081_alter_configs(target):
+    """librdkafka 0081_admin do_test_AlterConfigs, its three resources in one request: a valid
+    topic change, the broker's sasl.kerberos.min.time.before.relogin, and a topic that does not
+    exist, with the codes that test expects from chronolog."""
+    topic = topic_name("0081")
+    _wait(target.admin().create_topics([NewTopic(topic, 1, 1)]))
+    resources = [
+        ConfigResource(
+            ResourceType.TOPIC,
+            topic,
+            set_config={"compression.type": "gzip", "flush.ms": "12345678"},
+        ),
+        ConfigResource(ResourceType.BROKER, str(target.broker_id), set_config={RELOGIN: "58000"}),
+        ConfigResource(
+            ResourceType.TOPIC,
+            topic_name("0081-missing"),
+            set_config={"compression.type": "lz4", "offset.metadata.max.bytes": "12345"},
+        ),
+    ]
+    futures = target.admin().alter_configs(resources)
+    errors = [_alter_error({r: futures[r]}) for r in resources]
+    # 0081 expects UNKNOWN_TOPIC_OR_PART for the missing topic (brokers >= 2.7), as chronolog
+    # and Kafka 3.9 answer; Kafka 4.1's controller checks the config names first and answers
+    # INVALID_CONFIG (offset.metadata.max.bytes is no topic config), failing that check
+    missing = (
+        KafkaError.INVALID_CONFIG if target.name == "kafka" else KafkaError.UNKNOWN_TOPIC_OR_PART
+    )
+    assert errors == [None, None, missing]
+
+
 # -- the differential suite ----------------------------------------------------------------
 
 
