@@ -218,6 +218,7 @@ def test_denied_consumer_sees_topic_authorization_failed(target):
         consumer.close()
 
 
+@pytest.mark.kafka_oracle  # Kafka's Java client, on both brokers
 def test_denied_java_consumer_sees_topic_authorization_failed(target):
     topic = denied_topic(target, "denied-java")
     with JavaClients(target.bootstrap) as java:
