@@ -3,8 +3,8 @@
     mvn dependency:get -Dartifact=org.apache.kafka:kafka_2.13:4.1.1
     python -m broker.admin.generate_kafka_configs --kafka-jars ~/.m2/repository
 
-compiles a small Java program against Kafka 4.1.1's jars (kafka_2.13 and the jars Maven brings
-with it, found under ``--kafka-jars``), runs it, and writes what it prints as Python literals:
+(or ``--kafka-jars build/jvm/lib`` after ``make kafka-jvm``) compiles a small Java program
+against Kafka 4.1.1's jars (kafka_2.13 and the jars Maven brings with it), runs it, and writes what it prints as Python literals:
 every broker property of ``AbstractKafkaConfig.CONFIG_DEF`` (KafkaConfig's definition), the
 broker quotas of ``DynamicConfig.Broker``, and every
 topic config of ``LogConfig.configKeys()`` (minus the internal ones), each with its type, default
@@ -122,7 +122,10 @@ public class DumpConfigs {
 
 
 def _classpath(repository: Path) -> str:
-    """Every jar of the local Maven repository, Kafka's own only at KAFKA_VERSION."""
+    """Every jar of a flat folder holding Kafka's (build/jvm/lib, from ``make kafka-jvm``), or
+    of a local Maven repository, Kafka's own only at KAFKA_VERSION."""
+    if (repository / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
+        return ":".join(str(jar) for jar in sorted(repository.glob("*.jar")))
     jars = []
     for jar in sorted(repository.rglob("*.jar")):
         if jar.name.endswith(("-sources.jar", "-javadoc.jar")):
@@ -208,7 +211,8 @@ def main() -> None:
         "--kafka-jars",
         type=Path,
         default=Path.home() / ".m2/repository",
-        help=f"a Maven repository holding Kafka {KAFKA_VERSION}'s kafka_2.13 and its dependencies",
+        help=f"a Maven repository, or a folder of jars, holding Kafka {KAFKA_VERSION}'s kafka_2.13 "
+        "and its dependencies",
     )
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).resolve().parent / "kafka_configs.py"
