@@ -1,0 +1,332 @@
+"""Transactions (KIP-98) with librdkafka (confluent-kafka) against a broker process: what a
+transactional producer commits reaches read_committed consumers exactly once and in order, what
+it aborts never does (read_uncommitted consumers see both), an open transaction holds the last
+stable offset back, a consume-transform-produce loop delivers every input exactly once across
+two kill -9s of the broker beside a producer that aborts every third transaction, a hung
+transaction is aborted at its timeout and its producer fenced, a second producer with the same
+transactional id fences the first, and an open transaction survives a restart."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from client import BrokerConnection
+from protocol import ApiKey
+from tests.integration.clients import create_topic, topic_name
+
+TXN_TIMEOUT_S = 60
+# librdkafka 2.16 re-bootstraps when every known broker is down (KIP-899) and decommissions their
+# handles; a send_offsets_to_transaction in flight then waits on the group coordinator's old
+# handle past its own timeout (seen with debug=all: its TxnOffsetCommit is never sent). It does
+# so against any single broker that restarts, Kafka too; the tests that kill the broker keep the
+# known broker instead.
+NO_REBOOTSTRAP = {"metadata.recovery.strategy": "none"}
+
+
+def _producer(bootstrap: str, txn_id: str, **extra) -> Producer:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": txn_id,
+            "linger.ms": 2,
+            "retry.backoff.ms": 50,
+            **extra,
+        }
+    )
+    producer.init_transactions(TXN_TIMEOUT_S)
+    return producer
+
+
+def _consumer(bootstrap: str, isolation: str, group: str | None = None, **extra) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group or topic_name("g"),
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "fetch.wait.max.ms": 50,
+            **extra,
+        }
+    )
+
+
+def _read_to_end(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[tuple]:
+    """Every record a consumer at ``isolation`` reads from the start of each partition up to its
+    end as that isolation sees it (the last stable offset for read_committed): (partition,
+    offset, value)."""
+    consumer = _consumer(bootstrap, isolation)
+    ends = {}
+    for p in range(partitions):
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
+        ends[p] = high
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[tuple] = []
+    done: set[int] = {p for p, end in ends.items() if end == 0}
+    deadline = time.monotonic() + 60
+    while len(done) < partitions and time.monotonic() < deadline:
+        m = consumer.poll(0.2)
+        if m is None:
+            for p in range(partitions):
+                # Markers are not delivered: a partition is done once the position passes them.
+                position = consumer.position([TopicPartition(topic, p)])[0].offset
+                if position >= ends[p]:
+                    done.add(p)
+            continue
+        assert m.error() is None, m.error()
+        got.append((m.partition(), m.offset(), m.value()))
+        if m.offset() + 1 >= ends[m.partition()]:
+            done.add(m.partition())
+    consumer.close()
+    assert len(done) == partitions, f"read {len(got)} records, partitions {done} of {ends} done"
+    return got
+
+
+def _list_offset(bootstrap: str, topic: str, partition: int, isolation: int) -> int:
+    """ListOffsets v7 latest at ``isolation`` (0 read_uncommitted, 1 read_committed)."""
+    host, port = bootstrap.split(":")
+    with BrokerConnection(host, int(port), client_id="txn-test", timeout_s=15) as conn:
+        response = conn.call(
+            ApiKey.LIST_OFFSETS,
+            7,
+            {
+                "replica_id": -1,
+                "isolation_level": isolation,
+                "topics": [
+                    {"name": topic, "partitions": [{"partition_index": partition, "timestamp": -1}]}
+                ],
+            },
+        )
+    answer = response.topics[0].partitions[0]
+    assert answer.error_code == 0
+    return answer.offset
+
+
+def test_commits_reach_read_committed_and_aborts_never(broker):
+    topic = topic_name("txn")
+    create_topic(broker.bootstrap, topic, partitions=3)
+    producer = _producer(broker.bootstrap, topic_name("txid"))
+    committed, aborted = [], []
+    for txn in range(9):
+        producer.begin_transaction()
+        values = [f"{txn}-{i}".encode() for i in range(20)]
+        for i, value in enumerate(values):
+            producer.produce(topic, value=value, partition=i % 3)
+        if txn % 3 == 2:
+            producer.flush()  # stored before the abort: read_uncommitted sees them
+            producer.abort_transaction(TXN_TIMEOUT_S)
+            aborted += values
+        else:
+            producer.commit_transaction(TXN_TIMEOUT_S)
+            committed += values
+    producer.flush()
+    seen = _read_to_end(broker.bootstrap, topic, 3, "read_committed")
+    values = [v for _, _, v in seen]
+    assert Counter(values) == Counter(committed)  # each exactly once, no aborted one
+    for p in range(3):  # in order within each partition
+        mine = [v for part, _, v in seen if part == p]
+        assert mine == [v for i, v in enumerate(committed) if i % 20 % 3 == p]
+    everything = [v for _, _, v in _read_to_end(broker.bootstrap, topic, 3, "read_uncommitted")]
+    assert Counter(everything) == Counter(committed + aborted)
+
+
+def test_open_transaction_holds_the_last_stable_offset(broker):
+    topic = topic_name("lso")
+    create_topic(broker.bootstrap, topic)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(5):
+        plain.produce(topic, value=b"before-%d" % i, partition=0)
+    plain.flush()
+    producer = _producer(broker.bootstrap, topic_name("txid"))
+    producer.begin_transaction()
+    for i in range(4):
+        producer.produce(topic, value=b"open-%d" % i, partition=0)
+    producer.flush()
+    for i in range(3):  # after the open transaction's records, not part of it
+        plain.produce(topic, value=b"after-%d" % i, partition=0)
+    plain.flush()
+    assert _list_offset(broker.bootstrap, topic, 0, 0) == 12  # the high watermark
+    assert _list_offset(broker.bootstrap, topic, 0, 1) == 5  # the open transaction's start
+    reader = _consumer(broker.bootstrap, "read_committed")
+    reader.assign([TopicPartition(topic, 0, 0)])
+    early = []
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        m = reader.poll(0.1)
+        if m is not None and m.error() is None:
+            early.append(m.value())
+    assert early == [b"before-%d" % i for i in range(5)]
+    producer.commit_transaction(TXN_TIMEOUT_S)
+    assert _list_offset(broker.bootstrap, topic, 0, 1) == 13  # past the marker
+    late = []
+    deadline = time.monotonic() + 30
+    while len(late) < 7 and time.monotonic() < deadline:
+        m = reader.poll(0.1)
+        if m is not None and m.error() is None:
+            late.append(m.value())
+    reader.close()
+    assert late == [b"open-%d" % i for i in range(4)] + [b"after-%d" % i for i in range(3)]
+
+
+def _run_transform(bootstrap: str, source: str, sink: str, group: str, total: int, crash) -> int:
+    """A consume-transform-produce service: reads ``source`` read_committed, writes each value
+    upper-cased to ``sink`` and commits its input offsets in the same transaction, 10 records a
+    transaction, until the group's committed offsets cover ``total`` inputs. ``crash(n)`` runs
+    after the n-th transaction's records are sent and before its commit. Recovers as the
+    librdkafka docs say: an abortable error aborts and rewinds to the committed offsets; a fatal
+    one (fenced) starts a new producer. Returns how many transactions it committed."""
+    consumer = _consumer(
+        bootstrap, "read_committed", group, **{"max.poll.interval.ms": 300000}, **NO_REBOOTSTRAP
+    )
+    consumer.subscribe([source])
+    producer = _producer(bootstrap, f"{group}-txn", **NO_REBOOTSTRAP)
+    commits = attempts = 0
+    deadline = time.monotonic() + 240
+
+    def rewind() -> None:
+        assignment = consumer.assignment()
+        for tp in consumer.committed(assignment, TXN_TIMEOUT_S):
+            consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
+
+    def committed_inputs() -> int:
+        tps = [TopicPartition(source, p) for p in range(2)]
+        return sum(max(tp.offset, 0) for tp in consumer.committed(tps, TXN_TIMEOUT_S))
+
+    while committed_inputs() < total:
+        assert time.monotonic() < deadline, "the transform loop did not finish"
+        messages = [m for m in consumer.consume(10, 0.5) if m.error() is None]
+        if not messages:
+            continue
+        attempts += 1
+        try:
+            producer.begin_transaction()
+            for m in messages:
+                producer.produce(sink, value=m.value().upper(), partition=m.partition())
+            crash(attempts)
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()),
+                consumer.consumer_group_metadata(),
+                TXN_TIMEOUT_S,
+            )
+            producer.commit_transaction(TXN_TIMEOUT_S)
+            commits += 1
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.txn_requires_abort():
+                producer.abort_transaction(TXN_TIMEOUT_S)
+            elif error.fatal():
+                producer = _producer(bootstrap, f"{group}-txn", **NO_REBOOTSTRAP)
+            elif not error.retriable():
+                raise
+            rewind()
+    consumer.close()
+    return commits
+
+
+def test_consume_transform_produce_exactly_once_across_two_kill9s(broker_factory):
+    b = broker_factory(
+        {"log.flush.interval.messages": 1, "transaction.state.log.num.partitions": 5}
+    )
+    source, sink = topic_name("in"), topic_name("out")
+    create_topic(b.bootstrap, source, partitions=2)
+    create_topic(b.bootstrap, sink, partitions=2)
+    total = 400
+    feeder = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+    inputs = [b"value-%04d" % i for i in range(total)]
+    for i, value in enumerate(inputs):
+        feeder.produce(source, value=value, partition=i % 2)
+    assert feeder.flush(30) == 0
+
+    # Beside it, a producer writing to the same output that aborts every third transaction.
+    aborter = _producer(b.bootstrap, topic_name("aborter"), **NO_REBOOTSTRAP)
+    aborted_values, committed_values = [], []
+
+    def crash(attempt: int) -> None:
+        if attempt % 6 == 0:
+            aborter.begin_transaction()
+            values = [b"side-%d-%d" % (attempt, i) for i in range(3)]
+            for v in values:
+                aborter.produce(sink, value=v, partition=0)
+            if attempt % 18 == 0:
+                aborter.flush()
+                aborter.abort_transaction(TXN_TIMEOUT_S)
+                aborted_values.extend(values)
+            else:
+                aborter.commit_transaction(TXN_TIMEOUT_S)
+                committed_values.extend(values)
+        if attempt in (7, 23):  # mid-transaction: records sent, commit not yet asked
+            b.kill()
+            b.start()
+
+    commits = _run_transform(b.bootstrap, source, sink, topic_name("etl"), total, crash)
+    assert commits >= total // 10
+    out = [v for _, _, v in _read_to_end(b.bootstrap, sink, 2, "read_committed")]
+    transformed = Counter(v for v in out if v.startswith(b"VALUE-"))
+    assert transformed == Counter(v.upper() for v in inputs)  # each input exactly once
+    side = [v for v in out if v.startswith(b"side-")]
+    assert Counter(side) == Counter(committed_values)
+    assert not set(side) & set(aborted_values)
+    assert aborted_values, "the side producer aborted nothing: the scenario did not run"
+
+
+def test_hung_transaction_is_aborted_at_its_timeout(broker_factory):
+    b = broker_factory({"transaction.abort.timed.out.transaction.cleanup.interval.ms": 200})
+    topic = topic_name("hung")
+    create_topic(b.bootstrap, topic)
+    producer = _producer(b.bootstrap, topic_name("txid"), **{"transaction.timeout.ms": 1500})
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=b"hung-%d" % i, partition=0)
+    producer.flush()
+    assert _list_offset(b.bootstrap, topic, 0, 1) == 0
+    deadline = time.monotonic() + 30
+    while _list_offset(b.bootstrap, topic, 0, 1) == 0:  # the coordinator aborts it
+        assert time.monotonic() < deadline, "the hung transaction was never aborted"
+        time.sleep(0.1)
+    assert _list_offset(b.bootstrap, topic, 0, 1) == 6  # five records and the ABORT marker
+    assert _read_to_end(b.bootstrap, topic, 1, "read_committed") == []
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(10)  # fenced: its epoch was bumped by the abort
+    assert any(
+        e.get("transactional_id")
+        for e in b.log_events("aborting a transaction open longer than its timeout")
+    )
+
+
+def test_second_producer_with_the_same_id_fences_the_first(broker):
+    topic = topic_name("fence")
+    create_topic(broker.bootstrap, topic)
+    txn_id = topic_name("txid")
+    first = _producer(broker.bootstrap, txn_id)
+    first.begin_transaction()
+    first.produce(topic, value=b"zombie", partition=0)
+    first.flush()
+    second = _producer(broker.bootstrap, txn_id)  # aborts the first's open transaction
+    second.begin_transaction()
+    second.produce(topic, value=b"live", partition=0)
+    second.commit_transaction(TXN_TIMEOUT_S)
+    with pytest.raises(KafkaException) as raised:
+        first.commit_transaction(10)
+    assert raised.value.args[0].fatal()
+    values = [v for _, _, v in _read_to_end(broker.bootstrap, topic, 1, "read_committed")]
+    assert values == [b"live"]
+
+
+def test_open_transaction_survives_a_restart(broker_factory):
+    b = broker_factory()
+    topic = topic_name("restart")
+    create_topic(b.bootstrap, topic)
+    producer = _producer(b.bootstrap, topic_name("txid"), **NO_REBOOTSTRAP)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=b"r-%d" % i, partition=0)
+    producer.flush()
+    b.restart()  # a clean stop: the producer snapshot keeps the open transaction
+    assert _list_offset(b.bootstrap, topic, 0, 1) == 0
+    producer.commit_transaction(TXN_TIMEOUT_S)
+    values = [v for _, _, v in _read_to_end(b.bootstrap, topic, 1, "read_committed")]
+    assert values == [b"r-%d" % i for i in range(10)]
