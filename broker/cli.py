@@ -22,7 +22,7 @@ import sys
 
 import structlog
 
-from broker.config import ConfigError, load_config
+from broker.config import ConfigError, load_config, not_acted_on
 from broker.logging_setup import configure_logging
 
 # subcommand -> module whose main(argv) -> int implements it
@@ -80,6 +80,13 @@ def serve(config_path: str | None, overrides: list[str]) -> int:
     except OSError as exc:
         print(f"chronolog: cannot read config file: {exc}", file=sys.stderr)
         return 2
+    ignored = not_acted_on(config)
+    if ignored:
+        logger.warning(
+            "Kafka properties accepted but not acted on",
+            properties=ignored,
+            action="chronolog only reports them (DescribeConfigs); see the README's departures",
+        )
 
     import trio
 

@@ -564,6 +564,11 @@ BROKER_UPDATE_MODES: dict[str, str] = {
 "cluster-wide", "per-listener" (only under a listener prefix) or "read-only"."""
 
 
+def not_acted_on(config: BrokerConfig) -> list[str]:
+    """The broker properties set in ``config`` that Kafka defines and chronolog only keeps."""
+    return sorted(name for name in config.given if name in KAFKA_ONLY_BROKER_KEYS)
+
+
 def broker_key(name: str) -> ConfigKey | None:
     """The key of any broker property chronolog knows, acted on or not (None: unknown)."""
     return BROKER_KEYS.get(name) or KAFKA_ONLY_BROKER_KEYS.get(name)
