@@ -118,7 +118,7 @@ def _v(request: Request) -> int:
 
 
 async def allowed(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
-    """No authorization (ApiVersions, the SASL apis, DescribeCluster)."""
+    """No authorization (ApiVersions, the SASL apis)."""
     return await handler(ctx, request)
 
 
@@ -498,6 +498,15 @@ async def describe_groups_rule(check: Check, handler: Handler, ctx: Any, request
         for g in answer.get("groups", ()):
             g["authorized_operations"] = check.operations(GROUP, g["group_id"])
     answer["groups"] = list(answer.get("groups", ())) + denied
+    return answer
+
+
+async def describe_cluster_rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
+    """Anyone may ask; the cluster's authorized operations, when asked for, are the
+    principal's (KafkaApis.handleDescribeCluster), not every operation."""
+    answer = await handler(ctx, request)
+    if request.body.include_cluster_authorized_operations:
+        answer["cluster_authorized_operations"] = check.operations(CLUSTER, CLUSTER_NAME)
     return answer
 
 
@@ -932,7 +941,7 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
             ]
         },
     ),
-    A.DESCRIBE_CLUSTER: allowed,
+    A.DESCRIBE_CLUSTER: describe_cluster_rule,
     A.ADD_PARTITIONS_TO_TXN: add_partitions_to_txn_rule,
     A.ADD_OFFSETS_TO_TXN: add_offsets_to_txn_rule,
     A.END_TXN: group_rule(O.WRITE, lambda r: {"error_code": TXN_DENIED}, TXN),

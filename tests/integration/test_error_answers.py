@@ -854,6 +854,21 @@ REFUSALS = [
         "describe-log-dirs-denied-v4", ApiKey.DESCRIBE_LOG_DIRS, 4, lambda ctx: {"topics": None}
     ),
     _scenario(
+        "leave-group-denied-v5",
+        ApiKey.LEAVE_GROUP,
+        5,
+        lambda ctx: {
+            "group_id": GROUP,
+            "members": [{"member_id": "m", "group_instance_id": None, "reason": None}],
+        },
+    ),
+    _scenario(
+        "describe-cluster-v1",
+        ApiKey.DESCRIBE_CLUSTER,
+        1,
+        lambda ctx: {"include_cluster_authorized_operations": True, "endpoint_type": 1},
+    ),
+    _scenario(
         "init-producer-id-denied-v4",
         ApiKey.INIT_PRODUCER_ID,
         4,
@@ -892,19 +907,21 @@ DEPARTURES: dict[str, str] = {
 """Scenario name -> why chronolog answers otherwise on purpose (xfail strict)."""
 
 
-# where each broker is (Metadata), which are not what is compared
-_BROKER_FIELDS = ("brokers", "cluster_id", "controller_id")
+# Where each broker is and which cluster it is in differ; only whether they are null counts.
+_NULLNESS_ONLY = ("error_message", "topic_id", "cluster_id", "rack")
+# Which broker is which differs too.
+_BROKER_IDS = ("node_id", "broker_id", "controller_id", "host", "port")
 
 
 def _shape(value: Any) -> Any:
-    """An answer reduced to what both brokers must agree on: topic ids and error texts only by
-    whether they are null, record sets by their length (None when null), no throttle times and
-    no broker addresses or cluster ids."""
+    """An answer reduced to what both brokers must agree on: topic ids, error texts, cluster ids
+    and racks only by whether they are null, record sets by their length (None when null), no
+    throttle times, broker ids, hosts or ports."""
     if isinstance(value, dict):
         return {
             k: (
                 (v is None)
-                if k in ("error_message", "topic_id")
+                if k in _NULLNESS_ONLY
                 else None
                 if k == "records" and v is None
                 else len(v)
@@ -912,7 +929,7 @@ def _shape(value: Any) -> Any:
                 else _shape(v)
             )
             for k, v in value.items()
-            if k not in ("throttle_time_ms", "node_endpoints", *_BROKER_FIELDS)
+            if k not in ("throttle_time_ms", "node_endpoints", *_BROKER_IDS)
         }
     if isinstance(value, (list, tuple)):
         return [_shape(v) for v in value]
@@ -994,6 +1011,26 @@ def _described_configs(target: Target, resource_type: int, name: str) -> dict[st
         (result,) = client.call(ApiKey.DESCRIBE_CONFIGS, 4, body).results
     assert result.error_code == 0, result.error_message
     return {c.name: (c.value, c.read_only, c.config_source, c.config_type) for c in result.configs}
+
+
+@pytest.mark.kafka_oracle
+def test_failed_authentication_answers_as_kafka(chronolog, kafka):
+    """SaslAuthenticate v2 with a wrong password: the same code, a text (Kafka's nullable
+    error_message is set), no token and no session lifetime."""
+    answers = []
+    for target in (chronolog, kafka):
+        with WireClient(target.host, target.port) as client:
+            assert handshake(client, "PLAIN").error_code == 0
+            answer = SASL.authenticate(client, b"\0alice\0wrong-password")
+        answers.append(
+            (
+                answer.error_code,
+                answer.error_message is None,
+                answer.auth_bytes,
+                answer.session_lifetime_ms,
+            )
+        )
+    assert answers[0] == answers[1] == (58, False, b"", 0)  # SASL_AUTHENTICATION_FAILED
 
 
 @pytest.mark.kafka_oracle
