@@ -156,7 +156,7 @@ bench: $(VENV)/.installed-bench
 # build/pipeline/<topic>-per-minute (Parquet). `make pipeline-seed` first produces demo data into it.
 PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
-.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-idle-wait soak
+.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-idle-wait soak
 
 pipeline: $(VENV)/.installed-test
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
@@ -172,6 +172,11 @@ bench-spark: $(VENV)/.installed-test
 # Log cleaner throughput and memory for a 10^6-key log: bench/results/cleaner.json.
 bench-cleaner: $(VENV)/.installed-test
 	$(BIN)/python bench/bench_cleaner.py
+
+# A synchronous offset commit against an acks=all produce in a 3-broker cluster (ZooKeeper and
+# brokers on this machine, offsets at replication factor 3): bench/results/commit_latency.json.
+bench-commit-latency: $(VENV)/.installed-test
+	$(BIN)/python bench/bench_commit_latency.py
 
 # A lone lz4 Produce request's CPU by the pause before it: chronolog, Tansu and two Python floors
 # (also run by `make bench`): bench/results/idle_wait.json.

@@ -10,8 +10,9 @@ Resources and errors:
   (generation, protocol, leader, members and their assignments), so a Stable group comes back
   Stable and its static members rejoin without a rebalance.
 - Every access to its Log holds the partition's lock and runs in a worker thread (the broker's
-  rule). A commit is fsynced before it is acknowledged; so is a generation's group record
-  before its members get their assignments (Kafka's storeGroup).
+  rule). On a single broker a commit is fsynced before it is acknowledged; so is a
+  generation's group record before its members get their assignments (Kafka's storeGroup). In
+  a cluster a write counts once the ISR has it, as an acks=all produce does, without an fsync.
 - Group records are written by whichever task holds the writer lock, in the order the state
   machine queued them (:meth:`GroupCoordinator._flush_writes`, shielded from cancellation so
   a parked SyncGroup is always answered).
@@ -300,9 +301,17 @@ class GroupCoordinator:
             try:
                 if offsets_log is None:  # clients cannot delete it; a broker bug if it is gone
                     raise LogNotFoundError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log")
+                now = ctx.clock()
                 await trio.to_thread.run_sync(
                     lambda: append_records(
-                        offsets_log, self._settings(), records, ctx.clock(), producer=producer
+                        offsets_log,
+                        self._settings(),
+                        records,
+                        now,
+                        producer=producer,
+                        # In a cluster the ISR's copies make a commit durable, as for an acks=all
+                        # produce (Kafka never fsyncs one); a single broker has only its disk.
+                        fsync=ctx.cluster is None,
                     )
                 )
                 appended_to = offsets_log.log_end_offset
@@ -352,6 +361,11 @@ class GroupCoordinator:
                     action="check the log directory's disk; the client will retry",
                     **log,
                 )
+        if error is None:
+            # Wake parked fetches (followers above all) as a produce does: Kafka completes
+            # delayed fetches on every append, whoever appends. Without this a commit in a
+            # cluster waited replica.fetch.wait.max.ms for its followers.
+            ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION).notify()
         if error is None and ctx.cluster is not None:
             # In a cluster a write counts once the ISR has it (broker/cluster/groups.py).
             error = await ctx.cluster.groups.committed(appended_to - 1)

@@ -56,9 +56,10 @@ def append_records(
     now_ms: int,
     *,
     producer: tuple[int, int] | None = None,
+    fsync: bool = True,
 ) -> int:
-    """Append (key, value-or-None) records as one message set and fsync; returns the first
-    offset. With ``producer`` (id, epoch) the set is a transactional v2 batch of that producer
+    """Append (key, value-or-None) records as one message set and (``fsync``) fsync it;
+    returns the first offset. With ``producer`` (id, epoch) the set is a transactional v2 batch of that producer
     (a TxnOffsetCommit: its offsets count once the transaction's COMMIT marker follows). Kafka
     writes these at sequence 0 and skips the sequence check for the coordinator; here they take
     the producer's next sequence in this partition, so the log's one check applies unchanged.
@@ -87,7 +88,8 @@ def append_records(
     if isinstance(result, Rejected):
         raise OffsetStoreError(result.error, result.reason)
     log.append(result)
-    log.flush()
+    if fsync:
+        log.flush()
     return result.first_offset
 
 

@@ -1,8 +1,9 @@
-"""DescribeProducers v0 (KIP-664): the idempotent producers a partition knows.
+"""DescribeProducers v0 (KIP-664): the producers a partition knows.
 
-Per partition, from its producer state (storage/producer_state.py, what the log keeps of each
-producer's last batch): producer id, epoch, last sequence, last batch's timestamp. chronolog has
-no transactions, so coordinator_epoch and current_txn_start_offset are -1. Errors per partition
+Per partition, from its producer state (storage/producer_state.py): producer id, epoch, last
+sequence, last batch's timestamp, the coordinator epoch of its last transaction marker and the
+first offset of its ongoing transaction (-1: none), which is what kafka-transactions.sh
+find-hanging looks for. Errors per partition
 as Kafka's ReplicaManager.activeProducerState gives them: UNKNOWN_TOPIC_OR_PARTITION, in a
 cluster NOT_LEADER_OR_FOLLOWER on a broker that does not lead it, KAFKA_STORAGE_ERROR for an
 offline log dir.
@@ -33,18 +34,8 @@ async def _partition(ctx: BrokerContext, topic: str, partition: int) -> dict:
             )
             answer["error_code"] = int(code)
             return answer
-        batches = log.producer_state().last_batches()
-    answer["active_producers"] = [
-        {
-            "producer_id": pid,
-            "producer_epoch": epoch,
-            "last_sequence": last_sequence,
-            "last_timestamp": max_timestamp,
-            "coordinator_epoch": -1,
-            "current_txn_start_offset": -1,
-        }
-        for pid, epoch, _first, last_sequence, _offset, max_timestamp in batches
-    ]
+        producers = log.producer_state().active_producers()
+    answer["active_producers"] = [p._asdict() for p in producers]
     return answer
 
 

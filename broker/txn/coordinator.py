@@ -265,6 +265,7 @@ class TransactionCoordinator:
             )
             await self._ctx.storage_failed(TRANSACTION_STATE_TOPIC, partition, failure)
             return ErrorCode.NOT_COORDINATOR_FOR_GROUP
+        self._ctx.partition(TRANSACTION_STATE_TOPIC, partition).notify()
         self.machine.complete(transit)
         if meta.state.completing:
             self._spawn_markers(meta)

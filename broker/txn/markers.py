@@ -35,11 +35,10 @@ async def write_marker(
             if ctx.is_offline(topic, partition):
                 return ErrorCode.KAFKA_STORAGE_ERROR
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        now = ctx.clock()
         try:
             await trio.to_thread.run_sync(
-                lambda: log.append_control(
-                    producer_id, epoch, coordinator_epoch, commit, 0, ctx.clock()
-                )
+                lambda: log.append_control(producer_id, epoch, coordinator_epoch, commit, 0, now)
             )
         except ProducerStateError as exc:
             logger.warning(

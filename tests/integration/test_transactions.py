@@ -106,6 +106,18 @@ def _list_offset(bootstrap: str, topic: str, partition: int, isolation: int) -> 
     return answer.offset
 
 
+def _producers(bootstrap: str, topic: str) -> list:
+    """DescribeProducers v0 of partition 0: the producers it knows."""
+    host, port = bootstrap.split(":")
+    with BrokerConnection(host, int(port), client_id="txn-test", timeout_s=15) as conn:
+        response = conn.call(
+            ApiKey.DESCRIBE_PRODUCERS, 0, {"topics": [{"name": topic, "partition_indexes": [0]}]}
+        )
+    answer = response.topics[0].partitions[0]
+    assert answer.error_code == 0
+    return list(answer.active_producers)
+
+
 def test_commits_reach_read_committed_and_aborts_never(broker):
     topic = topic_name("txn")
     create_topic(broker.bootstrap, topic, partitions=3)
@@ -151,6 +163,8 @@ def test_open_transaction_holds_the_last_stable_offset(broker):
     plain.flush()
     assert _list_offset(broker.bootstrap, topic, 0, 0) == 12  # the high watermark
     assert _list_offset(broker.bootstrap, topic, 0, 1) == 5  # the open transaction's start
+    open_txns = [p for p in _producers(broker.bootstrap, topic) if p.current_txn_start_offset >= 0]
+    assert [p.current_txn_start_offset for p in open_txns] == [5]  # what find-hanging reads
     reader = _consumer(broker.bootstrap, "read_committed")
     reader.assign([TopicPartition(topic, 0, 0)])
     early = []

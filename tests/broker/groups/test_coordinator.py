@@ -973,10 +973,10 @@ async def test_a_tombstone_that_could_not_be_written_is_retried(tmp_path, monkey
         await c.leave("g", [(a.member_id, None)])
         real = coordinator_module.append_records
 
-        def full_disk(log, settings, records, now):
+        def full_disk(log, settings, records, now, **kw):
             if any(v is None for _, v in records):
                 raise OSError(errno.ENOSPC, "No space left on device")
-            return real(log, settings, records, now)
+            return real(log, settings, records, now, **kw)
 
         monkeypatch.setattr(coordinator_module, "append_records", full_disk)
         assert await c.delete_groups(["g"]) == [("g", E.NONE)]  # no offsets: only the tombstone
