@@ -3,7 +3,7 @@ a refused Fetch partition carries an empty record set (never null, which librdka
 parse), a refused CreateTopics topic an empty config list, a refused config resource Kafka's
 message. Each answer is encoded and decoded again, so what is checked is what a client
 reads. The shapes come from Kafka 4.1.1's FetchResponse.partitionResponse, ControllerApis and
-ConfigHelper (tests/integration/test_error_answers.py compares with a running Kafka)."""
+ConfigHelper (tests/integration/test_differential_errors.py compares with a running Kafka)."""
 
 from __future__ import annotations
 

@@ -3,9 +3,9 @@ or ListOffsets naming a leader epoch newer than the leader's is answered UNKNOWN
 (KIP-320) with the same fields as Kafka's, null where Kafka's are null and empty where Kafka's
 are empty; one naming an older epoch FENCED_LEADER_EPOCH, and one sent to a replica that does
 not lead NOT_LEADER_OR_FOLLOWER, with the same shape (but for Fetch v16+, where Kafka also names
-the current leader, KIP-951, which chronolog does not yet). A single chronolog
-broker does not check epochs (tests/integration/test_error_answers.py lists that departure); a
-broker in a cluster does."""
+the current leader, KIP-951, which chronolog does not yet). A single chronolog broker does not
+check epochs (tests/integration/test_differential_errors.py lists that departure); a broker in
+a cluster does."""
 
 from __future__ import annotations
 
