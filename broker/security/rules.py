@@ -1,4 +1,7 @@
-"""Per-api authorization, as Kafka 3.9's KafkaApis checks each request, at the dispatch level.
+"""Per-api authorization, as Kafka's KafkaApis checks each request (3.9's rules, 4.1's for the
+transaction apis), at the dispatch level. Refusals are shaped as Kafka 4.1.1 sends them: empty,
+never null, where Kafka's are empty (a refused Fetch partition's records), and error texts set
+or null where Kafka's are (tests/integration/test_differential_errors.py compares them).
 
 :data:`RULES` maps every api key to a rule ``async (check, handler, ctx, request) -> body``. A
 rule either answers the whole request with an error without calling the handler (a group api
