@@ -328,9 +328,8 @@ class TxnMachine:
         if meta is None:
             return Answer(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         v2 = meta.epoch_bump_per_transaction
-        retry_of_bump = (
-            v2 and meta.last_producer_epoch == epoch and meta.producer_epoch == (epoch + 1)
-        )
+        # A v2 retry of an EndTxn that already bumped the epoch (Kafka's endTxnEpochBumped).
+        retry_of_bump = v2 and meta.producer_epoch == epoch + 1
         retry_on_overflow = (
             v2
             and meta.previous_producer_id == producer_id
