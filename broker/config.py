@@ -803,7 +803,8 @@ class BrokerConfig:
         raw_given: dict[str, str] = {}
         dynamic: dict[str, str] = {}  # listener.name.* and <mechanism>.sasl.jaas.config
         for name, raw in pairs:
-            if name in KAFKA_ONLY_BROKER_KEYS:  # validated and reported, not acted on
+            # validated and reported, not acted on (sasl.jaas.config is the listeners' to judge)
+            if name in KAFKA_ONLY_BROKER_KEYS and not security_settings.is_dynamic_key(name):
                 _parse(KAFKA_ONLY_BROKER_KEYS[name], name, raw)
                 raw_given[name] = raw
                 continue
