@@ -83,7 +83,7 @@ class ApiKey(IntEnum):
 # version Kafka 3.9 defines; it checks at import that these are among them). ApiVersions answers
 # from this table, and ServerConnection refuses anything outside it.
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 11),
+    ApiKey.PRODUCE: (0, 12),
     ApiKey.FETCH: (0, 17),
     ApiKey.LIST_OFFSETS: (0, 9),
     ApiKey.METADATA: (0, 12),
@@ -119,7 +119,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
-    ApiKey.END_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 5),
     ApiKey.WRITE_TXN_MARKERS: (1, 1),
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),

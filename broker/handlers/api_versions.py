@@ -1,4 +1,5 @@
-"""ApiVersions v0-v4: the versions this broker serves, from its final dispatch table."""
+"""ApiVersions v0-v4: the versions this broker serves, from its final dispatch table, and (v3+)
+the transaction.version feature where a transaction coordinator runs."""
 
 from __future__ import annotations
 
@@ -16,6 +17,25 @@ def api_versions(implemented) -> list[dict]:
     ]
 
 
+# KIP-584 features (ApiVersions v3+): transaction.version 2 (KIP-890 part 2: Produce v12 adds a
+# partition to its transaction, EndTxn v5 bumps the epoch at every end), finalized, where a
+# transaction coordinator runs. Java clients 4.x read it to choose the transaction protocol.
+TRANSACTION_VERSION = 2
+TRANSACTION_FEATURES = {
+    "supported_features": [
+        {"name": "transaction.version", "min_version": 0, "max_version": TRANSACTION_VERSION}
+    ],
+    "finalized_features_epoch": 0,
+    "finalized_features": [
+        {
+            "name": "transaction.version",
+            "max_version_level": TRANSACTION_VERSION,
+            "min_version_level": TRANSACTION_VERSION,
+        }
+    ],
+}
+
+
 def make_api_versions_handler(handlers):
     """ApiVersions answers from the final dispatch table, so it advertises exactly what runs."""
 
@@ -23,6 +43,9 @@ def make_api_versions_handler(handlers):
         # body None: a newer ApiVersions version; answer in the v0 layout with error 35 and the
         # list, which is what makes kafka-python and librdkafka retry at v0 (clients.md).
         error = ErrorCode.UNSUPPORTED_VERSION if request.body is None else ErrorCode.NONE
-        return {"error_code": int(error), "api_keys": api_versions(handlers), "throttle_time_ms": 0}
+        body = {"error_code": int(error), "api_keys": api_versions(handlers), "throttle_time_ms": 0}
+        if ctx.txn_coordinator is not None:
+            body.update(TRANSACTION_FEATURES)
+        return body
 
     return handle_api_versions

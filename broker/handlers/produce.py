@@ -222,8 +222,8 @@ async def _produce_partition(
                 return _Answer(ErrorCode.NOT_LEADER_FOR_PARTITION, message="leadership moved")
             leader_epoch = replica.leader_epoch
         if transactional_id is not None:
-            refused = _unverified_transaction(
-                ctx, transactional_id, topic_name, partition, record_set
+            refused = await _unverified_transaction(
+                ctx, transactional_id, topic_name, partition, record_set, version
             )
             if refused is not None:
                 return refused
@@ -322,17 +322,23 @@ _VERIFICATION_ERRORS = {
 }
 
 
-def _unverified_transaction(
-    ctx: BrokerContext, transactional_id: str, topic: str, partition: int, record_set: bytes
+async def _unverified_transaction(
+    ctx: BrokerContext,
+    transactional_id: str,
+    topic: str,
+    partition: int,
+    record_set: bytes,
+    version: int,
 ) -> _Answer | None:
-    """KIP-890 part 1: a transactional batch is appended only to a partition its producer's
-    ongoing transaction holds, as the coordinator says (asked under the partition's lock, so no
-    marker can come between); otherwise a late or stray write could leave a transaction open in
-    the partition that its coordinator never ends. None when the batch may be appended."""
+    """A transactional batch is appended only to a partition its producer's ongoing transaction
+    holds, as the coordinator says (asked under the partition's lock, so no marker can come
+    between): otherwise a late or stray write could leave a transaction open in the partition
+    that its coordinator never ends. Produce v12+ (transaction version 2, KIP-890 part 2) adds
+    the partition to the transaction itself; older versions had the client add it first and are
+    only verified (KIP-890 part 1). None when the batch may be appended."""
     coordinator = ctx.txn_coordinator
     if (
         coordinator is None
-        or not ctx.config.transaction_partition_verification_enable
         or record_set is None
         or len(record_set) < rb.RECORD_BATCH_OVERHEAD
         or record_set[rb.MAGIC_OFFSET] != rb.MAGIC
@@ -341,18 +347,25 @@ def _unverified_transaction(
     header = rb.read_header(record_set)
     if not header.is_transactional:
         return None
-    error = coordinator.verify_partitions(
-        transactional_id, header.producer_id, header.producer_epoch, [(topic, partition)]
-    )[(topic, partition)]
+    pid, epoch = header.producer_id, header.producer_epoch
+    if version >= 12:
+        error = await coordinator.add_partitions(
+            transactional_id, pid, epoch, [(topic, partition)], client_version=2
+        )
+    elif ctx.config.transaction_partition_verification_enable:
+        error = coordinator.verify_partitions(transactional_id, pid, epoch, [(topic, partition)])[
+            (topic, partition)
+        ]
+    else:
+        return None
     if error is ErrorCode.NONE:
         return None
     return _rejected(
         topic,
         partition,
         _VERIFICATION_ERRORS.get(error, error),
-        f"transactional produce of producer {header.producer_id} epoch "
-        f"{header.producer_epoch} not verified by the transaction coordinator ({error.name}): "
-        f"the partition is not in its ongoing transaction",
+        f"transactional produce of producer {pid} epoch {epoch} refused by the transaction "
+        f"coordinator ({error.name}): the partition is not in its ongoing transaction",
     )
 
 

@@ -141,8 +141,22 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> dict
         for t in body.topics
         for p in t.partitions
     ]
+    coordinator = _coordinator(ctx)
+    added = ErrorCode.NONE
+    if groups is not None and coordinator is not None and request.header.api_version >= 5:
+        # Transaction version 2 (KIP-890): no AddOffsetsToTxn, the offsets partition joins the
+        # transaction here.
+        added = await coordinator.add_partitions(
+            body.transactional_id,
+            body.producer_id,
+            body.producer_epoch,
+            [(groups.offsets_topic, groups.partition_for(body.group_id))],
+            client_version=2,
+        )
     if groups is None:
         errors = [ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE] * len(entries)
+    elif added is not ErrorCode.NONE:
+        errors = [added] * len(entries)
     else:
         errors = await groups.txn_commit_offsets(
             body.group_id,

@@ -16,6 +16,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from client import BrokerConnection
 from protocol import ApiKey
+from protocol import recordbatch as rb
+from protocol.errors import ErrorCode
 from tests.integration.clients import create_topic, topic_name
 
 TXN_TIMEOUT_S = 60
@@ -344,3 +346,79 @@ def test_open_transaction_survives_a_restart(broker_factory):
     producer.commit_transaction(TXN_TIMEOUT_S)
     values = [v for _, _, v in _read_to_end(b.bootstrap, topic, 1, "read_committed")]
     assert values == [b"r-%d" % i for i in range(10)]
+
+
+def _txn_batch(producer_id: int, epoch: int, sequence: int, value: bytes) -> bytes:
+    spec = rb.BatchSpec(
+        producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence, is_transactional=True
+    )
+    return rb.build_batch(spec, [(0, int(time.time() * 1000), None, value, ())])
+
+
+def test_transaction_version_2_fences_a_late_write_of_the_previous_transaction(broker):
+    """KIP-890 part 2 on the wire, as Kafka 4's Java producer speaks it when ApiVersions
+    finalizes transaction.version 2: Produce v12 adds the partition itself, EndTxn v5 bumps the
+    epoch, so a batch of the ended transaction that arrives late is refused, not counted in the
+    next one."""
+    topic = topic_name("tv2")
+    create_topic(broker.bootstrap, topic)
+    txn_id = topic_name("txid")
+    host, port = broker.bootstrap.split(":")
+    with BrokerConnection(host, int(port), client_id="tv2-test", timeout_s=15) as conn:
+        versions = conn.call(ApiKey.API_VERSIONS, 3, {})
+        [feature] = versions.finalized_features
+        assert (feature.name, feature.max_version_level) == ("transaction.version", 2)
+        conn.call(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [txn_id]})
+        init = conn.call(
+            ApiKey.INIT_PRODUCER_ID,
+            5,
+            {
+                "transactional_id": txn_id,
+                "transaction_timeout_ms": 60000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        )
+        assert init.error_code == 0
+        pid, epoch = init.producer_id, init.producer_epoch
+
+        def produce(epoch: int, sequence: int, value: bytes) -> int:
+            body = {
+                "transactional_id": txn_id,
+                "acks": -1,
+                "timeout_ms": 10000,
+                "topic_data": [
+                    {
+                        "name": topic,
+                        "partition_data": [
+                            {"index": 0, "records": _txn_batch(pid, epoch, sequence, value)}
+                        ],
+                    }
+                ],
+            }
+            response = conn.call(ApiKey.PRODUCE, 12, body)
+            return response.responses[0].partition_responses[0].error_code
+
+        def end(epoch: int, commit: bool):
+            return conn.call(
+                ApiKey.END_TXN,
+                5,
+                {
+                    "transactional_id": txn_id,
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "committed": commit,
+                },
+            )
+
+        assert produce(epoch, 0, b"first") == 0  # no AddPartitionsToTxn: v12 adds it
+        ended = end(epoch, True)
+        assert (ended.error_code, ended.producer_id, ended.producer_epoch) == (0, pid, epoch + 1)
+        late = produce(epoch, 1, b"late")  # the committed transaction's epoch
+        assert late in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH)
+        assert end(epoch, True).error_code == 0  # a retry of the commit is still answered
+        assert produce(epoch + 1, 0, b"second") == 0  # the next transaction, sequence 0
+        aborted = end(epoch + 1, False)
+        assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 2)
+    values = [v for _, _, v in _read_to_end(broker.bootstrap, topic, 1, "read_committed")]
+    assert values == [b"first"]
