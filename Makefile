@@ -148,7 +148,7 @@ $(VENV)/.installed-bench: pyproject.toml setup.py protocol/_fastscan.c | $(BIN)/
 
 # Side-by-side benchmark suite, chronolog vs Tansu: bench/results/bench.json + bench.png and a table.
 # BENCH_ARGS=--quick for a short development run (bench/results/bench-quick.json).
-bench: $(VENV)/.installed-bench
+bench: $(VENV)/.installed-bench kafka-jvm
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
 # Spark (pyspark_chronolog, pipeline/): per-key counts and bytes per minute over the last hour of
@@ -156,7 +156,7 @@ bench: $(VENV)/.installed-bench
 # build/pipeline/<topic>-per-minute (Parquet). `make pipeline-seed` first produces demo data into it.
 PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
-.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-idle-wait soak
+.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait soak
 
 pipeline: $(VENV)/.installed-test
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
@@ -172,6 +172,11 @@ bench-spark: $(VENV)/.installed-test
 # Log cleaner throughput and memory for a 10^6-key log: bench/results/cleaner.json.
 bench-cleaner: $(VENV)/.installed-test
 	$(BIN)/python bench/bench_cleaner.py
+
+# Transactional produce (a commit every 100 and every 10,000 messages) on chronolog, Kafka 4.1.1
+# and Tansu side by side: bench/results/transactions.json (also part of make bench).
+bench-transactions: $(VENV)/.installed-bench kafka-jvm
+	$(BIN)/python bench/bench_transactions.py
 
 # A synchronous offset commit against an acks=all produce in a 3-broker cluster (ZooKeeper and
 # brokers on this machine, offsets at replication factor 3): bench/results/commit_latency.json.

@@ -230,6 +230,18 @@ def idle_wait(quick: bool) -> dict:
     return {k: measured[k] for k in ("request", "rounds", "requests_per_round", "by_gap_s")}
 
 
+def transactions(quick: bool) -> dict:
+    """bench/bench_transactions.py in its own process: transactional produce (a commit every 100
+    and every 10,000 messages) on chronolog, Kafka 4.1.1 and Tansu."""
+    args = ["--rounds", "1", "--messages", "2000"] if quick else []
+    done = subprocess.run(
+        [sys.executable, str(HERE / "bench_transactions.py"), *args], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        return {"error": f"bench_transactions.py exited {done.returncode}: {done.stderr[-2000:]}"}
+    return json.loads((HERE / "results" / "transactions.json").read_text())["summary"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small counts, one round (development)")
@@ -275,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(plan, suite.runs, brokers)
     overhead = metrics_overhead(args.quick) if "chronolog" in brokers and not args.only else None
     idle = idle_wait(args.quick) if brokers == ("chronolog", "tansu") and not args.only else None
+    txn = transactions(args.quick) if brokers == ("chronolog", "tansu") and not args.only else None
     doc = {
         "name": name,
         "mode": "quick" if args.quick else "default",
@@ -309,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": targets(summary),
         "validation": validation,
         "idle_wait": idle,
+        "transactions": txn,
     }
     if overhead is not None:
         doc["targets"]["metrics_overhead"] = overhead

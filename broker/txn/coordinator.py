@@ -8,7 +8,8 @@ Resources and errors:
   exists at start-up it is loaded then. A transactional id lives in partition
   ``abs(java_hash(id)) % partitions`` (Kafka's partitionFor), so the layout is Kafka's.
 - Every state change is appended and fsynced to that partition before it takes effect or is
-  answered (Kafka writes it with acks=all); a write that fails leaves the id's state as it was
+  answered (Kafka writes it with acks=all), but for a completion, which a restart redoes from the
+  PrepareCommit/PrepareAbort before it; a write that fails leaves the id's state as it was
   and answers the client with a retriable error (NOT_COORDINATOR, as Kafka maps storage errors).
 - One task per completing transaction writes its markers (COMMIT or ABORT control batches) to
   each of its partitions under the partition's lock, then stores CompleteCommit/CompleteAbort.
@@ -239,6 +240,9 @@ class TransactionCoordinator:
                     txn_log.encode_key(tid),
                     value,
                     self._ctx.clock(),
+                    # A completion lost to a power cut is redone at the next start (the markers
+                    # are written again from PrepareCommit/PrepareAbort): no fsync needed.
+                    meta.state not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT),
                 )
         except OSError as exc:
             failure = exc
@@ -474,14 +478,18 @@ class _RecordRefusedError(Exception):
     """Raised by :func:`_append_record` when the validator refuses the record (a broker bug)."""
 
 
-def _append_record(log, settings, key: bytes, value: bytes | None, now_ms: int) -> None:
-    """Append one record as a v2 batch and fsync (blocking; the caller holds the lock)."""
+def _append_record(
+    log, settings, key: bytes, value: bytes | None, now_ms: int, fsync: bool
+) -> None:
+    """Append one record as a v2 batch, and fsync it when asked (blocking; the caller holds
+    the lock)."""
     batch = rb.build_batch(rb.BatchSpec(), [(0, now_ms, key, value, ())])
     result = validate_produce(batch, settings, next_offset=log.log_end_offset, now_ms=now_ms)
     if isinstance(result, Rejected):
         raise _RecordRefusedError(f"{result.error.name}: {result.reason}")
     log.append(result)
-    log.flush()
+    if fsync:
+        log.flush()
 
 
 def _read_all(log) -> list[tuple[int, bytes, bytes | None]]:
