@@ -13,6 +13,12 @@ columns are laid over the buffer. Control batches yield no rows. Headers are dec
 the ``headers`` column is asked for (option includeHeaders), and only for records that have
 some.
 
+read_committed (KIP-98) skips whole batches as Kafka's consumer does (CompletedFetch): the fetch
+answer lists each aborted transaction in the fetched range as (producer id, first offset); taken
+in order of first offset, a transaction's producer becomes aborted once a batch reaches its first
+offset, its transactional batches are skipped until its ABORT marker, and the marker clears it.
+Skipped batches and markers still move the next offset past them.
+
 Magic 1, uncompressed (Kafka 0.10.1, bytes from the entry start):
   0 offset int64 | 8 size int32 | 12 crc uint32 | 16 magic int8 | 17 attributes int8 |
   18 timestamp int64 | 26 key_length int32 (-1 null) | 30 key | value_length int32 | value
@@ -31,11 +37,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from functools import partial
+from typing import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from protocol import LOG_OVERHEAD, MIN_MESSAGE_SIZE, CorruptRecordError, iter_deep
+from protocol import LOG_OVERHEAD, MIN_MESSAGE_SIZE, CorruptRecordError, iter_deep, iter_shallow
 from protocol import recordbatch as rb
 from protocol.compression import decompress
 from protocol.native import fastscan
@@ -251,11 +258,51 @@ def _unwrap(buf: bytes, u8: np.ndarray, pos: np.ndarray, where: str) -> _Chunk |
     return chunk
 
 
-def _record_batch(buf: bytes, position: int, where: str) -> _Chunk:
-    """The records of the v2 batch at ``position`` (none for a control batch)."""
-    h = rb.read_header(buf, position)
+def _skipped_batches(
+    buf: bytes,
+    headers: Mapping[int, rb.BatchHeader],
+    aborted: Sequence[tuple[int, int]],
+    where: str,
+) -> set[int]:
+    """Positions of the batches of aborted transactions among ``headers`` (position -> header,
+    in log order), given the fetch's ``aborted`` (producer id, first offset) pairs."""
+    pending = sorted(aborted, key=lambda txn: txn[1])
+    taken = 0
+    producers: set[int] = set()
+    skipped = set()
+    for position, h in headers.items():
+        if h.producer_id < 0:
+            continue
+        while taken < len(pending) and pending[taken][1] <= h.last_offset:
+            producers.add(pending[taken][0])
+            taken += 1
+        if h.is_control:
+            if h.records_count and _is_abort_marker(buf, position, h, where):
+                producers.discard(h.producer_id)
+        elif h.is_transactional and h.producer_id in producers:
+            skipped.add(position)
+    return skipped
+
+
+def _is_abort_marker(buf: bytes, position: int, h: rb.BatchHeader, where: str) -> bool:
+    """Whether the control batch at ``position`` is an ABORT marker (its first record says)."""
+    try:
+        marker = rb.read_end_txn_marker(rb.iter_records(buf, position, h)[0])
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(
+            f"{where}: control batch at byte {position} (offset {h.base_offset}): {exc}",
+            offset=position,
+        ) from None
+    return marker is not None and not marker.commit
+
+
+def _record_batch(
+    buf: bytes, position: int, h: rb.BatchHeader, where: str, *, skip: bool = False
+) -> _Chunk:
+    """The records of the v2 batch at ``position`` (none for a control batch, nor when
+    ``skip``: an aborted transaction's batch under read_committed)."""
     empty = np.zeros(0, dtype=np.int64)
-    if h.is_control:
+    if h.is_control or skip:
         return _Chunk(buf, empty, empty, empty, empty, empty, empty, empty, h.last_offset)
     start, end = position + rb.RECORD_BATCH_OVERHEAD, position + h.entry_size
     data = buf
@@ -325,10 +372,12 @@ def decode(
     end: int,
     window: tuple[int | None, int | None] = (None, None),
     include_headers: bool = False,
+    aborted: Sequence[tuple[int, int]] | None = None,
 ) -> tuple[pa.RecordBatch | None, int]:
     """Rows of ``record_set`` with start <= offset < end (and, when given, timestamp in
     [window[0], window[1])), plus the offset to fetch next; with ``include_headers`` the batch
-    has the ``headers`` column.
+    has the ``headers`` column. ``aborted`` (read_committed only): the fetch answer's aborted
+    transactions, (producer id, first offset); their records are dropped.
 
     The next offset is one past the last complete entry seen (a batch's last offset, even when
     compaction removed its last records; at least ``start``; ``end`` once the range is done); it
@@ -350,10 +399,13 @@ def decode(
         end=end,
         window=window,
         include_headers=include_headers,
+        aborted=aborted,
     )
     if not np.all((magics == 1) | (magics == rb.MAGIC)):
         return deep()
     where = f"{topic}[{partition}] fetched set"
+    headers = {p: rb.read_header(record_set, p) for p in pos[magics == rb.MAGIC].tolist()}
+    skipped = _skipped_batches(record_set, headers, aborted, where) if aborted else set()
     chunks = []
     run = 0  # first entry of the current run of magic-1 entries
     for i in [*np.flatnonzero(magics == rb.MAGIC), len(pos)]:
@@ -363,7 +415,8 @@ def decode(
                 return deep()
             chunks += legacy
         if i < len(pos):
-            chunks.append(_record_batch(record_set, int(pos[i]), where))
+            p = int(pos[i])
+            chunks.append(_record_batch(record_set, p, headers[p], where, skip=p in skipped))
         run = i + 1
     last = max(c.last_offset for c in chunks)
     next_offset = min(end, max(start, last + 1))
@@ -411,13 +464,28 @@ def _decode_deep(
     end: int,
     window: tuple[int | None, int | None],
     include_headers: bool,
+    aborted: Sequence[tuple[int, int]] | None,
 ) -> tuple[pa.RecordBatch | None, int]:
     lo, hi = window
+    where = f"{topic}[{partition}] fetched set"
+    # Batches yield no message when they are markers or emptied by compaction: their headers
+    # still move the next offset on, and read_committed skips aborted ones by offset range.
+    batch_headers = {
+        e.position: rb.read_header(record_set, e.position)
+        for e in iter_shallow(record_set)
+        if e.magic == rb.MAGIC
+    }
+    last = max([start - 1] + [h.last_offset for h in batch_headers.values()])
+    skipped = [
+        (batch_headers[p].base_offset, batch_headers[p].last_offset)
+        for p in (_skipped_batches(record_set, batch_headers, aborted, where) if aborted else ())
+    ]
     offsets, timestamps, ts_types, keys, values, headers = [], [], [], [], [], []
-    last = start - 1
     for m in iter_deep(record_set):
         last = max(last, m.offset)
         if m.offset < start or m.offset >= end:
+            continue
+        if any(first <= m.offset <= final for first, final in skipped):
             continue
         if (lo is not None and m.timestamp < lo) or (hi is not None and m.timestamp >= hi):
             continue

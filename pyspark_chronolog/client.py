@@ -23,7 +23,8 @@ from .options import ConnectOptions, TopicPartition
 logger = structlog.get_logger(__name__)
 
 _METADATA_VERSION = 1
-_LIST_OFFSETS_VERSION = 1
+# v2 adds the isolation level (KIP-98: read_committed's latest is the last stable offset).
+_LIST_OFFSETS_VERSION = 2
 # Record batches as stored (v4+), headers (v4+ fetch / v3+ produce); the last versions before
 # flexible encoding and topic ids, which this client does not need.
 _FETCH_VERSION = 11
@@ -38,6 +39,10 @@ class FetchResult:
     error_code: int
     high_watermark: int
     record_set: bytes
+    last_stable_offset: int = -1
+    # read_committed: (producer id, first offset) of each aborted transaction in the fetched
+    # range; None for read_uncommitted (the broker sends none).
+    aborted_transactions: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -63,10 +68,15 @@ class TopicInfo:
 
 
 class BrokerClient:
-    """Blocking client for Metadata v1, ListOffsets v1, Fetch v3 and Produce v2."""
+    """Blocking client for Metadata v1, ListOffsets v2, Fetch v11 and Produce v8.
 
-    def __init__(self, connect: ConnectOptions) -> None:
+    ``read_committed`` (KIP-98) makes ListOffsets' latest the last stable offset and Fetch stop
+    there and report the aborted transactions; otherwise both go up to the high watermark.
+    """
+
+    def __init__(self, connect: ConnectOptions, *, read_committed: bool = False) -> None:
         self._connect = connect
+        self._isolation_level = 1 if read_committed else 0
         self._timeout_s = connect.request_timeout_ms / 1000
         self._conns: dict[tuple[str, int], BrokerConnection] = {}
         self._nodes: dict[int, tuple[str, int]] = {}
@@ -202,8 +212,9 @@ class BrokerClient:
     def list_offsets(
         self, wanted: dict[TopicPartition, int]
     ) -> dict[TopicPartition, tuple[int, int]]:
-        """ListOffsets v1: tp -> (timestamp, offset) for each tp -> time (ms, -1 latest,
-        -2 earliest). A time later than every message answers (-1, -1) (KIP-79)."""
+        """ListOffsets v2: tp -> (timestamp, offset) for each tp -> time (ms, -1 latest,
+        -2 earliest). A time later than every message answers (-1, -1) (KIP-79); read_committed,
+        so does a time first reached at or after the last stable offset (as Kafka answers)."""
         by_node: dict[int, dict[str, list[tuple[int, int]]]] = {}
         for tp, ts in wanted.items():
             self._leader_conn(tp)
@@ -216,6 +227,7 @@ class BrokerClient:
                 _LIST_OFFSETS_VERSION,
                 {
                     "replica_id": -1,
+                    "isolation_level": self._isolation_level,
                     "topics": [
                         {
                             "name": t,
@@ -256,7 +268,7 @@ class BrokerClient:
                 "max_wait_ms": max_wait_ms,
                 "min_bytes": 1,
                 "max_bytes": max_bytes,
-                "isolation_level": 0,
+                "isolation_level": self._isolation_level,
                 "session_id": 0,
                 "session_epoch": -1,
                 "topics": [
@@ -280,7 +292,16 @@ class BrokerClient:
         for topic in body.responses:
             for p in topic.partitions:
                 if topic.topic == tp[0] and p.partition_index == tp[1]:
-                    return FetchResult(p.error_code, p.high_watermark, bytes(p.records or b""))
+                    aborted = p.aborted_transactions
+                    return FetchResult(
+                        p.error_code,
+                        p.high_watermark,
+                        bytes(p.records or b""),
+                        p.last_stable_offset,
+                        None
+                        if not self._isolation_level
+                        else tuple((a.producer_id, a.first_offset) for a in aborted or ()),
+                    )
         raise BrokerResponseError(
             f"fetch response for {tp[0]}[{tp[1]}] lacks that partition",
             error_code=ErrorCode.UNKNOWN_SERVER_ERROR,

@@ -3,7 +3,7 @@
 Names and meanings follow Spark's Kafka source (startingOffsets, endingOffsets, startingTimestamp,
 endingTimestamp, startingOffsetsByTimestamp, endingOffsetsByTimestamp,
 startingOffsetsByTimestampStrategy, failOnDataLoss, maxOffsetsPerTrigger, maxRecordsPerPartition,
-kafka.bootstrap.servers, includeHeaders). Option names are case-insensitive, as Spark's are. Every problem raises
+kafka.bootstrap.servers, kafka.isolation.level, includeHeaders). Option names are case-insensitive, as Spark's are. Every problem raises
 InvalidOptionError naming the option and what a valid value looks like.
 """
 
@@ -20,6 +20,10 @@ LATEST = -1
 EARLIEST = -2
 
 TopicPartition = tuple[str, int]
+
+# kafka.isolation.level values, as Kafka's consumer names them.
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,12 @@ class ReadOptions:
     max_partition_fetch_bytes: int = 4 * 1024 * 1024
     streaming: bool = False
     include_headers: bool = False
+    isolation_level: str = READ_COMMITTED
+
+    @property
+    def read_committed(self) -> bool:
+        """Whether reads end at the last stable offset and skip aborted transactions."""
+        return self.isolation_level == READ_COMMITTED
 
     @property
     def window(self) -> tuple[int | None, int | None]:
@@ -277,6 +287,13 @@ def parse_read(options: Mapping[str, str], *, streaming: bool = False) -> ReadOp
         raise InvalidOptionError(
             f'option startingOffsetsByTimestampStrategy={strategy!r} must be "error" or "latest"'
         )
+    raw_isolation = opts.get("kafka.isolation.level", READ_COMMITTED)
+    isolation = raw_isolation.strip().lower()
+    if isolation not in (READ_COMMITTED, READ_UNCOMMITTED):
+        raise InvalidOptionError(
+            f"option kafka.isolation.level={raw_isolation!r} must be {READ_COMMITTED!r} (default: "
+            f"committed transactions only) or {READ_UNCOMMITTED!r} (aborted and open ones too)"
+        )
     max_per_trigger = _int(opts, "maxOffsetsPerTrigger", None, minimum=1)
     if max_per_trigger is not None and not streaming:
         raise InvalidOptionError("option maxOffsetsPerTrigger applies to readStream only")
@@ -294,6 +311,7 @@ def parse_read(options: Mapping[str, str], *, streaming: bool = False) -> ReadOp
         ),
         streaming=streaming,
         include_headers=include_headers(opts),
+        isolation_level=isolation,
     )
 
 

@@ -48,6 +48,12 @@ class RangePartition(InputPartition):
         super().__init__(rng)
 
 
+def reading_client(opts: ReadOptions) -> BrokerClient:
+    """A client at the read's isolation level, so planning and fetching agree on where the
+    partition ends (the last stable offset for read_committed, else the high watermark)."""
+    return BrokerClient(opts.connect, read_committed=opts.read_committed)
+
+
 def read_partition(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     # Spark hands a bare InputPartition(None) to read() when planning found no ranges.
     if partition.value is None:
@@ -60,11 +66,12 @@ def read_range(opts: ReadOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
 
     Offsets that retention deleted while the query ran raise DataLossError, or with
     failOnDataLoss=false are skipped with a warning. A range end beyond what the broker holds
-    (the log was truncated after planning) is treated the same way.
+    (the log was truncated after planning) is treated the same way. read_committed drops the
+    records of aborted transactions (the fetch names them); markers are never rows.
     """
     tp = (rng.topic, rng.partition)
     pos, max_bytes = rng.start, opts.max_partition_fetch_bytes
-    with BrokerClient(opts.connect) as client:
+    with reading_client(opts) as client:
         while pos < rng.end:
             result = client.fetch(tp, pos, max_bytes)
             if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -84,20 +91,27 @@ def read_range(opts: ReadOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
                 end=rng.end,
                 window=opts.window,
                 include_headers=opts.include_headers,
+                aborted=result.aborted_transactions if opts.read_committed else None,
             )
             if batch is not None:
                 yield batch
+            # read_committed fetches stop at the last stable offset, not the high watermark.
+            visible, bound = (
+                (result.last_stable_offset, "last stable offset")
+                if opts.read_committed
+                else (result.high_watermark, "high watermark")
+            )
             if next_pos > pos:
                 pos = next_pos
             elif result.record_set and max_bytes < _MAX_FETCH_BYTES:
                 max_bytes *= 2  # one message larger than the fetch limit
-            elif pos >= result.high_watermark:
-                pos = _lost_tail(opts, rng, pos, result.high_watermark)
+            elif pos >= visible:
+                pos = _lost_tail(opts, rng, pos, visible)
             else:
                 raise BrokerResponseError(
                     f"fetch of {rng.topic}[{rng.partition}] at offset {pos} returned no "
                     f"complete message ({len(result.record_set)} bytes, limit {max_bytes}) "
-                    f"although the high watermark is {result.high_watermark}",
+                    f"although the {bound} is {visible}",
                     error_code=ErrorCode.CORRUPT_MESSAGE,
                 )
 
@@ -135,7 +149,7 @@ class ChronologBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> list[RangePartition]:
-        with BrokerClient(self.opts.connect) as client:
+        with reading_client(self.opts) as client:
             ranges = plan_batch(client, self.opts)
         return [RangePartition(r) for r in ranges]
 
@@ -167,7 +181,7 @@ class ChronologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return offsets_now(client, client.partitions(self.opts.topics))
 
     def initialOffset(self) -> dict:
-        with BrokerClient(self.opts.connect) as client:
+        with reading_client(self.opts) as client:
             known = self._latest(client)
             start = resolve(
                 client,
@@ -184,13 +198,13 @@ class ChronologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadMaxRows(self.opts.max_offsets_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        with BrokerClient(self.opts.connect) as client:
+        with reading_client(self.opts) as client:
             self._target = {tp: k.latest for tp, k in self._latest(client).items()}
         logger.info("availableNow target recorded", target=_to_json(self._target))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = _from_json(start)
-        with BrokerClient(self.opts.connect) as client:
+        with reading_client(self.opts) as client:
             known = self._latest(client)
         latest = {tp: k.latest for tp, k in known.items()}
         if self._target is not None:
@@ -210,7 +224,7 @@ class ChronologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         begin, stop = _from_json(start), _from_json(end)
-        with BrokerClient(self.opts.connect) as client:
+        with reading_client(self.opts) as client:
             tps = [tp for tp in stop if stop[tp] > begin.get(tp, -1)]
             known = offsets_now(client, tps) if tps else {}
         starts = {}
