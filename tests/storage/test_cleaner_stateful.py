@@ -15,12 +15,19 @@ Checked after every step:
   older than delete.retention.ms, and was older than min.compaction.lag.ms;
 - offsets_for_times (Log.offset_for_timestamp) equals brute force over what remains;
 - every index file verifies against its segment (``dump-log --verify``);
-- each idempotent producer's last batch is still known to the producer state.
+- each idempotent producer's last batch is still known to the producer state;
+- transactions (keyed transactional batches of two producers, COMMIT/ABORT markers): the first
+  unstable offset equals brute force over every transactional batch and marker appended, the
+  cleaner never cleans at or past it, and a read_committed reader (the Log's aborted
+  transactions applied batch by batch below the LSO) sees exactly the records present that are
+  neither aborted nor undecided, through cleanings that remove aborted data and markers.
+  Records superseded only by aborted ones are kept (aborted records are not mapped).
 
 Truncations cut at or above the end of every cleaning's dirty section so far (finished or
 crashed), as a follower's truncation cuts only above the high watermark that cleaning never
 passes: below it a truncation could remove the record that made a cleaning drop an older value
-(tests/storage/test_cleaner.py covers the checkpoint lowered by a truncation).
+(tests/storage/test_cleaner.py covers the checkpoint lowered by a truncation), or the ABORT
+marker that made it drop a transaction's batches.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import tempfile
 from hypothesis import HealthCheck, assume, event, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from protocol import recordbatch as rb
 from protocol.compression import Codec
 from protocol.records import MessageSetBuilder, TimestampType, iter_deep, iter_shallow
 from protocol.validator import TopicSettings, ValidatedRecords, validate_produce
@@ -47,6 +55,7 @@ NOW = 1_700_000_000_000
 KEYS = [b"k%d" % i for i in range(4)]
 KINDS = ["v2", "v2", "v2_gzip", "v2_zstd", "v2_lat", "v1", "v1_gzip", "v1_lz4", "v1_lat"]
 KINDS += ["v1_lat_snappy", "v0", "v0_gzip"]
+TXN_PRODUCERS = [21, 22]
 
 
 _no_op = killpoints.reached  # the real one does nothing
@@ -69,6 +78,9 @@ class CleanerMachine(RuleBasedStateMachine):
         # truncation takes the producer back to (the log checks sequences in append)
         self.producer_sequences: dict[int, list[tuple[int, int]]] = {}
         self.next_sequence: dict[int, int] = {}
+        # marker offset or last offset of a transactional batch -> (first offset, producer,
+        # "data" | "commit" | "abort")
+        self.txn_log: dict[int, tuple[int, int, str]] = {}
         self.log: Log | None = None
         # No truncation below this: it could remove a record a cleaning (finished or not)
         # dropped older values for; Kafka's cleaning never passes the high watermark either.
@@ -125,7 +137,10 @@ class CleanerMachine(RuleBasedStateMachine):
     def _raise_floor(self, now: int) -> None:
         plan = plan_cleaning(self.log, now)
         if plan is not None:
-            self.truncate_floor = max(self.truncate_floor, plan.first_uncleanable_offset)
+            # The ABORT markers that decide which batches go are below the high watermark too
+            # (an undecided or unreplicated transaction holds the LSO, and so the cleaning).
+            markers = [a.last_offset + 1 for s in plan.segments for a in s.aborted]
+            self.truncate_floor = max(self.truncate_floor, plan.first_uncleanable_offset, *markers)
 
     def _sync_present(self) -> None:
         self.present = {o: (t, k, v) for o, t, k, v in self.read_log()}
@@ -198,6 +213,69 @@ class CleanerMachine(RuleBasedStateMachine):
                 (sequence + len(records) - 1, v.last_offset)
             )
 
+    @rule(
+        records=st.lists(
+            st.tuples(st.sampled_from(KEYS), st.booleans(), st.integers(0, 3000)),
+            min_size=1,
+            max_size=4,
+        ),
+        producer=st.sampled_from(TXN_PRODUCERS),
+        advance=st.integers(0, 3000),
+    )
+    def txn_append(self, records, producer, advance):
+        """A keyed transactional batch (tombstones too): starts or continues a transaction."""
+        self.clock.advance(advance)
+        # Where the log's producer state says the producer is: a crash replays the whole
+        # (cleaned) log, which may hold only the producer's marker, not its last batch.
+        entry = self.log.producer_state().entry(producer)
+        sequence = entry.last_sequence + 1 if entry is not None else 0
+        spec = rb.BatchSpec(
+            producer_id=producer, producer_epoch=0, base_sequence=sequence, is_transactional=True
+        )
+        batch = [
+            (i, self.clock.now - age, key, None if tombstone else b"t%d" % i, ())
+            for i, (key, tombstone, age) in enumerate(records)
+        ]
+        v = validate_produce(
+            rb.build_batch(spec, batch),
+            TopicSettings(magic=2, compacted=True),
+            next_offset=self.log.log_end_offset,
+            now_ms=self.clock.now,
+        )
+        assert isinstance(v, ValidatedRecords), v
+        assume(len(v.buffer) <= self.config.segment_bytes)
+        self.log.append(v)
+        self._touch_active()
+        for m in iter_deep(v.buffer):
+            self.history[m.offset] = (m.timestamp, m.key, m.value, self.clock.now)
+            self.present[m.offset] = (m.timestamp, m.key, m.value)
+        last_seq = sequence + len(records) - 1
+        self.producer_last[producer] = (sequence, last_seq, v.first_offset, v.last_offset)
+        self.txn_log[v.last_offset] = (v.first_offset, producer, "data")
+
+    @rule(producer=st.sampled_from(TXN_PRODUCERS), commit=st.booleans())
+    def end_txn(self, producer, commit):
+        offset = self.log.append_control(producer, 0, 0, commit, 0, self.clock.now)
+        self._touch_active()
+        self.txn_log[offset] = (offset, producer, "commit" if commit else "abort")
+
+    def _transactions(self) -> tuple[dict[int, int], set[int]]:
+        """Brute force: (ongoing: producer -> first offset, offsets of aborted records)."""
+        ongoing: dict[int, int] = {}
+        batches: dict[int, list[tuple[int, int]]] = {}
+        aborted: set[int] = set()
+        for offset in sorted(self.txn_log):
+            first, pid, kind = self.txn_log[offset]
+            if kind == "data":
+                ongoing.setdefault(pid, first)
+                batches.setdefault(pid, []).append((first, offset))
+                continue
+            ongoing.pop(pid, None)
+            for low, high in batches.pop(pid, []):
+                if kind == "abort":
+                    aborted.update(o for o in self.history if low <= o <= high)
+        return ongoing, aborted
+
     @rule()
     def roll(self):
         self.log.roll()
@@ -262,6 +340,7 @@ class CleanerMachine(RuleBasedStateMachine):
         self.history = {o: r for o, r in self.history.items() if o < end}
         self.present = {o: r for o, r in self.present.items() if o < end}
         self.producer_last = {p: b for p, b in self.producer_last.items() if b[3] < end}
+        self.txn_log = {o: t for o, t in self.txn_log.items() if o < end}
         for p, batches in self.producer_sequences.items():
             batches[:] = [b for b in batches if b[1] < end]
             # A producer whose every batch is gone is unknown again: any sequence goes.
@@ -294,16 +373,24 @@ class CleanerMachine(RuleBasedStateMachine):
 
     # -- checks ----------------------------------------------------------------------------------
     def _check_removals(self, before: dict, now: int, end_offset: int | None) -> None:
+        """A record removed was aborted, or superseded by a later record of its key that was
+        not, or an expired tombstone; never a record of an undecided transaction."""
         retention, lag = self.config.delete_retention_ms, self.config.min_compaction_lag_ms
+        ongoing, aborted = self._transactions()
+        first_unstable = min(ongoing.values(), default=None)
         for offset in sorted(set(before) - set(self.present)):
             ts, key, value, appended = self.history[offset]
-            superseded = any(o > offset and r[1] == key for o, r in self.history.items())
+            assert first_unstable is None or offset < first_unstable, (offset, first_unstable)
+            if lag:
+                assert ts <= now - lag, (offset, ts, now)
+            if offset in aborted:
+                continue
+            later = [o for o, r in self.history.items() if r[1] == key and o not in aborted]
+            superseded = any(o > offset for o in later)
             expired_tombstone = value is None and now >= appended + retention
             assert superseded or expired_tombstone, (offset, key, value)
             if end_offset is not None and not expired_tombstone:
-                assert any(offset < o < end_offset and r[1] == key for o, r in self.history.items())
-            if lag:
-                assert ts <= now - lag, (offset, ts, now)
+                assert any(offset < o < end_offset for o in later)
 
     @invariant()
     def log_matches_model(self):
@@ -315,15 +402,51 @@ class CleanerMachine(RuleBasedStateMachine):
             assert self.history[offset][:3] == (ts, key, value), offset
         present = {r[0] for r in got}
         assert present == set(self.present)
+        _, aborted = self._transactions()
         latest: dict[bytes, int] = {}
         for offset in sorted(self.history):
-            latest[self.history[offset][1]] = offset
+            if offset not in aborted:  # an aborted record is no key's latest value
+                latest[self.history[offset][1]] = offset
         for key, offset in latest.items():
             if offset in present:
                 continue
             _, _, value, appended = self.history[offset]
             assert value is None and self.clock.now >= appended + self.config.delete_retention_ms
-            assert not any(self.history[o][1] == key for o in present), key
+            assert not any(self.history[o][1] == key for o in present - aborted), key
+
+    @invariant()
+    def read_committed_matches(self):
+        """The LSO is brute force's; a read_committed reader gets exactly the records present
+        below it that were not aborted, whatever the cleaner removed."""
+        if self.log is None:
+            return
+        ongoing, aborted = self._transactions()
+        start, end = self.log.log_start_offset, self.log.log_end_offset
+        first_unstable = max(min(ongoing.values()), start) if ongoing else None
+        assert self.log.first_unstable_offset == first_unstable
+        lso = end if first_unstable is None else first_unstable
+        assert self.log.last_stable_offset == lso
+        told = self.log.aborted_transactions(start, lso)
+        seen, offset = [], start
+        while offset < lso:
+            data = self.log.read(offset, 1 << 20, max_offset=lso).read_bytes()
+            shallow = list(iter_shallow(data))
+            if not shallow:
+                break  # the rest below the LSO was cleaned away
+            for entry in shallow:
+                if entry.magic == rb.MAGIC:
+                    h = rb.read_header(data, entry.position)
+                    if h.is_control or any(
+                        a.producer_id == h.producer_id
+                        and a.first_offset <= h.base_offset <= a.last_offset
+                        for a in told
+                        if h.is_transactional
+                    ):
+                        continue
+                part = data[entry.position : entry.next_position]
+                seen += [m.offset for m in iter_deep(part) if offset <= m.offset < lso]
+            offset = shallow[-1].offset + 1
+        assert seen == sorted(o for o in self.present if o < lso and o not in aborted)
 
     @invariant()
     def time_search_matches_brute_force(self):
@@ -359,7 +482,8 @@ class CleanerMachine(RuleBasedStateMachine):
         for pid, (first_seq, last_seq, first_offset, last_offset) in self.producer_last.items():
             if first_offset < self.log.log_start_offset:
                 continue
-            dup = state.check(pid, 0, first_seq, last_seq)
+            txn = pid in TXN_PRODUCERS
+            dup = state.check(pid, 0, first_seq, last_seq, is_transactional=txn)
             assert dup is not None and (dup.first_offset, dup.last_offset) == (
                 first_offset,
                 last_offset,
