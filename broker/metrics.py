@@ -13,7 +13,9 @@ except the request-time histograms, which the scrape writes itself (:func:`_time
   (in-memory attributes; a segment's first time-index entry is read once and cached), consumer
   group lag from the coordinator's committed offsets, waiting fetches from the partitions'
   waiter sets, open connections from the server; waiting acks=all produces are counted by the
-  produce handler.
+  produce handler. Transactions: the coordinator's ids by state (one pass over its table), the
+  transactions it completed (counted where it writes their markers), and per partition the
+  LSO lag and open transactions from the log's producer state.
 
 Everything runs on the trio thread (handlers count after their worker-thread calls returned,
 and the HTTP endpoint calls :meth:`BrokerMetrics.scrape` there), so nothing needs a lock.
@@ -44,8 +46,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from broker.txn.state import TxnState
 from protocol import ApiKey, ErrorCode
 from protocol.schemas import RESPONSE_SCHEMAS
+from storage.errors import LogClosedError
 
 if TYPE_CHECKING:
     from broker.context import BrokerContext
@@ -414,6 +418,20 @@ class _StateCollector(Collector):
             "Largest message timestamp of the newest non-empty segment, ms since the epoch",
             labels=labels,
         )
+        # Kafka's kafka.cluster:type=Partition,name=LastStableOffsetLag (UnifiedLog's
+        # lastStableOffsetLag): what read_committed consumers cannot read yet.
+        lso_lag = GaugeMetricFamily(
+            "kafka_cluster_partition_laststableoffsetlag",
+            "High watermark minus last stable offset: offsets read_committed consumers cannot "
+            "read yet, held back by open transactions (kafka.cluster:type=Partition,"
+            "name=LastStableOffsetLag)",
+            labels=labels,
+        )
+        open_txns = GaugeMetricFamily(
+            "chronolog_log_open_transactions",
+            "Transactions with data in the partition and no marker yet",
+            labels=labels,
+        )
         seen: set[tuple[str, int]] = set()
         for log in sorted(ctx.log_manager.all_logs(), key=lambda lg: (lg.topic, lg.partition)):
             values = [log.topic, str(log.partition)]
@@ -425,7 +443,9 @@ class _StateCollector(Collector):
                 end.add_metric(values, log.log_end_offset)
                 oldest = m.first_timestamp(log)
                 newest = log.latest_timestamp()
-            except (OSError, ValueError, IndexError) as exc:
+                lso_lag.add_metric(values, log.high_watermark - log.last_stable_offset)
+                open_txns.add_metric(values, len(log.producer_state().ongoing_transactions()))
+            except (OSError, ValueError, IndexError, LogClosedError) as exc:
                 # A log deleted or rolled under us (files gone, index closed): next scrape.
                 logger.debug("partition skipped in metrics", partition=log.name, error=repr(exc))
                 continue
@@ -438,8 +458,42 @@ class _StateCollector(Collector):
         for key in list(m._first_timestamps):
             if key not in seen:
                 del m._first_timestamps[key]
-        yield from (size, segments, start, end, first_ts, last_ts)
+        yield from (size, segments, start, end, first_ts, last_ts, lso_lag, open_txns)
         yield from _StateCollector._groups(ctx)
+        yield from _StateCollector._transactions(ctx)
+
+    @staticmethod
+    def _transactions(ctx: BrokerContext) -> Iterator[Metric]:
+        # Kafka's coordinator has no JMX metric for these (kafka.coordinator.transaction has
+        # only its marker queues): chronolog's own names.
+        states = GaugeMetricFamily(
+            "chronolog_transactions",
+            "Transactional ids the coordinator holds, by state (Kafka's TransactionState: "
+            "Ongoing is open, PrepareCommit/PrepareAbort are completing, markers being written)",
+            labels=["state"],
+        )
+        completed = CounterMetricFamily(
+            "chronolog_transactions_completed",
+            "Transactions completed (every marker written) since the broker started, by result",
+            labels=["result"],
+        )
+        timed_out = CounterMetricFamily(
+            "chronolog_transactions_aborted_by_timeout",
+            "Transactions aborted by the coordinator because they stayed open longer than "
+            "their transaction.timeout.ms (their producer is fenced); also counted in "
+            'chronolog_transactions_completed_total{result="abort"}',
+        )
+        coordinator = ctx.txn_coordinator
+        counts = dict.fromkeys((s for s in TxnState if s is not TxnState.DEAD), 0)
+        if coordinator is not None:
+            for meta in list(coordinator.machine.txns.values()):
+                counts[meta.state] = counts.get(meta.state, 0) + 1
+        for state, count in counts.items():
+            states.add_metric([state.label], count)
+        completed.add_metric(["commit"], coordinator.committed if coordinator else 0)
+        completed.add_metric(["abort"], coordinator.aborted if coordinator else 0)
+        timed_out.add_metric([], coordinator.aborted_by_timeout if coordinator else 0)
+        yield from (states, completed, timed_out)
 
     @staticmethod
     def _groups(ctx: BrokerContext) -> Iterator[Metric]:

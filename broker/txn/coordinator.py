@@ -92,6 +92,10 @@ class TransactionCoordinator:
         self._locks: dict[str, trio.Lock] = {}
         self._completing: set[str] = set()
         self.aborted_by_timeout = 0
+        # Transactions this coordinator completed since it started (markers written), for
+        # broker/metrics.py.
+        self.committed = 0
+        self.aborted = 0
 
     # ---- life cycle ----------------------------------------------------------------------
 
@@ -312,6 +316,10 @@ class TransactionCoordinator:
                 await trio.sleep(MARKER_RETRY_S)
         finally:
             self._completing.discard(tid)
+        if commit:
+            self.committed += 1
+        else:
+            self.aborted += 1
         logger.info(
             "transaction committed" if commit else "transaction aborted",
             transactional_id=tid,

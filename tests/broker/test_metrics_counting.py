@@ -25,7 +25,10 @@ from broker.metrics import (
     response_error_tree,
 )
 from broker.server import open_context
-from protocol import ApiKey, MessageSetBuilder
+from broker.txn.coordinator import TransactionCoordinator
+from broker.txn.state import TxnState
+from protocol import ApiKey, ErrorCode, MessageSetBuilder
+from protocol import recordbatch as rb
 from tests.broker.test_server import config, produce_body, request
 
 T0 = 1_700_000_000_000
@@ -220,4 +223,96 @@ async def test_waiting_fetches_are_the_fetch_purgatory(tmp_path):
             await done.wait()
     assert samples(metrics)[fetch] == 0
     assert samples(metrics)[(purgatory, (("delayedOperation", "Produce"),))] == 0
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+async def run_transaction(
+    ctx, tid: str, topic: str, values: list[bytes], *, commit: bool | None, timeout_ms=60_000
+) -> tuple[int, int]:
+    """One transaction of ``values`` on ``topic``-0 as a client runs it: InitProducerId,
+    AddPartitionsToTxn, a transactional Produce through the handler, then EndTxn and its
+    markers written (``commit`` None: left open). Returns the (producer id, epoch) it wrote."""
+    coordinator = ctx.txn_coordinator
+    error, pid, epoch = await coordinator.init_producer_id(tid, timeout_ms, None)
+    assert error is ErrorCode.NONE
+    assert await coordinator.add_partitions(tid, pid, epoch, [(topic, 0)]) is ErrorCode.NONE
+    spec = rb.BatchSpec(
+        producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True
+    )
+    batch = rb.build_batch(spec, [(i, T0 + i, None, v, ()) for i, v in enumerate(values)])
+    body = produce_body(topic, batch) | {"transactional_id": tid}
+    answer = await HANDLERS[ApiKey.PRODUCE](ctx, request(ApiKey.PRODUCE, 3, body))
+    assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
+    if commit is not None:
+        error, _, _ = await coordinator.end_txn(tid, pid, epoch, commit, 0)
+        assert error is ErrorCode.NONE
+        await until_complete(coordinator, tid)
+    return pid, epoch
+
+
+async def until_complete(coordinator, tid: str) -> None:
+    """Wait (bounded) until the id's markers are written and its completion stored: the
+    coordinator's marker task has no event to wait on, so its state is polled."""
+    with trio.fail_after(10):
+        while not coordinator.machine.txns[tid].state.complete:
+            await trio.sleep(0.005)
+
+
+async def test_transactions_by_state_completions_and_lso_lag(tmp_path):
+    ctx = await open_context(
+        config(
+            tmp_path,
+            transaction_state_log_num_partitions=1,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms=5,
+        )
+    )
+    now = [T0]
+    ctx.clock = lambda: now[0]
+    ctx.metrics = metrics = BrokerMetrics(ctx, lambda: 0)
+    await ctx.create_topic("t", 1)
+    await ctx.create_topic("quiet", 1)
+    async with trio.open_nursery() as nursery:
+        coordinator = TransactionCoordinator(ctx)
+        await coordinator.start(nursery)
+        ctx.txn_coordinator = coordinator
+        plain = await HANDLERS[ApiKey.PRODUCE](
+            ctx, request(ApiKey.PRODUCE, 2, produce_body("t", message_set(2, T0)))
+        )
+        assert plain["responses"][0]["partition_responses"][0]["error_code"] == 0
+        await run_transaction(ctx, "committer", "t", [b"c1", b"c2"], commit=True)
+        await run_transaction(ctx, "aborter", "t", [b"a1"], commit=False)
+        await run_transaction(ctx, "hung", "t", [b"h1", b"h2", b"h3"], commit=None)
+        # offsets: 0-1 plain, 2-3 committed + marker 4, 5 aborted + marker 6, 7-9 open
+        log = ctx.get_log("t", 0)
+        assert log.log_end_offset == 10 and log.last_stable_offset == 7
+
+        got = samples(metrics)
+        t0, quiet = (("partition", "0"), ("topic", "t")), (("partition", "0"), ("topic", "quiet"))
+        assert got[("kafka_cluster_partition_laststableoffsetlag", t0)] == 3
+        assert got[("chronolog_log_open_transactions", t0)] == 1
+        assert got[("kafka_cluster_partition_laststableoffsetlag", quiet)] == 0
+        assert got[("chronolog_log_open_transactions", quiet)] == 0
+
+        def state(label: str) -> float:
+            return got[("chronolog_transactions", (("state", label),))]
+
+        assert state("Ongoing") == 1 and state("CompleteCommit") == 1
+        assert state("CompleteAbort") == 1 and state("PrepareCommit") == 0
+        assert state("PrepareAbort") == 0 and state("Empty") == 0
+        completed = "chronolog_transactions_completed_total"
+        assert got[(completed, (("result", "commit"),))] == 1
+        assert got[(completed, (("result", "abort"),))] == 1
+        assert got[("chronolog_transactions_aborted_by_timeout_total", ())] == 0
+
+        # The open transaction outlives its timeout: the coordinator aborts it.
+        now[0] += 60_001
+        await until_complete(coordinator, "hung")
+        assert coordinator.machine.txns["hung"].state is TxnState.COMPLETE_ABORT
+        got = samples(metrics)
+        assert got[("kafka_cluster_partition_laststableoffsetlag", t0)] == 0
+        assert got[("chronolog_log_open_transactions", t0)] == 0
+        assert state("Ongoing") == 0 and state("CompleteAbort") == 2
+        assert got[(completed, (("result", "abort"),))] == 2
+        assert got[("chronolog_transactions_aborted_by_timeout_total", ())] == 1
+        nursery.cancel_scope.cancel()
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
