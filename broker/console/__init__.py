@@ -133,7 +133,8 @@ async def partition_page(request: Request) -> Response:
     ctx = _ctx(request)
     topic, partition = request.path_params["topic"], request.path_params["partition"]
     segments = await data.segments(ctx, topic, partition)
-    if segments is None:
+    txns = await data.partition_txns(ctx, topic, partition)
+    if segments is None or txns is None:
         raise HTTPException(404, f"no partition {topic}-{partition}")
     stamps = [t for s in segments for t in (s.first_timestamp, s.largest_timestamp) if t >= 0]
     lo, hi = (min(stamps), max(stamps)) if stamps else (0, 1)
@@ -155,6 +156,7 @@ async def partition_page(request: Request) -> Response:
         topic=topic,
         partition=partition,
         segments=segments,
+        txns=txns,
         bars=bars,
         svg_width=width,
         svg_height=max(len(segments), 1) * row + 24,
@@ -289,6 +291,10 @@ async def group_page(request: Request) -> Response:
     )
 
 
+async def transactions_page(request: Request) -> Response:
+    return _render(request, "transactions.html", overview=data.transactions(_ctx(request)))
+
+
 async def broker_page(request: Request) -> Response:
     ctx = _ctx(request)
     return _render(
@@ -417,6 +423,7 @@ def build_app(ctx: BrokerContext) -> Starlette:
             Route("/groups", groups_page),
             Route("/groups/{group}", group_page),
             Route("/groups/{group}/reset", reset_group, methods=["POST"]),
+            Route("/transactions", transactions_page),
             Route("/broker", broker_page),
             Mount("/static", StaticFiles(directory=os.path.join(HERE, "static")), name="static"),
         ],

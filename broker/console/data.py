@@ -1,6 +1,12 @@
 """What the console pages show, read from the broker's state. Partition data is read under the
 partition lock in a worker thread (as the request handlers do); storage answers every question
-(``Log.offset_for_timestamp``, ``Log.read``), this module only decodes and arranges."""
+(``Log.offset_for_timestamp``, ``Log.read``, ``Log.aborted_transactions``, the producer state),
+this module only decodes and arranges.
+
+Transactions: a page of messages shows control batches (COMMIT/ABORT markers) as rows of their
+own, and marks each record of a transactional batch with what a read_committed consumer sees of
+it: "aborted" when the aborted-transaction index holds its producer's transaction at that
+offset, "open" while its producer's transaction has no marker yet, else "committed"."""
 
 from __future__ import annotations
 
@@ -13,7 +19,9 @@ import trio
 
 from broker.admin.configs import ConfigSource, broker_entries
 from broker.context import BrokerContext
-from protocol.records import Message, TimestampType, iter_deep
+from broker.txn.state import TxnMetadata
+from protocol import recordbatch as rb
+from protocol.records import Message, ShallowEntry, TimestampType, iter_deep, iter_shallow
 from storage import Log
 
 PAGE_MESSAGES = 20
@@ -67,20 +75,68 @@ class ShownMessage:
     key: Shown
     value: Shown
     headers: list[tuple[str, Shown]]
+    producer_id: int = -1  # the batch's (v2 batches only), -1 without one
+    txn: str = ""  # "", or for a transactional batch's record: committed, aborted or open
+    control = False
 
 
-def show_message(m: Message) -> ShownMessage:
+def _timestamp_type(timestamp_type: TimestampType) -> str:
+    return "LogAppendTime" if timestamp_type == TimestampType.LOG_APPEND_TIME else "CreateTime"
+
+
+def show_message(m: Message, producer_id: int = -1, txn: str = "") -> ShownMessage:
     return ShownMessage(
         offset=m.offset,
         timestamp=m.timestamp,
         timestamp_text=format_ms(m.timestamp),
-        timestamp_type="LogAppendTime"
-        if m.timestamp_type == TimestampType.LOG_APPEND_TIME
-        else "CreateTime",
+        timestamp_type=_timestamp_type(m.timestamp_type),
         key=show_bytes(m.key),
         value=show_bytes(m.value),
         headers=[(k if isinstance(k, str) else repr(k), show_bytes(v)) for k, v in m.headers],
+        producer_id=producer_id,
+        txn=txn,
     )
+
+
+@dataclass(frozen=True)
+class ShownControl:
+    """A control batch: a transaction marker (``kind`` COMMIT or ABORT, with the coordinator
+    epoch that wrote it), another control record type, or one the cleaner emptied."""
+
+    offset: int
+    timestamp: int
+    timestamp_text: str
+    kind: str  # COMMIT, ABORT, "control type N", or "empty" (no record left)
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int  # -1 unless a transaction marker
+    control = True
+
+
+def _show_control(buf: memoryview, entry: ShallowEntry, header: rb.BatchHeader) -> ShownControl:
+    records = rb.iter_records(buf, entry.position, header)
+    kind, coordinator_epoch = "empty", -1
+    if records:
+        marker = rb.read_end_txn_marker(records[0])
+        if marker is None:
+            key = records[0].key or b""
+            kind = f"control type {int.from_bytes(key[2:4], 'big', signed=True)}"
+        else:
+            kind = "COMMIT" if marker.commit else "ABORT"
+            coordinator_epoch = marker.coordinator_epoch
+    timestamp = header.max_timestamp
+    return ShownControl(
+        header.base_offset,
+        timestamp,
+        format_ms(timestamp),
+        kind,
+        header.producer_id,
+        header.producer_epoch,
+        coordinator_epoch,
+    )
+
+
+Row = ShownMessage | ShownControl
 
 
 # -- partitions --------------------------------------------------------------------------------
@@ -131,34 +187,84 @@ class Found:
 
     start: int | None  # the offset looked up (None: no message at or after the time)
     found_timestamp: int  # ListOffsets' timestamp for a time lookup, -1 otherwise
-    messages: list[ShownMessage]
+    messages: list[Row]  # records and control batches, by offset
     next_offset: int | None  # where the next page starts, None at the log end
     log_start: int
     log_end: int
+    high_watermark: int = 0
+    last_stable_offset: int = 0
 
 
-def _read_page(log: Log, offset: int, count: int) -> tuple[list[Message], int | None]:
-    """Up to ``count`` messages from ``offset`` (Log.read, decoded by iter_deep) and the offset
-    the next page starts at (None at the log end)."""
-    messages: list[Message] = []
+# A record read, before its transaction is known: (message, producer id, transactional).
+_Read = tuple[Message, int, bool] | ShownControl
+
+
+def _entry_rows(buf: memoryview, entry: ShallowEntry) -> list[_Read]:
+    """The records of one top-level entry, or its control batch."""
+    one = buf[entry.position : entry.next_position]
+    if entry.magic != rb.MAGIC:
+        return [(m, -1, False) for m in iter_deep(one)]
+    header = rb.read_header(buf, entry.position)
+    if header.is_control:
+        return [_show_control(buf, entry, header)]
+    return [(m, header.producer_id, header.is_transactional) for m in iter_deep(one)]
+
+
+def _read_page(log: Log, offset: int, count: int) -> tuple[list[_Read], int | None]:
+    """Up to ``count`` records and control batches from ``offset`` (Log.read, decoded entry by
+    entry) and the offset the next page starts at (None at the log end)."""
+    rows: list[_Read] = []
     position = max(offset, log.log_start_offset)
     for _ in range(MAX_READS):
         if position >= log.log_end_offset:
-            return messages, None
+            return rows, None
         data = log.read(position, READ_BYTES, min_one_message=True)
         if data.length == 0:
-            return messages, None
+            return rows, None
+        buf = memoryview(data.read_bytes())
         last = position - 1
-        for m in iter_deep(data.read_bytes()):
-            last = max(last, m.offset)
-            if m.offset < position:
+        for entry in iter_shallow(buf):
+            last = max(last, entry.offset)
+            if entry.offset < position:
                 continue
-            messages.append(m)
-            if len(messages) == count:
-                return messages, m.offset + 1
-        # Past whatever this chunk held (control batches yield no messages but take offsets).
+            for row in _entry_rows(buf, entry):
+                row_offset = row.offset if isinstance(row, ShownControl) else row[0].offset
+                if row_offset < position:
+                    continue
+                rows.append(row)
+                if len(rows) == count:
+                    return rows, row_offset + 1
+        # Past whatever this chunk held (a batch the cleaner emptied takes offsets, no rows).
         position = last + 1 if last >= position else position + 1
-    return messages, position
+    return rows, position
+
+
+def _with_transactions(log: Log, rows: list[_Read]) -> list[Row]:
+    """Each record of a transactional batch marked aborted (the .txnindex holds its producer's
+    aborted transaction over its offset), open (its producer's transaction has no marker yet
+    and began at or before it) or committed."""
+    offsets = [r.offset if isinstance(r, ShownControl) else r[0].offset for r in rows]
+    aborted = log.aborted_transactions(offsets[0], offsets[-1] + 1) if rows else []
+    ongoing = {pid: first for first, pid in log.producer_state().ongoing_transactions()}
+    shown: list[Row] = []
+    for row in rows:
+        if isinstance(row, ShownControl):
+            shown.append(row)
+            continue
+        m, pid, transactional = row
+        txn = ""
+        if transactional:
+            if any(
+                a.producer_id == pid and a.first_offset <= m.offset <= a.last_offset
+                for a in aborted
+            ):
+                txn = "aborted"
+            elif pid in ongoing and ongoing[pid] <= m.offset:
+                txn = "open"
+            else:
+                txn = "committed"
+        shown.append(show_message(m, pid, txn))
+    return shown
 
 
 async def page(
@@ -183,20 +289,145 @@ async def page(
             if timestamp is not None:
                 hit = log.offset_for_timestamp(timestamp)
                 if hit is None:
-                    return Found(None, -1, [], None, log.log_start_offset, log.log_end_offset)
+                    return Found(
+                        None,
+                        -1,
+                        [],
+                        None,
+                        log.log_start_offset,
+                        log.log_end_offset,
+                        log.high_watermark,
+                        log.last_stable_offset,
+                    )
                 start, found_ts = hit.offset, hit.timestamp
             assert start is not None
-            messages, next_offset = _read_page(log, start, count)
+            rows, next_offset = _read_page(log, start, count)
             return Found(
                 start,
                 found_ts,
-                [show_message(m) for m in messages],
+                _with_transactions(log, rows),
                 next_offset,
                 log.log_start_offset,
                 log.log_end_offset,
+                log.high_watermark,
+                log.last_stable_offset,
             )
 
         return await trio.to_thread.run_sync(work)
+
+
+@dataclass(frozen=True)
+class OpenTxn:
+    """A transaction with data in a partition and no marker yet."""
+
+    producer_id: int
+    producer_epoch: int
+    first_offset: int
+    transactional_id: str | None  # from the coordinator; None when it does not know the id
+    state: str  # the coordinator's state for it (Ongoing, PrepareCommit...), "?" if unknown
+    started_ms: int  # when the coordinator saw it begin, -1 if unknown
+
+
+@dataclass(frozen=True)
+class PartitionTxns:
+    """What read_committed consumers see of a partition: they read below the last stable
+    offset; the open transactions hold it back."""
+
+    high_watermark: int
+    last_stable_offset: int
+    log_end: int
+    open: list[OpenTxn]
+
+
+def _ids_by_producer(ctx: BrokerContext) -> dict[int, TxnMetadata]:
+    coordinator = ctx.txn_coordinator
+    if coordinator is None:
+        return {}
+    return {m.producer_id: m for m in coordinator.machine.txns.values()}
+
+
+async def partition_txns(ctx: BrokerContext, topic: str, partition: int) -> PartitionTxns | None:
+    """The partition's LSO and open transactions (in-memory producer state, read under the
+    partition lock); None when it does not exist."""
+    async with ctx.locked_log(topic, partition) as log:
+        if log is None:
+            return None
+        epochs = {p.producer_id: p.producer_epoch for p in log.producer_state().active_producers()}
+        ongoing = log.producer_state().ongoing_transactions()
+        hw, lso, end = log.high_watermark, log.last_stable_offset, log.log_end_offset
+    by_pid = _ids_by_producer(ctx)
+    open_txns = []
+    for first, pid in ongoing:
+        meta = by_pid.get(pid)
+        open_txns.append(
+            OpenTxn(
+                pid,
+                epochs.get(pid, -1),
+                first,
+                meta.transactional_id if meta else None,
+                meta.state.label if meta else "?",
+                meta.start_ms if meta else -1,
+            )
+        )
+    return PartitionTxns(hw, lso, end, open_txns)
+
+
+@dataclass(frozen=True)
+class TxnRow:
+    """A transactional id as the Transactions page lists it (DescribeTransactions' fields)."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    partitions: list[tuple[str, int]]
+    start_ms: int  # when its current or last transaction began, -1 if none has
+    last_update_ms: int
+    pending: bool  # a state change is being written to __transaction_state
+
+
+@dataclass(frozen=True)
+class TxnOverview:
+    active: bool  # the coordinator has loaded __transaction_state
+    rows: list[TxnRow]
+    committed: int  # since the broker started
+    aborted: int
+    aborted_by_timeout: int
+
+
+def transactions(ctx: BrokerContext) -> TxnOverview:
+    """Every transactional id the coordinator holds, open and completing transactions first,
+    then by id."""
+    coordinator = ctx.txn_coordinator
+    if coordinator is None:
+        return TxnOverview(False, [], 0, 0, 0)
+    machine = coordinator.machine
+    rows = [
+        TxnRow(
+            m.transactional_id,
+            m.state.label,
+            m.producer_id,
+            m.producer_epoch,
+            m.timeout_ms,
+            sorted(m.partitions),
+            m.start_ms,
+            m.last_update_ms,
+            tid in machine.pending,
+        )
+        for tid, m in machine.txns.items()
+    ]
+    rows.sort(key=lambda r: (r.state not in _OPEN_STATES, r.transactional_id))
+    return TxnOverview(
+        coordinator.active,
+        rows,
+        coordinator.committed,
+        coordinator.aborted,
+        coordinator.aborted_by_timeout,
+    )
+
+
+_OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
 
 
 async def offsets_for_time(
