@@ -23,7 +23,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -207,6 +207,138 @@ def test_group_page_shows_the_lag(broker_factory, browser):
     widths = [float(b.get_attribute("width")) for b in bars]
     assert len(widths) == 2 and widths[0] > widths[1] > 0
     screenshot(browser, "group")
+
+
+def transactional_producer(broker, txid: str) -> Producer:
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": txid, "linger.ms": 0}
+    )
+    producer.init_transactions(WAIT_S)
+    return producer
+
+
+def in_transaction(producer: Producer, topic: str, values: list[bytes], commit: bool | None):
+    """One transaction of ``values`` on partition 0, committed, aborted, or left open (None)."""
+    producer.begin_transaction()
+    for value in values:
+        producer.produce(topic, value=value, partition=0)
+    assert producer.flush(WAIT_S) == 0
+    if commit is True:
+        producer.commit_transaction(WAIT_S)
+    elif commit is False:
+        producer.abort_transaction(WAIT_S)
+
+
+def read_all(broker, topic: str, isolation: str) -> dict[int, bytes]:
+    """offset -> value of every record a consumer at ``isolation`` reads from partition 0, up
+    to the end that isolation level sees (the LSO for read_committed)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"console-read-{uuid.uuid4().hex[:6]}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 50,
+        }
+    )
+    got: dict[int, bytes] = {}
+    try:
+        _, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), WAIT_S)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + WAIT_S
+        while consumer.position([TopicPartition(topic, 0)])[0].offset < end:
+            assert time.monotonic() < deadline, f"{isolation} consumer stuck before {end}: {got}"
+            m = consumer.poll(0.2)
+            if m is not None and m.error() is None:
+                got[m.offset()] = m.value()
+    finally:
+        consumer.close()
+    return got
+
+
+def test_console_shows_transactions_markers_and_the_lso(broker_factory, browser):
+    """Transactions committed, aborted and left open by librdkafka: the messages view marks
+    the records a read_committed consumer never reads (aborted) or cannot read yet (open), and
+    shows as control batches the offsets no consumer is given; the partition page's LSO and
+    open transaction are what consumers see; the Transactions page lists the ids."""
+    broker = broker_factory(
+        {"metrics.listener": "http://127.0.0.1:0", "transaction.state.log.num.partitions": "1"}
+    )
+    topic = f"console-txn-{uuid.uuid4().hex[:6]}"
+    create_topic(broker, topic, 1)
+    txids = {name: f"console-{name}-{uuid.uuid4().hex[:6]}" for name in ("ok", "no", "open")}
+    ok = transactional_producer(broker, txids["ok"])
+    no = transactional_producer(broker, txids["no"])
+    still_open = transactional_producer(broker, txids["open"])
+    try:
+        in_transaction(ok, topic, [b"kept-1", b"kept-2"], commit=True)
+        in_transaction(no, topic, [b"dropped-1", b"dropped-2"], commit=False)
+        in_transaction(ok, topic, [b"kept-3"], commit=True)
+        in_transaction(still_open, topic, [b"pending-1"], commit=None)
+        in_transaction(no, topic, [b"dropped-3"], commit=False)
+
+        committed = read_all(broker, topic, "read_committed")
+        uncommitted = read_all(broker, topic, "read_uncommitted")
+        assert sorted(committed.values()) == [b"kept-1", b"kept-2", b"kept-3"]
+        base = console_url(broker)
+        browser.get(f"{base}/topics/{topic}/0/messages")
+        records = {
+            int(r.get_attribute("data-offset")): r
+            for r in browser.find_elements("css selector", "tr.message")
+        }
+        controls = {
+            int(r.get_attribute("data-offset")): r.get_attribute("data-kind")
+            for r in browser.find_elements("css selector", "tr.control")
+        }
+        # every record a read_uncommitted consumer reads is a record row; every other offset
+        # of the partition is a marker (consumers are never given control batches)
+        assert set(records) == set(uncommitted)
+        lso = int(browser.find_element("id", "lso").text)
+        log_end = max(set(records) | set(controls)) + 1
+        assert set(controls) == set(range(log_end)) - set(uncommitted)
+        assert sorted(controls.values()) == ["ABORT", "ABORT", "COMMIT", "COMMIT"]
+        marks = {o: r.get_attribute("data-txn") for o, r in records.items()}
+        for offset, value in uncommitted.items():
+            if offset in committed:
+                assert marks[offset] == "committed", offset
+            elif value.startswith(b"dropped"):
+                assert marks[offset] == "aborted", offset
+                assert "aborted" in records[offset].find_element("css selector", ".badge").text
+            else:
+                assert value == b"pending-1" and marks[offset] == "open" and offset == lso
+        # the dropped-3 transaction ended after the open one began: aborted, above the LSO
+        assert max(o for o, v in uncommitted.items() if v == b"dropped-3") > lso
+        screenshot(browser, "transactions-messages")
+
+        browser.get(f"{base}/topics/{topic}/0")
+        assert int(browser.find_element("id", "high-watermark").text) == log_end
+        assert int(browser.find_element("id", "lso-lag").text) == log_end - lso
+        [row] = browser.find_elements("css selector", "tr.open-txn")
+        assert int(row.get_attribute("data-first-offset")) == lso
+        assert txids["open"] in row.text and "Ongoing" in row.text
+        screenshot(browser, "transactions-partition")
+
+        browser.get(f"{base}/transactions")
+        states = {
+            r.get_attribute("data-transactional-id"): r.get_attribute("data-state")
+            for r in browser.find_elements("css selector", "tr.txn")
+        }
+        assert states == {
+            txids["ok"]: "CompleteCommit",
+            txids["no"]: "CompleteAbort",
+            txids["open"]: "Ongoing",
+        }
+        assert browser.find_element("id", "committed").text == "2"
+        assert browser.find_element("id", "aborted").text == "2"
+        open_row = browser.find_element(
+            "css selector", f'tr[data-transactional-id="{txids["open"]}"]'
+        )
+        assert f"{topic}-0" in open_row.text
+        screenshot(browser, "transactions")
+        still_open.commit_transaction(WAIT_S)
+    finally:
+        for producer in (ok, no, still_open):
+            producer.flush(WAIT_S)
 
 
 def shown_configs(browser) -> dict[str, tuple[str, str]]:
