@@ -19,29 +19,38 @@ from protocol.errors import ErrorCode
 logger = structlog.get_logger(__name__)
 
 
+async def producer_id_ready(ctx: BrokerContext) -> bool:
+    """Make sure ``ctx.producer_ids`` can hand out an id without I/O: reserve the next block
+    durably when the current one is used up (under the admin lock, in a worker thread). False,
+    with a log line, when the block cannot be reserved."""
+    ids = ctx.producer_ids
+    async with ctx.admin_lock:
+        if not ids.needs_block():
+            return True
+        try:
+            await trio.to_thread.run_sync(ids.reserve_block)
+        except OSError as exc:
+            logger.error(
+                "reserving producer ids failed",
+                error=repr(exc),
+                action="check the first log dir is writable and has space (in a cluster: "
+                "that ZooKeeper is reachable)",
+            )
+            return False
+    return True
+
+
 async def handle_init_producer_id(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     if body.transactional_id is not None:
         return await _transactional(ctx, request)
-    ids = ctx.producer_ids
-    async with ctx.admin_lock:
-        if ids.needs_block():
-            try:
-                await trio.to_thread.run_sync(ids.reserve_block)
-            except OSError as exc:
-                logger.error(
-                    "reserving producer ids failed",
-                    error=repr(exc),
-                    action="check the first log dir is writable and has space (in a cluster: "
-                    "that ZooKeeper is reachable)",
-                )
-                return {
-                    "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
-                    "producer_id": -1,
-                    "producer_epoch": -1,
-                }
-        producer_id = ids.next_id()
-    return {"error_code": 0, "producer_id": producer_id, "producer_epoch": 0}
+    if not await producer_id_ready(ctx):
+        return {
+            "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    return {"error_code": 0, "producer_id": ctx.producer_ids.next_id(), "producer_epoch": 0}
 
 
 async def _transactional(ctx: BrokerContext, request: Request) -> dict:

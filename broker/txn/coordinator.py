@@ -32,6 +32,7 @@ import trio
 
 from broker.context import BrokerContext, TopicExistsError
 from broker.errors import STORAGE_FAILURES
+from broker.handlers.producer_ids import producer_id_ready
 from broker.txn import log as txn_log
 from broker.txn.markers import write_marker
 from broker.txn.state import (
@@ -197,19 +198,9 @@ class TransactionCoordinator:
 
     async def _reserve_producer_ids(self) -> ErrorCode:
         """Make sure an id is ready for the machine (reserving a block is file I/O)."""
-        ids = self._ctx.producer_ids
-        async with self._ctx.admin_lock:
-            if ids.needs_block():
-                try:
-                    await trio.to_thread.run_sync(ids.reserve_block)
-                except OSError as exc:
-                    logger.error(
-                        "reserving producer ids failed",
-                        error=repr(exc),
-                        action="check the first log dir is writable and has space",
-                    )
-                    return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
-        return ErrorCode.NONE
+        if await producer_id_ready(self._ctx):
+            return ErrorCode.NONE
+        return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
 
     # ---- writing state -------------------------------------------------------------------
 
@@ -248,29 +239,23 @@ class TransactionCoordinator:
                     # are written again from PrepareCommit/PrepareAbort): no fsync needed.
                     meta.state not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT),
                 )
-        except OSError as exc:
-            failure = exc
-        except STORAGE_FAILURES + (_RecordRefusedError,) as exc:
+        except (*STORAGE_FAILURES, _RecordRefusedError) as exc:
             self.machine.abandon(transit)
+            disk = isinstance(exc, OSError)
             logger.error(
                 "transaction state could not be written",
                 topic=TRANSACTION_STATE_TOPIC,
                 partition=partition,
                 transactional_id=tid,
                 error=repr(exc),
-                action="a broker bug or a lost log: report this line; the client retries",
+                action="check the log directory's disk; the client retries"
+                if disk
+                else "a broker bug or a lost log: report this line; the client retries",
             )
-            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
+            if not disk:
+                return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
+            failure = exc
         if failure is not None:
-            self.machine.abandon(transit)
-            logger.error(
-                "transaction state could not be written",
-                topic=TRANSACTION_STATE_TOPIC,
-                partition=partition,
-                transactional_id=tid,
-                error=repr(failure),
-                action="check the log directory's disk; the client retries",
-            )
             await self._ctx.storage_failed(TRANSACTION_STATE_TOPIC, partition, failure)
             return ErrorCode.NOT_COORDINATOR_FOR_GROUP
         self._ctx.partition(TRANSACTION_STATE_TOPIC, partition).notify()
