@@ -177,7 +177,12 @@ def test_open_transaction_holds_the_last_stable_offset(broker):
             early.append(m.value())
     assert early == [b"before-%d" % i for i in range(5)]
     producer.commit_transaction(TXN_TIMEOUT_S)
-    assert _list_offset(broker.bootstrap, topic, 0, 1) == 13  # past the marker
+    # The commit is answered once decided; the marker follows at once, as in Kafka.
+    deadline = time.monotonic() + 30
+    while (lso := _list_offset(broker.bootstrap, topic, 0, 1)) == 5:
+        assert time.monotonic() < deadline, "the COMMIT marker never came"
+        time.sleep(0.02)
+    assert lso == 13  # past the marker
     late = []
     deadline = time.monotonic() + 30
     while len(late) < 7 and time.monotonic() < deadline:
