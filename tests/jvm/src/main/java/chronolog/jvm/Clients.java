@@ -40,6 +40,18 @@ import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
+import java.util.Locale;
+import org.apache.kafka.clients.admin.ListOffsetsOptions;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.common.IsolationLevel;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
+import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
 
 /**
  * Kafka's Java clients driven by JSON lines, for the tests (tests/oracle/kafka_oracle.py's
@@ -53,12 +65,19 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * are UTF-8 strings (null allowed), headers a list of [key, value] pairs. Every op builds its own
  * producer or consumer from the client defaults plus the command line's settings plus the
  * request's "config" object, and closes it before answering; admin ops share one Admin client
- * unless the request has a "config" (then one of their own). Client logs go to stderr at WARN.
+ * unless the request has a "config" (then one of their own). The named clients (txn_producer,
+ * group_consumer, streams_word_count) outlive their op, so a test can step a transaction or a
+ * Streams app and kill the broker between steps; "close" ends one. Client logs go to stderr at WARN.
  */
 public final class Clients {
     private static final ObjectMapper JSON = new ObjectMapper();
     private final Map<String, String> common = new HashMap<>();
     private Admin admin;
+    /** The clients that outlive an op (txn_producer, group_consumer, streams_word_count), by name. */
+    private final Map<String, KafkaProducer<String, String>> producers = new HashMap<>();
+    private final Map<String, KafkaConsumer<String, String>> consumers = new HashMap<>();
+    private final Map<String, KafkaStreams> streams = new HashMap<>();
+    private final Map<String, List<String>> streamsErrors = new HashMap<>();
 
     private Clients(String bootstrap, List<String> settings) {
         common.put("bootstrap.servers", bootstrap);
@@ -86,6 +105,9 @@ public final class Clients {
                 }
             }
         } finally {
+            clients.streams.values().forEach(k -> k.close(Duration.ofSeconds(10)));
+            clients.producers.values().forEach(p -> p.close(Duration.ofSeconds(5)));
+            clients.consumers.values().forEach(c -> c.close(Duration.ofSeconds(5)));
             if (clients.admin != null) {
                 clients.admin.close(Duration.ofSeconds(5));
             }
@@ -105,6 +127,18 @@ public final class Clients {
                 case "list_offsets" -> answer.set("offsets", listOffsets(request));
                 case "describe_producers" -> answer.set("producers", describeProducers(request));
                 case "delete_records" -> answer.set("low_watermarks", deleteRecords(request));
+                case "txn_producer" -> txnProducer(request);
+                case "txn_begin" -> producer(request).beginTransaction();
+                case "txn_send" -> answer.set("records", txnSend(request));
+                case "txn_send_offsets" -> txnSendOffsets(request);
+                case "txn_commit" -> producer(request).commitTransaction();
+                case "txn_abort" -> producer(request).abortTransaction();
+                case "group_consumer" -> groupConsumer(request);
+                case "poll" -> answer.set("records", poll(request));
+                case "rewind" -> answer.set("committed", rewind(request));
+                case "streams_word_count" -> streamsWordCount(request);
+                case "streams_state" -> streamsState(request, answer);
+                case "close" -> close(request);
                 default -> throw new IllegalArgumentException("unknown op " + JSON.writeValueAsString(op)
                     + ": see chronolog.jvm.Clients for the ops it serves");
             }
@@ -293,17 +327,21 @@ public final class Clients {
     }
 
     /**
-     * {"topic", "queries": [[partition, spec]...]} with spec "earliest", "latest", "max_timestamp"
-     * or a timestamp: Admin.listOffsets, one answer {"offset", "timestamp", "leader_epoch"} per
+     * {"topic", "queries": [[partition, spec]...], "isolation"?} with spec "earliest", "latest",
+     * "max_timestamp" or a timestamp, isolation "read_uncommitted" (the default) or "read_committed"
+     * (latest is then the last stable offset): Admin.listOffsets, one answer {"offset", "timestamp", "leader_epoch"} per
      * query in order (offset -1 when no record qualifies, as the Admin client reports it).
      */
     private ArrayNode listOffsets(JsonNode request) throws Exception {
         String topic = request.path("topic").asText();
+        ListOffsetsOptions options = new ListOffsetsOptions(
+            IsolationLevel.valueOf(request.path("isolation").asText("read_uncommitted").toUpperCase(Locale.ROOT)));
         return withAdmin(request, a -> {
             ArrayNode answers = JSON.createArrayNode();
             for (JsonNode q : request.path("queries")) {
                 TopicPartition tp = new TopicPartition(topic, q.get(0).asInt());
-                ListOffsetsResultInfo info = a.listOffsets(Map.of(tp, offsetSpec(q.get(1)))).partitionResult(tp).get();
+                ListOffsetsResultInfo info = a.listOffsets(Map.of(tp, offsetSpec(q.get(1))), options)
+                    .partitionResult(tp).get();
                 answers.addObject().put("offset", info.offset()).put("timestamp", info.timestamp())
                     .put("leader_epoch", info.leaderEpoch().orElse(-1));
             }
@@ -354,6 +392,190 @@ public final class Clients {
                 .put("last_sequence", p.lastSequence()).put("last_timestamp", p.lastTimestamp());
         }
         return producers;
+    }
+
+    // Clients that outlive an op: a test drives them step by step (and kills the broker between
+    // steps). Each is named by the request's "name"; "close" closes it.
+
+    private KafkaProducer<String, String> producer(JsonNode request) {
+        KafkaProducer<String, String> producer = producers.get(request.path("name").asText());
+        if (producer == null) {
+            throw new IllegalArgumentException("no producer named " + request.path("name") + ": open it with txn_producer");
+        }
+        return producer;
+    }
+
+    private KafkaConsumer<String, String> consumer(JsonNode request, String key) {
+        KafkaConsumer<String, String> consumer = consumers.get(request.path(key).asText());
+        if (consumer == null) {
+            throw new IllegalArgumentException("no consumer named " + request.path(key) + ": open it with group_consumer");
+        }
+        return consumer;
+    }
+
+    /** {"name", "transactional_id", "config"?}: a transactional producer, initTransactions done. */
+    private void txnProducer(JsonNode request) {
+        Properties props = config(request, Map.of(
+            ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName(),
+            ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName()));
+        props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, request.path("transactional_id").asText());
+        KafkaProducer<String, String> producer = new KafkaProducer<>(props);
+        try {
+            producer.initTransactions();
+        } catch (RuntimeException e) {
+            producer.close(Duration.ZERO);
+            throw e;
+        }
+        close(request);
+        producers.put(request.path("name").asText(), producer);
+    }
+
+    /**
+     * {"name", "topic", "records": [{"partition"?, "key"?, "value"}]}: sends the records in the
+     * producer's open transaction and flushes; answers each record's partition and offset.
+     */
+    private ArrayNode txnSend(JsonNode request) throws Exception {
+        KafkaProducer<String, String> producer = producer(request);
+        String topic = request.path("topic").asText();
+        List<Future<RecordMetadata>> sent = new ArrayList<>();
+        for (JsonNode r : request.path("records")) {
+            Integer partition = r.hasNonNull("partition") ? r.get("partition").asInt() : null;
+            sent.add(producer.send(new ProducerRecord<>(topic, partition, text(r.get("key")), text(r.get("value")))));
+        }
+        producer.flush();
+        ArrayNode acks = JSON.createArrayNode();
+        for (Future<RecordMetadata> f : sent) {
+            RecordMetadata m = f.get();
+            acks.addObject().put("partition", m.partition()).put("offset", m.offset());
+        }
+        return acks;
+    }
+
+    /**
+     * {"name", "consumer"}: sendOffsetsToTransaction of the consumer's positions on its assignment,
+     * with its group metadata (KIP-447 fencing), in the producer's open transaction.
+     */
+    private void txnSendOffsets(JsonNode request) {
+        KafkaConsumer<String, String> consumer = consumer(request, "consumer");
+        Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+        for (TopicPartition tp : consumer.assignment()) {
+            offsets.put(tp, new OffsetAndMetadata(consumer.position(tp)));
+        }
+        producer(request).sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+    }
+
+    /**
+     * {"name", "topic", "group", "config"?}: a group member subscribed to the topic, offsets
+     * committed only through a transaction (enable.auto.commit=false), read_committed.
+     */
+    private void groupConsumer(JsonNode request) {
+        Properties props = consumerConfig(request);
+        props.put(ConsumerConfig.GROUP_ID_CONFIG, request.path("group").asText());
+        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        props.putIfAbsent(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props);
+        consumer.subscribe(List.of(request.path("topic").asText()));
+        close(request);
+        consumers.put(request.path("name").asText(), consumer);
+    }
+
+    /** {"name", "timeout_ms"?}: polls until a poll returns records or the timeout passes; answers them. */
+    private ArrayNode poll(JsonNode request) {
+        KafkaConsumer<String, String> consumer = consumer(request, "name");
+        long deadline = System.currentTimeMillis() + request.path("timeout_ms").asLong(5000);
+        ArrayNode records = JSON.createArrayNode();
+        do {
+            ConsumerRecords<String, String> polled = consumer.poll(Duration.ofMillis(100));
+            polled.forEach(r -> records.add(record(r)));
+        } while (records.isEmpty() && System.currentTimeMillis() < deadline);
+        return records;
+    }
+
+    /**
+     * {"name"}: seeks the consumer back to its group's committed offsets (the start where none) on
+     * its assignment; answers them ({partition: offset}, 0 where none).
+     */
+    private ObjectNode rewind(JsonNode request) {
+        KafkaConsumer<String, String> consumer = consumer(request, "name");
+        Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(consumer.assignment());
+        ObjectNode offsets = JSON.createObjectNode();
+        for (TopicPartition tp : consumer.assignment()) {
+            OffsetAndMetadata o = committed.get(tp);
+            if (o == null) {
+                consumer.seekToBeginning(List.of(tp));
+            } else {
+                consumer.seek(tp, o.offset());
+            }
+            offsets.put(String.valueOf(tp.partition()), o == null ? 0 : o.offset());
+        }
+        return offsets;
+    }
+
+    /**
+     * {"name", "application_id", "input", "output", "config"?}: starts a Kafka Streams word count:
+     * lines of "input" split on spaces, grouped by word (a repartition topic), counted in a state
+     * store (its changelog topic), each new count written to "output" as the word and its count in
+     * decimal. The request's config adds to the Streams settings (e.g. processing.guarantee). An
+     * uncaught exception is kept for streams_state and replaces the thread, as a service would.
+     */
+    private void streamsWordCount(JsonNode request) {
+        String name = request.path("name").asText();
+        Properties props = config(request, Map.of(
+            StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName(),
+            StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName()));
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, request.path("application_id").asText());
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.<String, String>stream(request.path("input").asText())
+            .flatMapValues(line -> List.of(line.split(" ")))
+            .groupBy((key, word) -> word, Grouped.with("words", Serdes.String(), Serdes.String()))
+            .count(Materialized.as("counts"))
+            .toStream()
+            .mapValues(count -> String.valueOf(count))
+            .to(request.path("output").asText(), Produced.with(Serdes.String(), Serdes.String()));
+        KafkaStreams app = new KafkaStreams(builder.build(), props);
+        List<String> errors = java.util.Collections.synchronizedList(new ArrayList<>());
+        app.setUncaughtExceptionHandler(e -> {
+            errors.add(e.getClass().getName() + ": " + e.getMessage()
+                + (e.getCause() == null ? "" : " (caused by " + e.getCause().getClass().getName() + ": "
+                + e.getCause().getMessage() + ")"));
+            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.REPLACE_THREAD;
+        });
+        close(request);
+        streams.put(name, app);
+        streamsErrors.put(name, errors);
+        app.start();
+    }
+
+    /** {"name"}: the Streams app's state (RUNNING, REBALANCING, ERROR...) and its uncaught exceptions. */
+    private void streamsState(JsonNode request, ObjectNode answer) {
+        String name = request.path("name").asText();
+        KafkaStreams app = streams.get(name);
+        if (app == null) {
+            throw new IllegalArgumentException("no Streams app named " + request.path("name"));
+        }
+        answer.put("state", app.state().name());
+        ArrayNode errors = answer.putArray("errors");
+        synchronized (streamsErrors.get(name)) {
+            streamsErrors.get(name).forEach(errors::add);
+        }
+    }
+
+    /** {"name"}: closes the producer, consumer or Streams app of that name, if any. */
+    private void close(JsonNode request) {
+        String name = request.path("name").asText();
+        KafkaProducer<String, String> producer = producers.remove(name);
+        if (producer != null) {
+            producer.close(Duration.ofSeconds(5));
+        }
+        KafkaConsumer<String, String> consumer = consumers.remove(name);
+        if (consumer != null) {
+            consumer.close(Duration.ofSeconds(5));
+        }
+        KafkaStreams app = streams.remove(name);
+        if (app != null) {
+            app.close(Duration.ofSeconds(30));
+            streamsErrors.remove(name);
+        }
     }
 
     private Properties consumerConfig(JsonNode request) {
