@@ -8,6 +8,8 @@ transactional id fences the first, and an open transaction survives a restart.""
 
 from __future__ import annotations
 
+import random
+import threading
 import time
 from collections import Counter
 
@@ -18,7 +20,7 @@ from client import BrokerConnection
 from protocol import ApiKey
 from protocol import recordbatch as rb
 from protocol.errors import ErrorCode
-from tests.integration.clients import create_topic, topic_name
+from tests.integration.clients import create_topic, dump_log_verify, topic_name
 
 TXN_TIMEOUT_S = 60
 # librdkafka 2.16 re-bootstraps when every known broker is down (KIP-899) and decommissions their
@@ -433,3 +435,91 @@ def test_transaction_version_2_fences_a_late_write_of_the_previous_transaction(b
         assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 2)
     values = [v for _, _, v in _read_to_end(broker.bootstrap, topic, 1, "read_committed")]
     assert values == [b"first"]
+
+
+def test_random_commits_and_aborts_across_kill9s_keep_every_promise(broker_factory):
+    """A Jepsen-style check on one broker: three transactional producers, each in its own
+    thread, commit or abort at random (seeded) over three partitions while the broker is killed
+    twice. Afterwards a read_committed reader sees every record of every transaction its
+    producer saw committed, exactly once, in order per producer and partition; nothing of one it
+    saw aborted; and a transaction whose outcome the producer could not learn (its commit failed
+    fatally) all or nothing. The logs then pass dump-log --verify, .txnindex files included."""
+    b = broker_factory({"transaction.state.log.num.partitions": 3, "log.segment.bytes": 20000})
+    topic = topic_name("jepsen")
+    create_topic(b.bootstrap, topic, partitions=3)
+    outcomes: dict[
+        tuple[int, int], str
+    ] = {}  # (producer, transaction) -> committed/aborted/unknown
+    stop_at = 30
+    progress = [0, 0, 0]
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        rng = random.Random(index)
+        txn_id = f"{topic}-p{index}"
+        producer = _producer(b.bootstrap, txn_id, **NO_REBOOTSTRAP)
+        try:
+            for txn in range(stop_at):
+                commit = rng.random() < 0.6
+                try:
+                    producer.begin_transaction()
+                    for i in range(rng.randint(1, 12)):
+                        value = b"%d-%d-%d" % (index, txn, i)
+                        producer.produce(topic, value=value, partition=i % 3)
+                    if commit:
+                        producer.commit_transaction(TXN_TIMEOUT_S)
+                        outcomes[(index, txn)] = "committed"
+                    else:
+                        producer.abort_transaction(TXN_TIMEOUT_S)
+                        outcomes[(index, txn)] = "aborted"
+                except KafkaException as exc:
+                    error: KafkaError = exc.args[0]
+                    if error.txn_requires_abort():
+                        producer.abort_transaction(TXN_TIMEOUT_S)
+                        outcomes[(index, txn)] = "aborted"
+                    else:
+                        outcomes[(index, txn)] = "unknown"
+                        producer = _producer(b.bootstrap, txn_id, **NO_REBOOTSTRAP)
+                progress[index] = txn + 1
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(3)]
+    for t in threads:
+        t.start()
+    for when in (8, 18):  # two kill -9s while every producer is mid-way
+        deadline = time.monotonic() + 120
+        while min(progress) < when and not errors:
+            assert time.monotonic() < deadline, f"producers stuck at {progress}"
+            time.sleep(0.05)
+        b.kill()
+        b.start()
+    for t in threads:
+        t.join(240)
+        assert not t.is_alive(), f"a producer thread hung at {progress}"
+    assert not errors, errors
+    assert sum(1 for o in outcomes.values() if o == "aborted") >= 5
+    seen = _read_to_end(b.bootstrap, topic, 3, "read_committed")
+    values = [v for _, _, v in seen]
+    assert len(values) == len(set(values)), "a record was read twice"
+    by_txn: dict[tuple[int, int], list[bytes]] = {}
+    for value in values:
+        p, t, _ = value.split(b"-")
+        by_txn.setdefault((int(p), int(t)), []).append(value)
+    for (p, t), outcome in outcomes.items():
+        got = by_txn.get((p, t), [])
+        if outcome == "aborted":
+            assert got == [], f"records of aborted transaction {p}/{t} were read"
+        elif outcome == "committed":
+            assert got, f"committed transaction {p}/{t} is missing"
+    # all or nothing per transaction, and order per producer and partition
+    for part in range(3):
+        mine = [v for partition, _, v in seen if partition == part]
+        for p in range(3):
+            keys = [tuple(map(int, v.split(b"-"))) for v in mine if v.startswith(b"%d-" % p)]
+            assert keys == sorted(keys), f"partition {part} producer {p} out of order"
+    for (p, t), got in by_txn.items():
+        counts = {int(v.split(b"-")[2]) for v in got}
+        assert counts == set(range(max(counts) + 1)), f"transaction {p}/{t} is partial"
+    b.stop()
+    dump_log_verify(b.log_dir, topic, (".log", ".index", ".timeindex", ".txnindex"))
