@@ -547,6 +547,8 @@ class Log:
         commit: bool,
         leader_epoch: int,
         now_ms: int,
+        *,
+        log_append_time: bool = False,
     ) -> int:
         """Write a COMMIT or ABORT marker of ``producer_id``'s transaction at the log end (what
         WriteTxnMarkers asks of a partition leader) and return its offset.
@@ -554,7 +556,8 @@ class Log:
         The marker is a control batch as Kafka's MemoryRecords.withEndTransactionMarker builds
         it: one record (EndTransactionMarker key and value, timestamp ``now_ms``), transactional
         and control attributes, the producer's id and epoch, base sequence -1, partition leader
-        epoch ``leader_epoch``; it is appended like any set (rolling, flush.messages). It
+        epoch ``leader_epoch``, LogAppendTime with ``log_append_time`` (the topic's type, as
+        Kafka's validator stamps it); it is appended like any set (rolling, flush.messages). It
         completes the producer's ongoing transaction: an ABORT gets an entry in the segment's
         .txnindex, and the last stable offset moves past the transaction. A producer without
         an ongoing transaction gets its marker all the same (aborts of empty or unknown
@@ -576,6 +579,7 @@ class Log:
             partition_leader_epoch=leader_epoch,
             is_transactional=True,
             is_control=True,
+            log_append_time=log_append_time,
         )
         batch = rb.build_batch(spec, [(0, now_ms, key, value, ())])
         self._append_set(offset, offset, now_ms, offset, batch)
@@ -797,8 +801,7 @@ class Log:
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest transaction not yet decided, or decided by a marker
         the high watermark has not passed (Kafka's firstUnstableOffset, never below the log
-        start offset); None when there is none."""
-        self._check_open()
+        start offset); None when there is none. Memory only, safe without the lock."""
         first = self._producers.first_unstable_offset(self.high_watermark)
         return None if first is None else max(first, self._log_start_offset)
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -212,8 +212,7 @@ def read_marker(buf: Buffer, position: int, header: rb.BatchHeader) -> Marker | 
     return Marker(kind == COMMIT, _MARKER_VALUE.unpack_from(value)[1])
 
 
-@dataclass(frozen=True, slots=True)
-class _Batch:
+class _Batch(NamedTuple):  # a NamedTuple: made once per append, a frozen dataclass costs 3x
     first_sequence: int
     last_sequence: int
     first_offset: int
@@ -261,7 +260,7 @@ class ProducerStateEntry:
         if epoch != self.epoch:
             return None
         for batch in self.batches:
-            if (batch.first_sequence, batch.last_sequence) == (first_sequence, last_sequence):
+            if batch[0] == first_sequence and batch[1] == last_sequence:
                 return batch
         return None
 
@@ -273,50 +272,76 @@ def _in_sequence(last: int, first: int) -> bool:
 class ProducerAppendInfo:
     """The changes one append makes to one producer, checked against its current entry and
     kept apart until :meth:`ProducerStateManager.update` applies them (Kafka's
-    ProducerAppendInfo). ``client``: a producer's own batches (every check), else a follower's
-    copy or a replay of the log (no sequence checks; stale epochs accepted)."""
+    ProducerAppendInfo; the fields are the updated entry's, ``batches`` those added).
+    ``client``: a producer's own batches (every check), else a follower's copy or a replay of
+    the log (no sequence checks; stale epochs accepted)."""
 
-    __slots__ = ("producer_id", "_current", "updated", "started", "_client", "_where")
+    __slots__ = (
+        "producer_id",
+        "_current",
+        "epoch",
+        "batches",
+        "coordinator_epoch",
+        "current_txn_first_offset",
+        "last_timestamp",
+        "started",
+        "_client",
+        "_where",
+    )
 
     def __init__(
         self, producer_id: int, current: ProducerStateEntry | None, *, client: bool, where: str
     ) -> None:
         self.producer_id = producer_id
-        self._current = current or ProducerStateEntry(producer_id)
-        c = self._current
-        self.updated = ProducerStateEntry(
-            producer_id, c.epoch, c.coordinator_epoch, c.current_txn_first_offset, c.last_timestamp
-        )
+        self._current = current
+        if current is None:
+            self.epoch = rb.NO_PRODUCER_EPOCH
+            self.coordinator_epoch = self.current_txn_first_offset = self.last_timestamp = -1
+        else:
+            self.epoch = current.epoch
+            self.coordinator_epoch = current.coordinator_epoch
+            self.current_txn_first_offset = current.current_txn_first_offset
+            self.last_timestamp = current.last_timestamp
+        self.batches: list[_Batch] = []
         self.started: list[int] = []  # first offsets of the transactions this append starts
         self._client = client
         self._where = where
 
+    def _update_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.batches = []
+            self.epoch = epoch
+
     def _check_epoch(self, epoch: int, offset: int) -> None:
-        if epoch < self.updated.epoch and self._client:
+        if epoch < self.epoch and self._client:
             raise InvalidProducerEpochError(
                 f"{self._where}: producer {self.producer_id} epoch {epoch} at offset {offset} "
-                f"is older than its current epoch {self.updated.epoch}: another producer with "
+                f"is older than its current epoch {self.epoch}: another producer with "
                 f"this id has taken over"
             )
 
     def _check_sequence(self, epoch: int, first_sequence: int, offset: int) -> None:
-        updated, current = self.updated, self._current
-        if epoch != updated.epoch:
-            if first_sequence != 0 and updated.epoch != rb.NO_PRODUCER_EPOCH:
+        if epoch != self.epoch:
+            if first_sequence != 0 and self.epoch != rb.NO_PRODUCER_EPOCH:
                 raise OutOfOrderSequenceError(
                     f"{self._where}: producer {self.producer_id} started epoch {epoch} at "
                     f"sequence {first_sequence} (offset {offset}), not 0; its current epoch is "
-                    f"{updated.epoch}"
+                    f"{self.epoch}"
                 )
             return
-        if updated.batches:
-            last = updated.last_sequence
-        elif epoch == current.epoch:
+        current = self._current
+        if self.batches:
+            last = self.batches[-1].last_sequence
+        elif current is not None and epoch == current.epoch:
             last = current.last_sequence
         else:
             last = rb.NO_SEQUENCE
         # An unknown producer (its state lost to retention or DeleteRecords) may start anywhere.
-        if current.epoch != rb.NO_PRODUCER_EPOCH and not _in_sequence(last, first_sequence):
+        if (
+            current is not None
+            and current.epoch != rb.NO_PRODUCER_EPOCH
+            and not _in_sequence(last, first_sequence)
+        ):
             raise OutOfOrderSequenceError(
                 f"{self._where}: producer {self.producer_id} epoch {epoch} sent sequence "
                 f"{first_sequence} (offset {offset}) after {last}; a batch in between is missing"
@@ -336,20 +361,19 @@ class ProducerAppendInfo:
         self._check_epoch(epoch, first_offset)
         if self._client:
             self._check_sequence(epoch, first_sequence, first_offset)
-        updated = self.updated
-        if updated.current_txn_first_offset >= 0 and not is_transactional:
+        if self.current_txn_first_offset >= 0 and not is_transactional:
             raise InvalidTxnStateError(
                 f"{self._where}: producer {self.producer_id} sent a non-transactional batch "
                 f"(offset {first_offset}) while its transaction from offset "
-                f"{updated.current_txn_first_offset} is ongoing; commit or abort it first"
+                f"{self.current_txn_first_offset} is ongoing; commit or abort it first"
             )
-        updated._maybe_update_epoch(epoch)
-        updated.batches.append(
+        self._update_epoch(epoch)
+        self.batches.append(
             _Batch(first_sequence, last_sequence, first_offset, last_offset, max_timestamp)
         )
-        updated.last_timestamp = max_timestamp
-        if updated.current_txn_first_offset < 0 and is_transactional:
-            updated.current_txn_first_offset = first_offset
+        self.last_timestamp = max_timestamp
+        if self.current_txn_first_offset < 0 and is_transactional:
+            self.current_txn_first_offset = first_offset
             self.started.append(first_offset)
 
     def append_marker(
@@ -358,22 +382,21 @@ class ProducerAppendInfo:
         """Check and add an end-transaction marker at ``offset``; the transaction it completes,
         None when the producer had none ongoing. Raises a :class:`ProducerStateError`."""
         self._check_epoch(epoch, offset)
-        updated = self.updated
-        if updated.coordinator_epoch > coordinator_epoch and self._client:
+        if self.coordinator_epoch > coordinator_epoch and self._client:
             raise TransactionCoordinatorFencedError(
                 f"{self._where}: marker for producer {self.producer_id} at offset {offset} comes "
                 f"from coordinator epoch {coordinator_epoch}, older than the current "
-                f"{updated.coordinator_epoch}: a replaced transaction coordinator"
+                f"{self.coordinator_epoch}: a replaced transaction coordinator"
             )
         completed = None
-        if updated.current_txn_first_offset >= 0:
+        if self.current_txn_first_offset >= 0:
             completed = CompletedTxn(
-                self.producer_id, updated.current_txn_first_offset, offset, not commit
+                self.producer_id, self.current_txn_first_offset, offset, not commit
             )
-        updated._maybe_update_epoch(epoch)
-        updated.coordinator_epoch = coordinator_epoch
-        updated.current_txn_first_offset = -1
-        updated.last_timestamp = timestamp
+        self._update_epoch(epoch)
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_first_offset = -1
+        self.last_timestamp = timestamp
         return completed
 
     def append_stored(self, buf: Buffer, position: int, h: rb.BatchHeader) -> CompletedTxn | None:
@@ -438,28 +461,29 @@ class ProducerStateManager:
         return Duplicate(batch.first_offset, batch.last_offset, batch.max_timestamp)
 
     def prepare_client_append(
-        self, batches: Iterable[ProducerBatch]
+        self, batches: Sequence[ProducerBatch]
     ) -> list[ProducerAppendInfo] | Duplicate:
         """Check a client's batches (in offset order) without recording anything: the changes
         to apply after the append, or the :class:`Duplicate` a lone retried batch is. Raises a
         :class:`ProducerStateError` (:class:`DuplicateSequenceError` for a duplicate among
         several batches)."""
-        batches = list(batches)
         infos: dict[int, ProducerAppendInfo] = {}
         for b in batches:
-            duplicate = self.find_duplicate(
-                b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence
+            pid = b.producer_id
+            entry = self._producers.get(pid)
+            stored = entry and entry.find_duplicate(
+                b.producer_epoch, b.base_sequence, b.last_sequence
             )
-            if duplicate is not None:
+            if stored:
                 if len(batches) == 1:
-                    return duplicate
+                    return Duplicate(stored.first_offset, stored.last_offset, stored.max_timestamp)
                 raise DuplicateSequenceError(
-                    f"{self.where}: batch of producer {b.producer_id} sequences "
+                    f"{self.where}: batch of producer {pid} sequences "
                     f"{b.base_sequence}..{b.last_sequence} is already stored, among other batches"
                 )
-            info = infos.get(b.producer_id)
+            info = infos.get(pid)
             if info is None:
-                info = infos[b.producer_id] = self.prepare_update(b.producer_id, client=True)
+                info = infos[pid] = ProducerAppendInfo(pid, entry, client=True, where=self.where)
             info.append_data(
                 b.producer_epoch,
                 b.base_sequence,
@@ -492,16 +516,14 @@ class ProducerStateManager:
 
     def update(self, info: ProducerAppendInfo) -> None:
         """Apply an append's checked changes to its producer (Kafka's update)."""
-        new = info.updated
         entry = self._producers.get(info.producer_id)
         if entry is None:
-            self._producers[info.producer_id] = new
-        else:
-            entry._maybe_update_epoch(new.epoch)
-            entry.batches.extend(new.batches)
-            entry.coordinator_epoch = new.coordinator_epoch
-            entry.current_txn_first_offset = new.current_txn_first_offset
-            entry.last_timestamp = new.last_timestamp
+            entry = self._producers[info.producer_id] = ProducerStateEntry(info.producer_id)
+        entry._maybe_update_epoch(info.epoch)
+        entry.batches.extend(info.batches)
+        entry.coordinator_epoch = info.coordinator_epoch
+        entry.current_txn_first_offset = info.current_txn_first_offset
+        entry.last_timestamp = info.last_timestamp
         for first_offset in info.started:
             self._ongoing[first_offset] = info.producer_id
 

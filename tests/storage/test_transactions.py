@@ -345,3 +345,11 @@ def test_dump_log_shows_markers_txn_index_and_ongoing_transactions(tmp_path, clo
         f.write(struct.pack(">q", 1))
     status, text = dump("0.txnindex", verify=True)
     assert status == 1 and "no ABORT marker of producer 5 at offset 1" in text
+
+
+def test_a_marker_in_a_log_append_time_topic_is_stamped_so(tmp_path, clock):
+    log = open_log(tmp_path, clock)
+    offset = log.append_control(7, 0, 0, True, 0, NOW + 3, log_append_time=True)
+    batch = DefaultRecordBatch(log.read(offset, 1 << 10).read_bytes())
+    assert (batch.timestamp_type, batch.max_timestamp) == (1, NOW + 3)
+    log.close()
