@@ -719,6 +719,7 @@ class Log:
             count += 1
             size = entry.next_position
         synced = count > 0 and self._flush_appended(first)
+        self._producers.forget_replicated(self.high_watermark)
         return ReplicaAppend(first, last, count, size, rolled, synced or rolled is not None)
 
     def update_config(self, config: LogConfig) -> None:

@@ -353,3 +353,33 @@ def test_a_marker_in_a_log_append_time_topic_is_stamped_so(tmp_path, clock):
     batch = DefaultRecordBatch(log.read(offset, 1 << 10).read_bytes())
     assert (batch.timestamp_type, batch.max_timestamp) == (1, NOW + 3)
     log.close()
+
+
+def test_a_follower_applies_markers_and_holds_the_lso_until_the_high_watermark(tmp_path, clock):
+    """append_replica: the leader's transactional batches and markers give the follower the
+    same .txnindex and producer state; a completed transaction stays unstable until the high
+    watermark passes its marker (Kafka's unreplicatedTxns)."""
+    leader = Log(os.path.join(tmp_path, "l", "t-0"), LogConfig(), clock=clock, needs_recovery=False)
+    follower = Log(
+        os.path.join(tmp_path, "f", "t-0"), LogConfig(), clock=clock, needs_recovery=False
+    )
+    follower.update_high_watermark(0)
+    leader.append(producer_set(leader, 1, 0, 0, 2, transactional=True))  # 0..1
+    leader.append(producer_set(leader, 2, 0, 0, 1, transactional=True))  # 2
+    leader.append_control(1, 0, 3, False, 0, NOW)  # 3: ABORT
+    leader.append_control(2, 0, 3, True, 0, NOW)  # 4: COMMIT
+    data = leader.read(0, 1 << 20).read_bytes()
+    assert follower.append_replica(data).entries == 4
+    assert follower.aborted_transactions(0, 5) == leader.aborted_transactions(0, 5)
+    assert txn_index_entries(follower, 0) == txn_index_entries(leader, 0) == [(0, 1, 0, 3, 2)]
+    assert follower.first_unstable_offset == 0  # decided, but the markers are not replicated
+    assert follower.last_stable_offset == 0
+    follower.update_high_watermark(4)  # the ABORT's marker is below it, the COMMIT's is not
+    assert follower.first_unstable_offset == 2
+    follower.update_high_watermark(5)
+    assert (follower.first_unstable_offset, follower.last_stable_offset) == (None, 5)
+    assert (
+        follower.producer_state().active_producers() == leader.producer_state().active_producers()
+    )
+    leader.close()
+    follower.close()
