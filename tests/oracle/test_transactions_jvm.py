@@ -133,7 +133,7 @@ def test_consume_transform_produce_exactly_once_across_two_kill9s(clients, chron
     side_committed: list[str] = []
     side_aborted: list[str] = []
     recoveries: list[tuple[int, str, str]] = []
-    attempts = commits = 0
+    attempts = commits = kills = 0
     deadline = time.monotonic() + 150
     while True:
         assert time.monotonic() < deadline, (
@@ -171,6 +171,7 @@ def test_consume_transform_produce_exactly_once_across_two_kill9s(clients, chron
             if attempts in (5, 17):  # records sent, offsets and commit not yet
                 chronolog.kill()
                 chronolog.start()
+                kills += 1
             clients.call("txn_send_offsets", name="etl", consumer="etl-in")
             clients.call("txn_commit", name="etl")
             commits += 1
@@ -194,6 +195,7 @@ def test_consume_transform_produce_exactly_once_across_two_kill9s(clients, chron
     everything = [v for p in range(2) for _, v in _read(clients, b, sink, p, "read_uncommitted")]
     assert set(side_aborted) <= set(everything), "the aborted records are stored, only hidden"
     assert commits >= total // 20
+    assert kills == 2, "the loop ended before both kills: the scenario did not run"
 
 
 # 2. Kafka Streams exactly_once_v2: word count with a repartition topic and a state store.
@@ -278,6 +280,15 @@ def test_streams_exactly_once_v2_word_count(clients, chronolog, tmp_path):
         assert clients.call("streams_state", name="wc")["errors"] == []
     finally:
         clients.call("close", name="wc")
+    # Exactly-once all the way: the output, the repartition topic and the state store's
+    # changelog are written in transactions only, and their markers are in the logs.
+    logs = Path(chronolog.log_dir)
+    [repartition] = {d.name[: d.name.rindex("-")] for d in logs.glob("wc-*-words-repartition-*")}
+    [changelog] = {d.name[: d.name.rindex("-")] for d in logs.glob("wc-*-counts-changelog-*")}
+    for topic in (output, repartition, changelog):
+        batches = [b for p in range(2) for b in _dump_batches(chronolog.log_dir, topic, p)]
+        assert batches and all(b[2] for b in batches), f"{topic}: {batches}"
+        assert any(b[4] == "COMMIT" for b in batches), f"{topic}: no COMMIT marker"
 
 
 def test_streams_exactly_once_v2_across_a_kill9(clients, chronolog, tmp_path):
