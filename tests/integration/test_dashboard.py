@@ -1,7 +1,8 @@
 """The dashboards against a real Prometheus (Debian's package) scraping a real broker process.
 
 Prometheus scrapes the broker every second while kafka-python produces, consumes and commits in
-two phases (so every counter has moved between two scrapes and every rate is above zero). Then:
+two phases (so every counter has moved between two scrapes and every rate is above zero), and
+librdkafka commits, aborts and leaves open a transaction. Then:
 - every panel of docker/grafana-dashboard.json, with Grafana's variables filled in, is a query
   Prometheus accepts, and the main ones answer with what the test did (bytes on disk, lag);
 - the Prometheus console docker/prometheus/consoles/chronolog.html shows the same expressions,
@@ -26,6 +27,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 
 from tests.integration.clients import create_topic
@@ -206,6 +208,26 @@ def commit(bootstrap: str, topic: str, group: str) -> None:
         consumer.close()
 
 
+def run_transactions(bootstrap: str, topic: str, open_records: int) -> Producer:
+    """A committed and an aborted transaction on partition 0, then one left open with
+    ``open_records`` records; returns its producer (the transaction stays open while the test
+    holds it)."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-txn", "linger.ms": 0}
+    )
+    producer.init_transactions(30)
+    for commit, count in ((True, 3), (False, 2), (None, open_records)):
+        producer.begin_transaction()
+        for i in range(count):
+            producer.produce(topic, value=b"txn %d" % i, partition=0)
+        assert producer.flush(30) == 0
+        if commit is True:
+            producer.commit_transaction(30)
+        elif commit is False:
+            producer.abort_transaction(30)
+    return producer
+
+
 def test_dashboards_show_what_clients_did(broker_factory, prometheus, browser):
     broker = broker_factory({"metrics.listener": "http://127.0.0.1:0"})
     target = urllib.parse.urlsplit(broker.metrics_url()).netloc
@@ -218,18 +240,47 @@ def test_dashboards_show_what_clients_did(broker_factory, prometheus, browser):
     messages_in = (
         f'sum(kafka_server_brokertopicmetrics_messagesin_total{{job="{JOB}",topic="{topic}"}})'
     )
+    bytes_out = (
+        f'sum(kafka_server_brokertopicmetrics_bytesout_total{{job="{JOB}",topic="{topic}"}})'
+    )
+    seen_out = 0.0
     for phase in (1, 2):
         run_phase(broker.bootstrap, topic, phase)
         prom.wait_for(
             lambda phase=phase: prom.value(messages_in) == PER_PHASE * phase,
             f"Prometheus to have scraped phase {phase}'s {PER_PHASE * phase} messages",
         )
+        # and its reads, in a scrape of their own (a scrape between the phase's produce and
+        # its reads would leave bytes out flat between two phases: a rate of 0)
+        prom.wait_for(
+            lambda seen=seen_out: (prom.value(bytes_out) or 0) > seen,
+            f"Prometheus to have scraped phase {phase}'s reads",
+        )
+        seen_out = prom.value(bytes_out) or 0
     commit(broker.bootstrap, topic, group)
     lag = f'sum by (group, topic) (kafka_consumergroup_lag{{job="{JOB}"}})'
     expected_lag = 2 * PER_PHASE - sum(COMMITTED.values())
     prom.wait_for(
         lambda: prom.value(lag, group=group, topic=topic) == expected_lag,
         f"the group's lag {expected_lag} in Prometheus",
+    )
+
+    # Transactions: one open (holding its partition's LSO back), one committed, one aborted.
+    txn_topic = f"dashboard-txn-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, txn_topic, partitions=1)
+    open_records = 4
+    txn_producer = run_transactions(broker.bootstrap, txn_topic, open_records)
+    lso_lag = f'max by (topic) (kafka_cluster_partition_laststableoffsetlag{{job="{JOB}"}})'
+    prom.wait_for(
+        lambda: prom.value(lso_lag, topic=txn_topic) == open_records,
+        f"the LSO lag {open_records} of the open transaction",
+    )
+    assert prom.value(f'sum(chronolog_transactions{{job="{JOB}",state="Ongoing"}})') == 1
+    ended = f'sum by (result) (rate(chronolog_transactions_completed_total{{job="{JOB}"}}[1m]))'
+    prom.wait_for(
+        lambda: (prom.value(ended, result="commit") or 0) > 0
+        and (prom.value(ended, result="abort") or 0) > 0,
+        "a rate of committed and of aborted transactions",
     )
 
     # Every Grafana panel is a query Prometheus accepts; the console shows the same panels.
@@ -260,19 +311,21 @@ def test_dashboards_show_what_clients_did(broker_factory, prometheus, browser):
     assert prom.value(p99 % JOB, request="Produce") > 0
 
     # The console draws every graph, with the test's topic and group in the legends.
-    browser.set_window_size(1280, 1200)
+    browser.set_window_size(1280, 1500)
     browser.get(f"{prom.url}/consoles/chronolog.html?duration=20")
     assert "up" in browser.find_element("id", "targets").text
     graphs = browser.find_elements("css selector", "div.graph")
-    assert len(graphs) == 6
+    assert len(graphs) == 8
     deadline = time.monotonic() + WAIT_S
     while not all(g.find_elements("css selector", "svg path") for g in graphs):
         assert time.monotonic() < deadline, "the console's graphs were not all drawn"
         time.sleep(0.2)
     legends = browser.find_element("css selector", "div.panels").text
     assert topic in legends and f"{group} / {topic}" in legends
+    assert txn_topic in legends and "ongoing" in legends
     BUILD.mkdir(exist_ok=True)
     browser.save_screenshot(str(BUILD / "dashboard.png"))
+    txn_producer.abort_transaction(30)
 
 
 @pytest.mark.skipif(
