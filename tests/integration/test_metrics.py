@@ -155,6 +155,96 @@ def test_metrics_show_what_clients_did(broker_factory):
     assert len(queried) >= 10 and queried <= exported, queried - exported
 
 
+def _transactional(bootstrap: str, timeout_ms: int = 60_000) -> Producer:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"metrics-txn-{uuid.uuid4().hex[:8]}",
+            "transaction.timeout.ms": timeout_ms,
+            "linger.ms": 0,
+        }
+    )
+    producer.init_transactions(WAIT_S)
+    return producer
+
+
+def _send(producer: Producer, topic: str, count: int) -> None:
+    producer.begin_transaction()
+    for i in range(count):
+        producer.produce(topic, b"txn-%d" % i, partition=0)
+    assert producer.flush(WAIT_S) == 0
+
+
+def test_metrics_show_transactions(broker_factory):
+    """librdkafka producers commit, abort, hold a transaction open and let one time out: the
+    LSO lag is what ListOffsets answers read_uncommitted minus read_committed, the open
+    transaction is counted per partition and by state, and the completions by result."""
+    broker = broker_factory(
+        {
+            "metrics.listener": "http://127.0.0.1:0",
+            "transaction.state.log.num.partitions": "1",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+        }
+    )
+    url = broker.metrics_url()
+    topic = f"metrics-txn-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(WAIT_S)
+    by_partition = (("partition", "0"), ("topic", topic))
+    lag_key = ("kafka_cluster_partition_laststableoffsetlag", by_partition)
+    open_key = ("chronolog_log_open_transactions", by_partition)
+
+    def state(got, label: str) -> float:
+        return got[("chronolog_transactions", (("state", label),))]
+
+    def completed(got, result: str) -> float:
+        return got[("chronolog_transactions_completed_total", (("result", result),))]
+
+    steady = _transactional(broker.bootstrap)
+    _send(steady, topic, 3)
+    steady.commit_transaction(WAIT_S)
+    _send(steady, topic, 2)
+    steady.abort_transaction(WAIT_S)
+    held = _transactional(broker.bootstrap)
+    _send(held, topic, 4)
+
+    ends = {}
+    for isolation in ("read_uncommitted", "read_committed"):
+        consumer = Consumer(
+            {"bootstrap.servers": broker.bootstrap, "group.id": topic, "isolation.level": isolation}
+        )
+        try:
+            ends[isolation] = consumer.get_watermark_offsets(TopicPartition(topic, 0), WAIT_S)[1]
+        finally:
+            consumer.close()
+    # 3 committed + marker, 2 aborted + marker, 4 open
+    assert (ends["read_uncommitted"], ends["read_committed"]) == (11, 7)
+    got = scrape(url)
+    assert got[lag_key] == ends["read_uncommitted"] - ends["read_committed"]
+    assert got[open_key] == 1
+    assert state(got, "Ongoing") == 1 and state(got, "CompleteAbort") == 1
+    assert completed(got, "commit") == 1 and completed(got, "abort") == 1
+    assert got[("chronolog_transactions_aborted_by_timeout_total", ())] == 0
+
+    held.commit_transaction(WAIT_S)
+    hung = _transactional(broker.bootstrap, timeout_ms=1500)
+    _send(hung, topic, 1)  # and never ended: the coordinator aborts it after 1.5 s
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        got = scrape(url)
+        # counted when its abort is stored, then completed once its marker is written
+        if completed(got, "abort") >= 2:
+            break
+        assert time.monotonic() < deadline, "the hung transaction was not aborted"
+        time.sleep(0.2)
+    assert got[("chronolog_transactions_aborted_by_timeout_total", ())] == 1
+    assert completed(got, "commit") == 2 and completed(got, "abort") == 2
+    assert state(got, "Ongoing") == 0 and state(got, "CompleteCommit") == 1
+    assert state(got, "CompleteAbort") == 2
+    assert got[lag_key] == 0 and got[open_key] == 0
+
+
 def test_metrics_port_in_use_stops_the_start(broker_factory):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
