@@ -173,6 +173,13 @@ def plan_batch(client: BrokerClient, opts: ReadOptions) -> list[OffsetRange]:
             raise InvalidOptionError(
                 f"endingOffsets {tp[0]}[{tp[1]}]={end[tp]} is beyond the partition's latest "
                 f"offset {known[tp].latest}"
+                + (
+                    " (its last stable offset: read_committed reads stop before open "
+                    "transactions; kafka.isolation.level=read_uncommitted reads up to the high "
+                    "watermark)"
+                    if opts.read_committed
+                    else ""
+                )
             )
         if start[tp] > end[tp]:
             raise InvalidOptionError(

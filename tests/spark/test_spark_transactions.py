@@ -9,6 +9,7 @@ with the rows expected worked out from the producers' delivery reports.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -315,6 +316,14 @@ def test_spark_reads_committed_records_by_default(spark, broker):
         ranges = plan_batch(
             client, parse_read({"bootstrap.servers": broker.bootstrap, "topic": topic, **small})
         )
+        beyond = json.dumps({topic: {"0": lso[0] + 1, "1": -1}})
+        with pytest.raises(InvalidOptionError, match="its last stable offset"):
+            plan_batch(
+                client,
+                parse_read(
+                    {"bootstrap.servers": broker.bootstrap, "topic": topic, "endingOffsets": beyond}
+                ),
+            )
     visible = {(p, o) for p, o, _ in committed}
     empty = [
         r for r in ranges if not any((r.partition, o) in visible for o in range(r.start, r.end))
