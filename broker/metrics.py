@@ -4,7 +4,8 @@ them (``kafka.network:type=RequestMetrics,name=RequestsPerSec`` ->
 
 Two kinds, exposed through one custom collector on a :class:`BrokerMetrics`' own
 ``CollectorRegistry`` (never the global one, so several brokers in one process do not collide),
-except the request-time histograms, which the scrape writes itself (:func:`_times_text`):
+except the request-time histograms and the per-partition transaction gauges, which the scrape
+writes itself (:func:`_times_text`, :func:`_partition_txns_text`):
 
 - Counters and latency histograms fed by the request path. They are plain dict entries
   incremented once per request or per partition of a request, never per message; the
@@ -15,7 +16,8 @@ except the request-time histograms, which the scrape writes itself (:func:`_time
   waiter sets, open connections from the server; waiting acks=all produces are counted by the
   produce handler. Transactions: the coordinator's ids by state (one pass over its table), the
   transactions it completed (counted where it writes their markers), and per partition the
-  LSO lag and open transactions from the log's producer state.
+  LSO lag and open transactions from the log's producer state (written by the scrape itself,
+  as the request times are, see :func:`_partition_txns_text`).
 
 Everything runs on the trio thread (handlers count after their worker-thread calls returned,
 and the HTTP endpoint calls :meth:`BrokerMetrics.scrape` there), so nothing needs a lock.
@@ -227,8 +229,30 @@ class BrokerMetrics:
     # -- scraping ----------------------------------------------------------------------------
     def scrape(self) -> bytes:
         """The text exposition of every metric: the request-time histograms (most of the lines)
-        by :func:`_times_text`, the rest by prometheus_client's ``generate_latest``."""
-        return generate_latest(self.registry) + _times_text(self.times)
+        by :func:`_times_text`, the partitions' transaction gauges by
+        :func:`_partition_txns_text`, the rest by prometheus_client's ``generate_latest``."""
+        return (
+            generate_latest(self.registry)
+            + _times_text(self.times)
+            + _partition_txns_text(self.partition_txns())
+        )
+
+    def partition_txns(self) -> list[tuple[str, int, int, int]]:
+        """(topic, partition, LSO lag, open transactions) of every partition, sorted: the
+        high watermark minus the last stable offset (UnifiedLog's lastStableOffsetLag) and the
+        producer state's ongoing transactions, both in memory."""
+        rows = []
+        for log in self.ctx.log_manager.all_logs():
+            try:
+                lag = log.high_watermark - log.last_stable_offset
+                ongoing = len(log.producer_state().ongoing_transactions())
+            except (OSError, ValueError, IndexError, LogClosedError) as exc:
+                # A log deleted or rolled under us: next scrape.
+                logger.debug("partition skipped in metrics", partition=log.name, error=repr(exc))
+                continue
+            rows.append((log.topic, log.partition, lag, ongoing))
+        rows.sort()
+        return rows
 
     def first_timestamp(self, log: Log) -> int:
         """The oldest non-empty segment's first time-index entry (cached: it never changes),
@@ -293,6 +317,40 @@ def _times_text(times: dict[int, list]) -> bytes:
             prefixes = _histogram_prefixes(name, request)
             for prefix, v in zip(prefixes, [*counts, counts[-1], row[_SUMS + i] * 1000]):
                 out.append(f"{prefix}{value(v)}\n")
+    return "".join(out).encode()
+
+
+_PARTITION_TXNS: tuple[tuple[str, str], ...] = (
+    (
+        "kafka_cluster_partition_laststableoffsetlag",
+        "High watermark minus last stable offset: offsets read_committed consumers cannot read "
+        "yet, held back by open transactions (kafka.cluster:type=Partition,"
+        "name=LastStableOffsetLag)",
+    ),
+    (
+        "chronolog_log_open_transactions",
+        "Transactions with data in the partition and no marker yet",
+    ),
+)
+
+
+def _partition_txns_text(rows: list[tuple[str, int, int, int]]) -> bytes:
+    """The two per-partition transaction gauges (rows as :meth:`BrokerMetrics.partition_txns`
+    gives them) in the text format, byte for byte what ``generate_latest`` writes for them.
+
+    Written here for the reason :func:`_times_text` is: two lines for every partition, mostly
+    zeros, would add about half to a scrape's cost through prometheus_client. Topic names
+    are Kafka's legal characters ([a-zA-Z0-9._-]), which need no escaping."""
+    formatted: dict[int, str] = {}
+    out: list[str] = []
+    for i, (name, documentation) in enumerate(_PARTITION_TXNS):
+        out.append(f"# HELP {name} {documentation}\n# TYPE {name} gauge\n")
+        for row in rows:
+            v = row[2 + i]
+            text = formatted.get(v)
+            if text is None:
+                text = formatted[v] = floatToGoString(v)
+            out.append(f'{name}{{partition="{row[1]}",topic="{row[0]}"}} {text}\n')
     return "".join(out).encode()
 
 
@@ -418,20 +476,6 @@ class _StateCollector(Collector):
             "Largest message timestamp of the newest non-empty segment, ms since the epoch",
             labels=labels,
         )
-        # Kafka's kafka.cluster:type=Partition,name=LastStableOffsetLag (UnifiedLog's
-        # lastStableOffsetLag): what read_committed consumers cannot read yet.
-        lso_lag = GaugeMetricFamily(
-            "kafka_cluster_partition_laststableoffsetlag",
-            "High watermark minus last stable offset: offsets read_committed consumers cannot "
-            "read yet, held back by open transactions (kafka.cluster:type=Partition,"
-            "name=LastStableOffsetLag)",
-            labels=labels,
-        )
-        open_txns = GaugeMetricFamily(
-            "chronolog_log_open_transactions",
-            "Transactions with data in the partition and no marker yet",
-            labels=labels,
-        )
         seen: set[tuple[str, int]] = set()
         for log in sorted(ctx.log_manager.all_logs(), key=lambda lg: (lg.topic, lg.partition)):
             values = [log.topic, str(log.partition)]
@@ -443,9 +487,7 @@ class _StateCollector(Collector):
                 end.add_metric(values, log.log_end_offset)
                 oldest = m.first_timestamp(log)
                 newest = log.latest_timestamp()
-                lso_lag.add_metric(values, log.high_watermark - log.last_stable_offset)
-                open_txns.add_metric(values, len(log.producer_state().ongoing_transactions()))
-            except (OSError, ValueError, IndexError, LogClosedError) as exc:
+            except (OSError, ValueError, IndexError) as exc:
                 # A log deleted or rolled under us (files gone, index closed): next scrape.
                 logger.debug("partition skipped in metrics", partition=log.name, error=repr(exc))
                 continue
@@ -458,7 +500,7 @@ class _StateCollector(Collector):
         for key in list(m._first_timestamps):
             if key not in seen:
                 del m._first_timestamps[key]
-        yield from (size, segments, start, end, first_ts, last_ts, lso_lag, open_txns)
+        yield from (size, segments, start, end, first_ts, last_ts)
         yield from _StateCollector._groups(ctx)
         yield from _StateCollector._transactions(ctx)
 

@@ -11,16 +11,19 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.handlers import HANDLERS, release_fetch_body
 from broker.metrics import (
     LATENCY_BUCKETS_MS,
     BrokerMetrics,
+    _PARTITION_TXNS,
     _TIMES,
     REQUEST_NAMES,
     _count_errors,
+    _partition_txns_text,
     _times_text,
     response_error_tree,
 )
@@ -195,6 +198,39 @@ def test_request_time_histograms_are_written_as_prometheus_client_writes_them(ti
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_HistogramsByPrometheusClient(times))
     assert _times_text(times) == generate_latest(registry)
+
+
+class _PartitionTxnsByPrometheusClient(Collector):
+    """The per-partition transaction gauges as prometheus_client's own families: the oracle
+    for :func:`_partition_txns_text`."""
+
+    def __init__(self, rows) -> None:
+        self.rows = rows
+
+    def collect(self):
+        for i, (name, documentation) in enumerate(_PARTITION_TXNS):
+            family = GaugeMetricFamily(name, documentation, labels=["topic", "partition"])
+            for row in self.rows:
+                family.add_metric([row[0], str(row[1])], row[2 + i])
+            yield family
+
+
+_TOPIC_NAMES = st.text("abcXYZ019._-", min_size=1, max_size=20)  # Kafka's legal characters
+_PARTITION_ROWS = st.lists(
+    st.tuples(
+        _TOPIC_NAMES,
+        st.integers(0, 10_000),
+        st.integers(0, 2**62),  # past 1e16: Go's exponent form
+        st.integers(0, 10**6),
+    )
+).map(sorted)
+
+
+@given(_PARTITION_ROWS)
+def test_partition_transaction_gauges_are_written_as_prometheus_client_writes_them(rows):
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_PartitionTxnsByPrometheusClient(rows))
+    assert _partition_txns_text(rows) == generate_latest(registry)
 
 
 async def test_waiting_fetches_are_the_fetch_purgatory(tmp_path):
