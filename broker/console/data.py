@@ -21,6 +21,7 @@ from broker.admin.configs import ConfigSource, broker_entries
 from broker.context import BrokerContext
 from broker.txn.state import TxnMetadata
 from protocol import recordbatch as rb
+from protocol.errors import CorruptRecordError
 from protocol.records import Message, ShallowEntry, TimestampType, iter_deep, iter_shallow
 from storage import Log
 
@@ -101,12 +102,13 @@ def show_message(m: Message, producer_id: int = -1, txn: str = "") -> ShownMessa
 @dataclass(frozen=True)
 class ShownControl:
     """A control batch: a transaction marker (``kind`` COMMIT or ABORT, with the coordinator
-    epoch that wrote it), another control record type, or one the cleaner emptied."""
+    epoch that wrote it), another control record type, one the cleaner emptied, or one whose
+    record does not parse (shown, not raised: the rest of the page is still readable)."""
 
     offset: int
     timestamp: int
     timestamp_text: str
-    kind: str  # COMMIT, ABORT, "control type N", or "empty" (no record left)
+    kind: str  # COMMIT, ABORT, "control type N", "empty" (no record left) or "unreadable: ..."
     producer_id: int
     producer_epoch: int
     coordinator_epoch: int  # -1 unless a transaction marker
@@ -114,10 +116,13 @@ class ShownControl:
 
 
 def _show_control(buf: memoryview, entry: ShallowEntry, header: rb.BatchHeader) -> ShownControl:
-    records = rb.iter_records(buf, entry.position, header)
     kind, coordinator_epoch = "empty", -1
+    try:
+        records = rb.iter_records(buf, entry.position, header)
+        marker = rb.read_end_txn_marker(records[0]) if records else None
+    except CorruptRecordError as exc:
+        records, marker, kind = [], None, f"unreadable: {exc}"
     if records:
-        marker = rb.read_end_txn_marker(records[0])
         if marker is None:
             key = records[0].key or b""
             kind = f"control type {int.from_bytes(key[2:4], 'big', signed=True)}"
@@ -233,7 +238,8 @@ def _read_page(log: Log, offset: int, count: int) -> tuple[list[_Read], int | No
                     continue
                 rows.append(row)
                 if len(rows) == count:
-                    return rows, row_offset + 1
+                    following = row_offset + 1
+                    return rows, following if following < log.log_end_offset else None
         # Past whatever this chunk held (a batch the cleaner emptied takes offsets, no rows).
         position = last + 1 if last >= position else position + 1
     return rows, position

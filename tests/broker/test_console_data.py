@@ -5,11 +5,12 @@ from __future__ import annotations
 import trio
 
 from broker.console import data
-from broker.console.data import Shown, format_ms, is_secret, show_bytes
+from broker.console.data import Shown, _entry_rows, format_ms, is_secret, show_bytes
 from broker.handlers import HANDLERS
 from broker.server import open_context
 from broker.txn.coordinator import TransactionCoordinator
-from protocol import ApiKey
+from protocol import ApiKey, iter_shallow
+from protocol import recordbatch as rb
 from tests.broker.test_metrics_counting import T0, message_set, run_transaction
 from tests.broker.test_server import config, produce_body, request
 
@@ -34,9 +35,10 @@ def test_secret_names_are_recognised():
 
 async def test_pages_mark_aborted_open_and_committed_records_and_show_markers(tmp_path):
     """A partition holding plain messages, a committed, an aborted and an open transaction,
-    and a committed one after the open one (above the LSO, yet committed): each record is
+    a committed one after the open one (above the LSO, yet committed), and then a new open
+    transaction of that same producer (its committed record stays committed): each record is
     marked as its transaction ended, each marker is a row of its own, the LSO stops at the
-    open transaction, and the pager steps over markers."""
+    first open transaction, and the pager steps over markers."""
     ctx = await open_context(config(tmp_path, transaction_state_log_num_partitions=1))
     await ctx.create_topic("t", 1)
     async with trio.open_nursery() as nursery:
@@ -51,14 +53,16 @@ async def test_pages_mark_aborted_open_and_committed_records_and_show_markers(tm
         aborter, _ = await run_transaction(ctx, "a", "t", [b"a1"], commit=False)
         hung, _ = await run_transaction(ctx, "h", "t", [b"h1", b"h2"], commit=None)
         late, _ = await run_transaction(ctx, "l", "t", [b"l1"], commit=True)
+        again, late_epoch = await run_transaction(ctx, "l", "t", [b"l2"], commit=None)
+        assert again == late and late_epoch == 1
         # 0-1 plain, 2-3 committed, 4 COMMIT, 5 aborted, 6 ABORT, 7-8 open, 9 committed,
-        # 10 COMMIT
+        # 10 COMMIT, 11 open
 
         found = await data.page(ctx, "t", 0, offset=0)
         assert found is not None and found.next_offset is None
-        assert (found.high_watermark, found.last_stable_offset, found.log_end) == (11, 7, 11)
+        assert (found.high_watermark, found.last_stable_offset, found.log_end) == (12, 7, 12)
         rows = {r.offset: r for r in found.messages}
-        assert sorted(rows) == list(range(11))
+        assert sorted(rows) == list(range(12))
         markers = {o: (r.kind, r.producer_id) for o, r in rows.items() if r.control}
         assert markers == {4: ("COMMIT", committer), 6: ("ABORT", aborter), 10: ("COMMIT", late)}
         assert all(rows[o].coordinator_epoch == 0 for o in markers)
@@ -72,6 +76,7 @@ async def test_pages_mark_aborted_open_and_committed_records_and_show_markers(tm
             7: "open",
             8: "open",
             9: "committed",
+            11: "open",
         }
         assert rows[5].value == Shown("text", "a1") and rows[5].producer_id == aborter
 
@@ -82,22 +87,52 @@ async def test_pages_mark_aborted_open_and_committed_records_and_show_markers(tm
             assert got is not None
             starts.append([r.offset for r in got.messages])
             offset = got.next_offset
-        assert starts == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10]]
+        assert starts == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
 
         txns = await data.partition_txns(ctx, "t", 0)
-        assert txns is not None and (txns.high_watermark, txns.last_stable_offset) == (11, 7)
+        assert txns is not None and (txns.high_watermark, txns.last_stable_offset) == (12, 7)
         assert [
-            (t.first_offset, t.producer_id, t.transactional_id, t.state) for t in txns.open
-        ] == [(7, hung, "h", "Ongoing")]
+            (t.first_offset, t.producer_id, t.producer_epoch, t.transactional_id, t.state)
+            for t in txns.open
+        ] == [(7, hung, 0, "h", "Ongoing"), (11, late, 1, "l", "Ongoing")]
 
         overview = data.transactions(ctx)
         assert overview.active and (overview.committed, overview.aborted) == (2, 1)
         assert [(r.transactional_id, r.state, r.partitions) for r in overview.rows] == [
             ("h", "Ongoing", [("t", 0)]),
+            ("l", "Ongoing", [("t", 0)]),
             ("a", "CompleteAbort", []),  # a completed transaction holds no partitions
             ("c", "CompleteCommit", []),
-            ("l", "CompleteCommit", []),
         ]
         assert {r.producer_id for r in overview.rows} == {committer, aborter, hung, late}
         nursery.cancel_scope.cancel()
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+def _control_row(records):
+    spec = rb.BatchSpec(
+        base_offset=40, producer_id=7, producer_epoch=3, is_transactional=True, is_control=True
+    )
+    batch = memoryview(rb.build_batch(spec, records))
+    [entry] = iter_shallow(batch)
+    [row] = _entry_rows(batch, entry)
+    return row
+
+
+def test_control_batches_other_than_markers_are_shown_for_what_they_are():
+    marker = rb.build_end_txn_marker(
+        rb.EndTxnMarker(False, 5), base_offset=9, producer_id=7, producer_epoch=3, timestamp=T0
+    )
+    [entry] = iter_shallow(marker)
+    [row] = _entry_rows(memoryview(marker), entry)
+    assert (row.offset, row.kind, row.producer_id, row.producer_epoch) == (9, "ABORT", 7, 3)
+    assert row.coordinator_epoch == 5 and row.control
+    # KRaft's LeaderChange (control type 2): not a transaction marker
+    leader_change = _control_row([(0, T0, b"\x00\x00\x00\x02", b"\x00\x00", ())])
+    assert (leader_change.kind, leader_change.coordinator_epoch) == ("control type 2", -1)
+    # the cleaner removed the marker's record once delete.retention.ms passed
+    assert _control_row([]).kind == "empty"
+    # a marker value too short to hold the coordinator epoch
+    assert _control_row([(0, T0, b"\x00\x00\x00\x01", b"\x00", ())]).kind.startswith(
+        "unreadable: transaction marker value of 1 bytes"
+    )
