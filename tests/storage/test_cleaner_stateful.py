@@ -464,7 +464,8 @@ class CleanerMachine(RuleBasedStateMachine):
             return
         out = io.StringIO()
         for s in self.log.segments:
-            for path in (s.log_path, s.offset_index.path, s.time_index.path):
+            txn_index = [s.txn_index.path] if os.path.exists(s.txn_index.path) else []
+            for path in (s.log_path, s.offset_index.path, s.time_index.path, *txn_index):
                 assert dump_file(path, deep=False, verify=True, out=out, err=out) == 0, (
                     out.getvalue()
                 )
