@@ -30,6 +30,7 @@ from protocol import recordbatch as rb
 from tests.conftest import BrokerProcess
 from tests.integration.clients import topic_name
 from tests.oracle.kafka_oracle import (
+    CONFIG_COMMAND,
     DUMP_LOG_SEGMENTS,
     TRANSACTIONS_COMMAND,
     JavaClientError,
@@ -413,9 +414,22 @@ def test_transactions_command_list_describe_abort(clients, chronolog, kafka_orac
         assert seen["find-hanging"][1] == []
         assert seen["lso after abort"] == [5], "three records and the ABORT marker after offset 1"
         assert seen["read_committed"] == [(0, "plain")]
-    # The same shapes and outcomes on both brokers.
+    # The same shapes and outcomes on both brokers; describe-producers row for row, but for the
+    # producer ids and timestamps each broker picks.
     for command in ("list", "describe", "describe-producers", "find-hanging"):
         assert ours[command][0] == kafka[command][0], command
+
+    def producer_rows(seen: dict) -> list[list[str]]:
+        headers, rows = seen["describe-producers"]
+        keep = [
+            "ProducerEpoch",
+            "LatestCoordinatorEpoch",
+            "LastSequence",
+            "CurrentTransactionStartOffset",
+        ]
+        return sorted([row[headers.index(k)] for k in keep] for row in rows)
+
+    assert producer_rows(ours) == producer_rows(kafka)
     for key in ("abort", "lso after abort", "commit after abort", "read_committed"):
         assert ours[key] == kafka[key], key
     assert [v for _, v in ours["read_uncommitted"]] == [v for _, v in kafka["read_uncommitted"]]
@@ -445,47 +459,43 @@ def _hanging_batch(conn: BrokerConnection, topic: str) -> tuple[int, int]:
         is_transactional=True,
     )
     batch = rb.build_batch(spec, [(0, int(time.time() * 1000), None, b"hanging", ())])
-    response = conn.call(
-        ApiKey.PRODUCE,
-        11,
-        {
-            "transactional_id": txn_id,
-            "acks": -1,
-            "timeout_ms": 10000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
-        },
-    )
-    assert response.responses[0].partition_responses[0].error_code == 0
+    body = {
+        "transactional_id": txn_id,
+        "acks": -1,
+        "timeout_ms": 10000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+    }
+    # Kafka applies a dynamic config change asynchronously: until it has, its verification
+    # refuses the batch (nothing is appended), so the same batch is sent again.
+    deadline = time.monotonic() + 30
+    while (
+        error := conn.call(ApiKey.PRODUCE, 11, body).responses[0].partition_responses[0].error_code
+    ):
+        assert time.monotonic() < deadline, f"the hanging batch was refused with error {error}"
+        time.sleep(0.2)
     return init.producer_id, init.producer_epoch
 
 
-def test_transactions_command_finds_and_aborts_a_hanging_transaction(clients, broker_factory):
-    b = broker_factory({"transaction.partition.verification.enable": "false"})
+def _hanging_run(clients, server, broker_id: int) -> dict:
+    """A hanging transaction at offset 0 (a plain record after it), found by find-hanging and
+    aborted by ``abort --producer-id --producer-epoch --coordinator-epoch`` (the older brokers'
+    form, which needs no DescribeProducers); what each step showed."""
+    b = server.bootstrap
     topic = topic_name("hang")
-    clients.call("create_topic", topic=topic, partitions=1, **_on(b.bootstrap))
-    with BrokerConnection(b.host, b.port, client_id="hanging", timeout_s=15) as conn:
+    clients.call("create_topic", topic=topic, partitions=1, **_on(b))
+    with BrokerConnection(server.host, server.port, client_id="hanging", timeout_s=15) as conn:
         producer_id, epoch = _hanging_batch(conn, topic)
-    clients.call(
-        "produce", topic=topic, records=[{"partition": 0, "value": "after"}], **_on(b.bootstrap)
-    )
-    assert _latest(clients, b.bootstrap, topic, 1, "read_committed") == [0]
-    headers, rows = _tool_table(
-        b.bootstrap, "find-hanging", "--broker-id", "0", "--max-transaction-timeout", "0"
-    )
-    assert headers[:6] == [
-        "Topic",
-        "Partition",
-        "ProducerId",
-        "ProducerEpoch",
-        "CoordinatorEpoch",
-        "StartOffset",
-    ]
-    [row] = rows
-    assert row[:6] == [topic, "0", str(producer_id), str(epoch), "-1", "0"]
-    run_kafka_tool(
+    clients.call("produce", topic=topic, records=[{"partition": 0, "value": "after"}], **_on(b))
+    find = ("find-hanging", "--broker-id", str(broker_id), "--max-transaction-timeout", "0")
+    seen: dict = {"lso": _latest(clients, b, topic, 1, "read_committed")}
+    headers, rows = _tool_table(b, *find)
+    # Only this test's topic: the session's Kafka may hold other tests' leftovers.
+    seen["find-hanging"] = (headers, [r[:6] for r in rows if r[0] == topic])
+    seen["expected row"] = [topic, "0", str(producer_id), str(epoch), "-1", "0"]
+    abort = run_kafka_tool(
         TRANSACTIONS_COMMAND,
         "--bootstrap-server",
-        b.bootstrap,
+        b,
         "abort",
         "--topic",
         topic,
@@ -498,14 +508,57 @@ def test_transactions_command_finds_and_aborts_a_hanging_transaction(clients, br
         "--coordinator-epoch",
         "-1",
     )
-    assert _latest(clients, b.bootstrap, topic, 1, "read_committed") == [3]  # past the marker
-    assert _read(clients, b.bootstrap, topic, 0, "read_committed") == [(1, "after")]
-    assert (
-        _tool_table(
-            b.bootstrap, "find-hanging", "--broker-id", "0", "--max-transaction-timeout", "0"
-        )[1]
-        == []
+    seen["abort"] = abort.stdout.strip()
+    seen["lso after abort"] = _latest(clients, b, topic, 1, "read_committed")
+    seen["read_committed"] = _read(clients, b, topic, 0, "read_committed")
+    seen["find-hanging after abort"] = [r for r in _tool_table(b, *find)[1] if r[0] == topic]
+    return seen
+
+
+def test_transactions_command_finds_and_aborts_a_hanging_transaction(
+    clients, broker_factory, kafka_oracle
+):
+    ours = _hanging_run(
+        clients, broker_factory({"transaction.partition.verification.enable": "false"}), 0
     )
+    verification = ("--entity-type", "brokers", "--entity-default", "--alter")
+    setting = "transaction.partition.verification.enable"
+    run_kafka_tool(
+        CONFIG_COMMAND,
+        "--bootstrap-server",
+        kafka_oracle.bootstrap,
+        *verification,
+        "--add-config",
+        f"{setting}=false",
+    )
+    try:
+        kafka = _hanging_run(clients, kafka_oracle, 1)
+    finally:
+        run_kafka_tool(
+            CONFIG_COMMAND,
+            "--bootstrap-server",
+            kafka_oracle.bootstrap,
+            *verification,
+            "--delete-config",
+            setting,
+        )
+    for seen in (ours, kafka):
+        assert seen["lso"] == [0]  # the hanging transaction holds the LSO at its start
+        headers, rows = seen["find-hanging"]
+        assert headers[:6] == [
+            "Topic",
+            "Partition",
+            "ProducerId",
+            "ProducerEpoch",
+            "CoordinatorEpoch",
+            "StartOffset",
+        ]
+        assert rows == [seen["expected row"]]
+        assert seen["lso after abort"] == [3]  # the hanging record, "after", the ABORT marker
+        assert seen["read_committed"] == [(1, "after")]
+        assert seen["find-hanging after abort"] == []
+    assert ours["find-hanging"][0] == kafka["find-hanging"][0]
+    assert ours["abort"] == kafka["abort"]
 
 
 # 4 and 5. One sequence of transactions on both brokers; DumpLogSegments over both logs.
