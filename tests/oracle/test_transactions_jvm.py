@@ -195,6 +195,15 @@ def test_consume_transform_produce_exactly_once_across_two_kill9s(clients, chron
         assert mine == [v.upper() for i, v in enumerate(inputs) if i % 2 == p]
     everything = [v for p in range(2) for _, v in _read(clients, b, sink, p, "read_uncommitted")]
     assert set(side_aborted) <= set(everything), "the aborted records are stored, only hidden"
+    # After the kills, Kafka's DumpLogSegments reads every batch of the output valid, and each
+    # aborted record lies in a range of the segment's .txnindex, where read_committed looks.
+    for p in range(2):
+        batches = _dump_batches(chronolog.log_dir, sink, p)
+        assert any(marker == "COMMIT" for *_, marker in batches)
+    aborted_ranges = _dump_txnindex(chronolog.log_dir, sink, 0)
+    for offset, value in _read(clients, b, sink, 0, "read_uncommitted"):
+        if value in side_aborted:
+            assert any(first <= offset <= last for first, last, _ in aborted_ranges), offset
     assert commits >= total // 20
     assert kills == 2, "the loop ended before both kills: the scenario did not run"
 
@@ -650,6 +659,7 @@ def _dump_batches(log_dir: str, topic: str, partition: int) -> list[tuple]:
     batches: list[tuple] = []
     for line in out.splitlines():
         if m := BATCH.match(line):
+            assert "isvalid: true" in line, f"{topic}-{partition}: {line}"
             batches.append([int(m[1]), int(m[2]), m[3] == "true", m[4] == "true", None])
         elif (marker := MARKER.search(line)) and batches:
             batches[-1][4] = marker[1]
