@@ -88,6 +88,8 @@ __all__ = [
     "EndTxnMarker",
     "build_end_txn_marker",
     "read_end_txn_marker",
+    "stored_end_txn_marker",
+    "control_type",
 ]
 
 MAGIC = 2
@@ -652,8 +654,10 @@ def build_end_txn_marker(
     producer_epoch: int,
     timestamp: int,
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    log_append_time: bool = False,
 ) -> bytes:
-    """The control batch of one transaction marker (MemoryRecords.withEndTransactionMarker)."""
+    """The control batch of one transaction marker (MemoryRecords.withEndTransactionMarker),
+    stamped ``timestamp``, as LogAppendTime when the topic's type is that."""
     spec = BatchSpec(
         base_offset=base_offset,
         producer_id=producer_id,
@@ -661,6 +665,7 @@ def build_end_txn_marker(
         partition_leader_epoch=partition_leader_epoch,
         is_transactional=True,
         is_control=True,
+        log_append_time=log_append_time,
     )
     key = _CONTROL_KEY.pack(0, CONTROL_TYPE_COMMIT if marker.commit else CONTROL_TYPE_ABORT)
     value = _MARKER_VALUE.pack(0, marker.coordinator_epoch)
@@ -688,3 +693,23 @@ def read_end_txn_marker(record: Record) -> EndTxnMarker | None:
     if value_version < 0:
         raise CorruptRecordError(f"transaction marker value version {value_version}")
     return EndTxnMarker(control_type == CONTROL_TYPE_COMMIT, coordinator_epoch)
+
+
+def stored_end_txn_marker(buf: Buffer, position: int, header: BatchHeader) -> EndTxnMarker | None:
+    """The marker of the stored control batch at ``position``; None when it holds no record (the
+    cleaner emptied it), another control type (KRaft's), or a record too short to be one (a
+    stored batch passed its CRC: nothing to refuse, only nothing to act on)."""
+    records = iter_records(buf, position, header)
+    if not records:
+        return None
+    try:
+        return read_end_txn_marker(records[0])
+    except CorruptRecordError:
+        return None
+
+
+def control_type(record: Record) -> int:
+    """The control type of a control record's key (0 ABORT, 1 COMMIT, others), -1 when the
+    key is too short to hold one."""
+    key = record.key or b""
+    return _CONTROL_KEY.unpack_from(key)[1] if len(key) >= _CONTROL_KEY.size else -1

@@ -78,7 +78,6 @@ from storage.config import INT_MAX, LogConfig
 from storage.errors import StorageError
 from storage.index import OffsetIndex, TimeIndex
 from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
-from storage.producer_state import Marker, read_marker
 from storage.txn_index import AbortedTxn, TransactionIndex
 
 if TYPE_CHECKING:
@@ -497,7 +496,7 @@ class CleanedTransactions:
             txn = self._aborted.pop(0)
             self._ongoing_aborted.setdefault(txn.producer_id, (txn, -1))
 
-    def on_control_batch(self, header: rb.BatchHeader, marker: Marker | None) -> bool:
+    def on_control_batch(self, header: rb.BatchHeader, marker: rb.EndTxnMarker | None) -> bool:
         """A marker: whether it may be discarded (nothing of its transaction was seen; an
         emptied one always)."""
         self._reach(header.last_offset)
@@ -857,7 +856,9 @@ class CleaningJob:
             if entry.magic == rb.MAGIC:
                 header = rb.read_header(chunk, entry.position)
                 if header.is_control:
-                    txns.on_control_batch(header, read_marker(chunk, entry.position, header))
+                    txns.on_control_batch(
+                        header, rb.stored_end_txn_marker(chunk, entry.position, header)
+                    )
                     omap.update_latest_offset(entry.offset)
                     continue
                 if txns.on_batch(header):
@@ -968,7 +969,7 @@ class CleaningJob:
         keep_deletes = horizon is None or self.now_ms < horizon
         if header.is_control:
             txn_gone = self._txns.on_control_batch(
-                header, read_marker(chunk, entry.position, header)
+                header, rb.stored_end_txn_marker(chunk, entry.position, header)
             )
             discard_records = txn_gone and not keep_deletes
         else:

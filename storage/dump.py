@@ -49,12 +49,9 @@ from storage.layout import (
     parse_segment_file,
 )
 from storage.producer_state import (
-    ABORT,
-    COMMIT,
     SNAPSHOT_SUFFIX,
     CorruptSnapshotError,
     ProducerStateManager,
-    read_marker,
 )
 from storage.txn_index import ENTRY as TXN_ENTRY, parse as parse_txn_index
 
@@ -131,12 +128,14 @@ def _dump_batch(
 
 def _control_words(record: rb.Record) -> str:
     """What DumpLogSegments says of a control record."""
-    key, value = record.key or b"", record.value or b""
-    kind = struct.unpack_from(">h", key, 2)[0] if len(key) >= 4 else -1
-    if kind in (ABORT, COMMIT) and len(value) >= 6:
-        name = "COMMIT" if kind == COMMIT else "ABORT"
-        return f" endTxnMarker: {name} coordinatorEpoch: {struct.unpack_from('>i', value, 2)[0]}"
-    return f" controlType: UNKNOWN({kind})"
+    try:
+        marker = rb.read_end_txn_marker(record)
+    except CorruptRecordError:
+        marker = None
+    if marker is None:
+        return f" controlType: UNKNOWN({rb.control_type(record)})"
+    name = "COMMIT" if marker.commit else "ABORT"
+    return f" endTxnMarker: {name} coordinatorEpoch: {marker.coordinator_epoch}"
 
 
 def _read(path: str) -> bytes:
@@ -372,7 +371,7 @@ def _dump_txn_index(path: str, base: int, verify: bool, out: TextIO) -> int:
                 continue
             h = rb.read_header(log, entry.position)
             if h.is_control:
-                marker = read_marker(log, entry.position, h)
+                marker = rb.stored_end_txn_marker(log, entry.position, h)
                 if marker is not None and not marker.commit:
                     aborts[h.base_offset] = h.producer_id
     except CorruptRecordError as exc:

@@ -63,7 +63,6 @@ from storage.producer_state import (
     Duplicate,
     ProducerAppendInfo,
     ProducerStateManager,
-    marker_record,
 )
 from storage.segment import LogSegment, TimestampOffset
 from storage.txn_index import AbortedTxn
@@ -571,17 +570,15 @@ class Log:
         offset = self.log_end_offset
         info = self._producers.prepare_update(producer_id, client=True)
         completed = info.append_marker(producer_epoch, coordinator_epoch, offset, now_ms, commit)
-        key, value = marker_record(commit, coordinator_epoch)
-        spec = rb.BatchSpec(
+        batch = rb.build_end_txn_marker(
+            rb.EndTxnMarker(commit, coordinator_epoch),
             base_offset=offset,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
+            timestamp=now_ms,
             partition_leader_epoch=leader_epoch,
-            is_transactional=True,
-            is_control=True,
             log_append_time=log_append_time,
         )
-        batch = rb.build_batch(spec, [(0, now_ms, key, value, ())])
         self._append_set(offset, offset, now_ms, offset, batch)
         try:
             self._record(info, completed, self.active_segment)

@@ -72,9 +72,6 @@ __all__ = [
     "ProducerInfo",
     "CompletedTxn",
     "Duplicate",
-    "Marker",
-    "read_marker",
-    "marker_record",
     "ProducerStateError",
     "OutOfOrderSequenceError",
     "InvalidProducerEpochError",
@@ -95,12 +92,6 @@ _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # 46 bytes, see the module docstri
 
 BATCHES_KEPT = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 _INT32_MAX = 2**31 - 1
-
-# Control records (Kafka's ControlRecordType, EndTransactionMarker): key = version int16 (0),
-# type int16 (0 ABORT, 1 COMMIT); value = version int16 (0), coordinator_epoch int32.
-_CONTROL_KEY = struct.Struct(">hh")  # 4 bytes
-_MARKER_VALUE = struct.Struct(">hi")  # 6 bytes
-ABORT, COMMIT = 0, 1
 
 
 class ProducerStateError(StorageError):
@@ -172,13 +163,6 @@ class CompletedTxn:
     is_aborted: bool
 
 
-class Marker(NamedTuple):
-    """What an end-transaction control record says."""
-
-    commit: bool
-    coordinator_epoch: int
-
-
 class ProducerInfo(NamedTuple):
     """One producer as DescribeProducers shows it (-1: none)."""
 
@@ -188,28 +172,6 @@ class ProducerInfo(NamedTuple):
     last_timestamp: int
     coordinator_epoch: int
     current_txn_start_offset: int
-
-
-def marker_record(commit: bool, coordinator_epoch: int) -> tuple[bytes, bytes]:
-    """(key, value) of an end-transaction marker record (Kafka's EndTransactionMarker)."""
-    return (
-        _CONTROL_KEY.pack(0, COMMIT if commit else ABORT),
-        _MARKER_VALUE.pack(0, coordinator_epoch),
-    )
-
-
-def read_marker(buf: Buffer, position: int, header: rb.BatchHeader) -> Marker | None:
-    """The marker of the control batch at ``position``, None when it holds no record (the
-    cleaner emptied it) or another control type (KRaft's). Raises CorruptRecordError for a
-    record that does not parse."""
-    records = rb.iter_records(buf, position, header)
-    if not records or records[0].key is None or len(records[0].key) < _CONTROL_KEY.size:
-        return None
-    _, kind = _CONTROL_KEY.unpack_from(records[0].key)
-    value = records[0].value
-    if kind not in (ABORT, COMMIT) or value is None or len(value) < _MARKER_VALUE.size:
-        return None
-    return Marker(kind == COMMIT, _MARKER_VALUE.unpack_from(value)[1])
 
 
 class _Batch(NamedTuple):  # a NamedTuple: made once per append, a frozen dataclass costs 3x
@@ -403,7 +365,7 @@ class ProducerAppendInfo:
         """Add a batch as stored in a log (a follower's copy, a replay); the transaction a
         marker completes."""
         if h.is_control:
-            marker = read_marker(buf, position, h)
+            marker = rb.stored_end_txn_marker(buf, position, h)
             if marker is None:
                 return None  # emptied by the cleaner: its transaction is gone too
             return self.append_marker(
