@@ -10,6 +10,7 @@ import trio
 from broker.context import BrokerContext
 from broker.errors import STORAGE_FAILURES
 from protocol.errors import ErrorCode
+from protocol.records import TimestampType
 from storage.producer_state import ProducerStateError
 
 logger = structlog.get_logger(__name__)
@@ -35,10 +36,22 @@ async def write_marker(
             if ctx.is_offline(topic, partition):
                 return ErrorCode.KAFKA_STORAGE_ERROR
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        registered = ctx.topics.get(topic)
+        lat = (
+            registered is not None
+            and registered.settings.timestamp_type == TimestampType.LOG_APPEND_TIME
+        )
         now = ctx.clock()
         try:
+            if lat:  # stamped as a produce is: never backwards within the partition
+                state = ctx.partition(topic, partition)
+                if state.last_append_time < 0:
+                    state.last_append_time = await trio.to_thread.run_sync(log.latest_timestamp)
+                now = state.next_append_time(now)
             await trio.to_thread.run_sync(
-                lambda: log.append_control(producer_id, epoch, coordinator_epoch, commit, 0, now)
+                lambda: log.append_control(
+                    producer_id, epoch, coordinator_epoch, commit, 0, now, log_append_time=lat
+                )
             )
         except ProducerStateError as exc:
             logger.warning(

@@ -20,7 +20,9 @@ from client import BrokerConnection
 from protocol import ApiKey
 from protocol import recordbatch as rb
 from protocol.errors import ErrorCode
+from protocol.records import iter_shallow
 from tests.integration.clients import create_topic, dump_log_verify, topic_name
+from tests.integration.kafka_wire import WireClient, fetch_partition
 
 TXN_TIMEOUT_S = 60
 # librdkafka 2.16 re-bootstraps when every known broker is down (KIP-899) and decommissions their
@@ -523,3 +525,24 @@ def test_random_commits_and_aborts_across_kill9s_keep_every_promise(broker_facto
         assert counts == set(range(max(counts) + 1)), f"transaction {p}/{t} is partial"
     b.stop()
     dump_log_verify(b.log_dir, topic, (".log", ".index", ".timeindex", ".txnindex"))
+
+
+def test_markers_of_a_log_append_time_topic_carry_the_broker_time(broker):
+    """On a LogAppendTime topic the COMMIT marker is stamped as the data was: LogAppendTime, at
+    or after the data's time (Kafka stamps a marker with the topic's timestamp type)."""
+    topic = topic_name("lat")
+    create_topic(broker.bootstrap, topic, configs={"message.timestamp.type": "LogAppendTime"})
+    producer = _producer(broker.bootstrap, topic_name("txid"))
+    producer.begin_transaction()
+    producer.produce(topic, value=b"stamped", partition=0)
+    producer.commit_transaction(TXN_TIMEOUT_S)
+    assert [v for _, _, v in _read_to_end(broker.bootstrap, topic, 1, "read_committed")] == [
+        b"stamped"
+    ]
+    host, port = broker.bootstrap.split(":")
+    with WireClient(host, int(port)) as client:
+        stored = fetch_partition(client, topic).records
+    headers = [rb.read_header(stored, e.position) for e in iter_shallow(stored)]
+    data, marker = headers
+    assert marker.is_control and marker.log_append_time and data.log_append_time
+    assert marker.max_timestamp >= data.max_timestamp
