@@ -79,14 +79,17 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
 
 
-# (min, max) per api: the versions the broker serves (protocol.schemas has schemas for every
-# version Kafka 3.9 defines; it checks at import that these are among them). ApiVersions answers
-# from this table, and ServerConnection refuses anything outside it.
+# (min, max) per api: the versions the broker serves, up to the newest Kafka 4.1.1 serves
+# (protocol.schemas has schemas for every version Kafka 3.9 defines and the newer ones of the apis
+# it takes from 4.1.1; it checks at import that these are among them). InitProducerId stops at v5
+# as Kafka 4.1.1's does: its v6 (KIP-939, two-phase commit) is still unstable there and not
+# advertised. ApiVersions answers from this table, and ServerConnection refuses anything outside
+# it.
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 12),
-    ApiKey.FETCH: (0, 17),
-    ApiKey.LIST_OFFSETS: (0, 9),
-    ApiKey.METADATA: (0, 12),
+    ApiKey.FETCH: (0, 18),
+    ApiKey.LIST_OFFSETS: (0, 10),
+    ApiKey.METADATA: (0, 13),
     ApiKey.OFFSET_COMMIT: (0, 9),
     ApiKey.OFFSET_FETCH: (0, 9),
     ApiKey.FIND_COORDINATOR: (0, 6),
@@ -94,7 +97,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
-    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (0, 7),
@@ -107,8 +110,9 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_RECORDS: (0, 2),
-    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_CLUSTER: (0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
     ApiKey.SASL_HANDSHAKE: (0, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_ACLS: (0, 3),
@@ -128,14 +132,13 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 # What a broker in a cluster (zookeeper.connect, broker/cluster/) serves besides
 # SUPPORTED_VERSIONS: the inter-broker apis at the versions Kafka 3.9's ZooKeeper controller sends,
-# OffsetForLeaderEpoch (also a client api, KIP-320), and the admin apis that only make sense with
-# several brokers (ElectLeaders, partition reassignments). A single broker does not decode them.
+# and the admin apis that only make sense with several brokers (ElectLeaders, partition
+# reassignments). A single broker does not decode them.
 CLUSTER_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LEADER_AND_ISR: (6, 6),
     ApiKey.STOP_REPLICA: (3, 3),
     ApiKey.UPDATE_METADATA: (7, 7),
     ApiKey.CONTROLLED_SHUTDOWN: (3, 3),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),

@@ -1,5 +1,5 @@
-"""Request handlers for the group apis at every version Kafka 3.9 serves, merged into the
-broker's dispatch table.
+"""Request handlers for the group apis at every version Kafka 3.9 serves (DescribeGroups up to
+Kafka 4.1's v6), merged into the broker's dispatch table.
 
 Each is ``async def handler(ctx, request) -> dict``: ``request.body`` is the decoded body
 (Kafka's JSON field names in snake_case, every version's fields present with defaults), the
@@ -14,7 +14,8 @@ member requires a known member id (KIP-394), v5+ carries group.instance.id (KIP-
 skip the assignment; SyncGroup v5+ must name the protocol type and name; LeaveGroup v3+ leaves
 in batches (v0-2 answer one member's error at the top level); OffsetFetch v2+ takes a null topic
 list (every committed partition), v8+ several groups; ListGroups v4+ filters by state, v5+ by
-type (every group here is "classic"). Below inter.broker.protocol.version 2.3 a static member
+type (every group here is "classic"); DescribeGroups v6+ answers a group that does not exist
+GROUP_ID_NOT_FOUND with a message (KIP-1043; older versions: no error, state Dead). Below inter.broker.protocol.version 2.3 a static member
 (group.instance.id) is refused with UNSUPPORTED_VERSION by JoinGroup, SyncGroup, Heartbeat and
 OffsetCommit, as KafkaApis does: the group records written then cannot hold its instance id, so it
 would come back from a restart as a dynamic member. OffsetCommit v0 and OffsetFetch v0 use the same store as
@@ -433,9 +434,13 @@ async def handle_describe_groups(ctx, request: Request) -> dict:
             continue
         error, s = coordinator.describe(group_id)
         assert s is not None
+        message = None
+        if version >= 6 and error == ErrorCode.NONE and s.state == "Dead":
+            error, message = ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."
         groups.append(
             {
                 "error_code": int(error),
+                "error_message": message,
                 "group_id": group_id,
                 "group_state": s.state,
                 "protocol_type": s.protocol_type,

@@ -23,6 +23,7 @@ from broker.handlers.cluster import handle_describe_cluster, handle_describe_log
 from broker.handlers.delete_records import handle_delete_records
 from broker.handlers.describe_producers import handle_describe_producers
 from broker.handlers.fetch import handle_fetch, release as release_fetch_body
+from broker.handlers.leader_epochs import handle_offset_for_leader_epoch
 from broker.handlers.api_versions import make_api_versions_handler
 from broker.handlers.metadata import handle_metadata
 from broker.handlers.list_offsets import handle_list_offsets
@@ -48,6 +49,7 @@ HANDLERS: dict = {
     ApiKey.DESCRIBE_PRODUCERS: handle_describe_producers,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
     ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
 }
 
 HANDLERS.update(GROUP_HANDLERS)

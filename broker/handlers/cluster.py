@@ -1,9 +1,11 @@
-"""DescribeCluster v0-v1 and DescribeLogDirs v0-v4, as Kafka 3.9's broker answers them.
+"""DescribeCluster v0-v2 and DescribeLogDirs v0-v4, as Kafka 4.1's broker answers them.
 
 DescribeCluster: this broker is the whole cluster and its controller. Asked for the cluster's
 authorized operations, it reports every operation Kafka supports on the CLUSTER resource (what
 Kafka reports without an authorizer). An endpoint type other than "broker" answers
-MISMATCHED_ENDPOINT_TYPE or UNSUPPORTED_ENDPOINT_TYPE (v0: INVALID_REQUEST), as Kafka does.
+MISMATCHED_ENDPOINT_TYPE or UNSUPPORTED_ENDPOINT_TYPE (v0: INVALID_REQUEST), as Kafka does. v2
+(KIP-1073) may ask for fenced brokers too: no broker here is ever fenced, so the answer is the
+same and says so (is_fenced false).
 
 DescribeLogDirs: every log dir with its partitions (those asked for, or all when the topic list
 is null): size in bytes, offset lag 0 (the only replica is the leader), never a future replica;
@@ -48,6 +50,7 @@ async def handle_describe_cluster(ctx: BrokerContext, request: Request) -> dict:
                 "host": config.advertised_host,
                 "port": config.advertised_port,
                 "rack": None,
+                "is_fenced": False,
             }
         ],
         "cluster_authorized_operations": (

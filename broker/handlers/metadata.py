@@ -1,9 +1,11 @@
-"""Metadata v0-v12.
+"""Metadata v0-v13.
 
 Metadata answers are the same in every version, each version writing the fields it has: the one
 broker, which is the controller and every partition's leader (leader epoch 0), topic ids
 (KIP-516, v10+), and no authorized-operations sets (Kafka's "not requested" value) since there is
 no authorizer. v10+ requests may name topics by id; an unknown id answers UNKNOWN_TOPIC_ID.
+v13's top-level error code (Kafka 4.1 sets it only to ask a client to rebootstrap, KIP-1102) is
+always 0.
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ async def handle_metadata(ctx: BrokerContext, request: Request) -> dict:
         "controller_id": config.broker_id,
         "topics": topics,
         "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "error_code": 0,
     }
 
 

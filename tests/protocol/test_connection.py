@@ -180,11 +180,11 @@ def test_good_requests_are_yielded_before_the_bad_frame():
 
 
 def test_unsupported_version_of_known_api():
-    frame = struct.pack(">ihhih", 10, ApiKey.FETCH, 18, 7, -1)
+    frame = struct.pack(">ihhih", 10, ApiKey.FETCH, 19, 7, -1)
     with pytest.raises(UnsupportedVersionError) as info:
         list(ServerConnection().receive_data(frame))
-    assert info.value.api_key == ApiKey.FETCH and info.value.api_version == 18
-    assert "v0-v17" in str(info.value)
+    assert info.value.api_key == ApiKey.FETCH and info.value.api_version == 19
+    assert "v0-v18" in str(info.value)
 
 
 def test_api_with_a_schema_but_not_served_is_unsupported():
@@ -384,9 +384,9 @@ def test_acks_zero_produce_expects_no_response():
 def test_client_refuses_unknown_api_and_version():
     client = ClientConnection()
     with pytest.raises(UnsupportedApiError):
-        client.request(24, 0, {})  # AddPartitionsToTxn: no schema
+        client.request(34, 0, {})  # AlterReplicaLogDirs: no schema
     with pytest.raises(UnsupportedVersionError):
-        client.request(ApiKey.FETCH, 18, FETCH_BODY)
+        client.request(ApiKey.FETCH, 19, FETCH_BODY)
     with pytest.raises(BodyEncodeError):
         client.request(ApiKey.FETCH, 3, {"replica_id": "-1"})
     assert client.pending == 0
