@@ -255,11 +255,13 @@ def _streams_topics(clients, prefix: str) -> tuple[str, str]:
     return source, output
 
 
-def _start_word_count(clients, name, source, output, tmp_path) -> None:
+def _start_word_count(clients, name, source, output, tmp_path) -> str:
+    """Starts the word count with exactly_once_v2; returns its application id."""
+    application_id = topic_name(name)
     clients.call(
         "streams_word_count",
         name=name,
-        application_id=topic_name(name),
+        application_id=application_id,
         input=source,
         output=output,
         config={
@@ -270,6 +272,7 @@ def _start_word_count(clients, name, source, output, tmp_path) -> None:
             "replication.factor": 1,
         },
     )
+    return application_id
 
 
 def _strictly_increasing(per_word: dict[str, list[int]]) -> None:
@@ -303,17 +306,28 @@ def test_streams_exactly_once_v2_word_count(clients, chronolog, tmp_path):
 
 def test_streams_exactly_once_v2_across_a_kill9(clients, chronolog, tmp_path):
     source, output = _streams_topics(clients, "eos-kill")
-    first, second = _lines(0, 150), _lines(150, 150)
+    first, second = _lines(0, 150), _lines(150, 450)
     clients.call("produce", topic=source, records=[{"value": v} for v in first])
-    _start_word_count(clients, "wck", source, output, tmp_path)
+    application_id = _start_word_count(clients, "wck", source, output, tmp_path)
+    repartition = f"{application_id}-words-repartition"
+    b = chronolog.bootstrap
     try:
-        _wait_for_counts(clients, chronolog.bootstrap, output, _counts(first), "wck")
+        _wait_for_counts(clients, b, output, _counts(first), "wck")
         clients.call("produce", topic=source, records=[{"value": v} for v in second])
-        chronolog.kill()  # while Streams works through the second half
+        # Killed while one of Streams' transactions is open (its records in the repartition
+        # topic, its commit not yet): the last stable offset stands behind the high watermark.
+        # The high watermarks are read first: a last stable offset read after them and below
+        # one of them means a transaction was open at that second reading.
+        deadline = time.monotonic() + 30
+        while True:
+            high = _latest(clients, b, repartition, 2, "read_uncommitted")
+            stable = _latest(clients, b, repartition, 2, "read_committed")
+            if any(s < h for s, h in zip(stable, high)):
+                break
+            assert time.monotonic() < deadline, "no open Streams transaction was ever seen"
+        chronolog.kill()
         chronolog.start()
-        per_word = _wait_for_counts(
-            clients, chronolog.bootstrap, output, _counts(first + second), "wck"
-        )
+        per_word = _wait_for_counts(clients, b, output, _counts(first + second), "wck")
         _strictly_increasing(per_word)
     finally:
         clients.call("close", name="wck")
