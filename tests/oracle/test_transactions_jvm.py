@@ -705,6 +705,14 @@ def test_kafka_agrees_on_lso_reads_markers_and_aborted_index(clients, chronolog,
     # c1 c2 (open from 9) | p4 p5; p1 holds a4 a5 | COMMIT 2 | p3 | b3 b4 | ABORT 6 | p6.
     assert kafka["latest read_committed"] == [9, 8]
     assert kafka["latest read_committed after C"] == [14, 8]
+    assert [[v for _, v in part] for part in kafka["read_committed"]] == [
+        ["p1", "p2", "a1", "a2", "a3"],
+        ["a4", "a5", "p3", "p6"],
+    ]
+    assert [[v for _, v in part] for part in kafka["read_committed after C"]] == [
+        ["p1", "p2", "a1", "a2", "a3", "c1", "c2", "p4", "p5"],
+        ["a4", "a5", "p3", "p6"],
+    ]
 
     ours_dump = [_dump_batches(chronolog.log_dir, topic, p) for p in range(2)]
     kafka_dump = [_dump_batches(kafka_oracle.log_dir, topic, p) for p in range(2)]
