@@ -86,7 +86,7 @@ class ApiKey(IntEnum):
 # advertised. ApiVersions answers from this table, and ServerConnection refuses anything outside
 # it.
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 12),
+    ApiKey.PRODUCE: (0, 13),
     ApiKey.FETCH: (0, 18),
     ApiKey.LIST_OFFSETS: (0, 10),
     ApiKey.METADATA: (0, 13),

@@ -1,4 +1,4 @@
-"""Produce v0-v11: validate each partition's records with its topic's settings and append them.
+"""Produce v0-v13: validate each partition's records with its topic's settings and append them.
 
 Batches from idempotent producers (a producer id, KIP-98) are checked against the partition's
 producer state by the log's append itself (storage/producer_state.py), which records them: a
@@ -8,7 +8,9 @@ INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, DUPLICATE_SEQUENCE_NUMBER).
 
 v3+ carry exactly one record batch (magic 2) per partition; older versions message sets of magic
 0/1 (or batches). The validator converts to the topic's format. v5+ answers with the log start
-offset, v8+ with the reason of a rejection (error_message).
+offset, v8+ with the reason of a rejection (error_message). v13 (KIP-516) names topics by id, as
+Fetch v13+ does: an id no topic has answers UNKNOWN_TOPIC_ID for each of its partitions, and the
+answer names the topic by the same id.
 
 Validation and append of one partition run while holding the partition's lock, so offsets
 assigned by the validator are exactly the log end offset at append time. A set whose validation
@@ -436,6 +438,11 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
         )
     for topic_data in body.topic_data:
         partition_responses = []
+        name = topic_data.name
+        unknown_id = False
+        if version >= 13:
+            topic = ctx.topics.by_id(topic_data.topic_id)
+            name, unknown_id = (topic.name, False) if topic is not None else ("", True)
         for data in topic_data.partition_data:
             if acks not in (-1, 0, 1):
                 answer = _Answer(ErrorCode.INVALID_REQUIRED_ACKS)
@@ -444,10 +451,12 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
                     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     message="transactions are not supported in a ZooKeeper cluster yet",
                 )
+            elif unknown_id:
+                answer = _Answer(ErrorCode.UNKNOWN_TOPIC_ID, message="no topic has this id")
             else:
                 answer = await _produce_partition(
                     ctx,
-                    topic_data.name,
+                    name,
                     data.index,
                     data.records,
                     version,
@@ -455,9 +464,7 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
                     body.transactional_id,
                 )
                 if acks == -1 and ctx.cluster is not None and answer.last_offset >= 0:
-                    waits.append(
-                        (len(responses), len(partition_responses), topic_data.name, answer)
-                    )
+                    waits.append((len(responses), len(partition_responses), name, answer))
             failed = failed or answer.error != ErrorCode.NONE
             partition_responses.append(
                 {
@@ -469,7 +476,13 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
                     "error_message": answer.message if answer.error else None,
                 }
             )
-        responses.append({"name": topic_data.name, "partition_responses": partition_responses})
+        responses.append(
+            {
+                "name": name,
+                "topic_id": topic_data.topic_id,
+                "partition_responses": partition_responses,
+            }
+        )
     if waits:
         await _wait_for_replicas(ctx, body.timeout_ms, responses, waits)
     if acks not in (-1, 0, 1):

@@ -228,11 +228,12 @@ def _partition_field(entry: Any) -> str:
 
 async def produce_rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
     """KafkaApis.handleProduceRequest: WRITE on the transactional id when given, then WRITE on
-    each topic (TOPIC_AUTHORIZATION_FAILED per partition, nothing stored)."""
+    each topic, by name or by id from v13 (TOPIC_AUTHORIZATION_FAILED per partition, nothing
+    stored)."""
     txn = request.body.get("transactional_id")
 
     def denied(code: int) -> Callable[[Any], dict]:
-        return _refused_partitions(
+        refused = _refused_partitions(
             "name",
             "index",
             "partition_responses",
@@ -241,10 +242,21 @@ async def produce_rule(check: Check, handler: Handler, ctx: Any, request: Reques
             log_append_time_ms=-1,
             log_start_offset=-1,
         )
+        return lambda e: {**refused(e), "topic_id": e["topic_id"]}
+
+    def name_of(entry: Any) -> str | None:
+        if _v(request) >= 13:
+            topic = ctx.topics.by_id(entry["topic_id"])
+            return topic.name if topic is not None else None  # unknown ids: the handler's
+        name: str = entry["name"]
+        return name
 
     if request.body.acks == 0 and (
         (txn is not None and not check(Operation.WRITE, TXN, txn))
-        or not all(check(Operation.WRITE, TOPIC, e["name"]) for e in request.body.topic_data)
+        or not all(
+            (name := name_of(e)) is None or check(Operation.WRITE, TOPIC, name)
+            for e in request.body.topic_data
+        )
     ):
         # Kafka answers an acks=0 produce with an error by closing the connection.
         raise CloseConnectionError("acks=0 produce refused: not authorized (see the log)")
@@ -258,6 +270,7 @@ async def produce_rule(check: Check, handler: Handler, ctx: Any, request: Reques
         Operation.WRITE,
         denied(TOPIC_DENIED),
         field="topic_data",
+        name_of=name_of,
         response_field="responses",
     )
 

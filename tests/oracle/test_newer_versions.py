@@ -1,6 +1,6 @@
 """The api versions Kafka 4.1.1 added that chronolog serves (issue 34): Fetch v18, ListOffsets
 v10, Metadata v13, DescribeGroups v6, DescribeCluster v2, OffsetForLeaderEpoch v4 on a single
-broker (and Produce v13). One raw-wire scenario runs against a server and gathers what a client
+broker and Produce v13 (topics by id). One raw-wire scenario runs against a server and gathers what a client
 reads of each answer; the chronolog tests assert its values, the differential tests (marked
 kafka_oracle) that Kafka 4.1.1 gives the very same, and the Java clients 4.1.1 are shown to run
 through the new versions (the broker logs the versions each connection used).
@@ -25,6 +25,7 @@ from tests.integration.test_negotiated_versions import used_versions
 from tests.oracle.kafka_oracle import JavaClients
 
 NEW_VERSIONS = {
+    ApiKey.PRODUCE: 13,
     ApiKey.FETCH: 18,
     ApiKey.LIST_OFFSETS: 10,
     ApiKey.METADATA: 13,
@@ -84,6 +85,44 @@ def _produce(conn: BrokerConnection, topic: str, first: int, count: int) -> int:
     (part,) = conn.call(ApiKey.PRODUCE, 12, body).responses[0].partition_responses
     assert part.error_code == 0, part
     return part.base_offset
+
+
+def _produce_by_id(conn: BrokerConnection, topic_id: uuid.UUID, first: int) -> list[tuple]:
+    """Produce v13 (KIP-516) of record ``first`` to partition 0 and 3 (none) of ``topic_id`` and
+    to an id no topic has: per topic (whether it is ``topic_id``, [(partition, error, base
+    offset, log append time, log start offset)]), in id order (Kafka answers in its own)."""
+    batch = rb.build_batch(
+        rb.BatchSpec(), [(0, NOW_MS + first, b"k%d" % first, b"v%d" % first, [])]
+    )
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 15000,
+        "topic_data": [
+            {
+                "topic_id": topic_id,
+                "partition_data": [{"index": 0, "records": batch}, {"index": 3, "records": batch}],
+            },
+            {"topic_id": uuid.uuid4(), "partition_data": [{"index": 0, "records": batch}]},
+        ],
+    }
+    answer = conn.call(ApiKey.PRODUCE, 13, body)
+    return sorted(
+        (
+            t.topic_id == topic_id,
+            [
+                (
+                    p.index,
+                    p.error_code,
+                    p.base_offset,
+                    p.log_append_time_ms,
+                    p.log_start_offset,
+                )
+                for p in t.partition_responses
+            ],
+        )
+        for t in answer.responses
+    )
 
 
 def _epochs(conn: BrokerConnection, topic: str, asks: list[tuple[int, int, int]]) -> list[tuple]:
@@ -284,6 +323,8 @@ def scenario(server) -> dict[str, object]:
         out["fetch_middle"] = _fetch(conn, topic_id, 3)
         out["fetch_past_end"] = _fetch(conn, topic_id, 9)
         out["list_offsets"] = _list_offsets(conn, topic)
+        out["produce_v13"] = _produce_by_id(conn, topic_id, 5)
+        out["fetch_after_produce_v13"] = _fetch(conn, topic_id, 5)
         _commit_offset(conn, group, topic)
         out["describe_groups_v6"] = _describe_groups(conn, 6, [group, missing])
         out["describe_groups_v5"] = _describe_groups(conn, 5, [group, missing])
@@ -329,6 +370,11 @@ def test_new_versions_as_chronolog_answers(broker):
     assert got["fetch_middle"] == (0, 5, 5, 0, [3, 4], [b"v3", b"v4"])
     assert got["fetch_past_end"][0] == 1  # OFFSET_OUT_OF_RANGE
     assert got["list_offsets"] == [(0, -1, 0, 0), (0, -1, 5, 0), (0, NOW_MS + 4, 4, 0)]
+    assert got["produce_v13"] == [
+        (False, [(0, 100, -1, -1, -1)]),  # UNKNOWN_TOPIC_ID
+        (True, [(0, 0, 5, -1, 0), (3, 3, -1, -1, -1)]),  # stored; UNKNOWN_TOPIC_OR_PARTITION
+    ]
+    assert got["fetch_after_produce_v13"] == (0, 6, 6, 0, [5], [b"v5"])
     assert got["describe_groups_v6"] == [
         ("<group>", 0, None, "Empty", "", 0),
         ("<missing>", 69, "Group <missing> not found.", "Dead", "", 0),
@@ -366,7 +412,7 @@ def test_new_versions_answer_as_kafka_does(broker, kafka_oracle):
 @pytest.mark.kafka_oracle
 def test_java_clients_use_the_new_versions(broker, kafka_oracle):
     """Kafka's Java clients 4.1.1 (producer, consumer, admin) run through chronolog at the new
-    versions and read what they read from Kafka."""
+    versions (Produce v13 by topic id) and read what they read from Kafka."""
     if broker.external:
         pytest.skip("reads the broker's own log")
     cid = f"java-newer-{uuid.uuid4().hex[:8]}"
@@ -384,7 +430,8 @@ def test_java_clients_use_the_new_versions(broker, kafka_oracle):
             offsets = clients.call("list_offsets", topic=topic, queries=queries)["offsets"]
         answers.append((acks, [(r["key"], r["value"]) for r in read], offsets))
     assert answers[0] == answers[1]
-    used = used_versions(broker, cid, "FETCH", "LIST_OFFSETS", "METADATA")
+    used = used_versions(broker, cid, "PRODUCE", "FETCH", "LIST_OFFSETS", "METADATA")
     assert used["FETCH"] == {18}
     assert used["LIST_OFFSETS"] == {10}
     assert used["METADATA"] == {13}
+    assert used["PRODUCE"] == {13}
