@@ -1,9 +1,11 @@
 """The api versions Kafka 4.1.1 added that chronolog serves (issue 34): Fetch v18, ListOffsets
 v10, Metadata v13, DescribeGroups v6, DescribeCluster v2, OffsetForLeaderEpoch v4 on a single
-broker and Produce v13 (topics by id). One raw-wire scenario runs against a server and gathers what a client
-reads of each answer; the chronolog tests assert its values, the differential tests (marked
-kafka_oracle) that Kafka 4.1.1 gives the very same, and the Java clients 4.1.1 are shown to run
-through the new versions (the broker logs the versions each connection used).
+broker and Produce v13 (topics by id). One raw-wire scenario runs against a server and gathers
+what a client reads of each answer; the chronolog tests assert its values, the differential
+tests (marked kafka_oracle) that Kafka 4.1.1 gives the very same, and the Java clients 4.1.1 are
+shown to run through the new versions (the broker logs the versions each connection used).
+InitProducerId v6 (KIP-939, two-phase commit) is unstable in Kafka 4.1.1: neither advertises it,
+and both close a connection that sends it.
 
 Intended departures, checked here: chronolog still serves the versions Kafka 4.0 dropped
 (KIP-896), so its lowest versions are below Kafka's; an out-of-range Fetch carries the partition's
@@ -13,6 +15,8 @@ and topic ids differ by nature and are left out of the comparison.
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 import uuid
 
@@ -21,6 +25,7 @@ import pytest
 from client import BrokerConnection
 from protocol import ApiKey, iter_deep
 from protocol import recordbatch as rb
+from protocol.schemas import encode_request_body
 from tests.integration.test_negotiated_versions import used_versions
 from tests.oracle.kafka_oracle import JavaClients
 
@@ -435,3 +440,30 @@ def test_java_clients_use_the_new_versions(broker, kafka_oracle):
     assert used["LIST_OFFSETS"] == {10}
     assert used["METADATA"] == {13}
     assert used["PRODUCE"] == {13}
+
+
+def _init_producer_id_v6_closes(server) -> bool:
+    """InitProducerId v6 asking for two-phase commit (KIP-939): True when the server closes the
+    connection instead of answering."""
+    body = encode_request_body(
+        ApiKey.INIT_PRODUCER_ID,
+        6,
+        {"transactional_id": None, "transaction_timeout_ms": -1, "enable2_pc": True},
+    )
+    # request header v2 (flexible): api key, version, correlation id, client id, no tags
+    head = struct.pack(">hhih", ApiKey.INIT_PRODUCER_ID, 6, 7, 3) + b"2pc" + b"\x00"
+    with socket.create_connection((server.host, server.port), timeout=20) as sock:
+        sock.sendall(struct.pack(">i", len(head) + len(body)) + head + body)
+        return sock.recv(65536) == b""
+
+
+def test_init_producer_id_v6_is_not_served(broker):
+    """Kafka 4.1.1 keeps InitProducerId v6 unstable (not advertised); chronolog stops at v5."""
+    with _connect(broker) as conn:
+        assert _advertised(conn)[ApiKey.INIT_PRODUCER_ID] == (0, 5)
+    assert _init_producer_id_v6_closes(broker)
+
+
+@pytest.mark.kafka_oracle
+def test_init_producer_id_v6_refused_as_kafka_refuses(broker, kafka_oracle):
+    assert _init_producer_id_v6_closes(kafka_oracle) and _init_producer_id_v6_closes(broker)
