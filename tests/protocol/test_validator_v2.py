@@ -132,14 +132,27 @@ def test_header_max_timestamp_is_corrected_from_the_records():
     assert DefaultRecordBatch(out).max_timestamp == NOW + 2
 
 
-@pytest.mark.parametrize("transactional,control", [(True, False), (False, True)])
-def test_transactions_are_refused(transactional, control):
-    sent = bytearray(kp_batch(producer=(1, 0, 0), transactional=transactional))
-    if control:
-        attrs = struct.unpack_from(">h", sent, rb.ATTRIBUTES_OFFSET)[0] | rb.CONTROL_MASK
-        struct.pack_into(">h", sent, rb.ATTRIBUTES_OFFSET, attrs)
-        struct.pack_into(">I", sent, rb.CRC_OFFSET, rb.batch_crc(sent, 0, len(sent)))
-    assert "transactions are not supported" in rejected(bytes(sent), ErrorCode.INVALID_RECORD)
+def test_transactional_batches_are_accepted_and_marked():
+    """A producer's transactional batch is validated like any other and reported as part of
+    its transaction (storage records it so, KIP-98)."""
+    result = valid(kp_batch(producer=(1, 0, 0), transactional=True))
+    [batch] = result.producer_batches
+    assert (batch.producer_id, batch.is_transactional) == (1, True)
+    assert DefaultRecordBatch(bytes(result.buffer)).is_transactional
+
+
+def test_control_batches_and_transactions_without_a_producer_are_refused():
+    sent = bytearray(kp_batch(producer=(1, 0, 0), transactional=True))
+    attrs = struct.unpack_from(">h", sent, rb.ATTRIBUTES_OFFSET)[0] | rb.CONTROL_MASK
+    struct.pack_into(">h", sent, rb.ATTRIBUTES_OFFSET, attrs)
+    struct.pack_into(">I", sent, rb.CRC_OFFSET, rb.batch_crc(sent, 0, len(sent)))
+    reason = rejected(bytes(sent), ErrorCode.INVALID_RECORD)
+    assert "control batch" in reason and "coordinator" in reason
+    orphan = bytearray(kp_batch())
+    attrs = struct.unpack_from(">h", orphan, rb.ATTRIBUTES_OFFSET)[0] | rb.TRANSACTIONAL_MASK
+    struct.pack_into(">h", orphan, rb.ATTRIBUTES_OFFSET, attrs)
+    struct.pack_into(">I", orphan, rb.CRC_OFFSET, rb.batch_crc(orphan, 0, len(orphan)))
+    assert "no producer id" in rejected(bytes(orphan), ErrorCode.INVALID_RECORD)
 
 
 def test_structure_rules():
