@@ -417,7 +417,10 @@ def test_new_versions_answer_as_kafka_does(broker, kafka_oracle):
 @pytest.mark.kafka_oracle
 def test_java_clients_use_the_new_versions(broker, kafka_oracle):
     """Kafka's Java clients 4.1.1 (producer, consumer, admin) run through chronolog at the new
-    versions (Produce v13 by topic id) and read what they read from Kafka."""
+    versions (Produce v13 by topic id) and read what they read from Kafka. A group member that
+    resumes from a committed offset (which carries the leader epoch of its record) first checks
+    with OffsetForLeaderEpoch that the log was not truncated below it (KIP-320), now that a
+    single broker serves it."""
     if broker.external:
         pytest.skip("reads the broker's own log")
     cid = f"java-newer-{uuid.uuid4().hex[:8]}"
@@ -433,13 +436,30 @@ def test_java_clients_use_the_new_versions(broker, kafka_oracle):
             read = clients.call("read_partition", topic=topic, partition=0)["records"]
             queries = [[0, "earliest"], [0, "latest"], [0, "max_timestamp"], [0, NOW_MS + 2]]
             offsets = clients.call("list_offsets", topic=topic, queries=queries)["offsets"]
-        answers.append((acks, [(r["key"], r["value"]) for r in read], offsets))
+            group = f"{topic}-group"
+            first = clients.call("consume_group", topic=topic, group=group, count=4)
+            more = [{"key": "k4", "value": "v4", "timestamp": NOW_MS + 4}]
+            acks += clients.call("produce", topic=topic, records=more)["records"]
+            resumed = clients.call("consume_group", topic=topic, group=group, count=1)
+        answers.append(
+            (
+                acks,
+                [(r["key"], r["value"]) for r in read],
+                offsets,
+                [[(r["offset"], r["value"]) for r in g["records"]] for g in (first, resumed)],
+                [g["committed"] for g in (first, resumed)],
+            )
+        )
     assert answers[0] == answers[1]
-    used = used_versions(broker, cid, "PRODUCE", "FETCH", "LIST_OFFSETS", "METADATA")
+    assert answers[0][3] == [[(i, f"v{i}") for i in range(4)], [(4, "v4")]]
+    used = used_versions(
+        broker, cid, "PRODUCE", "FETCH", "LIST_OFFSETS", "METADATA", "OFFSET_FOR_LEADER_EPOCH"
+    )
     assert used["FETCH"] == {18}
     assert used["LIST_OFFSETS"] == {10}
     assert used["METADATA"] == {13}
     assert used["PRODUCE"] == {13}
+    assert used["OFFSET_FOR_LEADER_EPOCH"] == {4}
 
 
 def _init_producer_id_v6_closes(server) -> bool:
