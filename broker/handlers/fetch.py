@@ -1,4 +1,5 @@
-"""Fetch v0-v17 with long polling and zero-copy sends.
+"""Fetch v0-v18 with long polling and zero-copy sends (v18's high watermark, KIP-1166, is a
+follower's: a consumer's is ignored).
 
 A fetch that finds fewer than ``min_bytes`` waits until ``max_wait_ms`` for an append to any of
 its partitions (trio events, registered after the read with a check that no high watermark moved

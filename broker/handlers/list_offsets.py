@@ -1,4 +1,6 @@
-"""ListOffsets v0 (legacy segment offsets) and v1-v9 (KIP-79: first offset with timestamp >= t).
+"""ListOffsets v0 (legacy segment offsets) and v1-v10 (KIP-79: first offset with timestamp >= t).
+v10's timeout (KIP-1075) bounds remote-storage lookups; nothing is tiered here, so every answer
+is immediate.
 
 Special timestamps: -1 latest (the high watermark; for read_committed, v2+, the last stable
 offset, KIP-98), -2 earliest, -3 the message with the largest timestamp (KIP-734, v7+), -4
