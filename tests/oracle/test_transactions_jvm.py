@@ -306,20 +306,22 @@ def test_streams_exactly_once_v2_word_count(clients, chronolog, tmp_path):
 
 def test_streams_exactly_once_v2_across_a_kill9(clients, chronolog, tmp_path):
     source, output = _streams_topics(clients, "eos-kill")
-    first, second = _lines(0, 150), _lines(150, 450)
+    first, second = _lines(0, 150), list[str]()
     clients.call("produce", topic=source, records=[{"value": v} for v in first])
     application_id = _start_word_count(clients, "wck", source, output, tmp_path)
     repartition = f"{application_id}-words-repartition"
     b = chronolog.bootstrap
     try:
         _wait_for_counts(clients, b, output, _counts(first), "wck")
-        clients.call("produce", topic=source, records=[{"value": v} for v in second])
         # Killed while one of Streams' transactions is open (its records in the repartition
-        # topic, its commit not yet): the last stable offset stands behind the high watermark.
-        # The high watermarks are read first: a last stable offset read after them and below
-        # one of them means a transaction was open at that second reading.
-        deadline = time.monotonic() + 30
+        # topic, its commit not yet): more input, 50 lines at a time, until the repartition
+        # topic's last stable offset is seen below its high watermark. The high watermarks are
+        # read first, so a transaction was open at the second reading.
+        deadline = time.monotonic() + 60
         while True:
+            chunk = _lines(150 + len(second), 50)
+            clients.call("produce", topic=source, records=[{"value": v} for v in chunk])
+            second += chunk
             high = _latest(clients, b, repartition, 2, "read_uncommitted")
             stable = _latest(clients, b, repartition, 2, "read_committed")
             if any(s < h for s, h in zip(stable, high)):
