@@ -592,35 +592,11 @@ class GroupCoordinator:
             group_id, member_id, generation_id, group_instance_id=group_instance_id, now_ms=now
         )
         self._changed.set()
-        errors: list[ErrorCode] = []
-        to_store: list[tuple[int, CommitEntry, CommittedOffset]] = []
-        for i, e in enumerate(commits):
-            t = ctx.topics.get(e.topic)
-            if t is None or not 0 <= e.partition < t.partitions:
-                errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            elif group_error is not ErrorCode.NONE:
-                errors.append(group_error)
-            elif e.metadata is not None and len(e.metadata.encode()) > self.metadata_max_bytes:
-                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
-            else:
-                errors.append(ErrorCode.NONE)
-                value = CommittedOffset(
-                    e.offset,
-                    e.metadata or "",
-                    now if e.timestamp == -1 else e.timestamp,
-                    expire_timestamp(now_ms=now, retention_ms=retention_ms),
-                    e.leader_epoch,
-                )
-                to_store.append((i, e, value))
+        errors, to_store, records = self._offset_records(
+            group_id, commits, group_error, now, retention_ms
+        )
         if not to_store:
             return errors
-        records: list[tuple[bytes, bytes | None]] = [
-            (
-                encode_offset_key(group_id, e.topic, e.partition),
-                encode_offset_value(value, self.offset_value_version),
-            )
-            for _, e, value in to_store
-        ]
         keys = [(group_id, e.topic, e.partition) for _, e, _ in to_store]
         for k in keys:
             self._committing[k] = self._committing.get(k, 0) + 1
@@ -640,6 +616,51 @@ class GroupCoordinator:
                 else:
                     del self._committing[k]
         return errors
+
+    def _offset_records(
+        self,
+        group_id: str,
+        entries: Sequence[CommitEntry],
+        group_error: ErrorCode,
+        now: int,
+        retention_ms: int | None,
+    ) -> tuple[
+        list[ErrorCode],
+        list[tuple[int, CommitEntry, CommittedOffset]],
+        list[tuple[bytes, bytes | None]],
+    ]:
+        """A commit's per-entry errors (unknown partition, the group's refusal, metadata too
+        large), the entries to store with their values, and their offset records. An entry's
+        timestamp -1 means now (only OffsetCommit v1 sends others)."""
+        ctx = self._ctx
+        errors: list[ErrorCode] = []
+        to_store: list[tuple[int, CommitEntry, CommittedOffset]] = []
+        for i, e in enumerate(entries):
+            t = ctx.topics.get(e.topic)
+            if t is None or not 0 <= e.partition < t.partitions:
+                errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif group_error is not ErrorCode.NONE:
+                errors.append(group_error)
+            elif e.metadata is not None and len(e.metadata.encode()) > self.metadata_max_bytes:
+                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+            else:
+                errors.append(ErrorCode.NONE)
+                value = CommittedOffset(
+                    e.offset,
+                    e.metadata or "",
+                    now if e.timestamp == -1 else e.timestamp,
+                    expire_timestamp(now_ms=now, retention_ms=retention_ms),
+                    e.leader_epoch,
+                )
+                to_store.append((i, e, value))
+        records: list[tuple[bytes, bytes | None]] = [
+            (
+                encode_offset_key(group_id, e.topic, e.partition),
+                encode_offset_value(value, self.offset_value_version),
+            )
+            for _, e, value in to_store
+        ]
+        return errors, to_store, records
 
     def partition_for(self, group_id: str) -> int:
         """The offsets topic's partition holding the group (this broker has one)."""
@@ -667,35 +688,9 @@ class GroupCoordinator:
         group_error = self.machine.check_txn_commit(
             group_id, member_id, generation_id, group_instance_id
         )
-        errors: list[ErrorCode] = []
-        to_store: list[tuple[int, CommitEntry, CommittedOffset]] = []
-        for i, e in enumerate(entries):
-            t = ctx.topics.get(e.topic)
-            if group_error is not ErrorCode.NONE:
-                errors.append(group_error)
-            elif t is None or not 0 <= e.partition < t.partitions:
-                errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            elif e.metadata is not None and len(e.metadata.encode()) > self.metadata_max_bytes:
-                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
-            else:
-                errors.append(ErrorCode.NONE)
-                value = CommittedOffset(
-                    e.offset,
-                    e.metadata or "",
-                    now,
-                    expire_timestamp(now_ms=now, retention_ms=None),
-                    e.leader_epoch,
-                )
-                to_store.append((i, e, value))
+        errors, to_store, records = self._offset_records(group_id, entries, group_error, now, None)
         if not to_store:
             return errors
-        records: list[tuple[bytes, bytes | None]] = [
-            (
-                encode_offset_key(group_id, e.topic, e.partition),
-                encode_offset_value(value, self.offset_value_version),
-            )
-            for _, e, value in to_store
-        ]
         try:
             await self._append(
                 records,
