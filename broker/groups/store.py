@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 import structlog
 
+from broker.log_replay import log_entries
 from broker.groups.offsets import (
     CommittedOffset,
     GroupKey,
@@ -32,12 +33,10 @@ from broker.groups.offsets import (
 )
 from protocol import recordbatch as rb
 from protocol.errors import ErrorCode
-from protocol.records import Message, MessageSetBuilder, iter_deep, iter_shallow
+from protocol.records import Message, MessageSetBuilder, iter_deep
 from protocol.validator import Rejected, validate_produce
 
 logger = structlog.get_logger(__name__)
-
-READ_CHUNK_BYTES = 1 << 20
 
 
 class OffsetStoreError(Exception):
@@ -112,40 +111,28 @@ def load_offsets(
         groups = {}
     if pending is None:
         pending = {}
-    offset = log.log_start_offset
-    end = log.log_end_offset
     count = 0
-    while offset < end:
-        buf = log.read(offset, READ_CHUNK_BYTES, min_one_message=True).read_bytes()
-        last = None
-        for entry in iter_shallow(buf):
-            if entry.offset < offset:
+    for buf, entry, skip_below in log_entries(log):
+        header = rb.read_header(buf, entry.position) if entry.magic == rb.MAGIC else None
+        if header is not None and header.is_control:
+            marker = rb.stored_end_txn_marker(buf, entry.position, header)
+            if marker is None:
                 continue
-            last = entry.offset
-            header = rb.read_header(buf, entry.position) if entry.magic == rb.MAGIC else None
-            if header is not None and header.is_control:
-                [record] = rb.iter_records(buf, entry.position, header)
-                marker = rb.read_end_txn_marker(record)
-                if marker is None:
-                    continue
-                for message in pending.pop(header.producer_id, []):
-                    if marker.commit:
-                        _apply(cache, groups, message, topic, partition)
-                continue
-            messages = [
-                m
-                for m in iter_deep(buf[entry.position : entry.next_position])
-                if m.offset >= offset
-            ]
-            count += len(messages)
-            if header is not None and header.is_transactional:
-                pending.setdefault(header.producer_id, []).extend(messages)
-                continue
-            for message in messages:
-                _apply(cache, groups, message, topic, partition)
-        if last is None:
-            break
-        offset = last + 1
+            for message in pending.pop(header.producer_id, []):
+                if marker.commit:
+                    _apply(cache, groups, message, topic, partition)
+            continue
+        messages = [
+            m
+            for m in iter_deep(buf[entry.position : entry.next_position])
+            if m.offset >= skip_below
+        ]
+        count += len(messages)
+        if header is not None and header.is_transactional:
+            pending.setdefault(header.producer_id, []).extend(messages)
+            continue
+        for message in messages:
+            _apply(cache, groups, message, topic, partition)
     return count
 
 

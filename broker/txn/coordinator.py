@@ -33,6 +33,7 @@ import trio
 from broker.context import BrokerContext, TopicExistsError
 from broker.errors import STORAGE_FAILURES
 from broker.handlers.producer_ids import producer_id_ready
+from broker.log_replay import log_entries
 from broker.txn import log as txn_log
 from broker.txn.markers import write_marker
 from broker.txn.state import (
@@ -487,21 +488,12 @@ def _append_record(
 
 def _read_all(log) -> list[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of every keyed record of ``log`` in offset order (blocking)."""
-    out = []
-    offset, end = log.log_start_offset, log.log_end_offset
-    while offset < end:
-        buf = log.read(offset, 1 << 20, min_one_message=True).read_bytes()
-        last = None
-        for message in iter_deep(buf):
-            if message.offset < offset:
-                continue
-            last = message.offset
-            if message.key is not None:
-                out.append((message.offset, message.key, message.value))
-        if last is None:
-            break
-        offset = last + 1
-    return out
+    return [
+        (m.offset, m.key, m.value)
+        for buf, entry, skip_below in log_entries(log)
+        for m in iter_deep(buf[entry.position : entry.next_position])
+        if m.offset >= skip_below and m.key is not None
+    ]
 
 
 __all__ = [
