@@ -1,5 +1,6 @@
 """chronolog's Kafka wire protocol, sans-IO: framing, headers, schemas, connection objects,
-error codes and message sets (magic 0 and 1). See docs/interfaces.md."""
+error codes, and records in every format (message sets of magic 0 and 1, v2 record batches).
+Old API versions follow Kafka 0.10.1, newer ones Kafka 3.9/4.x. See docs/interfaces.md."""
 
 from protocol.api import (
     CLUSTER_VERSIONS,

@@ -1,9 +1,10 @@
-"""Kafka 0.10.1-format partition storage: segmented logs with offset and time indexes.
+"""Kafka-format partition storage: segmented logs (message formats v0-v2, as Kafka 3.9 writes
+them) with offset, time and aborted-transaction indexes and producer-state snapshots.
 
 Files only, synchronous, not thread-safe per Log (the broker serialises calls per partition);
 time comes from an injected clock (ms). See docs/interfaces.md for the contract.
 
-Where this package deliberately departs from Kafka 0.10.1 ("we do better"):
+Where this package deliberately departs from Kafka ("we do better"; the first reference was 0.10.1):
 
 * Index files are never preallocated: they always hold exactly their entries, so no zero tail
   can read as timestamp 0 (KAFKA-10207) and an idle partition costs no 10 MiB mmap.

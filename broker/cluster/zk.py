@@ -1,4 +1,4 @@
-"""ZooKeeper: Kafka 0.10.1's layout (ZkUtils.scala) and the kazoo client bridged to trio.
+"""ZooKeeper: Kafka's ZooKeeper layout (ZkUtils.scala in 0.10.1, KafkaZkClient in 3.9) and the kazoo client bridged to trio.
 
 Layout (paths under the chroot of zookeeper.connect; JSON as Kafka writes it):
 

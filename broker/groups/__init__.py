@@ -1,4 +1,5 @@
-"""Consumer groups: Kafka 0.10.1's group coordinator (membership, rebalances, committed offsets).
+"""Consumer groups: Kafka's classic group coordinator as 3.9 serves it (membership with static
+members, eager and cooperative rebalances, committed offsets, transactional offset commits).
 
 - :mod:`broker.groups.state`: the pure group state machine (no I/O, time passed in).
 - :mod:`broker.groups.offsets`: ``__consumer_offsets`` record formats and the offset cache.
