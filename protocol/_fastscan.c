@@ -1,5 +1,6 @@
 /* The produce validator's per-message hot loops: uncompressed magic-1 messages (scan_v1) and the
- * records of one record batch (scan_v2).
+ * records of one record batch (scan_v2); and the fetch path's down-conversion of a batch's
+ * records to magic-0/1 messages (legacy_messages).
  *
  * protocol/validator.py calls scan_v1() for a whole uncompressed set (or a wrapper's decompressed
  * inner set) and gets back one tuple, so a request costs one call, not one interpreter loop turn
@@ -16,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 /* CRC-32 (zlib's polynomial and values). With HAVE_LIBDEFLATE (setup.py finds its headers),
  * libdeflate's, which folds with PCLMULQDQ where the CPU has it: an order of magnitude faster
  * than zlib's, and the per-message CRC is most of this loop's time (bench/NOTES.md). Without it, slicing-by-8 tables built at import, so the extension needs nothing beyond a
@@ -212,6 +214,8 @@ static inline int read_varint(const unsigned char *p, int64_t end, int64_t *pos,
     for (int shift = 0; shift <= 63; shift += 7) {
         if (i >= end) return 0;
         unsigned char b = p[i++];
+        /* Bits past the 64th: Python reads a larger number than int64 holds; leave it to it. */
+        if (shift == 63 && (b & 0x7E)) return 0;
         v |= (uint64_t)(b & 0x7F) << shift;
         if (!(b & 0x80)) {
             *pos = i;
@@ -363,7 +367,120 @@ static PyObject *record_positions(PyObject *module, PyObject *args)
     return out;
 }
 
+/* Down-conversion (Fetch v0-v3 readers): the records of one batch as magic-0/1 messages, laid
+ * out as in the header comment (magic 0 has no timestamp: 26 bytes up to the value length).
+ * Pass one checks the records and sizes the output, pass two writes it; both run without the
+ * GIL from 64 KiB, so the loop and other threads run while a large fetch is converted. */
+struct legacy_params {
+    int magic, attrs, relative, lat;
+    int64_t count, base_offset, base_ts, lat_ts;
+};
+
+struct legacy_result { int ok; int64_t size, first, last, max_ts; };
+
+static struct legacy_result legacy(const unsigned char *p, int64_t n,
+                                   const struct legacy_params *a, unsigned char *out)
+{
+    struct legacy_result r = {0, 0, 0, 0, NO_TIMESTAMP};
+    int64_t pos = 0, head = a->magic == 1 ? MIN_SIZE_V1 : MIN_SIZE_V1 - 8;
+    for (int64_t i = 0; i < a->count; i++) {
+        int64_t len, ts_delta, offset_delta, key_len, value_len, headers, offset, ts;
+        if (!read_varint(p, n, &pos, &len) || len < 0 || len > n - pos) return r;
+        int64_t end = pos + len;
+        if (pos >= end) return r;
+        pos++;  /* record attributes: unused */
+        if (!read_varint(p, end, &pos, &ts_delta) || !read_varint(p, end, &pos, &offset_delta))
+            return r;
+        if (__builtin_add_overflow(a->base_offset, offset_delta, &offset)) return r;
+        if (i == 0) r.first = offset;
+        r.last = offset;
+        if (a->relative && __builtin_sub_overflow(offset, r.first, &offset)) return r;
+        ts = NO_TIMESTAMP;
+        if (a->magic == 1) {
+            if (a->lat) ts = a->lat_ts;
+            else if (__builtin_add_overflow(a->base_ts, ts_delta, &ts)) return r;
+            if (ts > r.max_ts) r.max_ts = ts;
+        }
+        int64_t key_at, value_at;
+        if (!read_varint(p, end, &pos, &key_len) || key_len < -1 || key_len > end - pos) return r;
+        key_at = pos;
+        if (key_len > 0) pos += key_len;
+        if (!read_varint(p, end, &pos, &value_len) || value_len < -1 || value_len > end - pos)
+            return r;
+        value_at = pos;
+        if (value_len > 0) pos += value_len;
+        if (!read_varint(p, end, &pos, &headers) || headers < 0) return r;
+        for (int64_t h = 0; h < headers; h++) {
+            if (!skip_field(p, end, &pos, 0) || !skip_field(p, end, &pos, 1)) return r;
+        }
+        if (pos != end) return r;
+        int64_t kbytes = key_len > 0 ? key_len : 0, vbytes = value_len > 0 ? value_len : 0;
+        int64_t size = head + kbytes + vbytes;
+        if (size > INT32_MAX) return r;
+        if (out != NULL) {
+            unsigned char *m = out + r.size;
+            put_i64(m, offset);
+            put_u32(m + 8, (uint32_t)size);
+            m[16] = (unsigned char)a->magic;
+            m[17] = (unsigned char)a->attrs;
+            unsigned char *f = m + 18;
+            if (a->magic == 1) { put_i64(f, ts); f += 8; }
+            put_u32(f, (uint32_t)key_len);
+            memcpy(f + 4, p + key_at, (size_t)kbytes);
+            f += 4 + kbytes;
+            put_u32(f, (uint32_t)value_len);
+            memcpy(f + 4, p + value_at, (size_t)vbytes);
+            put_u32(m + 12, crc_of(m + 16, size - 4));
+        }
+        r.size += LOG_OVERHEAD + size;
+    }
+    r.ok = pos == n && a->count > 0;
+    return r;
+}
+
+PyDoc_STRVAR(legacy_messages_doc,
+"legacy_messages(records, count, magic, attrs, relative, base_offset, base_ts, lat, lat_ts)\n"
+"    -> (messages, first_offset, last_offset, max_ts) | None\n\n"
+"The uncompressed records section of one record batch (count records) as magic-0/1 messages,\n"
+"each with attributes attrs and a correct CRC-32; headers are dropped. Offsets are base_offset +\n"
+"delta, relative to the first record's when relative; magic-1 timestamps are lat_ts when lat\n"
+"(LogAppendTime), else base_ts + delta. max_ts is the largest written (-1 at magic 0). None when\n"
+"the section is malformed (protocol.records then raises the precise error).");
+
+static PyObject *legacy_messages(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    struct legacy_params a;
+    long long count, base_offset, base_ts, lat_ts;
+    if (!PyArg_ParseTuple(args, "y*LiipLLpL", &view, &count, &a.magic, &a.attrs, &a.relative,
+                          &base_offset, &base_ts, &a.lat, &lat_ts))
+        return NULL;
+    a.count = count; a.base_offset = base_offset; a.base_ts = base_ts; a.lat_ts = lat_ts;
+    if ((a.magic != 0 && a.magic != 1) || a.attrs < 0 || a.attrs > 255) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "magic %d / attributes %d cannot be written",
+                            a.magic, a.attrs);
+    }
+    int release = view.len >= RELEASE_GIL_BYTES;
+    PyThreadState *released = release ? PyEval_SaveThread() : NULL;
+    struct legacy_result sized = legacy(view.buf, view.len, &a, NULL);
+    if (released) PyEval_RestoreThread(released);
+    PyObject *out = NULL;
+    if (sized.ok) out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sized.size);
+    if (out != NULL) {
+        released = release ? PyEval_SaveThread() : NULL;
+        legacy(view.buf, view.len, &a, (unsigned char *)PyBytes_AS_STRING(out));
+        if (released) PyEval_RestoreThread(released);
+    }
+    PyBuffer_Release(&view);
+    if (!sized.ok) Py_RETURN_NONE;
+    if (out == NULL) return NULL;
+    return Py_BuildValue("(NLLL)", out, (long long)sized.first, (long long)sized.last,
+                         (long long)sized.max_ts);
+}
+
 static PyMethodDef methods[] = {
+    {"legacy_messages", legacy_messages, METH_VARARGS, legacy_messages_doc},
     {"scan_v1", scan_v1, METH_VARARGS, scan_v1_doc},
     {"scan_v2", scan_v2, METH_VARARGS, scan_v2_doc},
     {"record_positions", record_positions, METH_VARARGS, record_positions_doc},
@@ -372,8 +489,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "protocol._fastscan",
-    "Native hot loops: the produce validator's scans (protocol/validator.py) and record "
-    "positions for columnar readers.", -1, methods,
+    "Native hot loops: the produce validator's scans (protocol/validator.py), record "
+    "positions for columnar readers and down-conversion (protocol/records.py).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__fastscan(void)

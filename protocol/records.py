@@ -33,11 +33,12 @@ import struct
 import zlib
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Iterator, NamedTuple, TypeAlias, cast
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, TypeAlias, cast
 
 from protocol import recordbatch as rb
 from protocol.compression import Codec, compress, decompress
 from protocol.errors import CorruptRecordError, UnsupportedCompressionError
+from protocol.native import fastscan
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -91,6 +92,13 @@ _U32 = struct.Struct(">I")
 # crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp of a v2 batch (at entry + 17)
 _V2_FIELDS = struct.Struct(">Ihiqq")
 _INT32_MAX = 2**31 - 1
+
+# legacy_messages(records, count, magic, attrs, relative, base_offset, base_ts, lat, lat_ts)
+#   -> (messages, first offset, last offset, max timestamp) | None; None: the Python path.
+_LegacyMessages: TypeAlias = Callable[
+    ["Buffer", int, int, int, bool, int, int, bool, int], tuple[bytes, int, int, int] | None
+]
+_legacy_messages: _LegacyMessages | None = fastscan.legacy_messages if fastscan else None
 
 # One magic-0/1 message to build: (absolute offset, timestamp, inner attributes, key, value).
 _LegacyInput: TypeAlias = tuple[int, int, int, bytes | None, bytes | None]
@@ -606,12 +614,24 @@ def _build(
         _append_message(out, offset - first if magic == 1 else offset, magic, attrs, ts, key, value)
     if wrapper_timestamp is None:
         wrapper_timestamp = max(m[1] for m in messages) if magic == 1 else NO_TIMESTAMP
+    return _wrap(out, messages[-1][0], magic, codec, wrapper_type, wrapper_timestamp)
+
+
+def _wrap(
+    inner: Buffer,
+    last_offset: int,
+    magic: int,
+    codec: Codec,
+    wrapper_type: TimestampType,
+    timestamp: int,
+) -> bytes:
+    """The wrapper message holding the magic-0/1 set ``inner`` compressed with ``codec``."""
     attrs = int(codec)
     if magic == 1 and wrapper_type == TimestampType.LOG_APPEND_TIME:
         attrs |= _TIMESTAMP_TYPE_BIT
     wrapper = bytearray()
     _append_message(
-        wrapper, messages[-1][0], magic, attrs, wrapper_timestamp, None, compress(codec, out, magic)
+        wrapper, last_offset, magic, attrs, timestamp, None, compress(codec, inner, magic)
     )
     return bytes(wrapper)
 
@@ -729,6 +749,12 @@ def _batch_as_legacy(mv: memoryview, entry: ShallowEntry, to_magic: int) -> byte
             f"compressed, which message format magic {to_magic} cannot hold",
             offset=entry.position,
         )
+    if _legacy_messages is not None:
+        header = rb.read_header(mv, entry.position)
+        if not header.is_control and header.records_count > 0 and codec <= Codec.LZ4:
+            converted = _native_as_legacy(mv, entry, header, codec, to_magic)
+            if converted is not None:
+                return converted
     messages = list(_batch_messages(mv, entry))
     if not messages:
         return b""
@@ -740,6 +766,37 @@ def _batch_as_legacy(mv: memoryview, entry: ShallowEntry, to_magic: int) -> byte
     ]
     wrapper_type = TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME
     return _build(legacy, to_magic, codec, wrapper_type, None)
+
+
+def _native_as_legacy(
+    mv: memoryview, entry: ShallowEntry, header: rb.BatchHeader, codec: Codec, to_magic: int
+) -> bytes | None:
+    """:func:`_batch_as_legacy` by the C extension, which builds the messages without the GIL
+    (decompression and compression release it in their libraries too); None when it declines
+    the records, which the Python path then reads and refuses precisely."""
+    assert _legacy_messages is not None
+    section = rb.records_section(mv, header, entry.position, transient=True)
+    lat = header.log_append_time and to_magic == 1
+    found = _legacy_messages(
+        section,
+        header.records_count,
+        to_magic,
+        _TIMESTAMP_TYPE_BIT if lat and codec == Codec.NONE else 0,
+        codec != Codec.NONE and to_magic == 1,
+        header.base_offset,
+        header.base_timestamp,
+        header.log_append_time,
+        header.max_timestamp,
+    )
+    if isinstance(section, memoryview):
+        section.release()
+    if found is None:
+        return None
+    inner, _, last, max_ts = found
+    if codec == Codec.NONE:
+        return inner
+    wrapper_type = TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME
+    return _wrap(inner, last, to_magic, codec, wrapper_type, max_ts)
 
 
 def _legacy_as_batch(messages: list[Message], codec: Codec) -> bytes:
