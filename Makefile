@@ -129,7 +129,7 @@ test-pure: install-test
 clean:
 	rm -rf $(VENV) build *.egg-info
 
-# The README's screenshots, refreshed from the ones the browser tests saved in build/ (after make test).
+# The docs' screenshots, refreshed from the ones the browser tests saved in build/ (after make test).
 screenshots:
 	cp build/console-*.png build/dashboard.png docs/screenshots/
 

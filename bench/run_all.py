@@ -133,13 +133,13 @@ def environment() -> dict:
     }
 
 
-def update_readme(readme: Path, results: Path) -> int:
-    """Replace the README's trailing '## Performance' section (or append one) from a results JSON."""
+def update_performance_page(page: Path, results: Path) -> int:
+    """Replace the page's trailing '## Performance' section (or append one) from a results JSON."""
     md = readme_section(json.loads(results.read_text()))
-    text = readme.read_text()
+    text = page.read_text()
     head = re.split(r"^## Performance\n", text, maxsplit=1, flags=re.M)[0].rstrip("\n")
-    readme.write_text(head + "\n\n" + md)
-    print(f"updated the Performance section of {readme} from {results}")
+    page.write_text(head + "\n\n" + md)
+    print(f"updated the Performance section of {page} from {results}")
     return 0
 
 
@@ -254,18 +254,20 @@ def main(argv: list[str] | None = None) -> int:
         help="instead of the comparison, profile chronolog (py-spy) under the PROFILED scenarios",
     )
     ap.add_argument(
-        "--readme",
+        "--performance-page",
         metavar="RESULTS_JSON",
         type=Path,
-        help="only rewrite README.md's Performance section from a results file, then exit",
+        help="only rewrite docs/performance.md's figures from a results file, then exit",
     )
     ap.add_argument(
         "--brokers", default="chronolog,tansu", help="comma-separated subset of chronolog,tansu"
     )
     args = ap.parse_args(argv)
 
-    if args.readme:
-        return update_readme(HERE.parent / "README.md", args.readme)
+    if args.performance_page:
+        return update_performance_page(
+            HERE.parent / "docs" / "performance.md", args.performance_page
+        )
     params = dict(QUICK if args.quick else DEFAULT)
     if args.rounds:
         params["rounds"] = args.rounds

@@ -85,7 +85,7 @@ def serve(config_path: str | None, overrides: list[str]) -> int:
         logger.warning(
             "Kafka properties accepted but not acted on",
             properties=ignored,
-            action="chronolog only reports them (DescribeConfigs); see the README's departures",
+            action="chronolog only reports them (DescribeConfigs); listed in docs/operations.md (Administration)",
         )
 
     import trio

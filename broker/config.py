@@ -549,7 +549,7 @@ KAFKA_ONLY_BROKER_KEYS: dict[str, ConfigKey] = {
     if name not in BROKER_KEYS
 }
 """Kafka 4.1's broker properties chronolog accepts (validated, stored, described with Kafka's
-defaults) but does not act on; the README's departures list them."""
+defaults) but does not act on; docs/operations.md (Administration) lists them."""
 KAFKA_ONLY_TOPIC_KEYS: dict[str, ConfigKey] = {
     name: _kafka_key(name, entry, Scope.TOPIC)
     for name, entry in kafka_configs.TOPIC.items()

@@ -11,7 +11,7 @@ say() { echo "[prepare-host] $*"; }
 die() { echo "[prepare-host] ERROR: $*" >&2; exit 2; }
 
 [ "$(id -u)" = 0 ] || die "preparing the host (apt packages, a cgroup mount, /etc/containers) needs root.
-  Run 'sudo make compose-test', or with a working Docker engine follow README.md \"Docker\"
+  Run 'sudo make compose-test', or with a working Docker engine follow docs/docker.md
   ('docker compose -f docker/docker-compose.yml up --build')."
 command -v apt-get >/dev/null || die "apt-get not found: this preparation is for Debian hosts only."
 

@@ -1,1 +1,1 @@
-"""Spark jobs over chronolog topics (see README.md, section "Spark")."""
+"""Spark jobs over chronolog topics (see docs/spark.md)."""

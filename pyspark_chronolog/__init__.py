@@ -4,7 +4,7 @@ spark.read / readStream .format("chronolog") yield Spark's Kafka-source columns 
 topic, partition, offset, timestamp, timestampType) as Arrow batches; write / writeStream produce
 rows to the broker. Spark registers it by itself: a top-level module named pyspark_* exposing
 DefaultSource is picked up from the Python path; spark.dataSource.register(ChronologDataSource)
-works too. See README.md, section "Spark".
+works too. See docs/spark.md.
 """
 
 from .arrow import ARROW_SCHEMA, SPARK_SCHEMA

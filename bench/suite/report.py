@@ -1,4 +1,4 @@
-"""Turns the suite's runs into the JSON document, the stdout/README table and the PNG plot."""
+"""Turns the suite's runs into the JSON document, the stdout table, docs/performance.md and the PNG plot."""
 
 from __future__ import annotations
 
@@ -347,7 +347,7 @@ def _cpu_sources(doc: dict) -> str:
 
 
 def readme_section(doc: dict) -> str:
-    """The README's "Performance" section: how to run, the headline table, the targets."""
+    """docs/performance.md's "Performance" section: how to run, the headline table, the targets."""
     brokers = tuple(b for b in ("chronolog", "tansu") if b in next(iter(doc["scenarios"].values())))
     t = doc["targets"]
 

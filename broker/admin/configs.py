@@ -19,7 +19,7 @@ config but ``message.format.version`` (DynamicLogConfig), the socket server's
 
 Every other broker property and topic config Kafka 4.1 defines (broker/admin/kafka_configs.py,
 generated from Kafka's definitions) is reported too, with Kafka's default, type and synonyms;
-chronolog stores what is set for them but does not act on it (the README lists them), and
+chronolog stores what is set for them but does not act on it (docs/operations.md lists them), and
 those Kafka can change at run time (:data:`ACCEPTED_DYNAMIC_KEYS`) are read_only false.
 Pure functions and frozen data: no I/O.
 """
