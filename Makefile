@@ -107,7 +107,7 @@ run: install
 	  --override listeners=PLAINTEXT://127.0.0.1:9092 --override log.dirs=./data
 
 test: install-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # Lint and types (pyproject.toml's [tool.ruff] and [tool.mypy]).
 lint: install-test
@@ -116,11 +116,15 @@ lint: install-test
 	$(BIN)/mypy
 
 # The pure-Python paths (protocol/native.py), as a machine without a C compiler runs them; .ci/run
-# runs both. The C extension only changes record scanning (protocol/validator.py) and the cleaner
-# (storage/cleaner.py), so this reruns what reaches them: protocol/, storage/ and broker/ tests,
+# runs both. The C extension only changes record scanning and conversion (protocol/validator.py,
+# protocol/records.py) and the cleaner (storage/cleaner.py), so this reruns what reaches them:
+# the record, validator and compression tests, storage/, the produce and cleaner tests of broker/,
 # and real clients producing every format and compacting through a broker process. The
 # kafka_oracle tests are left out: they check Kafka's JVM side, which `make test` covers.
-PURE_TESTS = tests/protocol tests/storage tests/broker tests/integration/test_pure_python.py \
+PURE_TESTS = $(wildcard tests/protocol/test_validator*.py tests/protocol/test_fastscan.py \
+  tests/protocol/test_record*.py tests/protocol/test_compression.py \
+  tests/protocol/test_downconvert*.py) tests/storage tests/broker/test_produce_placement.py \
+  tests/broker/test_cleaner_threads.py tests/integration/test_pure_python.py \
   tests/integration/test_formats.py tests/integration/test_compaction.py \
   tests/integration/test_clients.py tests/integration/test_idempotence.py
 test-pure: install-test
