@@ -9,6 +9,7 @@
     chronolog health ...     (broker.health)
     chronolog users ...      (broker.security.users_cli)
     chronolog acls ...       (broker.security.acls_cli)
+    chronolog quotas ...     (broker.quotas.cli)
 
 Exit status: 0 after a clean shutdown, 2 for unknown or invalid configuration, 1 when the broker
 cannot start (log dir state, port in use) or fails.
@@ -35,6 +36,7 @@ DELEGATED = {
     "health": "broker.health",
     "users": "broker.security.users_cli",
     "acls": "broker.security.acls_cli",
+    "quotas": "broker.quotas.cli",
 }
 
 

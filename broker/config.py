@@ -364,6 +364,10 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("socket.request.max.bytes", Type.INT, 104857600, _B, minimum=1),
     ConfigKey("max.connections", Type.INT, INT_MAX, _B, minimum=1),
     ConfigKey("fetch.max.bytes", Type.INT, 57671680, _B, minimum=1024),
+    # Kafka: "The number of threads that the server uses for processing requests, which may
+    # include disk I/O". Here: the worker threads that CPU work beside the event loop (fetch
+    # down-conversion) may use at once; more wait their turn (broker/handlers/fetch.py).
+    ConfigKey("num.io.threads", Type.INT, 8, _B, minimum=1),
     ConfigKey("connections.max.idle.ms", Type.LONG, 600000, _B, minimum=1),
     ConfigKey("offset.metadata.max.bytes", Type.INT, 4096, _B, minimum=0),
     ConfigKey("offsets.retention.minutes", Type.INT, 1440, _B, minimum=1),
@@ -454,6 +458,9 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("controlled.shutdown.enable", Type.BOOLEAN, True, _B),
     ConfigKey("controlled.shutdown.max.retries", Type.INT, 3, _B, minimum=1),
     ConfigKey("controlled.shutdown.retry.backoff.ms", Type.LONG, 5000, _B, minimum=0),
+    # The client quotas' rate window (broker/quotas/rate.py): samples of so many seconds each.
+    ConfigKey("quota.window.num", Type.INT, 11, _B, minimum=1),
+    ConfigKey("quota.window.size.seconds", Type.INT, 1, _B, minimum=1),
     # The versions of the records the group coordinator writes to __consumer_offsets, for
     # readers that know only older ones (broker/groups/offsets.py).
     ConfigKey("inter.broker.protocol.version", Type.STRING, LATEST_METADATA_VERSION, _B,
@@ -729,6 +736,7 @@ class BrokerConfig:
     socket_request_max_bytes: int
     max_connections: int
     fetch_max_bytes: int
+    num_io_threads: int
     connections_max_idle_ms: int
     offset_metadata_max_bytes: int
     offsets_retention_minutes: int
@@ -775,6 +783,8 @@ class BrokerConfig:
     controlled_shutdown_enable: bool
     controlled_shutdown_max_retries: int
     controlled_shutdown_retry_backoff_ms: int
+    quota_window_num: int
+    quota_window_size_seconds: int
     inter_broker_protocol_version: str
     """A Kafka version (``2.0``, ``2.1-IV0`` ...): the group coordinator writes the
     ``__consumer_offsets`` record versions Kafka writes at it, and refuses static membership

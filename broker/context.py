@@ -33,6 +33,7 @@ from broker.admin.dynamic import DynamicConfigs
 from broker.config import BrokerConfig, ConfigError, topic_name_error
 from broker.fetch_sessions import FetchSessionCache
 from broker.producer_ids import ProducerIdManager
+from broker.quotas import ClientQuotas
 from broker.topics import Topic, TopicRegistry
 from storage import Log, LogManager
 from storage.errors import is_disk_failure
@@ -159,6 +160,8 @@ class BrokerContext:
         self.txn_coordinator: TransactionCoordinator | None = None
         # InitProducerId's ids (broker/producer_ids.py), loaded by open_context.
         self.producer_ids = ProducerIdManager(config.log_dirs[0])
+        # Client quotas (broker/quotas/): loaded by open_context.
+        self.quotas = ClientQuotas(config)
         self.fetch_sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, clock
         )

@@ -48,6 +48,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from broker.quotas.metrics import quota_metrics
 from broker.txn.state import TxnState
 from protocol import ApiKey, ErrorCode
 from protocol.schemas import RESPONSE_SCHEMAS
@@ -365,6 +366,7 @@ class _StateCollector(Collector):
         m = self.metrics
         yield from self._counters(m)
         yield from self._state(m)
+        yield from quota_metrics(m.ctx.quotas, m.ctx.clock())
 
     @staticmethod
     def _counters(m: BrokerMetrics) -> Iterator[Metric]:

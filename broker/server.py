@@ -42,6 +42,8 @@ from broker.groups import setup as setup_group_coordinator
 from broker.txn.coordinator import TransactionCoordinator
 from broker.handlers import HANDLERS, release_fetch_body
 from broker.metrics import BrokerMetrics
+from broker.quotas.store import ZkQuotaStore
+from broker.quotas.throttle import Throttler
 from broker.security.gate import SecurityGate
 from broker.security.session import Session, current_session
 from broker.security.settings import Listener
@@ -98,6 +100,7 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     ctx = BrokerContext(config, cluster_id, manager, registry)
     ctx.dynamic_configs = dynamic
     await trio.to_thread.run_sync(ctx.producer_ids.load)
+    await trio.to_thread.run_sync(ctx.quotas.load_file)
 
     # Reconcile: logs on disk without a registry entry keep the broker defaults; registry
     # entries whose logs are missing (crash during creation) get them now.
@@ -173,6 +176,7 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
     ctx.dynamic_configs = dynamic
     cluster.attach(ctx)
     ctx.producer_ids = ZkProducerIdManager(cluster.zk, config.broker_id)
+    await ctx.quotas.use_zookeeper(ZkQuotaStore(cluster.zk))
     for log in manager.all_logs():
         topic = registry.get(log.topic)
         if topic is None:
@@ -208,6 +212,7 @@ class Server:
         self._waiting: dict[trio.CancelScope, float] = {}
         self._busy = 0
         self._all_done = trio.Event()
+        self.throttler = Throttler(ctx.quotas, ctx.clock)
 
     async def handle_connection(
         self, accepted: trio.SocketStream, listener: Listener | None = None
@@ -360,9 +365,14 @@ class Server:
                 self.security.admit(session, request)
                 self._busy += 1
                 try:
-                    await self._dispatch(stream, conn, request, received, session, outbox)
+                    throttle_ms = await self._dispatch(
+                        stream, conn, request, received, session, outbox
+                    )
                 finally:
                     self._busy -= 1
+                if throttle_ms:
+                    await send_response(stream, _take(outbox))
+                    await self._mute(throttle_ms)
                 if ctx.stopping and self._busy == 0:
                     self._all_done.set()
                 if session.close_reason is not None:  # a failed authentication, answered
@@ -384,9 +394,10 @@ class Server:
         received: float,
         session: Session,
         outbox: bytearray,
-    ) -> None:
+    ) -> int:
         """Handle one request and write its answer; ``received``: perf_counter() when its frame
-        was complete (for the metrics' queue time).
+        was complete (for the metrics' queue time). Returns the client quotas' throttle time
+        (ms) the answer carried: the caller mutes the connection for it (broker/quotas/).
 
         A single broker's Produce answer is held back in ``outbox`` when the next request is a
         Produce already received whole: it is answered at once (no replica to wait for), and
@@ -403,7 +414,9 @@ class Server:
             )
         metrics = self.ctx.metrics
         started = perf_counter() if metrics is not None else 0.0
+        quotas = self.throttler.begin()
         body = await self.security.call(session, handler, request)
+        throttle_ms = self.throttler.finish(session.principal, request, body) if quotas else 0
         handled = perf_counter() if metrics is not None else 0.0
         if body is not None:
             if header.api_key == ApiKey.FETCH:
@@ -414,6 +427,7 @@ class Server:
             elif (
                 header.api_key == ApiKey.PRODUCE
                 and self.ctx.cluster is None
+                and not throttle_ms
                 and conn.buffered_request_api_key() == ApiKey.PRODUCE
             ):
                 outbox += conn.send(request, body)
@@ -429,6 +443,18 @@ class Server:
                 handled,
                 perf_counter() if body is not None else handled,
             )
+        return throttle_ms
+
+    async def _mute(self, throttle_ms: int) -> None:
+        """Read nothing more from the connection for ``throttle_ms`` (KIP-219: the client backs
+        off for the throttle time its answer carried, the broker holds it to that). Counted as
+        waiting, so the shutdown and the idle limit end it early."""
+        with trio.CancelScope() as scope:
+            self._waiting[scope] = trio.current_time()
+            try:
+                await trio.sleep(throttle_ms / 1000)
+            finally:
+                del self._waiting[scope]
 
     def begin_shutdown(self) -> None:
         """Stop reading new requests; wake waiting fetches and stop the group coordinator

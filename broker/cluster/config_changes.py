@@ -14,7 +14,8 @@ logs; the dynamic broker layers, then every topic's effective config), so ZooKee
 config wins whatever order the notifications come in. At start it handles every notification
 still there: the configs were read before the logs loaded, these cover what changed since.
 Each broker deletes notifications older than 15 minutes (Kafka's changeExpirationMs).
-Notifications for entities chronolog has no configs for (clients, users, ips) are ignored.
+Notifications for users and clients reload that entity's client quotas (broker/quotas/);
+those for entities chronolog has no configs for (ips) are ignored.
 
 On the controller's broker a topic's new config, or new dynamic broker configs, also reach the
 controller: ``unclean.leader.election.enable`` turned on elects leaders for offline partitions
@@ -179,6 +180,9 @@ class ConfigChanges:
 
     async def _apply(self, kind: str, name: str) -> None:
         ctx = self.cluster.ctx
+        if kind in ("users", "clients"):  # client quotas (broker/quotas/)
+            await ctx.quotas.reload(f"{kind}/{name}")
+            return
         if kind not in ROOTS:
             logger.info("config change ignored: chronolog has no such configs", entity=kind)
             return

@@ -19,6 +19,10 @@ from broker.handlers.configs import (
     handle_describe_configs,
     handle_incremental_alter_configs,
 )
+from broker.handlers.client_quotas import (
+    handle_alter_client_quotas,
+    handle_describe_client_quotas,
+)
 from broker.handlers.cluster import handle_describe_cluster, handle_describe_log_dirs
 from broker.handlers.delete_records import handle_delete_records
 from broker.handlers.describe_producers import handle_describe_producers
@@ -50,6 +54,8 @@ HANDLERS: dict = {
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
     ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: handle_describe_client_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: handle_alter_client_quotas,
 }
 
 HANDLERS.update(GROUP_HANDLERS)

@@ -919,6 +919,31 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     A.ALTER_CONFIGS: _config_resource_rule(O.ALTER_CONFIGS, "responses", {}),
     A.INCREMENTAL_ALTER_CONFIGS: _config_resource_rule(O.ALTER_CONFIGS, "responses", {}),
     A.DESCRIBE_LOG_DIRS: describe_log_dirs_rule,
+    # Kafka's getErrorResponse texts: the error's own message, no operation named
+    A.DESCRIBE_CLIENT_QUOTAS: cluster_rule(
+        O.DESCRIBE_CONFIGS,
+        lambda r: {
+            "error_code": CLUSTER_DENIED,
+            "error_message": "Cluster authorization failed.",
+            "entries": None,
+        },
+    ),
+    A.ALTER_CLIENT_QUOTAS: cluster_rule(
+        O.ALTER_CONFIGS,
+        lambda r: {
+            "entries": [
+                {
+                    "error_code": CLUSTER_DENIED,
+                    "error_message": "Cluster authorization failed.",
+                    "entity": [
+                        {"entity_type": e.entity_type, "entity_name": e.entity_name}
+                        for e in entry.entity
+                    ],
+                }
+                for entry in r.body.entries
+            ]
+        },
+    ),
     A.SASL_AUTHENTICATE: allowed,
     A.CREATE_PARTITIONS: _topics_rule(
         O.ALTER,

@@ -79,7 +79,7 @@ APIS = [
 
 KAFKA_4_VERSION = "4.1.1"
 # Apis (Request and Response) taken from Kafka 4.1.1's kafka-clients jar: the transaction apis
-# (KIP-98, KIP-447, KIP-664, KIP-890, KIP-994).
+# (KIP-98, KIP-447, KIP-664, KIP-890, KIP-994) and the client quota apis (KIP-546).
 KAFKA_4_APIS = [
     "AddPartitionsToTxn",
     "AddOffsetsToTxn",
@@ -88,6 +88,8 @@ KAFKA_4_APIS = [
     "TxnOffsetCommit",
     "DescribeTransactions",
     "ListTransactions",
+    "DescribeClientQuotas",
+    "AlterClientQuotas",
 ]
 # Apis of APIS whose newer versions come from Kafka 4.1.1 (see the module docstring).
 WIDENED_APIS = [

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     CreatePartitionsRequest,
@@ -21,6 +23,8 @@ from kafka.protocol.admin import (
     DeleteAclsRequest,
     DeleteAclsResponse,
     DescribeAclsRequest,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     DescribeAclsResponse,
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
@@ -169,6 +173,8 @@ KAFKA_PYTHON = {
         AlterUserScramCredentialsRequest,
         AlterUserScramCredentialsResponse,
     ),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
+    ApiKey.ALTER_CLIENT_QUOTAS: (AlterClientQuotasRequest, AlterClientQuotasResponse),
 }
 
 # Every version served, but ApiVersions above v0 is checked in test_api_versions_v3.
