@@ -73,16 +73,18 @@ from protocol.records import (
     deep_messages,
     iter_shallow,
 )
-from storage import killpoints, swap, syscalls
+from storage import killpoints, swap
 from storage.config import INT_MAX, LogConfig
 from storage.errors import StorageError
 from storage.index import OffsetIndex, TimeIndex
-from storage.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from storage.layout import CLEANED_SUFFIX
+from storage.segment import LogSegment
 from storage.txn_index import AbortedTxn, TransactionIndex
 
 if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
     from storage.log import Log
-    from storage.segment import LogSegment
 
 logger = structlog.get_logger(__name__)
 
@@ -582,96 +584,70 @@ def _batch_fields(
     return data, rb.record_positions(data, 0, len(data), count)
 
 
-class _SegmentWriter:
-    """Writes a cleaned segment's ``.cleaned`` files: the .log through a buffer, the indexes as
-    appends build them (an entry per index.interval.bytes, the time index carrying the largest
-    timestamp so far, a final entry as at a roll)."""
+def _append_built(segment: LogSegment, first_offset: int, data: bytes) -> None:
+    """Append an entry the cleaner rebuilt (its timestamp and last offset read back from it)."""
+    entry = next(iter_shallow(data))
+    segment.append(first_offset, entry.timestamp, entry.offset, data)
+
+
+class _CleanedSegment(LogSegment):
+    """A cleaned segment's ``.cleaned`` files (Kafka's cleaner writes a LogSegment with the
+    .cleaned suffix): entries go in through ``LogSegment.append``, so its indexes are built as
+    appends build them; the .log is written through a buffer of IO_BUFFER_BYTES, throttled.
+    Resources: the .log descriptor and the index descriptors until ``finish`` or ``close``."""
+
+    __slots__ = ("throttler", "_buffer", "_written")
 
     def __init__(
-        self, directory: str, base: int, config: LogConfig, throttler: Throttler | None
+        self,
+        directory: str,
+        base: int,
+        config: LogConfig,
+        throttler: Throttler | None,
+        now_ms: int,
     ) -> None:
-        self.throttler = throttler
-        self.directory = directory
-        self.base = base
-        self.interval = config.index_interval_bytes
-        self.log_path = swap.cleaned_path(directory, base, LOG_SUFFIX)
-        self._fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self.offset_index = OffsetIndex(
-            swap.cleaned_path(directory, base, INDEX_SUFFIX), base, config.segment_index_bytes
-        )
-        self.time_index = TimeIndex(
-            swap.cleaned_path(directory, base, TIME_INDEX_SUFFIX), base, config.segment_index_bytes
+        super().__init__(
+            directory, base, config, now_ms=now_ms, create=True, file_suffix=CLEANED_SUFFIX
         )
         # written only when an ABORT marker with its entry is kept (CleanedTransactions)
-        self.txn_index = TransactionIndex(
-            swap.cleaned_path(directory, base, TXN_INDEX_SUFFIX), base
-        )
-        self.offset_index.reset()
-        self.time_index.reset()
         self.txn_index.reset()
+        self.throttler = throttler
         self._buffer = bytearray()
-        self._written = 0
-        self.size = 0
-        self.max_timestamp = -1
-        self.offset_of_max_timestamp = base
-        self._since_index = 0
+        self._written = 0  # bytes of the .log on disk; the rest is in _buffer
 
-    def append(self, data: bytes | memoryview, first_offset: int, entry: ShallowEntry) -> None:
-        """Append one entry whose first offset is ``first_offset`` (``entry`` as read back:
-        its last offset and timestamp)."""
-        timestamp, last_offset = entry.timestamp, entry.offset
-        if (
-            self._since_index > self.interval
-            and not self.offset_index.is_full()
-            and not self.time_index.is_full()
-        ):
-            if timestamp > self.max_timestamp:
-                max_ts, max_offset = timestamp, last_offset
-            else:
-                max_ts, max_offset = self.max_timestamp, self.offset_of_max_timestamp
-            self.offset_index.append(first_offset, self.size)
-            self.time_index.maybe_append(max_ts, max_offset)
-            self._since_index = 0
-        self._buffer += data
-        self.size += len(data)
-        self._since_index += len(data)
-        if timestamp > self.max_timestamp:
-            self.max_timestamp, self.offset_of_max_timestamp = timestamp, last_offset
+    def _write(self, buffer: Buffer, position: int) -> None:
+        self._buffer += buffer
         if len(self._buffer) >= IO_BUFFER_BYTES:
             self._drain()
 
+    def _cut(self, position: int) -> None:
+        # an index entry refused: the entry is still in the buffer, or drained with it
+        if position >= self._written:
+            del self._buffer[position - self._written :]
+        else:
+            self._buffer.clear()
+            os.ftruncate(self.fileno(), position)
+            self._written = position
+
     def _drain(self) -> None:
-        if self.throttler is not None and self._buffer:
-            self.throttler.maybe_throttle(len(self._buffer))
-        view = memoryview(self._buffer)
-        while view:
-            written = syscalls.pwrite(self._fd, view, self._written)
-            view = view[written:]
-            self._written += written
-        del view
-        self._buffer.clear()
+        """Write the buffered bytes at the end of the .log (throttled). A failed write loses
+        them, and the cleaner discards the cleaned files on any error."""
+        data, self._buffer = self._buffer, bytearray()
+        if self.throttler is not None and data:
+            self.throttler.maybe_throttle(len(data))
+        super()._write(data, self._written)
+        self._written += len(data)
+
+    def flush(self) -> None:
+        self._drain()
+        super().flush()
 
     def finish(self, mtime_ns: int) -> None:
         """Write the rest and the final time index entry, fsync everything and give the .log
         the replaced segments' modification time (Kafka keeps it, for the tombstone rule)."""
-        self._drain()
-        if self.max_timestamp >= 0:
-            self.time_index.maybe_append(
-                self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
-            )
-        syscalls.fsync(self._fd)
-        self.offset_index.flush()
-        self.time_index.flush()
-        self.txn_index.flush()
+        self.seal()
         self.close()
         os.utime(self.log_path, ns=(mtime_ns, mtime_ns))
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        self.offset_index.close()
-        self.time_index.close()
 
 
 # -- cleaning ------------------------------------------------------------------------------------
@@ -898,7 +874,9 @@ class CleaningJob:
     def _clean_group(self, group: list[SegmentInfo]) -> CleanedGroup:
         plan = self.plan
         base = group[0].base_offset
-        writer = _SegmentWriter(plan.log.directory, base, plan.config, self.cleaner.throttler)
+        writer = _CleanedSegment(
+            plan.log.directory, base, plan.config, self.cleaner.throttler, self.now_ms
+        )
         self._txns.cleaned_index = writer.txn_index
         try:
             for info in group:
@@ -932,7 +910,7 @@ class CleaningJob:
         return offset >= self._map.get(key_digest(key)) and (not tombstone or keep_deletes)
 
     def _clean_entry(
-        self, chunk: bytes, entry: ShallowEntry, writer: _SegmentWriter, keep_legacy: bool
+        self, chunk: bytes, entry: ShallowEntry, writer: _CleanedSegment, keep_legacy: bool
     ) -> None:
         if entry.magic == rb.MAGIC:
             self._clean_batch(chunk, entry, writer)
@@ -948,7 +926,10 @@ class CleaningJob:
             return
         if len(kept) == len(messages):
             writer.append(
-                memoryview(chunk)[entry.position : entry.next_position], kept[0].offset, entry
+                kept[0].offset,
+                entry.timestamp,
+                entry.offset,
+                memoryview(chunk)[entry.position : entry.next_position],
             )
             return
         lat = entry.timestamp_type == TimestampType.LOG_APPEND_TIME
@@ -959,9 +940,9 @@ class CleaningJob:
             entry.timestamp_type,
             entry.timestamp if lat else None,
         )
-        writer.append(data, kept[0].offset, next(iter_shallow(data)))
+        _append_built(writer, kept[0].offset, data)
 
-    def _clean_batch(self, chunk: bytes, entry: ShallowEntry, writer: _SegmentWriter) -> None:
+    def _clean_batch(self, chunk: bytes, entry: ShallowEntry, writer: _CleanedSegment) -> None:
         """Kafka's filterTo for one record batch, with its checkBatchRetention."""
         stats = self.stats
         header = rb.read_header(chunk, entry.position)
@@ -1006,14 +987,17 @@ class CleaningJob:
             # number (its epoch) survives.
             if header.producer_id >= 0 and self._last_of_producer(header):
                 out = rb.build_empty_batch(spec, header.last_offset_delta, header.max_timestamp)
-                writer.append(out, header.base_offset, next(iter_shallow(out)))
+                _append_built(writer, header.base_offset, out)
             return
         # A marker left without its transaction goes after delete.retention.ms, like a tombstone.
         tombstones = tombstones or (header.is_control and txn_gone)
         set_horizon = tombstones and horizon is None
         if len(kept) == count and not set_horizon:
             writer.append(
-                memoryview(chunk)[entry.position : entry.next_position], header.base_offset, entry
+                header.base_offset,
+                entry.timestamp,
+                entry.offset,
+                memoryview(chunk)[entry.position : entry.next_position],
             )
             return
         if set_horizon:
@@ -1021,7 +1005,7 @@ class CleaningJob:
         if horizon is not None:
             spec = dataclasses.replace(spec, delete_horizon_ms=horizon)
         out = rb.rebuild_batch(spec, header, data, fields, kept)
-        writer.append(out, header.base_offset, next(iter_shallow(out)))
+        _append_built(writer, header.base_offset, out)
 
     def _last_of_producer(self, header: rb.BatchHeader) -> bool:
         """Kafka's isBatchLastRecordOfProducer."""

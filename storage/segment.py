@@ -14,7 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 import structlog
@@ -108,22 +108,23 @@ class LogSegment:
         now_ms: int,
         jitter_ms: int = 0,
         create: bool = False,
+        file_suffix: str = "",
     ) -> None:
         self.base_offset = base_offset
         self.config = config
-        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
+        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX) + file_suffix
         self.offset_index = OffsetIndex(
-            segment_path(directory, base_offset, INDEX_SUFFIX),
+            segment_path(directory, base_offset, INDEX_SUFFIX) + file_suffix,
             base_offset,
             config.segment_index_bytes,
         )
         self.time_index = TimeIndex(
-            segment_path(directory, base_offset, TIME_INDEX_SUFFIX),
+            segment_path(directory, base_offset, TIME_INDEX_SUFFIX) + file_suffix,
             base_offset,
             config.segment_index_bytes,
         )
         self.txn_index = TransactionIndex(
-            segment_path(directory, base_offset, TXN_INDEX_SUFFIX), base_offset
+            segment_path(directory, base_offset, TXN_INDEX_SUFFIX) + file_suffix, base_offset
         )
         self._fd: int | None = None
         if create:
@@ -188,10 +189,7 @@ class LogSegment:
         """Make this segment inactive (roll or close): append the final time index entry (the
         segment's max timestamp, so a restart reads it without a scan), fsync everything and
         release the index memory and descriptors (the .log descriptor is the caller's call)."""
-        if self.max_timestamp >= 0:
-            self.time_index.maybe_append(
-                self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
-            )
+        self._append_final_time_entry()
         self.flush()
         self.offset_index.close()
         self.time_index.close()
@@ -264,17 +262,19 @@ class LogSegment:
         self.max_timestamp, self.offset_of_max_timestamp = timestamp, offset
 
     def recover(self, max_message_bytes: int) -> RecoveryResult:
-        """Rebuild both indexes and the max timestamp by scanning every entry; truncate the log
-        at the first incomplete, corrupt (CRC, size, magic, key/value lengths) or out-of-order
-        entry. The .txnindex is the Log's to rebuild (it needs the producer state)."""
+        """Rebuild both indexes and the max timestamp by scanning every entry, each added as
+        ``append`` adds a set (``_add_set``: an entry per index.interval.bytes) and sealed with
+        the final time index entry; truncate the log at the first incomplete, corrupt (CRC,
+        size, magic, key/value lengths) or out-of-order entry. The .txnindex is the Log's to
+        rebuild (it needs the producer state)."""
         self.offset_index.reset()
         self.time_index.reset()
         file_size = os.stat(self.log_path).st_size
         view = self._view(file_size)
-        valid = 0
-        last_index_position = 0
+        self.size = 0
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self.bytes_since_last_index_entry = 0
         previous_offset = self.base_offset - 1
-        max_timestamp, offset_of_max = -1, self.base_offset
         reason = None
         indexing = True  # until a full disk refuses an index entry
         try:
@@ -292,65 +292,57 @@ class LogSegment:
                         f"int32 range of base offset {self.base_offset}",
                         offset=entry.position,
                     )
-                if entry.timestamp > max_timestamp:
-                    max_timestamp, offset_of_max = entry.timestamp, entry.offset
-                if (
-                    indexing
-                    and valid - last_index_position > self.config.index_interval_bytes
-                    and not self.offset_index.is_full()
-                    and not self.time_index.is_full()
-                ):
-                    # The set at `valid` starts right after the previous entry's offset.
-                    indexing = self._index_while_recovering(
-                        lambda: self.offset_index.append(previous_offset + 1, valid),
-                        lambda: self.time_index.maybe_append(max_timestamp, offset_of_max),
+                # The entry starts right after the previous entry's offset (a magic-0/1 wrapper
+                # names its last offset only).
+                length = entry.next_position - entry.position
+                try:
+                    self._add_set(
+                        previous_offset + 1,
+                        length,
+                        entry.timestamp,
+                        entry.offset,
+                        index=indexing,
                     )
-                    last_index_position = valid
-                valid = entry.next_position
+                except OSError as exc:
+                    indexing = self._indexes_refused(exc)
+                    self._add_set(
+                        previous_offset + 1, length, entry.timestamp, entry.offset, index=False
+                    )
                 previous_offset = entry.offset
         except CorruptRecordError as exc:
             reason = str(exc)
         del view
-        if indexing and max_timestamp >= 0:
+        if indexing:
             # Final entry, as a roll writes it: a later clean start reads the max from it.
-            self._index_while_recovering(
-                lambda: self.time_index.maybe_append(
-                    max_timestamp, offset_of_max, skip_full_check=True
-                )
-            )
+            try:
+                self._append_final_time_entry()
+            except OSError as exc:
+                self._indexes_refused(exc)
+        valid = self.size
         if valid < file_size and reason is None:
             reason = f"incomplete entry at byte {valid}"
         truncated = file_size - valid
         if truncated:
             os.truncate(self.log_path, valid)
-        self.size = valid
-        self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max
-        self.bytes_since_last_index_entry = valid - last_index_position
         self.rolling_based_timestamp = None
         return RecoveryResult(valid, truncated, reason)
 
-    def _index_while_recovering(self, *writes: Callable[[], None]) -> bool:
-        """Write index entries during recovery; False when a full disk (or exhausted
-        descriptors) refused one. Both index files are then removed: a start on a full disk
-        serves the segment by scanning it, and the next start finds the indexes missing and
-        rebuilds them, rather than trusting an index without its final entry (whose max
-        timestamp retention and rolling read). A failing disk's error propagates."""
-        try:
-            for write in writes:
-                write()
-        except OSError as exc:
-            if is_disk_failure(exc):
-                raise
-            self.offset_index.delete()
-            self.time_index.delete()
-            logger.warning(
-                "no room for the segment's indexes during recovery; they are rebuilt at the next "
-                "start",
-                segment=self.log_path,
-                error=repr(exc),
-            )
-            return False
-        return True
+    def _indexes_refused(self, exc: OSError) -> bool:
+        """A write of an index entry during recovery failed: False when a full disk (or
+        exhausted descriptors) refused it. Both index files are then removed: a start on a full
+        disk serves the segment by scanning it, and the next start finds the indexes missing
+        and rebuilds them, rather than trusting an index without its final entry (whose max
+        timestamp retention and rolling read). A failing disk's error is re-raised."""
+        if is_disk_failure(exc):
+            raise exc
+        self.offset_index.delete()
+        self.time_index.delete()
+        logger.warning(
+            "no room for the segment's indexes during recovery; they are rebuilt at the next start",
+            segment=self.log_path,
+            error=repr(exc),
+        )
+        return False
 
     def next_offset(self) -> int:
         """The offset after the last entry (base offset when empty), by a scan from the last
@@ -362,6 +354,9 @@ class LogSegment:
         return max(last + 1, self.base_offset)
 
     # -- appending ---------------------------------------------------------------------------
+    # One code path writes a segment's data and its index entries, whoever appends (Kafka's
+    # LogSegment.append): the Log's appends, recovery (``_add_set`` alone: the data is already
+    # there) and the cleaner (``append`` to a ``.cleaned`` segment, storage/cleaner.py).
     def append(
         self,
         first_offset: int,
@@ -369,18 +364,55 @@ class LogSegment:
         offset_of_max_timestamp: int,
         buffer: bytes | bytearray | memoryview,
     ) -> None:
-        """Append a validated message set whose first offset is ``first_offset``; add index
-        entries when index.interval.bytes have passed since the last one (counted before this
-        set, so a segment's first set is never indexed).
+        """Append a validated message set whose first offset is ``first_offset`` at the end of
+        the .log and add its index entries (``_add_set``).
 
         All or nothing: when a write fails (ENOSPC, EIO, EDQUOT) the .log file and both
         indexes are cut back to where they were and the OSError propagates, so a failed append
         leaves no torn tail behind it."""
         position = self.size
+        self._write(buffer, position)
+        try:
+            self._add_set(first_offset, len(buffer), max_timestamp, offset_of_max_timestamp)
+        except BaseException:
+            self._cut(position)
+            raise
+        if position == 0:
+            self.rolling_based_timestamp = max_timestamp
+
+    def _write(self, buffer: Buffer, position: int) -> None:
+        """Write ``buffer`` at ``position`` of the .log, or nothing (a full disk)."""
         _write_all(self.fileno(), buffer, position, undo_to=position)
-        if self.bytes_since_last_index_entry > self.config.index_interval_bytes:
-            # Both entries name this set; written before any field changes, so an undo is the
-            # file and the index entries alone.
+
+    def _cut(self, position: int) -> None:
+        """Undo ``_write``: the .log ends at ``position`` again."""
+        os.ftruncate(self.fileno(), position)
+
+    def _add_set(
+        self,
+        first_offset: int,
+        length: int,
+        max_timestamp: int,
+        offset_of_max_timestamp: int,
+        *,
+        index: bool = True,
+    ) -> None:
+        """Count a set of ``length`` bytes just written at ``self.size`` and index it when due
+        (index.interval.bytes, Kafka's rule): when more than that many bytes were added since
+        the last index entry (counted before this set, so a segment's first set is never
+        indexed) and neither index is full, the offset index maps ``first_offset`` to the set's
+        position and the time index gets the largest timestamp so far, this set's included.
+        ``index`` False (recovery after a full disk refused an entry) only counts.
+
+        The entries are written before any field changes: OSError (a full disk) leaves the
+        segment's fields and the offset index as they were."""
+        position = self.size
+        if (
+            index
+            and self.bytes_since_last_index_entry > self.config.index_interval_bytes
+            and not self.offset_index.is_full()
+            and not self.time_index.is_full()
+        ):
             if max_timestamp > self.max_timestamp:
                 max_ts, max_ts_offset = max_timestamp, offset_of_max_timestamp
             else:
@@ -391,18 +423,24 @@ class LogSegment:
                 self.time_index.maybe_append(max_ts, max_ts_offset)
             except BaseException:
                 self.offset_index.truncate_entries(index_entries)
-                os.ftruncate(self.fileno(), position)
                 raise
             self.bytes_since_last_index_entry = 0
-        if position == 0:
-            self.rolling_based_timestamp = max_timestamp
-        self.size += len(buffer)
+        self.size = position + length
         if max_timestamp > self.max_timestamp:
             self.max_timestamp, self.offset_of_max_timestamp = (
                 max_timestamp,
                 offset_of_max_timestamp,
             )
-        self.bytes_since_last_index_entry += len(buffer)
+        self.bytes_since_last_index_entry += length
+
+    def _append_final_time_entry(self) -> None:
+        """The time index entry of the segment's max timestamp, written when it stops taking
+        appends (roll, close, end of recovery, a cleaned segment), in the slot the time index
+        keeps free for it: a later start reads the max from it without a scan."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(
+                self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
+            )
 
     def _load_rolling_based_timestamp(self) -> None:
         if self.rolling_based_timestamp is None and self.size:
