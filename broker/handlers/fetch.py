@@ -8,9 +8,10 @@ descriptor, which the connection loop sends with os.sendfile and then closes (:f
 the duplicate keeps the bytes readable even if retention deletes the segment meanwhile.
 
 Logs may hold magic 0/1 sets and v2 record batches side by side. Fetch v4+ readers take both as
-stored (sendfile). Older readers get what their version can parse, converted in the worker
-thread from at most the partition's max bytes (so memory stays bounded, KIP-283): v0/v1
-magic 0, v2/v3 magic 1; zstd data below v10 is refused with UNSUPPORTED_COMPRESSION_TYPE, as
+stored (sendfile). Older readers get what their version can parse, converted from at most the
+partition's max bytes (so memory stays bounded, KIP-283) outside the partition lock, in a pool of
+``num.io.threads`` worker threads, by the C extension without the GIL where it is built (the
+event loop keeps serving other clients meanwhile): v0/v1 magic 0, v2/v3 magic 1; zstd data below v10 is refused with UNSUPPORTED_COMPRESSION_TYPE, as
 Kafka does. Fetch sessions (KIP-227, v7+) are kept by broker/fetch_sessions.py: an incremental
 request reads every partition of its session and answers only those with news. With no
 transactions (KIP-98), read_committed (v4+) reads up to the last stable offset and is told the
@@ -57,25 +58,33 @@ def _read(
     max_offset: int | None = None,
 ):
     """Worker thread, under the partition lock: (high_watermark, record_set) where record_set is
-    bytes or a FileRegion owning a dup()ed descriptor."""
+    bytes (still to check and convert with :func:`_convert` when the reader is below v4 or
+    v10) or a FileRegion owning a dup()ed descriptor."""
     data = log.read(offset, max_bytes, min_one_message=min_one, max_offset=max_offset)
     return _records(data, to_magic, zstd_ok)
 
 
 def _records(data, to_magic: int | None, zstd_ok: bool):
-    """:func:`_read`'s answer for FetchData already found; raises UnsupportedCompressionError
-    for zstd data a reader below Fetch v10 cannot take."""
+    """:func:`_read`'s answer for FetchData already found."""
     if data.length == 0:
         return data.high_watermark, b""
     if to_magic is not None or not zstd_ok:
-        raw = data.read_bytes()
-        entries = list(iter_shallow(raw))
-        if not zstd_ok and any(e.magic == 2 and e.codec == Codec.ZSTD for e in entries):
-            raise UnsupportedCompressionError("zstd data needs Fetch v10 or later (KIP-110)")
-        if to_magic is not None and any(e.magic > to_magic for e in entries):
-            raw = convert(raw, to_magic)
-        return data.high_watermark, raw
+        return data.high_watermark, data.read_bytes()
     return data.high_watermark, FileRegion(os.dup(data.fileno), data.position, data.length)
+
+
+def _convert(raw: bytes, to_magic: int | None, zstd_ok: bool) -> bytes:
+    """An io thread, outside the partition lock: ``raw`` as a reader below Fetch v4
+    (``to_magic``) or v10 (no zstd) can parse it. The C extension converts without the GIL
+    (protocol/records.py), so the event loop keeps serving meanwhile. Raises
+    UnsupportedCompressionError for zstd data such a reader cannot take, CorruptRecordError
+    for bad stored bytes."""
+    entries = list(iter_shallow(raw))
+    if not zstd_ok and any(e.magic == 2 and e.codec == Codec.ZSTD for e in entries):
+        raise UnsupportedCompressionError("zstd data needs Fetch v10 or later (KIP-110)")
+    if to_magic is not None and any(e.magic > to_magic for e in entries):
+        return convert(raw, to_magic)
+    return raw
 
 
 def release(body: dict) -> None:
@@ -322,6 +331,20 @@ async def _read_partition(
                 reason=str(exc),
             )
             return ErrorCode.OFFSET_OUT_OF_RANGE, log.high_watermark, start, b"", lso, None
+        except (*STORAGE_FAILURES, CorruptRecordError) as exc:  # a failing disk, bad bytes
+            if not isinstance(exc, OSError):
+                return _corrupt(ctx, log, topic, partition, offset, exc)
+            _read_failed(ctx, log, topic, partition, offset, exc)
+            failure = exc
+    if failure is not None:
+        await ctx.storage_failed(topic, partition, failure)
+        return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b"", -1, None
+    if records and (to_magic is not None or not zstd_ok):
+        # Converted outside the partition lock (appends go on), in num.io.threads' pool.
+        try:
+            records = await trio.to_thread.run_sync(
+                _convert, records, to_magic, zstd_ok, limiter=ctx.io_threads
+            )
         except UnsupportedCompressionError as exc:
             logger.warning(
                 "fetch rejected",
@@ -332,32 +355,30 @@ async def _read_partition(
                 reason=str(exc),
                 action="upgrade the consumer (zstd needs Fetch v10)",
             )
-            return (
-                ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-                log.high_watermark,
-                start,
-                b"",
-                lso,
-                None,
-            )
-        except (*STORAGE_FAILURES, CorruptRecordError) as exc:  # a failing disk, bad bytes
-            if ctx.metrics is not None:
-                ctx.metrics.storage_error(log)
-            logger.error(
-                "fetch read failed",
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                error=repr(exc),
-                action="check the log dir's disk and dump-log --verify",
-            )
-            if not isinstance(exc, OSError):
-                return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b"", -1, None
-            failure = exc
-    if failure is not None:
-        await ctx.storage_failed(topic, partition, failure)
-        return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b"", -1, None
+            return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, hw, start, b"", lso, None
+        except CorruptRecordError as exc:
+            return _corrupt(ctx, log, topic, partition, offset, exc)
     return ErrorCode.NONE, hw, start, records, lso, aborted
+
+
+def _read_failed(ctx, log, topic: str, partition: int, offset: int, exc: Exception) -> None:
+    """Count and log a read that failed on the disk or on bad stored bytes."""
+    if ctx.metrics is not None:
+        ctx.metrics.storage_error(log)
+    logger.error(
+        "fetch read failed",
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        error=repr(exc),
+        action="check the log dir's disk and dump-log --verify",
+    )
+
+
+def _corrupt(ctx, log, topic: str, partition: int, offset: int, exc: Exception):
+    """The answer to a read that found bad stored bytes (logged and counted)."""
+    _read_failed(ctx, log, topic, partition, offset, exc)
+    return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b"", -1, None
 
 
 async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:

@@ -126,10 +126,12 @@ def test_describe_configs_reports_every_topic_name_with_kafkas_defaults():
 
 
 def test_a_static_property_kafka_defines_is_accepted_and_reported():
-    config = BrokerConfig.from_properties([("num.io.threads", "4"), ("log.preallocate", "true")])
+    config = BrokerConfig.from_properties(
+        [("num.network.threads", "4"), ("log.preallocate", "true")]
+    )
     layers = _layers(config)
     broker = {e.name: e for e in broker_entries(layers, per_broker=True)}
-    assert (broker["num.io.threads"].value, broker["num.io.threads"].source) == (
+    assert (broker["num.network.threads"].value, broker["num.network.threads"].source) == (
         "4",
         ConfigSource.STATIC_BROKER_CONFIG,
     )
@@ -137,8 +139,8 @@ def test_a_static_property_kafka_defines_is_accepted_and_reported():
     topic = {e.name: e for e in topic_entries({}, config.topic_config(), layers)}
     assert topic["preallocate"].value == "true"
     assert topic["preallocate"].source == ConfigSource.STATIC_BROKER_CONFIG
-    with pytest.raises(ConfigError, match="num.io.threads"):
-        BrokerConfig.from_properties([("num.io.threads", "0")])  # Kafka's atLeast(1)
+    with pytest.raises(ConfigError, match="num.network.threads"):
+        BrokerConfig.from_properties([("num.network.threads", "0")])  # Kafka's atLeast(1)
     with pytest.raises(ConfigError, match="no.such.property"):
         BrokerConfig.from_properties([("no.such.property", "1")])
 

@@ -19,15 +19,20 @@ pytestmark = local_brokers_only
 
 def test_kafka_properties_are_kept_reported_and_named_in_the_log(tmp_path):
     broker = BrokerProcess(
-        tmp_path, {"num.io.threads": "4", "log.preallocate": "true", "delete.topic.enable": "true"}
+        tmp_path,
+        {"num.network.threads": "4", "log.preallocate": "true", "delete.topic.enable": "true"},
     ).start()
     try:
         (line,) = log_entries(broker, "Kafka properties accepted but not acted on")
-        assert line["properties"] == ["delete.topic.enable", "log.preallocate", "num.io.threads"]
+        assert line["properties"] == [
+            "delete.topic.enable",
+            "log.preallocate",
+            "num.network.threads",
+        ]
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         (future,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
         configs = future.result(30)
-        io_threads = configs["num.io.threads"]
+        io_threads = configs["num.network.threads"]
         assert (io_threads.value, io_threads.source) == (
             "4",
             ConfigSource.STATIC_BROKER_CONFIG.value,

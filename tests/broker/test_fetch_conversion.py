@@ -1,0 +1,163 @@
+"""Fetch down-conversion beside the loop (issue #33): a Fetch v2 reader's conversion runs outside
+the partition lock in num.io.threads' pool, so a produce to the same partition is answered
+while it is in progress, and no more conversions run at once than the pool allows."""
+
+from __future__ import annotations
+
+import threading
+
+import trio
+from kafka.record.memory_records import MemoryRecords
+from trio.testing import wait_all_tasks_blocked
+
+from broker.config import BrokerConfig
+from broker.handlers import HANDLERS, fetch as fetch_module
+from broker.server import open_context
+from protocol import ApiKey, MessageSetBuilder, Request, RequestHeader
+from protocol.records import Codec
+from protocol.schemas import decode_request_body, encode_request_body
+
+
+def request(api_key: ApiKey, version: int, body: dict) -> Request:
+    raw = encode_request_body(api_key, version, body)
+    return Request(
+        RequestHeader(api_key, version, 1, "test"),
+        decode_request_body(api_key, version, raw, 0, len(raw)),
+    )
+
+
+def config(tmp_path, **props) -> BrokerConfig:
+    pairs = [("log.dirs", str(tmp_path)), ("listeners", "PLAINTEXT://127.0.0.1:0")]
+    return BrokerConfig.from_properties(pairs + list(props.items()))
+
+
+def batch(n: int, tag: bytes, codec: Codec = Codec.LZ4) -> bytes:
+    builder = MessageSetBuilder(magic=2, codec=codec)
+    for i in range(n):
+        builder.append(tag + b"-%d" % i, key=b"k%d" % i, timestamp=1_700_000_000_000 + i)
+    return builder.build()
+
+
+async def produce(ctx, topic: str, partition: int, records: bytes) -> int:
+    body = {
+        "acks": 1,
+        "timeout_ms": 1000,
+        "topic_data": [
+            {"name": topic, "partition_data": [{"index": partition, "records": records}]}
+        ],
+    }
+    answer = await HANDLERS[ApiKey.PRODUCE](ctx, request(ApiKey.PRODUCE, 3, body))
+    part = answer["responses"][0]["partition_responses"][0]
+    assert part["error_code"] == 0
+    return part["base_offset"]
+
+
+async def fetch_v2(ctx, topic: str, partition: int) -> bytes:
+    body = {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {"partition": partition, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                ],
+            }
+        ],
+    }
+    answer = await HANDLERS[ApiKey.FETCH](ctx, request(ApiKey.FETCH, 2, body))
+    part = answer["responses"][0]["partitions"][0]
+    assert part["error_code"] == 0
+    return part["records"]
+
+
+def kafka_python_read(raw: bytes) -> list[tuple]:
+    """(offset, key, value, magic) of every message, as kafka-python's consumer reads them."""
+    records, out = MemoryRecords(raw), []
+    while records.has_next():
+        batch = records.next_batch()
+        out += [(r.offset, r.key, r.value, batch.magic) for r in batch]
+    return out
+
+
+class GatedConvert:
+    """fetch's convert, held in its worker thread until ``release`` is set; counts how many
+    conversions are inside at once."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.inside = self.most = 0
+        self.entered = trio.Semaphore(0, max_value=100)
+        self.token = trio.lowlevel.current_trio_token()
+
+    def __call__(self, raw, to_magic):
+        with self.lock:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        trio.from_thread.run_sync(self.entered.release, trio_token=self.token)
+        try:
+            self.release.wait(60)
+            return fetch_module.convert_unpatched(raw, to_magic)
+        finally:
+            with self.lock:
+                self.inside -= 1
+
+
+async def test_a_produce_to_the_partition_is_answered_while_its_conversion_runs(
+    tmp_path, monkeypatch
+):
+    ctx = await open_context(config(tmp_path))
+    await ctx.create_topic("t", 1)
+    await produce(ctx, "t", 0, batch(500, b"old"))
+    gate = GatedConvert()
+    monkeypatch.setattr(fetch_module, "convert_unpatched", fetch_module.convert, raising=False)
+    monkeypatch.setattr(fetch_module, "convert", gate)
+    converted: dict[str, bytes] = {}
+
+    async def old_reader():
+        converted["raw"] = await fetch_v2(ctx, "t", 0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(old_reader)
+        await gate.entered.acquire()  # the conversion is in progress, held in its thread
+        assert await produce(ctx, "t", 0, batch(3, b"new", Codec.NONE)) == 500
+        assert gate.inside == 1 and "raw" not in converted
+        gate.release.set()
+    got = kafka_python_read(converted["raw"])
+    assert got == [(i, b"k%d" % i, b"old-%d" % i, 1) for i in range(500)]
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+async def test_no_more_conversions_run_at_once_than_num_io_threads(tmp_path, monkeypatch):
+    ctx = await open_context(config(tmp_path, **{"num.io.threads": "2"}))
+    await ctx.create_topic("t", 5)
+    for p in range(5):
+        await produce(ctx, "t", p, batch(50, b"p%d" % p))
+    gate = GatedConvert()
+    monkeypatch.setattr(fetch_module, "convert_unpatched", fetch_module.convert, raising=False)
+    monkeypatch.setattr(fetch_module, "convert", gate)
+    answers: dict[int, bytes] = {}
+
+    async def reader(p: int):
+        answers[p] = await fetch_v2(ctx, "t", p)
+
+    async with trio.open_nursery() as nursery:
+        for p in range(5):
+            nursery.start_soon(reader, p)
+        for _ in range(2):
+            await gate.entered.acquire()
+        # The other three read their data (in trio's own threads), then queue for the pool.
+        while ctx.io_threads.statistics().tasks_waiting < 3:
+            await wait_all_tasks_blocked()
+            await trio.sleep(0.01)
+        assert ctx.io_threads.statistics().borrowed_tokens == 2
+        assert gate.inside == 2 and not answers
+        gate.release.set()
+    assert gate.most == 2
+    for p in range(5):
+        assert kafka_python_read(answers[p]) == [
+            (i, b"k%d" % i, b"p%d-%d" % (p, i), 1) for i in range(50)
+        ]
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
