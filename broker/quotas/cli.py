@@ -69,7 +69,7 @@ def describe(client: BrokerConnection, parts: list[tuple[str, str | None]]) -> s
     lines = []
     for entry in body.entries or ():
         entity = [(e.entity_type, e.entity_name) for e in entry.entity]
-        values = ", ".join(f"{v.key}={_number(v.value)}" for v in entry.values)
+        values = ", ".join(f"{v.key}={_number(v.value)}" for v in entry["values"])
         lines.append(f"Quota configs for {_show(entity)} are {values}")
     return (
         "\n".join(lines)
