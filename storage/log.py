@@ -1,5 +1,11 @@
 """A partition's log: an ordered list of segments in ``<log.dir>/<topic>-<partition>/``.
 
+Split as Kafka splits it: opening the directory and recovery are storage/log_loader.py
+(Kafka's LogLoader), which segments retention deletes is storage/retention.py, one segment's
+files (and the one code path writing their data and indexes) storage/segment.py; this module
+is the log itself (Kafka's UnifiedLog with its LocalLog): appends with their producer state,
+rolls, reads, truncation, the deletion of segments, flushing and closing.
+
 Invariants: segments are sorted by base offset and never empty as a list; only the last one
 (the active segment) is appended to; ``log_end_offset`` is the offset the next appended set must
 start at; ``recovery_point`` <= ``log_end_offset`` and everything below it has been fsynced.
@@ -35,7 +41,6 @@ from protocol.records import LOG_OVERHEAD, check_entry, first_offset, iter_shall
 from storage.durable import fsync_dir, write_atomically
 from storage.config import INT_MAX, LogConfig
 from storage.errors import (
-    CorruptIndexError,
     InconsistentTopicIdError,
     InvalidAppendError,
     InvalidTopicError,
@@ -52,9 +57,9 @@ from storage.layout import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     parse_partition_dir,
-    parse_segment_file,
     segment_path,
 )
+from storage.log_loader import LogLoader, ensure_indexes, recovery_size_limit
 from storage.leader_epoch import CorruptEpochCheckpointError, LeaderEpochCache
 from storage.producer_state import (
     SNAPSHOT_SUFFIX,
@@ -64,6 +69,7 @@ from storage.producer_state import (
     ProducerAppendInfo,
     ProducerStateManager,
 )
+from storage.retention import RetentionChecks, deletable_segments, size_breach
 from storage.segment import LogSegment, TimestampOffset
 from storage.txn_index import AbortedTxn
 
@@ -171,18 +177,19 @@ class Log:
         self.config = config
         self._clock = clock
         self._rng = rng or _JITTER_RNG
+        # loaded below (storage/log_loader.py)
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         # (due time ms, segment renamed to .deleted) awaiting physical removal.
         self._pending_deletes: list[tuple[int, LogSegment]] = []
-        self._reported_pins: set[tuple[int, int]] = set()
+        self._retention = RetentionChecks(self.topic, self.partition)
         # Inactive segments whose .log descriptor a read opened, least recently read first.
         self._open_inactive: list[LogSegment] = []
         # first offset -> (position, first entry bytes) of the last RECENT_SETS sets appended to
         # _recent_segment (the active segment when it was filled; emptied on truncation).
         self._recent_sets: dict[int, tuple[int, int]] = {}
         self._producers = ProducerStateManager(self.name)  # loaded below: _load_producer_state
-        # The lowest base offset of the segments whose .txnindex recovery emptied or found
+        # The lowest base offset of the segments whose .txnindex loading emptied or found
         # damaged: the producer state is replayed from there to rebuild them.
         self._txn_rebuild_from: int | None = None
         self._recent_segment: LogSegment | None = None
@@ -196,10 +203,17 @@ class Log:
         self.truncations = 0
         os.makedirs(directory, exist_ok=True)
         self.leader_epochs = LeaderEpochCache(directory)
-        self._load_segments()
+        loaded = LogLoader(
+            directory,
+            self.topic,
+            self.partition,
+            config,
+            lambda base, create: self._new_segment(base, create=create),
+        ).load(recovery_point, needs_recovery)
+        self._segments = loaded.segments
+        self._bases = [segment.base_offset for segment in loaded.segments]
+        self._txn_rebuild_from = loaded.txn_rebuild_from
         self.recovery_point = recovery_point
-        if needs_recovery:
-            self._recover()
         active = self.active_segment
         self._ensure_index(active)
         # Its max timestamp came from recovery, or from the final time index entry written
@@ -318,13 +332,6 @@ class Log:
     def unflushed_messages(self) -> int:
         return self.log_end_offset - self.recovery_point
 
-    @property
-    def _recovery_size_limit(self) -> int:
-        """Largest message size recovery accepts. Kafka uses max.message.bytes, so lowering
-        that config turns older, larger messages into "corruption" and truncates them; a message
-        can never exceed segment.bytes, and the CRC catches real damage, so we allow either."""
-        return max(self.config.max_message_bytes, self.config.segment_bytes)
-
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"log {self.name} in {self.directory} is closed")
@@ -343,148 +350,9 @@ class Log:
             create=create,
         )
 
-    # -- loading and recovery ----------------------------------------------------------------
-    def _load_segments(self) -> None:
-        for action in swap.recover(self.directory):
-            logger.info(
-                "recovered an interrupted segment swap or delete",
-                topic=self.topic,
-                partition=self.partition,
-                action=action,
-            )
-        names = os.listdir(self.directory)
-        bases: set[int] = set()
-        index_files: list[tuple[int, str]] = []
-        for name in names:
-            path = os.path.join(self.directory, name)
-            parsed = parse_segment_file(name)
-            if parsed is None:
-                continue
-            base, suffix = parsed
-            if suffix == LOG_SUFFIX:
-                bases.add(base)
-            else:
-                index_files.append((base, path))
-        for base, path in index_files:
-            if base not in bases:
-                logger.info(
-                    "removing index without a log file",
-                    topic=self.topic,
-                    partition=self.partition,
-                    file=path,
-                )
-                os.unlink(path)
-        ordered = sorted(bases)
-        txn_indexes = {base for base, path in index_files if path.endswith(TXN_INDEX_SUFFIX)}
-        for base in ordered:
-            segment = self._new_segment(base, create=False)
-            self._check_indexes(segment, active=base == ordered[-1])
-            if base in txn_indexes:
-                self._check_txn_index(segment)
-            self._segments.append(segment)
-            self._bases.append(base)
-        if not self._segments:
-            self._segments.append(self._new_segment(0, create=True))
-            self._bases.append(0)
-            fsync_dir(self.directory)
-
-    def _check_indexes(self, segment: LogSegment, *, active: bool) -> None:
-        """Sanity-check the indexes from their first and last entries and set the max timestamp
-        from the time index; a missing or implausible index is rebuilt. The active segment's
-        indexes are loaded (appends need them); an inactive segment's are read entry by entry
-        and left on disk until a lookup needs them."""
-        try:
-            if active:
-                segment.offset_index.load()
-                segment.time_index.load()
-            segment.sanity_check()
-            segment.load_max_timestamp_from_index()
-            if not active:
-                segment.offset_index.close()
-                segment.time_index.close()
-        except CorruptIndexError as exc:
-            self._rebuild_indexes(segment, str(exc))
-
-    def _check_txn_index(self, segment: LogSegment) -> None:
-        """Read a .txnindex; a damaged one is emptied and rebuilt by the producer state
-        replay."""
-        try:
-            segment.txn_index.sanity_check()
-        except CorruptIndexError as exc:
-            logger.warning(
-                "transaction index damaged; rebuilding it from the log",
-                topic=self.topic,
-                partition=self.partition,
-                segment=segment.base_offset,
-                reason=str(exc),
-            )
-            self._rebuild_txn_index(segment)
-
-    def _rebuild_txn_index(self, segment: LogSegment) -> None:
-        segment.txn_index.reset()
-        if self._txn_rebuild_from is None or segment.base_offset < self._txn_rebuild_from:
-            self._txn_rebuild_from = segment.base_offset
-
+    # -- loading (storage/log_loader.py) ----------------------------------------------------
     def _ensure_index(self, segment: LogSegment) -> None:
-        """Load an inactive segment's indexes for a lookup, checking every entry; rebuild them
-        if they fail now."""
-        if segment.offset_index.is_loaded and segment.time_index.is_loaded:
-            return
-        try:
-            segment.offset_index.load()
-            segment.time_index.load()
-            segment.sanity_check()
-        except CorruptIndexError as exc:
-            self._rebuild_indexes(segment, str(exc))
-
-    def _rebuild_indexes(self, segment: LogSegment, why: str) -> None:
-        result = segment.recover(self._recovery_size_limit)
-        logger.warning(
-            "rebuilt segment indexes from the log",
-            topic=self.topic,
-            partition=self.partition,
-            segment=segment.base_offset,
-            reason=why,
-            scanned_bytes=result.valid_bytes + result.truncated_bytes,
-            truncated_bytes=result.truncated_bytes,
-            truncation_reason=result.reason,
-        )
-
-    def _recover(self) -> None:
-        start = self._segment_index(self.recovery_point)
-        scanned = truncated = 0
-        dropped: list[int] = []
-        reason = None
-        for i in range(start, len(self._segments)):
-            segment = self._segments[i]
-            result = segment.recover(self._recovery_size_limit)
-            self._rebuild_txn_index(segment)  # Kafka's LogSegment.recover rebuilds it too
-            scanned += result.valid_bytes + result.truncated_bytes
-            if i < len(self._segments) - 1:
-                segment.flush()
-                segment.offset_index.close()
-                segment.time_index.close()
-            if result.truncated_bytes:
-                truncated = result.truncated_bytes
-                reason = f"segment {segment.base_offset}: {result.reason}"
-                for later in self._segments[i + 1 :]:
-                    truncated += later.size
-                    dropped.append(later.base_offset)
-                    later.delete_files()
-                del self._segments[i + 1 :]
-                del self._bases[i + 1 :]
-                break
-        logger.info(
-            "log recovered after unclean shutdown",
-            topic=self.topic,
-            partition=self.partition,
-            recovery_point=self.recovery_point,
-            scanned_segments=len(self._segments) - start,
-            scanned_bytes=scanned,
-            truncated_bytes=truncated,
-            truncation_reason=reason,
-            deleted_segments=dropped,
-        )
+        ensure_indexes(segment, self.config, self.topic, self.partition)
 
     # -- appending ---------------------------------------------------------------------------
     def append(self, validated: ValidatedRecords) -> AppendResult:
@@ -675,7 +543,7 @@ class Log:
         InvalidTxnStateError for a non-transactional batch of a producer in a transaction,
         OSError as :meth:`append` does (what was appended before it stays)."""
         self._check_open()
-        limit = self._recovery_size_limit
+        limit = recovery_size_limit(self.config)
         first = last = -1
         count = size = 0
         rolled: int | None = None
@@ -1230,7 +1098,7 @@ class Log:
             log_start_offset=offset,
         )
 
-    # -- retention ---------------------------------------------------------------------------
+    # -- retention (storage/retention.py decides which segments) -----------------------------
     def delete_expired_segments(self, now_ms: int) -> int:
         """Delete the segments wholly below the log start offset (moved by DeleteRecords), then,
         when cleanup.policy includes delete, apply retention.ms (on each segment's largest
@@ -1243,22 +1111,16 @@ class Log:
             deleted += self.delete_segments_before(self._log_start_offset, now_ms)
         if not self.config.delete:
             return deleted
-        if self.config.retention_ms >= 0:
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
             deleted += self._delete_old_segments(
-                lambda segment: self._time_expired(segment, now_ms), now_ms, "retention.ms"
+                lambda segment: self._retention.time_expired(segment, now_ms, retention_ms),
+                now_ms,
+                "retention.ms",
             )
-        if self.config.retention_bytes >= 0:
-            excess = self.size - self.config.retention_bytes
-
-            def over_size(segment: LogSegment) -> bool:
-                nonlocal excess
-                if excess - segment.size >= 0:
-                    excess -= segment.size
-                    return True
-                return False
-
-            if excess > 0:
-                deleted += self._delete_old_segments(over_size, now_ms, "retention.bytes")
+        over_size = size_breach(self.size, self.config.retention_bytes)
+        if over_size is not None:
+            deleted += self._delete_old_segments(over_size, now_ms, "retention.bytes")
         return deleted
 
     def delete_segments_before(self, offset: int, now_ms: int) -> int:
@@ -1295,42 +1157,12 @@ class Log:
         self._delete_producer_snapshots(lambda snapshot: snapshot >= self.log_start_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
 
-    def _time_expired(self, segment: LogSegment, now_ms: int) -> bool:
-        largest = segment.largest_timestamp
-        if now_ms - largest > self.config.retention_ms:
-            return True
-        if (
-            segment.size
-            and largest > now_ms
-            and (segment.base_offset, largest) not in self._reported_pins
-        ):
-            self._reported_pins.add((segment.base_offset, largest))
-            logger.warning(
-                "segment timestamp is in the future; time retention cannot delete "
-                "it or any later segment until then (check producer clocks and "
-                "timestamp units)",
-                topic=self.topic,
-                partition=self.partition,
-                segment=segment.base_offset,
-                largest_timestamp=largest,
-                now=now_ms,
-            )
-        return False
-
     def _delete_old_segments(
         self, predicate: Callable[[LogSegment], bool], now_ms: int, reason: str
     ) -> int:
-        deletable = []
-        bases = self._bases
-        for i, segment in enumerate(self._segments):
-            if not predicate(segment):
-                break
-            if segment is self.active_segment and segment.size == 0:
-                break
-            # Only what every replica holds (Kafka's deletableSegments: below the high watermark)
-            if (bases[i + 1] if i + 1 < len(bases) else self.log_end_offset) > self.high_watermark:
-                break
-            deletable.append(segment)
+        deletable = deletable_segments(
+            self._segments, self._bases, self.log_end_offset, self.high_watermark, predicate
+        )
         if not deletable:
             return 0
         if len(deletable) == len(self._segments):
