@@ -345,13 +345,15 @@ class TransactionCoordinator:
         next_abort = next_expiry = self._ctx.clock()
         while True:
             now = self._ctx.clock()
-            if self.active and now >= next_abort:
+            # The deadlines move on while inactive too: else this loop spins at sleep(0).
+            if now >= next_abort:
                 next_abort = now + abort_every
-                for transit in self.machine.timed_out(now):
+                for transit in self.machine.timed_out(now) if self.active else ():
                     await self._abort_timed_out(transit)
-            if self.active and now >= next_expiry:
+            if now >= next_expiry:
                 next_expiry = now + expire_every
-                for transit in self.machine.expired(now, cfg.transactional_id_expiration_ms):
+                expiry = cfg.transactional_id_expiration_ms
+                for transit in self.machine.expired(now, expiry) if self.active else ():
                     async with self._lock(transit.to.transactional_id):
                         await self._store(transit)
             await trio.sleep(max(0, min(next_abort, next_expiry) - now) / 1000)
