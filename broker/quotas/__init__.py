@@ -82,11 +82,9 @@ class ClientQuotas:
         self.file_store: FileQuotaStore | None = FileQuotaStore(config.log_dirs[0])
         self.zk_store: ZkQuotaStore | None = None
         self.lock = trio.Lock()
-
-    @property
-    def enabled(self) -> bool:
-        """Whether any quota was set since the start (else the request path skips quotas)."""
-        return any(m.enabled for m in self.managers.values())
+        # Whether any quota was set since the start: the request path skips quotas until then
+        # (one attribute read per request).
+        self.enabled = False
 
     # -- loading and following changes ---------------------------------------------------------
     def load_file(self) -> None:
@@ -131,6 +129,7 @@ class ClientQuotas:
             if bound is None and before.get(kind.config_key) is None:
                 continue
             manager.update(entity, bound)
+            self.enabled = self.enabled or manager.enabled
         changed = {k: kept.get(k) for k in QUOTA_CONFIG_TYPES if kept.get(k) != before.get(k)}
         if changed and not quiet:
             logger.info("client quotas changed", entity=entity_path(entity), quotas=changed)
