@@ -248,18 +248,27 @@ def _transaction_errors(target: Target, transactional_id: str, topic: str) -> tu
     producer = Producer(
         {**target.conf("alice"), "transactional.id": transactional_id, "message.timeout.ms": 10000}
     )
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    producer.produce(topic, b"in-a-transaction")
+    # confluent-kafka's exceptions keep their tracebacks out of the garbage collector's sight:
+    # a traceback kept anywhere keeps these frames, and the clients they hold, alive and
+    # reconnecting to the stopped broker for the rest of the run. So each is dropped at once.
     try:
-        producer.commit_transaction(30)
-    except KafkaException as exc:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, b"in-a-transaction")
+        try:
+            producer.commit_transaction(30)
+            return ()
+        except KafkaException as exc:
+            exc.__traceback__ = None
+            failed = exc.args[0].code()
         try:
             producer.abort_transaction(30)
+            return failed, None
         except KafkaException as abort:
-            return exc.args[0].code(), abort.args[0].code()
-        return exc.args[0].code(), None
-    return ()
+            abort.__traceback__ = abort.__context__ = None
+            return failed, abort.args[0].code()
+    finally:
+        del producer
 
 
 def test_transactions_under_acls(target):
@@ -288,9 +297,12 @@ def test_transactions_under_acls(target):
         KafkaError.TOPIC_AUTHORIZATION_FAILED,
         KafkaError.INVALID_TXN_STATE,
     )
+    refused_producer = Producer({**target.conf("alice"), "transactional.id": f"other-{tid}"})
     with pytest.raises(KafkaException) as refused:
-        Producer({**target.conf("alice"), "transactional.id": f"other-{tid}"}).init_transactions(30)
-    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        refused_producer.init_transactions(30)
+    code = refused.value.args[0].code()
+    del refused_producer, refused  # see _transaction_errors
+    assert code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     with target.wire("admin") as client:
         body = {
             "replica_id": -1,
