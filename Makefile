@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: screenshots install install-test kafka-jvm kcat openssl chromium prometheus zookeeper burrow faketime node-deps build-deps run test test-pure lint bench compose-test clean docker-compose
+.PHONY: screenshots install install-test kafka-jvm kcat openssl chromium prometheus zookeeper burrow faketime node-deps build-deps run test test-unit test-pure lint bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -108,6 +108,11 @@ run: install
 
 test: install-test
 	$(BIN)/python -m pytest -q --durations=25
+
+# The fast loop while working: tests that start no process and are not long fuzz runs
+# (markers set by tests/conftest.py).
+test-unit: install-test
+	$(BIN)/python -m pytest -q -m "unit and not slow"
 
 # Lint and types (pyproject.toml's [tool.ruff] and [tool.mypy]).
 lint: install-test

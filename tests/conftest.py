@@ -38,6 +38,39 @@ REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 
+# Where a test runs, for -m selections (markers registered in pyproject.toml).
+PROCESS_DIRS = {"integration", "cluster", "faults", "oracle", "spark", "docker"}
+PROCESS_FIXTURES = {"broker", "broker_factory", "broker_with_defaults", "zookeeper", "kafka_oracle"}
+SPECIFIC_MARKERS = {"cluster": "cluster", "spark": "spark"}
+# Property-based and fuzz runs of several seconds a case: in make test, not in make test-unit.
+SLOW_FILES = {
+    "test_wire_fuzz.py",
+    "test_kafka_python_wire.py",
+    "test_records_fuzz.py",
+    "test_stateful.py",
+    "test_cleaner_stateful.py",
+    "test_admin_fuzz.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks every test unit or process, cluster or spark by its directory, slow by its file."""
+    tests_dir = REPO / "tests"
+    for item in items:
+        parts = Path(str(item.fspath)).resolve().relative_to(tests_dir).parts
+        top = parts[0] if len(parts) > 1 else ""
+        if top in SPECIFIC_MARKERS:
+            item.add_marker(SPECIFIC_MARKERS[top])
+        starts_processes = (
+            top in PROCESS_DIRS
+            or parts[-1] == "test_install.py"
+            or not PROCESS_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+            or item.get_closest_marker("kafka_oracle") is not None
+        )
+        item.add_marker("process" if starts_processes else "unit")
+        if parts[-1] in SLOW_FILES:
+            item.add_marker("slow")
+
 
 def api_versions_ok(host: str, port: int, timeout: float = 1.0) -> bool:
     """True when host:port answers an ApiVersions v0 request with error code 0."""
