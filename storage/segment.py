@@ -277,6 +277,7 @@ class LogSegment:
         previous_offset = self.base_offset - 1
         reason = None
         indexing = True  # until a full disk refuses an index entry
+        add_set = self._add_set  # bound once: it runs for every entry
         try:
             for entry in iter_shallow(view):
                 check_entry(view, entry, max_message_bytes)
@@ -296,18 +297,10 @@ class LogSegment:
                 # names its last offset only).
                 length = entry.next_position - entry.position
                 try:
-                    self._add_set(
-                        previous_offset + 1,
-                        length,
-                        entry.timestamp,
-                        entry.offset,
-                        index=indexing,
-                    )
+                    add_set(previous_offset + 1, length, entry.timestamp, entry.offset, indexing)
                 except OSError as exc:
                     indexing = self._indexes_refused(exc)
-                    self._add_set(
-                        previous_offset + 1, length, entry.timestamp, entry.offset, index=False
-                    )
+                    add_set(previous_offset + 1, length, entry.timestamp, entry.offset, False)
                 previous_offset = entry.offset
         except CorruptRecordError as exc:
             reason = str(exc)
@@ -394,7 +387,6 @@ class LogSegment:
         length: int,
         max_timestamp: int,
         offset_of_max_timestamp: int,
-        *,
         index: bool = True,
     ) -> None:
         """Count a set of ``length`` bytes just written at ``self.size`` and index it when due
