@@ -183,19 +183,26 @@ class ValidatedRecords:
 @dataclass(frozen=True, slots=True)
 class Rejected:
     """The whole set is refused with ``error``; ``reason`` says what was wrong for a person
-    (the broker adds topic and partition)."""
+    (the broker adds topic and partition). ``record_errors``: KIP-467's (index of the record in
+    its batch, what is wrong with it) for every refused record of the batch that failed, as
+    Kafka's LogValidator lists them, so a client can tell the bad records from the rest (Produce
+    v8+ answers them); empty when the set failed as a whole."""
 
     error: ErrorCode
     reason: str
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 class _RejectError(Exception):
     """Raised inside the validator to abandon the set; turned into :class:`Rejected`."""
 
-    def __init__(self, error: ErrorCode, reason: str) -> None:
+    def __init__(
+        self, error: ErrorCode, reason: str, record_errors: tuple[tuple[int, str], ...] = ()
+    ) -> None:
         super().__init__(reason)
         self.error = error
         self.reason = reason
+        self.record_errors = record_errors
 
 
 _EMPTY = ValidatedRecords(b"", -1, -1, NO_TIMESTAMP, -1, -1, 0)
@@ -296,7 +303,7 @@ def validate_produce(
             return _messages_kept(mv, entries, job)
         return _checked_then_kept_or_converted(mv, entries, job)
     except _RejectError as exc:
-        return Rejected(exc.error, exc.reason)
+        return Rejected(exc.error, exc.reason, exc.record_errors)
     except CorruptRecordError as exc:
         return Rejected(ErrorCode.CORRUPT_MESSAGE, str(exc))
     except _Declined:
@@ -493,9 +500,12 @@ def _reject(where: str, violation: tuple[ErrorCode, str]) -> _RejectError:
 def _batch_records(
     mv: memoryview, entry: ShallowEntry, job: _Job, where: str
 ) -> tuple[rb.BatchHeader, list[rb.Record]]:
-    """One v2 batch's records, each checked as Kafka 3.9's LogValidator does."""
+    """One v2 batch's records, each checked as Kafka 3.9's LogValidator does: every record
+    breaking a per-record rule is listed (KIP-467) before the batch is refused, with
+    INVALID_TIMESTAMP when any of them has a bad timestamp, else INVALID_RECORD."""
     header = rb.read_header(mv, entry.position)
     records = rb.iter_records(mv, entry.position, header)
+    refused: list[tuple[int, ErrorCode, str]] = []
     for i, r in enumerate(records):
         if r.offset_delta != i:
             raise _RejectError(
@@ -504,13 +514,25 @@ def _batch_records(
             )
         bad = _violation(job, header.base_timestamp + r.timestamp_delta, r.key is None, True)
         if bad:
-            raise _reject(f"{where}: record {i}", bad)
+            refused.append((i, *bad))
+            continue
         if r.headers and job.settings.magic < 2:
             raise _RejectError(
                 ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
                 f"{where}: record {i} has headers, which message format magic "
                 f"{job.settings.magic} (message.format.version) cannot store",
             )
+    if refused:
+        errors = tuple((i, f"record {i} {what}") for i, _, what in refused)
+        shown = "; ".join(what for _, what in errors[:3])
+        raise _RejectError(
+            ErrorCode.INVALID_TIMESTAMP
+            if any(code == ErrorCode.INVALID_TIMESTAMP for _, code, _ in refused)
+            else ErrorCode.INVALID_RECORD,
+            f"{where}: {len(refused)} of its {len(records)} records refused"
+            + (f" (the first three: {shown})" if len(refused) > 3 else f": {shown}"),
+            errors,
+        )
     return header, records
 
 

@@ -8,9 +8,10 @@ INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, DUPLICATE_SEQUENCE_NUMBER).
 
 v3+ carry exactly one record batch (magic 2) per partition; older versions message sets of magic
 0/1 (or batches). The validator converts to the topic's format. v5+ answers with the log start
-offset, v8+ with the reason of a rejection (error_message). v13 (KIP-516) names topics by id, as
-Fetch v13+ does: an id no topic has answers UNKNOWN_TOPIC_ID for each of its partitions, and the
-answer names the topic by the same id.
+offset, v8+ with the reason of a rejection (error_message) and the refused records of the batch
+(KIP-467 record_errors: index in the batch and why, as Kafka lists them). v13 (KIP-516) names
+topics by id, as Fetch v13+ does: an id no topic has answers UNKNOWN_TOPIC_ID for each of its
+partitions, and the answer names the topic by the same id.
 
 Validation and append of one partition run while holding the partition's lock, so offsets
 assigned by the validator are exactly the log end offset at append time. A set whose validation
@@ -150,6 +151,7 @@ class _Answer(NamedTuple):
     log_start_offset: int = -1
     message: str | None = None
     last_offset: int = -1  # what an acks=all produce waits for, in a cluster
+    record_errors: tuple[tuple[int, str], ...] = ()  # KIP-467, answered at v8+
 
 
 def _storage_error(version: int, message: str) -> _Answer:
@@ -275,6 +277,7 @@ async def _produce_partition(
             result.reason,
             log_start_offset=start,
             message=result.reason,
+            record_errors=result.record_errors,
         )
     if isinstance(result, Duplicate):
         # A producer's retry of a batch already stored: its original offsets, nothing stored.
@@ -474,6 +477,10 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
                     "log_append_time_ms": answer.log_append_time,
                     "log_start_offset": answer.log_start_offset,
                     "error_message": answer.message if answer.error else None,
+                    "record_errors": [
+                        {"batch_index": index, "batch_index_error_message": message}
+                        for index, message in answer.record_errors
+                    ],
                 }
             )
         responses.append(

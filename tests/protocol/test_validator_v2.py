@@ -155,6 +155,30 @@ def test_control_batches_and_transactions_without_a_producer_are_refused():
     assert "no producer id" in rejected(bytes(orphan), ErrorCode.INVALID_RECORD)
 
 
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.LZ4])
+def test_every_refused_record_of_a_batch_is_listed_as_kafka_lists_them(codec):
+    """KIP-467: 100 records into a compacted topic, 10 of them keyless (librdkafka's 0011): the
+    batch is refused with INVALID_RECORD and record_errors naming exactly those 10 by their
+    index in the batch; with one bad timestamp among them the error is INVALID_TIMESTAMP."""
+    keyless = set(range(5, 100, 10))
+    records = [(NOW, None if i in keyless else b"k%d" % i, b"v", []) for i in range(100)]
+    compacted = TopicSettings(magic=2, compacted=True, timestamp_before_max_ms=60_000)
+    result = validate_produce(kp_batch(codec, records), compacted, next_offset=0, now_ms=NOW)
+    assert isinstance(result, Rejected) and result.error == ErrorCode.INVALID_RECORD
+    assert [index for index, _ in result.record_errors] == sorted(keyless)
+    assert all("null key" in why for _, why in result.record_errors)
+    assert "10 of its 100 records refused" in result.reason
+    records[7] = (NOW - 120_000, b"k7", b"v", [])  # older than before.max.ms allows
+    result = validate_produce(kp_batch(codec, records), compacted, next_offset=0, now_ms=NOW)
+    assert isinstance(result, Rejected) and result.error == ErrorCode.INVALID_TIMESTAMP
+    assert [index for index, _ in result.record_errors] == sorted(keyless | {7})
+    # a set refused as a whole names no record
+    bad_crc = bytearray(kp_batch(codec, records))
+    bad_crc[-1] ^= 0xFF
+    whole = validate_produce(bytes(bad_crc), compacted, next_offset=0, now_ms=NOW)
+    assert isinstance(whole, Rejected) and whole.record_errors == ()
+
+
 def test_structure_rules():
     compacted = TopicSettings(magic=2, compacted=True)
     assert "null key" in rejected(kp_batch(), ErrorCode.INVALID_RECORD, compacted)
