@@ -510,13 +510,19 @@ async def send_response(stream: trio.abc.Stream, chunks: list[Any]) -> None:
     """Write response chunks in order. FileRegions up to INLINE_REGION_BYTES are read (pread)
     into the buffer, so a small fetch answer is one send rather than three syscalls and three
     TCP segments (header, sendfile, the tagged fields after the records); larger ones go by
-    os.sendfile. (TCP_CORK around the pieces was tried: reads that needed the disk then stalled
+    os.sendfile, and larger bytes (down-converted records) are sent as they are. (TCP_CORK around the pieces was tried: reads that needed the disk then stalled
     200 ms, the kernel's cork timeout.) On a TLS stream, which sendfile cannot write to, larger
     regions are read in TLS_REGION_PIECE_BYTES pieces in a worker thread and sent as bytes."""
     pending = bytearray()
     plain = isinstance(stream, PlainSocketStream)
     for chunk in chunks:
         if not isinstance(chunk, FileRegion):
+            if len(chunk) > INLINE_REGION_BYTES:  # converted records: sent, not copied on the loop
+                if pending:
+                    await stream.send_all(pending)
+                    pending = bytearray()
+                await stream.send_all(chunk)
+                continue
             pending += chunk
         elif chunk.length <= INLINE_REGION_BYTES:
             pending += _pread(chunk.source, chunk.position, chunk.length, chunk.length)

@@ -837,38 +837,40 @@ def convert(buf: Buffer, to_magic: int) -> bytes:
         raise ValueError(f"to_magic must be 0, 1 or 2, not {to_magic}")
     mv = _view(buf)
     try:
-        out = bytearray()
+        out: list[Buffer] = []  # joined once: one copy of the answer, not one per append
         end = 0
         run: list[Message] = []  # uncompressed legacy messages waiting to become one batch
         for entry in iter_shallow(mv):
             end = entry.next_position
             if entry.magic == to_magic:
                 if run:
-                    out += _legacy_as_batch(run, Codec.NONE)
+                    out.append(_legacy_as_batch(run, Codec.NONE))
                     run = []
                 check_entry(mv, entry, entry.size)
-                out += mv[entry.position : end]
+                out.append(mv[entry.position : end])
             elif entry.magic == rb.MAGIC:
                 _check_batch(mv, entry, None)
-                out += _batch_as_legacy(mv, entry, to_magic)
+                out.append(_batch_as_legacy(mv, entry, to_magic))
             elif to_magic == rb.MAGIC:
                 messages = [m.as_message() for m in _deep(mv, entry, True)]
                 if entry.codec == Codec.NONE:
                     if run and not run[-1].offset < entry.offset <= run[0].offset + _INT32_MAX:
-                        out += _legacy_as_batch(run, Codec.NONE)
+                        out.append(_legacy_as_batch(run, Codec.NONE))
                         run = []
                     run += messages
                     continue
                 if run:
-                    out += _legacy_as_batch(run, Codec.NONE)
+                    out.append(_legacy_as_batch(run, Codec.NONE))
                     run = []
-                out += _legacy_as_batch(messages, Codec(entry.codec))
+                out.append(_legacy_as_batch(messages, Codec(entry.codec)))
             else:
                 msgs = [_converted(m) for m in _deep(mv, entry, True)]
-                out += _build(msgs, to_magic, Codec(entry.codec), TimestampType.CREATE_TIME, None)
+                out.append(
+                    _build(msgs, to_magic, Codec(entry.codec), TimestampType.CREATE_TIME, None)
+                )
         if run:
-            out += _legacy_as_batch(run, Codec.NONE)
-        out += mv[end:]
-        return bytes(out)
+            out.append(_legacy_as_batch(run, Codec.NONE))
+        out.append(mv[end:])
+        return b"".join(out)
     finally:
         mv.release()
