@@ -27,22 +27,26 @@ logger = structlog.get_logger(__name__)
 class RetentionChecks:
     """The retention.ms predicate of one log. A segment whose largest timestamp is in the future
     pins time retention (it and every later segment stay); that is reported once per segment
-    and timestamp, so an operator can fix the producer clocks."""
+    and timestamp, so an operator can fix the producer clocks. Slotted, and the set made at the
+    first warning: every idle partition holds one."""
+
+    __slots__ = ("topic", "partition", "_reported_pins")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
-        self._reported_pins: set[tuple[int, int]] = set()
+        # (segment base offset, largest timestamp) already reported
+        self._reported_pins: set[tuple[int, int]] | None = None
 
     def time_expired(self, segment: LogSegment, now_ms: int, retention_ms: int) -> bool:
         largest = segment.largest_timestamp
         if now_ms - largest > retention_ms:
             return True
-        if (
-            segment.size
-            and largest > now_ms
-            and (segment.base_offset, largest) not in self._reported_pins
-        ):
+        if segment.size and largest > now_ms:
+            if self._reported_pins is None:
+                self._reported_pins = set()
+            if (segment.base_offset, largest) in self._reported_pins:
+                return False
             self._reported_pins.add((segment.base_offset, largest))
             logger.warning(
                 "segment timestamp is in the future; time retention cannot delete "
