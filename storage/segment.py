@@ -1,6 +1,12 @@
 """One log segment: a .log file of message-set entries plus its .index and .timeindex, and
 its .txnindex once an aborted transaction's marker is in it (storage/txn_index.py).
 
+Writing: ``LogSegment.append`` is the one code path that writes a segment's data and its offset
+and time index entries (index.interval.bytes), as Kafka's LogSegment.append is: the Log's
+appends, the cleaner's ``.cleaned`` segments (``file_suffix``; storage/cleaner.py) and, for the
+indexes alone, ``recover``; a segment that stops taking appends gets the final time index
+entry (its max timestamp) from ``_append_final_time_entry``.
+
 Resources: the .log file descriptor is opened on first use and stays open until the Log
 releases it (roll, least-recently-read eviction), ``close`` or ``delete_files`` (it survives the
 ``.deleted`` rename, so a fetch in flight still reads); scans map the file read-only for their
