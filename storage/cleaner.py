@@ -36,8 +36,8 @@ not accept them). Offsets are kept, with gaps; a magic-0/1 wrapper that lost mes
 at the offset of its last remaining message, stamped with its LogAppendTime or, under CreateTime,
 the largest remaining timestamp (KIP-32); a record batch keeps its base offset, last offset,
 producer id, epoch and base sequence, and a producer's last batch is kept even when empty, so
-its sequence survives. Every cleaned segment gets its offset and time index (KIP-33) built the
-way appends build them.
+its sequence survives. A cleaned segment is a LogSegment with the .cleaned suffix, written by
+LogSegment.append, so its offset and time index (KIP-33) are built as appends build them.
 
 Concurrency: a Log is not thread-safe. Steps 1, the swaps and 4 run holding the log's lock;
 steps 2 and 3 read segment files through descriptors of their own (a concurrent truncation or
