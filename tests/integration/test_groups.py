@@ -104,6 +104,14 @@ class PollingConsumer(threading.Thread):
     def __init__(self, bootstrap: str, group: str, topic: str, **kw) -> None:
         super().__init__(daemon=True)
         self.consumer = kafka_consumer(bootstrap, group, **kw)
+        # kafka-python 3.0.12's group leader assigns nothing for a subscribed topic its metadata
+        # does not hold yet ("No partition metadata for topic"), and rejoins only when its next
+        # metadata refresh notices: on a loaded machine the first join could win that race and
+        # the member then owned nothing for minutes. Knowing the topic before joining avoids it.
+        wait_for(
+            lambda: bool(self.consumer.partitions_for_topic(topic)),
+            f"the consumer's metadata to hold {topic}",
+        )
         self.consumer.subscribe([topic])
         self.records: list = []
         self.assignment: set[TopicPartition] = set()
