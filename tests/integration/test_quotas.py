@@ -15,7 +15,7 @@ import time
 import urllib.request
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 
 from client import BrokerConnection
 from clients import create_topic, topic_name
@@ -226,3 +226,90 @@ def test_a_producer_over_its_byte_rate_is_held_to_it(broker_factory):
         if line.startswith(f"kafka_server_produce_throttle_time_ms_total{labels}")
     )
     assert float(throttled.split()[-1]) > 0
+
+
+def test_a_consumer_over_its_byte_rate_is_held_to_it(broker_factory):
+    """A confluent-kafka consumer with a consumer_byte_rate reads the topic at about that rate
+    (each Fetch answer carries what was read, then the connection is muted for the throttle
+    time: broker/quotas/throttle.py's departure from Kafka's empty answer). 10 s of reading."""
+    broker = broker_factory({"quota.window.num": 2})
+    topic = topic_name("quota-fetch")
+    create_topic(broker.bootstrap, topic)
+    # one message a batch: a Fetch answer holds at least one whole batch (KIP-74), and answers
+    # far larger than a second's quota make the rate jump by whole answers
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.num.messages": 1}
+    )
+    for _ in range(600):  # 6 MB, more than 10 s at the quota
+        producer.produce(topic, b"f" * 10_000)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    rate = 200_000
+    chronolog_quotas(
+        broker.bootstrap,
+        "alter",
+        "--client-id",
+        "quota-consumer",
+        "--add-config",
+        f"consumer_byte_rate={rate}",
+    )
+    throttle_reports: list[int] = []
+
+    def stats(text: str) -> None:
+        for b in json.loads(text)["brokers"].values():
+            throttle_reports.append(b["throttle"]["max"])
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "client.id": "quota-consumer",
+            "group.id": topic_name("quota-group"),
+            "auto.offset.reset": "earliest",
+            "max.partition.fetch.bytes": 100_000,  # answers small beside the quota
+            "statistics.interval.ms": 1000,
+            "stats_cb": stats,
+        }
+    )
+    consumer.subscribe([topic])
+    received, first = 0, None
+    try:
+        while first is None or time.monotonic() < first + 10:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            first = first or time.monotonic()
+            received += len(msg.value())
+    finally:
+        consumer.close()
+    measured = received / 10
+    print(f"consumed {measured:.0f} B/s over 10 s against a quota of {rate}")
+    # 20 % above: the rate moves by whole answers (up to 100 kB, half a second of the quota)
+    assert 0.9 * rate <= measured <= 1.2 * rate, f"{measured:.0f} B/s against {rate}"
+    assert max(throttle_reports) > 0
+
+
+def test_request_percentage_throttles_and_mutes(broker_factory):
+    """A client over a tiny request_percentage gets throttle_time_ms in its answers (Metadata
+    here: any api's) and its next request waits that long: the connection was not read."""
+    broker = broker_factory()
+    chronolog_quotas(
+        broker.bootstrap,
+        "alter",
+        "--client-id",
+        "busy",
+        "--add-config",
+        "request_percentage=0.001",
+    )
+    with BrokerConnection(broker.host, broker.port, client_id="busy", timeout_s=30) as c:
+        throttle = 0
+        for _ in range(1000):
+            body = c.call(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False})
+            throttle = body.throttle_time_ms
+            if throttle:
+                break
+        assert 0 < throttle <= 1000  # at most one window, as Kafka's request quota
+        asked = time.monotonic()
+        c.call(
+            ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
+        )
+        assert time.monotonic() - asked >= throttle / 1000 / 2  # muted (less what the client took)
