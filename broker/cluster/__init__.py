@@ -6,6 +6,7 @@
 - :mod:`.replicas`: this broker's replicas: leader or follower, high watermark, ISR changes,
   acks=all waits.
 - :mod:`.fetcher`: followers' fetchers, with leader-epoch truncation (KIP-101/279).
+- :mod:`.txn`: the transaction coordinator's placement, markers and produce verification.
 - :mod:`.metadata`: the metadata cache and the cluster's Metadata answers.
 - :mod:`.handlers`: the inter-broker apis and the cluster's CreateTopics / DeleteTopics /
   CreatePartitions.
@@ -52,6 +53,7 @@ from broker.cluster.fetcher import FetcherManager
 from broker.cluster.groups import CoordinatorPlacement
 from broker.cluster.metadata import MetadataCache
 from broker.cluster.replicas import ReplicaManager
+from broker.cluster.txn import TxnPlacement
 from broker.cluster.zk import (
     BROKER_IDS,
     CLUSTER_ID,
@@ -188,6 +190,7 @@ class Cluster:
         self.replicas = ReplicaManager(self)
         self.fetchers = FetcherManager(self)
         self.groups = CoordinatorPlacement(self)
+        self.txns = TxnPlacement(self)
 
     async def start(self, nursery: trio.Nursery, port: int) -> None:
         """After the listener is open: register this broker (at its advertised host and
@@ -201,6 +204,7 @@ class Cluster:
         self.fetchers.start(nursery)
         self.replicas.start(nursery)
         self.groups.start(nursery)
+        await self.txns.start(nursery)
         self.config_changes.start(nursery)
         await self._register()
         nursery.start_soon(self._elect)

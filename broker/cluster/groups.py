@@ -22,6 +22,7 @@ import trio
 from kazoo.exceptions import KazooException, NodeExistsError
 
 from broker.cluster.assignment import AssignmentError, assign_replicas
+from broker.cluster.txn import TXN_KEY_TYPE
 from broker.groups.coordinator import (
     OFFSETS_PARTITION,
     OFFSETS_TOPIC,
@@ -100,9 +101,12 @@ class CoordinatorPlacement:
 
     async def find_coordinator(self, request: Request) -> dict:
         """FindCoordinator v0-v6 in a cluster: for group keys, the offsets partition's leader
-        (v4+ answer per key); other key types as a single broker answers them."""
+        (v4+ answer per key); transactional ids through broker/cluster/txn.py; other key types
+        as a single broker answers them."""
         body = request.body
         version = request.header.api_version
+        if body.key_type == TXN_KEY_TYPE:
+            return await self.cluster.txns.find_coordinator(request)
         if body.key_type != GROUP_KEY_TYPE:
             return await handle_find_coordinator(self.cluster.ctx, request)
         node = await self._leader_node()

@@ -242,6 +242,7 @@ class ReplicaManager:
             )
         self.ctx.partition(*key).notify()
         self.cluster.groups.role_changed(topic, key[1], leading)
+        self.cluster.txns.role_changed(topic, key[1], leading)
         return ErrorCode.NONE
 
     async def _ensure_log(self, key: Key) -> Log | None:
@@ -281,6 +282,7 @@ class ReplicaManager:
             replica.is_leader = False
             replica.wake()
         self.cluster.groups.role_changed(key[0], key[1], False)
+        self.cluster.txns.role_changed(key[0], key[1], False)
         self.ctx.partition(*key).notify()
         if delete:
             async with self.ctx.partition(*key).lock:

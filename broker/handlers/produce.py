@@ -323,6 +323,7 @@ _VERIFICATION_ERRORS = {
     ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE: ErrorCode.NOT_ENOUGH_REPLICAS,
     ErrorCode.NOT_COORDINATOR_FOR_GROUP: ErrorCode.NOT_ENOUGH_REPLICAS,
     ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.GROUP_LOAD_IN_PROGRESS: ErrorCode.NOT_ENOUGH_REPLICAS,
     ErrorCode.TRANSACTION_ABORTABLE: ErrorCode.INVALID_TXN_STATE,
 }
 
@@ -353,16 +354,12 @@ async def _unverified_transaction(
     if not header.is_transactional:
         return None
     pid, epoch = header.producer_id, header.producer_epoch
-    if version >= 12:
-        error = await coordinator.add_partitions(
-            transactional_id, pid, epoch, [(topic, partition)], client_version=2
-        )
-    elif ctx.config.transaction_partition_verification_enable:
-        error = coordinator.verify_partitions(transactional_id, pid, epoch, [(topic, partition)])[
-            (topic, partition)
-        ]
-    else:
+    if version < 12 and not ctx.config.transaction_partition_verification_enable:
         return None
+    # Asked of the id's coordinator, in a cluster maybe another broker (broker/cluster/txn.py).
+    error = await coordinator.check_produce(
+        transactional_id, pid, epoch, (topic, partition), add=version >= 12
+    )
     if error is ErrorCode.NONE:
         return None
     return _rejected(
@@ -431,14 +428,6 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
     responses = []
     waits: list[tuple] = []  # acks=all in a cluster: (topic index, partition index, name, answer)
     failed = False
-    txn_refused = body.transactional_id is not None and ctx.txn_coordinator is None
-    if txn_refused:
-        logger.warning(
-            "produce rejected",
-            transactional_id=body.transactional_id,
-            error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-            reason="transactions are not supported in a ZooKeeper cluster yet",
-        )
     for topic_data in body.topic_data:
         partition_responses = []
         name = topic_data.name
@@ -449,11 +438,6 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
         for data in topic_data.partition_data:
             if acks not in (-1, 0, 1):
                 answer = _Answer(ErrorCode.INVALID_REQUIRED_ACKS)
-            elif txn_refused:
-                answer = _Answer(
-                    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    message="transactions are not supported in a ZooKeeper cluster yet",
-                )
             elif unknown_id:
                 answer = _Answer(ErrorCode.UNKNOWN_TOPIC_ID, message="no topic has this id")
             else:

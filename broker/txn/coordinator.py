@@ -21,6 +21,16 @@ Resources and errors:
   transactional.id.expiration.ms.
 - The coordinator epoch written into markers is the leader epoch of the id's partition (0 on a
   single broker).
+
+In a ZooKeeper cluster (broker/cluster/txn.py places it) the coordinator serves only the ids
+whose partition this broker leads, as Kafka's TransactionStateManager does: a partition is
+loaded when this broker becomes its leader (:meth:`load_partition`; its ids answer
+COORDINATOR_LOAD_IN_PROGRESS meanwhile, then the transactions found completing are completed)
+and dropped when it stops leading (:meth:`unload_partition`; its ids answer NOT_COORDINATOR and
+its marker tasks stop, the new leader redoes them). A state change counts once the partition's
+ISR has it (its high watermark passed it, as an acks=all produce), not once fsynced; markers go
+to each data partition's leader (broker/cluster/txn.py), local ones appended here and also
+acknowledged by the ISR.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from broker.errors import STORAGE_FAILURES
 from broker.handlers.producer_ids import producer_id_ready
 from broker.log_replay import log_entries
 from broker.txn import log as txn_log
-from broker.txn.markers import write_marker
+from broker.txn.markers import MarkerOutcome, marker_outcome, write_marker
 from broker.txn.state import (
     Answer,
     Decision,
@@ -90,9 +100,15 @@ class TransactionCoordinator:
         self.active = False
         self._nursery: trio.Nursery | None = None
         self._loading = trio.Lock()
+        # The partitions served, with the coordinator epoch of their markers (all of them at 0
+        # on a single broker), and those being loaded (a cluster's new leader).
+        self._owned: dict[int, int] = {}
+        self._loading_partitions: set[int] = set()
         # One lock per transactional id: a decision and its write happen as one step.
         self._locks: dict[str, trio.Lock] = {}
-        self._completing: set[str] = set()
+        # The marker task of each completing id (a token: a task of an unloaded partition's
+        # leadership must not clear the entry of the task a new leadership started).
+        self._completing: dict[str, object] = {}
         self.aborted_by_timeout = 0
         # Transactions this coordinator completed since it started (markers written), for
         # broker/metrics.py.
@@ -105,7 +121,9 @@ class TransactionCoordinator:
         """Remember ``nursery`` for marker tasks and the timer; load the state now when the
         topic exists (transactions a crash left completing are completed)."""
         self._nursery = nursery
-        if self._ctx.topics.get(TRANSACTION_STATE_TOPIC) is not None:
+        if self._ctx.cluster is not None:
+            self.active = True  # serving what load_partition brings in
+        elif self._ctx.topics.get(TRANSACTION_STATE_TOPIC) is not None:
             await self.ensure_active()
         nursery.start_soon(self._run_timer)
 
@@ -118,7 +136,7 @@ class TransactionCoordinator:
         COORDINATOR_NOT_AVAILABLE while it cannot be (the client retries)."""
         if self.active:
             return ErrorCode.NONE
-        if self._nursery is None or self._ctx.stopping:
+        if self._nursery is None or self._ctx.stopping or self._ctx.cluster is not None:
             return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
         async with self._loading:
             if self.active:
@@ -135,6 +153,7 @@ class TransactionCoordinator:
                 )
                 return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
             self.active = True
+            self._owned = dict.fromkeys(range(self.partitions), COORDINATOR_EPOCH)
             completing = self.machine.completing()
             logger.info(
                 "transaction coordinator loaded",
@@ -172,25 +191,117 @@ class TransactionCoordinator:
     async def _load(self) -> int:
         count = 0
         for partition in range(self.partitions):
-            async with self._ctx.locked_log(TRANSACTION_STATE_TOPIC, partition) as log:
-                if log is None:
-                    raise LogNotFoundError(f"{TRANSACTION_STATE_TOPIC}-{partition} has no log")
-                records = await trio.to_thread.run_sync(_read_all, log)
-            for offset, key, value in records:
-                try:
-                    tid = txn_log.decode_key(key)
-                    self.machine.load(txn_log.decode_value(tid, value), tid)
-                except txn_log.TxnRecordError as exc:
-                    logger.error(
-                        "skipping an undecodable transaction log record",
-                        topic=TRANSACTION_STATE_TOPIC,
-                        partition=partition,
-                        offset=offset,
-                        reason=str(exc),
-                        action="something other than the transaction coordinator wrote here",
-                    )
-                count += 1
+            count += await self._load_partition_records(partition)
         return count
+
+    async def _load_partition_records(self, partition: int) -> int:
+        """Replay one partition's records into the machine; raises LogNotFoundError."""
+        async with self._ctx.locked_log(TRANSACTION_STATE_TOPIC, partition) as log:
+            if log is None:
+                raise LogNotFoundError(f"{TRANSACTION_STATE_TOPIC}-{partition} has no log")
+            records = await trio.to_thread.run_sync(_read_all, log)
+        for offset, key, value in records:
+            try:
+                tid = txn_log.decode_key(key)
+                self.machine.load(txn_log.decode_value(tid, value), tid)
+            except txn_log.TxnRecordError as exc:
+                logger.error(
+                    "skipping an undecodable transaction log record",
+                    topic=TRANSACTION_STATE_TOPIC,
+                    partition=partition,
+                    offset=offset,
+                    reason=str(exc),
+                    action="something other than the transaction coordinator wrote here",
+                )
+        return len(records)
+
+    # ---- partitions in a cluster ---------------------------------------------------------
+
+    async def load_partition(self, partition: int, coordinator_epoch: int) -> None:
+        """This broker became the leader of ``partition`` at ``coordinator_epoch`` (its leader
+        epoch): replay it, serve its ids, complete what it left completing (Kafka's
+        TransactionStateManager.loadTransactionsForTxnTopicPartition). A leadership lost during
+        the replay (unload_partition, or a newer load) wins: nothing is served then."""
+        self._forget(partition)
+        self._loading_partitions.add(partition)
+        try:
+            count = await self._load_partition_records(partition)
+        except (*STORAGE_FAILURES, LogNotFoundError) as exc:
+            logger.error(
+                "cannot load a transaction state partition",
+                topic=TRANSACTION_STATE_TOPIC,
+                partition=partition,
+                error=repr(exc),
+                action="check the log directory's disk; its transactional ids answer "
+                "NOT_COORDINATOR until a broker loads it",
+            )
+            self._forget(partition)
+            return
+        finally:
+            self._loading_partitions.discard(partition)
+        replica = self._ctx.cluster.replicas.leader(TRANSACTION_STATE_TOPIC, partition)
+        if replica is None or replica.leader_epoch != coordinator_epoch:
+            self._forget(partition)  # moved on while loading; a newer load does its own
+            return
+        self._owned[partition] = coordinator_epoch
+        completing = [
+            m
+            for m in self.machine.completing()
+            if self._partition_of(m.transactional_id) == partition
+        ]
+        logger.info(
+            "transaction coordinator loaded a partition",
+            topic=TRANSACTION_STATE_TOPIC,
+            partition=partition,
+            coordinator_epoch=coordinator_epoch,
+            records_replayed=count,
+            transactional_ids=sum(
+                1 for tid in self.machine.txns if self._partition_of(tid) == partition
+            ),
+            completing=len(completing),
+        )
+        for meta in completing:
+            self._spawn_markers(meta)
+
+    def unload_partition(self, partition: int) -> None:
+        """This broker stopped leading ``partition``: its ids answer NOT_COORDINATOR and its
+        marker tasks stop (Kafka's removeTransactionsForTxnTopicPartition)."""
+        if partition in self._owned or partition in self._loading_partitions:
+            logger.info(
+                "transaction coordinator moved away with the partition's leadership",
+                topic=TRANSACTION_STATE_TOPIC,
+                partition=partition,
+            )
+        self._forget(partition)
+
+    def _forget(self, partition: int) -> None:
+        self._owned.pop(partition, None)
+        for tid in [t for t in self.machine.txns if self._partition_of(t) == partition]:
+            del self.machine.txns[tid]
+            self._completing.pop(tid, None)
+
+    def _partition_of(self, tid: str) -> int:
+        return partition_for(tid, self.partitions)
+
+    def owns(self, tid: str) -> bool:
+        """Whether this broker serves ``tid`` now (its partition loaded here)."""
+        return self.active and self._partition_of(tid) in self._owned
+
+    async def _ready(self, tid: str) -> ErrorCode:
+        """NONE when ``tid`` is served here, else the error its client gets: on a single
+        broker COORDINATOR_NOT_AVAILABLE until the state is loaded; in a cluster
+        COORDINATOR_LOAD_IN_PROGRESS while its partition loads, NOT_COORDINATOR when another
+        broker leads it."""
+        if self._ctx.cluster is None:
+            return await self.ensure_active()
+        if not self.active:
+            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
+        partition = self._partition_of(tid)
+        if partition in self._owned:
+            return ErrorCode.NONE
+        if partition in self._loading_partitions:
+            return ErrorCode.GROUP_LOAD_IN_PROGRESS
+        return ErrorCode.NOT_COORDINATOR_FOR_GROUP
 
     # ---- producer ids --------------------------------------------------------------------
 
@@ -221,15 +332,28 @@ class TransactionCoordinator:
             if meta.state is TxnState.DEAD
             else txn_log.encode_value(meta, 1 if meta.client_version >= 1 else 0)
         )
+        cluster = self._ctx.cluster
+        epoch = self._owned.get(partition)
+        if epoch is None:  # leadership moved while the request waited for the id's lock
+            return ErrorCode.NOT_COORDINATOR_FOR_GROUP
         self.machine.begin(transit)
         failure: OSError | None = None
+        last_offset = -1
         try:
             async with self._ctx.locked_log(TRANSACTION_STATE_TOPIC, partition) as log:
                 if log is None:
                     raise LogNotFoundError(f"{TRANSACTION_STATE_TOPIC}-{partition} has no log")
                 topic = self._ctx.topics.get(TRANSACTION_STATE_TOPIC)
                 assert topic is not None
-                await trio.to_thread.run_sync(
+                if cluster is not None:
+                    # Checked under the lock, as a produce does: only the leader appends.
+                    replica = cluster.replicas.leader(TRANSACTION_STATE_TOPIC, partition)
+                    if replica is None or replica.leader_epoch != epoch:
+                        raise _LeadershipLostError()
+                    leader_epoch = replica.leader_epoch
+                else:
+                    leader_epoch = 0
+                last_offset = await trio.to_thread.run_sync(
                     _append_record,
                     log,
                     topic.settings,
@@ -237,9 +361,15 @@ class TransactionCoordinator:
                     value,
                     self._ctx.clock(),
                     # A completion lost to a power cut is redone at the next start (the markers
-                    # are written again from PrepareCommit/PrepareAbort): no fsync needed.
-                    meta.state not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT),
+                    # are written again from PrepareCommit/PrepareAbort): no fsync needed. In a
+                    # cluster the ISR's copies make it durable, as for an acks=all produce.
+                    cluster is None
+                    and meta.state not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT),
+                    leader_epoch,
                 )
+        except _LeadershipLostError:
+            self.machine.abandon(transit)
+            return ErrorCode.NOT_COORDINATOR_FOR_GROUP
         except (*STORAGE_FAILURES, _RecordRefusedError) as exc:
             self.machine.abandon(transit)
             disk = isinstance(exc, OSError)
@@ -260,6 +390,11 @@ class TransactionCoordinator:
             await self._ctx.storage_failed(TRANSACTION_STATE_TOPIC, partition, failure)
             return ErrorCode.NOT_COORDINATOR_FOR_GROUP
         self._ctx.partition(TRANSACTION_STATE_TOPIC, partition).notify()
+        if cluster is not None:
+            error = await cluster.txns.replicated(partition, last_offset)
+            if error is not ErrorCode.NONE or self._owned.get(partition) != epoch:
+                self.machine.abandon(transit)
+                return error if error is not ErrorCode.NONE else ErrorCode.NOT_COORDINATOR_FOR_GROUP
         self.machine.complete(transit)
         if meta.state.completing:
             self._spawn_markers(meta)
@@ -283,25 +418,46 @@ class TransactionCoordinator:
         tid = meta.transactional_id
         if tid in self._completing or self._nursery is None:
             return
-        self._completing.add(tid)
-        self._nursery.start_soon(self._complete, meta)
+        partition = self._partition_of(tid)
+        if partition not in self._owned:
+            return
+        token = self._completing[tid] = object()
+        self._nursery.start_soon(self._complete, meta, self._owned[partition], token)
 
-    async def _complete(self, meta: TxnMetadata) -> None:
-        """Write the markers of a PrepareCommit/PrepareAbort, then store its completion."""
+    async def _complete(self, meta: TxnMetadata, coordinator_epoch: int, token: object) -> None:
+        """Write the markers of a PrepareCommit/PrepareAbort, then store its completion; stops
+        when the id's partition is no longer served at ``coordinator_epoch`` (its new leader
+        completes the transaction)."""
         tid = meta.transactional_id
+        partition = self._partition_of(tid)
         commit = meta.state is TxnState.PREPARE_COMMIT
+
+        def serving() -> bool:
+            return self._owned.get(partition) == coordinator_epoch and not self._ctx.stopping
+
         try:
-            for topic, partition in sorted(meta.partitions):
-                while not await self._write_marker(meta, topic, partition, commit):
+            pending = sorted(meta.partitions)
+            while pending and serving():
+                pending = await self._write_markers(meta, pending, commit, coordinator_epoch)
+                if pending:
                     await trio.sleep(MARKER_RETRY_S)
-            while True:
+            while serving():
                 async with self._lock(tid):
                     transit = self.machine.markers_written(tid, self._ctx.clock())
                     if transit is None or await self._store(transit) is ErrorCode.NONE:
                         break
                 await trio.sleep(MARKER_RETRY_S)
+            else:
+                logger.info(
+                    "transaction left for the partition's new coordinator to complete",
+                    transactional_id=tid,
+                    topic=TRANSACTION_STATE_TOPIC,
+                    partition=partition,
+                )
+                return
         finally:
-            self._completing.discard(tid)
+            if self._completing.get(tid) is token:
+                del self._completing[tid]
         if commit:
             self.committed += 1
         else:
@@ -314,27 +470,31 @@ class TransactionCoordinator:
             partitions=len(meta.partitions),
         )
 
-    async def _write_marker(
-        self, meta: TxnMetadata, topic: str, partition: int, commit: bool
-    ) -> bool:
-        """One marker; False when it must be retried (the disk refused it)."""
-        error = await write_marker(
-            self._ctx,
-            topic,
-            partition,
-            meta.producer_id,
-            meta.producer_epoch,
-            COORDINATOR_EPOCH,
-            commit,
-        )
-        if error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            logger.warning(
-                "transaction marker skipped: the partition no longer exists",
-                topic=topic,
-                partition=partition,
-                transactional_id=meta.transactional_id,
+    async def _write_markers(
+        self,
+        meta: TxnMetadata,
+        partitions: list[TopicPartition],
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> list[TopicPartition]:
+        """One round of markers; returns the partitions to retry."""
+        cluster = self._ctx.cluster
+        if cluster is not None:
+            return await cluster.txns.send_markers(meta, partitions, commit, coordinator_epoch)
+        retry = []
+        for topic, partition in partitions:
+            error = await write_marker(
+                self._ctx,
+                topic,
+                partition,
+                meta.producer_id,
+                meta.producer_epoch,
+                coordinator_epoch,
+                commit,
             )
-        return error is not ErrorCode.KAFKA_STORAGE_ERROR
+            if marker_outcome(error, meta, topic, partition) is MarkerOutcome.RETRY:
+                retry.append((topic, partition))
+        return retry
 
     # ---- timer ---------------------------------------------------------------------------
 
@@ -380,7 +540,7 @@ class TransactionCoordinator:
         self, tid: str, timeout_ms: int, expected: tuple[int, int] | None
     ) -> tuple[ErrorCode, int, int]:
         """(error, producer id, epoch) for InitProducerId with a transactional id."""
-        error = await self.ensure_active()
+        error = await self._ready(tid)
         if error is ErrorCode.NONE:
             error = await self._reserve_producer_ids()
         if error is not ErrorCode.NONE:
@@ -409,8 +569,9 @@ class TransactionCoordinator:
         *,
         client_version: int | None = None,
     ) -> ErrorCode:
-        if not self.active:
-            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
+        error = await self._ready(tid)
+        if error is not ErrorCode.NONE:
+            return error
         wanted = list(partitions)
         now = self._ctx.clock()
         error, _ = await self._decide_and_store(
@@ -425,16 +586,36 @@ class TransactionCoordinator:
         self, tid: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode]:
         wanted = list(partitions)
-        if not self.active:
-            return {tp: ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE for tp in wanted}
+        if not self.owns(tid):
+            error = (
+                ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
+                if self._ctx.cluster is None
+                else ErrorCode.NOT_COORDINATOR_FOR_GROUP
+            )
+            return dict.fromkeys(wanted, error)
         return self.machine.verify_partitions(tid, producer_id, epoch, wanted)
+
+    async def check_produce(
+        self, tid: str, producer_id: int, epoch: int, partition: TopicPartition, add: bool
+    ) -> ErrorCode:
+        """A produce's transactional batch: with ``add`` (Produce v12+, transaction version 2)
+        the partition joins the transaction, else it is only verified (KIP-890 part 1). Asked
+        of this coordinator when it serves ``tid``, else of the broker that does (AddPartitionsToTxn
+        v5, batched: broker/cluster/txn.py)."""
+        cluster = self._ctx.cluster
+        if cluster is not None and not self.owns(tid):
+            return await cluster.txns.verify_remote(tid, producer_id, epoch, partition, add)
+        if add:
+            return await self.add_partitions(tid, producer_id, epoch, [partition], client_version=2)
+        return self.verify_partitions(tid, producer_id, epoch, [partition])[partition]
 
     async def end_txn(
         self, tid: str, producer_id: int, epoch: int, commit: bool, client_version: int
     ) -> tuple[ErrorCode, int, int]:
         """(error, producer id, epoch after the end) for EndTxn."""
-        if not self.active:
-            return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, -1, -1
+        error = await self._ready(tid)
+        if error is not ErrorCode.NONE:
+            return error, -1, -1
         if client_version >= 2:
             error = await self._reserve_producer_ids()
             if error is not ErrorCode.NONE:
@@ -452,7 +633,7 @@ class TransactionCoordinator:
 
     async def abort(self, tid: str) -> ErrorCode:
         """An operator's abort of the id's ongoing transaction."""
-        error = await self.ensure_active()
+        error = await self._ready(tid)
         if error is not ErrorCode.NONE:
             return error
         now = self._ctx.clock()
@@ -464,6 +645,8 @@ class TransactionCoordinator:
             return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, None
         if not tid:
             return ErrorCode.INVALID_REQUEST, None
+        if self._ctx.cluster is not None and not self.owns(tid):
+            return ErrorCode.NOT_COORDINATOR_FOR_GROUP, None
         meta = self.machine.txns.get(tid)
         if meta is None:
             return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
@@ -474,18 +657,36 @@ class _RecordRefusedError(Exception):
     """Raised by :func:`_append_record` when the validator refuses the record (a broker bug)."""
 
 
+class _LeadershipLostError(Exception):
+    """Raised inside :meth:`TransactionCoordinator._store` when this broker no longer leads the
+    id's partition at the epoch it loaded (nothing written)."""
+
+
 def _append_record(
-    log, settings, key: bytes, value: bytes | None, now_ms: int, fsync: bool
-) -> None:
-    """Append one record as a v2 batch, and fsync it when asked (blocking; the caller holds
-    the lock)."""
+    log,
+    settings,
+    key: bytes,
+    value: bytes | None,
+    now_ms: int,
+    fsync: bool,
+    leader_epoch: int = 0,
+) -> int:
+    """Append one record as a v2 batch stamped with ``leader_epoch``, and fsync it when asked;
+    returns its offset (blocking; the caller holds the lock)."""
     batch = rb.build_batch(rb.BatchSpec(), [(0, now_ms, key, value, ())])
-    result = validate_produce(batch, settings, next_offset=log.log_end_offset, now_ms=now_ms)
+    result = validate_produce(
+        batch,
+        settings,
+        next_offset=log.log_end_offset,
+        now_ms=now_ms,
+        partition_leader_epoch=leader_epoch,
+    )
     if isinstance(result, Rejected):
         raise _RecordRefusedError(f"{result.error.name}: {result.reason}")
     log.append(result)
     if fsync:
         log.flush()
+    return result.last_offset
 
 
 def _read_all(log) -> list[tuple[int, bytes, bytes | None]]:

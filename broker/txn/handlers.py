@@ -5,8 +5,9 @@ v0, ListTransactions v0-2, and WriteTxnMarkers v1 (the coordinator's own request
 leaders; a single broker writes its markers directly, but serves the api as Kafka does).
 
 The coordinator (broker/txn/coordinator.py) decides; these functions only map the wire shapes.
-Until the coordinator has loaded its state the apis answer COORDINATOR_NOT_AVAILABLE, and on a
-broker without one (a ZooKeeper cluster, for now) NOT_COORDINATOR, both retried by clients.
+Until the coordinator has loaded its state the apis answer COORDINATOR_NOT_AVAILABLE; in a
+ZooKeeper cluster a broker that does not lead the id's ``__transaction_state`` partition answers
+NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it loads it), all retried by clients.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 import structlog
 
 from broker.context import BrokerContext
-from broker.groups.coordinator import CommitEntry
+from broker.groups.coordinator import OFFSETS_PARTITION, OFFSETS_TOPIC, CommitEntry
 from broker.txn.markers import write_marker
 from protocol.api import ApiKey, Request
 from protocol.errors import ErrorCode
@@ -36,7 +37,13 @@ def _topic_error(ctx: BrokerContext, topic: str, partition: int) -> ErrorCode:
 
 
 async def _add_partitions(
-    ctx: BrokerContext, tid: str, producer_id: int, epoch: int, topics, verify_only: bool
+    ctx: BrokerContext,
+    tid: str,
+    producer_id: int,
+    epoch: int,
+    topics,
+    verify_only: bool,
+    broker_request: bool = False,
 ) -> list[dict]:
     """One transaction's AddPartitionsToTxn: per-topic results."""
     wanted = [(t.name, p) for t in topics for p in t.partitions]
@@ -55,7 +62,11 @@ async def _add_partitions(
                 for tp, e in unknown.items()
             }
         else:
-            error = await coordinator.add_partitions(tid, producer_id, epoch, wanted)
+            # A broker's v4+ add (a produce or TxnOffsetCommit at transaction version 2, KIP-890
+            # part 2) speaks for a client at version 2, as Kafka 4.1 takes it.
+            error = await coordinator.add_partitions(
+                tid, producer_id, epoch, wanted, client_version=2 if broker_request else None
+            )
             errors = {tp: error for tp in wanted}
     by_topic: dict[str, list[dict]] = {}
     for (topic, partition), error in errors.items():
@@ -86,6 +97,7 @@ async def handle_add_partitions_to_txn(ctx: BrokerContext, request: Request) -> 
             txn.producer_epoch,
             txn.topics,
             txn.verify_only,
+            broker_request=True,
         )
         out.append({"transactional_id": txn.transactional_id, "topic_results": results})
     return {"throttle_time_ms": 0, "error_code": 0, "results_by_transaction": out}
@@ -94,12 +106,14 @@ async def handle_add_partitions_to_txn(ctx: BrokerContext, request: Request) -> 
 async def handle_add_offsets_to_txn(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     coordinator = _coordinator(ctx)
-    groups = ctx.coordinator
-    if coordinator is None or groups is None:
+    if coordinator is None:
         return {"throttle_time_ms": 0, "error_code": int(ErrorCode.NOT_COORDINATOR_FOR_GROUP)}
-    partition = (groups.offsets_topic, groups.partition_for(body.group_id))
+    # The group's offsets partition (there is one), wherever its group coordinator runs.
     error = await coordinator.add_partitions(
-        body.transactional_id, body.producer_id, body.producer_epoch, [partition]
+        body.transactional_id,
+        body.producer_id,
+        body.producer_epoch,
+        [(OFFSETS_TOPIC, OFFSETS_PARTITION)],
     )
     return {"throttle_time_ms": 0, "error_code": int(error)}
 
@@ -145,13 +159,13 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> dict
     added = ErrorCode.NONE
     if groups is not None and coordinator is not None and request.header.api_version >= 5:
         # Transaction version 2 (KIP-890): no AddOffsetsToTxn, the offsets partition joins the
-        # transaction here.
-        added = await coordinator.add_partitions(
+        # transaction here (through the id's coordinator, in a cluster maybe another broker).
+        added = await coordinator.check_produce(
             body.transactional_id,
             body.producer_id,
             body.producer_epoch,
-            [(groups.offsets_topic, groups.partition_for(body.group_id))],
-            client_version=2,
+            (groups.offsets_topic, groups.partition_for(body.group_id)),
+            add=True,
         )
     if groups is None:
         errors = [ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE] * len(entries)

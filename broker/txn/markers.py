@@ -4,6 +4,8 @@ of a partition's leader. Kafka's ReplicaManager.appendRecords with origin COORDI
 
 from __future__ import annotations
 
+import enum
+
 import structlog
 import trio
 
@@ -14,6 +16,10 @@ from protocol.records import TimestampType
 from storage.producer_state import ProducerStateError
 
 logger = structlog.get_logger(__name__)
+
+# How long a leader waits for its ISR to take a marker before answering REQUEST_TIMED_OUT
+# (the coordinator retries); ISR shrinking after replica.lag.time.max.ms lets it through.
+MARKER_REPLICATION_TIMEOUT_S = 15.0
 
 
 async def write_marker(
@@ -29,13 +35,26 @@ async def write_marker(
     group coordinator when the partition holds offsets. Returns NONE, UNKNOWN_TOPIC_OR_PARTITION
     (the topic is gone), KAFKA_STORAGE_ERROR (retry later), or the producer-state refusal
     (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED: a newer producer or coordinator
-    took over, nothing to retry)."""
+    took over, nothing to retry). In a cluster only the partition's leader appends (else
+    NOT_LEADER_FOR_PARTITION), with its leader epoch, and the answer waits until the ISR has
+    the marker (as Kafka appends markers with acks=all): NOT_ENOUGH_REPLICAS(_AFTER_APPEND) or
+    REQUEST_TIMED_OUT otherwise, all retried by the coordinator."""
     failure: OSError | None = None
+    cluster = ctx.cluster
+    leader_epoch = 0
     async with ctx.locked_log(topic, partition) as log:
         if log is None:
             if ctx.is_offline(topic, partition):
                 return ErrorCode.KAFKA_STORAGE_ERROR
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if cluster is not None:
+            replica = cluster.replicas.leader(topic, partition)
+            if replica is None:
+                return ErrorCode.NOT_LEADER_FOR_PARTITION
+            registered = ctx.topics.get(topic)
+            if registered is not None and len(replica.isr) < registered.config.min_insync_replicas:
+                return ErrorCode.NOT_ENOUGH_REPLICAS
+            leader_epoch = replica.leader_epoch
         registered = ctx.topics.get(topic)
         lat = (
             registered is not None
@@ -48,9 +67,15 @@ async def write_marker(
                 if state.last_append_time < 0:
                     state.last_append_time = await trio.to_thread.run_sync(log.latest_timestamp)
                 now = state.next_append_time(now)
-            await trio.to_thread.run_sync(
+            offset = await trio.to_thread.run_sync(
                 lambda: log.append_control(
-                    producer_id, epoch, coordinator_epoch, commit, 0, now, log_append_time=lat
+                    producer_id,
+                    epoch,
+                    coordinator_epoch,
+                    commit,
+                    leader_epoch,
+                    now,
+                    log_append_time=lat,
                 )
             )
         except ProducerStateError as exc:
@@ -86,4 +111,55 @@ async def write_marker(
     groups = ctx.coordinator
     if groups is not None and topic == groups.offsets_topic:
         groups.complete_transaction(producer_id, commit)
+    if cluster is not None:
+        replica = cluster.replicas.leader(topic, partition)
+        if replica is not None:
+            cluster.replicas.maybe_advance_hw(replica)
+        return await cluster.replicas.wait_for_hw(
+            topic, partition, offset, trio.current_time() + MARKER_REPLICATION_TIMEOUT_S
+        )
     return ErrorCode.NONE
+
+
+class MarkerOutcome(enum.Enum):
+    """What the coordinator does with a partition after a marker's answer."""
+
+    DONE = "done"
+    RETRY = "retry"
+
+
+# Kafka's TransactionMarkerRequestCompletionHandler: these are retried until the marker is in.
+RETRIABLE_MARKER_ERRORS = frozenset(
+    {
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.NOT_LEADER_FOR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+    }
+)
+
+
+def marker_outcome(error: ErrorCode, meta, topic: str, partition: int) -> MarkerOutcome:
+    """Retry the retriable errors; a deleted partition is skipped, as Kafka skips it; a refusal
+    by the producer state (a newer producer epoch or coordinator wrote there) is final."""
+    if error in RETRIABLE_MARKER_ERRORS:
+        return MarkerOutcome.RETRY
+    if error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        logger.warning(
+            "transaction marker skipped: the partition no longer exists",
+            topic=topic,
+            partition=partition,
+            transactional_id=meta.transactional_id,
+        )
+    elif error is not ErrorCode.NONE:
+        logger.warning(
+            "transaction marker refused; not retried",
+            topic=topic,
+            partition=partition,
+            transactional_id=meta.transactional_id,
+            error=error.name,
+        )
+    return MarkerOutcome.DONE

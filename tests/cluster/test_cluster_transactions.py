@@ -1,0 +1,145 @@
+"""Transactions on a 3-broker cluster (issue #32 item 5): the transaction coordinator runs on the
+leader of the transactional id's ``__transaction_state`` partition (replication factor 3,
+min.insync.replicas 2), markers go to each data partition's leader, and produces are verified
+with a coordinator on another broker (KIP-890).
+
+A confluent-kafka consume-transform-produce loop (the single-broker version's, in
+tests/integration/test_transactions_librdkafka.py) runs beside a producer that aborts every third
+of its transactions, while a broker is killed with SIGKILL in the middle of one of the loop's
+transactions (its partitions added, its records sent, its commit not yet asked): the
+coordinator's leader in one test, the leader of the output partition in the other (a broker that
+is not the coordinator's). A read_committed reader then finds every input exactly once and the
+side producer's committed records, never an aborted one. About 30 s each on an idle machine.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from confluent_kafka import Producer
+
+from broker.txn.coordinator import partition_for
+from protocol import ApiKey
+from tests.cluster.helpers import call, wait_for
+from tests.integration.clients import topic_name
+from tests.integration.test_transactions_librdkafka import (
+    NO_REBOOTSTRAP,
+    TXN_TIMEOUT_S,
+    _producer,
+    _read_to_end,
+    _run_transform,
+)
+
+TXN_PARTITIONS = 3
+TOTAL = 300
+SETTINGS = {
+    "transaction_state_log_num_partitions": TXN_PARTITIONS,
+    "transaction_state_log_replication_factor": 3,
+    "transaction_state_log_min_isr": 2,
+    "offsets_topic_replication_factor": 3,
+    "default_replication_factor": 3,
+    "min_insync_replicas": 2,
+}
+
+
+def _coordinator_of(cluster, tid: str) -> int:
+    """The broker FindCoordinator names for ``tid`` (creating __transaction_state first)."""
+
+    def found() -> int:
+        answer = call(cluster.brokers[0], ApiKey.FIND_COORDINATOR, 1, {"key": tid, "key_type": 1})
+        leader = cluster.leader("__transaction_state", partition_for(tid, TXN_PARTITIONS))
+        return answer.node_id if answer.error_code == 0 and answer.node_id == leader else 0
+
+    return wait_for(found, 60, f"a coordinator for {tid}")
+
+
+def _ongoing(cluster, broker_id: int, tid: str, topic: str) -> bool:
+    """DescribeTransactions: ``tid``'s transaction is open and holds a partition of ``topic``."""
+    answer = call(
+        cluster.broker(broker_id), ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [tid]}
+    )
+    state = answer.transaction_states[0]
+    return (
+        state.error_code == 0
+        and state.transaction_state == "Ongoing"
+        and any(t.topic == topic for t in state.topics)
+    )
+
+
+def _scenario(cluster_factory, victim_of) -> None:
+    """The loop, the side producer and one kill -9: ``victim_of(cluster, coordinator, sink)``
+    names the broker to kill."""
+    cluster = cluster_factory(**SETTINGS)
+    source, sink, group = topic_name("in"), topic_name("out"), topic_name("etl")
+    tid = f"{group}-txn"  # the transform loop's transactional id
+    coordinator = _coordinator_of(cluster, tid)
+    others = [b for b in (1, 2, 3) if b != coordinator]
+    # Output partition 0 led by a broker that is not the coordinator, so killing one or the
+    # other is two different failures.
+    sink_assignment = {
+        0: [others[0], coordinator, others[1]],
+        1: [others[1], others[0], coordinator],
+    }
+    assert cluster.create_topic(source, 2, configs={"min.insync.replicas": "2"}) == 0
+    assert (
+        cluster.create_topic(sink, assignment=sink_assignment, configs={"min.insync.replicas": "2"})
+        == 0
+    )
+    victim = victim_of(coordinator, cluster.leader(sink, 0))
+    bootstrap = cluster.bootstrap
+
+    feeder = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    inputs = [b"value-%04d" % i for i in range(TOTAL)]
+    for i, value in enumerate(inputs):
+        feeder.produce(source, value=value, partition=i % 2)
+    assert feeder.flush(30) == 0
+
+    side = _producer(bootstrap, topic_name("aborter"), **NO_REBOOTSTRAP)
+    side_transactions = 0
+    aborted_values: list[bytes] = []
+    committed_values: list[bytes] = []
+    killed_at: list[int] = []
+
+    def crash(attempt: int) -> None:
+        nonlocal side_transactions
+        if attempt % 2 == 0:  # the side producer: every third of its transactions aborted
+            side_transactions += 1
+            side.begin_transaction()
+            values = [b"side-%d-%d" % (attempt, i) for i in range(3)]
+            for i, v in enumerate(values):
+                side.produce(sink, value=v, partition=i % 2)
+            if side_transactions % 3 == 0:
+                side.flush()  # stored before the abort
+                side.abort_transaction(TXN_TIMEOUT_S)
+                aborted_values.extend(values)
+            else:
+                side.commit_transaction(TXN_TIMEOUT_S)
+                committed_values.extend(values)
+        if attempt == 4:
+            # Mid-transaction: the loop's transaction is open with the output partitions in it.
+            wait_for(lambda: _ongoing(cluster, coordinator, tid, sink), 30, "an open transaction")
+            cluster.broker(victim).kill()
+            killed_at.append(attempt)
+        if attempt == 10:
+            cluster.broker(victim).start()
+
+    commits = _run_transform(bootstrap, source, sink, group, TOTAL, crash)
+    assert killed_at == [4], "the kill never happened: the scenario did not run"
+    assert commits >= TOTAL // 10
+    if not cluster.broker(victim).running():
+        cluster.broker(victim).start()
+    out = [v for _, _, v in _read_to_end(cluster.bootstrap, sink, 2, "read_committed")]
+    transformed = Counter(v for v in out if v.startswith(b"VALUE-"))
+    assert transformed == Counter(v.upper() for v in inputs)  # each input exactly once
+    side_seen = [v for v in out if v.startswith(b"side-")]
+    assert Counter(side_seen) == Counter(committed_values)
+    assert aborted_values, "the side producer aborted nothing: the scenario did not run"
+    assert not set(side_seen) & set(aborted_values)
+
+
+def test_coordinator_leader_killed_mid_transaction(cluster_factory):
+    _scenario(cluster_factory, lambda coordinator, sink_leader: coordinator)
+
+
+def test_output_partition_leader_killed_mid_transaction(cluster_factory):
+    _scenario(cluster_factory, lambda coordinator, sink_leader: sink_leader)
