@@ -1,14 +1,17 @@
 """Client quotas on a real broker: set with ``chronolog quotas`` and with Kafka 4.1.1's own
 kafka-configs tool, read back by both, kept across a restart, and enforced: a confluent-kafka
-producer over its producer_byte_rate is held to it (librdkafka's statistics report the
-throttle), and the broker's metrics show the throttle for that client id.
+producer over its producer_byte_rate and a consumer over its consumer_byte_rate are held to
+them (librdkafka's statistics report the throttle, the broker's metrics show it per client id),
+Kafka's Java producer reports the throttle, and a client over its request_percentage is muted.
 
-Costs: the throttle test produces for 20 s (about 25 s with the broker's start); the
-kafka-configs test starts five JVMs (about 15 s)."""
+Costs: the producer test produces for 20 s (about 25 s with the broker's start), the consumer
+test reads for 10 s (15 s), the Java producer test about 12 s, the kafka-configs test starts
+five JVMs (about 15 s), the others a few seconds: about 80 s in all."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -313,3 +316,45 @@ def test_request_percentage_throttles_and_mutes(broker_factory):
             ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
         )
         assert time.monotonic() - asked >= throttle / 1000 / 2  # muted (less what the client took)
+
+
+@pytest.mark.kafka_oracle
+def test_kafkas_java_producer_reports_the_throttle(broker_factory):
+    """Kafka's Java producer (kafka-clients 4.1.1, through ProducerPerformance) over its
+    producer_byte_rate sees throttle_time_ms: its produce-throttle-time metrics are above 0.
+    About 10 s (a JVM and 3 MB at 500 kB/s beyond the first second's worth)."""
+    broker = broker_factory({"quota.window.num": 2})
+    topic = topic_name("quota-java")
+    create_topic(broker.bootstrap, topic)
+    chronolog_quotas(
+        broker.bootstrap,
+        "alter",
+        "--client-id",
+        "java-producer",
+        "--add-config",
+        "producer_byte_rate=500000",
+    )
+    done = run_kafka_tool(
+        "org.apache.kafka.tools.ProducerPerformance",
+        "--topic",
+        topic,
+        "--num-records",
+        "300",
+        "--record-size",
+        "10000",
+        "--throughput",
+        "-1",
+        "--print-metrics",
+        "--producer-props",
+        f"bootstrap.servers={broker.bootstrap}",
+        "client.id=java-producer",
+    )
+    reported = {}
+    for name in ("produce-throttle-time-avg", "produce-throttle-time-max"):
+        found = re.search(
+            rf"producer-metrics:{name}:\{{client-id=java-producer\}}\s*:\s*([\d.]+)", done.stdout
+        )
+        assert found, done.stdout[-3000:]
+        reported[name] = float(found.group(1))
+    assert reported["produce-throttle-time-max"] > 0, reported
+    assert reported["produce-throttle-time-avg"] > 0, reported
