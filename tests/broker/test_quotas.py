@@ -27,6 +27,13 @@ from broker.quotas.manager import DEFAULT, ClientQuotaManager, QuotaKind, saniti
 from broker.quotas.rate import Rate
 from broker.quotas.store import QUOTA_FILE, FileQuotaStore
 from broker.quotas.throttle import StepClock
+from broker.security.acls import AclBinding, AclStore, Operation, PatternType, Permission
+from broker.security.acls import ResourceType
+from broker.security.authorizer import Authorizer
+from broker.security.rules import RULES, Check
+from broker.security.session import Session
+from broker.security.settings import Listener, SecuritySettings
+from protocol import ApiKey, ClientConnection, ServerConnection
 from protocol.errors import ErrorCode
 
 START_MS = 1_700_000_000_000
@@ -308,3 +315,57 @@ async def test_step_clock_counts_loop_time_not_waiting():
         trio.lowlevel.remove_instrument(clock)
     assert spent is not None and 0.02 <= spent < 1.0
     assert clock.spent() is None  # no longer watched
+
+
+def test_the_quota_apis_need_cluster_describe_configs_and_alter_configs(tmp_path):
+    """Kafka's KafkaApis: DescribeClientQuotas needs DESCRIBE_CONFIGS on the cluster (refused
+    whole, entries null), AlterClientQuotas ALTER_CONFIGS (each entry refused, its entity
+    echoed); ALTER_CONFIGS implies DESCRIBE_CONFIGS."""
+    store = AclStore(str(tmp_path))
+    store.add(
+        [
+            AclBinding(
+                ResourceType.CLUSTER,
+                "kafka-cluster",
+                PatternType.LITERAL,
+                "User:admin",
+                "*",
+                Operation.ALTER_CONFIGS,
+                Permission.ALLOW,
+            ).validate()
+        ]
+    )
+    authorizer = Authorizer(store, SecuritySettings(authorizer="x"))
+    listener = Listener("PLAINTEXT", "PLAINTEXT", "", 9092, "h", 9092)
+
+    def request(api: ApiKey, body: dict):
+        _, frame = ClientConnection("t").request(api, 1, body)
+        (decoded,) = ServerConnection().receive_data(frame)
+        return decoded
+
+    describe = request(ApiKey.DESCRIBE_CLIENT_QUOTAS, {"components": [], "strict": False})
+    entity = [{"entity_type": "user", "entity_name": "alice"}]
+    alter = request(
+        ApiKey.ALTER_CLIENT_QUOTAS,
+        {"entries": [{"entity": entity, "ops": []}], "validate_only": False},
+    )
+    handled = []
+
+    async def handler(ctx, req):
+        handled.append(req.header.api_key)
+        return {"throttle_time_ms": 0}
+
+    async def run(principal: str, req):
+        session = Session(gate=None, listener=listener, peer="127.0.0.1:1", host="127.0.0.1")
+        session.principal = principal
+        check = Check(authorizer, session, req.header.api_key)
+        return await RULES[req.header.api_key](check, handler, None, req)
+
+    refused = trio.run(run, "User:bob", describe)
+    assert (refused["error_code"], refused["entries"]) == (31, None)
+    (entry,) = trio.run(run, "User:bob", alter)["entries"]
+    assert (entry["error_code"], entry["entity"]) == (31, entity)
+    assert handled == []
+    trio.run(run, "User:admin", describe)
+    trio.run(run, "User:admin", alter)
+    assert handled == [ApiKey.DESCRIBE_CLIENT_QUOTAS, ApiKey.ALTER_CLIENT_QUOTAS]
