@@ -4,6 +4,9 @@ code as the records that went in, and refused exactly as the Python path refuses
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -113,3 +116,45 @@ def test_offsets_beyond_int64_are_declined_not_wrapped():
     encode_record(section, 2**62, 0, None, b"v")
     assert records._legacy_messages(bytes(section), 1, 1, 0, False, 2**62, 0, False, 0) is None
     assert records._legacy_messages(bytes(section), 1, 1, 0, False, 0, 0, False, 0) is not None
+
+
+def _runs_beside(convert_once, times: int) -> bool:
+    """Whether this thread gets the GIL while another thread calls ``convert_once`` up to
+    ``times`` times, with the switch interval so long that only a call that releases the GIL
+    lets it run (many calls: on a loaded machine this thread may wait for a core)."""
+    started, ran = threading.Event(), threading.Event()
+    calls = []
+
+    def worker():
+        started.set()
+        for _ in range(times):
+            convert_once()
+            calls.append(1)
+            if ran.is_set():
+                return
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000)
+    try:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        started.wait()
+        inside = len(calls) < times  # the worker has not finished: it let go of the GIL
+        ran.set()
+        thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    return inside
+
+
+def test_the_conversion_lets_other_threads_run():
+    """The C pass releases the GIL from 64 KiB (the event loop runs meanwhile); the Python
+    path, as the control, does not let the other thread in before it is done."""
+    values = [(0, b"key", bytes(1000), [])] * 200
+    section = batch(values, Codec.NONE)[61:]  # 200 KB of records
+    assert len(section) > 65536
+    assert _runs_beside(
+        lambda: records._legacy_messages(section, 200, 1, 0, False, 0, 0, False, 0), 10_000
+    )
+    python = batch(values[:20], Codec.NONE)
+    assert not _runs_beside(lambda: python_convert(python, 1), 20)
