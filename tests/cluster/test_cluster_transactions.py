@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 
 from broker.txn.coordinator import partition_for
 from protocol import ApiKey
+from protocol.errors import ErrorCode
 from tests.cluster.helpers import call, wait_for
 from tests.integration.clients import topic_name
 from tests.integration.test_transactions_librdkafka import (
@@ -28,6 +29,7 @@ from tests.integration.test_transactions_librdkafka import (
     _producer,
     _read_to_end,
     _run_transform,
+    _txn_batch,
 )
 
 TXN_PARTITIONS = 3
@@ -143,3 +145,88 @@ def test_coordinator_leader_killed_mid_transaction(cluster_factory):
 
 def test_output_partition_leader_killed_mid_transaction(cluster_factory):
     _scenario(cluster_factory, lambda coordinator, sink_leader: sink_leader)
+
+
+def test_produce_verified_and_markers_written_across_brokers(cluster_factory):
+    """On the wire, with the output partition led by a broker that is not the coordinator: a
+    transactional batch for a partition outside the transaction is refused there (the leader
+    asked the coordinator, KIP-890 part 1), accepted once AddPartitionsToTxn added it; the
+    coordinator's COMMIT marker reaches that leader; Produce v12 (transaction version 2) adds
+    the partition through the coordinator itself and EndTxn v5's ABORT marker hides it.
+    Brokers that do not coordinate the id send the client to the one that does."""
+    cluster = cluster_factory(**SETTINGS)
+    tid = topic_name("txid")
+    coordinator = _coordinator_of(cluster, tid)
+    leader, third = [b for b in (1, 2, 3) if b != coordinator]
+    topic = topic_name("verify")
+    assignment = {0: [leader, coordinator, third]}
+    assert cluster.create_topic(topic, assignment=assignment) == 0
+    at_coordinator, at_leader = cluster.broker(coordinator), cluster.broker(leader)
+    init_body = {"transactional_id": tid, "transaction_timeout_ms": 60000}
+    elsewhere = call(at_leader, ApiKey.INIT_PRODUCER_ID, 1, init_body)
+    assert elsewhere.error_code == ErrorCode.NOT_COORDINATOR_FOR_GROUP
+    init = call(at_coordinator, ApiKey.INIT_PRODUCER_ID, 1, init_body)
+    assert init.error_code == 0
+    pid, epoch = init.producer_id, init.producer_epoch
+
+    def produce(version: int, epoch: int, sequence: int, value: bytes) -> int:
+        body = {
+            "transactional_id": tid,
+            "acks": -1,
+            "timeout_ms": 10000,
+            "topic_data": [
+                {
+                    "name": topic,
+                    "partition_data": [
+                        {"index": 0, "records": _txn_batch(pid, epoch, sequence, value)}
+                    ],
+                }
+            ],
+        }
+        response = call(at_leader, ApiKey.PRODUCE, version, body)
+        return response.responses[0].partition_responses[0].error_code
+
+    def last_stable_offset() -> int:
+        body = {
+            "replica_id": -1,
+            "isolation_level": 1,
+            "topics": [{"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}],
+        }
+        answer = call(at_leader, ApiKey.LIST_OFFSETS, 7, body).topics[0].partitions[0]
+        assert answer.error_code == 0
+        return answer.offset
+
+    assert produce(9, epoch, 0, b"stray") == ErrorCode.INVALID_TXN_STATE
+    added = call(
+        at_coordinator,
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        3,
+        {
+            "v3_and_below_transactional_id": tid,
+            "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": topic, "partitions": [0]}],
+        },
+    )
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    assert produce(9, epoch, 0, b"committed") == 0
+    end_body = {"transactional_id": tid, "producer_id": pid, "committed": True}
+    assert call(at_leader, ApiKey.END_TXN, 3, {**end_body, "producer_epoch": epoch}).error_code == (
+        ErrorCode.NOT_COORDINATOR_FOR_GROUP
+    )
+    ended = call(at_coordinator, ApiKey.END_TXN, 3, {**end_body, "producer_epoch": epoch})
+    assert ended.error_code == 0
+    wait_for(lambda: last_stable_offset() == 2, 30, "the COMMIT marker on the partition's leader")
+
+    assert produce(12, epoch, 1, b"aborted") == 0  # added by the coordinator for the leader
+    assert _ongoing(cluster, coordinator, tid, topic)
+    aborted = call(
+        at_coordinator,
+        ApiKey.END_TXN,
+        5,
+        {**end_body, "producer_epoch": epoch, "committed": False},
+    )
+    assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 1)
+    wait_for(lambda: last_stable_offset() == 4, 30, "the ABORT marker on the partition's leader")
+    values = [v for _, _, v in _read_to_end(cluster.bootstrap, topic, 1, "read_committed")]
+    assert values == [b"committed"]
