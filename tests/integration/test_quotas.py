@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
@@ -25,9 +26,10 @@ from clients import create_topic, topic_name
 from protocol import ApiKey
 from security_helpers import local_brokers_only
 from tests.conftest import REPO
-from tests.oracle.kafka_oracle import CONFIG_COMMAND, run_kafka_tool
+from tests.oracle.kafka_oracle import CONFIG_COMMAND, kafka_oracle, run_kafka_tool
 
 pytestmark = local_brokers_only
+__all__ = ["kafka_oracle"]  # the fixture, for test_quota_answers_equal_kafkas
 
 RATE = 400_000  # producer_byte_rate of the throttle test, bytes per second
 WINDOW_S = 20.0  # the throttle test's measurement
@@ -358,3 +360,80 @@ def test_kafkas_java_producer_reports_the_throttle(broker_factory):
         reported[name] = float(found.group(1))
     assert reported["produce-throttle-time-max"] > 0, reported
     assert reported["produce-throttle-time-avg"] > 0, reported
+
+
+def _quota_answers(bootstrap_host: str, port: int, user: str, client: str) -> dict:
+    """One scenario's AlterClientQuotas codes and DescribeClientQuotas entries, comparable."""
+    entries = [
+        ([("user", user)], [("producer_byte_rate", 1024.0), ("consumer_byte_rate", 2048.0)]),
+        ([("user", user), ("client-id", client)], [("request_percentage", 12.5)]),
+        ([("user", user), ("client-id", None)], [("producer_byte_rate", 4096.0)]),
+        ([("client-id", client)], [("consumer_byte_rate", 100.0)]),
+        ([("user", user + "-x")], [("producer_byte_rate", 1.5)]),
+        ([("user", user + "-y")], [("no_such_quota", 1.0)]),
+    ]
+    body = {
+        "entries": [
+            {
+                "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                "ops": [{"key": k, "value": v, "remove": False} for k, v in ops],
+            }
+            for entity, ops in entries
+        ],
+        "validate_only": False,
+    }
+    filters = {
+        "user strict": ([("user", 0, user)], True),
+        "user": ([("user", 0, user)], False),
+        "client strict": ([("client-id", 0, client)], True),
+        "user and any client": ([("user", 0, user), ("client-id", 2, None)], False),
+        "user and default client": ([("user", 0, user), ("client-id", 1, None)], True),
+    }
+    answers: dict = {}
+    with BrokerConnection(bootstrap_host, port, client_id="quota-diff", timeout_s=30) as c:
+        altered = c.call(ApiKey.ALTER_CLIENT_QUOTAS, 1, body)
+        # Kafka answers from a map: entries and entity parts in any order
+        answers["alter"] = {
+            tuple(sorted((e.entity_type, e.entity_name or "<default>") for e in entry.entity)): (
+                entry.error_code
+            )
+            for entry in altered.entries
+        }
+        deadline = time.monotonic() + 30
+        for name, (components, strict) in filters.items():
+            request = {
+                "components": [
+                    {"entity_type": t, "match_type": m, "match": n} for t, m, n in components
+                ],
+                "strict": strict,
+            }
+            while True:  # KRaft applies the alteration through its metadata log
+                described = c.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, request)
+                found = sorted(
+                    (
+                        tuple(
+                            sorted(
+                                (e.entity_type, e.entity_name or "<default>") for e in entry.entity
+                            )
+                        ),
+                        tuple(sorted((v.key, v.value) for v in entry["values"])),
+                    )
+                    for entry in described.entries or ()
+                )
+                if found or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            answers[name] = (described.error_code, found)
+    return answers
+
+
+@pytest.mark.kafka_oracle
+def test_quota_answers_equal_kafkas(broker_factory, kafka_oracle):
+    """The same alterations and filters against chronolog and Kafka 4.1.1 (KRaft) give the
+    same error codes and the same entities with the same values."""
+    broker = broker_factory()
+    user, client = f"u-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
+    ours = _quota_answers(broker.host, broker.port, user, client)
+    kafkas = _quota_answers(kafka_oracle.host, kafka_oracle.port, user, client)
+    assert ours == kafkas
+    assert sorted(ours["alter"].values()) == [0, 0, 0, 0, 42, 42]
