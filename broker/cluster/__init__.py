@@ -426,17 +426,24 @@ class Cluster:
         return True
 
     async def write_topic(
-        self, name: str, assignment: dict[int, tuple[int, ...]], overrides: dict[str, str]
-    ) -> None:
+        self,
+        name: str,
+        assignment: dict[int, tuple[int, ...]],
+        overrides: dict[str, str],
+        topic_id: uuid.UUID | None = None,
+    ) -> uuid.UUID:
         """Create a topic in ZooKeeper (configs first, as Kafka's AdminUtils does); the
-        controller sees it and elects its leaders. Raises NodeExistsError."""
+        controller sees it and elects its leaders. Returns its topic id (a new one unless
+        given). Raises NodeExistsError."""
         from broker.topics import new_topic_id, topic_id_string
 
         if await self.zk.exists(topic_path(name)) is not None:
             raise NodeExistsError()
         await self.zk.create_or_set(f"{CONFIG_TOPICS}/{name}", topic_config_json(overrides))
-        topic = TopicAssignment(name, topic_id_string(new_topic_id()), dict(assignment))
+        topic_id = topic_id or new_topic_id()
+        topic = TopicAssignment(name, topic_id_string(topic_id), dict(assignment))
         await self.zk.create(topic_path(name), topic.to_json())
+        return topic_id
 
     async def controlled_shutdown(self) -> None:
         """Kafka's KafkaServer.controlledShutdown, before anything stops: ask the controller

@@ -16,7 +16,7 @@ reassignment apis need the controller (NOT_CONTROLLER elsewhere).
 
 from __future__ import annotations
 
-from collections import Counter
+import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -27,9 +27,13 @@ from broker.admin.changes import PartitionCountError, UnknownTopicError
 from broker.cluster.assignment import AssignmentError, assign_replicas
 from broker.cluster.metadata import handle_cluster_metadata
 from broker.cluster.zk import DELETE_TOPICS, TopicAssignment, ZkDataError, topic_path
-from broker.config import ConfigError, parse_topic_configs, topic_name_error
 from broker.context import INTERNAL_TOPICS, BrokerContext
-from broker.handlers.admin import TopicRequestError, create_partitions_answer
+from broker.topics import Topic
+from broker.handlers.admin import (
+    TopicRequestError,
+    create_partitions_answer,
+    create_topics_answer,
+)
 from broker.handlers.api_versions import make_api_versions_handler
 from protocol.api import ApiKey, Request
 from protocol.errors import ErrorCode
@@ -168,119 +172,78 @@ async def handle_offset_for_leader_epoch(ctx: BrokerContext, request: Request) -
 
 
 # -- CreateTopics / DeleteTopics ----------------------------------------------------------------
-def _reject(name: str, error: ErrorCode, reason: str) -> dict:
-    logger.warning("topic creation rejected", topic=name, error=error.name, reason=reason)
-    return {"name": name, "error_code": int(error), "error_message": reason}
+class ZooKeeperTopics:
+    """CreateTopics' placement in a cluster (:func:`create_topics_answer` makes the checks every
+    broker makes): replicas assigned over the live brokers (rack-aware with broker.rack) or the
+    request's assignments checked, the topic written to ZooKeeper, then the answer waits up to
+    timeout_ms for the controller to elect every partition's leader."""
 
+    def __init__(self, ctx: BrokerContext) -> None:
+        cluster = ctx.cluster
+        assert cluster is not None
+        self.ctx, self.cluster = ctx, cluster
+        self.brokers = {b: info.rack for b, info in cluster.metadata.brokers.items()}
 
-async def handle_cluster_create_topics(ctx: BrokerContext, request: Request) -> dict:
-    """CreateTopics in a cluster: checked here, replicas assigned over the live brokers
-    (rack-aware with broker.rack), written to ZooKeeper; then waits up to timeout_ms for the
-    controller to elect every partition's leader."""
-    cluster = ctx.cluster
-    assert cluster is not None
-    body = request.body
-    entries = body.topics
-    counts = Counter(e.name for e in entries)
-    brokers = {b: info.rack for b, info in cluster.metadata.brokers.items()}
-    results, created, seen = [], [], set()
-    for entry in entries:
-        name = entry.name
-        if name in seen:
-            continue
-        seen.add(name)
-        if counts[name] > 1:
-            results.append(_reject(name, ErrorCode.INVALID_REQUEST, "topic listed twice"))
-            continue
-        reason = topic_name_error(name)
-        if reason:
-            results.append(_reject(name, ErrorCode.INVALID_TOPIC_EXCEPTION, reason))
-            continue
-        if name in INTERNAL_TOPICS:
-            results.append(
-                _reject(name, ErrorCode.INVALID_REQUEST, "internal topic: the broker creates it")
-            )
-            continue
-        if name in cluster.metadata.topics:
-            results.append(_reject(name, ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists"))
-            continue
-        try:
-            configs = {}
-            for c in entry.configs:
-                if c.name in configs:
-                    raise ConfigError(c.name, "given more than once")
-                configs[c.name] = c.value
-            overrides = parse_topic_configs(configs)
-        except ConfigError as exc:
-            results.append(_reject(name, ErrorCode.INVALID_CONFIG, str(exc)))
-            continue
+    def exists(self, name: str) -> bool:
+        return name in self.cluster.metadata.topics
+
+    def replicas(self, entry: Any, partitions: int, factor: int) -> dict[int, tuple[int, ...]]:
         if entry.assignments:
-            if entry.num_partitions != -1 or entry.replication_factor != -1:
-                results.append(
-                    _reject(
-                        name,
-                        ErrorCode.INVALID_REQUEST,
-                        "give either replica_assignment or num_partitions and "
-                        "replication_factor (-1), not both",
-                    )
-                )
-                continue
             assignment = {a.partition_index: tuple(a.broker_ids) for a in entry.assignments}
-            problem = _assignment_problem(assignment, brokers)
+            problem = _assignment_problem(assignment, self.brokers)
             if problem:
-                results.append(_reject(name, ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem))
-                continue
-        else:
-            partitions = entry.num_partitions
-            if partitions == -1:
-                partitions = ctx.config.num_partitions
-            factor = entry.replication_factor
-            if factor == -1:
-                factor = ctx.config.default_replication_factor
-            if partitions <= 0:
-                results.append(
-                    _reject(name, ErrorCode.INVALID_PARTITIONS, f"num_partitions {partitions}")
-                )
-                continue
-            try:
-                assignment = assign_replicas(brokers, partitions, factor)
-            except AssignmentError as exc:
-                results.append(_reject(name, ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)))
-                continue
-        if getattr(body, "validate_only", False):
-            results.append({"name": name, "error_code": 0})
-            continue
+                raise TopicRequestError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+            return assignment
+        partitions = self.ctx.config.num_partitions if partitions == -1 else partitions
+        factor = self.ctx.config.default_replication_factor if factor == -1 else factor
         try:
-            await cluster.write_topic(name, assignment, overrides)
+            return assign_replicas(self.brokers, partitions, factor)
+        except AssignmentError as exc:
+            raise TopicRequestError(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)) from None
+
+    async def create(self, topic: Topic, replicas: dict[int, tuple[int, ...]]) -> uuid.UUID:
+        name = topic.name
+        try:
+            topic_id = await self.cluster.write_topic(
+                name, replicas, dict(topic.overrides), topic.topic_id
+            )
         except NodeExistsError:
-            results.append(_reject(name, ErrorCode.TOPIC_ALREADY_EXISTS, "topic already exists"))
-            continue
+            raise TopicRequestError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
+            ) from None
         except KazooException as exc:
-            logger.error("writing a topic to ZooKeeper failed", topic=name, error=repr(exc))
-            results.append({"name": name, "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR)})
-            continue
+            logger.error(
+                "writing a topic to ZooKeeper failed",
+                topic=name,
+                error=repr(exc),
+                action="check the ZooKeeper connection; the topic was not created",
+            )
+            raise TopicRequestError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"the broker could not write the topic to ZooKeeper ({exc!r})",
+            ) from None
         logger.info(
             "created topic",
             topic=name,
-            partitions=len(assignment),
-            assignment={p: list(r) for p, r in sorted(assignment.items())},
-            configs=overrides,
+            partitions=len(replicas),
+            assignment={p: list(r) for p, r in sorted(replicas.items())},
+            configs=dict(topic.overrides),
         )
-        created.append(name)
-        results.append({"name": name, "error_code": 0})
-    if created:
-        done = await cluster.wait_for_metadata(
+        return topic_id
+
+    async def settle(self, created: list[str], timeout_ms: int) -> set[str]:
+        done = await self.cluster.wait_for_metadata(
             lambda cache: all(
                 name in cache.topics and all(p.leader >= 0 for p in cache.topics[name].values())
                 for name in created
             ),
-            body.timeout_ms,
+            timeout_ms,
         )
-        if not done:
-            for result in results:
-                if result["name"] in created:
-                    result["error_code"] = int(ErrorCode.REQUEST_TIMED_OUT)
-    return {"throttle_time_ms": 0, "topics": results}
+        return set() if done else set(created)
+
+
+async def handle_cluster_create_topics(ctx: BrokerContext, request: Request) -> dict:
+    return await create_topics_answer(ctx, request, ZooKeeperTopics(ctx))
 
 
 def _assignment_problem(assignment: dict[int, tuple[int, ...]], brokers: dict) -> str | None:

@@ -8,6 +8,9 @@ given partitions by request (the group coordinator owns it and maps groups to it
 
 Each topic is judged on its own; the answer names what is wrong with it (``error_message``, v1+)
 and the log says it once. ``validate_only`` runs every check without creating anything.
+CreateTopics and CreatePartitions are one pipeline each for a single broker and a cluster: the
+checks are made here, and only where the topic goes differs (:class:`TopicPlacement`; the
+cluster's places it in ZooKeeper, broker/cluster/handlers.py).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -67,60 +70,105 @@ def _rejected(name: str | None, code: ErrorCode, message: str, what: str) -> Non
 # -- CreateTopics --------------------------------------------------------------------------------
 
 
-def _partition_count(ctx: BrokerContext, entry: Any) -> int:
-    """The partition count a CreatableTopic asks for; raises TopicRequestError."""
-    broker_id = ctx.config.broker_id
-    if entry.assignments:
-        if entry.num_partitions != -1 or entry.replication_factor != -1:
-            raise TopicRequestError(
-                ErrorCode.INVALID_REQUEST,
-                "Both numPartitions or replicationFactor and replicasAssignments were set. "
-                "Both cannot be used at the same time.",
-            )
-        replicas = {a.partition_index: list(a.broker_ids) for a in entry.assignments}
-        if len(replicas) != len(entry.assignments) or sorted(replicas) != list(
-            range(len(replicas))
-        ):
-            raise TopicRequestError(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                "partitions should be a consecutive 0-based integer sequence",
-            )
-        for partition, brokers in sorted(replicas.items()):
-            if brokers != [broker_id]:
+class TopicPlacement(Protocol):
+    """Where CreateTopics puts a topic that passed the checks every broker makes: this broker's
+    own logs (:class:`LocalTopics`), or ZooKeeper in a cluster (broker/cluster/handlers.py)."""
+
+    def exists(self, name: str) -> bool:
+        """Whether a topic of this name exists already."""
+        ...
+
+    def replicas(self, entry: Any, partitions: int, factor: int) -> dict[int, tuple[int, ...]]:
+        """The replicas of each partition: the request's assignments checked, or assigned
+        ``partitions`` x ``factor`` (-1: the broker's defaults). Raises TopicRequestError."""
+        ...
+
+    async def create(self, topic: Topic, replicas: dict[int, tuple[int, ...]]) -> uuid.UUID:
+        """Create it; its topic id. Raises TopicRequestError."""
+        ...
+
+    async def settle(self, created: list[str], timeout_ms: int) -> set[str]:
+        """Wait up to ``timeout_ms`` until the created topics can be used; those that cannot."""
+        ...
+
+
+class LocalTopics:
+    """A single broker: it is every partition's only replica, and its logs exist when
+    ``create`` returns."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    def exists(self, name: str) -> bool:
+        return name in self.ctx.topics
+
+    def replicas(self, entry: Any, partitions: int, factor: int) -> dict[int, tuple[int, ...]]:
+        broker_id = self.ctx.config.broker_id
+        if entry.assignments:
+            replicas = {a.partition_index: tuple(a.broker_ids) for a in entry.assignments}
+            if len(replicas) != len(entry.assignments) or sorted(replicas) != list(
+                range(len(replicas))
+            ):
                 raise TopicRequestError(
                     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"partition {partition} is assigned to brokers {brokers}, but the only "
-                    f"broker is {broker_id}: assign every partition to [{broker_id}]",
+                    "partitions should be a consecutive 0-based integer sequence",
                 )
-        return len(replicas)
-    partitions = ctx.config.num_partitions if entry.num_partitions == -1 else entry.num_partitions
-    factor = 1 if entry.replication_factor == -1 else entry.replication_factor
-    if partitions <= 0:
-        raise TopicRequestError(
-            ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
-        )
-    if factor <= 0:
-        raise TopicRequestError(
-            ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
-        )
-    if factor > 1:
-        raise TopicRequestError(
-            ErrorCode.INVALID_REPLICATION_FACTOR,
-            f"Replication factor: {factor} larger than available brokers: 1.",
-        )
-    return partitions
+            for partition, brokers in sorted(replicas.items()):
+                if brokers != (broker_id,):
+                    raise TopicRequestError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"partition {partition} is assigned to brokers {list(brokers)}, but the "
+                        f"only broker is {broker_id}: assign every partition to [{broker_id}]",
+                    )
+            return replicas
+        partitions = self.ctx.config.num_partitions if partitions == -1 else partitions
+        factor = 1 if factor == -1 else factor
+        if factor > 1:
+            raise TopicRequestError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Replication factor: {factor} larger than available brokers: 1.",
+            )
+        return {p: (broker_id,) for p in range(partitions)}
+
+    async def create(self, topic: Topic, replicas: dict[int, tuple[int, ...]]) -> uuid.UUID:
+        name = topic.name
+        try:
+            created = await self.ctx.create_topic(name, topic.partitions, topic.overrides)
+        except TopicExistsError:
+            raise TopicRequestError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
+            ) from None
+        except InvalidTopicNameError as exc:
+            raise TopicRequestError(ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)) from None
+        except ConfigError as exc:
+            raise TopicRequestError(ErrorCode.INVALID_CONFIG, config_error_message(exc)) from None
+        except STORAGE_FAILURES as exc:
+            logger.error(
+                "creating topic failed",
+                topic=name,
+                error=repr(exc),
+                action="check the log dirs are writable and have space",
+            )
+            raise TopicRequestError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"the broker could not create the topic's logs ({exc}); see the broker log",
+            ) from None
+        return created.topic_id
+
+    async def settle(self, created: list[str], timeout_ms: int) -> set[str]:
+        return set()  # the logs exist once create returned
 
 
-def _new_topic(ctx: BrokerContext, entry: Any) -> Topic:
-    """Check one CreatableTopic; the Topic it would create (not registered). Raises
-    TopicRequestError."""
+def _new_topic(ctx: BrokerContext, placement: TopicPlacement, entry: Any) -> tuple[Topic, dict]:
+    """Check one CreatableTopic as Kafka's ZkAdminManager does; the Topic it would create (not
+    registered) and its replicas. Raises TopicRequestError."""
     name = entry.name
     if name == CLUSTER_METADATA_TOPIC:
         raise TopicRequestError(
             ErrorCode.INVALID_REQUEST,
             f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.",
         )
-    if name in ctx.topics:
+    if placement.exists(name):
         raise TopicRequestError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
     nulls = [c.name for c in entry.configs if c.value is None]
     if nulls:
@@ -128,7 +176,26 @@ def _new_topic(ctx: BrokerContext, entry: Any) -> Topic:
             ErrorCode.INVALID_CONFIG,
             f"Null value not supported for topic configs: {','.join(nulls)}",
         )
-    partitions = _partition_count(ctx, entry)
+    if entry.assignments and (entry.num_partitions != -1 or entry.replication_factor != -1):
+        raise TopicRequestError(
+            ErrorCode.INVALID_REQUEST,
+            "Both numPartitions or replicationFactor and replicasAssignments were set. "
+            "Both cannot be used at the same time.",
+        )
+    if not entry.assignments:
+        if entry.num_partitions == 0 or entry.num_partitions < -1:
+            raise TopicRequestError(
+                ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+            )
+        if entry.replication_factor == 0 or entry.replication_factor < -1:
+            raise TopicRequestError(
+                ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
+            )
+    replicas = placement.replicas(entry, entry.num_partitions, entry.replication_factor)
+    if not replicas:
+        raise TopicRequestError(
+            ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+        )
     reason = topic_name_error(name)
     if reason:
         raise TopicRequestError(ErrorCode.INVALID_TOPIC_EXCEPTION, reason)
@@ -144,13 +211,14 @@ def _new_topic(ctx: BrokerContext, entry: Any) -> Topic:
             f"Topic '{name}' collides with existing topics: {', '.join(colliding)}",
         )
     try:
-        overrides = parse_topic_configs([(c.name, c.value) for c in entry.configs])
-        return ctx.topics.make_topic(name, partitions, overrides)
+        # a key given twice: the last value counts, as in Kafka's Properties
+        overrides = parse_topic_configs({c.name: c.value for c in entry.configs})
+        return ctx.topics.make_topic(name, len(replicas), overrides), replicas
     except ConfigError as exc:
         raise TopicRequestError(ErrorCode.INVALID_CONFIG, config_error_message(exc)) from None
 
 
-def _created(ctx: BrokerContext, topic: Topic, topic_id: uuid.UUID) -> dict:
+def _created(ctx: BrokerContext, topic: Topic, topic_id: uuid.UUID, factor: int) -> dict:
     layers = ctx.dynamic_configs.layers()
     return {
         "name": topic.name,
@@ -158,7 +226,7 @@ def _created(ctx: BrokerContext, topic: Topic, topic_id: uuid.UUID) -> dict:
         "error_code": 0,
         "error_message": None,
         "num_partitions": topic.partitions,
-        "replication_factor": 1,
+        "replication_factor": factor,
         "configs": [
             e.created_topic_config() for e in topic_entries(topic.overrides, topic.config, layers)
         ],
@@ -177,53 +245,51 @@ def _failed(name: str, code: ErrorCode, message: str | None) -> dict:
     }
 
 
-async def _create_one(ctx: BrokerContext, entry: Any, validate_only: bool) -> dict:
-    name = entry.name
-    try:
-        topic = _new_topic(ctx, entry)
-        if validate_only:
-            return _created(ctx, topic, ZERO_UUID)
-        try:
-            created = await ctx.create_topic(name, topic.partitions, topic.overrides)
-        except TopicExistsError:
-            raise TopicRequestError(
-                ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
-            ) from None
-        except InvalidTopicNameError as exc:
-            raise TopicRequestError(ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)) from None
-        except ConfigError as exc:
-            raise TopicRequestError(ErrorCode.INVALID_CONFIG, config_error_message(exc)) from None
-        except STORAGE_FAILURES as exc:
-            logger.error(
-                "creating topic failed",
-                topic=name,
-                error=repr(exc),
-                action="check the log dirs are writable and have space",
-            )
-            return _failed(
-                name,
-                ErrorCode.UNKNOWN_SERVER_ERROR,
-                f"the broker could not create the topic's logs ({exc}); see the broker log",
-            )
-        return _created(ctx, created, created.topic_id)
-    except TopicRequestError as exc:
-        _rejected(name, exc.code, str(exc), "topic creation rejected")
-        return _failed(name, exc.code, str(exc))
-
-
-async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
+async def create_topics_answer(
+    ctx: BrokerContext, request: Request, placement: TopicPlacement
+) -> dict:
+    """CreateTopics' answer, one pipeline for every broker: each topic checked by
+    :func:`_new_topic`, created by ``placement``, then given ``timeout_ms`` to settle (a
+    cluster's controller elects the leaders): REQUEST_TIMED_OUT for those that did not, while
+    their creation goes on, as Kafka answers."""
     body = request.body
     validate_only = bool(body.validate_only)
     counts = Counter(e.name for e in body.topics)
-    results = []
+    results: list[dict] = []
+    created: list[str] = []
     for entry in body.topics:
-        if counts[entry.name] > 1:
-            message = "Found multiple entries for this topic."
-            _rejected(entry.name, ErrorCode.INVALID_REQUEST, message, "topic creation rejected")
-            results.append(_failed(entry.name, ErrorCode.INVALID_REQUEST, message))
+        name = entry.name
+        try:
+            if counts[name] > 1:
+                raise TopicRequestError(
+                    ErrorCode.INVALID_REQUEST, "Found multiple entries for this topic."
+                )
+            topic, replicas = _new_topic(ctx, placement, entry)
+            factor = len(replicas[0])
+            if validate_only:
+                results.append(_created(ctx, topic, ZERO_UUID, factor))
+                continue
+            topic_id = await placement.create(topic, replicas)
+        except TopicRequestError as exc:
+            _rejected(name, exc.code, str(exc), "topic creation rejected")
+            results.append(_failed(name, exc.code, str(exc)))
             continue
-        results.append(await _create_one(ctx, entry, validate_only))
+        created.append(name)
+        results.append(_created(ctx, topic, topic_id, factor))
+    late = await placement.settle(created, body.timeout_ms) if created else set()
+    for i, result in enumerate(results):
+        if result["name"] in late:
+            message = (
+                f"Topic '{result['name']}' is being created: its leaders were not elected "
+                f"within the request's timeout_ms ({body.timeout_ms})"
+            )
+            _rejected(result["name"], ErrorCode.REQUEST_TIMED_OUT, message, "topic creation late")
+            results[i] = _failed(result["name"], ErrorCode.REQUEST_TIMED_OUT, message)
     return {"throttle_time_ms": 0, "topics": results}
+
+
+async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
+    return await create_topics_answer(ctx, request, LocalTopics(ctx))
 
 
 # -- DeleteTopics --------------------------------------------------------------------------------

@@ -106,6 +106,56 @@ def assert_rolled_by(cluster, topic: str, end: int, segment_bytes: int) -> None:
         assert all(size <= segment_bytes for size in sizes[:-1]), (b, sizes)
 
 
+def _creatable(name: str, partitions: int = 1, factor: int = -1, configs=None) -> dict:
+    return {
+        "name": name,
+        "num_partitions": partitions,
+        "replication_factor": factor,
+        "assignments": [],
+        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+    }
+
+
+def test_create_topics_in_a_cluster_checks_what_a_single_broker_checks(cluster_factory):
+    """One CreateTopics pipeline (broker/handlers/admin.py): a cluster refuses a name that
+    collides with an existing one once '.' and '_' are confused, a null config value and a
+    topic listed twice, as Kafka does, and its v7 answer carries the created topic's id (the
+    one Metadata shows), partition count, replication factor and configs."""
+    cluster = cluster_factory(3)
+    broker = cluster.broker(1)
+    body = {
+        "topics": [_creatable("orders.eu", 2, 3, {"retention.ms": "86400000"})],
+        "timeout_ms": 30000,
+        "validate_only": False,
+    }
+    (created,) = call(broker, ApiKey.CREATE_TOPICS, 7, body).topics
+    assert (created.error_code, created.num_partitions, created.replication_factor) == (0, 2, 3)
+    configs = {c.name: (c.value, c.config_source) for c in created.configs}
+    assert configs["retention.ms"] == ("86400000", TOPIC_CONFIG)
+    listed = wait_for(
+        lambda: [t for t in cluster.metadata(2, ["orders.eu"]).topics if len(t.partitions) == 2],
+        TIMEOUT_S,
+        "broker 2's metadata to list orders.eu",
+    )
+    assert created.topic_id == listed[0].topic_id
+    body["topics"] = [
+        _creatable("orders_eu"),
+        _creatable("nulls", configs={"retention.ms": None}),
+        _creatable("twice"),
+        _creatable("twice"),
+    ]
+    answers = {t.name: t for t in call(broker, ApiKey.CREATE_TOPICS, 7, body).topics}
+    collision = answers["orders_eu"]
+    assert collision.error_code == 17  # INVALID_TOPIC_EXCEPTION
+    assert "collides with existing topics: orders.eu" in collision.error_message
+    assert answers["nulls"].error_code == 40  # INVALID_CONFIG
+    assert "Null value not supported" in answers["nulls"].error_message
+    assert answers["twice"].error_code == 42  # INVALID_REQUEST
+    assert (collision.num_partitions, collision.replication_factor) == (-1, -1)
+    assert cluster.zk.exists("/brokers/topics/orders_eu") is None
+    assert cluster.zk.exists("/brokers/topics/nulls") is None
+
+
 def test_create_partitions_grows_a_topic_on_every_broker(cluster_factory):
     cluster = cluster_factory(3)
     assert cluster.create_topic("grow", 2, 2) == 0
