@@ -20,8 +20,8 @@ GROUP_ID_NOT_FOUND with a message (KIP-1043; older versions: no error, state Dea
 OffsetCommit, as KafkaApis does: the group records written then cannot hold its instance id, so it
 would come back from a restart as a dynamic member. OffsetCommit v0 and OffsetFetch v0 use the same store as
 v1+ (Kafka kept them in ZooKeeper, which this broker does not have). FindCoordinator answers
-this broker for groups; for transactional ids (key type 1), which this broker cannot
-coordinate, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as InitProducerId does.
+this broker for groups and transactional ids (key type 1) on a single broker; a cluster answers
+through broker/cluster/groups.py and broker/cluster/txn.py.
 """
 
 from __future__ import annotations
@@ -74,24 +74,13 @@ def _find(ctx, key_type: int, version: int, key: str) -> tuple[ErrorCode, str | 
     """(error, message) for one coordinator key."""
     if key_type not in (_GROUP_KEY, _TRANSACTION_KEY, _SHARE_KEY):
         return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
-    if key_type == _TRANSACTION_KEY and ctx.txn_coordinator is not None:
-        if not ctx.txn_coordinator.active:
+    if key_type == _TRANSACTION_KEY:
+        coordinator = ctx.txn_coordinator
+        if coordinator is None or not coordinator.active:
             return (
                 ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE,
-                "the transaction coordinator is loading",
+                "the transaction coordinator is starting or loading; retry",
             )
-    elif key_type == _TRANSACTION_KEY:
-        logger.warning(
-            "FindCoordinator for a transactional id refused",
-            transactional_id=key,
-            error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-            reason="transactions are not supported in a ZooKeeper cluster yet; use an "
-            "idempotent producer without transactional.id",
-        )
-        return (
-            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "this broker has no transaction coordinator",
-        )
     if key_type == _SHARE_KEY:
         if version < 6:
             return ErrorCode.INVALID_REQUEST, "share coordinators are asked for from v6"

@@ -56,16 +56,9 @@ async def handle_init_producer_id(ctx: BrokerContext, request: Request) -> dict:
 async def _transactional(ctx: BrokerContext, request: Request) -> dict:
     body = request.body
     coordinator = ctx.txn_coordinator
-    if coordinator is None:
-        logger.warning(
-            "InitProducerId rejected",
-            transactional_id=body.transactional_id,
-            error="TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-            reason="transactions are not supported in a ZooKeeper cluster yet; use an "
-            "idempotent producer without transactional.id",
-        )
+    if coordinator is None:  # the broker is starting: it is made before the first request
         return {
-            "error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            "error_code": int(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE),
             "producer_id": -1,
             "producer_epoch": -1,
         }

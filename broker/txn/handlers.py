@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 import structlog
+import trio
 
 from broker.context import BrokerContext
 from broker.groups.coordinator import OFFSETS_PARTITION, OFFSETS_TOPIC, CommitEntry
@@ -271,24 +272,39 @@ async def handle_list_transactions(ctx: BrokerContext, request: Request) -> dict
 
 
 async def handle_write_txn_markers(ctx: BrokerContext, request: Request) -> dict:
-    """Markers sent by a transaction coordinator: written to each named partition."""
+    """Markers sent by a transaction coordinator: written to each named partition, all at
+    once (in a cluster each answer waits for its partition's ISR, so one slow follower does
+    not hold the others back past the coordinator's timeout)."""
+    errors: dict[tuple[int, str, int], ErrorCode] = {}
+
+    async def write(i: int, marker, topic: str, partition: int) -> None:
+        errors[(i, topic, partition)] = await write_marker(
+            ctx,
+            topic,
+            partition,
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.coordinator_epoch,
+            marker.transaction_result,
+        )
+
+    async with trio.open_nursery() as nursery:
+        for i, marker in enumerate(request.body.markers):
+            for t in marker.topics:
+                for p in t.partition_indexes:
+                    nursery.start_soon(write, i, marker, t.name, p)
     results = []
-    for marker in request.body.markers:
-        topics = []
-        for t in marker.topics:
-            partitions = []
-            for p in t.partition_indexes:
-                error = await write_marker(
-                    ctx,
-                    t.name,
-                    p,
-                    marker.producer_id,
-                    marker.producer_epoch,
-                    marker.coordinator_epoch,
-                    marker.transaction_result,
-                )
-                partitions.append({"partition_index": p, "error_code": int(error)})
-            topics.append({"name": t.name, "partitions": partitions})
+    for i, marker in enumerate(request.body.markers):
+        topics = [
+            {
+                "name": t.name,
+                "partitions": [
+                    {"partition_index": p, "error_code": int(errors[(i, t.name, p)])}
+                    for p in t.partition_indexes
+                ],
+            }
+            for t in marker.topics
+        ]
         results.append({"producer_id": marker.producer_id, "topics": topics})
     return {"markers": results}
 
