@@ -170,7 +170,7 @@ bench: $(VENV)/.installed-bench kafka-jvm
 # build/pipeline/<topic>-per-minute (Parquet). `make pipeline-seed` first produces demo data into it.
 PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
-.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation soak
+.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation bench-quotas soak
 
 pipeline: $(VENV)/.installed-test
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
@@ -191,6 +191,11 @@ bench-cleaner: $(VENV)/.installed-test
 # and Tansu side by side: bench/results/transactions.json (also part of make bench).
 bench-transactions: $(VENV)/.installed-bench kafka-jvm
 	$(BIN)/python bench/bench_transactions.py
+
+# A minute under a 1 MB/s client quota (confluent-kafka producer and consumer, Kafka's Java
+# producer) on chronolog and Kafka 4.1.1 beside it: bench/results/quotas.json.
+bench-quotas: $(VENV)/.installed-test kafka-jvm
+	$(BIN)/python bench/bench_quotas.py
 
 # A synchronous offset commit against an acks=all produce in a 3-broker cluster (ZooKeeper and
 # brokers on this machine, offsets at replication factor 3): bench/results/commit_latency.json.
