@@ -416,7 +416,11 @@ class Server:
         started = perf_counter() if metrics is not None else 0.0
         quotas = self.throttler.begin()
         body = await self.security.call(session, handler, request)
-        throttle_ms = self.throttler.finish(session.principal, request, body) if quotas else 0
+        throttle_ms = (
+            self.throttler.finish(session.principal, request, body, conn.request_size)
+            if quotas
+            else 0
+        )
         handled = perf_counter() if metrics is not None else 0.0
         if body is not None:
             if header.api_key == ApiKey.FETCH:

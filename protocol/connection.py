@@ -147,6 +147,9 @@ class ServerConnection:
         self.raw_frames = False
         """While set, each frame is yielded as a :class:`RawFrame` (a SASL token after a
         SaslHandshake v0); read before each frame, so the caller may flip it between two."""
+        self.request_size = 0
+        """The size of the last request yielded, without its 4-byte size prefix (Kafka's
+        ``request.sizeInBytes``, what a producer_byte_rate quota counts)."""
 
     @property
     def max_request_bytes(self) -> int:
@@ -167,7 +170,9 @@ class ServerConnection:
                 buf, start, end = frame
                 yield RawFrame(bytes(buf[start + 4 : end]))
             else:
-                yield _decode_request(*frame, self._keys, self._versions)
+                request = _decode_request(*frame, self._keys, self._versions)
+                self.request_size = frame[2] - frame[1] - 4
+                yield request
 
     def buffered_request_api_key(self) -> int | None:
         """The api key of the next request when its whole frame is already buffered (the

@@ -150,21 +150,12 @@ class Throttler:
             self.steps.watch()
         return True
 
-    def finish(self, principal: str, request: Request, body: Any) -> int:
+    def finish(self, principal: str, request: Request, body: Any, request_size: int) -> int:
+        """``request_size``: the request's bytes without the size prefix (a Produce's cost)."""
         handler_s = self.steps.spent() if self.steps is not None else None
         throttle = record_request(
-            self.quotas, principal, request, body, _request_bytes(request), handler_s, self.clock()
+            self.quotas, principal, request, body, request_size, handler_s, self.clock()
         )
         if throttle and body is not None and "throttle_time_ms" in body:
             body["throttle_time_ms"] = throttle
         return throttle
-
-
-def _request_bytes(request: Request) -> int:
-    """A Produce request's record bytes (Kafka counts the whole request: some tens of bytes
-    more per request); 0 for other apis."""
-    if request.header.api_key != ApiKey.PRODUCE:
-        return 0
-    return sum(
-        len(p.records or b"") for topic in request.body.topic_data for p in topic.partition_data
-    )

@@ -369,3 +369,15 @@ def test_the_quota_apis_need_cluster_describe_configs_and_alter_configs(tmp_path
     trio.run(run, "User:admin", describe)
     trio.run(run, "User:admin", alter)
     assert handled == [ApiKey.DESCRIBE_CLIENT_QUOTAS, ApiKey.ALTER_CLIENT_QUOTAS]
+
+
+def test_a_request_costs_its_size_as_kafka_counts_it():
+    """ServerConnection.request_size is the frame without its size prefix (Kafka's
+    request.sizeInBytes), for each request of a pipelined run."""
+    client, server = ClientConnection("producer"), ServerConnection()
+    frames = [
+        client.request(ApiKey.METADATA, 12, {"topics": [], "allow_auto_topic_creation": False})[1],
+        client.request(ApiKey.API_VERSIONS, 3, {})[1],
+    ]
+    sizes = [server.request_size for _ in server.receive_data(b"".join(frames))]
+    assert sizes == [len(f) - 4 for f in frames]
