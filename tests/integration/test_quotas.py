@@ -26,6 +26,8 @@ from clients import create_topic, topic_name
 from protocol import ApiKey
 from security_helpers import local_brokers_only
 from tests.conftest import REPO
+from tests.integration.kafka_wire import WireClient, message_set
+from tests.integration.kafka_wire import create_topic as wire_create_topic
 from tests.oracle.kafka_oracle import CONFIG_COMMAND, kafka_oracle, run_kafka_tool
 
 pytestmark = local_brokers_only
@@ -437,3 +439,40 @@ def test_quota_answers_equal_kafkas(broker_factory, kafka_oracle):
     kafkas = _quota_answers(kafka_oracle.host, kafka_oracle.port, user, client)
     assert ours == kafkas
     assert sorted(ours["alter"].values()) == [0, 0, 0, 0, 42, 42]
+
+
+def test_a_muted_connection_does_not_hold_up_the_shutdown(broker_factory):
+    """A client throttled for many minutes (a 1 B/s quota) gets its answer at once with that
+    throttle time; SIGTERM still shuts the broker down cleanly, without waiting out the mute."""
+    broker = broker_factory()
+    chronolog_quotas(
+        broker.bootstrap,
+        "alter",
+        "--client-id",
+        "wire-test",
+        "--add-config",
+        "producer_byte_rate=1",
+    )
+    with WireClient(broker.host, broker.port) as c:
+        assert wire_create_topic(c, "muted") == 0
+        answer = c.call(
+            ApiKey.PRODUCE,
+            9,
+            {
+                "acks": 1,
+                "timeout_ms": 10000,
+                "topic_data": [
+                    {
+                        "name": "muted",
+                        "partition_data": [
+                            {"index": 0, "records": message_set([b"x" * 1000], magic=2)}
+                        ],
+                    }
+                ],
+            },
+        )
+        assert answer.responses[0].partition_responses[0].error_code == 0
+        assert answer.throttle_time_ms > 600_000  # (about 110 B/s - 1 B/s) / 1 B/s x 10 s
+        assert broker.stop(timeout=30) == 0
+    assert [e["event"] for e in broker.log_events("shutdown complete", since_start=True)]
+    assert not broker.log_events("in-flight requests did not finish in time; cancelling them")
