@@ -295,7 +295,7 @@ class TxnPlacement:
             for t in marker.topics:
                 for p in t.partitions:
                     if (t.name, p.partition_index) in errors:
-                        errors[(t.name, p.partition_index)] = ErrorCode(p.error_code)
+                        errors[(t.name, p.partition_index)] = _error(p.error_code)
         return errors
 
     def _channel(
@@ -346,7 +346,17 @@ class TxnPlacement:
             self._check_wakeups[broker_id] = trio.Event()
             while queued := self._checks.get(broker_id):
                 batch, self._checks[broker_id] = _take_batch(queued)
-                await self._verify_batch(broker_id, batch)
+                try:
+                    await self._verify_batch(broker_id, batch)
+                except Exception:  # a bug here must not stop every later verification
+                    logger.exception(
+                        "produce verification failed",
+                        broker_id=broker_id,
+                        action="a broker bug: report this line; the producers retry",
+                    )
+                    for group in batch.values():
+                        for c in group:
+                            c.answer(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE)
 
     async def _verify_batch(self, broker_id: int, batch: dict[str, list[_Check]]) -> None:
         channel = self._channel(self._verify_channels, broker_id, "verify", VERIFY_TIMEOUT_S)
@@ -386,12 +396,12 @@ class TxnPlacement:
             return
         if response.error_code:
             for c in checks:
-                c.answer(ErrorCode(response.error_code))
+                c.answer(_error(response.error_code))
             return
         for result in response.results_by_transaction:
             group = batch.get(result.transactional_id, [])
             errors = {
-                (t.name, p.partition_index): ErrorCode(p.partition_error_code)
+                (t.name, p.partition_index): _error(p.partition_error_code)
                 for t in result.topic_results
                 for p in t.results_by_partition
             }
@@ -405,6 +415,14 @@ class TxnPlacement:
                 )
         for c in checks:  # an id the answer left out
             c.answer(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE)
+
+
+def _error(code: int) -> ErrorCode:
+    """A broker's error code; one this broker does not know is an unknown server error."""
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def _take_batch(queued: list[_Check]) -> tuple[dict[str, list[_Check]], list[_Check]]:

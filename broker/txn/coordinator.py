@@ -103,7 +103,9 @@ class TransactionCoordinator:
         # The partitions served, with the coordinator epoch of their markers (all of them at 0
         # on a single broker), and those being loaded (a cluster's new leader).
         self._owned: dict[int, int] = {}
-        self._loading_partitions: set[int] = set()
+        # A partition being loaded -> the token of its newest load (an older load of it that
+        # finishes later must neither replay its older read nor serve).
+        self._loading_partitions: dict[int, object] = {}
         # One lock per transactional id: a decision and its write happen as one step.
         self._locks: dict[str, trio.Lock] = {}
         # The marker task of each completing id (a token: a task of an unloaded partition's
@@ -194,12 +196,15 @@ class TransactionCoordinator:
             count += await self._load_partition_records(partition)
         return count
 
-    async def _load_partition_records(self, partition: int) -> int:
-        """Replay one partition's records into the machine; raises LogNotFoundError."""
+    async def _load_partition_records(self, partition: int, token: object = None) -> int:
+        """Replay one partition's records into the machine (nothing when ``token`` is given
+        and no longer the partition's newest load); raises LogNotFoundError."""
         async with self._ctx.locked_log(TRANSACTION_STATE_TOPIC, partition) as log:
             if log is None:
                 raise LogNotFoundError(f"{TRANSACTION_STATE_TOPIC}-{partition} has no log")
             records = await trio.to_thread.run_sync(_read_all, log)
+        if token is not None and self._loading_partitions.get(partition) is not token:
+            return 0
         for offset, key, value in records:
             try:
                 tid = txn_log.decode_key(key)
@@ -223,9 +228,9 @@ class TransactionCoordinator:
         TransactionStateManager.loadTransactionsForTxnTopicPartition). A leadership lost during
         the replay (unload_partition, or a newer load) wins: nothing is served then."""
         self._forget(partition)
-        self._loading_partitions.add(partition)
+        token = self._loading_partitions[partition] = object()
         try:
-            count = await self._load_partition_records(partition)
+            count = await self._load_partition_records(partition, token)
         except (*STORAGE_FAILURES, LogNotFoundError) as exc:
             logger.error(
                 "cannot load a transaction state partition",
@@ -235,13 +240,13 @@ class TransactionCoordinator:
                 action="check the log directory's disk; its transactional ids answer "
                 "NOT_COORDINATOR until a broker loads it",
             )
-            self._forget(partition)
-            return
-        finally:
-            self._loading_partitions.discard(partition)
+            count = -1
+        if self._loading_partitions.get(partition) is not token:
+            return  # a newer load (or an unload) of the partition took over
+        del self._loading_partitions[partition]
         replica = self._ctx.cluster.replicas.leader(TRANSACTION_STATE_TOPIC, partition)
-        if replica is None or replica.leader_epoch != coordinator_epoch:
-            self._forget(partition)  # moved on while loading; a newer load does its own
+        if count < 0 or replica is None or replica.leader_epoch != coordinator_epoch:
+            self._forget(partition)  # failed, or moved on while loading
             return
         self._owned[partition] = coordinator_epoch
         completing = [
@@ -272,6 +277,7 @@ class TransactionCoordinator:
                 topic=TRANSACTION_STATE_TOPIC,
                 partition=partition,
             )
+        self._loading_partitions.pop(partition, None)
         self._forget(partition)
 
     def _forget(self, partition: int) -> None:
