@@ -2,7 +2,8 @@
 kafka-configs tool, read back by both, kept across a restart, and enforced: a confluent-kafka
 producer over its producer_byte_rate and a consumer over its consumer_byte_rate are held to
 them (librdkafka's statistics report the throttle, the broker's metrics show it per client id),
-Kafka's Java producer reports the throttle, and a client over its request_percentage is muted.
+Kafka's Java producer reports the throttle, a client over its request_percentage is muted,
+user quotas follow the SASL principal, and the answers equal Kafka 4.1.1's.
 
 Costs: the producer test produces for 20 s (about 25 s with the broker's start), the consumer
 test reads for 10 s (15 s), the Java producer test about 12 s, the kafka-configs test starts
@@ -24,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from client import BrokerConnection
 from clients import create_topic, topic_name
 from protocol import ApiKey
-from security_helpers import local_brokers_only
+from security_helpers import PLAIN_JAAS, SecureBroker, local_brokers_only
 from tests.conftest import REPO
 from tests.integration.kafka_wire import WireClient, message_set
 from tests.integration.kafka_wire import create_topic as wire_create_topic
@@ -476,3 +477,54 @@ def test_a_muted_connection_does_not_hold_up_the_shutdown(broker_factory):
         assert broker.stop(timeout=30) == 0
     assert [e["event"] for e in broker.log_events("shutdown complete", since_start=True)]
     assert not broker.log_events("in-flight requests did not finish in time; cancelling them")
+
+
+def test_user_quotas_follow_the_authenticated_principal(tmp_path):
+    """Over SASL/PLAIN, alice's own quota applies to her and the default user's to admin: the
+    broker's metrics show each user's bound and only alice throttled (metric tags as Kafka's:
+    the user, no client id, once only user quotas exist)."""
+    broker = SecureBroker(
+        tmp_path / "sasl",
+        {"PLAINTEXT": "PLAINTEXT", "SASL_PLAINTEXT": "SASL_PLAINTEXT"},
+        {
+            "sasl.enabled.mechanisms": "PLAIN",
+            "plain.sasl.jaas.config": PLAIN_JAAS,
+            "metrics.listener": "http://127.0.0.1:0",
+        },
+    ).start()
+    try:
+        plain = broker.bootstrap_for("PLAINTEXT")
+        create_topic(plain, "by-user")
+        chronolog_quotas(plain, "alter", "--user", "alice", "--add-config", "producer_byte_rate=10")
+        chronolog_quotas(
+            plain, "alter", "--user-default", "--add-config", "producer_byte_rate=1000000000"
+        )
+        for user, password in (("alice", "alice-plain-pw"), ("admin", "admin-plain-pw")):
+            producer = Producer(
+                {
+                    "bootstrap.servers": broker.bootstrap_for("SASL_PLAINTEXT"),
+                    "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "PLAIN",
+                    "sasl.username": user,
+                    "sasl.password": password,
+                }
+            )
+            producer.produce("by-user", b"u" * 10_000)
+            assert producer.flush(30) == 0
+        with urllib.request.urlopen(broker.metrics_url(), timeout=30) as response:
+            metrics = response.read().decode()
+    finally:
+        broker.stop()
+    lines = dict(
+        line.rsplit(" ", 1)
+        for line in metrics.splitlines()
+        if line.startswith("kafka_server_produce")
+    )
+    assert float(lines['kafka_server_produce_quota{client_id="",user="alice"}']) == 10
+    assert float(lines['kafka_server_produce_quota{client_id="",user="admin"}']) == 1e9
+    assert (
+        float(lines['kafka_server_produce_throttle_time_ms_total{client_id="",user="alice"}']) > 0
+    )
+    assert (
+        float(lines['kafka_server_produce_throttle_time_ms_total{client_id="",user="admin"}']) == 0
+    )
