@@ -58,6 +58,9 @@ class StepClock(trio.abc.Instrument):
         if spent is not None:
             self.watched[task] = spent + perf_counter() - self._started
 
+    def task_exited(self, task: trio.lowlevel.Task) -> None:
+        self.watched.pop(task, None)  # a connection that ended inside a handler
+
     def watch(self) -> None:
         """Start counting the current task's steps, from this moment of the running one."""
         self.watched[trio.lowlevel.current_task()] = 0.0

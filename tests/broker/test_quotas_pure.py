@@ -381,3 +381,19 @@ def test_a_request_costs_its_size_as_kafka_counts_it():
     ]
     sizes = [server.request_size for _ in server.receive_data(b"".join(frames))]
     assert sizes == [len(f) - 4 for f in frames]
+
+
+async def test_step_clock_forgets_a_task_that_ends_while_watched():
+    """A connection whose task ends inside a handler (peer gone) leaves nothing behind."""
+    clock = StepClock()
+    trio.lowlevel.add_instrument(clock)
+    try:
+
+        async def connection_that_ends_mid_request() -> None:
+            clock.watch()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(connection_that_ends_mid_request)
+    finally:
+        trio.lowlevel.remove_instrument(clock)
+    assert clock.watched == {}
