@@ -212,6 +212,13 @@ class OffsetIndex(AbstractIndex):
         slot = self._last_slot_where(lambda e: e[0] <= offset)
         return self.entry(slot) if slot >= 0 else (self.base_offset, 0)
 
+    def fetch_upper_bound(self, end_position: int) -> int | None:
+        """Kafka's fetchUpperBoundOffset: the offset of the first entry at or after
+        ``end_position``, which no record of a read ending there reaches (an entry names the
+        first offset of the set starting at its position); None when no entry is that far."""
+        slot = self._last_slot_where(lambda e: e[1] < end_position) + 1
+        return self.entry(slot)[0] if slot < self.entries else None
+
     def append(self, offset: int, position: int) -> None:
         if self.is_full():
             raise InvalidAppendError(

@@ -103,6 +103,9 @@ class FetchData:
     position: int
     length: int
     high_watermark: int
+    # No record of the range is at or past it (Kafka's fetchUpperBoundOffset): where a
+    # read_committed fetch stops collecting aborted transactions. The fetch offset when empty.
+    upper_bound: int = -1
 
     def read_bytes(self) -> bytes:
         """The bytes of the range (os.pread; shorter only if the file shrank meanwhile)."""
@@ -883,7 +886,7 @@ class Log:
                 log_end_offset=self.log_end_offset,
             )
         if max_offset is not None and offset >= max_offset:
-            return FetchData(-1, 0, 0, self.high_watermark)
+            return FetchData(-1, 0, 0, self.high_watermark, offset)
         first = self._segment_index(offset)
         for i, segment in enumerate(self._segments[first:], first):
             self._ensure_index(segment)
@@ -899,9 +902,14 @@ class Log:
                     if stop is not None:
                         length = min(length, stop - position)
                         if length <= 0:
-                            return FetchData(-1, 0, 0, self.high_watermark)
-                return FetchData(fileno, position, length, self.high_watermark)
-        return FetchData(-1, 0, 0, self.high_watermark)
+                            return FetchData(-1, 0, 0, self.high_watermark, offset)
+                upper = segment.offset_index.fetch_upper_bound(position + length)
+                if upper is None:
+                    upper = self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end_offset
+                if max_offset is not None:
+                    upper = min(upper, max_offset)
+                return FetchData(fileno, position, length, self.high_watermark, upper)
+        return FetchData(-1, 0, 0, self.high_watermark, offset)
 
     def read_cached(
         self,
@@ -922,7 +930,7 @@ class Log:
         if max_bytes < 0:
             raise ValueError(f"{self.name}: max_bytes {max_bytes} is negative")
         if offset == self.log_end_offset or offset == max_offset:
-            return FetchData(-1, 0, 0, self.high_watermark)
+            return FetchData(-1, 0, 0, self.high_watermark, offset)
         if offset < self._log_start_offset:
             return None  # read() raises OffsetOutOfRangeError
         if max_offset is not None and max_offset < self.log_end_offset:
@@ -935,7 +943,13 @@ class Log:
         limit = max(max_bytes, entry_bytes) if min_one_message else max_bytes
         if segment.size - position > limit:
             return None  # read() ends the answer on a whole entry: that needs the file
-        return FetchData(segment.fileno(), position, segment.size - position, self.high_watermark)
+        return FetchData(
+            segment.fileno(),
+            position,
+            segment.size - position,
+            self.high_watermark,
+            self.log_end_offset,
+        )
 
     def _track_open_fd(self, segment: LogSegment) -> None:
         """Keep at most MAX_OPEN_INACTIVE_FDS inactive segment files open per log (least

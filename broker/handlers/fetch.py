@@ -57,9 +57,10 @@ def _read(
     zstd_ok: bool,
     max_offset: int | None = None,
 ):
-    """Worker thread, under the partition lock: (high_watermark, record_set) where record_set is
-    bytes (still to check and convert with :func:`_convert` when the reader is below v4 or
-    v10) or a FileRegion owning a dup()ed descriptor."""
+    """Worker thread, under the partition lock: (high_watermark, record_set, upper bound) where
+    record_set is bytes (still to check and convert with :func:`_convert` when the reader is
+    below v4 or v10) or a FileRegion owning a dup()ed descriptor, and no record of it is at or
+    past the upper bound offset."""
     data = log.read(offset, max_bytes, min_one_message=min_one, max_offset=max_offset)
     return _records(data, to_magic, zstd_ok)
 
@@ -67,10 +68,11 @@ def _read(
 def _records(data, to_magic: int | None, zstd_ok: bool):
     """:func:`_read`'s answer for FetchData already found."""
     if data.length == 0:
-        return data.high_watermark, b""
+        return data.high_watermark, b"", data.upper_bound
     if to_magic is not None or not zstd_ok:
-        return data.high_watermark, data.read_bytes()
-    return data.high_watermark, FileRegion(os.dup(data.fileno), data.position, data.length)
+        return data.high_watermark, data.read_bytes(), data.upper_bound
+    region = FileRegion(os.dup(data.fileno), data.position, data.length)
+    return data.high_watermark, region, data.upper_bound
 
 
 def _convert(raw: bytes, to_magic: int | None, zstd_ok: bool) -> bytes:
@@ -289,8 +291,10 @@ async def _read_partition(
     """(error, high watermark, log start offset, records, last stable offset, aborted
     transactions or None) of one partition, up to ``max_offset`` when given (a consumer's high
     watermark in a cluster), and for ``read_committed`` up to the last stable offset, with the
-    aborted transactions from ``offset`` to there. A disk error is handed to
-    ``ctx.storage_failed`` once the partition lock is released."""
+    aborted transactions the records overlap: collected from ``offset`` only up to the end of
+    what is sent (Kafka's fetch upper bound), so a consumer far behind does not scan every later
+    transaction index on each fetch. A disk error is handed to ``ctx.storage_failed`` once the
+    partition lock is released."""
     failure: OSError | None = None
     async with ctx.locked_log(topic, partition) as log:
         if log is None:
@@ -305,23 +309,23 @@ async def _read_partition(
         if read_committed:
             max_offset = lso if max_offset is None else min(max_offset, lso)
         try:
-            if read_committed and start <= offset < max_offset:
-                aborted = [
-                    {"producer_id": txn.producer_id, "first_offset": txn.first_offset}
-                    for txn in log.aborted_transactions(offset, max_offset)
-                ]
             if max_bytes == 0 and not min_one:
-                return ErrorCode.NONE, log.high_watermark, start, b"", lso, aborted
+                return ErrorCode.NONE, log.high_watermark, start, b"", lso, None
             # A consumer at the tail (or at the log end) is answered from memory: no thread.
             data = log.read_cached(
                 offset, max_bytes, min_one_message=min_one, max_offset=max_offset
             )
             if data is not None and (data.length == 0 or (to_magic is None and zstd_ok)):
-                hw, records = _records(data, to_magic, zstd_ok)
+                hw, records, upper = _records(data, to_magic, zstd_ok)
             else:
-                hw, records = await trio.to_thread.run_sync(
+                hw, records, upper = await trio.to_thread.run_sync(
                     _read, log, offset, max_bytes, min_one, to_magic, zstd_ok, max_offset
                 )
+            if read_committed and records:
+                aborted = [
+                    {"producer_id": txn.producer_id, "first_offset": txn.first_offset}
+                    for txn in log.aborted_transactions(offset, upper)
+                ]
         except OffsetOutOfRangeError as exc:
             logger.info(
                 "fetch offset out of range",

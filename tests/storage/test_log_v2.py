@@ -131,3 +131,27 @@ def test_partition_metadata_holds_the_topic_id(tmp_path, clock):
     with pytest.raises(InconsistentTopicIdError, match="another topic"):
         log.assign_topic_id(uuid.uuid4())
     log.close()
+
+
+def test_every_read_names_an_upper_bound_no_record_it_returns_reaches(tmp_path, clock):
+    """FetchData.upper_bound (Kafka's fetchUpperBoundOffset), where a read_committed fetch stops
+    collecting aborted transactions: above every offset the read returns, at most max_offset,
+    and within the segment read or at the next one's base. Brute force over every start offset,
+    several limits, small segments and a sparse index."""
+    log = open_log(tmp_path, clock, segment_bytes=1500, index_interval_bytes=200)
+    for i in range(40):
+        log.append(validated(log, [NOW + i] * (1 + i % 4), magic=2, value_size=20 + 7 * i))
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) > 3
+    for start in range(log.log_end_offset):
+        for limit in (1, 150, 600, 10**6):
+            for max_offset in (None, min(start + 3, log.log_end_offset)):
+                data = log.read(start, limit, min_one_message=True, max_offset=max_offset)
+                offsets = [m.offset for m in iter_deep(data.read_bytes())]
+                if not offsets:
+                    assert data.upper_bound == start
+                    continue
+                assert max(offsets) < data.upper_bound, (start, limit, max_offset)
+                assert data.upper_bound <= (max_offset or log.log_end_offset)
+                later = [b for b in bases if b > max(offsets)]
+                assert data.upper_bound <= (later[0] if later else log.log_end_offset)
