@@ -9,22 +9,24 @@ measured.
 
 Phases, each at most --phase-s seconds, on one broker process:
 - ``quiet``: the probe alone;
-- ``fetch_v2``: beside --consumers processes' worth of Fetch v2 readers (data stored as lz4
-  record batches, so the broker down-converts it to magic 1), each pulling --consumer-mb MB
-  with a 1 MiB partition limit, as kafka-python 1.x configured for 0.10.0 would;
+- ``fetch_v2``: beside --consumers Fetch v2 readers (raw connections in threads of one child
+  process; the data is stored as lz4 record batches, so the broker down-converts it to magic
+  1), each pulling --consumer-mb MB with a 1 MiB partition limit;
 - ``fetch_v2_slowloris``: the same beside --slowloris connections that each send one byte of a
   request every second and never finish it;
 - ``zstd_produce``: beside a client producing --zstd-mb MB (uncompressed) zstd record batches
   (Produce v9, acks=1) one after another.
 A phase ends when its neighbours are done or at --phase-s. Per phase: the probe's p50/p99/max,
-the neighbours' throughput, and the broker's CPU (utime + stime of every thread, /proc/PID/stat)
-in cores. Bounded: about 4 x --phase-s plus the 30 MB load (with the defaults under 3 minutes).
-Writes bench/results/isolation.json (--out to write elsewhere).
+the neighbours' throughput, and the broker's CPU (utime + stime, /proc/PID/stat) in cores, all
+threads and the event loop's (main) thread apart. Bounded: about 4 x --phase-s plus the 30 MB
+load and the neighbours' last requests (with the defaults about 4 minutes). Writes
+bench/results/isolation.json (--out to write elsewhere; each --label's run is kept).
 
     .venv/bin/python bench/bench_isolation.py [--phase-s 30] [--repo DIR] [--io-threads N]
 
-``--repo DIR`` runs the broker from another checkout (the "before" figures: a git worktree of
-an older commit, its C extension built in place), with this checkout's venv.
+``--repo DIR`` runs the broker from another tree (the "before" figures: `git archive` of an
+older commit, its C extension built in place with setup.py build_ext --inplace), with this
+checkout's venv; ``--label`` names the run in the result file.
 """
 
 from __future__ import annotations
@@ -244,11 +246,16 @@ def probe(port: int, seconds: float, interval: float, stop: threading.Event) -> 
     return [(received[o] - t) * 1000 for o, t in sent.items() if o in received]
 
 
-def cpu_s(pid: int) -> float:
-    """utime + stime of every thread of ``pid``, in seconds (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
+def _stat_cpu_s(path: str) -> float:
+    with open(path) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> tuple[float, float]:
+    """(all threads, the event loop's thread) of ``pid``: utime + stime in seconds
+    (/proc/PID/stat and /proc/PID/task/PID/stat: the loop runs on the main thread)."""
+    return _stat_cpu_s(f"/proc/{pid}/stat"), _stat_cpu_s(f"/proc/{pid}/task/{pid}/stat")
 
 
 def child(role: str, port: int, args: argparse.Namespace) -> subprocess.Popen:
@@ -286,7 +293,8 @@ def phase(name: str, port: int, pid: int, roles: list[str], args: argparse.Names
     if roles:
         waiter.join()
     elapsed = time.monotonic() - started
-    cores = (cpu_s(pid) - before) / elapsed
+    after = cpu_s(pid)
+    cores, loop_cores = ((a - b) / elapsed for a, b in zip(after, before))
     latencies.sort()
     row = {
         "probe_messages": len(latencies),
@@ -294,6 +302,8 @@ def phase(name: str, port: int, pid: int, roles: list[str], args: argparse.Names
         "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1], 2),
         "max_ms": round(latencies[-1], 2),
         "broker_cpu_cores": round(cores, 2),
+        "loop_thread_cores": round(loop_cores, 2),
+        "worker_threads_cores": round(cores - loop_cores, 2),
         "seconds": round(elapsed, 1),
         **results,
     }
@@ -379,7 +389,7 @@ def main() -> int:
         print(json.dumps({"zstd": run_zstd(args.port, args.zstd_mb, args.phase_s)}))
         return 0
     git = ["git", "-C", args.repo, "rev-parse", "--short", "HEAD"]
-    commit = subprocess.run(git, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(git, capture_output=True, text=True).stdout.strip() or None
     result = measure(args)
     out = Path(args.out)
     runs = json.loads(out.read_text()).get("runs", {}) if out.exists() else {}
