@@ -50,21 +50,21 @@ async def handle_alter_client_quotas(ctx: BrokerContext, request: Request) -> di
     ``validate_only``."""
     quotas = ctx.quotas
     results: list[tuple[int, str | None]] = []
-    changes = []
+    changes: dict = {}  # entity -> its config once the request's entries for it are applied
     async with quotas.lock:
         for entry in request.body.entries:
             parts = [(e.entity_type, e.entity_name) for e in entry.entity]
             ops = [Op(o.key, o.value, o.remove) for o in entry.ops]
             try:
-                entity, config = quotas.check_alteration(parts, ops)
+                entity, config = quotas.check_alteration(parts, ops, changes)
             except QuotaRequestError as exc:
                 results.append((int(exc.code), str(exc)))
                 continue
             results.append((0, None))
-            changes.append((entity, config))
+            changes[entity] = config
         if changes and not request.body.validate_only:
             try:
-                await quotas.save(changes)
+                await quotas.save(list(changes.items()))
             except (OSError, KazooException) as exc:
                 logger.error(
                     "cannot store client quotas; nothing changed",

@@ -196,11 +196,14 @@ class ClientQuotas:
 
     # -- AlterClientQuotas ---------------------------------------------------------------------
     def check_alteration(
-        self, entity_parts: Iterable[tuple[str, str | None]], ops: Iterable[Op]
+        self,
+        entity_parts: Iterable[tuple[str, str | None]],
+        ops: Iterable[Op],
+        pending: Mapping[Entity, dict[str, str]] | None = None,
     ) -> tuple[Entity, dict[str, str]]:
         """The entity an AlterClientQuotas entry names and its whole config once ``ops`` are
-        applied, checked as ZkAdminManager.alterClientQuotas checks them. Raises
-        QuotaRequestError."""
+        applied (to ``pending``'s config for it when earlier entries of the request changed it),
+        checked as ZkAdminManager.alterClientQuotas checks them. Raises QuotaRequestError."""
         parts = list(entity_parts)
         if not parts:
             raise QuotaRequestError(ErrorCode.INVALID_REQUEST, "Invalid empty client quota entity")
@@ -228,7 +231,8 @@ class ClientQuotas:
                 "client-id quotas instead",
             )
         entity: Entity = (named.get(USER), named.get(CLIENT_ID))
-        config = dict(self.entities.get(entity, {}))
+        base = (pending or {}).get(entity)
+        config = dict(self.entities.get(entity, {}) if base is None else base)
         for op in ops:
             if op.remove:
                 config.pop(op.key, None)

@@ -397,3 +397,14 @@ async def test_step_clock_forgets_a_task_that_ends_while_watched():
     finally:
         trio.lowlevel.remove_instrument(clock)
     assert clock.watched == {}
+
+
+def test_entries_for_one_entity_in_one_request_add_up(tmp_path):
+    """Kafka applies a request's entries one after another: a second entry for the same
+    entity starts from what the first set."""
+    q = quotas(tmp_path)
+    pending: dict = {}
+    for ops in ([Op("producer_byte_rate", 10, False)], [Op("consumer_byte_rate", 20, False)]):
+        entity, config = q.check_alteration([("user", "alice")], ops, pending)
+        pending[entity] = config
+    assert pending == {("alice", None): {"producer_byte_rate": "10", "consumer_byte_rate": "20"}}
