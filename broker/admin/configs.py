@@ -94,8 +94,9 @@ class ResourceType(enum.IntEnum):
     CLIENT_METRICS = 16
 
 
-# Kafka's reconfigurable properties that are not topic-config synonyms: SocketServer's and
-# LogCleaner's (message.max.bytes is both a cleaner and a topic synonym).
+# Kafka's reconfigurable properties that are not topic-config synonyms: SocketServer's,
+# LogCleaner's (message.max.bytes is both a cleaner and a topic synonym) and the request handler
+# pool's size (num.io.threads).
 _OTHER_DYNAMIC = frozenset(
     {
         "max.connections",
@@ -108,6 +109,7 @@ _OTHER_DYNAMIC = frozenset(
         "log.cleaner.io.buffer.size",
         "log.cleaner.io.max.bytes.per.second",
         "log.cleaner.backoff.ms",
+        "num.io.threads",
     }
 )
 

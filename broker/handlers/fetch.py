@@ -347,7 +347,7 @@ async def _read_partition(
         # Converted outside the partition lock (appends go on), in num.io.threads' pool.
         try:
             records = await trio.to_thread.run_sync(
-                _convert, records, to_magic, zstd_ok, limiter=ctx.io_threads
+                _convert, records, to_magic, zstd_ok, limiter=_io_threads(ctx)
             )
         except UnsupportedCompressionError as exc:
             logger.warning(
@@ -363,6 +363,15 @@ async def _read_partition(
         except CorruptRecordError as exc:
             return _corrupt(ctx, log, topic, partition, offset, exc)
     return ErrorCode.NONE, hw, start, records, lso, aborted
+
+
+def _io_threads(ctx: BrokerContext) -> trio.CapacityLimiter:
+    """The conversion pool, resized when AlterConfigs changed num.io.threads (KIP-226: Kafka
+    resizes its request handler pool at run time too); a shrink lets running work finish."""
+    limiter = ctx.io_threads
+    if limiter.total_tokens != ctx.config.num_io_threads:
+        limiter.total_tokens = ctx.config.num_io_threads
+    return limiter
 
 
 def _read_failed(ctx, log, topic: str, partition: int, offset: int, exc: Exception) -> None:

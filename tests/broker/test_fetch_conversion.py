@@ -161,3 +161,46 @@ async def test_no_more_conversions_run_at_once_than_num_io_threads(tmp_path, mon
             (i, b"k%d" % i, b"p%d-%d" % (p, i), 1) for i in range(50)
         ]
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+async def test_altering_num_io_threads_resizes_the_pool(tmp_path, monkeypatch):
+    """IncrementalAlterConfigs sets num.io.threads cluster-wide, as Kafka allows at run time;
+    the next conversions run that many at once."""
+    ctx = await open_context(config(tmp_path, **{"num.io.threads": "1"}))
+    await ctx.create_topic("t", 4)
+    for p in range(4):
+        await produce(ctx, "t", p, batch(10, b"p%d" % p))
+    alter = {
+        "resources": [
+            {
+                "resource_type": 4,
+                "resource_name": "",
+                "configs": [{"name": "num.io.threads", "config_operation": 0, "value": "3"}],
+            }
+        ],
+        "validate_only": False,
+    }
+    answer = await HANDLERS[ApiKey.INCREMENTAL_ALTER_CONFIGS](
+        ctx, request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter)
+    )
+    assert answer["responses"][0]["error_code"] == 0
+    gate = GatedConvert()
+    monkeypatch.setattr(fetch_module, "convert_unpatched", fetch_module.convert, raising=False)
+    monkeypatch.setattr(fetch_module, "convert", gate)
+    with trio.fail_after(60):  # a pool left at 1 would hold the other two back
+        await _three_at_once(ctx, gate)
+    assert gate.most == 3
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+
+
+async def _three_at_once(ctx, gate: GatedConvert) -> None:
+    async with trio.open_nursery() as nursery:
+        for p in range(4):
+            nursery.start_soon(fetch_v2, ctx, "t", p)
+        for _ in range(3):
+            await gate.entered.acquire()
+        while ctx.io_threads.statistics().tasks_waiting < 1:
+            await wait_all_tasks_blocked()
+            await trio.sleep(0.01)
+        assert gate.inside == 3
+        gate.release.set()
