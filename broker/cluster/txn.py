@@ -102,6 +102,10 @@ class TxnPlacement:
         if replica is None or self._nursery is None:
             self.coordinator.unload_partition(partition)
             return
+        if self.coordinator.holds(partition):
+            # Still the leader, at a newer epoch (an ISR change): as Kafka's onElection runs
+            # only for new leaders, the partition stays loaded, at its coordinator epoch.
+            return
         self._nursery.start_soon(self.coordinator.load_partition, partition, replica.leader_epoch)
 
     async def replicated(self, partition: int, last_offset: int) -> ErrorCode:

@@ -19,8 +19,8 @@ Resources and errors:
 - One timer task aborts transactions open longer than their timeout (checked every
   transaction.abort.timed.out.transaction.cleanup.interval.ms) and forgets ids idle for
   transactional.id.expiration.ms.
-- The coordinator epoch written into markers is the leader epoch of the id's partition (0 on a
-  single broker).
+- The coordinator epoch written into markers is the leader epoch at which this broker became the
+  leader of the id's partition (0 on a single broker).
 
 In a ZooKeeper cluster (broker/cluster/txn.py places it) the coordinator serves only the ids
 whose partition this broker leads, as Kafka's TransactionStateManager does: a partition is
@@ -245,7 +245,7 @@ class TransactionCoordinator:
             return  # a newer load (or an unload) of the partition took over
         del self._loading_partitions[partition]
         replica = self._ctx.cluster.replicas.leader(TRANSACTION_STATE_TOPIC, partition)
-        if count < 0 or replica is None or replica.leader_epoch != coordinator_epoch:
+        if count < 0 or replica is None:
             self._forget(partition)  # failed, or moved on while loading
             return
         self._owned[partition] = coordinator_epoch
@@ -279,6 +279,10 @@ class TransactionCoordinator:
             )
         self._loading_partitions.pop(partition, None)
         self._forget(partition)
+
+    def holds(self, partition: int) -> bool:
+        """Whether ``partition`` is served or being loaded here."""
+        return partition in self._owned or partition in self._loading_partitions
 
     def _forget(self, partition: int) -> None:
         self._owned.pop(partition, None)
@@ -354,7 +358,7 @@ class TransactionCoordinator:
                 if cluster is not None:
                     # Checked under the lock, as a produce does: only the leader appends.
                     replica = cluster.replicas.leader(TRANSACTION_STATE_TOPIC, partition)
-                    if replica is None or replica.leader_epoch != epoch:
+                    if replica is None:
                         raise _LeadershipLostError()
                     leader_epoch = replica.leader_epoch
                 else:
@@ -652,6 +656,8 @@ class TransactionCoordinator:
         if not tid:
             return ErrorCode.INVALID_REQUEST, None
         if self._ctx.cluster is not None and not self.owns(tid):
+            if self._partition_of(tid) in self._loading_partitions:
+                return ErrorCode.GROUP_LOAD_IN_PROGRESS, None
             return ErrorCode.NOT_COORDINATOR_FOR_GROUP, None
         meta = self.machine.txns.get(tid)
         if meta is None:
@@ -665,7 +671,7 @@ class _RecordRefusedError(Exception):
 
 class _LeadershipLostError(Exception):
     """Raised inside :meth:`TransactionCoordinator._store` when this broker no longer leads the
-    id's partition at the epoch it loaded (nothing written)."""
+    id's partition (nothing written)."""
 
 
 def _append_record(

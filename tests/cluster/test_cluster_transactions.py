@@ -45,14 +45,38 @@ SETTINGS = {
 
 
 def _coordinator_of(cluster, tid: str) -> int:
-    """The broker FindCoordinator names for ``tid`` (creating __transaction_state first)."""
+    """The running broker FindCoordinator names for ``tid``, as ZooKeeper has it (creating
+    __transaction_state first)."""
 
     def found() -> int:
-        answer = call(cluster.brokers[0], ApiKey.FIND_COORDINATOR, 1, {"key": tid, "key_type": 1})
+        asked = next(b for b in cluster.brokers if b.running())
+        answer = call(asked, ApiKey.FIND_COORDINATOR, 1, {"key": tid, "key_type": 1})
         leader = cluster.leader("__transaction_state", partition_for(tid, TXN_PARTITIONS))
-        return answer.node_id if answer.error_code == 0 and answer.node_id == leader else 0
+        ok = answer.error_code == 0 and answer.node_id == leader > 0
+        return answer.node_id if ok and cluster.broker(leader).running() else 0
 
-    return wait_for(found, 60, f"a coordinator for {tid}")
+    return wait_for(found, 60, f"a running coordinator for {tid}")
+
+
+def _state(cluster, broker_id: int, tid: str) -> str:
+    """DescribeTransactions: ``tid``'s state as ``broker_id`` knows it ("" on an error)."""
+    answer = call(
+        cluster.broker(broker_id), ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [tid]}
+    )
+    state = answer.transaction_states[0]
+    return state.transaction_state if state.error_code == 0 else ""
+
+
+def _last_stable_offset(broker, topic: str) -> int:
+    """ListOffsets v7 latest at read_committed of ``topic``-0, asked of ``broker``."""
+    body = {
+        "replica_id": -1,
+        "isolation_level": 1,
+        "topics": [{"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}],
+    }
+    answer = call(broker, ApiKey.LIST_OFFSETS, 7, body).topics[0].partitions[0]
+    assert answer.error_code == 0
+    return answer.offset
 
 
 def _ongoing(cluster, broker_id: int, tid: str, topic: str) -> bool:
@@ -230,3 +254,77 @@ def test_produce_verified_and_markers_written_across_brokers(cluster_factory):
     wait_for(lambda: last_stable_offset() == 4, 30, "the ABORT marker on the partition's leader")
     values = [v for _, _, v in _read_to_end(cluster.bootstrap, topic, 1, "read_committed")]
     assert values == [b"committed"]
+
+
+def test_new_coordinator_completes_a_commit_the_old_one_left(cluster_factory):
+    """A commit decided (PrepareCommit stored by the ISR) while its partition's only replica is
+    down, so no marker can be written; then the coordinator is killed with SIGKILL. The id's
+    new coordinator loads PrepareCommit and, once the partition is back, writes the COMMIT
+    marker and stores CompleteCommit: the record is read_committed then."""
+    cluster = cluster_factory(**SETTINGS)
+    tid = topic_name("txid")
+    coordinator = _coordinator_of(cluster, tid)
+    leader = next(b for b in (1, 2, 3) if b != coordinator)
+    topic = topic_name("left")
+    configs = {"min.insync.replicas": "1"}
+    assert cluster.create_topic(topic, assignment={0: [leader]}, configs=configs) == 0
+    at_coordinator, at_leader = cluster.broker(coordinator), cluster.broker(leader)
+    init = call(
+        at_coordinator,
+        ApiKey.INIT_PRODUCER_ID,
+        1,
+        {"transactional_id": tid, "transaction_timeout_ms": 60000},
+    )
+    assert init.error_code == 0
+    pid, epoch = init.producer_id, init.producer_epoch
+    added = call(
+        at_coordinator,
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        3,
+        {
+            "v3_and_below_transactional_id": tid,
+            "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": topic, "partitions": [0]}],
+        },
+    )
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    body = {
+        "transactional_id": tid,
+        "acks": -1,
+        "timeout_ms": 10000,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [{"index": 0, "records": _txn_batch(pid, epoch, 0, b"left")}],
+            }
+        ],
+    }
+    produced = call(at_leader, ApiKey.PRODUCE, 9, body)
+    assert produced.responses[0].partition_responses[0].error_code == 0
+
+    at_leader.kill()
+    wait_for(lambda: cluster.leader(topic) == -1, 30, "the partition without a leader")
+    ended = call(
+        at_coordinator,
+        ApiKey.END_TXN,
+        3,
+        {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": True},
+    )
+    assert ended.error_code == 0
+    assert _state(cluster, coordinator, tid) == "PrepareCommit"  # its marker cannot be written
+
+    at_coordinator.kill()
+    successor = _coordinator_of(cluster, tid)
+    assert successor not in (coordinator, leader)
+    loaded = wait_for(lambda: _state(cluster, successor, tid), 30, "the id loaded")
+    assert loaded == "PrepareCommit"
+    at_leader.start()
+    wait_for(
+        lambda: _state(cluster, successor, tid) == "CompleteCommit",
+        60,
+        "the new coordinator to complete the commit",
+    )
+    assert _last_stable_offset(at_leader, topic) == 2  # the record and the COMMIT marker
+    values = [v for _, _, v in _read_to_end(at_leader.bootstrap, topic, 1, "read_committed")]
+    assert values == [b"left"]
