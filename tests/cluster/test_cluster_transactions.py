@@ -9,7 +9,10 @@ of its transactions, while a broker is killed with SIGKILL in the middle of one 
 transactions (its partitions added, its records sent, its commit not yet asked): the
 coordinator's leader in one test, the leader of the output partition in the other (a broker that
 is not the coordinator's). A read_committed reader then finds every input exactly once and the
-side producer's committed records, never an aborted one. About 30 s each on an idle machine.
+side producer's committed records, never an aborted one. Two raw-protocol tests: a produce
+verified with (and, at Produce v12, added through) a coordinator on another broker, its markers
+reaching the leader; and a commit left in PrepareCommit by a killed coordinator, completed by
+the next one. The four take about 65 s together on a quiet machine (each 7-25 s).
 """
 
 from __future__ import annotations
