@@ -227,7 +227,8 @@ class TxnPlacement:
         for tp in partitions:
             leader = self._leader(*tp)
             if leader is None:
-                if tp[0] not in self.cluster.metadata.topics:
+                known = tp[0] in self.cluster.metadata.topics or self.cluster.ctx.topics.get(tp[0])
+                if not known:  # deleted: Kafka skips its marker too
                     marker_outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, meta, *tp)
                 else:
                     retry.append(tp)

@@ -447,8 +447,18 @@ class TransactionCoordinator:
 
         try:
             pending = sorted(meta.partitions)
+            rounds = 0
             while pending and serving():
                 pending = await self._write_markers(meta, pending, commit, coordinator_epoch)
+                rounds += 1
+                if pending and rounds == 1:
+                    logger.warning(
+                        "transaction markers not written yet; retrying until they are",
+                        transactional_id=tid,
+                        partitions=[f"{t}-{p}" for t, p in pending][:20],
+                        action="none if the partitions' leaders come back; the transaction "
+                        "stays open for read_committed readers of them until then",
+                    )
                 if pending:
                     await trio.sleep(MARKER_RETRY_S)
             while serving():
