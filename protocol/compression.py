@@ -210,19 +210,18 @@ def _lz4_header_checksum(descriptor: bytes) -> int:
 
 
 def _lz4_compress(data: Buffer, magic: int) -> bytes:
-    frame = bytearray(
-        lz4.frame.compress(
-            bytes(data),
-            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
-            block_linked=False,
-            content_checksum=False,
-            store_size=False,
-        )
+    # The buffer as it is: lz4 reads it without the GIL, and a copy here would hold it.
+    frame: bytes = lz4.frame.compress(
+        data,
+        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        content_checksum=False,
+        store_size=False,
     )
-    if magic == 0:
-        # Descriptor is magic(4) FLG BD HC; Kafka < 0.10 hashed the magic bytes too.
-        frame[6] = _lz4_header_checksum(bytes(frame[0:6]))
-    return bytes(frame)
+    if magic != 0:
+        return frame
+    # Descriptor is magic(4) FLG BD HC; Kafka < 0.10 hashed the magic bytes too.
+    return frame[:6] + bytes([_lz4_header_checksum(frame[0:6])]) + frame[7:]
 
 
 def _lz4_decompress(data: bytes | bytearray | memoryview, magic: int, limit: int) -> bytes:
