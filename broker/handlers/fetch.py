@@ -58,19 +58,22 @@ def _read(
     max_offset: int | None = None,
 ):
     """Worker thread, under the partition lock: (high_watermark, record_set, upper bound) where
-    record_set is bytes (still to check and convert with :func:`_convert` when the reader is
-    below v4 or v10) or a FileRegion owning a dup()ed descriptor, and no record of it is at or
-    past the upper bound offset."""
+    record_set is bytes (still to convert with :func:`_convert` for a reader below v4) or a
+    FileRegion owning a dup()ed descriptor, and no record of it is at or past the upper bound
+    offset."""
     data = log.read(offset, max_bytes, min_one_message=min_one, max_offset=max_offset)
     return _records(data, to_magic, zstd_ok)
 
 
 def _records(data, to_magic: int | None, zstd_ok: bool):
-    """:func:`_read`'s answer for FetchData already found."""
+    """:func:`_read`'s answer for FetchData already found; raises UnsupportedCompressionError
+    for zstd data a v4-v9 reader cannot take."""
     if data.length == 0:
         return data.high_watermark, b"", data.upper_bound
-    if to_magic is not None or not zstd_ok:
+    if to_magic is not None:
         return data.high_watermark, data.read_bytes(), data.upper_bound
+    if not zstd_ok:  # checked here: no second thread hop for what needs no conversion
+        return data.high_watermark, _convert(data.read_bytes(), None, False), data.upper_bound
     region = FileRegion(os.dup(data.fileno), data.position, data.length)
     return data.high_watermark, region, data.upper_bound
 
@@ -335,6 +338,8 @@ async def _read_partition(
                 reason=str(exc),
             )
             return ErrorCode.OFFSET_OUT_OF_RANGE, log.high_watermark, start, b"", lso, None
+        except UnsupportedCompressionError as exc:
+            return _unsupported(topic, partition, offset, exc, log.high_watermark, start, lso)
         except (*STORAGE_FAILURES, CorruptRecordError) as exc:  # a failing disk, bad bytes
             if not isinstance(exc, OSError):
                 return _corrupt(ctx, log, topic, partition, offset, exc)
@@ -343,26 +348,31 @@ async def _read_partition(
     if failure is not None:
         await ctx.storage_failed(topic, partition, failure)
         return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b"", -1, None
-    if records and (to_magic is not None or not zstd_ok):
+    if records and to_magic is not None:
         # Converted outside the partition lock (appends go on), in num.io.threads' pool.
         try:
             records = await trio.to_thread.run_sync(
                 _convert, records, to_magic, zstd_ok, limiter=_io_threads(ctx)
             )
         except UnsupportedCompressionError as exc:
-            logger.warning(
-                "fetch rejected",
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                error="UNSUPPORTED_COMPRESSION_TYPE",
-                reason=str(exc),
-                action="upgrade the consumer (zstd needs Fetch v10)",
-            )
-            return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, hw, start, b"", lso, None
+            return _unsupported(topic, partition, offset, exc, hw, start, lso)
         except CorruptRecordError as exc:
             return _corrupt(ctx, log, topic, partition, offset, exc)
     return ErrorCode.NONE, hw, start, records, lso, aborted
+
+
+def _unsupported(topic: str, partition: int, offset: int, exc: Exception, hw, start, lso):
+    """The answer to a reader below Fetch v10 whose data holds zstd (logged)."""
+    logger.warning(
+        "fetch rejected",
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        error="UNSUPPORTED_COMPRESSION_TYPE",
+        reason=str(exc),
+        action="upgrade the consumer (zstd needs Fetch v10)",
+    )
+    return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, hw, start, b"", lso, None
 
 
 def _io_threads(ctx: BrokerContext) -> trio.CapacityLimiter:

@@ -4,6 +4,7 @@ while it is in progress, and no more conversions run at once than the pool allow
 
 from __future__ import annotations
 
+import os
 import threading
 
 import trio
@@ -11,7 +12,8 @@ from kafka.record.memory_records import MemoryRecords
 from trio.testing import wait_all_tasks_blocked
 
 from broker.config import BrokerConfig
-from broker.handlers import HANDLERS, fetch as fetch_module
+from broker.handlers import HANDLERS, release_fetch_body
+from broker.handlers import fetch as fetch_module
 from broker.server import open_context
 from protocol import ApiKey, MessageSetBuilder, Request, RequestHeader
 from protocol.records import Codec
@@ -53,6 +55,12 @@ async def produce(ctx, topic: str, partition: int, records: bytes) -> int:
 
 
 async def fetch_v2(ctx, topic: str, partition: int) -> bytes:
+    part = await fetch(ctx, topic, partition, 2)
+    assert part["error_code"] == 0
+    return part["records"]
+
+
+async def fetch(ctx, topic: str, partition: int, version: int) -> dict:
     body = {
         "replica_id": -1,
         "max_wait_ms": 0,
@@ -66,10 +74,8 @@ async def fetch_v2(ctx, topic: str, partition: int) -> bytes:
             }
         ],
     }
-    answer = await HANDLERS[ApiKey.FETCH](ctx, request(ApiKey.FETCH, 2, body))
-    part = answer["responses"][0]["partitions"][0]
-    assert part["error_code"] == 0
-    return part["records"]
+    answer = await HANDLERS[ApiKey.FETCH](ctx, request(ApiKey.FETCH, version, body))
+    return answer["responses"][0]["partitions"][0]
 
 
 def kafka_python_read(raw: bytes) -> list[tuple]:
@@ -204,3 +210,22 @@ async def _three_at_once(ctx, gate: GatedConvert) -> None:
             await trio.sleep(0.01)
         assert gate.inside == 3
         gate.release.set()
+
+
+async def test_zstd_data_is_refused_below_fetch_v10_and_read_from_it(tmp_path):
+    """KIP-110: v0-v3 readers (converted) and v4-v9 readers (as stored) get
+    UNSUPPORTED_COMPRESSION_TYPE for zstd batches, v10 reads them."""
+    ctx = await open_context(config(tmp_path))
+    await ctx.create_topic("t", 1)
+    await produce(ctx, "t", 0, batch(5, b"z", Codec.ZSTD))
+    for version in (2, 9):
+        part = await fetch(ctx, "t", 0, version)
+        assert (part["error_code"], part["records"]) == (76, b"")
+        assert part["high_watermark"] == 5
+    part = await fetch(ctx, "t", 0, 10)
+    assert part["error_code"] == 0
+    region = part["records"]
+    raw = os.pread(region.source, region.length, region.position)
+    release_fetch_body({"responses": [{"partitions": [part]}]})
+    assert [(r[0], r[2]) for r in kafka_python_read(raw)] == [(i, b"z-%d" % i) for i in range(5)]
+    await trio.to_thread.run_sync(ctx.log_manager.shutdown)
