@@ -9,10 +9,11 @@ of its transactions, while a broker is killed with SIGKILL in the middle of one 
 transactions (its partitions added, its records sent, its commit not yet asked): the
 coordinator's leader in one test, the leader of the output partition in the other (a broker that
 is not the coordinator's). A read_committed reader then finds every input exactly once and the
-side producer's committed records, never an aborted one. Two raw-protocol tests: a produce
+side producer's committed records, never an aborted one. Three raw-protocol tests: a produce
 verified with (and, at Produce v12, added through) a coordinator on another broker, its markers
-reaching the leader; and a commit left in PrepareCommit by a killed coordinator, completed by
-the next one. The four take about 65 s together on a quiet machine (each 7-25 s).
+reaching the leader; TxnOffsetCommit v5 adding the offsets partition through a coordinator on
+another broker than the group's; and a commit left in PrepareCommit by a killed coordinator,
+completed by the next one. The five take about 65 s together on a quiet machine (each 5-25 s).
 """
 
 from __future__ import annotations
@@ -331,3 +332,90 @@ def test_new_coordinator_completes_a_commit_the_old_one_left(cluster_factory):
     assert _last_stable_offset(at_leader, topic) == 2  # the record and the COMMIT marker
     values = [v for _, _, v in _read_to_end(at_leader.bootstrap, topic, 1, "read_committed")]
     assert values == [b"left"]
+
+
+def test_offsets_join_a_transaction_coordinated_by_another_broker(cluster_factory):
+    """Transaction version 2 (Kafka 4's Java producer): TxnOffsetCommit v5 goes to the group's
+    coordinator, which adds the offsets partition to the transaction through the id's
+    coordinator on another broker; the offsets are committed with EndTxn v5 and not before."""
+    cluster = cluster_factory(**SETTINGS)
+    group, topic = topic_name("g"), topic_name("src")
+    assert cluster.create_topic(topic, 1) == 0
+
+    def group_coordinator() -> int:
+        asked = next(b for b in cluster.brokers if b.running())
+        answer = call(asked, ApiKey.FIND_COORDINATOR, 1, {"key": group, "key_type": 0})
+        return answer.node_id if answer.error_code == 0 else 0
+
+    offsets_broker = wait_for(group_coordinator, 60, "the group coordinator")
+    # A transactional id coordinated elsewhere than the group.
+    _coordinator_of(cluster, "probe")  # creates __transaction_state
+    tid = next(
+        t
+        for t in (f"{group}-txn-{i}" for i in range(100))
+        if cluster.leader("__transaction_state", partition_for(t, TXN_PARTITIONS))
+        not in (offsets_broker, -1)
+    )
+    coordinator = _coordinator_of(cluster, tid)
+    at_group, at_coordinator = cluster.broker(offsets_broker), cluster.broker(coordinator)
+    init = call(
+        at_coordinator,
+        ApiKey.INIT_PRODUCER_ID,
+        5,
+        {
+            "transactional_id": tid,
+            "transaction_timeout_ms": 60000,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        },
+    )
+    assert init.error_code == 0
+    pid, epoch = init.producer_id, init.producer_epoch
+    committed = call(
+        at_group,
+        ApiKey.TXN_OFFSET_COMMIT,
+        5,
+        {
+            "transactional_id": tid,
+            "group_id": group,
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "generation_id": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "committed_offset": 42,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": "",
+                        }
+                    ],
+                }
+            ],
+        },
+    )
+    assert committed.topics[0].partitions[0].error_code == 0
+    assert _ongoing(cluster, coordinator, tid, "__consumer_offsets")
+
+    def stable_offset() -> int:
+        body = {
+            "group_id": group,
+            "topics": [{"name": topic, "partition_indexes": [0]}],
+            "require_stable": True,
+        }
+        answer = call(at_group, ApiKey.OFFSET_FETCH, 7, body).topics[0].partitions[0]
+        return answer.committed_offset if answer.error_code == 0 else -2
+
+    assert stable_offset() in (-1, -2)  # pending in the open transaction
+    ended = call(
+        at_coordinator,
+        ApiKey.END_TXN,
+        5,
+        {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": True},
+    )
+    assert ended.error_code == 0
+    wait_for(lambda: stable_offset() == 42, 30, "the transaction's offset committed")
