@@ -25,7 +25,10 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 
 from broker.admin.changes import PartitionCountError, UnknownTopicError
 from broker.cluster.assignment import AssignmentError, assign_replicas
-from broker.cluster.metadata import handle_cluster_metadata
+from broker.cluster.metadata import (
+    handle_cluster_describe_topic_partitions,
+    handle_cluster_metadata,
+)
 from broker.cluster.zk import DELETE_TOPICS, TopicAssignment, ZkDataError, topic_path
 from broker.context import INTERNAL_TOPICS, BrokerContext
 from broker.topics import Topic
@@ -598,6 +601,7 @@ def cluster_handlers(handlers: dict) -> dict:
     table.update(
         {
             ApiKey.METADATA: handle_cluster_metadata,
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: handle_cluster_describe_topic_partitions,
             ApiKey.CREATE_TOPICS: handle_cluster_create_topics,
             ApiKey.DELETE_TOPICS: handle_cluster_delete_topics,
             ApiKey.LEADER_AND_ISR: handle_leader_and_isr,

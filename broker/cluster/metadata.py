@@ -18,6 +18,7 @@ import structlog
 from broker.cluster.zk import BrokerInfo
 from broker.config import topic_name_error
 from broker.context import INTERNAL_TOPICS
+from broker.handlers.metadata import describe_topic_partitions_answer
 from protocol.api import Request
 from protocol.errors import ErrorCode
 
@@ -161,3 +162,17 @@ async def handle_cluster_metadata(ctx: BrokerContext, request: Request) -> dict[
         "topics": topics,
         "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
     }
+
+
+async def handle_cluster_describe_topic_partitions(ctx: BrokerContext, request: Request) -> dict:
+    """DescribeTopicPartitions from the cache (broker/handlers/metadata.py pages it)."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    cache = cluster.metadata
+
+    def partitions_of(name: str) -> list[dict] | None:
+        return _partitions(cache, name) if name in cache.topics else None
+
+    return describe_topic_partitions_answer(
+        request, list(cache.topics), partitions_of, cache.topic_ids.get
+    )

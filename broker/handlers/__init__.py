@@ -29,7 +29,7 @@ from broker.handlers.describe_producers import handle_describe_producers
 from broker.handlers.fetch import handle_fetch, release as release_fetch_body
 from broker.handlers.leader_epochs import handle_offset_for_leader_epoch
 from broker.handlers.api_versions import make_api_versions_handler
-from broker.handlers.metadata import handle_metadata
+from broker.handlers.metadata import handle_describe_topic_partitions, handle_metadata
 from broker.handlers.list_offsets import handle_list_offsets
 from broker.handlers.produce import handle_produce
 from broker.handlers.producer_ids import handle_init_producer_id
@@ -42,6 +42,7 @@ HANDLERS: dict = {
     ApiKey.FETCH: handle_fetch,
     ApiKey.LIST_OFFSETS: handle_list_offsets,
     ApiKey.METADATA: handle_metadata,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,

@@ -1,4 +1,4 @@
-"""Metadata v0-v13.
+"""Metadata v0-v13 and DescribeTopicPartitions v0 (KIP-966: the same partition view, paged).
 
 Metadata answers are the same in every version, each version writing the fields it has: the one
 broker, which is the controller and every partition's leader (leader epoch 0), topic ids
@@ -9,6 +9,9 @@ always 0.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import structlog
 
@@ -126,3 +129,106 @@ async def _auto_create(ctx: BrokerContext, name: str) -> ErrorCode:
             action="check the log dirs are writable and have space",
         )
     return ErrorCode.LEADER_NOT_AVAILABLE
+
+
+# Kafka's max.request.partition.size.limit default: DescribeTopicPartitions answers at most this
+# many partitions whatever the request's limit (chronolog only reports the setting).
+PARTITION_SIZE_LIMIT = 2000
+
+PartitionsOf = Callable[[str], list[dict] | None]
+
+
+def describe_topic_partitions_answer(
+    request: Request,
+    all_names: Iterable[str],
+    partitions_of: PartitionsOf,
+    topic_id_of: Callable[[str], Any],
+) -> dict:
+    """DescribeTopicPartitions as Kafka's DescribeTopicPartitionsRequestHandler pages it: the
+    named topics (every topic when none is named) from the cursor on, sorted by name, with at
+    most ``response_partition_limit`` partitions (1..2000) in all; next_cursor names the first
+    partition left out. A named topic that does not exist answers UNKNOWN_TOPIC_OR_PARTITION
+    (INVALID_TOPIC_EXCEPTION for an invalid name); listing every topic skips such errors. A
+    cursor whose topic is not among those named, or with a negative partition, fails the whole
+    request with INVALID_REQUEST on every named topic, as Kafka answers it.
+    ``partitions_of(name)``: Metadata's partition entries of a topic, None if it does not
+    exist."""
+    body = request.body
+    every = not body.topics
+    cursor = body.cursor
+    first_topic = cursor.topic_name if cursor is not None else ""
+    names = all_names if every else {t.name for t in body.topics}
+    wanted = sorted(n for n in names if n >= first_topic)
+    if cursor is not None and (
+        (not every and first_topic not in wanted) or cursor.partition_index < 0
+    ):
+        return {
+            "throttle_time_ms": 0,
+            "topics": [
+                {
+                    "error_code": int(ErrorCode.INVALID_REQUEST),
+                    "name": t.name,
+                    "is_internal": False,
+                    "partitions": [],
+                }
+                for t in body.topics
+            ],
+            "next_cursor": None,
+        }
+    remaining = max(min(PARTITION_SIZE_LIMIT, body.response_partition_limit), 1)
+    topics: list[dict] = []
+    next_cursor = None
+    for name in wanted:
+        if remaining == 0:
+            next_cursor = {"topic_name": name, "partition_index": 0}
+            break
+        partitions = partitions_of(name)
+        if partitions is None:
+            if not every:
+                error = (
+                    ErrorCode.INVALID_TOPIC_EXCEPTION
+                    if topic_name_error(name)
+                    else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                )
+                topics.append(
+                    {
+                        "error_code": int(error),
+                        "name": name,
+                        "is_internal": name in INTERNAL_TOPICS,
+                        "partitions": [],
+                    }  # fmt: skip
+                )
+            continue
+        start = cursor.partition_index if cursor is not None and name == first_topic else 0
+        page = partitions[start : start + remaining]
+        topics.append(
+            {
+                "error_code": 0,
+                "name": name,
+                "topic_id": topic_id_of(name),
+                "is_internal": name in INTERNAL_TOPICS,
+                # Kafka sets no partition error here, whether a leader is known or not
+                "partitions": [
+                    dict(p, error_code=0, eligible_leader_replicas=[], last_known_elr=[])
+                    for p in page
+                ],
+                "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            }
+        )
+        if start + remaining < len(partitions):
+            next_cursor = {"topic_name": name, "partition_index": start + remaining}
+            break
+        remaining -= len(page)
+    return {"throttle_time_ms": 0, "topics": topics, "next_cursor": next_cursor}
+
+
+async def handle_describe_topic_partitions(ctx: BrokerContext, request: Request) -> dict:
+    def partitions_of(name: str) -> list[dict] | None:
+        topic = ctx.topics.get(name)
+        return None if topic is None else _partitions(ctx, name, topic.partitions)
+
+    def topic_id_of(name: str) -> Any:
+        topic = ctx.topics.get(name)
+        return None if topic is None else topic.topic_id
+
+    return describe_topic_partitions_answer(request, ctx.topics.names(), partitions_of, topic_id_of)

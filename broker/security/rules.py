@@ -384,6 +384,33 @@ async def metadata_rule(check: Check, handler: Handler, ctx: Any, request: Reque
     return answer
 
 
+async def describe_topic_partitions_rule(
+    check: Check, handler: Handler, ctx: Any, request: Request
+) -> Any:
+    """DescribeTopicPartitionsRequestHandler: a named topic the principal may not DESCRIBE is
+    answered TOPIC_AUTHORIZATION_FAILED with a zero topic id (whether it exists is not told);
+    a request for every topic lists only the describable ones (dropped from the page, so a page
+    may hold fewer partitions than the limit)."""
+    named = request.body.topics
+    if not named:
+        answer = await handler(ctx, request)
+        answer["topics"] = [
+            t for t in answer.get("topics", ()) if check(Operation.DESCRIBE, TOPIC, t["name"])
+        ]
+        return answer
+    allowed = [e for e in named if check(Operation.DESCRIBE, TOPIC, e["name"])]
+    denied = [
+        {"error_code": TOPIC_DENIED, "name": e["name"], "is_internal": False, "partitions": []}
+        for e in named
+        if not check(Operation.DESCRIBE, TOPIC, e["name"])
+    ]
+    if not allowed:  # an empty list would ask for every topic
+        return {"throttle_time_ms": 0, "topics": denied, "next_cursor": None}
+    answer = await handler(ctx, _with(request, topics=allowed) if denied else request)
+    answer["topics"] = list(answer.get("topics", ())) + denied
+    return answer
+
+
 # OffsetCommit's and OffsetDelete's answer to a refused topic
 _REFUSED_TOPIC_PARTITIONS = _refused_partitions("name", "partition_index", error_code=TOPIC_DENIED)
 
@@ -864,6 +891,7 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
         ),
     ),
     A.METADATA: metadata_rule,
+    A.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions_rule,
     A.OFFSET_COMMIT: offset_commit_rule,
     A.OFFSET_FETCH: offset_fetch_rule,
     A.FIND_COORDINATOR: find_coordinator_rule,

@@ -214,7 +214,7 @@ def _default_factory(
     if type_.startswith("[]"):
         return (lambda: None) if raw == "null" else list
     if struct_def is not None:
-        return struct_def.defaults
+        return (lambda: None) if raw == "null" else struct_def.defaults
     if raw == "null":
         return lambda: None
     if type_ in ("int8", "int16", "uint16", "int32", "int64"):

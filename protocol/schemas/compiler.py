@@ -78,7 +78,9 @@ def _min_size(type_: str, struct_def: _StructDef | None, flexible: bool) -> int:
     if type_ == "struct":
         assert struct_def is not None  # a struct field has its struct (codec._struct_def)
         return sum(
-            _min_size(f.type, f.struct, struct_def.flexible)
+            1
+            if f.type == "struct" and f.nullable
+            else _min_size(f.type, f.struct, struct_def.flexible)
             for f in struct_def.fields
             if f.present and f.tag is None
         ) + (1 if struct_def.flexible else 0)
@@ -247,7 +249,16 @@ def _struct(f: _Field) -> _StructDef:
 
 
 def _decode_field(fn: _Function, d: int, f: _Field, flexible: bool, target: str) -> None:
-    if f.type == "struct":
+    if f.type == "struct" and f.nullable:
+        # Kafka's nullable struct: an int8 marker, -1 for null, then the struct if present
+        fn.emit(d, "if end - pos < 1:")
+        fn.emit(d + 1, f'raise _error("truncated: no null marker for {f.name}", pos)')
+        fn.emit(d, "pos += 1")
+        fn.emit(d, "if buf[pos - 1] >= 0x80:")
+        fn.emit(d + 1, f"{target} = None")
+        fn.emit(d, "else:")
+        _decode_struct(fn, d + 1, _struct(f), target)
+    elif f.type == "struct":
         _decode_struct(fn, d, _struct(f), target)
     elif f.type == "[]":
         _decode_array(fn, d, f, flexible, target)
@@ -506,7 +517,13 @@ def _encode_data(
 
 
 def _encode_field(fn: _Function, d: int, f: _Field, flexible: bool, var: str) -> None:
-    if f.type == "struct":
+    if f.type == "struct" and f.nullable:
+        fn.emit(d, f"if {var} is None:")
+        fn.emit(d + 1, 'out += b"\\xff"')
+        fn.emit(d, "else:")
+        fn.emit(d + 1, 'out += b"\\x01"')
+        _encode_struct(fn, d + 1, _struct(f), var)
+    elif f.type == "struct":
         _encode_struct(fn, d, _struct(f), var)
     elif f.type == "[]":
         _encode_array_count(fn, d, f, flexible, var)

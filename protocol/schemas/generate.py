@@ -79,8 +79,10 @@ APIS = [
 
 KAFKA_4_VERSION = "4.1.1"
 # Apis (Request and Response) taken from Kafka 4.1.1's kafka-clients jar: the transaction apis
-# (KIP-98, KIP-447, KIP-664, KIP-890, KIP-994) and the client quota apis (KIP-546).
+# (KIP-98, KIP-447, KIP-664, KIP-890, KIP-994), the client quota apis (KIP-546) and
+# DescribeTopicPartitions (KIP-966).
 KAFKA_4_APIS = [
+    "DescribeTopicPartitions",
     "AddPartitionsToTxn",
     "AddOffsetsToTxn",
     "EndTxn",

@@ -138,6 +138,13 @@ def test_create_topics_in_a_cluster_checks_what_a_single_broker_checks(cluster_f
         "broker 2's metadata to list orders.eu",
     )
     assert created.topic_id == listed[0].topic_id
+    # DescribeTopicPartitions (KIP-966) pages the same view from any broker's cache
+    body_75 = {"topics": [{"name": "orders.eu"}], "response_partition_limit": 1, "cursor": None}
+    page = call(cluster.broker(2), ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, body_75)
+    (topic,) = page.topics
+    assert [p.partition_index for p in topic.partitions] == [0]
+    assert sorted(topic.partitions[0].replica_nodes) == [1, 2, 3]
+    assert (page.next_cursor.topic_name, page.next_cursor.partition_index) == ("orders.eu", 1)
     body["topics"] = [
         _creatable("orders_eu"),
         _creatable("nulls", configs={"retention.ms": None}),

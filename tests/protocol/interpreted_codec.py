@@ -139,7 +139,7 @@ def _min_size(f: _Field, flexible: bool) -> int:
     if f.type == "uuid":
         return 16
     if f.type == "struct":
-        return _struct_min(f.struct)
+        return 1 if f.nullable else _struct_min(f.struct)
     if flexible:
         return 1
     return 2 if f.type == "string" else 4
@@ -152,6 +152,17 @@ def _struct_min(s: _StructDef) -> int:
 
 
 def _field_decoder(f: _Field, flexible: bool) -> Decoder:
+    if f.type == "struct" and f.nullable:
+        present = _struct_decoder(f.struct)
+
+        def decode_nullable(buf, pos, end):
+            if end - pos < 1:
+                raise _error(f"truncated: no null marker for {f.name}", pos)
+            if struct.unpack_from(">b", buf, pos)[0] < 0:
+                return None, pos + 1
+            return present(buf, pos + 1, end)
+
+        return decode_nullable
     if f.type == "struct":
         return _struct_decoder(f.struct)
     if f.type != "[]":
@@ -301,6 +312,17 @@ def _primitive_encoder(type_: str, nullable: bool, flexible: bool, name: str) ->
 
 
 def _field_encoder(f: _Field, flexible: bool) -> Encoder:
+    if f.type == "struct" and f.nullable:
+        present = _struct_encoder(f.struct)
+
+        def encode_nullable(value, out):
+            if value is None:
+                out += b"\xff"
+            else:
+                out += b"\x01"
+                present(value, out)
+
+        return encode_nullable
     if f.type == "struct":
         return _struct_encoder(f.struct)
     if f.type != "[]":

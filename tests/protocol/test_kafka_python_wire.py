@@ -45,6 +45,8 @@ from kafka.protocol.admin import (
     DescribeLogDirsRequest,
     DescribeProducersRequest,
     DescribeProducersResponse,
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
     DescribeLogDirsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
@@ -175,6 +177,10 @@ KAFKA_PYTHON = {
     ),
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
     ApiKey.ALTER_CLIENT_QUOTAS: (AlterClientQuotasRequest, AlterClientQuotasResponse),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (
+        DescribeTopicPartitionsRequest,
+        DescribeTopicPartitionsResponse,
+    ),
 }
 
 # Every version served, but ApiVersions above v0 is checked in test_api_versions_v3.
