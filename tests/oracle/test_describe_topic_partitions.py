@@ -11,6 +11,7 @@ import pytest
 
 from client import BrokerConnection
 from protocol import ApiKey
+from tests.oracle.kafka_oracle import run_kafka_tool
 
 SIZES = {"a": 3, "b": 2, "c": 1}
 
@@ -109,3 +110,25 @@ def test_chronolog_pages_topic_partitions(broker):
 @pytest.mark.kafka_oracle
 def test_kafka_pages_them_the_same(broker, kafka_oracle):
     assert scenario(kafka_oracle) == scenario(broker)
+
+
+@pytest.mark.kafka_oracle
+def test_kafka_topics_describe_reads_chronolog(broker):
+    """Kafka 4.1.1's kafka-topics --describe (TopicCommand, whose Admin client asks
+    DescribeTopicPartitions when the broker offers it) lists every partition of a topic on
+    chronolog with its leader, replicas and ISR."""
+    topic = f"dtp-tool-{uuid.uuid4().hex[:8]}"
+    with _connect(broker) as conn:
+        _create(conn, {topic: 3})
+    done = run_kafka_tool(
+        "org.apache.kafka.tools.TopicCommand",
+        "--bootstrap-server",
+        broker.bootstrap,
+        "--describe",
+        "--topic",
+        topic,
+    )
+    lines = [line.split() for line in done.stdout.splitlines() if "Partition:" in line]
+    rows = {int(row[row.index("Partition:") + 1]) for row in lines}
+    assert rows == {0, 1, 2}, done.stdout
+    assert all(row[row.index("Leader:") + 1] == row[row.index("Replicas:") + 1] for row in lines)
