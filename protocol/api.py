@@ -134,20 +134,19 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+    ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
 # What a broker in a cluster (zookeeper.connect, broker/cluster/) serves besides
-# SUPPORTED_VERSIONS: the inter-broker apis at the versions Kafka 3.9's ZooKeeper controller sends,
-# and the admin apis that only make sense with several brokers (ElectLeaders, partition
-# reassignments). A single broker does not decode them.
+# SUPPORTED_VERSIONS: the inter-broker apis at the versions Kafka 3.9's ZooKeeper controller
+# sends. A single broker does not decode them.
 CLUSTER_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LEADER_AND_ISR: (6, 6),
     ApiKey.STOP_REPLICA: (3, 3),
     ApiKey.UPDATE_METADATA: (7, 7),
     ApiKey.CONTROLLED_SHUTDOWN: (3, 3),
-    ApiKey.ELECT_LEADERS: (0, 2),
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
-    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
 

@@ -26,6 +26,11 @@ from broker.handlers.client_quotas import (
 from broker.handlers.cluster import handle_describe_cluster, handle_describe_log_dirs
 from broker.handlers.delete_records import handle_delete_records
 from broker.handlers.describe_producers import handle_describe_producers
+from broker.handlers.elections import (
+    handle_alter_partition_reassignments,
+    handle_elect_leaders,
+    handle_list_partition_reassignments,
+)
 from broker.handlers.fetch import handle_fetch, release as release_fetch_body
 from broker.handlers.leader_epochs import handle_offset_for_leader_epoch
 from broker.handlers.api_versions import make_api_versions_handler
@@ -43,6 +48,9 @@ HANDLERS: dict = {
     ApiKey.LIST_OFFSETS: handle_list_offsets,
     ApiKey.METADATA: handle_metadata,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
+    ApiKey.ELECT_LEADERS: handle_elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,

@@ -708,7 +708,11 @@ async def elect_leaders_rule(check: Check, handler: Handler, ctx: Any, request: 
             {
                 "topic": t["topic"],
                 "partition_result": [
-                    {"partition_id": p, "error_code": CLUSTER_DENIED, "error_message": None}
+                    {
+                        "partition_id": p,
+                        "error_code": CLUSTER_DENIED,
+                        "error_message": _DENIED_MESSAGE[CLUSTER_DENIED],
+                    }
                     for p in t["partitions"]
                 ],
             }
@@ -874,6 +878,30 @@ def _top_error(operation: Operation | None = None, **extra: Any) -> Callable[[Re
     return lambda request: {"error_code": CLUSTER_DENIED, "error_message": message, **extra}
 
 
+def _denied_reassignments(request: Request) -> dict:
+    """AlterPartitionReassignments refused on the cluster: the whole request and each of its
+    partitions CLUSTER_AUTHORIZATION_FAILED with a text, as Kafka 4.1 answers it."""
+    message = _cluster_denied_message(Operation.ALTER)
+    return {
+        "error_code": CLUSTER_DENIED,
+        "error_message": message,
+        "responses": [
+            {
+                "name": t["name"],
+                "partitions": [
+                    {
+                        "partition_index": p["partition_index"],
+                        "error_code": CLUSTER_DENIED,
+                        "error_message": message,
+                    }
+                    for p in t["partitions"]
+                ],
+            }
+            for t in request.body.topics
+        ],
+    }
+
+
 A = ApiKey
 O = Operation
 RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
@@ -980,8 +1008,8 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     ),
     A.DELETE_GROUPS: delete_groups_rule,
     A.ELECT_LEADERS: elect_leaders_rule,
-    A.ALTER_PARTITION_REASSIGNMENTS: cluster_rule(O.ALTER, _top_error(responses=[])),
-    A.LIST_PARTITION_REASSIGNMENTS: cluster_rule(O.DESCRIBE, _top_error(topics=[])),
+    A.ALTER_PARTITION_REASSIGNMENTS: cluster_rule(O.ALTER, _denied_reassignments),
+    A.LIST_PARTITION_REASSIGNMENTS: cluster_rule(O.DESCRIBE, _top_error(O.DESCRIBE, topics=[])),
     A.OFFSET_DELETE: offset_delete_rule,
     # Kafka 4.1 answers one nameless result per user asked for
     A.DESCRIBE_USER_SCRAM_CREDENTIALS: cluster_rule(

@@ -899,14 +899,7 @@ _OUT_OF_RANGE = (
     "offset and log start offset, where Kafka 4.1 sends -1 (clients ignore them on this error "
     "and ask ListOffsets)"
 )
-_CLUSTER_ONLY = (
-    "a single chronolog broker does not serve this api (it is served in a cluster, "
-    "broker/cluster/) and closes the connection, as for any api ApiVersions does not list"
-)
 DEPARTURES: dict[str, str] = {
-    "elect-leaders-denied-v2": _CLUSTER_ONLY,
-    "list-reassignments-denied-v0": _CLUSTER_ONLY,
-    "alter-reassignments-denied-v0": _CLUSTER_ONLY,
     "fetch-out-of-range-v12": _OUT_OF_RANGE,
     "fetch-out-of-range-v17": _OUT_OF_RANGE,
     "fetch-out-of-range-read-committed-v12": _OUT_OF_RANGE,

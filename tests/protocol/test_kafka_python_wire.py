@@ -47,6 +47,12 @@ from kafka.protocol.admin import (
     DescribeProducersResponse,
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     DescribeLogDirsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
@@ -180,6 +186,15 @@ KAFKA_PYTHON = {
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (
         DescribeTopicPartitionsRequest,
         DescribeTopicPartitionsResponse,
+    ),
+    ApiKey.ELECT_LEADERS: (ElectLeadersRequest, ElectLeadersResponse),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (
+        ListPartitionReassignmentsRequest,
+        ListPartitionReassignmentsResponse,
+    ),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (
+        AlterPartitionReassignmentsRequest,
+        AlterPartitionReassignmentsResponse,
     ),
 }
 
