@@ -12,6 +12,7 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -439,19 +440,13 @@ def test_transaction_version_2_fences_a_late_write_of_the_previous_transaction(b
     assert values == [b"first"]
 
 
-def test_random_commits_and_aborts_across_kill9s_keep_every_promise(broker_factory):
-    """A Jepsen-style check on one broker: three transactional producers, each in its own
-    thread, commit or abort at random (seeded) over three partitions while the broker is killed
-    twice. Afterwards a read_committed reader sees every record of every transaction its
-    producer saw committed, exactly once, in order per producer and partition; nothing of one it
-    saw aborted; and a transaction whose outcome the producer could not learn (its commit failed
-    fatally) all or nothing. The logs then pass dump-log --verify, .txnindex files included."""
-    b = broker_factory({"transaction.state.log.num.partitions": 3, "log.segment.bytes": 20000})
-    topic = topic_name("jepsen")
-    create_topic(b.bootstrap, topic, partitions=3)
-    outcomes: dict[
-        tuple[int, int], str
-    ] = {}  # (producer, transaction) -> committed/aborted/unknown
+def random_transactions(bootstrap: str, topic: str, faults: dict[int, Callable[[], None]]) -> dict:
+    """The Jepsen-style workload: three transactional producers, each in its own thread, commit
+    (60%) or abort at random (seeded) transactions of 1-12 records over three partitions of
+    ``topic``, 30 each; once every producer has finished ``n`` transactions, ``faults[n]()``
+    runs (a kill -9 and restart). Returns {(producer, transaction): "committed" | "aborted" |
+    "unknown"}, "unknown" when a commit failed fatally so its producer could not learn it."""
+    outcomes: dict[tuple[int, int], str] = {}
     stop_at = 30
     progress = [0, 0, 0]
     errors: list[BaseException] = []
@@ -459,7 +454,7 @@ def test_random_commits_and_aborts_across_kill9s_keep_every_promise(broker_facto
     def run(index: int) -> None:
         rng = random.Random(index)
         txn_id = f"{topic}-p{index}"
-        producer = _producer(b.bootstrap, txn_id, **NO_REBOOTSTRAP)
+        producer = _producer(bootstrap, txn_id, **NO_REBOOTSTRAP)
         try:
             for txn in range(stop_at):
                 commit = rng.random() < 0.6
@@ -481,7 +476,7 @@ def test_random_commits_and_aborts_across_kill9s_keep_every_promise(broker_facto
                         outcomes[(index, txn)] = "aborted"
                     else:
                         outcomes[(index, txn)] = "unknown"
-                        producer = _producer(b.bootstrap, txn_id, **NO_REBOOTSTRAP)
+                        producer = _producer(bootstrap, txn_id, **NO_REBOOTSTRAP)
                 progress[index] = txn + 1
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
@@ -489,19 +484,25 @@ def test_random_commits_and_aborts_across_kill9s_keep_every_promise(broker_facto
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(3)]
     for t in threads:
         t.start()
-    for when in (8, 18):  # two kill -9s while every producer is mid-way
+    for when, fault in sorted(faults.items()):  # while every producer is mid-way
         deadline = time.monotonic() + 120
         while min(progress) < when and not errors:
             assert time.monotonic() < deadline, f"producers stuck at {progress}"
             time.sleep(0.05)
-        b.kill()
-        b.start()
+        fault()
     for t in threads:
         t.join(240)
         assert not t.is_alive(), f"a producer thread hung at {progress}"
     assert not errors, errors
     assert sum(1 for o in outcomes.values() if o == "aborted") >= 5
-    seen = _read_to_end(b.bootstrap, topic, 3, "read_committed")
+    return outcomes
+
+
+def check_promises(bootstrap: str, topic: str, outcomes: dict) -> None:
+    """What a read_committed reader of ``topic`` must see after :func:`random_transactions`:
+    every record of every transaction its producer saw committed, exactly once, in order per
+    producer and partition; nothing of one it saw aborted; an unknown one all or nothing."""
+    seen = _read_to_end(bootstrap, topic, 3, "read_committed")
     values = [v for _, _, v in seen]
     assert len(values) == len(set(values)), "a record was read twice"
     by_txn: dict[tuple[int, int], list[bytes]] = {}
@@ -514,7 +515,6 @@ def test_random_commits_and_aborts_across_kill9s_keep_every_promise(broker_facto
             assert got == [], f"records of aborted transaction {p}/{t} were read"
         elif outcome == "committed":
             assert got, f"committed transaction {p}/{t} is missing"
-    # all or nothing per transaction, and order per producer and partition
     for part in range(3):
         mine = [v for partition, _, v in seen if partition == part]
         for p in range(3):
@@ -523,6 +523,22 @@ def test_random_commits_and_aborts_across_kill9s_keep_every_promise(broker_facto
     for (p, t), got in by_txn.items():
         counts = {int(v.split(b"-")[2]) for v in got}
         assert counts == set(range(max(counts) + 1)), f"transaction {p}/{t} is partial"
+
+
+def test_random_commits_and_aborts_across_kill9s_keep_every_promise(broker_factory):
+    """A Jepsen-style check on one broker: :func:`random_transactions` while the broker is
+    killed twice, then :func:`check_promises`; the logs then pass dump-log --verify, .txnindex
+    files included."""
+    b = broker_factory({"transaction.state.log.num.partitions": 3, "log.segment.bytes": 20000})
+    topic = topic_name("jepsen")
+    create_topic(b.bootstrap, topic, partitions=3)
+
+    def kill_and_restart() -> None:
+        b.kill()
+        b.start()
+
+    outcomes = random_transactions(b.bootstrap, topic, {8: kill_and_restart, 18: kill_and_restart})
+    check_promises(b.bootstrap, topic, outcomes)
     b.stop()
     dump_log_verify(b.log_dir, topic, (".log", ".index", ".timeindex", ".txnindex"))
 
