@@ -7,30 +7,16 @@ writes it is followed, and a restarted broker loads them. Costs about 20 s (two 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from tests.cluster.helpers import wait_for
-from tests.conftest import REPO
+from tests.integration.clients import chronolog_quotas
 
 TIMEOUT_S = 30
 
 
-def quotas(bootstrap: str, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "broker", "quotas", "--bootstrap-server", bootstrap, *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
 def test_quotas_live_in_zookeeper_and_reach_every_broker(cluster_factory):
     cluster = cluster_factory(2)
-    quotas(
+    chronolog_quotas(
         cluster.broker(2).bootstrap,
         "alter",
         "--user",
@@ -49,7 +35,7 @@ def test_quotas_live_in_zookeeper_and_reach_every_broker(cluster_factory):
     assert {"version": 2, "entity_path": "users/alice%40example.com/clients/<default>"} in notes
     expected = "Quota configs for user 'alice@example.com', client-id <default> are producer_byte_rate=1024"
     wait_for(
-        lambda: quotas(cluster.broker(1).bootstrap, "describe") == expected,
+        lambda: chronolog_quotas(cluster.broker(1).bootstrap, "describe") == expected,
         TIMEOUT_S,
         "broker 1 describes the quota set through broker 2",
     )
@@ -68,14 +54,14 @@ def test_quotas_live_in_zookeeper_and_reach_every_broker(cluster_factory):
     for b in (1, 2):
         wait_for(
             lambda: "Quota configs for client-id <default> are consumer_byte_rate=4096"
-            in quotas(cluster.broker(b).bootstrap, "describe", "--client-default"),
+            in chronolog_quotas(cluster.broker(b).bootstrap, "describe", "--client-default"),
             TIMEOUT_S,
             f"broker {b} follows the quota written to ZooKeeper",
         )
 
     # a restarted broker loads them from ZooKeeper
     cluster.broker(1).restart()
-    assert quotas(cluster.broker(1).bootstrap, "describe").splitlines() == [
+    assert chronolog_quotas(cluster.broker(1).bootstrap, "describe").splitlines() == [
         "Quota configs for client-id <default> are consumer_byte_rate=4096",
         expected,
     ]

@@ -105,6 +105,19 @@ def kcat_offset_for(bootstrap: str, topic: str, timestamp: int, options=()) -> i
     return int(out.split("offset")[1].split()[0])
 
 
+def chronolog_quotas(bootstrap: str, *args: str) -> str:
+    """``chronolog quotas --bootstrap-server bootstrap *args``: its output (the call must succeed)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "broker", "quotas", "--bootstrap-server", bootstrap, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def dump_log_verify(
     log_dir: str, topic: str, suffixes: tuple[str, ...] = (".log", ".index", ".timeindex")
 ) -> list[str]:

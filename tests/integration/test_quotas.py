@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -23,10 +21,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from client import BrokerConnection
-from clients import create_topic, topic_name
+from clients import chronolog_quotas, create_topic, topic_name
 from protocol import ApiKey
 from security_helpers import PLAIN_JAAS, SecureBroker, local_brokers_only
-from tests.conftest import REPO
 from tests.integration.kafka_wire import WireClient, message_set
 from tests.integration.kafka_wire import create_topic as wire_create_topic
 from tests.oracle.kafka_oracle import CONFIG_COMMAND, kafka_oracle, run_kafka_tool
@@ -36,18 +33,6 @@ __all__ = ["kafka_oracle"]  # the fixture, for test_quota_answers_equal_kafkas
 
 RATE = 400_000  # producer_byte_rate of the throttle test, bytes per second
 WINDOW_S = 20.0  # the throttle test's measurement
-
-
-def chronolog_quotas(bootstrap: str, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "broker", "quotas", "--bootstrap-server", bootstrap, *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 def test_quotas_set_and_described_survive_a_restart(broker_factory):
