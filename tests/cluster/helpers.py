@@ -7,28 +7,13 @@ from __future__ import annotations
 import glob
 import json
 import time
-from typing import Any, Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from client import BrokerConnection, BrokerConnectionError
+from client import BrokerConnection
 from protocol import ApiKey
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition"):
-    """Poll ``predicate`` every 50 ms until it returns something truthy (returned)."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except (BrokerConnectionError, OSError, AssertionError) as exc:
-            last_error = exc
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last_error!r})")
+from tests.waiting import wait_for
 
 
 def call(broker, api: ApiKey, version: int, body: dict, timeout: float = 15.0):
@@ -108,7 +93,9 @@ class ClusterProcesses:
         return sorted(int(i) for i in self.zk.get_children("/brokers/ids"))
 
     def wait_registered(self, ids: list[int], timeout: float = 30.0) -> None:
-        wait_for(lambda: self.registered() == sorted(ids), timeout, f"brokers {ids} registered")
+        wait_for(
+            lambda: self.registered() == sorted(ids), f"brokers {ids} registered", timeout=timeout
+        )
 
     def wait_controller_knows_brokers(self, timeout: float = 30.0) -> None:
         """Until the controller's metadata lists every broker registered in ZooKeeper. It
@@ -121,7 +108,7 @@ class ClusterProcesses:
             controller = self.controller()
             return controller > 0 and len(self.metadata(controller).brokers) >= registered
 
-        wait_for(knows_them, timeout, f"the controller to know the {registered} brokers")
+        wait_for(knows_them, f"the controller to know the {registered} brokers", timeout=timeout)
 
     def controller(self) -> int:
         doc = self.zk_json("/controller")
@@ -198,7 +185,7 @@ class ClusterProcesses:
                         return False
             return True
 
-        wait_for(led, timeout, f"leaders of {topic} known everywhere")
+        wait_for(led, f"leaders of {topic} known everywhere", timeout=timeout)
 
     def partition_view(self, broker_id: int, topic: str, partition: int = 0):
         """(leader, leader epoch, replicas, isr) in ``broker_id``'s Metadata answer."""

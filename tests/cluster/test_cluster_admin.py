@@ -23,7 +23,8 @@ from kafka.errors import InvalidPartitionsError, InvalidReplicationAssignmentErr
 
 from protocol import ApiKey
 from protocol.records import iter_deep
-from tests.cluster.helpers import call, replica_bytes, replica_offsets, wait_for
+from tests.cluster.helpers import call, replica_bytes, replica_offsets
+from tests.waiting import wait_for
 from tests.cluster.test_replication import _offline_after_losing_the_isr
 from tests.conftest import REPO
 from tests.integration.clients import kp_consume_all
@@ -58,8 +59,8 @@ def wait_grown(cluster, topic: str, count: int) -> None:
         lambda: all(
             len(cluster.metadata(b, [topic]).topics[0].partitions) == count for b in (1, 2, 3)
         ),
-        TIMEOUT_S,
         f"{count} partitions of {topic} on every broker",
+        timeout=TIMEOUT_S,
     )
     cluster.wait_led(topic)
 
@@ -98,8 +99,8 @@ def assert_rolled_by(cluster, topic: str, end: int, segment_bytes: int) -> None:
         broker = cluster.broker(b)
         wait_for(
             lambda: replica_offsets(broker, topic, 0, -1)[1] == end,
-            TIMEOUT_S,
             f"broker {b}'s replica of {topic} complete",
+            timeout=TIMEOUT_S,
         )
         sizes = segment_sizes(broker, topic)
         assert len(sizes) >= 5, (b, sizes)
@@ -134,8 +135,8 @@ def test_create_topics_in_a_cluster_checks_what_a_single_broker_checks(cluster_f
     assert configs["retention.ms"] == ("86400000", TOPIC_CONFIG)
     listed = wait_for(
         lambda: [t for t in cluster.metadata(2, ["orders.eu"]).topics if len(t.partitions) == 2],
-        TIMEOUT_S,
         "broker 2's metadata to list orders.eu",
+        timeout=TIMEOUT_S,
     )
     assert created.topic_id == listed[0].topic_id
     # DescribeTopicPartitions (KIP-966) pages the same view from any broker's cache
@@ -192,8 +193,8 @@ def test_create_partitions_grows_a_topic_on_every_broker(cluster_factory):
                 data = wait_for(
                     lambda: (got := replica_bytes(cluster.broker(b), "grow", p))[1] == 20
                     and got[0],
-                    TIMEOUT_S,
                     f"broker {b}'s replica of grow-{p}",
+                    timeout=TIMEOUT_S,
                 )
                 assert [m.value for m in iter_deep(data)] == sent[p]
 
@@ -245,8 +246,8 @@ def test_topic_config_change_reaches_every_broker(cluster_factory):
         wait_for(
             lambda: described(cluster.broker(b), TOPIC, "cfg", "segment.bytes")
             == ("1024", TOPIC_CONFIG),
-            TIMEOUT_S,
             f"broker {b} describes the new segment.bytes",
+            timeout=TIMEOUT_S,
         )
     # at least two brokers learnt it from the notification, one of them a follower: every
     # replica rolls by the new size
@@ -277,8 +278,8 @@ def test_topic_config_change_reaches_every_broker(cluster_factory):
         wait_for(
             lambda: described(cluster.broker(b), TOPIC, "cfg", "retention.ms")
             == ("3600000", TOPIC_CONFIG),
-            TIMEOUT_S,
             f"broker {b} describes the new retention.ms",
+            timeout=TIMEOUT_S,
         )
         assert described(cluster.broker(b), TOPIC, "cfg", "segment.bytes") == (
             "1024",
@@ -292,7 +293,7 @@ def test_turning_on_unclean_election_elects_a_leader(cluster_factory):
     cluster = cluster_factory(3, zookeeper_session_timeout_ms=3000, replica_lag_time_max_ms=2000)
     assert cluster.create_topic("t", 1, 3) == 0
     _, survivor, _ = _offline_after_losing_the_isr(cluster, "t")
-    wait_for(lambda: cluster.state("t")["leader"] == -1, TIMEOUT_S, "partition offline")
+    wait_for(lambda: cluster.state("t")["leader"] == -1, "partition offline", timeout=TIMEOUT_S)
     admin = KafkaAdminClient(
         bootstrap_servers=cluster.broker(survivor).bootstrap, request_timeout_ms=30000
     )
@@ -304,7 +305,9 @@ def test_turning_on_unclean_election_elects_a_leader(cluster_factory):
         assert result == {"topic": {"t": "OK"}}
     finally:
         admin.close()
-    wait_for(lambda: cluster.leader("t") == survivor, TIMEOUT_S, "the out-of-sync replica leads")
+    wait_for(
+        lambda: cluster.leader("t") == survivor, "the out-of-sync replica leads", timeout=TIMEOUT_S
+    )
     assert cluster.state("t")["isr"] == [survivor]
 
 
@@ -330,8 +333,8 @@ def test_dynamic_broker_configs_reach_every_broker(cluster_factory):
         wait_for(
             lambda: described(broker, BROKER, str(b), "log.segment.bytes")
             == ("1024", DYNAMIC_DEFAULT_BROKER_CONFIG),
-            TIMEOUT_S,
             f"broker {b} describes the cluster-wide log.segment.bytes",
+            timeout=TIMEOUT_S,
         )
         assert described(broker, TOPIC, "plain", "segment.bytes") == (
             "1024",

@@ -16,7 +16,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from protocol import ApiKey
-from tests.cluster.helpers import call, produce, replica_offsets, wait_for
+from tests.cluster.helpers import call, produce, replica_offsets
+from tests.waiting import wait_for
 from tests.oracle.kafka_oracle import JavaClientError, JavaClients
 
 PARTITIONS = 3

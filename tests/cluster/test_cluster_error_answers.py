@@ -15,7 +15,8 @@ import pytest
 
 from client import BrokerConnection
 from protocol import ApiKey
-from tests.cluster.helpers import call, produce, wait_for
+from tests.cluster.helpers import call, produce
+from tests.waiting import wait_for
 from tests.oracle.kafka_oracle import kafka_oracle  # noqa: F401 (the session fixture)
 
 pytestmark = pytest.mark.kafka_oracle

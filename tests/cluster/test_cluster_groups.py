@@ -7,7 +7,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
-from tests.cluster.helpers import wait_for
+from tests.waiting import wait_for
 
 
 def _coordinator_leader(cluster):
@@ -37,14 +37,14 @@ def test_committed_offsets_move_with_the_offsets_partition(cluster_factory):
         except KafkaTimeoutError:
             return False
 
-    wait_for(commit, 120, "the first commit")
+    wait_for(commit, "the first commit", timeout=120)
     consumer.close()
     doc = cluster.zk_json("/brokers/topics/__consumer_offsets")
     assert len(doc["partitions"]["0"]) == 3  # offsets.topic.replication.factor
     old = _coordinator_leader(cluster)
     assert old in (1, 2, 3)
     cluster.broker(old).kill()
-    wait_for(lambda: _coordinator_leader(cluster) not in (-1, old), 30, "a new coordinator")
+    wait_for(lambda: _coordinator_leader(cluster) not in (-1, old), "a new coordinator", timeout=30)
     alive = ",".join(b.bootstrap for b in cluster.brokers if b.running())
 
     def committed():
@@ -54,4 +54,4 @@ def test_committed_offsets_move_with_the_offsets_partition(cluster_factory):
         finally:
             c.close()
 
-    wait_for(lambda: committed() == 7, 60, "the commit on the new coordinator")
+    wait_for(lambda: committed() == 7, "the commit on the new coordinator", timeout=60)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from tests.cluster.helpers import wait_for
+from tests.waiting import wait_for
 from tests.integration.clients import chronolog_quotas
 
 TIMEOUT_S = 30
@@ -36,8 +36,8 @@ def test_quotas_live_in_zookeeper_and_reach_every_broker(cluster_factory):
     expected = "Quota configs for user 'alice@example.com', client-id <default> are producer_byte_rate=1024"
     wait_for(
         lambda: chronolog_quotas(cluster.broker(1).bootstrap, "describe") == expected,
-        TIMEOUT_S,
         "broker 1 describes the quota set through broker 2",
+        timeout=TIMEOUT_S,
     )
 
     # written as Kafka's AdminZkClient writes it: the node, then a notification
@@ -55,8 +55,8 @@ def test_quotas_live_in_zookeeper_and_reach_every_broker(cluster_factory):
         wait_for(
             lambda: "Quota configs for client-id <default> are consumer_byte_rate=4096"
             in chronolog_quotas(cluster.broker(b).bootstrap, "describe", "--client-default"),
-            TIMEOUT_S,
             f"broker {b} follows the quota written to ZooKeeper",
+            timeout=TIMEOUT_S,
         )
 
     # a restarted broker loads them from ZooKeeper

@@ -25,7 +25,8 @@ from confluent_kafka import Producer
 from broker.txn.coordinator import partition_for
 from protocol import ApiKey
 from protocol.errors import ErrorCode
-from tests.cluster.helpers import call, wait_for
+from tests.cluster.helpers import call
+from tests.waiting import wait_for
 from tests.integration.clients import topic_name
 from tests.integration.test_transactions_librdkafka import (
     NO_REBOOTSTRAP,
@@ -59,7 +60,7 @@ def _coordinator_of(cluster, tid: str) -> int:
         ok = answer.error_code == 0 and answer.node_id == leader > 0
         return answer.node_id if ok and cluster.broker(leader).running() else 0
 
-    return wait_for(found, 60, f"a running coordinator for {tid}")
+    return wait_for(found, f"a running coordinator for {tid}", timeout=60)
 
 
 def _state(cluster, broker_id: int, tid: str) -> str:
@@ -147,7 +148,9 @@ def _scenario(cluster_factory, victim_of) -> None:
                 committed_values.extend(values)
         if attempt == 4:
             # Mid-transaction: the loop's transaction is open with the output partitions in it.
-            wait_for(lambda: _ongoing(cluster, coordinator, tid, sink), 30, "an open transaction")
+            wait_for(
+                lambda: _ongoing(cluster, coordinator, tid, sink), "an open transaction", timeout=30
+            )
             cluster.broker(victim).kill()
             killed_at.append(attempt)
         if attempt == 10:
@@ -244,7 +247,9 @@ def test_produce_verified_and_markers_written_across_brokers(cluster_factory):
     )
     ended = call(at_coordinator, ApiKey.END_TXN, 3, {**end_body, "producer_epoch": epoch})
     assert ended.error_code == 0
-    wait_for(lambda: last_stable_offset() == 2, 30, "the COMMIT marker on the partition's leader")
+    wait_for(
+        lambda: last_stable_offset() == 2, "the COMMIT marker on the partition's leader", timeout=30
+    )
 
     assert produce(12, epoch, 1, b"aborted") == 0  # added by the coordinator for the leader
     assert _ongoing(cluster, coordinator, tid, topic)
@@ -255,7 +260,9 @@ def test_produce_verified_and_markers_written_across_brokers(cluster_factory):
         {**end_body, "producer_epoch": epoch, "committed": False},
     )
     assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 1)
-    wait_for(lambda: last_stable_offset() == 4, 30, "the ABORT marker on the partition's leader")
+    wait_for(
+        lambda: last_stable_offset() == 4, "the ABORT marker on the partition's leader", timeout=30
+    )
     values = [v for _, _, v in _read_to_end(cluster.bootstrap, topic, 1, "read_committed")]
     assert values == [b"committed"]
 
@@ -308,7 +315,7 @@ def test_new_coordinator_completes_a_commit_the_old_one_left(cluster_factory):
     assert produced.responses[0].partition_responses[0].error_code == 0
 
     at_leader.kill()
-    wait_for(lambda: cluster.leader(topic) == -1, 30, "the partition without a leader")
+    wait_for(lambda: cluster.leader(topic) == -1, "the partition without a leader", timeout=30)
     ended = call(
         at_coordinator,
         ApiKey.END_TXN,
@@ -321,13 +328,13 @@ def test_new_coordinator_completes_a_commit_the_old_one_left(cluster_factory):
     at_coordinator.kill()
     successor = _coordinator_of(cluster, tid)
     assert successor not in (coordinator, leader)
-    loaded = wait_for(lambda: _state(cluster, successor, tid), 30, "the id loaded")
+    loaded = wait_for(lambda: _state(cluster, successor, tid), "the id loaded", timeout=30)
     assert loaded == "PrepareCommit"
     at_leader.start()
     wait_for(
         lambda: _state(cluster, successor, tid) == "CompleteCommit",
-        60,
         "the new coordinator to complete the commit",
+        timeout=60,
     )
     assert _last_stable_offset(at_leader, topic) == 2  # the record and the COMMIT marker
     values = [v for _, _, v in _read_to_end(at_leader.bootstrap, topic, 1, "read_committed")]
@@ -347,7 +354,7 @@ def test_offsets_join_a_transaction_coordinated_by_another_broker(cluster_factor
         answer = call(asked, ApiKey.FIND_COORDINATOR, 1, {"key": group, "key_type": 0})
         return answer.node_id if answer.error_code == 0 else 0
 
-    offsets_broker = wait_for(group_coordinator, 60, "the group coordinator")
+    offsets_broker = wait_for(group_coordinator, "the group coordinator", timeout=60)
     # A transactional id coordinated elsewhere than the group.
     _coordinator_of(cluster, "probe")  # creates __transaction_state
     tid = next(
@@ -418,4 +425,4 @@ def test_offsets_join_a_transaction_coordinated_by_another_broker(cluster_factor
         {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": True},
     )
     assert ended.error_code == 0
-    wait_for(lambda: stable_offset() == 42, 30, "the transaction's offset committed")
+    wait_for(lambda: stable_offset() == 42, "the transaction's offset committed", timeout=30)

@@ -9,7 +9,7 @@ included. About a minute on a quiet machine."""
 
 from __future__ import annotations
 
-from tests.cluster.helpers import wait_for
+from tests.waiting import wait_for
 from tests.cluster.test_cluster_transactions import SETTINGS, _coordinator_of
 from tests.integration.clients import dump_log_verify, topic_name
 from tests.integration.test_transactions_librdkafka import check_promises, random_transactions
@@ -23,7 +23,7 @@ def test_random_transactions_across_leader_kills_keep_every_promise(cluster_fact
 
     def kill_and_restart(victim_of):
         def fault() -> None:
-            victim = wait_for(victim_of, 60, "a broker to kill")
+            victim = wait_for(victim_of, "a broker to kill", timeout=60)
             broker = cluster.broker(victim)
             broker.kill()
             broker.start()

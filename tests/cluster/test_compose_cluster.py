@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.cluster.helpers import wait_for
+from tests.waiting import wait_for
 from tests.conftest import REPO
 
 BOOTSTRAP = os.environ.get("CHRONOLOG_CLUSTER_BOOTSTRAP")
@@ -31,7 +31,7 @@ def test_compose_cluster_replicates_acks_all_writes():
         except KafkaException:  # the brokers are still starting
             return False
 
-    wait_for(three_brokers, 120, "three brokers")
+    wait_for(three_brokers, "three brokers", timeout=120)
     topic = f"compose-{uuid.uuid4().hex[:8]}"
     for future in admin.create_topics([NewTopic(topic, 2, 3)]).values():
         future.result(60)

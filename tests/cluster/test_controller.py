@@ -9,7 +9,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol import ApiKey
 from protocol.errors import ErrorCode
-from tests.cluster.helpers import call, wait_for
+from tests.cluster.helpers import call
+from tests.waiting import wait_for
 
 
 def _views(cluster, topic, partition=0, brokers=(1, 2, 3)):
@@ -35,7 +36,9 @@ def test_create_topic_assigns_and_elects(cluster_factory):
         state = cluster.state("orders", p)
         assert state["leader"] == replicas[0] and state["leader_epoch"] == 0
         assert sorted(state["isr"]) == [1, 2, 3]
-        views = wait_for(lambda: _same_everywhere(cluster, "orders", p), 30, "same metadata")
+        views = wait_for(
+            lambda: _same_everywhere(cluster, "orders", p), "same metadata", timeout=30
+        )
         leader, epoch, replicas_seen, isr = views[1]
         assert (leader, epoch, replicas_seen) == (replicas[0], 0, replicas)
         assert sorted(isr) == [1, 2, 3]
@@ -82,8 +85,8 @@ def test_dead_leader_is_replaced_and_comes_back_as_follower(cluster_factory):
     cluster.broker(old).kill()
     new_state = wait_for(
         lambda: (s := cluster.state("t")) and s["leader"] not in (-1, old) and s,
-        30,
         "a new leader",
+        timeout=30,
     )
     assert new_state["leader_epoch"] >= 1 and old not in new_state["isr"]
     alive = [b for b in (1, 2, 3) if b != old]
@@ -92,12 +95,12 @@ def test_dead_leader_is_replaced_and_comes_back_as_follower(cluster_factory):
             cluster.partition_view(b, "t")[:2] == (new_state["leader"], new_state["leader_epoch"])
             for b in alive
         ),
-        30,
         "metadata naming the new leader",
+        timeout=30,
     )
     cluster.broker(old).start()
     # it catches up and the leader takes it back into the ISR
-    wait_for(lambda: sorted(cluster.state("t")["isr"]) == [1, 2, 3], 30, "ISR of three")
+    wait_for(lambda: sorted(cluster.state("t")["isr"]) == [1, 2, 3], "ISR of three", timeout=30)
     assert cluster.leader("t") == new_state["leader"]
 
 
@@ -106,12 +109,12 @@ def test_controller_failover_keeps_partitions_led(cluster_factory):
     assert cluster.create_topic("t", partitions=3, replication_factor=2) == 0
     controller = cluster.controller()
     cluster.broker(controller).kill()
-    wait_for(lambda: cluster.controller() not in (-1, controller), 30, "a new controller")
+    wait_for(lambda: cluster.controller() not in (-1, controller), "a new controller", timeout=30)
     for p in range(3):
         wait_for(
             lambda: cluster.state("t", p)["leader"] not in (-1, controller),
-            30,
             f"partition {p} led by a live broker",
+            timeout=30,
         )
 
 
@@ -131,7 +134,7 @@ def test_delete_topic_removes_every_replica(cluster_factory):
     assert codes == {"gone": 0, "never": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
     assert not cluster.zk.exists("/brokers/topics/gone")
     assert not cluster.zk.exists("/config/topics/gone")
-    wait_for(lambda: not any(os.path.exists(d) for d in dirs), 30, "replica logs deleted")
+    wait_for(lambda: not any(os.path.exists(d) for d in dirs), "replica logs deleted", timeout=30)
     for b in (1, 2, 3):
         assert cluster.metadata(b, ["gone"]).topics[0].error_code == (
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -149,7 +152,7 @@ def test_delete_topic_removes_every_replica(cluster_factory):
 
 def test_describe_cluster_and_create_partitions_in_a_cluster(cluster_factory):
     cluster = cluster_factory(3)
-    wait_for(lambda: cluster.controller() > 0, 30, "a controller")
+    wait_for(lambda: cluster.controller() > 0, "a controller", timeout=30)
     assert cluster.create_topic("t", 1, 3) == 0
     for b in (1, 2, 3):
         answer = call(cluster.broker(b), ApiKey.DESCRIBE_CLUSTER, 0, {})

@@ -21,7 +21,8 @@ from confluent_kafka import Producer as CProducer
 from kafka import KafkaProducer
 
 from protocol.records import iter_deep
-from tests.cluster.helpers import replica_bytes, replica_offsets, wait_for
+from tests.cluster.helpers import replica_bytes, replica_offsets
+from tests.waiting import wait_for
 from tests.integration.clients import dump_log_verify
 
 ROUNDS = 8
@@ -126,7 +127,7 @@ def test_kill_leaders_and_the_controller_under_acks_all(cluster_factory):
     rng = random.Random(15)
     kills = []
     try:
-        wait_for(lambda: acked.count() > 200, 60, "first acknowledgements")
+        wait_for(lambda: acked.count() > 200, "first acknowledgements", timeout=60)
         for round_ in range(ROUNDS):
             if round_ % 3 == 2:
                 victim = cluster.controller()
@@ -141,17 +142,17 @@ def test_kill_leaders_and_the_controller_under_acks_all(cluster_factory):
                 lambda: all(
                     cluster.leader(TOPIC, p) not in (-1, victim) for p in range(PARTITIONS)
                 ),
-                60,
                 f"round {round_}: leaders away from broker {victim}",
+                timeout=60,
             )
-            wait_for(lambda: acked.count() > before + 100, 60, f"round {round_}: progress")
+            wait_for(lambda: acked.count() > before + 100, f"round {round_}: progress", timeout=60)
             cluster.broker(victim).start()
             wait_for(
                 lambda: all(
                     sorted(cluster.state(TOPIC, p)["isr"]) == [1, 2, 3] for p in range(PARTITIONS)
                 ),
-                90,
                 f"round {round_}: broker {victim} back in every ISR",
+                timeout=90,
             )
     finally:
         stop.set()
@@ -172,7 +173,7 @@ def test_kill_leaders_and_the_controller_under_acks_all(cluster_factory):
             same = all(v == first for v in got.values()) and set(ends.values()) == {first[1]}
             return first if same else None
 
-        data, hw = wait_for(converged, 60, f"partition {p}: replicas equal")
+        data, hw = wait_for(converged, f"partition {p}: replicas equal", timeout=60)
         logs[p] = data
         messages = list(iter_deep(data))
         assert [m.offset for m in messages] == list(range(hw))

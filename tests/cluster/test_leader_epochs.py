@@ -11,7 +11,8 @@ import time
 from protocol import ApiKey
 from protocol.errors import ErrorCode
 from protocol.records import iter_deep
-from tests.cluster.helpers import call, produce, replica_bytes, replica_offsets, wait_for
+from tests.cluster.helpers import call, produce, replica_bytes, replica_offsets
+from tests.waiting import wait_for
 
 
 def _epochs(broker, topic, partition=0):
@@ -37,15 +38,19 @@ def test_divergent_tail_is_truncated_by_leader_epoch(cluster_factory):
         old.kill()
     finally:
         new.proc.send_signal(signal.SIGCONT)
-    wait_for(lambda: cluster.leader("t") == new_id, 30, "the follower leads")
+    wait_for(lambda: cluster.leader("t") == new_id, "the follower leads", timeout=30)
     cluster.wait_led("t")
     answer = produce(new, "t", [b"b3", b"b4", b"b5"], acks=1)
     assert answer.error_code == 0 and answer.base_offset == 3
     old.start()
-    wait_for(lambda: sorted(cluster.state("t")["isr"]) == [1, 2], 30, "the old leader in sync")
+    wait_for(
+        lambda: sorted(cluster.state("t")["isr"]) == [1, 2], "the old leader in sync", timeout=30
+    )
     want = [b"a0", b"a1", b"a2", b"b3", b"b4", b"b5"]
     for broker in (old, new):
-        data, hw = wait_for(lambda: (got := replica_bytes(broker, "t"))[1] == 6 and got, 30, "HW 6")
+        data, hw = wait_for(
+            lambda: (got := replica_bytes(broker, "t"))[1] == 6 and got, "HW 6", timeout=30
+        )
         assert [m.value for m in iter_deep(data)] == want
     assert replica_bytes(old, "t") == replica_bytes(new, "t")
     assert _epochs(old, "t") == _epochs(new, "t")
@@ -88,14 +93,16 @@ def test_offset_for_leader_epoch_answers(cluster_factory):
     assert ask(leader, epoch, current=epoch + 1)[0] == ErrorCode.UNKNOWN_LEADER_EPOCH
     follower = cluster.broker(3 - leader_id)
     assert ask(follower, epoch)[0] == ErrorCode.NOT_LEADER_FOR_PARTITION
-    wait_for(lambda: ask(follower, epoch, replica_id=-2) == (0, epoch, 4), 10, "follower's own")
+    wait_for(
+        lambda: ask(follower, epoch, replica_id=-2) == (0, epoch, 4), "follower's own", timeout=10
+    )
     # the follower leaves: the controller shrinks the ISR with a new epoch, fencing the old
     cluster.broker(3 - leader_id).kill()
-    wait_for(lambda: cluster.state("t")["leader_epoch"] > epoch, 30, "a new leader epoch")
+    wait_for(lambda: cluster.state("t")["leader_epoch"] > epoch, "a new leader epoch", timeout=30)
     wait_for(
         lambda: ask(leader, epoch, current=epoch)[0] == ErrorCode.FENCED_LEADER_EPOCH,
-        30,
         "the old epoch fenced",
+        timeout=30,
     )
 
 
@@ -113,14 +120,16 @@ def test_log_append_time_never_goes_backwards_after_a_leader_change(cluster_fact
     stamp = max(a.log_append_time_ms for a in answers)
     assert abs(stamp - time.time() * 1000) < 60_000
     first.kill()
-    wait_for(lambda: cluster.leader("t") == 2, 30, "broker 2 leads")
+    wait_for(lambda: cluster.leader("t") == 2, "broker 2 leads", timeout=30)
     cluster.wait_led("t")
     later = [produce(second, "t", [b"b%d" % i], acks=1) for i in range(5)]
     assert all(a.error_code == 0 for a in later), later
     assert all(a.log_append_time_ms >= stamp for a in later), (stamp, later)
     first.start()
     data, hw = wait_for(
-        lambda: (got := replica_bytes(first, "t"))[1] == 10 and got, 30, "broker 1 caught up"
+        lambda: (got := replica_bytes(first, "t"))[1] == 10 and got,
+        "broker 1 caught up",
+        timeout=30,
     )
     stamps = [m.timestamp for m in iter_deep(data)]
     assert stamps == sorted(stamps) and len(stamps) == 10

@@ -4,7 +4,8 @@ controller role moves when it dies."""
 from __future__ import annotations
 
 from protocol import ApiKey
-from tests.cluster.helpers import call, wait_for
+from tests.cluster.helpers import call
+from tests.waiting import wait_for
 
 
 def controller_epoch(cluster) -> int:
@@ -21,9 +22,9 @@ def test_brokers_register_and_one_controller_is_elected(cluster_factory):
         doc = cluster.zk_json(f"/brokers/ids/{broker.overrides['broker.id']}")
         assert doc["host"] == "127.0.0.1" and doc["port"] == broker.port
         assert doc["endpoints"] == [f"PLAINTEXT://127.0.0.1:{broker.port}"]
-    controller = wait_for(lambda: cluster.controller() > 0, 30, "a controller")
+    controller = wait_for(lambda: cluster.controller() > 0, "a controller", timeout=30)
     assert controller in (1, 2, 3)
-    wait_for(lambda: controller_epoch(cluster) >= 1, 30, "the controller's epoch")
+    wait_for(lambda: controller_epoch(cluster) >= 1, "the controller's epoch", timeout=30)
     cluster_id = cluster.zk_json("/cluster/id")["id"]
     for broker in cluster.brokers:
         meta = broker.log_dirs[0] + "/meta.properties"
@@ -32,8 +33,8 @@ def test_brokers_register_and_one_controller_is_elected(cluster_factory):
     for broker_id in (1, 2, 3):
         meta = wait_for(
             lambda: (m := cluster.metadata(broker_id)) and len(m.brokers) == 3 and m,
-            30,
             "three brokers in metadata",
+            timeout=30,
         )
         assert meta.controller_id == controller
         assert sorted(b.node_id for b in meta.brokers) == [1, 2, 3]
@@ -42,16 +43,16 @@ def test_brokers_register_and_one_controller_is_elected(cluster_factory):
 
 def test_controller_moves_when_it_is_killed(cluster_factory):
     cluster = cluster_factory(3)
-    first = wait_for(lambda: cluster.controller() > 0, 30, "a controller")
-    epoch = wait_for(lambda: controller_epoch(cluster), 30, "the first controller's epoch")
+    first = wait_for(lambda: cluster.controller() > 0, "a controller", timeout=30)
+    epoch = wait_for(lambda: controller_epoch(cluster), "the first controller's epoch", timeout=30)
     cluster.broker(first).kill()
     second = wait_for(
-        lambda: (c := cluster.controller()) > 0 and c != first and c, 30, "a new controller"
+        lambda: (c := cluster.controller()) > 0 and c != first and c, "a new controller", timeout=30
     )
     wait_for(
         lambda: controller_epoch(cluster) == epoch + 1,
-        30,
         f"/controller_epoch {epoch + 1} from the new controller",
+        timeout=30,
     )
     cluster.wait_registered([b for b in (1, 2, 3) if b != first])
     # the survivors' metadata drops the dead broker
@@ -62,8 +63,8 @@ def test_controller_moves_when_it_is_killed(cluster_factory):
             lambda: sorted(b.node_id for b in cluster.metadata(broker_id).brokers)
             == sorted({1, 2, 3} - {first})
             and cluster.metadata(broker_id).controller_id == second,
-            30,
             "metadata without the dead broker",
+            timeout=30,
         )
     # the killed broker comes back under the same id once its old session has expired
     cluster.broker(first).start()

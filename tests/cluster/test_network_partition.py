@@ -17,7 +17,8 @@ import time
 from protocol import recordbatch as rb
 from protocol.errors import ErrorCode
 from protocol.records import iter_deep, iter_shallow
-from tests.cluster.helpers import produce, replica_bytes, wait_for
+from tests.cluster.helpers import produce, replica_bytes
+from tests.waiting import wait_for
 from tests.cluster.proxy import Partition
 
 
@@ -86,31 +87,35 @@ def test_isolated_leader_acknowledges_nothing_and_loses_nothing(cluster_factory,
         to_current = Writer(cluster, b"cur", lambda: cluster.leader("t"), stop)
         to_old.start()
         to_current.start()
-        wait_for(lambda: len(to_old.acked) > 20 and len(to_current.acked) > 20, 30, "writes")
+        wait_for(
+            lambda: len(to_old.acked) > 20 and len(to_current.acked) > 20, "writes", timeout=30
+        )
         cut_at = time.monotonic()
         partition.isolate(old)
         new = wait_for(
             lambda: (leader := cluster.leader("t")) not in (-1, old) and leader,
-            30,
             "a leader on the majority side",
+            timeout=30,
         )
         before = sum(1 for _, b, _ in to_current.acked if b == new)
         wait_for(
             lambda: sum(1 for _, b, _ in to_current.acked if b == new) > before + 50,
-            30,
             "acknowledgements from the new leader",
+            timeout=30,
         )
         time.sleep(1.0)  # the old leader keeps being asked while cut off
         partition.heal()
-        wait_for(lambda: sorted(cluster.state("t")["isr"]) == [1, 2, 3], 60, "old leader in sync")
+        wait_for(
+            lambda: sorted(cluster.state("t")["isr"]) == [1, 2, 3], "old leader in sync", timeout=60
+        )
         stop.set()
         to_old.join(30)
         to_current.join(30)
         data, _ = wait_for(
             lambda: len({replica_bytes(cluster.broker(b), "t") for b in (1, 2, 3)}) == 1
             and replica_bytes(cluster.broker(1), "t"),
-            60,
             "identical replicas",
+            timeout=60,
         )
     finally:
         cluster.stop()

@@ -56,7 +56,7 @@ def test_sigterm_moves_leadership_away_first(cluster_factory):
 
     thread = threading.Thread(target=produce, daemon=True)
     thread.start()
-    wait_for(lambda: len(acked) > 100, 30, "acknowledgements")
+    wait_for(lambda: len(acked) > 100, "acknowledgements", timeout=30)
     assert cluster.broker(victim).stop() == 0
     log = cluster.broker(victim).log_output(since_start=True)
     assert '"controlled shutdown complete: no partition left to lead"' in log
@@ -65,7 +65,7 @@ def test_sigterm_moves_leadership_away_first(cluster_factory):
         assert state["leader"] != victim and state["leader_epoch"] > epochs[p]
         assert victim not in state["isr"]
     before = len(acked)
-    wait_for(lambda: len(acked) > before + 100, 30, "acknowledgements after the shutdown")
+    wait_for(lambda: len(acked) > before + 100, "acknowledgements after the shutdown", timeout=30)
     stop.set()
     thread.join(60)
     for p in range(3):
@@ -79,19 +79,21 @@ def test_preferred_leader_election(cluster_factory):
     assert cluster.create_topic("t", 3, 3) == 0
     preferred = cluster.zk_json("/brokers/topics/t")["partitions"]["0"][0]
     cluster.broker(preferred).kill()
-    wait_for(lambda: cluster.leader("t", 0) not in (-1, preferred), 30, "leader moved")
+    wait_for(lambda: cluster.leader("t", 0) not in (-1, preferred), "leader moved", timeout=30)
     assert elect_leaders(cluster, [("t", 0)]) == {
         ("t", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
     }
     cluster.broker(preferred).start()
-    wait_for(lambda: preferred in cluster.state("t", 0)["isr"], 30, "preferred back in sync")
+    wait_for(
+        lambda: preferred in cluster.state("t", 0)["isr"], "preferred back in sync", timeout=30
+    )
     # The leader writes the ISR; the controller counts the broker live from its /brokers/ids
     # watch, which can come later: until then it still answers PREFERRED_LEADER_NOT_AVAILABLE.
     unavailable = {("t", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE}
     answer = wait_for(
         lambda: (a := elect_leaders(cluster, [("t", 0)])) != unavailable and a,
-        30,
         "the controller to see the preferred replica live",
+        timeout=30,
     )
     assert answer == {("t", 0): ErrorCode.NONE}
     assert cluster.leader("t", 0) == preferred
@@ -102,7 +104,7 @@ def test_preferred_leader_election(cluster_factory):
     for p in range(3):
         replicas = cluster.zk_json("/brokers/topics/t")["partitions"][str(p)]
         assert cluster.leader("t", p) == replicas[0]
-    wait_for(lambda: cluster.partition_view(1, "t", 0)[0] == preferred, 30, "metadata")
+    wait_for(lambda: cluster.partition_view(1, "t", 0)[0] == preferred, "metadata", timeout=30)
 
 
 def test_reassignment_moves_a_partition_and_its_data(cluster_factory):
@@ -116,19 +118,21 @@ def test_reassignment_moves_a_partition_and_its_data(cluster_factory):
     }
     wait_for(
         lambda: cluster.zk_json("/brokers/topics/t")["partitions"]["0"] == [2, 3],
-        60,
         "reassignment complete",
+        timeout=60,
     )
     assert list_reassignments(cluster) == {}
     state = cluster.state("t")
     assert state["leader"] in (2, 3) and sorted(state["isr"]) == [2, 3]
     for b in (2, 3):
         data, hw = wait_for(
-            lambda: (got := replica_bytes(cluster.broker(b), "t"))[1] == 50 and got, 30, "copy"
+            lambda: (got := replica_bytes(cluster.broker(b), "t"))[1] == 50 and got,
+            "copy",
+            timeout=30,
         )
         assert [m.value for m in iter_deep(data)] == values
     moved = os.path.join(cluster.broker(1).log_dirs[0], "t-0")
-    wait_for(lambda: not os.path.exists(moved), 30, "the old replica deleted")
+    wait_for(lambda: not os.path.exists(moved), "the old replica deleted", timeout=30)
     assert reassign(cluster, {("t", 0): [1, 9]}) == {("t", 0): ErrorCode.INVALID_REPLICA_ASSIGNMENT}
     assert reassign(cluster, {("t", 0): None}) == {("t", 0): ErrorCode.NO_REASSIGNMENT_IN_PROGRESS}
 
@@ -141,7 +145,7 @@ def test_a_reassignment_in_progress_is_listed_cancelled_and_completed(cluster_fa
     runs again, and nothing is listed any more."""
     # sessions outlast the freeze: the frozen broker must stay alive to be a reassignment target
     cluster = cluster_factory(3, zookeeper_session_timeout_ms=10000)
-    controller = wait_for(lambda: cluster.controller() > 0, 30, "a controller")
+    controller = wait_for(lambda: cluster.controller() > 0, "a controller", timeout=30)
     # the partition moves from [kept, removed] to [kept, added]; the controller is not frozen
     added = next(b for b in (1, 2, 3) if b != controller)
     removed, kept = [b for b in (1, 2, 3) if b != added]
@@ -183,17 +187,21 @@ def test_a_reassignment_in_progress_is_listed_cancelled_and_completed(cluster_fa
             assert admin.list_partition_reassignments() == {tp: moving}
         finally:
             frozen.send_signal(signal.SIGCONT)
-        wait_for(lambda: admin.list_partition_reassignments() == {}, 60, "reassignment complete")
+        wait_for(
+            lambda: admin.list_partition_reassignments() == {}, "reassignment complete", timeout=60
+        )
     finally:
         admin.close()
     assert cluster.zk_json("/brokers/topics/t")["partitions"]["0"] == [kept, added]
     assert sorted(cluster.state("t")["isr"]) == sorted([kept, added])
     data, _ = wait_for(
-        lambda: (got := replica_bytes(cluster.broker(added), "t"))[1] == 50 and got, 30, "copy"
+        lambda: (got := replica_bytes(cluster.broker(added), "t"))[1] == 50 and got,
+        "copy",
+        timeout=30,
     )
     assert [m.value for m in iter_deep(data)] == values
     old = os.path.join(cluster.broker(removed).log_dirs[0], "t-0")
-    wait_for(lambda: not os.path.exists(old), 30, "the removed replica deleted")
+    wait_for(lambda: not os.path.exists(old), "the removed replica deleted", timeout=30)
 
 
 def test_kip33_a_moved_replica_deletes_old_messages_by_their_timestamps(cluster_factory):
@@ -231,11 +239,11 @@ def test_kip33_a_moved_replica_deletes_old_messages_by_their_timestamps(cluster_
             e for e in new_broker.log_events("retention deleted segments") if e["topic"] == "old"
         ]
 
-    first_deletion = wait_for(deletions, 30, "old segments deleted on the new replica")[0]
+    first_deletion = wait_for(deletions, "old segments deleted on the new replica", timeout=30)[0]
     wait_for(
         lambda: cluster.zk_json("/brokers/topics/old")["partitions"]["0"] == [2],
-        60,
         "reassignment complete",
+        timeout=60,
     )
 
     # Which segments hold only week-old messages, from the new replica's files themselves
@@ -332,7 +340,7 @@ def test_chronolog_topics_create_and_describe_in_a_cluster(cluster_factory):
     """`chronolog topics` (the admin tool) on any broker of a cluster: create with a
     replication factor, describe shows each partition's leader, replicas and ISR."""
     cluster = cluster_factory(3)
-    wait_for(lambda: cluster.controller() > 0, 30, "a controller")
+    wait_for(lambda: cluster.controller() > 0, "a controller", timeout=30)
     other = next(
         b for b in cluster.brokers if int(b.overrides["broker.id"]) != cluster.controller()
     )

@@ -48,7 +48,9 @@ def test_acks_all_copies_the_log_exactly(cluster_factory):
     assert sorted(m.offset for m in metadata if m.partition == 0) == list(range(200))
     for p in (0, 1):
         data, hw = wait_for(
-            lambda: _all_replicas_equal(cluster, "t", p), 30, f"replicas of partition {p} equal"
+            lambda: _all_replicas_equal(cluster, "t", p),
+            f"replicas of partition {p} equal",
+            timeout=30,
         )
         assert hw == 200
         messages = list(iter_deep(data))
@@ -100,7 +102,9 @@ def test_consumers_see_only_what_the_isr_has(cluster_factory):
         assert part.error_code == 0 and part.high_watermark == 2
         assert [m.value for m in iter_deep(part.records)] == [b"a", b"b"]
         acks_all = waiting.submit(produce, leader, "t", [b"d"], acks=-1, timeout_ms=25000)
-        wait_for(lambda: scrape(leader.metrics_url())[purgatory] == 1, 10, "a produce waiting")
+        wait_for(
+            lambda: scrape(leader.metrics_url())[purgatory] == 1, "a produce waiting", timeout=10
+        )
         assert not acks_all.done()
     finally:
         frozen.proc.send_signal(signal.SIGCONT)
@@ -110,8 +114,8 @@ def test_consumers_see_only_what_the_isr_has(cluster_factory):
     assert scrape(leader.metrics_url())[purgatory] == 0
     wait_for(
         lambda: replica_offsets(leader, "t", 0, -1, replica_id=-1)[1] == 4,
-        30,
         "HW at 4 once caught up",
+        timeout=30,
     )
 
 
@@ -127,7 +131,7 @@ def test_isr_shrinks_and_grows_and_min_insync_is_honoured(cluster_factory):
     leader = cluster.broker(leader_id)
     f1, f2 = _followers(cluster, "t")
     under_replicated = ("kafka_server_replicamanager_underreplicatedpartitions", ())
-    wait_for(lambda: len(cluster.state("t")["isr"]) == 3, 30, "ISR of three")
+    wait_for(lambda: len(cluster.state("t")["isr"]) == 3, "ISR of three", timeout=30)
     assert scrape(leader.metrics_url())[under_replicated] == 0
     cluster.broker(f1).proc.send_signal(signal.SIGSTOP)
     try:
@@ -137,11 +141,15 @@ def test_isr_shrinks_and_grows_and_min_insync_is_honoured(cluster_factory):
         assert answer.error_code == 0
         assert time.monotonic() - started > 1.5
         assert sorted(cluster.state("t")["isr"]) == sorted([leader_id, f2])
-        wait_for(lambda: f1 not in cluster.partition_view(leader_id, "t")[3], 10, "metadata ISR")
+        wait_for(
+            lambda: f1 not in cluster.partition_view(leader_id, "t")[3], "metadata ISR", timeout=10
+        )
         assert scrape(leader.metrics_url())[under_replicated] == 1
         cluster.broker(f2).proc.send_signal(signal.SIGSTOP)
         try:
-            wait_for(lambda: cluster.state("t")["isr"] == [leader_id], 20, "ISR of the leader")
+            wait_for(
+                lambda: cluster.state("t")["isr"] == [leader_id], "ISR of the leader", timeout=20
+            )
             refused = produce(leader, "t", [b"y"], acks=-1)
             assert refused.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
             assert produce(leader, "t", [b"z"], acks=1).error_code == 0
@@ -149,10 +157,14 @@ def test_isr_shrinks_and_grows_and_min_insync_is_honoured(cluster_factory):
             cluster.broker(f2).proc.send_signal(signal.SIGCONT)
     finally:
         cluster.broker(f1).proc.send_signal(signal.SIGCONT)
-    wait_for(lambda: len(cluster.state("t")["isr"]) == 3, 30, "ISR back to three")
-    data, hw = wait_for(lambda: _all_replicas_equal(cluster, "t"), 30, "replicas equal")
+    wait_for(lambda: len(cluster.state("t")["isr"]) == 3, "ISR back to three", timeout=30)
+    data, hw = wait_for(lambda: _all_replicas_equal(cluster, "t"), "replicas equal", timeout=30)
     assert [m.value for m in iter_deep(data)] == [b"x", b"z"] and hw == 2
-    wait_for(lambda: scrape(leader.metrics_url())[under_replicated] == 0, 10, "no under-replicated")
+    wait_for(
+        lambda: scrape(leader.metrics_url())[under_replicated] == 0,
+        "no under-replicated",
+        timeout=10,
+    )
 
 
 def test_not_enough_replicas_after_append(cluster_factory):
@@ -193,7 +205,7 @@ def _offline_after_losing_the_isr(cluster, topic):
     assert produce(leader, topic, [b"committed"], acks=-1).error_code == 0
     cluster.broker(out_of_sync).proc.send_signal(signal.SIGSTOP)
     try:
-        wait_for(lambda: out_of_sync not in cluster.state(topic)["isr"], 20, "ISR shrink")
+        wait_for(lambda: out_of_sync not in cluster.state(topic)["isr"], "ISR shrink", timeout=20)
         assert produce(leader, topic, [b"only-in-isr"], acks=-1).error_code == 0
         cluster.broker(other).kill()
         cluster.broker(leader_id).kill()
@@ -207,15 +219,15 @@ def test_clean_election_waits_for_an_isr_member(cluster_factory):
     assert cluster.create_topic("t", 1, 3) == 0
     leader_id, survivor, other = _offline_after_losing_the_isr(cluster, "t")
     state = wait_for(
-        lambda: (s := cluster.state("t"))["leader"] == -1 and s, 30, "partition offline"
+        lambda: (s := cluster.state("t"))["leader"] == -1 and s, "partition offline", timeout=30
     )
     assert survivor not in state["isr"]
     cluster.broker(leader_id).start()
-    wait_for(lambda: cluster.leader("t") == leader_id, 30, "the ISR member leads again")
+    wait_for(lambda: cluster.leader("t") == leader_id, "the ISR member leads again", timeout=30)
     data, _ = wait_for(
         lambda: _all_replicas_equal(cluster, "t", brokers=(leader_id, survivor)),
-        30,
         "replicas equal",
+        timeout=30,
     )
     assert [m.value for m in iter_deep(data)] == [b"committed", b"only-in-isr"]
 
@@ -224,7 +236,7 @@ def test_unclean_election_when_enabled(cluster_factory):
     cluster = cluster_factory(3, zookeeper_session_timeout_ms=3000, replica_lag_time_max_ms=2000)
     assert cluster.create_topic("t", 1, 3, {"unclean.leader.election.enable": "true"}) == 0
     _, survivor, _ = _offline_after_losing_the_isr(cluster, "t")
-    wait_for(lambda: cluster.leader("t") == survivor, 30, "the out-of-sync replica leads")
+    wait_for(lambda: cluster.leader("t") == survivor, "the out-of-sync replica leads", timeout=30)
     assert cluster.state("t")["isr"] == [survivor]
     data, _ = replica_bytes(cluster.broker(survivor), "t")
     assert [m.value for m in iter_deep(data)] == [b"committed"]  # the rest is lost, as asked

@@ -22,18 +22,12 @@ from tests.integration.kafka_wire import (
     message_set,
     produce,
 )
+from tests.waiting import wait_for
 
 
 def events(broker) -> list[str]:
     lines = broker.log_output().splitlines()
     return [json.loads(x).get("event") for x in lines if x.startswith("{")]
-
-
-def wait_for(predicate, what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_out_of_file_descriptors_the_broker_waits_and_recovers(broker_factory):

@@ -6,7 +6,6 @@ import base64
 import os
 import socket
 import struct
-import threading
 import time
 import uuid
 
@@ -14,6 +13,8 @@ import pytest
 
 from protocol import ApiKey, SUPPORTED_VERSIONS, iter_deep, iter_shallow
 from tests.integration.clients import KEEP_OLD_MESSAGES
+from tests.integration.test_metrics import FETCH_PURGATORY, scrape
+from tests.waiting import wait_for
 from tests.integration.kafka_wire import (
     WireClient,
     create_topic,
@@ -206,36 +207,39 @@ def test_fetch_v3_returns_first_message_over_the_limits(client):
         assert parts[1].records == b""  # the request-level budget is used up
 
 
-def test_fetch_long_poll_is_woken_by_append(broker, client):
+def test_fetch_long_poll_is_woken_by_append(broker_factory):
+    woken = broker_factory(metrics_listener="http://127.0.0.1:0")
     topic = name()
-    assert create_topic(client, topic) == 0
-    body = {
-        "replica_id": -1,
-        "max_wait_ms": 300,
-        "min_bytes": 1,
-        "max_bytes": 1 << 20,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
-            }
-        ],
-    }
-    start = time.monotonic()
-    empty = client.call(ApiKey.FETCH, 11, body).responses[0].partitions[0]
-    assert empty.records == b"" and time.monotonic() - start >= 0.28  # held for max_wait
+    with WireClient(woken.host, woken.port) as client:
+        assert create_topic(client, topic) == 0
+        body = {
+            "replica_id": -1,
+            "max_wait_ms": 300,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                    ],
+                }
+            ],
+        }
+        start = time.monotonic()
+        empty = client.call(ApiKey.FETCH, 11, body).responses[0].partitions[0]
+        assert empty.records == b"" and time.monotonic() - start >= 0.28  # held for max_wait
 
-    def later():
-        time.sleep(0.5)
-        with WireClient(broker.host, broker.port) as other:
+        body["max_wait_ms"] = 60000
+        start = time.monotonic()
+        client.send(ApiKey.FETCH, 11, body)
+        wait_for(
+            lambda: scrape(woken.metrics_url())[FETCH_PURGATORY] == 1,
+            "the fetch parked in the long poll",
+        )
+        with WireClient(woken.host, woken.port) as other:
             produce(other, topic, message_set([b"wake"]))
-
-    body["max_wait_ms"] = 60000
-    thread = threading.Thread(target=later)
-    thread.start()
-    start = time.monotonic()
-    got = client.call(ApiKey.FETCH, 11, body).responses[0].partitions[0]
-    thread.join()
+        got = client.receive().body.responses[0].partitions[0]
     assert [m.value for m in iter_deep(got.records)] == [b"wake"]
     assert time.monotonic() - start < 30  # answered on the append, not at max_wait
 

@@ -35,11 +35,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.integration.offsets_oracle import read_records
 from tests.integration.test_groups import (
+    WAIT_S,
     client_host_seen_by,
     create_topic,
     unique,
-    wait_for,
 )
+from tests.waiting import wait_for
 from tests.zookeeper import free_port
 
 CLIENT_ID = "burrow-watched-client"
@@ -153,6 +154,7 @@ def burrow_factory(tmp_path, request):
         wait_for(
             lambda: "group coordinator started" in broker.log_output(),
             "the broker's group coordinator to start",
+            timeout=WAIT_S,
         )
         burrow = BurrowProcess(
             tmp_path / f"burrow-{len(started)}", broker.bootstrap, zookeeper.connect
@@ -180,6 +182,7 @@ def group_under_burrow(broker, burrow: BurrowProcess) -> tuple[str, str, Consume
         lambda: (burrow.get(f"/v3/kafka/local/topic/{topic}") or {}).get("offsets")
         == [END_OFFSETS[p] for p in sorted(END_OFFSETS)],
         "Burrow to see the topic's end offsets",
+        timeout=WAIT_S,
     )
     consumer = Consumer(
         {
@@ -223,7 +226,11 @@ def wait_for_stored_offsets(burrow: BurrowProcess, group: str, topic: str) -> li
             and (r.get("consumer"), r.get("topic")) == (group, topic)
         }
 
-    wait_for(lambda: stored() == set(END_OFFSETS), "Burrow to store the committed offsets")
+    wait_for(
+        lambda: stored() == set(END_OFFSETS),
+        "Burrow to store the committed offsets",
+        timeout=WAIT_S,
+    )
     detail = burrow.get(f"/v3/kafka/local/consumer/{group}")
     assert detail is not None, burrow.log_tail()
     return detail["topics"][topic]

@@ -31,6 +31,7 @@ from confluent_kafka import Producer
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 
 from tests.integration.clients import create_topic
+from tests.waiting import WaitTimeoutError, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "docker" / "grafana-dashboard.json"
@@ -82,12 +83,16 @@ class PrometheusAPI:
         return None
 
     def wait_for(self, condition, what: str) -> None:
-        deadline = time.monotonic() + WAIT_S
-        while not condition():
+        """Until ``condition`` holds; fails at once, with the server's log, if it exited."""
+
+        def alive_and_holds() -> bool:
             self.check_alive(what)
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}{self.tail()}")
-            time.sleep(0.2)
+            return condition()
+
+        try:
+            wait_for(alive_and_holds, what, timeout=WAIT_S, interval=0.2, transient=())
+        except WaitTimeoutError as exc:
+            raise WaitTimeoutError(f"{exc}{self.tail()}") from None
 
     def check_alive(self, what: str) -> None:
         """Nothing to check for a server this test did not start."""

@@ -23,6 +23,7 @@ from kafka.errors import RetriableError
 from kafka.structs import OffsetAndMetadata
 
 from tests.conftest import REPO
+from tests.waiting import wait_for
 
 CLOSE_TIMEOUT_S = 30
 WAIT_S = 60
@@ -111,6 +112,7 @@ class PollingConsumer(threading.Thread):
         wait_for(
             lambda: bool(self.consumer.partitions_for_topic(topic)),
             f"the consumer's metadata to hold {topic}",
+            timeout=WAIT_S,
         )
         self.consumer.subscribe([topic])
         self.records: list = []
@@ -141,15 +143,6 @@ class PollingConsumer(threading.Thread):
         assert self.error is None, repr(self.error)
 
 
-def wait_for(condition, what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def partitions(topic: str, n: int) -> set[TopicPartition]:
     return {TopicPartition(topic, p) for p in range(n)}
 
@@ -163,7 +156,11 @@ def test_two_consumers_split_partitions_and_one_takes_over(broker):
     produce(broker.bootstrap, topic, 4, 5)
     a = PollingConsumer(broker.bootstrap, group, topic)
     a.start()
-    wait_for(lambda: a.assignment == partitions(topic, 4), "the first consumer to own all 4")
+    wait_for(
+        lambda: a.assignment == partitions(topic, 4),
+        "the first consumer to own all 4",
+        timeout=WAIT_S,
+    )
     b = PollingConsumer(broker.bootstrap, group, topic)
     b.start()
     try:
@@ -172,13 +169,19 @@ def test_two_consumers_split_partitions_and_one_takes_over(broker):
             and len(b.assignment) == 2
             and a.assignment | b.assignment == partitions(topic, 4),
             "two consumers to split 4 partitions 2/2",
+            timeout=WAIT_S,
         )
         b.stop()  # close() sends LeaveGroup: a rebalances at once, not after a session timeout
-        wait_for(lambda: a.assignment == partitions(topic, 4), "the survivor to take over all 4")
+        wait_for(
+            lambda: a.assignment == partitions(topic, 4),
+            "the survivor to take over all 4",
+            timeout=WAIT_S,
+        )
         produce(broker.bootstrap, topic, 4, 1, tag="after")
         wait_for(
             lambda: sum(r.value.startswith(b"after") for r in a.records) == 4,
             "the survivor to read new records on every partition",
+            timeout=WAIT_S,
         )
     finally:
         b.stop_event.set()
@@ -191,7 +194,11 @@ def test_failed_member_is_removed_after_session_timeout(broker_factory):
     create_topic(broker.bootstrap, topic, 2)
     a = PollingConsumer(broker.bootstrap, group, topic)
     a.start()
-    wait_for(lambda: a.assignment == partitions(topic, 2), "the first consumer to own both")
+    wait_for(
+        lambda: a.assignment == partitions(topic, 2),
+        "the first consumer to own both",
+        timeout=WAIT_S,
+    )
     # A second member in a child process, killed without LeaveGroup. It polls until killed:
     # a member that stops polling is made to leave by kafka-python's heartbeat thread once
     # max_poll_interval_ms passes, which on a loaded machine could end the split early.
@@ -226,6 +233,7 @@ def test_failed_member_is_removed_after_session_timeout(broker_factory):
         wait_for(
             lambda: child_owns[-1:] == [1] and len(a.assignment) == 1,
             "the two members to own one partition each",
+            timeout=WAIT_S,
         )
         child.kill()
         child.wait(10)
@@ -336,6 +344,7 @@ def test_admin_group_apis(broker):
         wait_for(
             lambda: a.assignment == partitions(topic, 3) and len(a.records) == 12,
             "the consumer to own and read all partitions",
+            timeout=WAIT_S,
         )
         offsets = {TopicPartition(topic, p): OffsetAndMetadata(p + 1, "m", -1) for p in range(3)}
         a.consumer.commit(offsets)  # safe: poll() is not running concurrently
@@ -441,7 +450,9 @@ def test_mixed_clients_share_one_group(broker):
     create_topic(broker.bootstrap, topic, 4)
     a = PollingConsumer(broker.bootstrap, group, topic)
     a.start()
-    wait_for(lambda: a.assignment == partitions(topic, 4), "kafka-python to own all 4")
+    wait_for(
+        lambda: a.assignment == partitions(topic, 4), "kafka-python to own all 4", timeout=WAIT_S
+    )
     ck = Consumer(
         {
             "bootstrap.servers": broker.bootstrap,
@@ -469,6 +480,7 @@ def test_mixed_clients_share_one_group(broker):
             and len(a.assignment) == 2
             and {tp.partition for tp in a.assignment} | owned == set(range(4)),
             "a 2/2 split between kafka-python and confluent-kafka",
+            timeout=WAIT_S,
         )
         admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
         try:
@@ -484,6 +496,7 @@ def test_mixed_clients_share_one_group(broker):
         wait_for(
             lambda: a.assignment == partitions(topic, 4),
             "kafka-python to take all 4 back after confluent-kafka's close()",
+            timeout=WAIT_S,
         )
     finally:
         a.stop()
@@ -589,6 +602,7 @@ def test_chronolog_groups_cli(broker):
         wait_for(
             lambda: a.assignment == partitions(topic, 2) and len(a.records) == 10,
             "the consumer to own and read both partitions",
+            timeout=WAIT_S,
         )
         a.stop_event.set()
         a.join(CLOSE_TIMEOUT_S)

@@ -18,14 +18,15 @@ from kafka.errors import GroupIdNotFoundError, NonEmptyGroupError
 from kafka.structs import OffsetAndMetadata
 
 from tests.integration.test_groups import (
+    WAIT_S,
     PollingConsumer,
     bounded,
     create_topic,
     kafka_consumer,
     partitions,
     unique,
-    wait_for,
 )
+from tests.waiting import wait_for
 
 JS_DIR = Path(__file__).resolve().parent / "js"
 
@@ -56,7 +57,11 @@ def groups(broker):
     member = PollingConsumer(broker.bootstrap, offsets["busy"], t1)
     member.start()
     try:
-        wait_for(lambda: member.assignment == partitions(t1, 3), "the busy group's member")
+        wait_for(
+            lambda: member.assignment == partitions(t1, 3),
+            "the busy group's member",
+            timeout=WAIT_S,
+        )
         yield t1, t2, offsets
     finally:
         member.stop()

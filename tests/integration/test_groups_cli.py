@@ -18,14 +18,15 @@ from kafka.structs import OffsetAndMetadata
 
 from tests.integration.clients import create_topic, kp_consume_all
 from tests.integration.test_groups import (
+    WAIT_S,
     PollingConsumer,
     kafka_consumer,
     bounded,
     partitions,
     run_cli,
     unique,
-    wait_for,
 )
+from tests.waiting import wait_for
 
 PARTITIONS = 3
 PER_PARTITION = 300
@@ -155,7 +156,11 @@ def test_reset_to_earliest_latest_dry_run_and_refusals(broker):
     member = PollingConsumer(broker.bootstrap, group, topic)
     member.start()
     try:
-        wait_for(lambda: member.assignment == partitions(topic, 2), "the member's assignment")
+        wait_for(
+            lambda: member.assignment == partitions(topic, 2),
+            "the member's assignment",
+            timeout=WAIT_S,
+        )
         out = reset("--topic", topic, "--to-latest")
         assert out.returncode == 1
         assert broker.bootstrap in out.stderr and "stop its consumers" in out.stderr
@@ -173,6 +178,7 @@ def test_reset_to_earliest_latest_dry_run_and_refusals(broker):
         ).stdout.count(group)
         == 1,
         "the group to be empty",
+        timeout=WAIT_S,
     )
     out = run_cli(
         "--bootstrap-server",

@@ -25,7 +25,8 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.errors import CommitFailedError, IllegalGenerationError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
 
-from tests.integration.test_groups import bounded, create_topic, unique, wait_for
+from tests.integration.test_groups import bounded, create_topic, unique
+from tests.waiting import wait_for
 
 PARTITIONS = 6
 MESSAGES = 1200
@@ -196,23 +197,29 @@ def test_cooperative_sticky_member_joins_and_leaves(broker, client):
     try:
         a.start()
         producer.start()
-        wait_for(lambda: a.owned == everything and len(a.consumed) > 50, "a to own and read all")
+        wait_for(
+            lambda: a.owned == everything and len(a.consumed) > 50,
+            "a to own and read all",
+            timeout=WAIT_S,
+        )
         # a second member joins: a keeps consuming what it keeps
         b = make("member-b", broker.bootstrap, group, topic)
         b.start()
         wait_for(
             lambda: len(b.owned) == PARTITIONS // 2 and a.owned == everything - b.owned,
             "the partitions to be split",
-            WAIT_S,
+            timeout=WAIT_S,
         )
         consumed_by_b = len(b.consumed)
         wait_for(
-            lambda: len(b.consumed) > consumed_by_b + 10 or not producer.is_alive(), "b to read"
+            lambda: len(b.consumed) > consumed_by_b + 10 or not producer.is_alive(),
+            "b to read",
+            timeout=WAIT_S,
         )
         moved = frozenset(b.owned)
         # ... and leaves: a takes the moved partitions back without giving any up
         b.stop()
-        wait_for(lambda: a.owned == everything, "a to own everything again", WAIT_S)
+        wait_for(lambda: a.owned == everything, "a to own everything again", timeout=WAIT_S)
         producer.join(WAIT_S)
         assert not producer.is_alive() and producer.error is None, repr(producer.error)
         # every acknowledged message, not as many as that: a message read twice must not make
@@ -220,7 +227,7 @@ def test_cooperative_sticky_member_joins_and_leaves(broker, client):
         wait_for(
             lambda: set(a.consumed) | set(b.consumed) >= set(producer.acked),
             "every message to be consumed",
-            WAIT_S,
+            timeout=WAIT_S,
         )
         a_events = list(a.events)  # before close() revokes everything
     finally:

@@ -19,6 +19,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
 from tests.integration.offsets_oracle import last_group_record
 from tests.integration.test_groups import (
+    WAIT_S,
     PollingConsumer,
     bounded,
     create_topic,
@@ -26,8 +27,8 @@ from tests.integration.test_groups import (
     produce,
     run_cli,
     unique,
-    wait_for,
 )
+from tests.waiting import wait_for
 
 
 def describe(bootstrap: str, group: str) -> tuple[str, int, set[str], dict[tuple[int], str]]:
@@ -70,15 +71,22 @@ def test_kill_9_restart_keeps_generation_members_and_assignments(
     try:
         # one after the other, as test_groups does: a first member that joins before its
         # metadata names the topic makes kafka-python 3.0.12's leader stall now and then
-        wait_for(lambda: a.assignment == partitions(topic, 4), "a to own every partition")
+        wait_for(
+            lambda: a.assignment == partitions(topic, 4), "a to own every partition", timeout=WAIT_S
+        )
         b = PollingConsumer(broker.bootstrap, group, topic, **kw)
         b.start()
         wait_for(
             lambda: len(a.assignment) == len(b.assignment) == 2
             and a.assignment | b.assignment == partitions(topic, 4),
             "two members to split four partitions",
+            timeout=WAIT_S,
         )
-        wait_for(lambda: describe(broker.bootstrap, group)[0] == "Stable", "a Stable group")
+        wait_for(
+            lambda: describe(broker.bootstrap, group)[0] == "Stable",
+            "a Stable group",
+            timeout=WAIT_S,
+        )
         before = describe(broker.bootstrap, group)
         state, generation, members, owners = before
         assert len(members) == 2 and set(owners) == {0, 1, 2, 3}
@@ -96,7 +104,7 @@ def test_kill_9_restart_keeps_generation_members_and_assignments(
         def after():
             return sorted(r.value for r in a.records + b.records if r.value.startswith(b"after"))
 
-        wait_for(lambda: len(after()) == 8, "the new messages to be read")
+        wait_for(lambda: len(after()) == 8, "the new messages to be read", timeout=WAIT_S)
         assert after() == sorted(f"after-{p}-{i}".encode() for p in range(4) for i in range(2))
         assert (a.assignment, b.assignment) == assigned
         assert describe(broker.bootstrap, group) == before
@@ -168,6 +176,7 @@ def test_static_member_restarted_within_its_session_timeout_causes_no_rebalance(
             lambda: len(a.assignment) == len(b.assignment) == 2
             and describe(broker.bootstrap, group)[0] == "Stable",
             "two static members to split four partitions",
+            timeout=WAIT_S,
         )
         state, generation, members, owners = describe(broker.bootstrap, group)
         b_events = list(b.events)
@@ -177,7 +186,7 @@ def test_static_member_restarted_within_its_session_timeout_causes_no_rebalance(
         assert describe(broker.bootstrap, group)[:3] == ("Stable", generation, members)
         restarted = StaticMember(broker.bootstrap, group, topic, "instance-a")
         restarted.start()
-        wait_for(lambda: restarted.assignment, "the restarted member's assignment")
+        wait_for(lambda: restarted.assignment, "the restarted member's assignment", timeout=WAIT_S)
         assert restarted.assignment == a_partitions
         state2, generation2, members2, owners2 = describe(broker.bootstrap, group)
         assert (state2, generation2) == ("Stable", generation)

@@ -32,6 +32,13 @@ COMMITTED = 70  # the group's committed offset: lag = ROUNDS * PER_ROUND - COMMI
 SEGMENT_BYTES = 2000  # about one round's batch per segment
 
 
+# Fetch long polls parked in the broker (its delayed-fetch purgatory), as scrape() keys them.
+FETCH_PURGATORY = (
+    "kafka_server_delayedoperationpurgatory_purgatorysize",
+    (("delayedOperation", "Fetch"),),
+)
+
+
 def scrape(url: str) -> dict[tuple[str, tuple], float]:
     """Every sample, keyed by (name, sorted labels)."""
     with urllib.request.urlopen(url, timeout=10) as response:

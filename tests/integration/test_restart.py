@@ -11,6 +11,8 @@ from protocol import ApiKey
 from tests.integration.clients import create_topic, dump_log_verify, kp_consume_all, topic_name
 from tests.integration.kafka_wire import WireClient, fetch_body, message_set, produce
 from tests.integration.kafka_wire import create_topic as wire_create_topic
+from tests.integration.test_metrics import FETCH_PURGATORY, scrape
+from tests.waiting import wait_for
 
 
 def test_kill9_mid_produce_keeps_every_acknowledged_message(broker_factory):
@@ -108,12 +110,15 @@ def test_sigint_also_shuts_down_cleanly(broker_factory):
 
 
 def test_sigterm_answers_a_waiting_fetch_before_exiting(broker_factory):
-    b = broker_factory()
+    b = broker_factory(metrics_listener="http://127.0.0.1:0")
     topic = topic_name("drain")
     with WireClient(b.host, b.port) as c:
         assert wire_create_topic(c, topic) == 0
         c.send(ApiKey.FETCH, 3, fetch_body(topic, max_wait_ms=60000, min_bytes=1))
-        time.sleep(0.5)  # the fetch is now parked in the broker's long poll
+        wait_for(
+            lambda: scrape(b.metrics_url())[FETCH_PURGATORY] == 1,
+            "the fetch parked in the long poll",
+        )
         b.proc.send_signal(signal.SIGTERM)
         response = c.receive()  # answered (empty) instead of dropped
         assert response.api_key == ApiKey.FETCH

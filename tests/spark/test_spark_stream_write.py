@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 
 from pyspark_chronolog.writer import partition_for_key
 from tests.spark.spark_helpers import consume_all, new_topic, produce_messages, spark_rows
+from tests.waiting import wait_for
 
 
 class Collector:
@@ -56,13 +57,6 @@ def values(broker, topic, partition, start, count):
     )
 
 
-def wait_for(predicate, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-
-
 def test_stream_picks_up_new_messages_limits_batches_and_resumes(spark, broker, tmp_path):
     topic = new_topic(broker, 2, segment_bytes=2048)
     values(broker, topic, 0, 0, 40)
@@ -78,12 +72,16 @@ def test_stream_picks_up_new_messages_limits_batches_and_resumes(spark, broker, 
         .start()
     )
     try:
-        wait_for(lambda: len(first.rows) == 70)
+        wait_for(lambda: len(first.rows) == 70, "70 rows", timeout=90)
         values(broker, topic, 1, 30, 15)  # produced between micro-batches
-        wait_for(lambda: len(first.rows) == 85)
+        wait_for(lambda: len(first.rows) == 85, "85 rows", timeout=90)
         # Spark commits a batch's offsets after its sink ran: stopping earlier would (rightly)
         # replay that batch on restart, so wait for the progress report that follows the commit.
-        wait_for(lambda: (query.lastProgress or {}).get("batchId", -1) >= first.last_batch_id)
+        wait_for(
+            lambda: (query.lastProgress or {}).get("batchId", -1) >= first.last_batch_id,
+            "the progress report after the last batch",
+            timeout=90,
+        )
     finally:
         query.stop()
     assert all(len(b) <= 25 for b in first.batches)
