@@ -122,7 +122,7 @@ lint: install-test
 
 # The pure-Python paths (protocol/native.py), as a machine without a C compiler runs them; .ci/run
 # runs both. The C extension only changes record scanning and conversion (protocol/validator.py,
-# protocol/records.py) and the cleaner (storage/cleaner.py), so this reruns what reaches them:
+# protocol/conversion.py) and the cleaner (storage/cleaner.py), so this reruns what reaches them:
 # the record, validator and compression tests, storage/, the produce and cleaner tests of broker/,
 # and real clients producing every format and compacting through a broker process. The
 # kafka_oracle tests are left out: they check Kafka's JVM side, which `make test` covers.

@@ -25,6 +25,7 @@ from protocol.errors import (
     UnsupportedApiError,
     UnsupportedVersionError,
 )
+from protocol.conversion import convert
 from protocol.records import (
     LOG_OVERHEAD,
     MIN_MESSAGE_SIZE,
@@ -35,7 +36,6 @@ from protocol.records import (
     ShallowEntry,
     TimestampType,
     check_entry,
-    convert,
     iter_deep,
     iter_shallow,
 )

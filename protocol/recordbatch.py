@@ -6,7 +6,7 @@ Binary layout (all integers big-endian; Kafka's DefaultRecordBatch.java)::
     0       baseOffset               int64
     8       batchLength              int32   bytes after this field (entry = 12 + batchLength)
     12      partitionLeaderEpoch     int32   set by the leader; outside the CRC
-    16      magic                    int8    2 (at byte 16 in every format, see records.py)
+    16      magic                    int8    2 (at byte 16 in every format, see entries.py)
     17      crc                      uint32  CRC-32C of bytes 21..end (attributes onwards)
     21      attributes               int16   bits 0-2 codec, 3 timestamp type (1 = LogAppendTime),
                                              4 transactional, 5 control, 6 delete horizon

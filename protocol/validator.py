@@ -58,25 +58,21 @@ from protocol.compression import (
     decompressed_size_bound,
 )
 from protocol.errors import CorruptRecordError, ErrorCode
-from protocol.records import (
-    _CODEC_MASK,
-    _ENTRY_V1,
-    _I32,
-    _I64,
-    _KEY_OFFSET,
-    _TIMESTAMP_TYPE_BIT,
-    _U32,
+from protocol.entries import (
+    CODEC_MASK,
+    I32,
+    I64,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
+    TIMESTAMP_TYPE_BIT,
+    U32,
     ShallowEntry,
     TimestampType,
-    _build,
-    _check,
-    _check_batch,
-    _deep,
-    _view,
     iter_shallow,
+    view,
 )
+from protocol.legacy import ENTRY_V1, KEY_OFFSET, build_legacy, check_message, iter_legacy
+from protocol.records import check_batch
 
 from protocol.native import fastscan
 
@@ -280,7 +276,7 @@ def validate_produce(
         latest,
         native_only,
     )
-    mv = _view(buf)
+    mv = view(buf)
     try:
         if (
             settings.magic == 1
@@ -328,7 +324,7 @@ def scanned_bytes_bound(buf: Buffer, settings: TopicSettings) -> int | None:
         or settings.magic != rb.MAGIC
         or n < rb.RECORD_BATCH_OVERHEAD
         or mv[rb.MAGIC_OFFSET] != rb.MAGIC
-        or _I32.unpack_from(mv, rb.LENGTH_OFFSET)[0] != n - LOG_OVERHEAD
+        or I32.unpack_from(mv, rb.LENGTH_OFFSET)[0] != n - LOG_OVERHEAD
     ):
         return None
     codec = mv[rb.ATTRIBUTES_OFFSET + 1] & rb.CODEC_MASK  # the low byte of the int16
@@ -399,7 +395,7 @@ def _entries(mv: memoryview, settings: TopicSettings, require_magic2: bool) -> l
         if e.magic == rb.MAGIC:
             _batch_header(mv, e, _where(e, index))
             continue
-        _check(mv, e, None)
+        check_message(mv, e, None)
         if e.codec > Codec.LZ4:
             raise _RejectError(
                 ErrorCode.CORRUPT_MESSAGE,
@@ -414,7 +410,7 @@ def _batch_header(mv: memoryview, entry: ShallowEntry, where: str) -> rb.BatchHe
     record count. Transactional batches are accepted from producers with an id; control
     batches (transaction markers) only ever come from the transaction coordinator, never in a
     Produce request."""
-    header = _check_batch(mv, entry, None)
+    header = check_batch(mv, entry, None)
     if header.codec > Codec.ZSTD:
         raise _RejectError(
             ErrorCode.CORRUPT_MESSAGE, f"{where} has unknown compression codec {header.codec}"
@@ -541,7 +537,7 @@ def _batch_records(
 
 def _messages_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> ValidatedRecords:
     for index, e in enumerate(entries):
-        (klen,) = _I32.unpack_from(mv, e.position + _KEY_OFFSET[e.magic])
+        (klen,) = I32.unpack_from(mv, e.position + KEY_OFFSET[e.magic])
         bad = _violation(
             job, e.timestamp, klen < 0, False, e.timestamp_type == TimestampType.LOG_APPEND_TIME
         )
@@ -552,10 +548,10 @@ def _messages_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Va
     max_ts, max_off = NO_TIMESTAMP, -1
     for e in entries:
         p = e.position
-        _I64.pack_into(out, p, off)
+        I64.pack_into(out, p, off)
         if job.lat:
-            _ATTRS_TS.pack_into(out, p + 17, e.attributes | _TIMESTAMP_TYPE_BIT, job.now_ms)
-            _U32.pack_into(out, p + 12, _crc32(memoryview(out)[p + 16 : e.next_position]))
+            _ATTRS_TS.pack_into(out, p + 17, e.attributes | TIMESTAMP_TYPE_BIT, job.now_ms)
+            U32.pack_into(out, p + 12, _crc32(memoryview(out)[p + 16 : e.next_position]))
         elif e.timestamp > max_ts:
             max_ts, max_off = e.timestamp, off
         off += 1
@@ -576,12 +572,12 @@ def _wrappers_kept(mv: memoryview, wrappers: list[_Wrapper], job: _Job) -> Valid
     max_ts, max_off = NO_TIMESTAMP, -1
     for w in wrappers:
         off += w.messages
-        _I64.pack_into(out, w.position, off - 1)
+        I64.pack_into(out, w.position, off - 1)
         ts = job.now_ms if job.lat else w.max_timestamp
-        attrs = (w.attributes & ~_TIMESTAMP_TYPE_BIT) | (_TIMESTAMP_TYPE_BIT if job.lat else 0)
+        attrs = (w.attributes & ~TIMESTAMP_TYPE_BIT) | (TIMESTAMP_TYPE_BIT if job.lat else 0)
         if ts != w.timestamp or attrs != w.attributes:
             _ATTRS_TS.pack_into(out, w.position + 17, attrs, ts)
-            _U32.pack_into(out, w.position + 12, _crc32(memoryview(out)[w.position + 16 : w.end]))
+            U32.pack_into(out, w.position + 12, _crc32(memoryview(out)[w.position + 16 : w.end]))
         if w.max_timestamp > max_ts:
             max_ts, max_off = w.max_timestamp, off - 1
     count = off - job.next_offset
@@ -633,8 +629,8 @@ def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Val
             out += mv[e.position : e.next_position]
             if not job.lat and record_max != header.max_timestamp:
                 # Kafka corrects a header whose max timestamp disagrees with its records.
-                _I64.pack_into(out, start + rb.MAX_TIMESTAMP_OFFSET, record_max)
-                _U32.pack_into(out, start + rb.CRC_OFFSET, rb.batch_crc(out, start, len(out)))
+                I64.pack_into(out, start + rb.MAX_TIMESTAMP_OFFSET, record_max)
+                U32.pack_into(out, start + rb.CRC_OFFSET, rb.batch_crc(out, start, len(out)))
         else:
             reencoded = True
             spec = rb.BatchSpec(
@@ -712,9 +708,9 @@ def _checked_then_kept_or_converted(
         count, wrapper_max = 0, NO_TIMESTAMP
         wrapper_attributes = e.attributes if e.codec else 0
         # _entries checked the entry itself; a wrapper's inner messages are checked here.
-        for m in _deep(mv, e, e.codec != Codec.NONE):
+        for m in iter_legacy(mv, e, e.codec != Codec.NONE):
             claims_lat = m.magic == 1 and bool(
-                (m.attributes | wrapper_attributes) & _TIMESTAMP_TYPE_BIT
+                (m.attributes | wrapper_attributes) & TIMESTAMP_TYPE_BIT
             )
             bad = _violation(
                 job, m.timestamp if m.magic == 1 else NO_TIMESTAMP, m.key is None, False, claims_lat
@@ -773,8 +769,8 @@ def _converted(checked: list[_Checked], job: _Job, target: Codec) -> ValidatedRe
         stored = [NO_TIMESTAMP] * count
     else:
         stored = [now if lat else m.timestamp for m in checked]
-    type_bit = _TIMESTAMP_TYPE_BIT if lat and target == Codec.NONE else 0
-    out = _build(
+    type_bit = TIMESTAMP_TYPE_BIT if lat and target == Codec.NONE else 0
+    out = build_legacy(
         [
             (first + i, ts, type_bit, m.key, m.value)
             for i, (ts, m) in enumerate(zip(stored, checked))
@@ -823,7 +819,7 @@ def _fast_magic1(mv: memoryview, job: _Job) -> ValidatedRecords | None:
     lo, hi = (NO_TIMESTAMP, _LONG_MAX) if job.lat else (job.earliest, job.latest)
     max_size = settings.max_message_bytes - LOG_OVERHEAD
     n = len(mv)
-    codec = mv[17] & _CODEC_MASK
+    codec = mv[17] & CODEC_MASK
     if codec == Codec.NONE:
         if settings.target_codec:
             return None
@@ -850,17 +846,17 @@ def _fast_magic1(mv: memoryview, job: _Job) -> ValidatedRecords | None:
     wrappers = []
     pos = 0
     while pos + 26 <= n:
-        _, size, crc, magic, attrs, ts = _ENTRY_V1.unpack_from(mv, pos)
+        _, size, crc, magic, attrs, ts = ENTRY_V1.unpack_from(mv, pos)
         end = pos + LOG_OVERHEAD + size
         if end > n or magic != 1 or attrs != codec or size < 22 or size > max_size:
             return None
         if _crc32(mv[pos + 16 : end]) != crc:
             return None
-        (klen,) = _I32.unpack_from(mv, pos + 26)
+        (klen,) = I32.unpack_from(mv, pos + 26)
         vpos = pos + 30 + (klen if klen > 0 else 0)
         if klen < -1 or vpos + 4 > end:
             return None
-        (vlen,) = _I32.unpack_from(mv, vpos)
+        (vlen,) = I32.unpack_from(mv, vpos)
         if vlen < 0 or vpos + 4 + vlen != end:
             return None
         try:

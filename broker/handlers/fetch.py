@@ -33,7 +33,8 @@ from broker.errors import STORAGE_FAILURES
 from broker.fetch_sessions import Answer, Wanted
 from protocol.api import FileRegion, Request
 from protocol.errors import CorruptRecordError, ErrorCode, UnsupportedCompressionError
-from protocol.records import Codec, convert, iter_shallow
+from protocol.conversion import convert
+from protocol.records import Codec, iter_shallow
 from storage import OffsetOutOfRangeError
 
 logger = structlog.get_logger(__name__)

@@ -12,14 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.protocol.kafka_python_oracle import kp_read
 
-from protocol import records
+from protocol import conversion
 from protocol.compression import compress
 from protocol.errors import CorruptRecordError
 from protocol.recordbatch import BatchSpec, batch_crc, build_batch, encode_record
-from protocol.records import NO_TIMESTAMP, Codec, convert
+from protocol.conversion import convert
+from protocol.records import NO_TIMESTAMP, Codec
 
 pytest.importorskip("protocol._fastscan", reason="the C extension is not built")
-if records._legacy_messages is None:  # CHRONOLOG_PURE_PYTHON=1
+if conversion._legacy_messages is None:  # CHRONOLOG_PURE_PYTHON=1
     pytest.skip("the C extension is disabled", allow_module_level=True)
 
 CODECS = (Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4)
@@ -41,12 +42,12 @@ batch_records = st.lists(
 
 def python_convert(buf: bytes, to_magic: int) -> bytes:
     """convert() with the native path switched off."""
-    native = records._legacy_messages
-    records._legacy_messages = None
+    native = conversion._legacy_messages
+    conversion._legacy_messages = None
     try:
         return convert(buf, to_magic)
     finally:
-        records._legacy_messages = native
+        conversion._legacy_messages = native
 
 
 def batch(recs, codec, base_offset=0, base_ts=1_700_000_000_000, lat=False) -> bytes:
@@ -114,8 +115,8 @@ def test_offsets_beyond_int64_are_declined_not_wrapped():
     """base offset + delta past int64 in C: declined (the Python path decides), never wrapped."""
     section = bytearray()
     encode_record(section, 2**62, 0, None, b"v")
-    assert records._legacy_messages(bytes(section), 1, 1, 0, False, 2**62, 0, False, 0) is None
-    assert records._legacy_messages(bytes(section), 1, 1, 0, False, 0, 0, False, 0) is not None
+    assert conversion._legacy_messages(bytes(section), 1, 1, 0, False, 2**62, 0, False, 0) is None
+    assert conversion._legacy_messages(bytes(section), 1, 1, 0, False, 0, 0, False, 0) is not None
 
 
 def _runs_beside(convert_once, times: int) -> bool:
@@ -154,7 +155,7 @@ def test_the_conversion_lets_other_threads_run():
     section = batch(values, Codec.NONE)[61:]  # 200 KB of records
     assert len(section) > 65536
     assert _runs_beside(
-        lambda: records._legacy_messages(section, 200, 1, 0, False, 0, 0, False, 0), 10_000
+        lambda: conversion._legacy_messages(section, 200, 1, 0, False, 0, 0, False, 0), 10_000
     )
     python = batch(values[:20], Codec.NONE)
     assert not _runs_beside(lambda: python_convert(python, 1), 20)

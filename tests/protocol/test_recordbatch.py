@@ -14,12 +14,12 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from protocol import recordbatch as rb
 from protocol.compression import Codec
 from protocol.errors import CorruptRecordError, UnsupportedCompressionError
+from protocol.conversion import convert
 from protocol.records import (
     NO_TIMESTAMP,
     MessageSetBuilder,
     TimestampType,
     check_entry,
-    convert,
     first_offset,
     iter_deep,
     iter_shallow,

@@ -10,6 +10,7 @@ from tests.protocol.kafka_python_oracle import kp_build, kp_read, ours
 
 from protocol.compression import LEGACY_CODECS
 from protocol.errors import CorruptRecordError
+from protocol.conversion import convert
 from protocol.records import (
     LOG_OVERHEAD,
     NO_TIMESTAMP,
@@ -17,7 +18,6 @@ from protocol.records import (
     MessageSetBuilder,
     TimestampType,
     check_entry,
-    convert,
     iter_deep,
     iter_shallow,
 )
@@ -160,11 +160,11 @@ def test_convert_round_trip(codec):
 
 def test_inner_timestamp_type_comes_from_the_wrapper_only():
     from protocol.compression import compress
-    from protocol.records import _append_message
+    from protocol.legacy import append_message
 
     inner = bytearray()
-    _append_message(inner, 0, 1, 0x08, 5, b"k", b"v")  # inner claims LogAppendTime
+    append_message(inner, 0, 1, 0x08, 5, b"k", b"v")  # inner claims LogAppendTime
     wrapper = bytearray()
-    _append_message(wrapper, 3, 1, int(Codec.GZIP), 5, None, compress(Codec.GZIP, inner, 1))
+    append_message(wrapper, 3, 1, int(Codec.GZIP), 5, None, compress(Codec.GZIP, inner, 1))
     (m,) = iter_deep(bytes(wrapper))
     assert (m.offset, m.timestamp, m.timestamp_type) == (3, 5, TimestampType.CREATE_TIME)

@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 from protocol.compression import LEGACY_CODECS
 from protocol.errors import CorruptRecordError, ErrorCode
+from protocol.conversion import convert
 from protocol.records import (
     Codec,
     MessageSetBuilder,
     TimestampType,
     check_entry,
-    convert,
     iter_deep,
     iter_shallow,
 )
@@ -152,8 +152,8 @@ def test_byte_overwrites_with_fixed_crcs(buf, data):
     st.binary(max_size=200),
 )
 def test_wrapper_with_arbitrary_payload(codec, magic, payload):
-    from protocol.records import _append_message
+    from protocol.legacy import append_message
 
     buf = bytearray()
-    _append_message(buf, 0, magic, int(codec), NOW, None, payload)
+    append_message(buf, 0, magic, int(codec), NOW, None, payload)
     exercise(bytes(buf))

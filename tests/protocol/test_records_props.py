@@ -11,11 +11,11 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from tests.protocol.kafka_python_oracle import kp_read
 
 from protocol.compression import LEGACY_CODECS
+from protocol.conversion import convert
 from protocol.records import (
     NO_TIMESTAMP,
     MessageSetBuilder,
     TimestampType,
-    convert,
     iter_deep,
     iter_shallow,
 )

@@ -16,11 +16,11 @@ from protocol.records import (
     Codec,
     MessageSetBuilder,
     TimestampType,
-    _append_message,
     check_entry,
     iter_deep,
     iter_shallow,
 )
+from protocol.legacy import append_message
 from protocol.validator import Rejected, TopicSettings, ValidatedRecords, validate_produce
 
 NOW = 1_700_000_000_000
@@ -207,7 +207,7 @@ def test_size_below_minimum_and_crc_mismatch_are_corrupt():
 
 def _wrapper(inner: bytes, codec=Codec.GZIP, magic=1, offset=0) -> bytes:
     out = bytearray()
-    _append_message(out, offset, magic, int(codec), NOW, None, compress(codec, inner, magic))
+    append_message(out, offset, magic, int(codec), NOW, None, compress(codec, inner, magic))
     return bytes(out)
 
 
@@ -222,17 +222,17 @@ def test_inner_message_problems_are_corrupt():
     for codec in (Codec.GZIP, Codec.SNAPPY, Codec.LZ4):
         garbage = bytearray()
         payload = compress(codec, good, 1)
-        _append_message(garbage, 0, 1, int(codec), NOW, None, payload[: len(payload) // 2])
+        append_message(garbage, 0, 1, int(codec), NOW, None, payload[: len(payload) // 2])
         assert "decompress" in rejected(bytes(garbage))
     empty = bytearray()
-    _append_message(empty, 0, 1, int(Codec.GZIP), NOW, None, None)
+    append_message(empty, 0, 1, int(Codec.GZIP), NOW, None, None)
     assert "null value" in rejected(bytes(empty))
 
 
 def test_wrong_inner_offsets_cause_recompression_not_rejection():
     inner = bytearray()
     for i, (ts, k, v) in enumerate(SAMPLE):
-        _append_message(inner, 7 + 2 * i, 1, 0, ts, k, v)
+        append_message(inner, 7 + 2 * i, 1, 0, ts, k, v)
     buf = _wrapper(bytes(inner), Codec.SNAPPY)
     r = valid(buf, next_offset=100)
     assert kp_read(r.buffer) == [(100 + i, ts, k, v) for i, (ts, k, v) in enumerate(SAMPLE)]
