@@ -49,6 +49,7 @@ from broker.cluster.assignment import AssignmentError, assign_replicas
 from broker.cluster.channel import BrokerChannel, ChannelError
 from broker.cluster.config_changes import ConfigChanges
 from broker.cluster.controller import Controller
+from broker.cluster.events import ControlledShutdown
 from broker.cluster.fetcher import FetcherManager
 from broker.cluster.groups import CoordinatorPlacement
 from broker.cluster.metadata import MetadataCache
@@ -474,7 +475,7 @@ class Cluster:
         body = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch}
         if self.controller is not None:  # this broker is the controller: ask it directly
             answer = await self.controller.call(
-                "controlled_shutdown", self.broker_id, self.broker_epoch
+                ControlledShutdown(self.broker_id, self.broker_epoch)
             )
             return answer if answer is not None else (ErrorCode.UNKNOWN_SERVER_ERROR, [])
         address = self.address_of(self.metadata.controller_id)

@@ -33,6 +33,7 @@ import trio
 from kazoo.exceptions import KazooException
 
 from broker.admin.changes import adopt_dynamic_broker_configs, adopt_topic_overrides
+from broker.cluster.events import ConfigsChanged
 from broker.cluster.zk import (
     CONFIG_BROKERS,
     CONFIG_CHANGE_PREFIX,
@@ -208,7 +209,7 @@ class ConfigChanges:
             return
         controller = self.cluster.controller
         if controller is not None:
-            controller.post("configs_changed", name if kind == "topics" else None)
+            controller.post(ConfigsChanged(name if kind == "topics" else None))
 
     async def _purge(self, nodes: list[str]) -> None:
         """Delete the notifications older than CHANGE_EXPIRATION_MS (oldest first: the

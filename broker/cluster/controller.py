@@ -14,10 +14,10 @@ write; the state's own znode version (the partition epoch) must match what was r
 leader's concurrent ISR change is never overwritten (the controller reads it again and
 decides anew). Brokers refuse requests from an older controller epoch.
 
-Leader election (Kafka's PartitionLeaderSelectors): the first live replica of the assignment
-that is in the ISR; when none is alive, the first live replica if unclean.leader.election.enable
-(the ISR becomes that replica alone), else no leader (-1, ISR kept) until an ISR member returns.
-Each change of leader or ISR made here increments the leader epoch (Kafka 0.10.1).
+Events are the frozen dataclasses of broker/cluster/events.py. What to decide for a partition
+(leader elections, ISR shrinks, controlled shutdown, reassignment steps) is pure code in
+broker/cluster/election.py; this module does the I/O around it: ZooKeeper reads and fenced
+writes, requests to brokers, log lines.
 
 Requests to brokers go through one queue per broker, in order, retried after a connection
 failure until the broker leaves the cluster.
@@ -28,13 +28,31 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, assert_never
 
 import structlog
 import trio
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
 
+from broker.cluster import election
 from broker.cluster.channel import BrokerChannel, ChannelError
+from broker.cluster.election import Election, Key, Outcome, ShutdownStep
+from broker.cluster.events import (
+    BrokersChanged,
+    ConfigsChanged,
+    ControlledShutdown,
+    ElectLeaders,
+    IsrChangesReported,
+    ListReassignments,
+    PartitionsChanged,
+    Reassign,
+    ReassignmentsStarted,
+    Request,
+    TopicDeletionsQueued,
+    TopicsChanged,
+    Event,
+)
 from broker.cluster.zk import (
     BROKER_IDS,
     BROKER_TOPICS,
@@ -63,10 +81,7 @@ logger = structlog.get_logger(__name__)
 LEADER_AND_ISR_VERSION = 6
 UPDATE_METADATA_VERSION = 7
 STOP_REPLICA_VERSION = 3
-NO_LEADER = -1
 RETRY_BACKOFF_S = 0.5
-
-Key = tuple[str, int]
 
 
 class ControllerMovedError(Exception):
@@ -120,6 +135,15 @@ class _BrokerQueue:
         await self.channel.close()
 
 
+@dataclass
+class _Call:
+    """A request event and where its answer goes (None when handling it failed)."""
+
+    request: Request
+    answer: Any = None
+    done: trio.Event = field(default_factory=trio.Event)
+
+
 def _log_errors(broker_id: int, request: _Request) -> None:
     """Log a broker's refusal of a controller request (per partition where it says so)."""
     body = request.response
@@ -146,6 +170,28 @@ def _log_errors(broker_id: int, request: _Request) -> None:
                 )
 
 
+def _log_election(key: Key, old: LeaderIsr, new: LeaderIsr, how: Election) -> None:
+    """Say when an election loses messages or leaves a partition offline."""
+    if how == Election.UNCLEAN:
+        logger.warning(
+            "unclean leader election: no in-sync replica is alive; messages not yet "
+            "copied to the new leader are lost",
+            topic=key[0],
+            partition=key[1],
+            leader=new.leader,
+            isr=list(old.isr),
+        )
+    elif how == Election.OFFLINE:
+        logger.error(
+            "partition offline: no in-sync replica is alive",
+            topic=key[0],
+            partition=key[1],
+            isr=list(old.isr),
+            action="restart one of the ISR's brokers, or set unclean.leader.election.enable "
+            "(losing the messages only the ISR had)",
+        )
+
+
 class Controller:
     """The active controller; see the module docstring. Trio thread only."""
 
@@ -160,25 +206,28 @@ class Controller:
         self.unclean: dict[str, bool] = {}
         self.queues: dict[int, _BrokerQueue] = {}
         self.shutting_down: set[int] = set()
-        self._events_send, self._events = trio.open_memory_channel[tuple[Any, ...]](math.inf)
+        self._events_send, self._events = trio.open_memory_channel[Event | _Call](math.inf)
         self._nursery: trio.Nursery | None = None
 
     # -- events ------------------------------------------------------------------------------
-    def post(self, *event: Any) -> None:
+    def post(self, event: Event) -> None:
         """Queue an event (from the trio thread: watches arrive through zk.to_trio)."""
-        try:
-            self._events_send.send_nowait(event)
-        except trio.ClosedResourceError:
-            pass
+        self._queue(event)
 
-    async def call(self, *event: Any) -> Any:
+    def _queue(self, item: Event | _Call) -> None:
+        try:
+            self._events_send.send_nowait(item)
+        except trio.ClosedResourceError:
+            if isinstance(item, _Call):
+                item.done.set()  # stopped: answered None
+
+    async def call(self, request: Request) -> Any:
         """Queue a request event and wait for its answer (ControlledShutdown, ElectLeaders,
         reassignments); None when handling it failed (logged) or the controller stopped."""
-        reply: list[Any] = []
-        done = trio.Event()
-        self.post(*event, reply, done)
-        await done.wait()
-        return reply[0] if reply else None
+        pending = _Call(request)
+        self._queue(pending)
+        await pending.done.wait()
+        return pending.answer
 
     async def run(self) -> None:
         """Take over (read the cluster, elect what needs a leader, tell every broker), then
@@ -200,36 +249,67 @@ class Controller:
                 for queue in self.queues.values():
                     await queue.close()
 
-    async def _handle(self, event: tuple[Any, ...]) -> None:
-        kind, args = event[0], event[1:]
-        handler = {
-            "brokers": self._on_brokers,
-            "topics": self._on_topics,
-            "partitions": self._on_partitions,
-            "configs_changed": self._on_configs_changed,
-            "isr_changes": self._on_isr_changes,
-            "delete_topics": self._on_delete_topics,
-            "controlled_shutdown": self._on_controlled_shutdown,
-            "elect_leaders": self._on_elect_leaders,
-            "reassign": self._on_reassign,
-            "list_reassignments": self._on_list_reassignments,
-        }[kind]
+    async def _handle(self, item: Event | _Call) -> None:
+        """One event; a ZooKeeper error retries a watch event and answers a request None."""
         try:
-            await handler(*args)
+            if isinstance(item, _Call):
+                try:
+                    item.answer = await self._answer(item.request)
+                finally:
+                    item.done.set()
+            else:
+                await self._on_event(item)
         except ControllerMovedError:
             raise
         except (ZkDataError, NoNodeError, BadVersionError) as exc:
-            logger.warning("controller event failed; retrying", event=kind, error=repr(exc))
+            event = item.request if isinstance(item, _Call) else item
+            retry = not isinstance(item, _Call)
+            logger.warning(
+                "controller event failed",
+                event=type(event).__name__,
+                error=repr(exc),
+                action="retrying" if retry else "answered as failed; the broker asks again",
+            )
             await trio.sleep(RETRY_BACKOFF_S)
-            if not args or not isinstance(args[-1], trio.Event):
-                self.post(*event)
+            if not isinstance(item, _Call):
+                self.post(item)
+
+    async def _on_event(self, event: Event) -> None:
+        if isinstance(event, BrokersChanged):
+            await self._on_brokers()
+        elif isinstance(event, TopicsChanged):
+            await self._on_topics()
+        elif isinstance(event, PartitionsChanged):
+            await self._on_partitions(event.topic)
+        elif isinstance(event, ConfigsChanged):
+            await self._on_configs_changed(event.topic)
+        elif isinstance(event, IsrChangesReported):
+            await self._on_isr_changes()
+        elif isinstance(event, TopicDeletionsQueued):
+            await self._on_delete_topics()
+        elif isinstance(event, ReassignmentsStarted):
+            for key in event.keys:
+                await self._complete_reassignment(key)
+        else:
+            assert_never(event)
+
+    async def _answer(self, request: Request) -> Any:
+        if isinstance(request, ControlledShutdown):
+            return await self._on_controlled_shutdown(request.broker_id, request.broker_epoch)
+        if isinstance(request, ElectLeaders):
+            return await self._on_elect_leaders(request.election_type, request.keys)
+        if isinstance(request, Reassign):
+            return await self._on_reassign(request.targets)
+        if isinstance(request, ListReassignments):
+            return election.ongoing_reassignments(self.assignments, request.keys)
+        assert_never(request)
 
     # -- failover ----------------------------------------------------------------------------
     async def _failover(self) -> None:
         await self._read_brokers()
         for broker_id in self.live:
             self._open_queue(broker_id)
-        names = await self.zk.children(BROKER_TOPICS, watch=lambda: self.post("topics"))
+        names = await self.zk.children(BROKER_TOPICS, watch=lambda: self.post(TopicsChanged()))
         for name in names:
             await self._load_topic(name)
         changed = []
@@ -244,10 +324,10 @@ class Controller:
         for name, assignment in list(self.assignments.items()):
             for p in set(assignment.adding) | set(assignment.removing):
                 await self._complete_reassignment((name, p))
-        await self.zk.children(ISR_CHANGES, watch=lambda: self.post("isr_changes"))
-        await self.zk.children(DELETE_TOPICS, watch=lambda: self.post("delete_topics"))
-        self.post("isr_changes")
-        self.post("delete_topics")
+        await self.zk.children(ISR_CHANGES, watch=lambda: self.post(IsrChangesReported()))
+        await self.zk.children(DELETE_TOPICS, watch=lambda: self.post(TopicDeletionsQueued()))
+        self.post(IsrChangesReported())
+        self.post(TopicDeletionsQueued())
         logger.info(
             "controller ready",
             epoch=self.epoch,
@@ -258,7 +338,7 @@ class Controller:
         )
 
     async def _read_brokers(self) -> dict[int, BrokerInfo]:
-        ids = await self.zk.children(BROKER_IDS, watch=lambda: self.post("brokers"))
+        ids = await self.zk.children(BROKER_IDS, watch=lambda: self.post(BrokersChanged()))
         live = {}
         for text in ids:
             try:
@@ -276,7 +356,7 @@ class Controller:
         """Read a topic's assignment, config and partition states, and watch its assignment
         for added partitions; False if it is gone."""
         found = await self.zk.get_or_none(
-            topic_path(name), watch=lambda: self.post("partitions", name)
+            topic_path(name), watch=lambda: self.post(PartitionsChanged(name))
         )
         if found is None:
             return False
@@ -348,17 +428,14 @@ class Controller:
 
     # -- partition state machine -------------------------------------------------------------
     async def _start_partitions(self, name: str) -> list[Key]:
-        """Partitions of ``name`` without a state yet: leader the first live replica, ISR
-        every live replica, epoch 0 (Kafka's NewPartition -> OnlinePartition)."""
+        """Partitions of ``name`` without a state yet get their first one (election.start)."""
         changed = []
         for p, replicas in sorted(self.assignments[name].partitions.items()):
             key = (name, p)
             if key in self.states:
                 continue
-            live = [r for r in replicas if r in self.live and r not in self.shutting_down]
-            if not live:
-                live = [r for r in replicas if r in self.live]
-            if not live:
+            state = election.start(replicas, self.live, self.shutting_down, self.epoch)
+            if state is None:
                 logger.warning(
                     "new partition has no live replica; waiting for one",
                     topic=name,
@@ -366,54 +443,26 @@ class Controller:
                     replicas=list(replicas),
                 )
                 continue
-            state = LeaderIsr(live[0], 0, tuple(live), self.epoch)
             if await self._write_state(key, state, create=True):
                 changed.append(key)
         return changed
 
-    def _elect(self, key: Key, state: LeaderIsr, exclude: set[int] = frozenset()) -> LeaderIsr:
-        """A new state for a partition whose leader is gone (or must move, ``exclude``)."""
-        replicas = self.assignments[key[0]].partitions[key[1]]
-        usable = [r for r in replicas if r in self.live and r not in exclude]
-        in_isr = [r for r in usable if r in state.isr]
-        if in_isr:
-            isr = tuple(r for r in state.isr if r in self.live and r not in exclude)
-            return replace(state, leader=in_isr[0], leader_epoch=state.leader_epoch + 1, isr=isr)
-        if usable and self.unclean.get(key[0]):
-            logger.warning(
-                "unclean leader election: no in-sync replica is alive; messages not yet "
-                "copied to the new leader are lost",
-                topic=key[0],
-                partition=key[1],
-                leader=usable[0],
-                isr=list(state.isr),
-            )
-            return replace(
-                state, leader=usable[0], leader_epoch=state.leader_epoch + 1, isr=(usable[0],)
-            )
-        if state.leader == NO_LEADER:
-            return state
-        logger.error(
-            "partition offline: no in-sync replica is alive",
-            topic=key[0],
-            partition=key[1],
-            isr=list(state.isr),
-            action="restart one of the ISR's brokers, or set unclean.leader.election.enable "
-            "(losing the messages only the ISR had)",
-        )
-        return replace(state, leader=NO_LEADER, leader_epoch=state.leader_epoch + 1)
-
     async def _elect_offline(self, keys: list[Key]) -> list[Key]:
+        """A leader for each partition of ``keys`` whose leader is gone or shutting down."""
         changed = []
         for key in keys:
             state = self.states.get(key)
             if state is None or key[0] not in self.assignments:
                 continue
-            if state.leader in self.live and state.leader not in self.shutting_down:
+            if not election.needs_leader(state, self.live, self.shutting_down):
                 continue
-            new = self._elect(key, state, self.shutting_down)
-            if new == state:
+            replicas = self.assignments[key[0]].partitions[key[1]]
+            new, how = election.elect(
+                replicas, state, self.live, self.shutting_down, self.unclean.get(key[0], False)
+            )
+            if how == Election.UNCHANGED:
                 continue
+            _log_election(key, state, new, how)
             if await self._write_state(key, new):
                 changed.append(key)
         return changed
@@ -423,13 +472,8 @@ class Controller:
         changed = []
         for key in keys:
             state = self.states.get(key)
-            if state is None or state.leader in brokers or state.leader == NO_LEADER:
-                continue
-            isr = tuple(r for r in state.isr if r not in brokers)
-            if isr == state.isr or not isr:
-                continue
-            new = replace(state, isr=isr, leader_epoch=state.leader_epoch + 1)
-            if await self._write_state(key, new):
+            new = None if state is None else election.without_followers(state, brokers)
+            if new is not None and await self._write_state(key, new):
                 changed.append(key)
         return changed
 
@@ -645,7 +689,7 @@ class Controller:
         self.send_update_metadata()
 
     async def _on_topics(self) -> None:
-        names = set(await self.zk.children(BROKER_TOPICS, watch=lambda: self.post("topics")))
+        names = set(await self.zk.children(BROKER_TOPICS, watch=lambda: self.post(TopicsChanged())))
         for gone in set(self.assignments) - names:
             self._forget_topic(gone)
         changed: list[Key] = []
@@ -668,7 +712,7 @@ class Controller:
         if name not in self.assignments:
             return  # deleted
         found = await self.zk.get_or_none(
-            topic_path(name), watch=lambda: self.post("partitions", name)
+            topic_path(name), watch=lambda: self.post(PartitionsChanged(name))
         )
         if found is None:
             return
@@ -715,7 +759,7 @@ class Controller:
             del self.states[key]
 
     async def _on_isr_changes(self) -> None:
-        nodes = await self.zk.children(ISR_CHANGES, watch=lambda: self.post("isr_changes"))
+        nodes = await self.zk.children(ISR_CHANGES, watch=lambda: self.post(IsrChangesReported()))
         keys: set[Key] = set()
         for node in nodes:
             path = f"{ISR_CHANGES}/{node}"
@@ -738,7 +782,9 @@ class Controller:
             await self._complete_reassignment(key)
 
     async def _on_delete_topics(self) -> None:
-        names = await self.zk.children(DELETE_TOPICS, watch=lambda: self.post("delete_topics"))
+        names = await self.zk.children(
+            DELETE_TOPICS, watch=lambda: self.post(TopicDeletionsQueued())
+        )
         for name in names:
             assignment = self.assignments.get(name)
             if assignment is not None:
@@ -764,135 +810,86 @@ class Controller:
 
     # -- requests forwarded by brokers -------------------------------------------------------
     async def _on_controlled_shutdown(
-        self, broker_id: int, broker_epoch: int, reply: list, done: trio.Event
-    ) -> None:
+        self, broker_id: int, broker_epoch: int
+    ) -> tuple[ErrorCode, list[Key]]:
         """Kafka's KafkaController.shutdownBroker: lead elsewhere what ``broker_id`` leads
         (another live ISR member), take it out of the ISRs it follows in and stop those
-        replicas; reply (error, partitions it still leads)."""
-        try:
-            info = self.live.get(broker_id)
-            if info is None:
-                reply.append((ErrorCode.BROKER_NOT_AVAILABLE, []))
-                return
-            if broker_epoch >= 0 and broker_epoch != info.epoch:
-                reply.append((ErrorCode.STALE_BROKER_EPOCH, []))
-                return
-            self.shutting_down.add(broker_id)
-            changed: list[Key] = []
-            stopped: list[Key] = []
-            alone: set[Key] = set()
-            moved = 0
-            for key, state in sorted(self.states.items()):
-                replicas = self.assignments[key[0]].partitions.get(key[1], ())
-                if broker_id not in replicas:
-                    continue
-                if state.leader == broker_id:
-                    others = [
-                        r
-                        for r in replicas
-                        if r in state.isr and r in self.live and r not in self.shutting_down
-                    ]
-                    if not others:
-                        # Nobody in sync to take over: it leads until it goes, and waiting
-                        # for that would not help (not counted as remaining, unlike Kafka).
-                        alone.add(key)
-                        continue
-                    isr = tuple(r for r in state.isr if r != broker_id)
-                    new = replace(
-                        state, leader=others[0], leader_epoch=state.leader_epoch + 1, isr=isr
-                    )
-                    if await self._write_state(key, new):
-                        changed.append(key)
-                        moved += 1
-                else:
-                    stopped.append(key)
-                    if broker_id in state.isr and len(state.isr) > 1:
-                        isr = tuple(r for r in state.isr if r != broker_id)
-                        new = replace(state, isr=isr, leader_epoch=state.leader_epoch + 1)
-                        if await self._write_state(key, new):
-                            changed.append(key)
-            self.send_leader_and_isr_for(changed)
-            self.send_stop_replica(broker_id, stopped, delete=False)
-            self.send_update_metadata()
-            remaining = sorted(
-                k for k, s in self.states.items() if s.leader == broker_id and k not in alone
+        replicas; answer (error, partitions it still leads)."""
+        info = self.live.get(broker_id)
+        if info is None:
+            return ErrorCode.BROKER_NOT_AVAILABLE, []
+        if broker_epoch >= 0 and broker_epoch != info.epoch:
+            return ErrorCode.STALE_BROKER_EPOCH, []
+        self.shutting_down.add(broker_id)
+        changed: list[Key] = []
+        stopped: list[Key] = []
+        alone: set[Key] = set()
+        moved = 0
+        for key, state in sorted(self.states.items()):
+            replicas = self.assignments[key[0]].partitions.get(key[1], ())
+            if broker_id not in replicas:
+                continue
+            step, new = election.controlled_shutdown(
+                replicas, state, broker_id, self.live, self.shutting_down
             )
-            logger.info(
-                "controlled shutdown of a broker",
-                broker=broker_id,
-                leaderships_moved=moved,
-                still_leading=len(remaining),
-                without_another_in_sync_replica=len(alone),
-            )
-            reply.append((ErrorCode.NONE, remaining))
-        finally:
-            done.set()
+            if step == ShutdownStep.LEAD_ALONE:
+                # Nobody in sync to take over: it leads until it goes, and waiting for that
+                # would not help (not counted as remaining, unlike Kafka).
+                alone.add(key)
+                continue
+            if step == ShutdownStep.LEAVE_ISR:
+                stopped.append(key)
+            if new is not None and await self._write_state(key, new):
+                changed.append(key)
+                moved += step == ShutdownStep.MOVE_LEADER
+        self.send_leader_and_isr_for(changed)
+        self.send_stop_replica(broker_id, stopped, delete=False)
+        self.send_update_metadata()
+        remaining = sorted(
+            k for k, s in self.states.items() if s.leader == broker_id and k not in alone
+        )
+        logger.info(
+            "controlled shutdown of a broker",
+            broker=broker_id,
+            leaderships_moved=moved,
+            still_leading=len(remaining),
+            without_another_in_sync_replica=len(alone),
+        )
+        return ErrorCode.NONE, remaining
 
     async def _on_elect_leaders(
-        self, election_type: int, keys: list[Key] | None, reply: list, done: trio.Event
-    ) -> None:
-        """ElectLeaders (KIP-460): preferred (0) makes the first replica of the assignment
-        leader when it is alive and in sync; unclean (1) gives a leaderless partition any live
-        replica. Reply {key: (error, message)}; with ``keys`` None every partition is tried
-        and those needing nothing are left out."""
-        try:
-            every = keys is None
-            results: dict[Key, tuple[ErrorCode, str | None]] = {}
-            changed = []
-            for key in sorted(self.states) if keys is None else keys:
-                state = self.states.get(key)
-                if state is None or key[0] not in self.assignments:
-                    results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition")
-                    continue
-                replicas = self.assignments[key[0]].partitions[key[1]]
-                if election_type == 0:
-                    preferred = replicas[0]
-                    if state.leader == preferred:
-                        results[key] = (ErrorCode.ELECTION_NOT_NEEDED, None)
-                        continue
-                    if preferred not in self.live or preferred not in state.isr:
-                        results[key] = (
-                            ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
-                            f"preferred replica {preferred} is not alive and in sync",
-                        )
-                        continue
-                    new = replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1)
-                else:
-                    if state.leader in self.live:
-                        results[key] = (ErrorCode.ELECTION_NOT_NEEDED, None)
-                        continue
-                    live = [r for r in replicas if r in self.live]
-                    if not live:
-                        results[key] = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no live replica")
-                        continue
-                    leader = next((r for r in live if r in state.isr), live[0])
-                    isr = state.isr if leader in state.isr else (leader,)
-                    new = replace(
-                        state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=isr
-                    )
-                if await self._write_state(key, new):
-                    changed.append(key)
-                    results[key] = (ErrorCode.NONE, None)
-                else:
-                    results[key] = (
-                        ErrorCode.UNKNOWN_SERVER_ERROR,
-                        "state changed meanwhile; retry",
-                    )
-            self.send_leader_and_isr_for(changed)
-            self.send_update_metadata()
-            if changed:
-                logger.info(
-                    "leaders elected on request",
-                    election="preferred" if election_type == 0 else "unclean",
-                    partitions=[f"{t}-{p}" for t, p in changed][:50],
-                )
-            if every:
-                results = {
-                    k: v for k, v in results.items() if v[0] != ErrorCode.ELECTION_NOT_NEEDED
-                }
-            reply.append(results)
-        finally:
-            done.set()
+        self, election_type: int, keys: tuple[Key, ...] | None
+    ) -> dict[Key, Outcome]:
+        """ElectLeaders (KIP-460), each partition as election.elect_on_request decides. Answer
+        {key: (error, message)}; with ``keys`` None every partition is tried and those needing
+        nothing are left out."""
+        results: dict[Key, Outcome] = {}
+        changed = []
+        for key in sorted(self.states) if keys is None else keys:
+            state = self.states.get(key)
+            if state is None or key[0] not in self.assignments:
+                results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition")
+                continue
+            replicas = self.assignments[key[0]].partitions[key[1]]
+            decided = election.elect_on_request(election_type, replicas, state, self.live)
+            if isinstance(decided, tuple):
+                results[key] = decided
+            elif await self._write_state(key, decided):
+                changed.append(key)
+                results[key] = (ErrorCode.NONE, None)
+            else:
+                results[key] = (ErrorCode.UNKNOWN_SERVER_ERROR, "state changed meanwhile; retry")
+        self.send_leader_and_isr_for(changed)
+        self.send_update_metadata()
+        if changed:
+            logger.info(
+                "leaders elected on request",
+                election="preferred" if election_type == election.PREFERRED_ELECTION else "unclean",
+                partitions=[f"{t}-{p}" for t, p in changed][:50],
+            )
+        if keys is None:
+            results = {k: v for k, v in results.items() if v[0] != ErrorCode.ELECTION_NOT_NEEDED}
+        return results
 
     async def _write_assignment(self, name: str, assignment: TopicAssignment) -> None:
         """Write a topic's assignment, keeping partitions a broker added (CreatePartitions)
@@ -909,128 +906,67 @@ class Controller:
             self.assignments[name] = merged
             return
 
-    async def _on_reassign(self, targets: dict, reply: list, done: trio.Event) -> None:
+    async def _on_reassign(
+        self, targets: Mapping[Key, tuple[int, ...] | None]
+    ) -> dict[Key, Outcome]:
         """AlterPartitionReassignments (KIP-455): start moving each partition to its target
-        replicas (None: cancel, back to the replicas before the reassignment). The replica set
-        becomes target + current; once every target replica is in the ISR,
+        replicas (election.start_reassignment); once every target replica is in the ISR,
         :meth:`_complete_reassignment` drops the others."""
-        try:
-            results: dict[Key, tuple[ErrorCode, str | None]] = {}
-            started = []
-            for key, target in targets.items():
-                name, p = key
-                assignment = self.assignments.get(name)
-                if assignment is None or p not in assignment.partitions or key not in self.states:
-                    results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition")
-                    continue
-                current = assignment.partitions[p]
-                adding = assignment.adding.get(p, ())
-                original = tuple(r for r in current if r not in adding)
-                if target is None:
-                    if not adding and not assignment.removing.get(p):
-                        results[key] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None)
-                        continue
-                    target = original
-                target = tuple(target)
-                problem = None
-                if not target or len(set(target)) != len(target):
-                    problem = f"replicas {list(target)} are empty or repeat a broker"
-                elif any(b not in self.live for b in target):
-                    problem = f"replicas {list(target)} name brokers that are not alive"
-                if problem:
-                    results[key] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
-                    continue
-                if target == current and not adding:
-                    results[key] = (ErrorCode.NONE, None)
-                    continue
-                full = target + tuple(r for r in current if r not in target)
-                new_adding = tuple(r for r in target if r not in original)
-                removing = tuple(r for r in full if r not in target)
-                assignment = replace(
-                    assignment,
-                    partitions={**assignment.partitions, p: full},
-                    adding={**assignment.adding, p: new_adding},
-                    removing={**assignment.removing, p: removing},
-                )
-                await self._write_assignment(name, assignment)
-                state = self.states[key]
-                if await self._write_state(
-                    key, replace(state, leader_epoch=state.leader_epoch + 1)
-                ):
-                    started.append(key)
-                results[key] = (ErrorCode.NONE, None)
-                logger.info(
-                    "reassignment started",
-                    topic=name,
-                    partition=p,
-                    replicas=list(full),
-                    adding=list(new_adding),
-                    removing=list(removing),
-                )
-            self.send_leader_and_isr_for(started)
-            self.send_update_metadata()
-            reply.append(results)
-        finally:
-            done.set()
-        for key in started:
-            await self._complete_reassignment(key)
+        results: dict[Key, Outcome] = {}
+        started = []
+        for key, target in targets.items():
+            name, p = key
+            assignment = self.assignments.get(name)
+            if assignment is None or p not in assignment.partitions or key not in self.states:
+                results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition")
+                continue
+            move = election.start_reassignment(assignment, p, target, self.live)
+            if isinstance(move, tuple):
+                results[key] = move
+                continue
+            await self._write_assignment(name, move.assignment)
+            state = self.states[key]
+            if await self._write_state(key, replace(state, leader_epoch=state.leader_epoch + 1)):
+                started.append(key)
+            results[key] = (ErrorCode.NONE, None)
+            logger.info(
+                "reassignment started",
+                topic=name,
+                partition=p,
+                replicas=list(move.replicas),
+                adding=list(move.adding),
+                removing=list(move.removing),
+            )
+        self.send_leader_and_isr_for(started)
+        self.send_update_metadata()
+        if started:
+            self.post(ReassignmentsStarted(tuple(started)))
+        return results
 
     async def _complete_reassignment(self, key: Key) -> None:
         """When every target replica of a reassigned partition is in the ISR: lead from the
-        target (moving the leader if it is to go), drop the removed replicas from the ISR and
-        assignment, delete them (StopReplica), clear the reassignment state."""
+        target, drop the removed replicas from the ISR and assignment, delete them
+        (StopReplica), clear the reassignment state (election.complete_reassignment)."""
         name, p = key
         assignment = self.assignments.get(name)
         state = self.states.get(key)
         if assignment is None or state is None:
             return
-        adding, removing = assignment.adding.get(p, ()), assignment.removing.get(p, ())
-        if not adding and not removing:
+        done = election.complete_reassignment(assignment, p, state, self.live)
+        if done is None:
             return
-        full = assignment.partitions[p]
-        target = tuple(r for r in full if r not in removing)
-        if any(r not in state.isr or r not in self.live for r in target):
-            return
-        leader = state.leader
-        if leader not in target or leader not in self.live:
-            leader = target[0]
-        isr = tuple(r for r in state.isr if r in target)
-        new = replace(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=isr)
+        new, finished, removed = done
         if not await self._write_state(key, new):
             return
-        adding_left = {k: v for k, v in assignment.adding.items() if k != p}
-        removing_left = {k: v for k, v in assignment.removing.items() if k != p}
-        await self._write_assignment(
-            name,
-            replace(
-                assignment,
-                partitions={**assignment.partitions, p: target},
-                adding=adding_left,
-                removing=removing_left,
-            ),
-        )
+        await self._write_assignment(name, finished)
         self.send_leader_and_isr_for([key])
-        for broker_id in removing:
+        for broker_id in removed:
             self.send_stop_replica(broker_id, [key], delete=True)
         self.send_update_metadata()
         logger.info(
-            "reassignment complete", topic=name, partition=p, replicas=list(target), leader=leader
+            "reassignment complete",
+            topic=name,
+            partition=p,
+            replicas=list(finished.partitions[p]),
+            leader=new.leader,
         )
-
-    async def _on_list_reassignments(
-        self, keys: list[Key] | None, reply: list, done: trio.Event
-    ) -> None:
-        try:
-            ongoing = {}
-            for name, assignment in self.assignments.items():
-                for p in sorted(set(assignment.adding) | set(assignment.removing)):
-                    key = (name, p)
-                    if keys is None or key in keys:
-                        ongoing[key] = (
-                            assignment.partitions[p],
-                            assignment.adding.get(p, ()),
-                            assignment.removing.get(p, ()),
-                        )
-            reply.append(ongoing)
-        finally:
-            done.set()

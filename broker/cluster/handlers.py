@@ -25,6 +25,7 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 
 from broker.admin.changes import PartitionCountError, UnknownTopicError
 from broker.cluster.assignment import AssignmentError, assign_replicas
+from broker.cluster.events import ControlledShutdown, ElectLeaders, ListReassignments, Reassign
 from broker.cluster.metadata import (
     handle_cluster_describe_topic_partitions,
     handle_cluster_metadata,
@@ -314,7 +315,7 @@ async def handle_controlled_shutdown(ctx: BrokerContext, request: Request) -> di
     controller = cluster.controller
     if controller is None:
         return {"error_code": int(ErrorCode.NOT_CONTROLLER), "remaining_partitions": []}
-    answer = await controller.call("controlled_shutdown", body.broker_id, body.broker_epoch)
+    answer = await controller.call(ControlledShutdown(body.broker_id, body.broker_epoch))
     if answer is None:
         return {"error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR), "remaining_partitions": []}
     error, remaining = answer
@@ -336,7 +337,7 @@ async def handle_elect_leaders(ctx: BrokerContext, request: Request) -> dict:
     wanted = (
         None
         if body.topic_partitions is None
-        else [(t.topic, p) for t in body.topic_partitions for p in t.partitions]
+        else tuple((t.topic, p) for t in body.topic_partitions for p in t.partitions)
     )
     if _not_controller(cluster):
         return {
@@ -344,7 +345,7 @@ async def handle_elect_leaders(ctx: BrokerContext, request: Request) -> dict:
             "error_code": int(ErrorCode.NOT_CONTROLLER),
             "replica_election_results": [],
         }
-    results = await cluster.controller.call("elect_leaders", body.election_type, wanted)
+    results = await cluster.controller.call(ElectLeaders(body.election_type, wanted))
     if results is None:
         return {
             "throttle_time_ms": 0,
@@ -379,11 +380,11 @@ async def handle_alter_partition_reassignments(ctx: BrokerContext, request: Requ
             "responses": [],
         }
     targets = {
-        (t.name, p.partition_index): (None if p.replicas is None else list(p.replicas))
+        (t.name, p.partition_index): (None if p.replicas is None else tuple(p.replicas))
         for t in body.topics
         for p in t.partitions
     }
-    results = await cluster.controller.call("reassign", targets)
+    results = await cluster.controller.call(Reassign(targets))
     if results is None:
         return {
             "throttle_time_ms": 0,
@@ -418,9 +419,9 @@ async def handle_list_partition_reassignments(ctx: BrokerContext, request: Reque
     wanted = (
         None
         if body.topics is None
-        else [(t.name, p) for t in body.topics for p in t.partition_indexes]
+        else tuple((t.name, p) for t in body.topics for p in t.partition_indexes)
     )
-    ongoing = await cluster.controller.call("list_reassignments", wanted)
+    ongoing = await cluster.controller.call(ListReassignments(wanted))
     by_topic: dict[str, list[dict]] = {}
     for (topic, p), (replicas, adding, removing) in sorted((ongoing or {}).items()):
         by_topic.setdefault(topic, []).append(
