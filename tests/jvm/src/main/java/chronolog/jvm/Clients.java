@@ -66,14 +66,15 @@ import org.apache.kafka.streams.kstream.Produced;
  * producer or consumer from the client defaults plus the command line's settings plus the
  * request's "config" object, and closes it before answering; admin ops share one Admin client
  * unless the request has a "config" (then one of their own). The named clients (txn_producer,
- * group_consumer, streams_word_count) outlive their op, so a test can step a transaction or a
- * Streams app and kill the broker between steps; "close" ends one. Client logs go to stderr at WARN.
+ * group_consumer, streams_word_count, streams_upper) outlive their op, so a test can step a
+ * transaction or a Streams app and kill the broker between steps; "close" ends one. Client logs go
+ * to stderr at WARN.
  */
 public final class Clients {
     private static final ObjectMapper JSON = new ObjectMapper();
     private final Map<String, String> common = new HashMap<>();
     private Admin admin;
-    /** The clients that outlive an op (txn_producer, group_consumer, streams_word_count), by name. */
+    /** The clients that outlive an op (txn_producer, group_consumer, the Streams apps), by name. */
     private final Map<String, KafkaProducer<String, String>> producers = new HashMap<>();
     private final Map<String, KafkaConsumer<String, String>> consumers = new HashMap<>();
     private final Map<String, KafkaStreams> streams = new HashMap<>();
@@ -137,6 +138,7 @@ public final class Clients {
                 case "poll" -> answer.set("records", poll(request));
                 case "rewind" -> answer.set("committed", rewind(request));
                 case "streams_word_count" -> streamsWordCount(request);
+                case "streams_upper" -> streamsUpper(request);
                 case "streams_state" -> streamsState(request, answer);
                 case "close" -> close(request);
                 default -> throw new IllegalArgumentException("unknown op " + JSON.writeValueAsString(op)
@@ -515,15 +517,9 @@ public final class Clients {
      * {"name", "application_id", "input", "output", "config"?}: starts a Kafka Streams word count:
      * lines of "input" split on spaces, grouped by word (a repartition topic), counted in a state
      * store (its changelog topic), each new count written to "output" as the word and its count in
-     * decimal. The request's config adds to the Streams settings (e.g. processing.guarantee). An
-     * uncaught exception is kept for streams_state and replaces the thread, as a service would.
+     * decimal. The request's config adds to the Streams settings (e.g. processing.guarantee).
      */
     private void streamsWordCount(JsonNode request) {
-        String name = request.path("name").asText();
-        Properties props = config(request, Map.of(
-            StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName(),
-            StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName()));
-        props.put(StreamsConfig.APPLICATION_ID_CONFIG, request.path("application_id").asText());
         StreamsBuilder builder = new StreamsBuilder();
         builder.<String, String>stream(request.path("input").asText())
             .flatMapValues(line -> List.of(line.split(" ")))
@@ -532,6 +528,32 @@ public final class Clients {
             .toStream()
             .mapValues(count -> String.valueOf(count))
             .to(request.path("output").asText(), Produced.with(Serdes.String(), Serdes.String()));
+        startStreams(request, builder);
+    }
+
+    /**
+     * {"name", "application_id", "input", "output", "config"?}: starts a stateless Kafka Streams
+     * app writing each record of "input" to "output" with its key and its value upper-cased.
+     */
+    private void streamsUpper(JsonNode request) {
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.<String, String>stream(request.path("input").asText())
+            .mapValues(value -> value == null ? null : value.toUpperCase(java.util.Locale.ROOT))
+            .to(request.path("output").asText(), Produced.with(Serdes.String(), Serdes.String()));
+        startStreams(request, builder);
+    }
+
+    /**
+     * Starts the topology under the request's name (closing an app of that name first), with
+     * string serdes and the request's application_id and config. An uncaught exception is kept
+     * for streams_state and replaces the thread, as a service would.
+     */
+    private void startStreams(JsonNode request, StreamsBuilder builder) {
+        String name = request.path("name").asText();
+        Properties props = config(request, Map.of(
+            StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName(),
+            StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName()));
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, request.path("application_id").asText());
         KafkaStreams app = new KafkaStreams(builder.build(), props);
         List<String> errors = java.util.Collections.synchronizedList(new ArrayList<>());
         app.setUncaughtExceptionHandler(e -> {
