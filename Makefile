@@ -219,3 +219,62 @@ bench-isolation: $(VENV)/.installed-bench
 SOAK_SECONDS ?= 240
 soak: $(VENV)/.installed-test
 	$(BIN)/python bench/soak.py --seconds $(SOAK_SECONDS)
+
+# librdkafka's own test suite against chronolog (not part of `make test`: the build takes about
+# 6 minutes on two cores and the run longer). librdkafka 2.12.1's source with its tests/ is the copy
+# crates.io's rdkafka-sys 4.10.0 bundles (GitHub's tarball would do as well; this one is checksummed
+# here). tests/suites/librdkafka_suite.py starts chronolog (one broker, then three on ZooKeeper),
+# runs librdkafka's test-runner against each and writes build/librdkafka-results.json.
+# LIBRDKAFKA_TESTS=0011,0055 narrows the run; LIBRDKAFKA_ARGS passes more options to the runner.
+LIBRDKAFKA_VERSION := 2.12.1
+LIBRDKAFKA_CRATE := rdkafka-sys-4.10.0+$(LIBRDKAFKA_VERSION).crate
+LIBRDKAFKA_CRATE_SHA256 := e234cf318915c1059d4921ef7f75616b5219b10b46e9f3a511a15eb4b56a3f77
+LIBRDKAFKA_DIR := build/librdkafka-$(LIBRDKAFKA_VERSION)
+# A Kafka installation's layout (bin/ scripts, libs/ jars) over build/jvm's Kafka 4.1.1 jars, for the
+# tests that run Kafka's tools ($$KAFKA_PATH/bin/kafka-topics.sh ...) or its Java clients
+# (tests/java/run-class.sh). Each script runs the main class Kafka 4.1.1's own script runs.
+KAFKA_PATH_DIR := build/kafka-path
+KAFKA_PATH_SCRIPTS := kafka-topics=org.apache.kafka.tools.TopicCommand \
+  kafka-configs=kafka.admin.ConfigCommand kafka-acls=org.apache.kafka.tools.AclCommand \
+  kafka-consumer-groups=org.apache.kafka.tools.consumer.group.ConsumerGroupCommand \
+  kafka-console-producer=org.apache.kafka.tools.ConsoleProducer \
+  kafka-console-consumer=org.apache.kafka.tools.consumer.ConsoleConsumer
+LIBRDKAFKA_TESTS ?=
+LIBRDKAFKA_ARGS ?=
+.PHONY: test-librdkafka librdkafka kafka-path
+
+librdkafka: $(LIBRDKAFKA_DIR)/.built
+
+$(LIBRDKAFKA_DIR)/.built:
+	@command -v g++ >/dev/null || { echo "installing build-essential from Debian packages"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends build-essential >/dev/null; }
+	mkdir -p build
+	[ -f build/$(LIBRDKAFKA_CRATE) ] || { curl -fsSL -o build/$(LIBRDKAFKA_CRATE).part \
+	  https://static.crates.io/crates/rdkafka-sys/$(LIBRDKAFKA_CRATE) \
+	  && mv build/$(LIBRDKAFKA_CRATE).part build/$(LIBRDKAFKA_CRATE); }
+	echo "$(LIBRDKAFKA_CRATE_SHA256)  build/$(LIBRDKAFKA_CRATE)" | sha256sum -c --quiet
+	rm -rf $(LIBRDKAFKA_DIR) && mkdir -p $(LIBRDKAFKA_DIR)
+	tar -xzf build/$(LIBRDKAFKA_CRATE) -C $(LIBRDKAFKA_DIR) --strip-components=2 \
+	  rdkafka-sys-4.10.0+$(LIBRDKAFKA_VERSION)/librdkafka
+	cd $(LIBRDKAFKA_DIR) && ./configure --no-download --disable-gssapi --disable-curl >/dev/null
+	$(MAKE) -C $(LIBRDKAFKA_DIR) -j2 libs >/dev/null
+	$(MAKE) -C $(LIBRDKAFKA_DIR)/tests -j2 build >/dev/null
+	touch $@
+
+kafka-path: $(KAFKA_PATH_DIR)/.installed
+
+$(KAFKA_PATH_DIR)/.installed: $(KAFKA_JVM_STAMP)
+	rm -rf $(KAFKA_PATH_DIR) && mkdir -p $(KAFKA_PATH_DIR)/bin $(KAFKA_PATH_DIR)/libs
+	ln -s $(abspath build/jvm/lib)/*.jar $(KAFKA_PATH_DIR)/libs/
+	printf '#!/bin/sh\n# Kafka'"'"'s kafka-run-class.sh: the class, with $$CLASSPATH before the jars.\nexec java $${KAFKA_HEAP_OPTS:--Xmx512M} -cp "$${CLASSPATH:+$$CLASSPATH:}$$(dirname "$$0")/../libs/*" "$$@"\n' \
+	  > $(KAFKA_PATH_DIR)/bin/kafka-run-class.sh
+	for pair in $(KAFKA_PATH_SCRIPTS); do \
+	  printf '#!/bin/sh\nexec "$$(dirname "$$0")/kafka-run-class.sh" %s "$$@"\n' "$${pair#*=}" \
+	    > $(KAFKA_PATH_DIR)/bin/$${pair%%=*}.sh; done
+	chmod +x $(KAFKA_PATH_DIR)/bin/*.sh
+	touch $@
+
+test-librdkafka: $(VENV)/.installed-test zookeeper $(LIBRDKAFKA_DIR)/.built $(KAFKA_PATH_DIR)/.installed
+	KAFKA_PATH=$(abspath $(KAFKA_PATH_DIR)) $(MAKE) -C $(LIBRDKAFKA_DIR)/tests/java -s
+	$(BIN)/python -m tests.suites.librdkafka_suite --librdkafka $(LIBRDKAFKA_DIR) \
+	  --kafka-path $(KAFKA_PATH_DIR) $(if $(LIBRDKAFKA_TESTS),--tests $(LIBRDKAFKA_TESTS)) $(LIBRDKAFKA_ARGS)

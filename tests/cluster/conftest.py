@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.cluster.helpers import ClusterProcesses
-from tests.conftest import BrokerProcess
 from tests.zookeeper import ZooKeeperServer
 
 
@@ -51,28 +49,8 @@ def cluster_factory(zookeeper, tmp_path, request):
         per_broker: dict[int, dict] | None = None,
         **kw,
     ):
-        server = zk or zookeeper
-        chroot = f"/chronolog-{uuid.uuid4().hex[:12]}"
         props = {k.replace("_", "."): v for k, v in kw.items()}
-        brokers = []
-        for broker_id in range(1, size + 1):
-            workdir = Path(tempfile.mkdtemp(prefix=f"broker{broker_id}-", dir=tmp_path))
-            brokers.append(
-                BrokerProcess(
-                    workdir,
-                    {
-                        "broker.id": broker_id,
-                        "zookeeper.connect": server.connect + chroot,
-                        "zookeeper.session.timeout.ms": 3000,
-                        "replica.lag.time.max.ms": 4000,
-                        "replica.fetch.wait.max.ms": 200,
-                        "replica.high.watermark.checkpoint.interval.ms": 500,
-                        **props,
-                        **(per_broker or {}).get(broker_id, {}),
-                    },
-                )
-            )
-        cluster = ClusterProcesses(brokers, server, chroot)
+        cluster = ClusterProcesses.create(zk or zookeeper, tmp_path, size, props, per_broker)
         made.append(cluster)
         if start:
             cluster.start()

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import glob
 import json
+import tempfile
 import time
+import uuid
+from pathlib import Path
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from client import BrokerConnection
 from protocol import ApiKey
+from tests.conftest import BrokerProcess
 from tests.waiting import wait_for
 
 
@@ -31,6 +35,38 @@ class ClusterProcesses:
         self.zookeeper = zookeeper
         self.chroot = chroot
         self._zk: KazooClient | None = None
+
+    @classmethod
+    def create(
+        cls,
+        zookeeper,
+        parent: Path,
+        size: int = 3,
+        props: dict | None = None,
+        per_broker: dict[int, dict] | None = None,
+    ) -> "ClusterProcesses":
+        """``size`` brokers (ids 1..size, not started) in a new chroot of ``zookeeper``, each
+        with a work dir of its own under ``parent``; ``props`` for all, ``per_broker`` by id."""
+        chroot = f"/chronolog-{uuid.uuid4().hex[:12]}"
+        brokers = []
+        for broker_id in range(1, size + 1):
+            workdir = Path(tempfile.mkdtemp(prefix=f"broker{broker_id}-", dir=parent))
+            brokers.append(
+                BrokerProcess(
+                    workdir,
+                    {
+                        "broker.id": broker_id,
+                        "zookeeper.connect": zookeeper.connect + chroot,
+                        "zookeeper.session.timeout.ms": 3000,
+                        "replica.lag.time.max.ms": 4000,
+                        "replica.fetch.wait.max.ms": 200,
+                        "replica.high.watermark.checkpoint.interval.ms": 500,
+                        **(props or {}),
+                        **(per_broker or {}).get(broker_id, {}),
+                    },
+                )
+            )
+        return cls(brokers, zookeeper, chroot)
 
     @property
     def bootstrap(self) -> str:
