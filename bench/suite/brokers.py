@@ -1,11 +1,15 @@
-"""The two brokers under test, each run as a child process on 127.0.0.1 with its own port.
+"""The brokers under test (chronolog, Tansu, Apache Kafka), each a child process on 127.0.0.1 with
+its own port.
 
 ``BrokerProcess.start()`` launches the command in its own session (so stop() can end it with
 everything it spawned), waits until ApiVersions is answered, and keeps its output in a log file
 whose tail becomes the error text if the broker fails to come up or dies. ``usage()`` reads CPU
 seconds and RSS of the broker and its descendants: CPU from a cgroup-v1 cpuacct group of the
 broker's own where this machine lets the bench make one (nanoseconds, every thread, ended ones
-too), else from psutil (10 ms clock ticks); RSS from psutil.
+too), else from psutil (10 ms clock ticks); RSS from psutil. ``KafkaBroker`` is the same for
+Kafka 4.1.1, started by tests/oracle/kafka_oracle.py's KafkaServer (the one place that formats
+a KRaft log dir and starts ``kafka.Kafka`` from build/jvm) with Kafka's own start-script JVM
+flags; ``broker(name, workdir)`` makes either.
 """
 
 from __future__ import annotations
@@ -28,6 +32,24 @@ from .rawkafka import RawConnection
 logger = structlog.get_logger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
+BROKER_NAMES = ("chronolog", "tansu", "kafka")
+
+# What bin/kafka-server-start.sh (KAFKA_HEAP_OPTS) and bin/kafka-run-class.sh
+# (KAFKA_JVM_PERFORMANCE_OPTS) pass when unset: Kafka as its users start it.
+KAFKA_JVM_FLAGS = (
+    "-Xmx1G",
+    "-Xms1G",
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15",
+    "-Djava.awt.headless=true",
+)
+# Beyond KafkaServer.PROPERTIES (single node, internal topics at replication 1, no group
+# rebalance delay, no topic auto-creation), whose other settings are Kafka's defaults.
+KAFKA_OVERRIDES: dict[str, object] = {}
 
 
 class BrokerStartError(Exception):
@@ -249,3 +271,70 @@ class BrokerProcess:
             self._cpuacct = None
         if purge and self.workdir.exists():
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class KafkaBroker(BrokerProcess):
+    """Apache Kafka 4.1.1, one KRaft node (broker and controller in one JVM), from the jars
+    ``make kafka-jvm`` puts in build/jvm, with ``KAFKA_JVM_FLAGS``. Each start formats a fresh
+    log dir under ``workdir/start-N`` (a restart after a crash starts clean, as the suite then
+    runs its setups again); its output is that directory's kafka.log. Raises BrokerStartError
+    when the jars are missing or Kafka exits or is not up within the start timeout."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__("kafka", workdir)
+        self.server = None
+
+    @property
+    def log_dir(self) -> str | None:
+        return self.server.log_dir if self.server is not None else None
+
+    @property
+    def output_path(self) -> Path:
+        if self.server is None:
+            return self.workdir / "kafka.log"
+        return self.server.log_path
+
+    def command(self) -> list[str]:
+        raise NotImplementedError("KafkaServer builds Kafka's command line")
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start Kafka; ``timeout`` is KafkaServer's own (START_TIMEOUT_S, 60 s), not this one."""
+        if str(REPO) not in sys.path:
+            sys.path.insert(0, str(REPO))
+        from tests.oracle import kafka_oracle
+
+        jar = kafka_oracle.KAFKA_LIB / f"kafka_2.13-{kafka_oracle.KAFKA_VERSION}.jar"
+        if not jar.exists():
+            raise BrokerStartError(
+                f"Kafka {kafka_oracle.KAFKA_VERSION}'s jars are not in {kafka_oracle.JVM_BUILD}: "
+                "run `make kafka-jvm` (a dependency of `make bench`)"
+            )
+        self.starts += 1
+        self.server = kafka_oracle.KafkaServer(
+            self.workdir / f"start-{self.starts}", KAFKA_OVERRIDES, jvm_flags=KAFKA_JVM_FLAGS
+        )
+        try:
+            self.server.start()
+        except (RuntimeError, kafka_oracle.KafkaToolError) as exc:
+            self.server.kill()
+            raise BrokerStartError(f"kafka did not start: {exc}") from exc
+        self.proc = self.server.proc
+        self.port = self.server.port
+        self._ps = psutil.Process(self.proc.pid)
+        # After start-up: the group takes every thread the JVM has and every one it makes later;
+        # only deltas between a scenario's marks are reported.
+        self._cpuacct = CpuAccount.join(self.name, self.proc.pid)
+        logger.info("broker_ready", broker=self.name, port=self.port, pid=self.proc.pid)
+
+    def stop(self, purge: bool = False) -> None:
+        """SIGTERM (controlled shutdown), SIGKILL after 30 s; optionally delete the work directory."""
+        if self.server is not None:
+            self.server.stop()
+        super().stop(purge)
+
+
+def broker(name: str, workdir: Path) -> BrokerProcess:
+    """The broker called ``name`` (one of BROKER_NAMES), not started."""
+    if name not in BROKER_NAMES:
+        raise ValueError(f"unknown broker {name!r}: the suite runs {', '.join(BROKER_NAMES)}")
+    return KafkaBroker(workdir) if name == "kafka" else BrokerProcess(name, workdir)

@@ -1,4 +1,4 @@
-"""Runs the plan: every scenario on both brokers, alternating which goes first, several rounds.
+"""Runs the plan: every scenario on every broker, rotating which goes first, several rounds.
 
 Each run is a fresh child process (spawn) in its own process group, bounded by a timeout; a hang,
 crash or failed check becomes an error string in that run's record. Between the scenario's
@@ -19,11 +19,12 @@ from pathlib import Path
 import structlog
 
 from . import scenarios
-from .brokers import BrokerProcess, BrokerStartError
+from .brokers import BROKER_NAMES, BrokerProcess, BrokerStartError
+from .brokers import broker as make_broker
 
 logger = structlog.get_logger(__name__)
 
-BROKERS = ("chronolog", "tansu")
+BROKERS = BROKER_NAMES
 MAX_START_FAILURES = 2  # a broker that cannot start twice is not retried for every scenario
 
 
@@ -196,6 +197,9 @@ def run_in_child(
     )
     if cpu < broker.cpu_resolution_s * 5:
         outcome["broker_cpu_low_resolution"] = True
+    if "client_cpu_s" in outcome and elapsed > 0:
+        # Cores the client process kept busy: near 1 or above, its own thread was the limit.
+        outcome["client_cores"] = outcome["client_cpu_s"] / elapsed
     if n:
         outcome["broker_cpu_s_per_million_msgs"] = cpu / n * 1e6
         if "client_cpu_s" in outcome:
@@ -207,12 +211,12 @@ def run_in_child(
 
 
 class Suite:
-    """Owns the two broker processes and the results of every run."""
+    """Owns the broker processes and the results of every run."""
 
     def __init__(self, params: dict, workdir: Path, plan: list[Spec], brokers=BROKERS) -> None:
         self.params = params
         self.plan = plan
-        self.brokers = {name: BrokerProcess(name, workdir / name) for name in brokers}
+        self.brokers = {name: make_broker(name, workdir / name) for name in brokers}
         self.setups: dict[str, dict[str, dict]] = {name: {} for name in brokers}
         self.events: list[str] = []
         self.runs: dict[str, dict[str, list[dict]]] = {
@@ -242,7 +246,11 @@ class Suite:
         for setup in sorted({s.needs for s in self.plan if s.needs}):
             t = time.monotonic()
             res = run_in_child(
-                b, setup, {}, dict(self.params, round=0, tag=f"setup-{b.starts}"), timed=False
+                b,
+                setup,
+                {},
+                dict(self.params, round=0, tag=f"setup-{b.starts}", broker=name),
+                timed=False,
             )
             if "error" in res:
                 logger.warning("setup_failed", broker=name, setup=setup, error=res["error"])
@@ -263,7 +271,8 @@ class Suite:
         try:
             for r in range(rounds):
                 for spec in self.plan:
-                    order = names if (r % 2 == 0) else names[::-1]
+                    # Each broker goes first in turn (with two, they alternate).
+                    order = names[r % len(names) :] + names[: r % len(names)]
                     for name in order:
                         self.runs[spec.key][name].append(self._one(spec, name, r))
         finally:
@@ -278,7 +287,7 @@ class Suite:
         err = self._ensure(name)
         if err:
             return {"error": f"broker not available: {err}"}
-        params = dict(self.params, round=r, tag=f"r{r}-{self.brokers[name].starts}")
+        params = dict(self.params, round=r, tag=f"r{r}-{self.brokers[name].starts}", broker=name)
         if spec.needs:
             setup = self.setups[name].get(spec.needs, {"error": "setup did not run"})
             if "error" in setup:

@@ -17,9 +17,10 @@ API (tests/oracle/conftest.py registers the fixture; a conftest elsewhere can
   topic ``segment.bytes`` below 1 MiB (scenarios shared with it need >= 1 MiB segments) and deletes
   data older than ``retention.ms`` at its first retention pass: topics with old timestamps need
   ``retention.ms=-1``.
-- ``KafkaServer(workdir, overrides=None)``: the same for a test that needs its own Kafka
-  (``start()``, ``stop()``, ``kill()``, ``restart()``: same ports and log dir); ``overrides``
-  are server.properties entries, winning over the settings above.
+- ``KafkaServer(workdir, overrides=None, jvm_flags=SERVER_JVM_FLAGS)``: the same for a test that
+  needs its own Kafka (``start()``, ``stop()``, ``kill()``, ``restart()``: same ports and log
+  dir); ``overrides`` are server.properties entries, winning over the settings above;
+  ``jvm_flags`` replace the heap and GC flags (bench/suite/brokers.py runs Kafka's own defaults).
 - ``run_kafka_tool(main_class, *args, timeout=120, check=True)``: runs one of Kafka's command-line
   tools (``DUMP_LOG_SEGMENTS``, ``GET_OFFSET_SHELL``, ``TOPIC_COMMAND``, ``CONFIG_COMMAND``,
   ``CONSUMER_GROUP_COMMAND``, ``TRANSACTIONS_COMMAND``, or any main class in the jars) as
@@ -74,6 +75,8 @@ TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"
 
 # Short-lived tools and drivers: the client compiler only (starts faster), one GC thread.
 TOOL_JVM_FLAGS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+# The server in tests: a small heap and one GC thread, beside other JVMs on a shared machine.
+SERVER_JVM_FLAGS = ("-Xmx384m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 120.0
@@ -154,8 +157,14 @@ class KafkaServer:
         "group.coordinator.rebalance.protocols": "classic,consumer",
     }
 
-    def __init__(self, workdir: Path, overrides: dict[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        overrides: dict[str, object] | None = None,
+        jvm_flags: tuple[str, ...] = SERVER_JVM_FLAGS,
+    ) -> None:
         self.workdir = Path(workdir)
+        self.jvm_flags = jvm_flags
         self.host = "127.0.0.1"
         self.port = free_port()
         self.controller_port = free_port()
@@ -204,9 +213,7 @@ class KafkaServer:
             )
         cmd = [
             "java",
-            "-Xmx384m",
-            "-XX:+UseSerialGC",
-            "-Djava.awt.headless=true",
+            *self.jvm_flags,
             "-cp",
             kafka_classpath(),
             "kafka.Kafka",
