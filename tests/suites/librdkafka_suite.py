@@ -25,9 +25,11 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,10 +40,12 @@ from tests.zookeeper import ZooKeeperServer
 # The broker version librdkafka's tests are told (they skip what the version lacks and pick
 # kafka-topics.sh's --bootstrap-server from 3.0 on).
 BROKER_VERSION = "3.9.0"
-# What each scenario of librdkafka's tests/scenarios/ changes in the broker's config.
+# librdkafka's tests/scenarios/*.json, as its harness (trivup) configures Kafka for them: four
+# partitions and replication factor 3 (1 on a single broker) for auto-created topics, with or
+# without auto-creation.
 SCENARIOS = {
-    "default": {},
-    "noautocreate": {"auto.create.topics.enable": "false"},
+    "default": {"auto.create.topics.enable": "true", "num.partitions": "4"},
+    "noautocreate": {"auto.create.topics.enable": "false", "num.partitions": "4"},
 }
 MODES = ("single", "cluster")
 # librdkafka scales its own timeouts by this (test.timeout.multiplier): two shared cores.
@@ -49,6 +53,10 @@ TIMEOUT_MULTIPLIER = 3
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # A row of test-runner's summary: "| 0011_produce_batch | PASSED | 12.345s | reason".
 SUMMARY_ROW = re.compile(r"^\|\s*(\d{4}_\w+)\s*\|\s*(\w+)\s*\|\s*([\d.]+)s\s*\|\s?(.*)$")
+# A failure as the test prints it (a failure in the runner's main thread aborts it before the
+# summary): '### Test "0092_mixed_msgver (subtest)" failed at test.c:4623:...: ###' and the
+# reason on the next line.
+FAILURE = re.compile(r'^### Test "(\d{4}_\w+)[^"]*" failed at ([^\n]*?): ###\n(.*)$', re.M)
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,14 @@ def parse_summary(output: str) -> dict[str, dict]:
     return rows
 
 
+def first_failures(output: str) -> dict[str, str]:
+    """The first failure each test printed: "where: reason"."""
+    failures: dict[str, str] = {}
+    for name, where, reason in FAILURE.findall(ANSI.sub("", output)):
+        failures.setdefault(name, f"{reason.strip()} ({where.split(' at ')[0]})")
+    return failures
+
+
 class Brokers:
     """chronolog brokers for one mode and scenario: one standalone broker, or three on a
     ZooKeeper server of their own. A context manager: stops what it started."""
@@ -116,10 +132,14 @@ class Brokers:
 
     def __enter__(self) -> "Brokers":
         if self.mode == "single":
-            self.single = BrokerProcess(self.workdir / "broker", self.props).start()
+            props = {**self.props, "default.replication.factor": "1"}
+            self.single = BrokerProcess(self.workdir / "broker", props).start()
         else:
             self.zookeeper = ZooKeeperServer(self.workdir / "zookeeper").start()
-            self.cluster = ClusterProcesses.create(self.zookeeper, self.workdir, 3, self.props)
+            props = {**self.props, "default.replication.factor": "3"}
+            # One rack per broker, as trivup gives them (librdkafka's rack-aware tests).
+            racks = {i: {"broker.rack": f"RACK{i}"} for i in (1, 2, 3)}
+            self.cluster = ClusterProcesses.create(self.zookeeper, self.workdir, 3, props, racks)
             self.cluster.start()
         return self
 
@@ -168,11 +188,14 @@ def run_number(
         try:
             status = proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return f"TIMEOUT after {timeout_s:.0f} s", parse_summary(
                 log_path.read_text("utf-8", "replace")
             )
+        except BaseException:  # interrupted: the runner is in a session of its own
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
     rows = parse_summary(log_path.read_text("utf-8", "replace"))
     if status < 0:
         return f"CRASHED (signal {-status})", rows
@@ -201,6 +224,8 @@ def run_suite(args: argparse.Namespace) -> int:
         "librdkafka": librdkafka.name,
         "broker_version": BROKER_VERSION,
         "runner_args": "-L -Q -p1",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "tests": args.tests or "every broker test",
         "modes": {},
     }
     failed = 0
@@ -234,10 +259,13 @@ def run_suite(args: argparse.Namespace) -> int:
                 for number in numbers:
                     log_path = log_dir / f"{number}.log"
                     trouble, rows = run_number(number, runner, env, log_path, args.timeout)
+                    failures = first_failures(log_path.read_text("utf-8", "replace"))
                     for t in (t for t in chosen if t.number == number):
                         row = rows.get(t.name)
                         if trouble and (row is None or row["state"] == "RUNNING"):
-                            row = {"state": "FAILED", "seconds": 0.0, "reason": trouble}
+                            reason = failures.get(t.name, "")
+                            row = {"state": "FAILED", "seconds": 0.0, "reason": reason}
+                            row["reason"] = f"{trouble}: {reason}" if reason else trouble
                         elif row is None:  # skipped silently: not for this broker version
                             row = {"state": "SKIPPED", "seconds": 0.0, "reason": ""}
                         row = {**row, "scenario": scenario, "log": str(log_path.relative_to(REPO))}
