@@ -74,15 +74,21 @@ PROFILED = (
     "latency/confluent/100B/10k-per-s",
     "partitions/100x10-producers/100B",
 )
+# A few tenths of a second of load per run: at 10,000 messages confluent-kafka's runs lasted 15-60
+# ms, mostly connection set-up and the last linger, too short to tell a client-bound run, and
+# Kafka's JIT had compiled little by then.
 QUICK = dict(
     DEFAULT,
     rounds=1,
-    consume_messages=10_000,
-    produce_messages={c: {"100": 10_000, "1024": 5_000} for c in ("confluent", "kafka-python")},
+    consume_messages=50_000,
+    produce_messages={
+        "confluent": {"100": 200_000, "1024": 50_000},
+        "kafka-python": {"100": 20_000, "1024": 10_000},
+    },
     latency_seconds=2,
     oft_queries=200,
     oft_time_budget_s=3,
-    partition_messages=10_000,
+    partition_messages=50_000,
     scenario_timeout_s=60,
     suite_budget_s=900,
 )
