@@ -160,8 +160,9 @@ $(VENV)/.installed-bench: pyproject.toml setup.py protocol/_fastscan.c | $(BIN)/
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $@
 
-# Side-by-side benchmark suite, chronolog vs Tansu: bench/results/bench.json + bench.png and a table.
-# BENCH_ARGS=--quick for a short development run (bench/results/bench-quick.json).
+# Side-by-side benchmark suite, chronolog vs Tansu and Kafka 4.1.1 (from kafka-jvm's jars):
+# bench/results/bench.json + bench.png and a table. BENCH_ARGS=--quick for a short development run
+# (bench/results/bench-quick.json); BENCH_ARGS=--brokers chronolog,kafka for a subset.
 bench: $(VENV)/.installed-bench kafka-jvm
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 

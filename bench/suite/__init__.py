@@ -1,4 +1,5 @@
-"""Side-by-side benchmark suite: chronolog against Tansu (a native Kafka-compatible peer).
+"""Side-by-side benchmark suite: chronolog against Tansu (a native Kafka-compatible peer) and
+Apache Kafka 4.1.1.
 
 Entry point: ``bench/run_all.py`` (``make bench``). The pieces: ``brokers`` starts and meters the
 broker processes, ``scenarios`` holds the measured workloads (each run in a child process),
