@@ -47,9 +47,6 @@ KAFKA_JVM_FLAGS = (
     "-XX:MaxInlineLevel=15",
     "-Djava.awt.headless=true",
 )
-# Beyond KafkaServer.PROPERTIES (single node, internal topics at replication 1, no group
-# rebalance delay, no topic auto-creation), whose other settings are Kafka's defaults.
-KAFKA_OVERRIDES: dict[str, object] = {}
 
 
 class BrokerStartError(Exception):
@@ -275,10 +272,12 @@ class BrokerProcess:
 
 class KafkaBroker(BrokerProcess):
     """Apache Kafka 4.1.1, one KRaft node (broker and controller in one JVM), from the jars
-    ``make kafka-jvm`` puts in build/jvm, with ``KAFKA_JVM_FLAGS``. Each start formats a fresh
-    log dir under ``workdir/start-N`` (a restart after a crash starts clean, as the suite then
-    runs its setups again); its output is that directory's kafka.log. Raises BrokerStartError
-    when the jars are missing or Kafka exits or is not up within the start timeout."""
+    ``make kafka-jvm`` puts in build/jvm, with ``KAFKA_JVM_FLAGS`` and KafkaServer.PROPERTIES
+    (single node: internal topics at replication 1, no group rebalance delay, no topic
+    auto-creation; Kafka's defaults otherwise). Each start formats a fresh log dir under
+    ``workdir/start-N`` (a restart after a crash starts clean, as the suite then runs its setups
+    again); its output is that directory's kafka.log. start() raises BrokerStartError when the
+    jars are missing or Kafka exits or is not up within the start timeout."""
 
     def __init__(self, workdir: Path) -> None:
         super().__init__("kafka", workdir)
@@ -294,9 +293,6 @@ class KafkaBroker(BrokerProcess):
             return self.workdir / "kafka.log"
         return self.server.log_path
 
-    def command(self) -> list[str]:
-        raise NotImplementedError("KafkaServer builds Kafka's command line")
-
     def start(self, timeout: float = 60.0) -> None:
         """Start Kafka; ``timeout`` is KafkaServer's own (START_TIMEOUT_S, 60 s), not this one."""
         if str(REPO) not in sys.path:
@@ -311,7 +307,7 @@ class KafkaBroker(BrokerProcess):
             )
         self.starts += 1
         self.server = kafka_oracle.KafkaServer(
-            self.workdir / f"start-{self.starts}", KAFKA_OVERRIDES, jvm_flags=KAFKA_JVM_FLAGS
+            self.workdir / f"start-{self.starts}", jvm_flags=KAFKA_JVM_FLAGS
         )
         try:
             self.server.start()
