@@ -57,6 +57,10 @@ _KNOWN_KEYS = frozenset(int(k) for k in ApiKey)
 _NO_TAGGED_FIELDS = b"\x00"
 # Compact the receive buffer once this many consumed bytes sit in front of it.
 _COMPACT_AT = 1 << 16
+# A Produce frame this large keeps the receive buffer it arrived in (the bytes after it move to a
+# new one); a smaller one is copied out. Above the server's 256 KiB reads, so what moves is less
+# than what stays.
+_TAKE_WHOLE_AT = 1 << 20
 
 
 class _FrameBuffer:
@@ -105,6 +109,16 @@ class _FrameBuffer:
             return None
         self._pos = end
         return buf, pos, end
+
+    def take(self, buf: bytearray, start: int, end: int) -> tuple[Buffer, int, int]:
+        """The frame ``buf[start:end]`` (from :meth:`next_frame`) in a buffer of its own that
+        nothing here changes again, as (buffer, start, end): a large frame keeps the buffer it
+        arrived in (only the bytes after it are copied to a new one), a small one is copied."""
+        if end - start < _TAKE_WHOLE_AT:
+            return bytes(buf[start:end]), 0, end - start
+        self._buf = bytearray(buf[end:])
+        self._pos = 0
+        return buf, start, end
 
     def next_frame_api_key(self) -> int | None:
         """The first int16 of the next frame (a request's api key) if the whole frame is
@@ -165,14 +179,20 @@ class ServerConnection:
         return self._requests()
 
     def _requests(self) -> Iterator[Request | RawFrame]:
-        while (frame := self._frames.next_frame()) is not None:
+        frames = self._frames
+        while (frame := frames.next_frame()) is not None:
+            received, start, end = frame
             if self.raw_frames:
-                buf, start, end = frame
-                yield RawFrame(bytes(buf[start + 4 : end]))
-            else:
-                request = _decode_request(*frame, self._keys, self._versions)
-                self.request_size = frame[2] - frame[1] - 4
-                yield request
+                yield RawFrame(bytes(received[start + 4 : end]))
+                continue
+            buf: Buffer = received
+            if end - start >= 6 and _INT16.unpack_from(received, start + 4)[0] == ApiKey.PRODUCE:
+                # A Produce's records decode as views of its frame (no copy of a 30 MB batch
+                # on the event loop): the frame gets a buffer that later input cannot change.
+                buf, start, end = frames.take(received, start, end)
+            request = _decode_request(buf, start, end, self._keys, self._versions)
+            self.request_size = end - start - 4
+            yield request
 
     def buffered_request_api_key(self) -> int | None:
         """The api key of the next request when its whole frame is already buffered (the
@@ -228,7 +248,7 @@ class ServerConnection:
 
 
 def _decode_request(
-    buf: bytearray,
+    buf: Buffer,
     start: int,
     end: int,
     keys: Mapping[int, ApiKey],

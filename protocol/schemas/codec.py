@@ -380,10 +380,12 @@ _RUNTIME = {
 assert set(_RUNTIME) == set(compiler.RUNTIME_NAMES)
 
 
-def _compile(name: str, struct_def: _StructDef) -> tuple[BodyDecoder, Encoder, str]:
+def _compile(
+    name: str, struct_def: _StructDef, records_view: bool
+) -> tuple[BodyDecoder, Encoder, str]:
     """Generate, compile and execute the codec source of ``struct_def``: (decode, encode,
     source). The source is put in linecache so tracebacks through it show its lines."""
-    source, constants = compiler.generate(struct_def)
+    source, constants = compiler.generate(struct_def, records_view)
     filename = f"<codec {name}>"
     namespace = dict(_RUNTIME, **constants)
     exec(compile(source, filename, "exec"), namespace)
@@ -395,17 +397,28 @@ def _compile(name: str, struct_def: _StructDef) -> tuple[BodyDecoder, Encoder, s
 
 
 class MessageCodec:
-    """The decoder and encoder of one message (e.g. ProduceRequest) at one version."""
+    """The decoder and encoder of one message (e.g. ProduceRequest) at one version. A request's
+    records fields decode to memoryview slices of the frame (compiler.generate's
+    ``records_view``): the server hands each Produce frame's buffer over to its request."""
 
     __slots__ = ("name", "version", "flexible", "decode", "encode", "schema", "source")
 
-    def __init__(self, name: str, version: int, flexible: bool, struct_def: _StructDef) -> None:
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        flexible: bool,
+        struct_def: _StructDef,
+        records_view: bool = False,
+    ) -> None:
         self.name = name
         self.version = version
         self.flexible = flexible
         self.decode: BodyDecoder
         self.encode: Encoder
-        self.decode, self.encode, self.source = _compile(f"{name}V{version}", struct_def)
+        self.decode, self.encode, self.source = _compile(
+            f"{name}V{version}", struct_def, records_view
+        )
         self.schema = struct_def  # the field tree, for tests and tools that walk it
 
     def __repr__(self) -> str:
@@ -421,6 +434,7 @@ def build_codec(message: dict[str, Any], version: int) -> MessageCodec:
         version,
         flexible,
         _struct_def(message["fields"], version, flexible, common),
+        records_view=message["type"] == "request",
     )
 
 

@@ -98,7 +98,8 @@ def _element_min_size(f: _Field, flexible: bool) -> int:
 class _Writer:
     """Accumulates generated functions and the constants they refer to."""
 
-    def __init__(self) -> None:
+    def __init__(self, records_view: bool = False) -> None:
+        self.records_view = records_view  # see generate()
         self.functions: list[str] = []  # complete top-level definitions, in order
         self.constants: dict[str, object] = {}
         self._structs: dict[str, str] = {}  # format -> constant name
@@ -237,6 +238,8 @@ def _decode_primitive(
             d + 2,
             'raise _error(f"string is not valid UTF-8: {exc.reason}", pos + exc.start) from None',
         )
+    elif type_ == "records" and w.records_view:
+        fn.emit(d + 1, f"{target} = buf[pos:pos + {n}]")
     else:
         fn.emit(d + 1, f"{target} = bytes(buf[pos:pos + {n}])")
     fn.emit(d + 1, f"pos += {n}")
@@ -723,11 +726,13 @@ def _encoder_source(fn: _Function) -> str:
 # -- modules ---------------------------------------------------------------------------------
 
 
-def generate(s: _StructDef) -> tuple[str, dict[str, object]]:
+def generate(s: _StructDef, records_view: bool = False) -> tuple[str, dict[str, object]]:
     """Source defining ``decode(buf, pos, end) -> (Body, pos)`` and ``encode(value, out=None)
     -> (chunks, total)`` for the struct tree ``s`` (a message at one version), and the
-    constants they refer to."""
-    w = _Writer()
+    constants they refer to. With ``records_view`` a records field decodes to a slice of
+    ``buf`` (a memoryview: no copy), which stays valid only while ``buf``'s bytes are not
+    changed: the server decodes requests so (a 30 MB Produce is not copied on the event loop)."""
+    w = _Writer(records_view)
     decode = _Function(w, "def decode(buf, pos, end):")
     _decode_struct(decode, 1, s, "body")
     decode.emit(1, "return body, pos")

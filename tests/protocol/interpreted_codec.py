@@ -90,7 +90,7 @@ def _length_decoder(flexible: bool, wide: bool):
     return decode_classic
 
 
-def _primitive_decoder(type_: str, nullable: bool, flexible: bool) -> Decoder:
+def _primitive_decoder(type_: str, nullable: bool, flexible: bool, records_view: bool) -> Decoder:
     if type_ in _FIXED:
         fmt = struct.Struct(">" + _FIXED[type_])
         size, unpack = fmt.size, fmt.unpack_from
@@ -111,6 +111,7 @@ def _primitive_decoder(type_: str, nullable: bool, flexible: bool) -> Decoder:
         return decode_uuid
     length = _length_decoder(flexible, type_ != "string")
     is_string = type_ == "string"
+    view = type_ == "records" and records_view  # a slice of buf, as the server decodes requests
     what = "string" if is_string else type_
 
     def decode(buf, pos, end):
@@ -128,6 +129,8 @@ def _primitive_decoder(type_: str, nullable: bool, flexible: bool) -> Decoder:
                 raise _error(
                     f"string is not valid UTF-8: {exc.reason}", start + exc.start
                 ) from None
+        if view:
+            return buf[start : start + n], start + n
         return bytes(buf[start : start + n]), start + n
 
     return decode
@@ -151,9 +154,9 @@ def _struct_min(s: _StructDef) -> int:
     )
 
 
-def _field_decoder(f: _Field, flexible: bool) -> Decoder:
+def _field_decoder(f: _Field, flexible: bool, records_view: bool) -> Decoder:
     if f.type == "struct" and f.nullable:
-        present = _struct_decoder(f.struct)
+        present = _struct_decoder(f.struct, records_view)
 
         def decode_nullable(buf, pos, end):
             if end - pos < 1:
@@ -164,14 +167,14 @@ def _field_decoder(f: _Field, flexible: bool) -> Decoder:
 
         return decode_nullable
     if f.type == "struct":
-        return _struct_decoder(f.struct)
+        return _struct_decoder(f.struct, records_view)
     if f.type != "[]":
-        return _primitive_decoder(f.type, f.nullable, flexible)
+        return _primitive_decoder(f.type, f.nullable, flexible, records_view)
     if f.element == "struct":
-        element = _struct_decoder(f.struct)
+        element = _struct_decoder(f.struct, records_view)
         element_min = max(_struct_min(f.struct), 1)
     else:
-        element = _primitive_decoder(f.element, False, flexible)
+        element = _primitive_decoder(f.element, False, flexible, records_view)
         element_min = _min_size(
             _Field("", f.element, None, False, None, None, None, True), flexible
         )
@@ -200,7 +203,7 @@ def _field_decoder(f: _Field, flexible: bool) -> Decoder:
     return decode_array
 
 
-def _struct_decoder(s: _StructDef) -> Decoder:
+def _struct_decoder(s: _StructDef, records_view: bool) -> Decoder:
     steps: list[tuple] = []  # ("fixed", Struct, names) | ("var", name, decoder)
     codes, names = "", []
     for f in s.fields:
@@ -213,11 +216,11 @@ def _struct_decoder(s: _StructDef) -> Decoder:
         if codes:
             steps.append(("fixed", struct.Struct(">" + codes), tuple(names)))
             codes, names = "", []
-        steps.append(("var", f.name, _field_decoder(f, s.flexible)))
+        steps.append(("var", f.name, _field_decoder(f, s.flexible, records_view)))
     if codes:
         steps.append(("fixed", struct.Struct(">" + codes), tuple(names)))
     tagged = {
-        f.tag: (f.name, _field_decoder(f, s.flexible))
+        f.tag: (f.name, _field_decoder(f, s.flexible, records_view))
         for f in s.fields
         if f.present and f.tag is not None
     }
@@ -412,9 +415,10 @@ def _encode_tagged(get, tagged, out) -> None:
         out += data
 
 
-def decoder(struct_def: _StructDef):
-    """``(buf, pos, end) -> (Body, pos)`` for a message's field tree."""
-    return _struct_decoder(struct_def)
+def decoder(struct_def: _StructDef, records_view: bool = False):
+    """``(buf, pos, end) -> (Body, pos)`` for a message's field tree; with ``records_view``
+    (requests) a records field is a slice of ``buf``, as the compiled decoders give it."""
+    return _struct_decoder(struct_def, records_view)
 
 
 def encoder(struct_def: _StructDef):

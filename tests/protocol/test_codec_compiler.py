@@ -64,7 +64,10 @@ ODD_VALUES = [
 @functools.cache
 def oracle(direction: str, api: ApiKey, version: int):
     schema = TABLES[direction][api, version].schema
-    return interpreted_codec.decoder(schema), interpreted_codec.encoder(schema)
+    return (
+        interpreted_codec.decoder(schema, records_view=direction == "request"),
+        interpreted_codec.encoder(schema),
+    )
 
 
 def outcome(fn, *args):

@@ -87,6 +87,40 @@ def test_pipelined_frames_in_one_read():
     _check(list(server.receive_data(b"".join(_frames()))))
 
 
+def _produce(client: ClientConnection, records: bytes) -> bytes:
+    body = {
+        "acks": 1,
+        "timeout_ms": 1000,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": records}]}],
+    }
+    return client.request(ApiKey.PRODUCE, 9, body)[1]
+
+
+@pytest.mark.parametrize("size", [100, 200_000, 3_000_000])
+def test_produce_records_stay_intact_while_later_input_arrives(size):
+    """A Produce's records are views of its frame, not copies: whatever arrives after (the
+    next requests, in the same read or later, compaction of the receive buffer) leaves them
+    as they were sent. Frames of 1 MiB and more keep the buffer they arrived in; smaller ones
+    are copied out of it."""
+    client = ClientConnection("views")
+    records = bytes(range(256)) * (size // 256) + b"end"
+    other = b"\xaa" * size
+    first, second = _produce(client, records), _produce(client, other)
+    metadata = client.request(ApiKey.METADATA, 1, METADATA_BODY)[1]
+    server = ServerConnection(max_request_bytes=8 << 20)
+    # the first frame whole plus half the second in one read, the rest in later reads
+    got = list(server.receive_data(first + second[: len(second) // 2]))
+    assert len(got) == 1
+    kept = got[0].body.topic_data[0].partition_data[0].records
+    assert isinstance(kept, memoryview) and kept == records
+    rest = second[len(second) // 2 :] + metadata
+    for at in range(0, len(rest), 70_000):
+        got += list(server.receive_data(rest[at : at + 70_000]))
+    assert [r.header.api_key for r in got] == [ApiKey.PRODUCE, ApiKey.PRODUCE, ApiKey.METADATA]
+    assert kept == records and server.request_size == len(metadata) - 4
+    assert got[1].body.topic_data[0].partition_data[0].records == other
+
+
 def test_buffered_request_api_key_names_the_next_whole_frame_only():
     stream = b"".join(_frames())
     first = len(_frames()[0])
