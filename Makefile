@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: screenshots install install-test kafka-jvm kcat openssl chromium prometheus zookeeper burrow faketime node-deps build-deps run test test-unit test-pure lint bench compose-test clean docker-compose
+.PHONY: screenshots install install-test kafka-jvm spark-kafka kcat openssl chromium prometheus zookeeper burrow faketime node-deps build-deps run test test-unit test-pure lint bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ build-deps:
 	    build-essential libdeflate-dev >/dev/null; }
 
 install-test: $(VENV)/.installed-test kcat openssl docker-compose node-deps chromium prometheus zookeeper burrow \
-  faketime kafka-jvm
+  faketime kafka-jvm spark-kafka
 
 # Apache Kafka 4.1.1's jars (tests/jvm/pom.xml: broker, tools, Java clients, Streams, Connect) and
 # our Java drivers (tests/jvm/src), fetched from Maven Central once into build/jvm/: tests/oracle/
@@ -43,6 +43,17 @@ $(KAFKA_JVM_STAMP): tests/jvm/pom.xml $(wildcard tests/jvm/src/main/java/chronol
 	    maven openjdk-17-jdk-headless >/dev/null; }
 	$(if $(filter tests/jvm/pom.xml,$?),rm -rf build/jvm/lib)
 	cd tests/jvm && mvn -q -B package dependency:copy-dependencies
+	touch $@
+
+# Spark's own Kafka source and sink (tests/spark/jvm/pom.xml: spark-sql-kafka-0-10 at PySpark's
+# version, the kafka-clients and commons-pool2 it names), four jars copied once into build/spark-kafka/
+# for the Spark session's spark.jars. Maven and a JDK come with kafka-jvm.
+SPARK_KAFKA_STAMP := build/spark-kafka/.installed
+spark-kafka: $(SPARK_KAFKA_STAMP)
+
+$(SPARK_KAFKA_STAMP): tests/spark/jvm/pom.xml | $(KAFKA_JVM_STAMP)
+	rm -rf build/spark-kafka
+	cd tests/spark/jvm && mvn -q -B dependency:copy-dependencies
 	touch $@
 
 # KafkaJS (tests/integration/test_kafkajs.py) from the npm registry, pinned by its lock file; node and
