@@ -40,12 +40,17 @@ from tests.zookeeper import ZooKeeperServer
 # The broker version librdkafka's tests are told (they skip what the version lacks and pick
 # kafka-topics.sh's --bootstrap-server from 3.0 on).
 BROKER_VERSION = "3.9.0"
-# librdkafka's tests/scenarios/*.json, as its harness (trivup) configures Kafka for them: four
-# partitions and replication factor 3 (1 on a single broker) for auto-created topics, with or
-# without auto-creation.
+# How librdkafka's harness (trivup 0.12) configures every Kafka broker: an ACL authorizer that
+# lets everyone do what no ACL names (the admin and authorization tests create ACLs).
+HARNESS = {
+    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
+}
+# librdkafka's tests/scenarios/*.json: four partitions and replication factor 3 (1 on a single
+# broker) for auto-created topics, with or without auto-creation.
 SCENARIOS = {
-    "default": {"auto.create.topics.enable": "true", "num.partitions": "4"},
-    "noautocreate": {"auto.create.topics.enable": "false", "num.partitions": "4"},
+    "default": {**HARNESS, "auto.create.topics.enable": "true", "num.partitions": "4"},
+    "noautocreate": {**HARNESS, "auto.create.topics.enable": "false", "num.partitions": "4"},
 }
 MODES = ("single", "cluster")
 # librdkafka scales its own timeouts by this (test.timeout.multiplier): two shared cores.
