@@ -79,10 +79,11 @@ APIS = [
 
 KAFKA_4_VERSION = "4.1.1"
 # Apis (Request and Response) taken from Kafka 4.1.1's kafka-clients jar: the transaction apis
-# (KIP-98, KIP-447, KIP-664, KIP-890, KIP-994), the client quota apis (KIP-546) and
-# DescribeTopicPartitions (KIP-966).
+# (KIP-98, KIP-447, KIP-664, KIP-890, KIP-994), the client quota apis (KIP-546),
+# DescribeTopicPartitions (KIP-966) and UpdateFeatures (KIP-584).
 KAFKA_4_APIS = [
     "DescribeTopicPartitions",
+    "UpdateFeatures",
     "AddPartitionsToTxn",
     "AddOffsetsToTxn",
     "EndTxn",

@@ -51,6 +51,8 @@ from kafka.protocol.admin import (
     ElectLeadersResponse,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
+    UpdateFeaturesRequest,
+    UpdateFeaturesResponse,
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
     DescribeLogDirsResponse,
@@ -196,6 +198,7 @@ KAFKA_PYTHON = {
         AlterPartitionReassignmentsRequest,
         AlterPartitionReassignmentsResponse,
     ),
+    ApiKey.UPDATE_FEATURES: (UpdateFeaturesRequest, UpdateFeaturesResponse),
 }
 
 # Every version served, but ApiVersions above v0 is checked in test_api_versions_v3.
