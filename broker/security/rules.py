@@ -1010,6 +1010,14 @@ RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
     A.ELECT_LEADERS: elect_leaders_rule,
     A.ALTER_PARTITION_REASSIGNMENTS: cluster_rule(O.ALTER, _denied_reassignments),
     A.LIST_PARTITION_REASSIGNMENTS: cluster_rule(O.DESCRIBE, _top_error(O.DESCRIBE, topics=[])),
+    A.UPDATE_FEATURES: cluster_rule(
+        O.ALTER,
+        lambda r: {
+            "error_code": CLUSTER_DENIED,
+            "error_message": "Cluster authorization failed.",
+            "results": [],
+        },
+    ),
     A.OFFSET_DELETE: offset_delete_rule,
     # Kafka 4.1 answers one nameless result per user asked for
     A.DESCRIBE_USER_SCRAM_CREDENTIALS: cluster_rule(
