@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: screenshots install install-test kafka-jvm spark-kafka kcat openssl chromium prometheus zookeeper burrow faketime node-deps build-deps run test test-unit test-pure lint bench compose-test clean docker-compose
+.PHONY: screenshots install install-test kafka-jvm spark-kafka franz-go kcat openssl chromium prometheus zookeeper burrow faketime node-deps build-deps run test test-unit test-pure lint bench compose-test clean docker-compose
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ build-deps:
 	    build-essential libdeflate-dev >/dev/null; }
 
 install-test: $(VENV)/.installed-test kcat openssl docker-compose node-deps chromium prometheus zookeeper burrow \
-  faketime kafka-jvm spark-kafka
+  faketime kafka-jvm spark-kafka franz-go
 
 # Apache Kafka 4.1.1's jars (tests/jvm/pom.xml: broker, tools, Java clients, Streams, Connect) and
 # our Java drivers (tests/jvm/src), fetched from Maven Central once into build/jvm/: tests/oracle/
@@ -55,6 +55,28 @@ $(SPARK_KAFKA_STAMP): tests/spark/jvm/pom.xml | $(KAFKA_JVM_STAMP)
 	rm -rf build/spark-kafka
 	cd tests/spark/jvm && mvn -q -B dependency:copy-dependencies
 	touch $@
+
+# franz-go's kgo test suite (tests/suites/test_franz_go_suite.py): the module at a pinned version from
+# the Go module proxy into build/gomod (its zip's go.sum hash checked here as well as by go against
+# sum.golang.org; -modcacherw so `make clean` can remove it), and its pkg/kgo tests, which the module
+# ships, compiled once into build/franz-go/kgo.test (its own go.sum verifies its dependencies).
+# franz-go 1.22 needs go >= 1.26: an older go (>= 1.21) fetches that toolchain from the proxy.
+FRANZ_GO_VERSION := v1.22.3
+FRANZ_GO_SUM := h1:RHe35s34pKefMLyL+ZYJ6mQVtfFZz4zHDHVkTyACur0=
+FRANZ_GO_TEST := build/franz-go/kgo.test
+GO := $(shell command -v go || echo /usr/local/go/bin/go)
+GO_ENV := GOMODCACHE=$(CURDIR)/build/gomod GOFLAGS=-modcacherw GOWORK=off GOTOOLCHAIN=auto
+franz-go: $(FRANZ_GO_TEST)
+
+$(FRANZ_GO_TEST):
+	@[ -x "$(GO)" ] || { echo "franz-go's tests need Go 1.26 or newer (https://go.dev/dl/) on PATH or in /usr/local/go"; exit 1; }
+	mkdir -p $(dir $(FRANZ_GO_TEST))
+	$(GO_ENV) $(GO) mod download -json github.com/twmb/franz-go@$(FRANZ_GO_VERSION) > $(FRANZ_GO_TEST).download.json
+	grep -q '"Sum": "$(FRANZ_GO_SUM)"' $(FRANZ_GO_TEST).download.json || { \
+	  echo "github.com/twmb/franz-go@$(FRANZ_GO_VERSION) does not have the pinned hash $(FRANZ_GO_SUM):"; \
+	  cat $(FRANZ_GO_TEST).download.json; exit 1; }
+	cd build/gomod/github.com/twmb/franz-go@$(FRANZ_GO_VERSION)/pkg/kgo && \
+	  $(GO_ENV) $(GO) test -c -o $(abspath $(FRANZ_GO_TEST)).part . && mv $(abspath $(FRANZ_GO_TEST)).part $(abspath $(FRANZ_GO_TEST))
 
 # KafkaJS (tests/integration/test_kafkajs.py) from the npm registry, pinned by its lock file; node and
 # npm from Debian when the machine has none.

@@ -1,0 +1,136 @@
+"""franz-go's own kgo test suite against a chronolog broker (issue #32).
+
+``make franz-go`` (in ``make install-test``) downloads github.com/twmb/franz-go at the version the
+Makefile pins from the Go module proxy into build/gomod and compiles the tests its pkg/kgo ships
+into build/franz-go/kgo.test. This test starts one broker and runs that binary against it
+(KGO_SEEDS), the way franz-go's CI runs it against Kafka, with the tests named in KGO_TESTS: every
+kgo test that talks to a broker and that a single chronolog broker can run. The binary runs in the
+package's source directory, as ``go test`` would run it.
+
+Left out, and why (`kgo.test -test.list .` lists them all; the others need no broker):
+- TestShareGroup, TestShareGroupETL, TestShareGroupAckOnClose, TestShareGroupOffsetsAdmin,
+  TestConsumeRegexShareSkipsInternal: share groups (KIP-932, Kafka 4.2), which chronolog lacks;
+  they skip themselves.
+- Test848RegexBrokerResolves and the /848 subtests of the ETL tests: the KIP-848 consumer group
+  protocol (ConsumerGroupHeartbeat), which chronolog lacks; they skip themselves.
+- TestIssueProduceBrokerTooOldFailsRecords: needs a broker that refuses Produce v2 (Kafka 4
+  removed it; chronolog keeps it for old clients); skips itself.
+- TestSCRAMAuth, TestSCRAMAuthBadCredentials, TestOAuthAuth: need SASL listeners (skip without).
+
+A skipped test prints "--- SKIP", never "--- PASS", so each named test must print "--- PASS".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+from tests.conftest import REPO
+
+KGO_TEST = REPO / "build" / "franz-go" / "kgo.test"
+# The version the Makefile pins (FRANZ_GO_VERSION); its sources are where the binary runs.
+FRANZ_GO_VERSION = "v1.22.3"
+KGO_SOURCE = (
+    REPO
+    / "build"
+    / "gomod"
+    / "github.com"
+    / "twmb"
+    / f"franz-go@{FRANZ_GO_VERSION}"
+    / "pkg"
+    / "kgo"
+)
+
+KGO_TESTS = (
+    # Transactional consume-transform-produce (TxnOffsetCommit, EndTxn, read_committed) and the
+    # same through plain groups, with the eager, cooperative and static-membership balancers.
+    "TestTxnEtl",
+    "TestGroupETL",
+    # Producing: batching, large records, manual partitions, errors per record.
+    "TestClient_Produce",
+    "TestClient_ProduceLargeMessages",
+    "TestIssue769",
+    "TestIssue831",
+    "TestIssueProduceSyncManualPartitionNegativeDoesNotPanic",
+    # Consuming: regex subscriptions, topics deleted under a consumer, pause/resume, fetch sizes.
+    "TestIssue325",
+    "TestConsumeRegex",
+    "TestConsumeTopicRetrieval",
+    "TestConsumeTopicRetrieval_Many",
+    "TestIssue337",
+    "TestDirectPartitionPurge",
+    "TestIssue434",
+    "TestAddRemovePartitions",
+    "TestPauseIssue489",
+    "TestPauseIssueOct2023",
+    "TestIssue523",
+    "TestIssue648",
+    "TestIssue810",
+    "TestIssue865",
+    "TestIssueFetchLargerThanBrokerMaxReadBytes",
+    "TestPooling",
+    "TestGroupSimple",
+    "TestHookPollStart",
+    "TestConsumeMaxDecompressBatchBytes",
+    # Requests: ping, batched FindCoordinator, OffsetFetch for an unknown group.
+    "TestPing",
+    "TestIssue1034",
+    "TestUnknownGroupOffsetFetchPinned",
+)
+# Records each ETL test pushes through its chain of groups (franz-go's default is 500,000): enough
+# for several transactions and rebalances per consumer, and about 10 s of a loaded 2-core machine.
+RECORDS = 5000
+# franz-go's ETL topics get 7, 11 and 31 partitions; capped here (see KGO_TEST_MAX_TOPIC_PARTS).
+MAX_TOPIC_PARTITIONS = 3
+# The whole run takes about 50 s here (mostly waiting on metadata after topic deletions).
+RUN_TIMEOUT_S = 240
+# franz-go's test helpers log these on every run; they say nothing of a failure.
+NOISE = re.compile(r"deleting (topic|group)|completed in")
+
+
+def test_franz_go_kgo_suite(broker_factory, tmp_path):
+    assert KGO_TEST.exists(), f"{KGO_TEST} is missing: `make franz-go` builds it"
+    broker = broker_factory()
+    env = {
+        **os.environ,
+        "KGO_SEEDS": broker.bootstrap,
+        "KGO_TEST_RF": "1",
+        "KGO_TEST_RECORDS": str(RECORDS),
+        "KGO_TEST_MAX_TOPIC_PARTS": str(MAX_TOPIC_PARTITIONS),
+        "KGO_LOG_LEVEL": "none",
+    }
+    output = tmp_path / "kgo.log"
+    with open(output, "wb") as out:
+        proc = subprocess.run(
+            [
+                str(KGO_TEST),
+                "-test.run",
+                "^(" + "|".join(KGO_TESTS) + ")$",
+                "-test.v",
+                f"-test.timeout={RUN_TIMEOUT_S}s",
+            ],
+            cwd=KGO_SOURCE,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            # -test.timeout makes the binary panic with every goroutine's stack first.
+            timeout=RUN_TIMEOUT_S + 60,
+        )
+    log = output.read_text(errors="replace")
+    results = {
+        name: state for state, name in re.findall(r"^--- (PASS|FAIL|SKIP): (\w+) ", log, re.M)
+    }
+    not_passed = {
+        name: results.get(name, "not run") for name in KGO_TESTS if results.get(name) != "PASS"
+    }
+    failures = "\n".join(
+        line
+        for line in log.splitlines()
+        if re.search(r"--- FAIL|_test\.go:\d+:|panic:", line) and not NOISE.search(line)
+    )
+    assert proc.returncode == 0 and not not_passed, (
+        f"franz-go's kgo tests against chronolog at {broker.bootstrap}: exit status {proc.returncode}, "
+        f"not passed: {not_passed}; the failing lines (whole output in {output}, broker log in "
+        f"{broker.log_path}):\n{failures[-6000:]}"
+    )
