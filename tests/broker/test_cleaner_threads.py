@@ -239,7 +239,8 @@ async def test_shutdown_stops_a_cleaning_in_its_worker_thread(tmp_path):
     ctx.get_log("t", 0).roll()
     async with trio.open_nursery() as nursery:
         broker_cleaner.start(ctx, nursery)
-        await trio.sleep(0.5)  # the cleaning is under way (it would take ~30 s)
+        while not ctx.log_manager.cleaning.in_progress(("t", 0)):  # under way (it takes ~30 s)
+            await trio.sleep(0.01)
         started = time.monotonic()
         nursery.cancel_scope.cancel()
     assert time.monotonic() - started < 5
