@@ -204,10 +204,13 @@ bench: $(VENV)/.installed-bench kafka-jvm
 # build/pipeline/<topic>-per-minute (Parquet). `make pipeline-seed` first produces demo data into it.
 PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
+# chronolog (pyspark_chronolog) or kafka (Spark's own Kafka source, jars from `make spark-kafka`)
+PIPELINE_SOURCE ?= chronolog
 .PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation bench-quotas soak
 
-pipeline: $(VENV)/.installed-test
+pipeline: $(VENV)/.installed-test spark-kafka
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
+	  --source $(PIPELINE_SOURCE) \
 	  --last-minutes 60
 
 pipeline-seed: $(VENV)/.installed-test

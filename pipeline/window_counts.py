@@ -4,7 +4,9 @@
         --last-minutes 60 --output-topic clicks-per-minute --parquet build/pipeline/clicks-per-minute
 
 The window [start, end) is resolved to offsets by the broker's time index (ListOffsets v1), so
-only that slice of each partition is fetched. Results go to Parquet (overwritten) and, one
+only that slice of each partition is fetched. `--source chronolog` (the default) reads through
+pyspark_chronolog; `--source kafka` through Spark's own Kafka source (spark-sql-kafka-0-10, jars in
+build/spark-kafka/ from `make spark-kafka`), which resolves the same window the same way. Results go to Parquet (overwritten) and, one
 message per (key, minute), to the output topic: key = the key, value = JSON {"minute_ms",
 "messages", "bytes"}, timestamp (CreateTime) = the minute's start.
 """
@@ -16,23 +18,38 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 
-def session() -> SparkSession:
+SOURCES = ("chronolog", "kafka")
+SPARK_KAFKA_JARS = Path(__file__).resolve().parents[1] / "build" / "spark-kafka"
+
+
+def session(source: str = "chronolog") -> SparkSession:
+    """A local[2] session; for the kafka source with Spark's Kafka jars (SystemExit saying what to
+    run when they are not installed)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark_chronolog import ChronologDataSource
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("chronolog-window-counts")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    if source == "kafka":
+        jars = sorted(SPARK_KAFKA_JARS.glob("*.jar"))
+        if not jars:
+            raise SystemExit(
+                f"--source kafka needs Spark's Kafka source jars in {SPARK_KAFKA_JARS}: "
+                "run `make spark-kafka` first"
+            )
+        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     # Registering explicitly also works when the job is not started from the repository root.
     spark.dataSource.register(ChronologDataSource)
@@ -40,14 +57,28 @@ def session() -> SparkSession:
 
 
 def per_minute(
-    spark: SparkSession, bootstrap: str, topic: str, start_ms: int, end_ms: int
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str,
+    start_ms: int,
+    end_ms: int,
+    source: str = "chronolog",
 ) -> DataFrame:
     """(key, minute, messages, bytes) for messages with start_ms <= timestamp < end_ms."""
+    if source == "kafka":
+        reader = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+        )
+    else:
+        reader = (
+            spark.read.format("chronolog")
+            .option("bootstrap.servers", bootstrap)
+            .option("topic", topic)
+        )
     messages = (
-        spark.read.format("chronolog")
-        .option("bootstrap.servers", bootstrap)
-        .option("topic", topic)
-        .option("startingTimestamp", str(start_ms))
+        reader.option("startingTimestamp", str(start_ms))
         .option("endingTimestamp", str(end_ms))
         # an empty window is a result, not an error
         .option("startingOffsetsByTimestampStrategy", "latest")
@@ -72,8 +103,9 @@ def run(
     end_ms: int,
     output_topic: str | None,
     parquet: str | None,
+    source: str = "chronolog",
 ) -> dict:
-    result = per_minute(spark, bootstrap, topic, start_ms, end_ms).cache()
+    result = per_minute(spark, bootstrap, topic, start_ms, end_ms, source).cache()
     rows = result.count()
     if parquet:
         result.write.mode("overwrite").parquet(parquet)
@@ -95,6 +127,7 @@ def run(
     totals = result.agg(F.sum("messages"), F.sum("bytes")).first()
     result.unpersist()
     return {
+        "source": source,
         "topic": topic,
         "start_ms": start_ms,
         "end_ms": end_ms,
@@ -110,6 +143,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--topic", required=True)
+    parser.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="chronolog",
+        help="chronolog's data source (default) or Spark's own Kafka source",
+    )
     window = parser.add_mutually_exclusive_group()
     window.add_argument(
         "--last-minutes",
@@ -127,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     start_ms = args.start_ms if args.start_ms is not None else end_ms - args.last_minutes * 60_000
     if end_ms < start_ms:
         parser.error(f"--end-ms {end_ms} is before the window start {start_ms}")
-    spark = session()
+    spark = session(args.source)
     try:
         summary = run(
             spark,
@@ -139,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
             if args.no_output_topic
             else args.output_topic or f"{args.topic}-per-minute",
             parquet=args.parquet or f"build/pipeline/{args.topic}-per-minute",
+            source=args.source,
         )
     finally:
         spark.stop()
