@@ -29,7 +29,7 @@ from broker.groups.coordinator import (
     OFFSETS_TOPIC_CONFIGS,
     GroupCoordinator,
 )
-from broker.groups.handlers import handle_find_coordinator
+from broker.groups.handlers import handle_find_coordinator, handle_list_groups
 from protocol.api import Request
 from protocol.errors import ErrorCode
 
@@ -98,6 +98,18 @@ class CoordinatorPlacement:
                 coordinator.shutdown()
                 if self._scope is scope:
                     self._scope = None
+
+    async def list_groups(self, request: Request) -> dict:
+        """ListGroups in a cluster. Every group lives with the offsets partition's leader, which
+        answers as a single broker does (GROUP_LOAD_IN_PROGRESS while it replays the
+        partition); every other broker answers no groups and no error, as a Kafka broker that
+        leads no ``__consumer_offsets`` partition does (clients ask every broker and merge)."""
+        ctx = self.cluster.ctx
+        if ctx.coordinator is not None and ctx.coordinator.active:
+            return await handle_list_groups(ctx, request)
+        if self._scope is not None:  # leading, the coordinator still replaying
+            return {"error_code": int(ErrorCode.GROUP_LOAD_IN_PROGRESS), "groups": []}
+        return {"error_code": int(ErrorCode.NONE), "groups": []}
 
     async def find_coordinator(self, request: Request) -> dict:
         """FindCoordinator v0-v6 in a cluster: for group keys, the offsets partition's leader

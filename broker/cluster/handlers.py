@@ -596,6 +596,11 @@ async def handle_cluster_find_coordinator(ctx: BrokerContext, request: Request) 
     return await ctx.cluster.groups.find_coordinator(request)
 
 
+async def handle_cluster_list_groups(ctx: BrokerContext, request: Request) -> dict:
+    assert ctx.cluster is not None
+    return await ctx.cluster.groups.list_groups(request)
+
+
 def cluster_handlers(handlers: dict) -> dict:
     """The dispatch table of a broker in a cluster (see the module docstring)."""
     table = dict(handlers)
@@ -610,6 +615,7 @@ def cluster_handlers(handlers: dict) -> dict:
             ApiKey.STOP_REPLICA: handle_stop_replica,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
             ApiKey.FIND_COORDINATOR: handle_cluster_find_coordinator,
+            ApiKey.LIST_GROUPS: handle_cluster_list_groups,
             ApiKey.CONTROLLED_SHUTDOWN: handle_controlled_shutdown,
             ApiKey.ELECT_LEADERS: handle_elect_leaders,
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,

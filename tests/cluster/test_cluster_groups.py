@@ -7,6 +7,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
+from protocol import ApiKey
+from tests.cluster.helpers import call
 from tests.waiting import wait_for
 
 
@@ -55,3 +57,31 @@ def test_committed_offsets_move_with_the_offsets_partition(cluster_factory):
             c.close()
 
     wait_for(lambda: committed() == 7, "the commit on the new coordinator", timeout=60)
+
+
+def test_list_groups_on_every_broker(cluster_factory):
+    """Admin clients (librdkafka's ListConsumerGroups, Kafka's kafka-consumer-groups --list) ask
+    every broker and count an error from any: brokers that do not coordinate answer no groups
+    and no error, as Kafka's brokers that lead no offsets partition do (librdkafka's 0081)."""
+    cluster = cluster_factory(3)
+    assert cluster.create_topic("t", 1, 3) == 0
+    consumer = KafkaConsumer(
+        "t", bootstrap_servers=cluster.bootstrap, group_id="listed", consumer_timeout_ms=500
+    )
+
+    def assigned() -> bool:
+        consumer.poll(200)
+        return bool(consumer.assignment())
+
+    wait_for(assigned, "the consumer's assignment", timeout=60)
+    coordinator = _coordinator_leader(cluster)
+    for broker_id in (1, 2, 3):
+        for version, body in (
+            (4, {"states_filter": []}),
+            (5, {"states_filter": [], "types_filter": ["classic"]}),
+        ):
+            answer = call(cluster.broker(broker_id), ApiKey.LIST_GROUPS, version, body)
+            assert answer["error_code"] == 0, (broker_id, version, answer)
+            listed = [g["group_id"] for g in answer["groups"]]
+            assert listed == (["listed"] if broker_id == coordinator else []), (broker_id, answer)
+    consumer.close()
