@@ -328,6 +328,11 @@ class TxnMachine:
         if meta is None:
             return Answer(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         v2 = meta.epoch_bump_per_transaction
+        if v2 and (tid in self.pending or meta.state.completing):
+            # Kafka 4.1 answers a write in progress before it looks at the epoch: the previous
+            # end already bumped the epoch to the request's, so an EndTxn that races that
+            # transaction's markers is a live producer's next one, to retry, not a zombie.
+            return Answer(ErrorCode.CONCURRENT_TRANSACTIONS)
         # A v2 retry of an EndTxn that already bumped the epoch (Kafka's endTxnEpochBumped).
         retry_of_bump = v2 and meta.producer_epoch == epoch + 1
         retry_on_overflow = (
@@ -336,15 +341,11 @@ class TxnMachine:
             and epoch == MAX_EPOCH - 1
             and meta.producer_epoch == 0
         )
+        retry = retry_of_bump or retry_on_overflow
         if meta.producer_id != producer_id and not retry_on_overflow:
             return Answer(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-        if v2:
-            if meta.state in (TxnState.ONGOING, TxnState.EMPTY):
-                valid = epoch == meta.producer_epoch
-            elif meta.state.completing:
-                valid = retry_of_bump
-            else:
-                valid = retry_of_bump or retry_on_overflow
+        if v2 and meta.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid = retry or epoch == meta.producer_epoch
         else:
             valid = epoch == meta.producer_epoch
         if not valid:
@@ -355,6 +356,14 @@ class TxnMachine:
         wanted_prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         if meta.state is TxnState.ONGOING:
             return Transit(self._prepare_end(meta, wanted_prepare, now_ms, client_version))
+        if v2:
+            if retry and meta.state is wanted_done:
+                return Answer(ErrorCode.NONE, meta)  # the answer to the end that bumped was lost
+            if not retry and not commit:
+                # KIP-890: a v2 client may abort a transaction that added no partition (none
+                # since the last end); the epoch is bumped all the same.
+                return Transit(self._prepare_end(meta, wanted_prepare, now_ms, client_version))
+            return Answer(ErrorCode.INVALID_TXN_STATE)
         if meta.state is wanted_done:
             return Answer(ErrorCode.NONE, meta)
         if meta.state is wanted_prepare:

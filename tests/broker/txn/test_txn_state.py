@@ -139,6 +139,34 @@ def test_transaction_version_2_bumps_the_epoch_at_every_end():
     assert m.add_partitions("t", 1000, 0, [("a", 0)], 3) == Answer(E.PRODUCER_FENCED)
 
 
+def test_transaction_version_2_end_racing_the_previous_markers_waits_for_them():
+    """franz-go's TestTxnEtl: EndTxn v5 answers with the bumped epoch while its markers are still
+    being written, and the producer's next EndTxn (an abort of a transaction that added nothing)
+    comes at that epoch. Kafka 4.1.1 answers a write in progress before it checks the epoch (its
+    TransactionCoordinator.endTransaction), so the producer waits instead of being fenced."""
+    m = machine()
+    apply(m, m.init_producer_id("t", 1000, None, 0))
+    apply(m, m.add_partitions("t", 1000, 0, [("a", 0)], 0, client_version=2))
+    apply(m, m.end_txn("t", 1000, 0, True, 1, client_version=2))  # PrepareCommit at epoch 1
+    for commit in (False, True):
+        assert m.end_txn("t", 1000, 1, commit, 2, client_version=2) == Answer(
+            E.CONCURRENT_TRANSACTIONS
+        )
+    finish(m, "t")
+    assert m.end_txn("t", 1000, 1, True, 3, client_version=2) == Answer(E.INVALID_TXN_STATE)
+    aborted = apply(m, m.end_txn("t", 1000, 1, False, 3, client_version=2))
+    assert (aborted.state, aborted.producer_epoch, aborted.last_producer_epoch) == (
+        TxnState.PREPARE_ABORT,
+        2,
+        1,
+    )
+    finish(m, "t")
+    # a retry of that abort (its answer lost) succeeds; a producer still at epoch 0 is fenced
+    assert m.end_txn("t", 1000, 1, False, 4, client_version=2).error is E.NONE
+    assert m.end_txn("t", 1000, 1, True, 4, client_version=2) == Answer(E.INVALID_TXN_STATE)
+    assert m.end_txn("t", 1000, 0, False, 4, client_version=2) == Answer(E.PRODUCER_FENCED)
+
+
 def test_verification_tells_which_partitions_are_in_the_transaction():
     m = machine()
     apply(m, m.init_producer_id("t", 1000, None, 0))
