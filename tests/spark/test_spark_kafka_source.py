@@ -1,8 +1,8 @@
 """Spark's own Kafka source and sink (spark-sql-kafka-0-10 4.2.0 with kafka-clients 3.9.2, from
 build/spark-kafka/) against a real chronolog broker: time-bounded batch reads equal brute force
 over kafka-python's full read, df.write.format("kafka") round-trips keys, values and headers, a
-Structured Streaming query resumes from its checkpoint across a broker restart reading every
-record exactly once, and read_committed hides aborted transactions."""
+Structured Streaming query runs across a broker restart and a new one resumes from its checkpoint,
+every record in the sink exactly once, and read_committed hides aborted transactions."""
 
 import json
 import random
@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 from kafka import KafkaConsumer, TopicPartition
 
 from tests.spark.spark_helpers import consume_all, new_topic, produce_messages
+from tests.waiting import wait_for
 
 PARTITIONS = 3
 
@@ -192,10 +193,13 @@ def test_write_format_kafka_round_trips_keys_values_headers(spark, broker):
     assert got == oracle
 
 
-def test_stream_resumes_from_checkpoint_across_a_broker_restart(spark, broker_factory, tmp_path):
+def test_stream_runs_across_a_broker_restart_and_resumes_from_its_checkpoint(
+    spark, broker_factory, tmp_path
+):
     chronolog = broker_factory()
     topic = new_topic(chronolog, PARTITIONS, segment_bytes=4096)
     base = int(time.time() * 1000) - 600_000
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
 
     def send(first: int, count: int) -> None:
         for p in range(PARTITIONS):
@@ -205,46 +209,73 @@ def test_stream_resumes_from_checkpoint_across_a_broker_restart(spark, broker_fa
             ]
             produce_messages(chronolog, topic, p, msgs, per_request=17)
 
-    def run_query() -> None:
+    def start_query(trigger: dict):
         stream = (
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", chronolog.bootstrap)
             .option("subscribe", topic)
             .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", "200")  # several micro-batches per run
+            .option("maxOffsetsPerTrigger", "200")  # several micro-batches per phase
             .load()
-            .selectExpr("partition", "offset", "key", "value", "timestamp")
+            .selectExpr("partition", "offset", "key", "value")
         )
-        query = (
+        return (
             stream.writeStream.format("parquet")
-            .option("path", str(tmp_path / "out"))
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .trigger(availableNow=True)
+            .option("path", out)
+            .option("checkpointLocation", checkpoint)
+            .trigger(**trigger)
             .start()
         )
-        assert query.awaitTermination(180), "the availableNow query did not finish in 180 s"
-        assert query.exception() is None
 
     def sink() -> list[tuple]:
+        if not (tmp_path / "out" / "_spark_metadata").exists():
+            return []  # no micro-batch committed yet
         return sorted(
             (r.partition, r.offset, bytes(r.key), bytes(r.value))
-            for r in spark.read.parquet(str(tmp_path / "out")).collect()
+            for r in spark.read.schema("partition int, offset long, key binary, value binary")
+            .parquet(out)
+            .collect()
         )
 
+    def sink_holds(query, count: int) -> bool:
+        if not query.isActive:  # a dead query fails the test at once, with Spark's reason
+            raise RuntimeError(f"the streaming query stopped: {query.exception()}")
+        return len(sink()) >= count
+
+    # a running query: the broker stops and starts under it, with new records after the restart
     send(0, 150)
-    run_query()
-    first_run = sink()
-    assert len(first_run) == PARTITIONS * 150
+    query = start_query({"processingTime": "500 milliseconds"})
+    try:
+        wait_for(
+            lambda: sink_holds(query, PARTITIONS * 150),
+            "the first records in the sink",
+            timeout=180,
+            interval=1.0,
+            transient=(AssertionError,),
+        )
+        chronolog.stop()
+        chronolog.start()  # same log dir and port
+        send(150, 100)
+        wait_for(
+            lambda: sink_holds(query, PARTITIONS * 250),
+            "the records sent after the restart",
+            timeout=180,
+            interval=1.0,
+            transient=(AssertionError,),
+        )
+    finally:
+        query.stop()
+    assert query.exception() is None
 
-    chronolog.stop()
-    chronolog.start()  # same log dir and port
-    send(150, 100)
-    run_query()  # resumes from the checkpoint's offsets on the restarted broker
+    # a new query on the same checkpoint reads only what came after it
+    send(250, 50)
+    query = start_query({"availableNow": True})
+    assert query.awaitTermination(180), "the availableNow query did not finish in 180 s"
+    assert query.exception() is None
 
-    got = sink()
     want = sorted((m[0], m[1], m[2], m[3]) for m in consume_all(chronolog, topic))
-    assert len(want) == PARTITIONS * 250
-    assert got == want  # every record once: nothing re-read, nothing skipped
+    assert len(want) == PARTITIONS * 300
+    assert sink() == want  # every record once: nothing re-read, nothing skipped
 
 
 def test_read_committed_hides_aborted_transactions(spark, broker):
