@@ -20,7 +20,9 @@ def spark():
     # spark.jars is read when the JVM starts, so the one session carries the Kafka source for
     # every module: a second session in the same process would be this one.
     jars = sorted(SPARK_KAFKA_JARS.glob("*.jar"))
-    assert jars, f"no jars in {SPARK_KAFKA_JARS}: run `make spark-kafka` (part of make install-test)"
+    assert jars, (
+        f"no jars in {SPARK_KAFKA_JARS}: run `make spark-kafka` (part of make install-test)"
+    )
     session = (
         SparkSession.builder.master("local[2]")
         .appName("chronolog-tests")
