@@ -2,10 +2,12 @@
 
 ``make franz-go`` (in ``make install-test``) downloads github.com/twmb/franz-go at the version the
 Makefile pins from the Go module proxy into build/gomod and compiles the tests its pkg/kgo ships
-into build/franz-go/kgo.test. This test starts one broker and runs that binary against it
-(KGO_SEEDS), the way franz-go's CI runs it against Kafka, with the tests named in KGO_TESTS: every
-kgo test that talks to a broker and that a single chronolog broker can run. The binary runs in the
-package's source directory, as ``go test`` would run it.
+into build/franz-go/kgo.test. This test starts one broker, with a PLAINTEXT listener (KGO_SEEDS)
+and a SASL_PLAINTEXT one taking SCRAM-SHA-256 (KGO_TEST_SCRAM_SEEDS, a user made with
+``chronolog users add``), and runs that binary against it, the way franz-go's CI runs it against
+Kafka, with the tests named in KGO_TESTS: every kgo test that talks to a broker and that a single
+chronolog broker can run. The binary runs in the package's source directory, as ``go test``
+would run it.
 
 Left out, and why (`kgo.test -test.list .` lists them all; the others need no broker):
 - TestShareGroup, TestShareGroupETL, TestShareGroupAckOnClose, TestShareGroupOffsetsAdmin,
@@ -15,7 +17,7 @@ Left out, and why (`kgo.test -test.list .` lists them all; the others need no br
   protocol (ConsumerGroupHeartbeat), which chronolog lacks; they skip themselves.
 - TestIssueProduceBrokerTooOldFailsRecords: needs a broker that refuses Produce v2 (Kafka 4
   removed it; chronolog keeps it for old clients); skips itself.
-- TestSCRAMAuth, TestSCRAMAuthBadCredentials, TestOAuthAuth: need SASL listeners (skip without).
+- TestOAuthAuth: SASL/OAUTHBEARER, which chronolog lacks; skips itself without its listener.
 
 A skipped test prints "--- SKIP", never "--- PASS", so each named test must print "--- PASS".
 """
@@ -25,8 +27,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
+from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, BrokerProcess
 
 KGO_TEST = REPO / "build" / "franz-go" / "kgo.test"
 # The version the Makefile pins (FRANZ_GO_VERSION); its sources are where the binary runs.
@@ -75,6 +79,9 @@ KGO_TESTS = (
     "TestConsumeMaxDecompressBatchBytes",
     # Requests: ping, batched FindCoordinator, OffsetFetch for an unknown group.
     "TestPing",
+    # SASL/SCRAM-SHA-256: a known user pings and reads metadata; an unknown one is refused.
+    "TestSCRAMAuth",
+    "TestSCRAMAuthBadCredentials",
     "TestIssue1034",
     "TestUnknownGroupOffsetFetchPinned",
 )
@@ -88,14 +95,35 @@ RECORDS = 5000
 RUN_TIMEOUT_S = 300
 # franz-go's test helpers log these on every run; they say nothing of a failure.
 NOISE = re.compile(r"deleting (topic|group)|completed in")
+# The user TestSCRAMAuth logs in as (TestSCRAMAuthBadCredentials tries an unknown one).
+SCRAM_USER, SCRAM_PASSWORD = "franz", "franz-scram-pw"
 
 
 def test_franz_go_kgo_suite(broker_factory, tmp_path):
     assert KGO_TEST.exists(), f"{KGO_TEST} is missing: `make franz-go` builds it"
-    broker = broker_factory()
+    broker = broker_factory(
+        listeners="PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        **{
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        },
+    )
+    # `chronolog users add` writes the credentials file, which the running broker reads.
+    subprocess.run(
+        [sys.executable, "-m", "broker", "users", "--log-dir", broker.log_dir, "add", SCRAM_USER,
+         "--mechanism", "SCRAM-SHA-256", "--password-stdin"],
+        input=SCRAM_PASSWORD.encode(), check=True, capture_output=True, cwd=REPO,
+    )  # fmt: skip
+    ports = {e["listener"]: e["port"] for e in broker.log_events("listening")}
+    run_kgo_suite(broker, ports, tmp_path)
+
+
+def run_kgo_suite(broker: BrokerProcess, ports: dict[str, int], tmp_path: Path) -> None:
     env = {
         **os.environ,
-        "KGO_SEEDS": broker.bootstrap,
+        "KGO_SEEDS": f"{broker.host}:{ports['PLAINTEXT']}",
+        "KGO_TEST_SCRAM_SEEDS": f"{broker.host}:{ports['SASL_PLAINTEXT']}",
+        "KGO_TEST_SCRAM": f"{SCRAM_USER}:{SCRAM_PASSWORD}",
         "KGO_TEST_RF": "1",
         "KGO_TEST_RECORDS": str(RECORDS),
         "KGO_LOG_LEVEL": "none",
@@ -130,7 +158,8 @@ def test_franz_go_kgo_suite(broker_factory, tmp_path):
         if re.search(r"--- FAIL|_test\.go:\d+:|panic:", line) and not NOISE.search(line)
     )
     assert proc.returncode == 0 and not not_passed, (
-        f"franz-go's kgo tests against chronolog at {broker.bootstrap}: exit status {proc.returncode}, "
+        f"franz-go's kgo tests against chronolog at {env['KGO_SEEDS']}: "
+        f"exit status {proc.returncode}, "
         f"not passed: {not_passed}; the failing lines (whole output in {output}, broker log in "
         f"{broker.log_path}):\n{failures[-6000:]}"
     )
