@@ -59,11 +59,11 @@ $(SPARK_KAFKA_STAMP): tests/spark/jvm/pom.xml | $(KAFKA_JVM_STAMP)
 # franz-go's kgo test suite (tests/suites/test_franz_go_suite.py): the module at a pinned version from
 # the Go module proxy into build/gomod (its zip's go.sum hash checked here as well as by go against
 # sum.golang.org; -modcacherw so `make clean` can remove it), and its pkg/kgo tests, which the module
-# ships, compiled once into build/franz-go/kgo.test (its own go.sum verifies its dependencies).
+# ships, compiled once into build/franz-go-<version>/kgo.test (its own go.sum verifies its dependencies).
 # franz-go 1.22 needs go >= 1.26: an older go (>= 1.21) fetches that toolchain from the proxy.
 FRANZ_GO_VERSION := v1.22.3
 FRANZ_GO_SUM := h1:RHe35s34pKefMLyL+ZYJ6mQVtfFZz4zHDHVkTyACur0=
-FRANZ_GO_TEST := build/franz-go/kgo.test
+FRANZ_GO_TEST := build/franz-go-$(FRANZ_GO_VERSION)/kgo.test
 GO := $(shell command -v go || echo /usr/local/go/bin/go)
 GO_ENV := GOMODCACHE=$(CURDIR)/build/gomod GOFLAGS=-modcacherw GOWORK=off GOTOOLCHAIN=auto
 franz-go: $(FRANZ_GO_TEST)

@@ -2,8 +2,8 @@
 
 ``make franz-go`` (in ``make install-test``) downloads github.com/twmb/franz-go at the version the
 Makefile pins from the Go module proxy into build/gomod and compiles the tests its pkg/kgo ships
-into build/franz-go/kgo.test. This test starts one broker, with a PLAINTEXT listener (KGO_SEEDS)
-and a SASL_PLAINTEXT one taking SCRAM-SHA-256 (KGO_TEST_SCRAM_SEEDS, a user made with
+into build/franz-go-<version>/kgo.test. This test starts one broker, with a PLAINTEXT listener
+(KGO_SEEDS) and a SASL_PLAINTEXT one taking SCRAM-SHA-256 (KGO_TEST_SCRAM_SEEDS, a user made with
 ``chronolog users add``), and runs that binary against it, the way franz-go's CI runs it against
 Kafka, with the tests named in KGO_TESTS: every kgo test that talks to a broker and that a single
 chronolog broker can run. The binary runs in the package's source directory, as ``go test``
@@ -32,9 +32,9 @@ from pathlib import Path
 
 from tests.conftest import REPO, BrokerProcess
 
-KGO_TEST = REPO / "build" / "franz-go" / "kgo.test"
 # The version the Makefile pins (FRANZ_GO_VERSION); its sources are where the binary runs.
 FRANZ_GO_VERSION = "v1.22.3"
+KGO_TEST = REPO / "build" / f"franz-go-{FRANZ_GO_VERSION}" / "kgo.test"
 KGO_SOURCE = (
     REPO
     / "build"
