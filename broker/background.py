@@ -88,6 +88,7 @@ async def maintain(ctx: BrokerContext, task: Maintenance) -> int:
         async with ctx.locked_log(topic, partition) as log:
             if log is not due_log:
                 continue  # deleted meanwhile
+            failure: OSError | None
             try:
                 done = await trio.to_thread.run_sync(ctx.log_manager.run, task, log, ctx.clock())
             except STORAGE_FAILURES as exc:

@@ -150,6 +150,8 @@ class ConfigKey:
             if self.maximum is not None and value > self.maximum:
                 raise ValueError(f"{value} is above the maximum {self.maximum}")
         elif self.type in _RANGES:
+            lo: int | float
+            hi: int | float
             lo, hi = _RANGES[self.type]
             try:
                 value = int(value)
@@ -525,7 +527,7 @@ def _items_in(choices: tuple[str, ...]) -> Callable[[str], str]:
     return check
 
 
-def _kafka_key(name: str, entry: tuple, scope: Scope) -> ConfigKey:
+def _kafka_key(name: str, entry: tuple[Any, ...], scope: Scope) -> ConfigKey:
     """The key of a name Kafka 4.1 defines and chronolog does not act on, from its generated
     definition (broker/admin/kafka_configs.py): Kafka's type, default, bounds and choices."""
     type_name, default, _importance, minimum, maximum, choices = entry[:6]

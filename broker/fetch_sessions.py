@@ -46,7 +46,8 @@ FINAL_EPOCH = -1
 EVICTION_MS = 120_000
 _INT32_MAX = 2**31 - 1
 
-Key = tuple  # (topic id, partition) in sessions using topic ids, else (topic name, partition)
+# (topic id, partition) in sessions using topic ids, else (topic name, partition)
+Key = tuple[uuid.UUID | str | None, int]
 
 
 @dataclass(slots=True)
@@ -134,6 +135,7 @@ class FetchContext:
 
     def _incremental(self, answers: list[Answer]) -> list[int]:
         session = self.session
+        assert session is not None, "respond() calls this only for an incremental session"
         chosen = []
         moved = []
         for index, (wanted, answer) in enumerate(zip(self.wanted, answers)):

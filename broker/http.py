@@ -101,7 +101,7 @@ async def serve(
     config.graceful_timeout = GRACEFUL_S
     config.keep_alive_timeout = KEEP_ALIVE_S
     config.h2_max_concurrent_streams = 16
-    await hypercorn_serve(app, config, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+    await hypercorn_serve(app, config, shutdown_trigger=shutdown.wait)
 
 
 __all__ = ["open_sockets", "serve"]

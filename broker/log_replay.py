@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from protocol.records import ShallowEntry, iter_shallow
+from storage.log import Log
 
 READ_CHUNK_BYTES = 1 << 20
 
 
-def log_entries(log) -> Iterator[tuple[bytes, ShallowEntry, int]]:
+def log_entries(log: Log) -> Iterator[tuple[bytes, ShallowEntry, int]]:
     """Every top-level entry (message set entry or record batch, control batches included) of
     ``log`` from its start to its end: ``(chunk, entry, skip_below)``, where records of the entry
     below offset ``skip_below`` were yielded with the chunk before (a read starts inside the

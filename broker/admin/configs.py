@@ -265,7 +265,9 @@ class BrokerLayers:
         return value_string(key, key.default)
 
 
-def _entry(key: ConfigKey, name: str, value: str | None, synonyms: list[Synonym], read_only: bool):
+def _entry(
+    key: ConfigKey, name: str, value: str | None, synonyms: list[Synonym], read_only: bool
+) -> ConfigEntry:
     sensitive = _sensitive(key)
     if sensitive:
         value = None

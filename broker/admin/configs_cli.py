@@ -31,6 +31,7 @@ from broker.admin.tool import (
 )
 from client import BrokerConnection
 from protocol.api import ApiKey
+from protocol.schemas import Body
 
 SET, DELETE = 0, 1
 ENTITY_TYPES = {
@@ -65,7 +66,7 @@ def _what(kind: ResourceType, name: str) -> str:
     return f"broker {name}" if name else "the cluster-wide broker defaults"
 
 
-def fetch(client: BrokerConnection, kind: ResourceType, name: str, all_configs: bool):
+def fetch(client: BrokerConnection, kind: ResourceType, name: str, all_configs: bool) -> list[Body]:
     """The resource's configs (those set at its level unless ``all_configs``), sorted."""
     body = {
         "resources": [{"resource_type": kind, "resource_name": name, "configuration_keys": None}],

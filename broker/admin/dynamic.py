@@ -148,7 +148,11 @@ class DynamicConfigs:
                 )
         return kept
 
-    def layers(self, cluster_default=None, per_broker=None) -> BrokerLayers:
+    def layers(
+        self,
+        cluster_default: Mapping[str, str] | None = None,
+        per_broker: Mapping[str, str] | None = None,
+    ) -> BrokerLayers:
         """The layers DescribeConfigs reports (optionally with a proposed dynamic layer)."""
         return BrokerLayers(
             self.per_broker if per_broker is None else per_broker,

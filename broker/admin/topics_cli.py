@@ -27,15 +27,17 @@ from broker.topics import topic_id_string
 from client import BrokerConnection
 from protocol.api import ApiKey
 from protocol.errors import ErrorCode
+from protocol.schemas import Body
 
 SET, DELETE = 0, 1
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def _metadata(client: BrokerConnection, topics: list[str] | None):
+def _metadata(client: BrokerConnection, topics: list[str] | None) -> list[Body]:
     wanted = None if topics is None else [{"name": t} for t in topics]
     body = {"topics": wanted, "allow_auto_topic_creation": False}
-    return client.call(ApiKey.METADATA, 12, body).topics
+    topics_found: list[Body] = client.call(ApiKey.METADATA, 12, body).topics
+    return topics_found
 
 
 def list_topics(client: BrokerConnection, exclude_internal: bool) -> list[str]:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from broker.health import parse_host_port
 from client import BrokerConnection, BrokerConnectionError, ConnectError, error_name
@@ -33,7 +34,7 @@ def _connect(host: str, port: int, timeout: float) -> BrokerConnection:
     return BrokerConnection(host, port, client_id="chronolog-cluster", timeout_s=timeout)
 
 
-def _metadata(conn: BrokerConnection, topics: Sequence[str]):
+def _metadata(conn: BrokerConnection, topics: Sequence[str]) -> Any:
     body = {
         "topics": [{"name": t} for t in topics] if topics else None,
         "allow_auto_topic_creation": False,
@@ -89,7 +90,7 @@ def describe(host: str, port: int, topics: Sequence[str], timeout: float = 10.0)
     return "\n".join(lines)
 
 
-def _ids(ids) -> str:
+def _ids(ids: Iterable[int]) -> str:
     return ",".join(str(i) for i in ids) or "-"
 
 

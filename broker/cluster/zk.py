@@ -414,7 +414,7 @@ class ZooKeeper:
         makepath: bool = True,
     ) -> str:
         """Create a node; raises NodeExistsError. Returns its path (without the chroot)."""
-        created = await self.call(
+        created: str = await self.call(
             self.client.create,
             self.path(path),
             data,
@@ -440,7 +440,7 @@ class ZooKeeper:
         except NodeExistsError:
             await self.set(path, data)
 
-    async def transaction(self, ops: list[tuple[str, Any]]) -> list[Any]:
+    async def transaction(self, ops: list[tuple[Any, ...]]) -> list[Any]:
         """Commit ``[("check", path, version) | ("set", path, data, version) | ("create", path,
         data) | ("delete", path)]`` atomically; returns kazoo's results (an exception instance
         per failed op: the whole transaction failed)."""

@@ -46,6 +46,7 @@ from client import BrokerConnection, BrokerConnectionError, ConnectError, error_
 from protocol.api import ApiKey
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.records import iter_deep
+from protocol.schemas import Body
 
 LATEST = -1
 EARLIEST = -2
@@ -70,7 +71,7 @@ def decode_assignment(buf: bytes) -> list[tuple[str, int]]:
         pos = 2
         (n_topics,) = struct.unpack_from(">i", buf, pos)
         pos += 4
-        out = []
+        out: list[tuple[str, int]] = []
         for _ in range(max(n_topics, 0)):
             (n,) = struct.unpack_from(">h", buf, pos)
             if n < 0 or pos + 2 + n > len(buf):
@@ -127,7 +128,8 @@ def list_groups(client: BrokerConnection, states: Sequence[str] = ()) -> list[tu
     return sorted((g.group_id, g.protocol_type, g.group_state) for g in r.groups)
 
 
-def _describe(coordinator: BrokerConnection, group: str):
+def _describe(coordinator: BrokerConnection, group: str) -> Body:
+    g: Body
     (g,) = coordinator.call(ApiKey.DESCRIBE_GROUPS, 4, {"groups": [group]}).groups
     if g.error_code != 0:
         raise GroupsToolError(
@@ -200,7 +202,9 @@ def stored_group_record(client: BrokerConnection, group: str) -> GroupRecord | N
     return record
 
 
-def describe_group(bootstrap: BrokerConnection, group: str, timeout: float):
+def describe_group(
+    bootstrap: BrokerConnection, group: str, timeout: float
+) -> tuple[Body, int | None, list[PartitionRow]]:
     """(DescribeGroups entry, generation or None, partition rows) for one group."""
     coordinator = _coordinator(bootstrap, group, timeout)
     try:
@@ -414,7 +418,9 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def _print_description(group: str, g, generation: int | None, rows: list[PartitionRow]) -> None:
+def _print_description(
+    group: str, g: Body, generation: int | None, rows: list[PartitionRow]
+) -> None:
     print(
         f"GROUP {group}  STATE {g.group_state}  GENERATION "
         f"{generation if generation is not None else '-'}  PROTOCOL-TYPE "
@@ -546,7 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _run(client: BrokerConnection, args, target: int) -> int:
+def _run(client: BrokerConnection, args: argparse.Namespace, target: int) -> int:
     if args.command == "list":
         groups = list_groups(client, args.state)
         if groups:

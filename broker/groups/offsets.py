@@ -33,6 +33,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from broker.config import metadata_version_at_least
 
@@ -133,7 +134,7 @@ class _Reader:
         self.what = what
         self.flexible = False
 
-    def take(self, st: struct.Struct) -> tuple:
+    def take(self, st: struct.Struct) -> tuple[Any, ...]:
         if self.pos + st.size > len(self.buf):
             raise OffsetRecordError(
                 f"{self.what} truncated at byte {self.pos} (length {len(self.buf)})"

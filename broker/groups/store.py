@@ -34,7 +34,8 @@ from broker.groups.offsets import (
 from protocol import recordbatch as rb
 from protocol.errors import ErrorCode
 from protocol.records import Message, MessageSetBuilder, iter_deep
-from protocol.validator import Rejected, validate_produce
+from protocol.validator import Rejected, TopicSettings, validate_produce
+from storage.log import Log
 
 logger = structlog.get_logger(__name__)
 
@@ -49,8 +50,8 @@ class OffsetStoreError(Exception):
 
 
 def append_records(
-    log,
-    settings,
+    log: Log,
+    settings: TopicSettings,
     records: Iterable[tuple[bytes, bytes | None]],
     now_ms: int,
     *,
@@ -86,6 +87,7 @@ def append_records(
     result = validate_produce(data, settings, next_offset=log.log_end_offset, now_ms=now_ms)
     if isinstance(result, Rejected):
         raise OffsetStoreError(result.error, result.reason)
+    assert result is not None  # None only with native_only
     log.append(result)
     if fsync:
         log.flush()
@@ -93,7 +95,7 @@ def append_records(
 
 
 def load_offsets(
-    log,
+    log: Log,
     cache: OffsetCache,
     *,
     groups: dict[str, GroupRecord] | None = None,
@@ -153,7 +155,7 @@ def pending_offsets(
 
 
 def _apply(
-    cache: OffsetCache, groups: dict[str, GroupRecord], message, topic: str, partition: int
+    cache: OffsetCache, groups: dict[str, GroupRecord], message: Message, topic: str, partition: int
 ) -> None:
     if message.key is None:
         logger.error(

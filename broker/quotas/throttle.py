@@ -126,8 +126,9 @@ def record_request(
 
 def _from_replica(body: Any) -> bool:
     state = body.get("replica_state")
-    replica = state.get("replica_id", -1) if state else -1
-    return max(body.get("replica_id", -1), replica) >= 0
+    replica: int = state.get("replica_id", -1) if state else -1
+    own: int = body.get("replica_id", -1)
+    return max(own, replica) >= 0
 
 
 class Throttler:

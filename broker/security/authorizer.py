@@ -34,6 +34,9 @@ IMPLIED_BY: dict[Operation, frozenset[Operation]] = {
 }
 """ALLOW bindings of these operations also allow the key (Kafka's AclAuthorizer)."""
 
+# The bindings by (resource type, pattern type), then by resource name.
+_Index = dict[tuple[ResourceType, PatternType], dict[str, list[AclBinding]]]
+
 
 @dataclass
 class Authorizer:
@@ -42,13 +45,13 @@ class Authorizer:
 
     store: AclStore
     settings: SecuritySettings
-    _cache: tuple[frozenset[AclBinding], dict] = field(default=(frozenset(), {}), repr=False)
+    _cache: tuple[frozenset[AclBinding], _Index] = field(default=(frozenset(), {}), repr=False)
 
-    def _by_resource(self) -> dict[tuple[ResourceType, PatternType], dict[str, list[AclBinding]]]:
+    def _by_resource(self) -> _Index:
         """Bindings indexed by (type, pattern type) and name, rebuilt when the file changed."""
         bindings = self.store.bindings()
         if bindings is not self._cache[0]:
-            index: dict[tuple[ResourceType, PatternType], dict[str, list[AclBinding]]] = {}
+            index: _Index = {}
             for b in bindings:
                 index.setdefault((b.resource_type, b.pattern_type), {}).setdefault(
                     b.resource_name, []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -57,7 +57,7 @@ def distinguished_name(peercert: dict[str, Any]) -> str:
     return ",".join(rdns)
 
 
-def _java_replacement(replacement: str, groups: int):
+def _java_replacement(replacement: str, groups: int) -> Callable[[re.Match[str]], str]:
     """A re.sub replacement function doing what Java's Matcher.replaceAll does with
     ``replacement`` (``$n`` group references, ``\\x`` literals), after Kafka's rewriting of
     references to groups that do not exist into literals."""

@@ -10,7 +10,7 @@ and SCRAM-SHA-256/512 (:mod:`.scram`, users from the credential store).
 from __future__ import annotations
 
 import hmac
-from typing import Callable
+from typing import Callable, Mapping
 
 from broker.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from broker.security.scram import Credential, Mechanism, ScramError, ScramServer
@@ -30,7 +30,7 @@ class PlainServer:
     """PLAIN (RFC 4616): ``[authzid] NUL authcid NUL passwd`` against ``users`` {name: password},
     as Kafka's PlainSaslServer with PlainServerCallbackHandler."""
 
-    def __init__(self, users: dict[str, str] | object) -> None:
+    def __init__(self, users: Mapping[str, str]) -> None:
         self._users = users
         self.username: str | None = None
         self.complete = False
@@ -51,7 +51,7 @@ class PlainServer:
         self.username = username  # for the failure's log line too
         if not password:
             raise SaslFailure("Authentication failed: password not specified")
-        expected = self._users.get(username)  # type: ignore[attr-defined]
+        expected = self._users.get(username)
         # Compare even for an unknown user, so timing does not tell which users exist.
         ok = hmac.compare_digest(
             password.encode("utf-8"), (expected if expected is not None else "\0").encode("utf-8")
@@ -74,7 +74,7 @@ class SaslState:
     def __init__(
         self,
         mechanisms: tuple[str, ...],
-        plain_users: object,
+        plain_users: Mapping[str, str],
         lookup: Callable[[str, Mechanism], Credential | None],
         decoy_key: bytes,
     ) -> None:

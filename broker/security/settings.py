@@ -74,7 +74,7 @@ class SettingsError(ValueError):
 def parse_listener_list(value: str) -> tuple[tuple[str, str, int], ...]:
     """``NAME://host:port,...`` as ((NAME, host, port), ...); names upper-cased, an entry
     without a name is PLAINTEXT, IPv6 hosts in brackets. Raises ValueError(reason)."""
-    entries = []
+    entries: list[tuple[str, str, int]] = []
     for raw in (part.strip() for part in value.split(",")):
         if not raw:
             continue

@@ -18,9 +18,10 @@ reads these records.
 from __future__ import annotations
 
 import struct
+from typing import Any, cast
 
 from broker.txn.state import TxnMetadata, TxnState, partitions_by_topic
-from protocol.schemas.codec import FieldError, MessageCodec, build_codec
+from protocol.schemas.codec import Body, FieldError, MessageCodec, build_codec
 from protocol.schemas.definitions import MESSAGES
 
 _VERSION = struct.Struct(">h")
@@ -33,9 +34,10 @@ class TxnRecordError(ValueError):
     unknown version, or holding an unknown state."""
 
 
-def _encode(codec: MessageCodec, version: int, body: dict) -> bytes:
+def _encode(codec: MessageCodec, version: int, body: dict[str, Any]) -> bytes:
     chunks, _ = codec.encode(body, None)
-    return _VERSION.pack(version) + b"".join(bytes(c) for c in chunks)
+    # Only a records field encodes to a FileRegion, and these messages have none.
+    return _VERSION.pack(version) + b"".join(bytes(cast(bytes, c)) for c in chunks)
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -70,7 +72,7 @@ def encode_value(meta: TxnMetadata, version: int) -> bytes:
     )
 
 
-def _version_and_body(data: bytes, codecs: dict[int, MessageCodec], what: str):
+def _version_and_body(data: bytes, codecs: dict[int, MessageCodec], what: str) -> Body:
     if len(data) < 2:
         raise TxnRecordError(f"{what} of {len(data)} bytes has no version")
     (version,) = _VERSION.unpack_from(data)
@@ -86,7 +88,10 @@ def _version_and_body(data: bytes, codecs: dict[int, MessageCodec], what: str):
 
 def decode_key(data: bytes) -> str:
     """The transactional id of a record key."""
-    return _version_and_body(data, {0: _KEY}, "transaction log key").transactional_id
+    transactional_id: str = _version_and_body(
+        data, {0: _KEY}, "transaction log key"
+    ).transactional_id
+    return transactional_id
 
 
 def decode_value(transactional_id: str, data: bytes | None) -> TxnMetadata | None:
