@@ -111,12 +111,21 @@ def kafka_classpath(with_drivers: bool = False) -> str:
 
 
 def run_kafka_tool(
-    main_class: str, *args: str, timeout: float = 120.0, check: bool = True
+    main_class: str,
+    *args: str,
+    timeout: float = 120.0,
+    check: bool = True,
+    input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run one of Kafka's tools to completion; see the module docstring."""
+    """Run one of Kafka's tools to completion, ``input`` on its stdin (else none); see the
+    module docstring."""
     cmd = ["java", *TOOL_JVM_FLAGS, "-cp", kafka_classpath(), main_class, *args]
     done = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **({"stdin": subprocess.DEVNULL} if input is None else {"input": input}),
     )
     if check and done.returncode != 0:
         raise KafkaToolError(
