@@ -2,7 +2,7 @@
 kafka-console-consumer, kafka-producer-perf-test and kafka-consumer-perf-test, each the main class
 Kafka's script runs, from build/jvm's jars. What chronolog stored, read back by kafka-python, is
 the oracle for what the tools say they wrote and read. Each JVM start costs 2-4 s on a loaded
-2-core machine: the file costs about 25 s."""
+2-core machine: the file costs about 30 s."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import re
 import time
 
 import pytest
+from confluent_kafka import Producer
 from kafka import KafkaConsumer, TopicPartition
 
 from tests.integration.clients import create_topic, kp_consume_all, topic_name
@@ -116,6 +117,45 @@ def test_console_producer_keys_and_headers_read_back_by_the_console_consumer(bro
     }
     assert sorted(printed) == sorted(expected), done.stderr[-2000:]
     assert f"Processed a total of {LINES} messages" in done.stderr
+
+
+def test_console_consumer_read_committed_skips_an_aborted_transaction(broker_factory):
+    """kafka-console-consumer --isolation-level read_committed over a committed, an aborted and a
+    committed transaction (confluent-kafka's transactional producer, one partition) prints the
+    committed values only, in order; read_uncommitted prints all three."""
+    broker = broker_factory()
+    topic = topic_name("console-txn")
+    create_topic(broker.bootstrap, topic)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": f"console-{topic}"}
+    )
+    producer.init_transactions(30)
+    for name, commit in (("a", True), ("b", False), ("c", True)):
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce(topic, value=f"{name}{i}".encode())
+        producer.flush(30)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    committed = [f"{name}{i}" for name in "ac" for i in range(5)]
+    everything = [f"{name}{i}" for name in "abc" for i in range(5)]
+
+    for isolation, expected in (("read_committed", committed), ("read_uncommitted", everything)):
+        done = run_kafka_tool(
+            CONSOLE_CONSUMER,
+            "--bootstrap-server",
+            broker.bootstrap,
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--isolation-level",
+            isolation,
+            "--max-messages",
+            str(len(expected)),
+            "--timeout-ms",
+            "60000",
+        )
+        # --max-messages stops it after as many as expected: an aborted one would be among them.
+        assert done.stdout.splitlines() == expected, (isolation, done.stderr[-2000:])
 
 
 def count_records(bootstrap: str, topic: str, isolation: str) -> tuple[int, int]:
