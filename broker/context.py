@@ -12,6 +12,8 @@ Concurrency rules (all state lives on the trio thread):
   append in progress wakes the fetch when it is done.
 - Topic creation and deletion are serialised by ``admin_lock``.
 - Appends wake long-polling fetches through ``PartitionState.notify`` (trio events, no polling).
+- What depends on being a single broker or one of a cluster is asked of ``replication``
+  (broker/replication.py), chosen when the context is built.
 - In a cluster (``cluster``, broker/cluster/): kazoo's threads never touch this state; they hand
   ZooKeeper events to the trio thread (``TrioToken.run_sync_soon``), and ZooKeeper calls run in
   worker threads. A follower's appends and truncations take the partition lock like a produce;
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from broker.cluster import Cluster
     from broker.groups.coordinator import GroupCoordinator
     from broker.metrics import BrokerMetrics
+    from broker.replication import Replication
     from broker.txn.coordinator import TransactionCoordinator
 
 logger = structlog.get_logger(__name__)
@@ -143,8 +146,16 @@ class BrokerContext:
         cluster_id: str,
         log_manager: LogManager,
         topics: TopicRegistry,
+        replication: Callable[[BrokerContext], Replication],
+        *,
+        dynamic_configs: DynamicConfigs | None = None,
+        producer_ids: ProducerIdManager | None = None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
+        """``replication`` builds the context's Replication (broker/replication.py) from the
+        context, last, once every other slot is filled: LocalReplication for a single broker,
+        ``Cluster.attach`` in a cluster. ``dynamic_configs`` and ``producer_ids``: as loaded
+        from their store (default: not loaded, the single broker's files)."""
         self.config = config
         self.cluster_id = cluster_id
         self.log_manager = log_manager
@@ -155,14 +166,14 @@ class BrokerContext:
         # down-conversion (broker/handlers/fetch.py).
         self.io_threads = trio.CapacityLimiter(config.num_io_threads)
         # The dynamic broker configs (broker/admin/dynamic.py); open_context loads them.
-        self.dynamic_configs = DynamicConfigs(config)
+        self.dynamic_configs = dynamic_configs or DynamicConfigs(config)
         # The group coordinator (broker.groups), or None when it is not installed.
         self.coordinator: GroupCoordinator | None = None
         # The transaction coordinator (broker/txn/), None in a cluster and until the broker
         # has started it.
         self.txn_coordinator: TransactionCoordinator | None = None
         # InitProducerId's ids (broker/producer_ids.py), loaded by open_context.
-        self.producer_ids = ProducerIdManager(config.log_dirs[0])
+        self.producer_ids = producer_ids or ProducerIdManager(config.log_dirs[0])
         # Client quotas (broker/quotas/): loaded by open_context.
         self.quotas = ClientQuotas(config)
         self.fetch_sessions = FetchSessionCache(
@@ -172,9 +183,11 @@ class BrokerContext:
         # then counts nothing.
         self.metrics: BrokerMetrics | None = None
         # The cluster (broker/cluster/) with zookeeper.connect, else None: a single broker.
+        # Only broker/cluster/ looks at it; the request paths ask ``replication``.
         self.cluster: Cluster | None = None
         self.stopping = False
         self._partitions: dict[tuple[str, int], PartitionState] = {}
+        self.replication: Replication = replication(self)
 
     def partition(self, topic: str, partition: int) -> PartitionState:
         key = (topic, partition)
@@ -219,7 +232,7 @@ class BrokerContext:
             return
         async with self.admin_lock:
             states = [self.partition(t, p) for t, p in manager.partitions_in(log_dir)]
-            async with _all_locks(states):
+            async with all_locks(states):
                 await trio.to_thread.run_sync(manager.mark_offline, log_dir, exc)
         for state in states:
             state.notify()
@@ -232,74 +245,26 @@ class BrokerContext:
     async def create_topic(
         self, name: str, partitions: int, overrides: Mapping[str, str] | None = None
     ) -> Topic:
-        """Create a topic: validate, persist the registry, create every partition's log, then
-        register the topic, so Metadata lists it only once every partition can be produced to and
-        read (as Kafka's brokers learn of a topic after its leaders created their logs).
+        """Create a topic (``replication.create_topic`` once the name is checked: Metadata lists
+        it only once every partition can be produced to and read).
 
         Raises InvalidTopicNameError, TopicExistsError, or ConfigError (bad override); storage
-        errors propagate. The registry file is written first, so a crash before the logs exist
-        is repaired at the next start-up (missing logs are created then).
+        errors propagate.
         """
         reason = topic_name_error(name)
         if reason:
             raise InvalidTopicNameError(reason)
-        if self.cluster is not None:
-            return await self.cluster.create_topic(name, partitions, overrides or {})
-        async with self.admin_lock:
-            if name in self.topics:
-                raise TopicExistsError(f"topic {name!r} already exists")
-            topic = self.topics.make_topic(name, partitions, overrides or {})
-            try:
-                await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot(topic))
-                for p in range(partitions):
-                    async with self.partition(name, p).lock:
-                        log = await trio.to_thread.run_sync(
-                            self.log_manager.create_log, name, p, topic.log_config
-                        )
-                        await trio.to_thread.run_sync(log.assign_topic_id, topic.topic_id)
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
-                raise
-            self.topics.put(topic)
-        logger.info(
-            "created topic", topic=name, partitions=partitions, configs=dict(topic.overrides)
-        )
-        return topic
+        return await self.replication.create_topic(name, partitions, overrides or {})
 
     async def delete_topic(self, name: str) -> bool:
         """Delete a topic and its logs; False when it does not exist. Appends and reads on its
         partitions are excluded while the logs go away; waiting fetches are woken. In a
         cluster the controller deletes it everywhere, after this returns."""
-        if self.cluster is not None:
-            return await self.cluster.delete_topic(name)
-        async with self.admin_lock:
-            topic = self.topics.get(name)
-            if topic is None:
-                return False
-            self.topics.remove(name)
-            try:
-                await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
-                registry_saved = True
-            except OSError as exc:
-                # A full disk: deleting the logs first makes the room the registry needs. A crash
-                # in between brings the topic back, empty, at the next start.
-                registry_saved = False
-                logger.warning(
-                    "cannot rewrite the topic registry; deleting the topic's logs first to make room",
-                    topic=name,
-                    error=repr(exc),
-                )
-            states = [self.partition(name, p) for p in range(topic.partitions)]
-            async with _all_locks(states):
-                await trio.to_thread.run_sync(self.log_manager.delete_topic, name)
-            for p, state in enumerate(states):
-                state.notify()
-                self._partitions.pop((name, p), None)
-            if not registry_saved:
-                await trio.to_thread.run_sync(self.topics.save, self.topics.snapshot())
-        logger.info("deleted topic", topic=name, partitions=topic.partitions)
-        return True
+        return await self.replication.delete_topic(name)
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """Drop a deleted partition's coordination state (its lock and waiters)."""
+        self._partitions.pop((topic, partition), None)
 
 
 class _LockedLog:
@@ -337,7 +302,7 @@ class _LockedLog:
             self._held = None
 
 
-class _all_locks:
+class all_locks:
     """Acquire several trio locks in order (always the same order for one topic)."""
 
     def __init__(self, states: list[PartitionState]) -> None:
@@ -360,6 +325,7 @@ __all__ = [
     "PartitionState",
     "TopicExistsError",
     "InvalidTopicNameError",
+    "all_locks",
     "ConfigError",
     "INTERNAL_TOPICS",
     "client_host",

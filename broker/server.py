@@ -31,15 +31,13 @@ from broker import background, http
 from broker.accept import serve_listeners
 from broker.admin.dynamic import DynamicConfigs
 from broker.cluster import Cluster
-from broker.cluster.handlers import cluster_handlers
 from broker.cluster.producer_ids import ZkProducerIdManager
 from broker.cluster_meta import load_or_create_meta
 from broker.config import BrokerConfig
 from broker.console import build_app
 from broker.context import BrokerContext, client_host, kafka_host_string, wall_clock_ms
-from broker.errors import STORAGE_FAILURES, CloseConnectionError
-from broker.groups import setup as setup_group_coordinator
-from broker.txn.coordinator import TransactionCoordinator
+from broker.errors import CloseConnectionError
+from broker.replication import LocalReplication
 from broker.handlers import HANDLERS, release_fetch_body
 from broker.metrics import BrokerMetrics
 from broker.quotas.store import ZkQuotaStore
@@ -50,7 +48,6 @@ from broker.security.settings import Listener
 from broker.streams import PlainSocketStream
 from broker.topics import TopicRegistry
 from protocol import (
-    CLUSTER_VERSIONS,
     SUPPORTED_VERSIONS,
     ApiKey,
     FileRegion,
@@ -97,8 +94,9 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
 
     manager = LogManager(list(config.log_dirs), config_for_topic, wall_clock_ms)
     await trio.to_thread.run_sync(manager.startup)
-    ctx = BrokerContext(config, cluster_id, manager, registry)
-    ctx.dynamic_configs = dynamic
+    ctx = BrokerContext(
+        config, cluster_id, manager, registry, LocalReplication, dynamic_configs=dynamic
+    )
     await trio.to_thread.run_sync(ctx.producer_ids.load)
     await trio.to_thread.run_sync(ctx.quotas.load_file)
 
@@ -172,10 +170,15 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
 
     manager = LogManager(list(config.log_dirs), config_for_topic, wall_clock_ms)
     await trio.to_thread.run_sync(manager.startup)
-    ctx = BrokerContext(config, cluster_id, manager, registry)
-    ctx.dynamic_configs = dynamic
-    cluster.attach(ctx)
-    ctx.producer_ids = ZkProducerIdManager(cluster.zk, config.broker_id)
+    ctx = BrokerContext(
+        config,
+        cluster_id,
+        manager,
+        registry,
+        cluster.attach,
+        dynamic_configs=dynamic,
+        producer_ids=ZkProducerIdManager(cluster.zk, config.broker_id),
+    )
     await ctx.quotas.use_zookeeper(ZkQuotaStore(cluster.zk))
     for log in manager.all_logs():
         topic = registry.get(log.topic)
@@ -196,13 +199,9 @@ class Server:
     def __init__(self, ctx: BrokerContext, handlers: dict | None = None) -> None:
         self.ctx = ctx
         if handlers is None:
-            handlers = HANDLERS if ctx.cluster is None else cluster_handlers(HANDLERS)
+            handlers = ctx.replication.handlers(HANDLERS)
         self.handlers = handlers
-        self.versions = (
-            SUPPORTED_VERSIONS
-            if ctx.cluster is None
-            else {**SUPPORTED_VERSIONS, **CLUSTER_VERSIONS}
-        )
+        self.versions = ctx.replication.api_versions(SUPPORTED_VERSIONS)
         # TLS contexts, credentials, ACLs (broker/security); StartupError for unreadable stores
         self.security = SecurityGate(ctx)
         self.active = 0
@@ -430,7 +429,7 @@ class Server:
                     release_fetch_body(body)
             elif (
                 header.api_key == ApiKey.PRODUCE
-                and self.ctx.cluster is None
+                and self.ctx.replication.batch_produce_answers
                 and not throttle_ms
                 and conn.buffered_request_api_key() == ApiKey.PRODUCE
             ):
@@ -619,13 +618,7 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                 async def run_background() -> None:
                     with bg_scope:
                         async with trio.open_nursery() as bg:
-                            if ctx.cluster is not None:
-                                await ctx.cluster.start(bg, ctx.config.advertised_port)
-                            else:
-                                ctx.coordinator = await setup_group_coordinator(ctx, bg)
-                                txn_coordinator = TransactionCoordinator(ctx)
-                                await txn_coordinator.start(bg)
-                                ctx.txn_coordinator = txn_coordinator
+                            await ctx.replication.start(bg, ctx.config.advertised_port)
                             background.start(ctx, bg)
 
                 outer.start_soon(run_background)
@@ -665,9 +658,8 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                         open_connections=server.active,
                     )
                     break
-                if ctx.cluster is not None:
-                    with trio.move_on_after(CONTROLLED_SHUTDOWN_LIMIT_S):
-                        await ctx.cluster.controlled_shutdown()
+                with trio.move_on_after(CONTROLLED_SHUTDOWN_LIMIT_S):
+                    await ctx.replication.controlled_shutdown()
                 accept_scope.cancel()
                 for listener in listeners:  # refuse new connections instead of queueing them
                     await listener.aclose()
@@ -681,8 +673,8 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                     )
                 connections.cancel_scope.cancel()
             bg_scope.cancel()
-            if ctx.cluster is not None:
-                await _leave_cluster(ctx)
+            with trio.CancelScope(shield=True):
+                await ctx.replication.leave()
             http_stop.set()
             http_scope.deadline = trio.current_time() + http.GRACEFUL_S + 1
         unflushed = await _shutdown_storage(ctx)
@@ -736,21 +728,6 @@ async def _open_metrics(ctx: BrokerContext, server: Server) -> list[socket.socke
         read_only=ctx.config.console_read_only,
     )
     return sockets
-
-
-async def _leave_cluster(ctx: BrokerContext) -> None:
-    """Checkpoint the high watermarks and close the ZooKeeper session (this broker's
-    registration goes at once, so the controller moves its leaderships without waiting for the
-    session timeout)."""
-    cluster = ctx.cluster
-    assert cluster is not None
-    with trio.CancelScope(shield=True):
-        try:
-            await cluster.replicas.checkpoint_high_watermarks()
-        except STORAGE_FAILURES as exc:
-            logger.warning("could not checkpoint high watermarks at shutdown", error=repr(exc))
-        with trio.move_on_after(5):
-            await cluster.stop()
 
 
 async def _shutdown_storage(ctx: BrokerContext) -> list[str]:

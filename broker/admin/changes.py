@@ -37,7 +37,7 @@ class PartitionCountError(Exception):
     (Kafka's INVALID_PARTITIONS); ``str(exc)`` is Kafka's message."""
 
 
-async def _put_and_save(ctx: BrokerContext, new: Topic, old: Topic) -> None:
+async def put_and_save(ctx: BrokerContext, new: Topic, old: Topic) -> None:
     """Put ``new`` in the topic registry and save the registry file; if the save fails (it
     raises), ``old`` is put back so the running broker matches the file."""
     ctx.topics.put(new)
@@ -69,11 +69,7 @@ async def set_topic_overrides(
         new = ctx.topics.make_topic(name, old.partitions, overrides, topic_id=old.topic_id)
         if validate_only:
             return new
-        if ctx.cluster is not None:
-            await ctx.cluster.config_changes.save_topic_config(name, new.overrides)
-            ctx.topics.put(new)
-        else:
-            await _put_and_save(ctx, new, old)
+        await ctx.replication.save_topic(new, old)
         await apply_topic_settings(ctx, [new])
     logger.info(
         "topic configs changed",
@@ -123,10 +119,9 @@ async def set_dynamic_broker_configs(
         topics = ctx.topics.rebuilt(config)
         if validate_only:
             return
-        if ctx.cluster is not None:
-            await ctx.cluster.config_changes.save_broker_configs(layer, per_broker=per_broker)
-        else:
-            await trio.to_thread.run_sync(dynamic.save, dynamic.snapshot(cluster_default, own))
+        await ctx.replication.save_broker_configs(
+            layer, per_broker=per_broker, cluster_default=cluster_default, own=own
+        )
         before = dict(dynamic.per_broker if per_broker else dynamic.cluster_default)
         changed = await _use_layers(ctx, cluster_default, own, config, topics)
     logger.info(
@@ -214,7 +209,7 @@ async def add_partitions(
         new = Topic(name, count, old.overrides, old.config, old.topic_id)
         if validate_only:
             return new
-        await _put_and_save(ctx, new, old)
+        await put_and_save(ctx, new, old)
         for p in range(old.partitions, count):
             async with ctx.partition(name, p).lock:
                 log = await trio.to_thread.run_sync(

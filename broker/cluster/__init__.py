@@ -15,7 +15,8 @@
   notifications every broker follows.
 
 :class:`Cluster` ties them together as ``ctx.cluster`` (None for a single broker: then nothing
-here runs and the request paths check nothing more).
+here runs). The request paths reach it only through ``ctx.replication``
+(:mod:`.replication`'s ZkReplication; broker/replication.py has the single broker's).
 
 Concurrency rules (next to broker/context.py's):
 - All cluster state (metadata cache, replicas, the controller's state) lives on the trio thread.
@@ -54,6 +55,7 @@ from broker.cluster.fetcher import FetcherManager
 from broker.cluster.groups import CoordinatorPlacement
 from broker.cluster.metadata import MetadataCache
 from broker.cluster.replicas import ReplicaManager
+from broker.cluster.replication import ZkReplication
 from broker.cluster.txn import TxnPlacement
 from broker.cluster.zk import (
     BROKER_IDS,
@@ -185,13 +187,16 @@ class Cluster:
         known = self.ctx.topics.get(name)
         return known is not None and partition < known.partitions
 
-    def attach(self, ctx) -> None:
+    def attach(self, ctx) -> ZkReplication:
+        """BrokerContext's ``replication`` factory: this broker's replicas, fetchers and
+        coordinator placements over ``ctx``, and the Replication its request paths use."""
         self.ctx = ctx
         ctx.cluster = self
         self.replicas = ReplicaManager(self)
         self.fetchers = FetcherManager(self)
         self.groups = CoordinatorPlacement(self)
         self.txns = TxnPlacement(self)
+        return ZkReplication(self, ctx)
 
     async def start(self, nursery: trio.Nursery, port: int) -> None:
         """After the listener is open: register this broker (at its advertised host and

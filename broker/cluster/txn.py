@@ -77,11 +77,13 @@ class _Check:
 
 
 class TxnPlacement:
-    """See the module docstring; ``cluster.txns``."""
+    """See the module docstring; ``cluster.txns``, the coordinator's TxnRouting."""
+
+    loads_on_demand = False
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.coordinator = TransactionCoordinator(cluster.ctx)
+        self.coordinator = TransactionCoordinator(cluster.ctx, self)
         cluster.ctx.txn_coordinator = self.coordinator
         self._nursery: trio.Nursery | None = None
         self._marker_channels: dict[int, BrokerChannel] = {}

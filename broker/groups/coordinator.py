@@ -311,7 +311,7 @@ class GroupCoordinator:
                         producer=producer,
                         # In a cluster the ISR's copies make a commit durable, as for an acks=all
                         # produce (Kafka never fsyncs one); a single broker has only its disk.
-                        fsync=ctx.cluster is None,
+                        fsync=not ctx.replication.durable_by_replicas,
                     )
                 )
                 appended_to = offsets_log.log_end_offset
@@ -366,9 +366,9 @@ class GroupCoordinator:
             # delayed fetches on every append, whoever appends. Without this a commit in a
             # cluster waited replica.fetch.wait.max.ms for its followers.
             ctx.partition(OFFSETS_TOPIC, OFFSETS_PARTITION).notify()
-        if error is None and ctx.cluster is not None:
+        if error is None:
             # In a cluster a write counts once the ISR has it (broker/cluster/groups.py).
-            error = await ctx.cluster.groups.committed(appended_to - 1)
+            error = await ctx.replication.offsets_committed(appended_to - 1)
         if disk_error is not None:
             await ctx.storage_failed(OFFSETS_TOPIC, OFFSETS_PARTITION, disk_error)
         if error is not None:

@@ -230,10 +230,8 @@ async def _alter_topic(ctx: BrokerContext, resource: Any, incremental: bool, val
                 return ctx.dynamic_configs.layers().value(kafka_key.synonyms[0].name)
             return value_string(kafka_key, kafka_key.default)
 
-        current = dict(topic.overrides)
-        if ctx.cluster is not None:  # edit what ZooKeeper holds, as Kafka's ZkAdminManager
-            stored = await ctx.cluster.config_changes.read_topic_config(name)
-            current = current if stored is None else stored
+        stored = await ctx.replication.stored_topic_overrides(name)
+        current = dict(topic.overrides) if stored is None else stored
         ops = _operations(resource, TOPIC_ALIASES)
         overrides = _edited(current, ops, {**TOPIC_KEYS, **KAFKA_ONLY_TOPIC_KEYS}, effective)
     else:

@@ -23,7 +23,7 @@ async def _partition(ctx: BrokerContext, topic: str, partition: int) -> dict:
         "error_message": None,
         "active_producers": [],
     }
-    if ctx.cluster is not None and ctx.cluster.replicas.leader(topic, partition) is None:
+    if ctx.replication.leader_epoch(topic, partition) is None:
         answer["error_code"] = int(ErrorCode.NOT_LEADER_FOR_PARTITION)
         return answer
     async with ctx.locked_log(topic, partition) as log:

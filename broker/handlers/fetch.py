@@ -139,7 +139,7 @@ async def _read_all(
     """One pass over ``wanted``: (per-partition response dicts, answers for the session cache,
     bytes found, any partition error). ``replica_id``: the follower fetching (cluster only)."""
     body = request.body
-    cluster = ctx.cluster
+    replication = ctx.replication
     version = request.header.api_version
     # KIP-541: the broker's fetch.max.bytes bounds every response, so many partitions times a
     # large partition max (Fetch v0-v2 have no total) cannot make the broker hold gigabytes.
@@ -153,8 +153,10 @@ async def _read_all(
         for w in wanted:
             at_end = ctx.get_log(w.topic, w.partition) if w.topic is not None else None
             max_offset = None
-            if cluster is not None and w.topic is not None:
-                error, max_offset = _cluster_check(cluster, w, replica_id, at_end)
+            if w.topic is not None:
+                error, max_offset = replication.fetch_check(
+                    w.topic, w.partition, w.leader_epoch, w.fetch_offset, replica_id, at_end
+                )
             else:
                 error = ErrorCode.NONE
             lso, aborted = -1, None
@@ -226,25 +228,6 @@ def _aborted_field(error: ErrorCode, read_committed: bool, aborted) -> list | No
     if error != ErrorCode.NONE:
         return None
     return (aborted or []) if read_committed else None
-
-
-def _cluster_check(cluster, w: Wanted, replica_id: int, log) -> tuple[ErrorCode, int | None]:
-    """In a cluster: (error, max offset) of one partition. Followers (replica_id >= 0) fetch
-    from the leader at the epoch they know and report their log end offset (the fetch offset);
-    consumers read from the leader up to the high watermark; a debugging reader (-2) reads any
-    replica up to its high watermark (Kafka 0.10.1)."""
-    replicas = cluster.replicas
-    if replica_id == -2:
-        if (w.topic, w.partition) not in replicas.replicas or log is None:
-            return ErrorCode.NOT_LEADER_FOR_PARTITION, None
-        return ErrorCode.NONE, log.high_watermark
-    replica = replicas.leader(w.topic, w.partition)
-    error = replicas.check_epoch(replica, w.leader_epoch)
-    if error != ErrorCode.NONE or log is None:
-        return error, None
-    if replica_id >= 0:
-        return replicas.follower_fetch(replica, replica_id, w.fetch_offset), None
-    return ErrorCode.NONE, log.high_watermark
 
 
 def _body(
@@ -423,9 +406,9 @@ async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
         )
         return _body([], [], [], context.respond([])[0], context.error)
     wanted = context.wanted
-    replica_id = -1
-    if ctx.cluster is not None:
-        replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id
+    replica_id = ctx.replication.follower_id(
+        body.replica_state.replica_id if version >= 15 else body.replica_id
+    )
     while True:
         parts, answers, total, errored = await _read_all(ctx, request, wanted, replica_id)
         if total >= body.min_bytes or errored or ctx.stopping or trio.current_time() >= deadline:

@@ -29,20 +29,6 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 LEADER_EPOCH = 0
 
 
-def _cluster_check(ctx: BrokerContext, topic: str, partition: int, replica_id: int, epoch: int):
-    """In a cluster: (error, whether answers stop at the high watermark, the leader epoch to
-    answer with). Consumers ask the leader and see what is committed; a follower (its replica
-    id) asks the leader for its log end; a debugging reader (-2) any replica (Kafka 0.10.1)."""
-    replicas = ctx.cluster.replicas
-    if replica_id == -2:
-        replica = replicas.replicas.get((topic, partition))
-        error = ErrorCode.NONE if replica is not None else ErrorCode.NOT_LEADER_FOR_PARTITION
-    else:
-        replica = replicas.leader(topic, partition)
-        error = replicas.check_epoch(replica, epoch)
-    return error, replica_id == -1, replica.leader_epoch if replica is not None else -1
-
-
 async def _lookup(
     ctx: BrokerContext,
     topic: str,
@@ -61,10 +47,10 @@ async def _lookup(
         if version
         else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
     )
-    committed_only = False
-    if ctx.cluster is not None and ctx.topics.get(topic) is not None:
-        error, committed_only, _ = _cluster_check(
-            ctx, topic, partition, replica_id, current_leader_epoch
+    committed_only, log_end_visible = False, False
+    if ctx.topics.get(topic) is not None:
+        error, committed_only, log_end_visible = ctx.replication.offsets_check(
+            topic, partition, replica_id, current_leader_epoch
         )
         if error != ErrorCode.NONE:
             return (error, -1, -1) if version else (error, [])
@@ -97,7 +83,7 @@ async def _lookup(
             if timestamp == LATEST:
                 if read_committed:
                     return ErrorCode.NONE, -1, log.last_stable_offset
-                if ctx.cluster is not None and not committed_only:
+                if log_end_visible:
                     return ErrorCode.NONE, -1, log.log_end_offset
                 return ErrorCode.NONE, -1, log.high_watermark
             if timestamp in (EARLIEST, EARLIEST_LOCAL):
@@ -179,10 +165,7 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request) -> dict:
                 p.current_leader_epoch,
                 read_committed=version >= 2 and request.body.isolation_level == 1,
             )
-            epoch = LEADER_EPOCH
-            if ctx.cluster is not None:
-                replica = ctx.cluster.replicas.replicas.get((t.name, p.partition_index))
-                epoch = replica.leader_epoch if replica is not None else -1
+            epoch = ctx.replication.replica_epoch(t.name, p.partition_index)
             parts.append(
                 {
                     **answer,

@@ -28,7 +28,7 @@ event loop.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import structlog
 import trio
@@ -44,6 +44,9 @@ from protocol.validator import Rejected, ValidatedRecords, scanned_bytes_bound, 
 from storage import RecordSetTooLargeError
 from storage.errors import is_disk_failure
 from storage.producer_state import Duplicate, ProducerStateError
+
+if TYPE_CHECKING:
+    from broker.replication import Replication
 
 logger = structlog.get_logger(__name__)
 
@@ -201,11 +204,10 @@ async def _produce_partition(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             "no such topic or partition; create it first",
         )
-    cluster = ctx.cluster
-    if cluster is not None:
-        refused = _cluster_refusal(cluster, topic, partition, acks)
-        if refused is not None:
-            return refused
+    replication = ctx.replication
+    refused = _replication_refusal(replication, topic, partition, acks)
+    if refused is not None:
+        return refused
     state = ctx.partition(topic_name, partition)
     failure: OSError | None = None
     leader_epoch = 0
@@ -219,12 +221,11 @@ async def _produce_partition(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 "topic deleted while the produce waited for the partition; create it again",
             )
-        if cluster is not None:
-            # Read under the lock: a new epoch starts (in the epoch cache) under it too.
-            replica = cluster.replicas.leader(topic_name, partition)
-            if replica is None:
-                return _Answer(ErrorCode.NOT_LEADER_FOR_PARTITION, message="leadership moved")
-            leader_epoch = replica.leader_epoch
+        # Read under the lock: a new epoch starts (in the epoch cache) under it too.
+        epoch = replication.leader_epoch(topic_name, partition)
+        if epoch is None:
+            return _Answer(ErrorCode.NOT_LEADER_FOR_PARTITION, message="leadership moved")
+        leader_epoch = epoch
         if transactional_id is not None:
             refused = await _unverified_transaction(
                 ctx, transactional_id, topic_name, partition, record_set, version
@@ -301,10 +302,7 @@ async def _produce_partition(
         logger.info("rolled new segment", topic=topic_name, partition=partition, base_offset=rolled)
     state.appends_succeed(topic_name, partition)
     state.notify()
-    if cluster is not None:
-        replica = cluster.replicas.leader(topic_name, partition)
-        if replica is not None:
-            cluster.replicas.maybe_advance_hw(replica)
+    replication.appended(topic_name, partition)
     if ctx.metrics is not None:
         ctx.metrics.produced(topic_name, result.message_count, len(record_set))
     return _Answer(
@@ -371,22 +369,26 @@ async def _unverified_transaction(
     )
 
 
-def _cluster_refusal(cluster, topic: Topic, partition: int, acks: int) -> _Answer | None:
-    """In a cluster: only the leader appends, and acks=all needs min.insync.replicas in the
-    ISR (NOT_ENOUGH_REPLICAS, nothing appended)."""
-    replica = cluster.replicas.leader(topic.name, partition)
-    if replica is None:
+def _replication_refusal(
+    replication: Replication, topic: Topic, partition: int, acks: int
+) -> _Answer | None:
+    """Only the leader appends, and acks=all needs min.insync.replicas in the ISR
+    (NOT_ENOUGH_REPLICAS, nothing appended)."""
+    if replication.leader_epoch(topic.name, partition) is None:
         return _Answer(
             ErrorCode.NOT_LEADER_FOR_PARTITION,
             message="this broker is not the partition's leader; refresh metadata",
         )
-    if acks == -1 and len(replica.isr) < topic.config.min_insync_replicas:
+    if acks != -1:
+        return None
+    min_insync = topic.config.min_insync_replicas
+    isr = replication.short_isr(topic.name, partition, min_insync)
+    if isr is not None:
         return _rejected(
             topic.name,
             partition,
             ErrorCode.NOT_ENOUGH_REPLICAS,
-            f"ISR {list(replica.isr)} is smaller than min.insync.replicas "
-            f"{topic.config.min_insync_replicas}",
+            f"ISR {isr} is smaller than min.insync.replicas {min_insync}",
         )
     return None
 
@@ -394,9 +396,8 @@ def _cluster_refusal(cluster, topic: Topic, partition: int, acks: int) -> _Answe
 async def _wait_for_replicas(
     ctx: BrokerContext, timeout_ms: int, responses: list[dict], waits: list[tuple]
 ) -> None:
-    """acks=all in a cluster (Kafka's produce purgatory): each appended partition's answer
-    waits until its high watermark passes what was appended, within the request's timeout."""
-    assert ctx.cluster is not None
+    """acks=all (Kafka's produce purgatory): each appended partition's answer waits until its
+    high watermark passes what was appended, within the request's timeout."""
     deadline = trio.current_time() + max(timeout_ms, 0) / 1000
     metrics = ctx.metrics
     if metrics is not None:
@@ -404,7 +405,7 @@ async def _wait_for_replicas(
     try:
         for t, p, name, answer in waits:
             part = responses[t]["partition_responses"][p]
-            error = await ctx.cluster.replicas.wait_for_hw(
+            error = await ctx.replication.wait_for_hw(
                 name, part["index"], answer.last_offset, deadline
             )
             if error != ErrorCode.NONE:
@@ -426,7 +427,7 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
     version = request.header.api_version
     acks = body.acks
     responses = []
-    waits: list[tuple] = []  # acks=all in a cluster: (topic index, partition index, name, answer)
+    waits: list[tuple] = []  # acks=all with replicas: (topic index, partition index, name, answer)
     failed = False
     for topic_data in body.topic_data:
         partition_responses = []
@@ -450,7 +451,7 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
                     acks,
                     body.transactional_id,
                 )
-                if acks == -1 and ctx.cluster is not None and answer.last_offset >= 0:
+                if acks == -1 and ctx.replication.durable_by_replicas and answer.last_offset >= 0:
                     waits.append((len(responses), len(partition_responses), name, answer))
             failed = failed or answer.error != ErrorCode.NONE
             partition_responses.append(

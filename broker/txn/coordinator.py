@@ -36,6 +36,7 @@ acknowledged by the ISR.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 import structlog
 import trio
@@ -82,6 +83,80 @@ def partition_for(transactional_id: str, partitions: int) -> int:
     return (java_string_hash(transactional_id) & 0x7FFFFFFF) % partitions
 
 
+class TxnRouting(Protocol):
+    """Where the coordinator's partitions are served and where its writes and markers go:
+    :class:`LocalTxnRouting` on a single broker, broker/cluster/txn.py's TxnPlacement in a
+    cluster."""
+
+    loads_on_demand: bool
+    """True: this broker serves every partition, created and loaded by the first request that
+    needs them (COORDINATOR_NOT_AVAILABLE until then). False: partitions come and go with
+    their leadership (:meth:`TransactionCoordinator.load_partition`); the ids of the others
+    answer NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while loading)."""
+
+    async def replicated(self, partition: int, last_offset: int) -> ErrorCode:
+        """After a state write up to ``last_offset`` in ``partition``: NONE once it counts,
+        else the client's error."""
+        ...
+
+    async def send_markers(
+        self,
+        meta: TxnMetadata,
+        partitions: list[TopicPartition],
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> list[TopicPartition]:
+        """One round of markers; returns the partitions to retry."""
+        ...
+
+    async def verify_remote(
+        self, tid: str, producer_id: int, epoch: int, partition: TopicPartition, add: bool
+    ) -> ErrorCode:
+        """A produce's transactional check for an id this broker does not serve, asked of the
+        broker that does (only when not ``loads_on_demand``)."""
+        ...
+
+
+class LocalTxnRouting:
+    """A single broker's: every partition here, markers appended to the local logs, a write
+    counts once appended (and fsynced, see :meth:`TransactionCoordinator._store`)."""
+
+    loads_on_demand = True
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._ctx = ctx
+
+    async def replicated(self, partition: int, last_offset: int) -> ErrorCode:
+        return ErrorCode.NONE
+
+    async def send_markers(
+        self,
+        meta: TxnMetadata,
+        partitions: list[TopicPartition],
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> list[TopicPartition]:
+        retry = []
+        for topic, partition in partitions:
+            error = await write_marker(
+                self._ctx,
+                topic,
+                partition,
+                meta.producer_id,
+                meta.producer_epoch,
+                coordinator_epoch,
+                commit,
+            )
+            if marker_outcome(error, meta, topic, partition) is MarkerOutcome.RETRY:
+                retry.append((topic, partition))
+        return retry
+
+    async def verify_remote(
+        self, tid: str, producer_id: int, epoch: int, partition: TopicPartition, add: bool
+    ) -> ErrorCode:
+        raise AssertionError("a single broker serves every transactional id itself")
+
+
 class TransactionCoordinator:
     """Transactions for every transactional id (this broker coordinates them all).
 
@@ -90,9 +165,13 @@ class TransactionCoordinator:
     COORDINATOR_NOT_AVAILABLE until the state is loaded.
     """
 
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: BrokerContext, routing: TxnRouting | None = None) -> None:
+        """``routing``: a cluster's placement (broker/cluster/txn.py); by default a single
+        broker's :class:`LocalTxnRouting`."""
         cfg = ctx.config
         self._ctx = ctx
+        self._routing: TxnRouting = routing or LocalTxnRouting(ctx)
+        self._on_demand = self._routing.loads_on_demand
         self.partitions = cfg.transaction_state_log_num_partitions
         self.machine = TxnMachine(
             max_timeout_ms=cfg.transaction_max_timeout_ms, new_producer_id=self._next_producer_id
@@ -123,7 +202,7 @@ class TransactionCoordinator:
         """Remember ``nursery`` for marker tasks and the timer; load the state now when the
         topic exists (transactions a crash left completing are completed)."""
         self._nursery = nursery
-        if self._ctx.cluster is not None:
+        if not self._on_demand:
             self.active = True  # serving what load_partition brings in
         elif self._ctx.topics.get(TRANSACTION_STATE_TOPIC) is not None:
             await self.ensure_active()
@@ -138,7 +217,7 @@ class TransactionCoordinator:
         COORDINATOR_NOT_AVAILABLE while it cannot be (the client retries)."""
         if self.active:
             return ErrorCode.NONE
-        if self._nursery is None or self._ctx.stopping or self._ctx.cluster is not None:
+        if self._nursery is None or self._ctx.stopping or not self._on_demand:
             return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
         async with self._loading:
             if self.active:
@@ -244,8 +323,8 @@ class TransactionCoordinator:
         if self._loading_partitions.get(partition) is not token:
             return  # a newer load (or an unload) of the partition took over
         del self._loading_partitions[partition]
-        replica = self._ctx.cluster.replicas.leader(TRANSACTION_STATE_TOPIC, partition)
-        if count < 0 or replica is None:
+        leading = self._ctx.replication.leader_epoch(TRANSACTION_STATE_TOPIC, partition)
+        if count < 0 or leading is None:
             self._forget(partition)  # failed, or moved on while loading
             return
         self._owned[partition] = coordinator_epoch
@@ -302,7 +381,7 @@ class TransactionCoordinator:
         broker COORDINATOR_NOT_AVAILABLE until the state is loaded; in a cluster
         COORDINATOR_LOAD_IN_PROGRESS while its partition loads, NOT_COORDINATOR when another
         broker leads it."""
-        if self._ctx.cluster is None:
+        if self._on_demand:
             return await self.ensure_active()
         if not self.active:
             return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
@@ -342,7 +421,7 @@ class TransactionCoordinator:
             if meta.state is TxnState.DEAD
             else txn_log.encode_value(meta, 1 if meta.client_version >= 1 else 0)
         )
-        cluster = self._ctx.cluster
+        replication = self._ctx.replication
         epoch = self._owned.get(partition)
         if epoch is None:  # leadership moved while the request waited for the id's lock
             return ErrorCode.NOT_COORDINATOR_FOR_GROUP
@@ -355,14 +434,10 @@ class TransactionCoordinator:
                     raise LogNotFoundError(f"{TRANSACTION_STATE_TOPIC}-{partition} has no log")
                 topic = self._ctx.topics.get(TRANSACTION_STATE_TOPIC)
                 assert topic is not None
-                if cluster is not None:
-                    # Checked under the lock, as a produce does: only the leader appends.
-                    replica = cluster.replicas.leader(TRANSACTION_STATE_TOPIC, partition)
-                    if replica is None:
-                        raise _LeadershipLostError()
-                    leader_epoch = replica.leader_epoch
-                else:
-                    leader_epoch = 0
+                # Checked under the lock, as a produce does: only the leader appends.
+                leader_epoch = replication.leader_epoch(TRANSACTION_STATE_TOPIC, partition)
+                if leader_epoch is None:
+                    raise _LeadershipLostError()
                 last_offset = await trio.to_thread.run_sync(
                     _append_record,
                     log,
@@ -373,7 +448,7 @@ class TransactionCoordinator:
                     # A completion lost to a power cut is redone at the next start (the markers
                     # are written again from PrepareCommit/PrepareAbort): no fsync needed. In a
                     # cluster the ISR's copies make it durable, as for an acks=all produce.
-                    cluster is None
+                    not replication.durable_by_replicas
                     and meta.state not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT),
                     leader_epoch,
                 )
@@ -400,11 +475,10 @@ class TransactionCoordinator:
             await self._ctx.storage_failed(TRANSACTION_STATE_TOPIC, partition, failure)
             return ErrorCode.NOT_COORDINATOR_FOR_GROUP
         self._ctx.partition(TRANSACTION_STATE_TOPIC, partition).notify()
-        if cluster is not None:
-            error = await cluster.txns.replicated(partition, last_offset)
-            if error is not ErrorCode.NONE or self._owned.get(partition) != epoch:
-                self.machine.abandon(transit)
-                return error if error is not ErrorCode.NONE else ErrorCode.NOT_COORDINATOR_FOR_GROUP
+        error = await self._routing.replicated(partition, last_offset)
+        if error is not ErrorCode.NONE or self._owned.get(partition) != epoch:
+            self.machine.abandon(transit)
+            return error if error is not ErrorCode.NONE else ErrorCode.NOT_COORDINATOR_FOR_GROUP
         self.machine.complete(transit)
         if meta.state.completing:
             self._spawn_markers(meta)
@@ -498,23 +572,7 @@ class TransactionCoordinator:
         coordinator_epoch: int,
     ) -> list[TopicPartition]:
         """One round of markers; returns the partitions to retry."""
-        cluster = self._ctx.cluster
-        if cluster is not None:
-            return await cluster.txns.send_markers(meta, partitions, commit, coordinator_epoch)
-        retry = []
-        for topic, partition in partitions:
-            error = await write_marker(
-                self._ctx,
-                topic,
-                partition,
-                meta.producer_id,
-                meta.producer_epoch,
-                coordinator_epoch,
-                commit,
-            )
-            if marker_outcome(error, meta, topic, partition) is MarkerOutcome.RETRY:
-                retry.append((topic, partition))
-        return retry
+        return await self._routing.send_markers(meta, partitions, commit, coordinator_epoch)
 
     # ---- timer ---------------------------------------------------------------------------
 
@@ -609,7 +667,7 @@ class TransactionCoordinator:
         if not self.owns(tid):
             error = (
                 ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
-                if self._ctx.cluster is None
+                if self._on_demand
                 else ErrorCode.NOT_COORDINATOR_FOR_GROUP
             )
             return dict.fromkeys(wanted, error)
@@ -622,9 +680,8 @@ class TransactionCoordinator:
         the partition joins the transaction, else it is only verified (KIP-890 part 1). Asked
         of this coordinator when it serves ``tid``, else of the broker that does (AddPartitionsToTxn
         v5, batched: broker/cluster/txn.py)."""
-        cluster = self._ctx.cluster
-        if cluster is not None and not self.owns(tid):
-            return await cluster.txns.verify_remote(tid, producer_id, epoch, partition, add)
+        if not self._on_demand and not self.owns(tid):
+            return await self._routing.verify_remote(tid, producer_id, epoch, partition, add)
         if add:
             return await self.add_partitions(tid, producer_id, epoch, [partition], client_version=2)
         return self.verify_partitions(tid, producer_id, epoch, [partition])[partition]
@@ -665,7 +722,7 @@ class TransactionCoordinator:
             return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, None
         if not tid:
             return ErrorCode.INVALID_REQUEST, None
-        if self._ctx.cluster is not None and not self.owns(tid):
+        if not self._on_demand and not self.owns(tid):
             if self._partition_of(tid) in self._loading_partitions:
                 return ErrorCode.GROUP_LOAD_IN_PROGRESS, None
             return ErrorCode.NOT_COORDINATOR_FOR_GROUP, None

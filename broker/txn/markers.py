@@ -40,22 +40,22 @@ async def write_marker(
     the marker (as Kafka appends markers with acks=all): NOT_ENOUGH_REPLICAS(_AFTER_APPEND) or
     REQUEST_TIMED_OUT otherwise, all retried by the coordinator."""
     failure: OSError | None = None
-    cluster = ctx.cluster
-    leader_epoch = 0
+    replication = ctx.replication
     async with ctx.locked_log(topic, partition) as log:
         if log is None:
             if ctx.is_offline(topic, partition):
                 return ErrorCode.KAFKA_STORAGE_ERROR
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        if cluster is not None:
-            replica = cluster.replicas.leader(topic, partition)
-            if replica is None:
-                return ErrorCode.NOT_LEADER_FOR_PARTITION
-            registered = ctx.topics.get(topic)
-            if registered is not None and len(replica.isr) < registered.config.min_insync_replicas:
-                return ErrorCode.NOT_ENOUGH_REPLICAS
-            leader_epoch = replica.leader_epoch
+        leader_epoch = replication.leader_epoch(topic, partition)
+        if leader_epoch is None:
+            return ErrorCode.NOT_LEADER_FOR_PARTITION
         registered = ctx.topics.get(topic)
+        if (
+            registered is not None
+            and replication.short_isr(topic, partition, registered.config.min_insync_replicas)
+            is not None
+        ):
+            return ErrorCode.NOT_ENOUGH_REPLICAS
         lat = (
             registered is not None
             and registered.settings.timestamp_type == TimestampType.LOG_APPEND_TIME
@@ -111,14 +111,10 @@ async def write_marker(
     groups = ctx.coordinator
     if groups is not None and topic == groups.offsets_topic:
         groups.complete_transaction(producer_id, commit)
-    if cluster is not None:
-        replica = cluster.replicas.leader(topic, partition)
-        if replica is not None:
-            cluster.replicas.maybe_advance_hw(replica)
-        return await cluster.replicas.wait_for_hw(
-            topic, partition, offset, trio.current_time() + MARKER_REPLICATION_TIMEOUT_S
-        )
-    return ErrorCode.NONE
+    replication.appended(topic, partition)
+    return await replication.wait_for_hw(
+        topic, partition, offset, trio.current_time() + MARKER_REPLICATION_TIMEOUT_S
+    )
 
 
 class MarkerOutcome(enum.Enum):
