@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import jinja2
@@ -53,10 +54,11 @@ def _human_bytes(n: int) -> str:
 
 
 def _ctx(request: Request) -> BrokerContext:
-    return request.app.state.ctx
+    ctx: BrokerContext = request.app.state.ctx
+    return ctx
 
 
-def _render(request: Request, name: str, status: int = 200, **values) -> Response:
+def _render(request: Request, name: str, status: int = 200, **values: Any) -> Response:
     ctx = _ctx(request)
     return templates.TemplateResponse(
         request,
@@ -225,7 +227,7 @@ async def groups_page(request: Request) -> Response:
     return _render(request, "groups.html", groups=rows, active=coordinator is not None)
 
 
-def _lag(ctx: BrokerContext, group: str) -> list[dict]:
+def _lag(ctx: BrokerContext, group: str) -> list[dict[str, Any]]:
     """Per committed (topic, partition): committed offset, log end and lag."""
     coordinator = ctx.coordinator
     if coordinator is None:

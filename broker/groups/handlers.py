@@ -26,14 +26,20 @@ through broker/cluster/groups.py and broker/cluster/txn.py.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import structlog
 
 from broker.config import metadata_version_at_least
-from broker.context import client_host
+from broker.context import BrokerContext, client_host
 from broker.groups.coordinator import CommitEntry, GroupCoordinator, PartitionOffset
 from broker.groups.state import UNKNOWN_MEMBER_ID, JoinResult
 from protocol.api import ApiKey, Request
 from protocol.errors import ErrorCode
+from protocol.schemas import Body
+
+if TYPE_CHECKING:  # broker.handlers imports this module
+    from broker.handlers import Handler
 
 logger = structlog.get_logger(__name__)
 
@@ -45,12 +51,12 @@ _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _GROUP_KEY, _TRANSACTION_KEY, _SHARE_KEY = 0, 1, 2
 
 
-def _coordinator(ctx) -> GroupCoordinator | None:
+def _coordinator(ctx: BrokerContext) -> GroupCoordinator | None:
     coordinator = getattr(ctx, "coordinator", None)
     return coordinator if coordinator is not None and coordinator.active else None
 
 
-def _static_member_refused(ctx, group_instance_id: str | None, api: str) -> bool:
+def _static_member_refused(ctx: BrokerContext, group_instance_id: str | None, api: str) -> bool:
     """True (and logged) for a static member below inter.broker.protocol.version 2.3-IV0."""
     ibp = ctx.config.inter_broker_protocol_version
     if group_instance_id is None or metadata_version_at_least(ibp, "2.3-IV0"):
@@ -70,7 +76,9 @@ def _static_member_refused(ctx, group_instance_id: str | None, api: str) -> bool
 # ---- FindCoordinator -------------------------------------------------------------------------
 
 
-def _find(ctx, key_type: int, version: int, key: str) -> tuple[ErrorCode, str | None]:
+def _find(
+    ctx: BrokerContext, key_type: int, version: int, key: str
+) -> tuple[ErrorCode, str | None]:
     """(error, message) for one coordinator key."""
     if key_type not in (_GROUP_KEY, _TRANSACTION_KEY, _SHARE_KEY):
         return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
@@ -90,18 +98,20 @@ def _find(ctx, key_type: int, version: int, key: str) -> tuple[ErrorCode, str | 
     return ErrorCode.NONE, None
 
 
-async def handle_find_coordinator(ctx, request: Request) -> dict:
+async def handle_find_coordinator(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     version = request.header.api_version
-    coordinator = _coordinator(ctx)
     if body.key_type == _TRANSACTION_KEY and ctx.txn_coordinator is not None:
         # Kafka creates __transaction_state at the first FindCoordinator for a transactional id.
         await ctx.txn_coordinator.ensure_active()
+    coordinator = _coordinator(ctx)  # after the wait, as _find's is
 
-    def answer(key: str) -> dict:
+    def answer(key: str) -> dict[str, Any]:
         error, message = _find(ctx, body.key_type, version, key)
-        # _find answers NONE only when there is a coordinator
-        node_id, host, port = coordinator.node if error is ErrorCode.NONE else (-1, "", -1)
+        node_id, host, port = (-1, "", -1)
+        if error is ErrorCode.NONE:
+            assert coordinator is not None  # _find answers NONE only when there is one
+            node_id, host, port = coordinator.node
         return {
             "node_id": node_id,
             "host": host,
@@ -122,7 +132,7 @@ async def handle_find_coordinator(ctx, request: Request) -> dict:
 # ---- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
 
 
-async def handle_join_group(ctx, request: Request) -> dict:
+async def handle_join_group(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     version = request.header.api_version
     if _static_member_refused(ctx, body.group_instance_id, "JoinGroup"):
@@ -147,7 +157,7 @@ async def handle_join_group(ctx, request: Request) -> dict:
     return _join_response(result, version)
 
 
-def _join_response(result: JoinResult, version: int) -> dict:
+def _join_response(result: JoinResult, version: int) -> dict[str, Any]:
     protocol = result.protocol
     # Before v7 the protocol name is not nullable (""); from v7 "" is sent as null.
     if version < 7:
@@ -173,7 +183,7 @@ def _join_response(result: JoinResult, version: int) -> dict:
     }
 
 
-async def handle_sync_group(ctx, request: Request) -> dict:
+async def handle_sync_group(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     version = request.header.api_version
     if _static_member_refused(ctx, body.group_instance_id, "SyncGroup"):
@@ -201,7 +211,7 @@ async def handle_sync_group(ctx, request: Request) -> dict:
     }
 
 
-async def handle_heartbeat(ctx, request: Request) -> dict:
+async def handle_heartbeat(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     if _static_member_refused(ctx, body.group_instance_id, "Heartbeat"):
         return {"error_code": int(ErrorCode.UNSUPPORTED_VERSION)}
@@ -214,7 +224,7 @@ async def handle_heartbeat(ctx, request: Request) -> dict:
     return {"error_code": int(error)}
 
 
-async def handle_leave_group(ctx, request: Request) -> dict:
+async def handle_leave_group(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     version = request.header.api_version
     if version >= 3:
@@ -246,7 +256,7 @@ async def handle_leave_group(ctx, request: Request) -> dict:
 # ---- OffsetCommit / OffsetFetch / OffsetDelete -----------------------------------------------
 
 
-async def handle_offset_commit(ctx, request: Request) -> dict:
+async def handle_offset_commit(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     version = request.header.api_version
     entries = [
@@ -299,13 +309,13 @@ async def handle_offset_commit(ctx, request: Request) -> dict:
 
 
 def _fetch_group(
-    ctx,
+    ctx: BrokerContext,
     coordinator: GroupCoordinator | None,
     group_id: str,
-    topics,
+    topics: list[Body] | None,
     require_stable: bool,
     version: int,
-) -> tuple[int, list[dict]]:
+) -> tuple[int, list[dict[str, Any]]]:
     """(group error, response topics) of one group; ``topics`` None = every committed one."""
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     if coordinator is None:
@@ -320,7 +330,7 @@ def _fetch_group(
             return int(error), []
         # v0-v1 have no top-level error: it goes on every partition.
         answers = [(t, p, PartitionOffset(-1, "", error)) for t, p in wanted]
-    by_topic: dict[str, list[dict]] = {}
+    by_topic: dict[str, list[dict[str, Any]]] = {}
     for topic, partition, po in answers:
         if version == 0 and po.error is ErrorCode.NONE:
             t = ctx.topics.get(topic)
@@ -339,7 +349,7 @@ def _fetch_group(
     return 0, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
-async def handle_offset_fetch(ctx, request: Request) -> dict:
+async def handle_offset_fetch(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     version = request.header.api_version
     coordinator = _coordinator(ctx)
@@ -357,7 +367,7 @@ async def handle_offset_fetch(ctx, request: Request) -> dict:
     return {"topics": topics, "error_code": error}
 
 
-async def handle_offset_delete(ctx, request: Request) -> dict:
+async def handle_offset_delete(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     coordinator = _coordinator(ctx)
     if coordinator is None:
@@ -374,8 +384,8 @@ async def handle_offset_delete(ctx, request: Request) -> dict:
     error, results = await coordinator.delete_offsets(body.group_id, known)
     if error is not ErrorCode.NONE:
         return {"error_code": int(error), "topics": []}
-    for topic, partition, err in results:
-        answers[(topic, partition)] = err
+    for name, partition, err in results:
+        answers[(name, partition)] = err
     return {
         "error_code": 0,
         "topics": [
@@ -397,7 +407,7 @@ async def handle_offset_delete(ctx, request: Request) -> dict:
 # ---- DescribeGroups / ListGroups / DeleteGroups ----------------------------------------------
 
 
-async def handle_describe_groups(ctx, request: Request) -> dict:
+async def handle_describe_groups(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     version = request.header.api_version
     coordinator = _coordinator(ctx)
@@ -451,7 +461,7 @@ async def handle_describe_groups(ctx, request: Request) -> dict:
     return {"groups": groups}
 
 
-async def handle_list_groups(ctx, request: Request) -> dict:
+async def handle_list_groups(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     coordinator = _coordinator(ctx)
     if coordinator is None:
@@ -471,7 +481,7 @@ async def handle_list_groups(ctx, request: Request) -> dict:
     }
 
 
-async def handle_delete_groups(ctx, request: Request) -> dict:
+async def handle_delete_groups(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     names = request.body.groups_names
     coordinator = _coordinator(ctx)
     if coordinator is None:
@@ -481,7 +491,7 @@ async def handle_delete_groups(ctx, request: Request) -> dict:
     return {"results": [{"group_id": g, "error_code": int(e)} for g, e in results]}
 
 
-GROUP_HANDLERS = {
+GROUP_HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.FIND_COORDINATOR: handle_find_coordinator,
     ApiKey.JOIN_GROUP: handle_join_group,
     ApiKey.SYNC_GROUP: handle_sync_group,

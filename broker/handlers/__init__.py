@@ -1,4 +1,5 @@
-"""The dispatch table: ``HANDLERS[api_key] -> async def handler(ctx, request) -> dict | None``.
+"""The dispatch table: ``HANDLERS[api_key] -> async def handler(ctx, request) -> dict | None``
+(a :data:`Handler`; None: no response, as for a Produce with acks=0).
 
 The group apis come from ``broker.groups.handlers.GROUP_HANDLERS``, the SASL, ACL and SCRAM
 credential apis from ``broker.security.handlers.SECURITY_HANDLERS``, the transaction apis from
@@ -8,6 +9,10 @@ exactly the keys in the final table.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias
+
+from broker.context import BrokerContext
 from broker.groups.handlers import GROUP_HANDLERS
 from broker.handlers.admin import (
     handle_create_partitions,
@@ -40,9 +45,12 @@ from broker.handlers.produce import handle_produce
 from broker.handlers.producer_ids import handle_init_producer_id
 from broker.security.handlers import SECURITY_HANDLERS
 from broker.txn.handlers import TXN_HANDLERS
-from protocol.api import ApiKey
+from protocol.api import ApiKey, Request
 
-HANDLERS: dict = {
+Handler: TypeAlias = Callable[[BrokerContext, Request], Awaitable[dict[str, Any] | None]]
+"""One api's handler: the response body for ``request``, or None for no response."""
+
+HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.PRODUCE: handle_produce,
     ApiKey.FETCH: handle_fetch,
     ApiKey.LIST_OFFSETS: handle_list_offsets,
@@ -73,4 +81,4 @@ HANDLERS.update(TXN_HANDLERS)
 
 HANDLERS[ApiKey.API_VERSIONS] = make_api_versions_handler(HANDLERS)
 
-__all__ = ["HANDLERS", "release_fetch_body"]
+__all__ = ["HANDLERS", "Handler", "release_fetch_body"]

@@ -159,7 +159,9 @@ class LocalTopics:
         return set()  # the logs exist once create returned
 
 
-def _new_topic(ctx: BrokerContext, placement: TopicPlacement, entry: Any) -> tuple[Topic, dict]:
+def _new_topic(
+    ctx: BrokerContext, placement: TopicPlacement, entry: Any
+) -> tuple[Topic, dict[int, tuple[int, ...]]]:
     """Check one CreatableTopic as Kafka's ZkAdminManager does; the Topic it would create (not
     registered) and its replicas. Raises TopicRequestError."""
     name = entry.name
@@ -218,7 +220,7 @@ def _new_topic(ctx: BrokerContext, placement: TopicPlacement, entry: Any) -> tup
         raise TopicRequestError(ErrorCode.INVALID_CONFIG, config_error_message(exc)) from None
 
 
-def _created(ctx: BrokerContext, topic: Topic, topic_id: uuid.UUID, factor: int) -> dict:
+def _created(ctx: BrokerContext, topic: Topic, topic_id: uuid.UUID, factor: int) -> dict[str, Any]:
     layers = ctx.dynamic_configs.layers()
     return {
         "name": topic.name,
@@ -233,7 +235,7 @@ def _created(ctx: BrokerContext, topic: Topic, topic_id: uuid.UUID, factor: int)
     }
 
 
-def _failed(name: str, code: ErrorCode, message: str | None) -> dict:
+def _failed(name: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
     return {
         "name": name,
         "topic_id": ZERO_UUID,
@@ -247,7 +249,7 @@ def _failed(name: str, code: ErrorCode, message: str | None) -> dict:
 
 async def create_topics_answer(
     ctx: BrokerContext, request: Request, placement: TopicPlacement
-) -> dict:
+) -> dict[str, Any]:
     """CreateTopics' answer, one pipeline for every broker: each topic checked by
     :func:`_new_topic`, created by ``placement``, then given ``timeout_ms`` to settle (a
     cluster's controller elects the leaders): REQUEST_TIMED_OUT for those that did not, while
@@ -255,7 +257,7 @@ async def create_topics_answer(
     body = request.body
     validate_only = bool(body.validate_only)
     counts = Counter(e.name for e in body.topics)
-    results: list[dict] = []
+    results: list[dict[str, Any]] = []
     created: list[str] = []
     for entry in body.topics:
         name = entry.name
@@ -288,7 +290,7 @@ async def create_topics_answer(
     return {"throttle_time_ms": 0, "topics": results}
 
 
-async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict:
+async def handle_create_topics(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     return await create_topics_answer(ctx, request, LocalTopics(ctx))
 
 
@@ -320,16 +322,17 @@ async def _delete_one(ctx: BrokerContext, name: str) -> tuple[ErrorCode, str | N
     return ErrorCode.NONE, None
 
 
-async def handle_delete_topics(ctx: BrokerContext, request: Request) -> dict:
+async def handle_delete_topics(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
+    wanted: list[tuple[str | None, uuid.UUID]]
     if request.header.api_version < 6:
         wanted = [(name, ZERO_UUID) for name in body.topic_names]
     else:
         wanted = [(t.name, t.topic_id) for t in body.topics]
     if any(name is not None and topic_id != ZERO_UUID for name, topic_id in wanted):
         # Kafka fails the whole request (InvalidRequestException).
-        message = "Topic name and topic ID can not both be specified."
-        logger.warning("topic deletion rejected", error="INVALID_REQUEST", reason=message)
+        both = "Topic name and topic ID can not both be specified."
+        logger.warning("topic deletion rejected", error="INVALID_REQUEST", reason=both)
         return {
             "throttle_time_ms": 0,
             "responses": [
@@ -337,13 +340,14 @@ async def handle_delete_topics(ctx: BrokerContext, request: Request) -> dict:
                     "name": name,
                     "topic_id": topic_id,
                     "error_code": int(ErrorCode.INVALID_REQUEST),
-                    "error_message": message,
+                    "error_message": both,
                 }
                 for name, topic_id in wanted
             ],
         }
     results = []
     done: dict[str, tuple[ErrorCode, str | None]] = {}  # a name given twice is deleted once
+    message: str | None
     for name, topic_id in wanted:
         if topic_id != ZERO_UUID:
             topic = ctx.topics.by_id(topic_id)
@@ -393,7 +397,7 @@ async def _add_partitions(ctx: BrokerContext, entry: Any, validate_only: bool) -
     await add_partitions(ctx, name, entry.count, validate_only=validate_only)
 
 
-async def handle_create_partitions(ctx: BrokerContext, request: Request) -> dict:
+async def handle_create_partitions(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     return await create_partitions_answer(ctx, request, _add_partitions)
 
 
@@ -401,7 +405,7 @@ async def create_partitions_answer(
     ctx: BrokerContext,
     request: Request,
     add: Callable[[BrokerContext, Any, bool], Awaitable[None]],
-) -> dict:
+) -> dict[str, Any]:
     """CreatePartitions' answer: each topic judged and grown by ``add(ctx, entry,
     validate_only)``, which raises TopicRequestError, UnknownTopicError, PartitionCountError
     or a storage failure (a cluster's adds its partitions in ZooKeeper)."""

@@ -7,6 +7,8 @@ throttle.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 from kazoo.exceptions import KazooException
 
@@ -18,7 +20,7 @@ from protocol.errors import ErrorCode
 logger = structlog.get_logger(__name__)
 
 
-async def handle_describe_client_quotas(ctx: BrokerContext, request: Request) -> dict:
+async def handle_describe_client_quotas(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     components = [(c.entity_type, c.match_type, c.match) for c in body.components]
     try:
@@ -44,13 +46,14 @@ async def handle_describe_client_quotas(ctx: BrokerContext, request: Request) ->
     }
 
 
-async def handle_alter_client_quotas(ctx: BrokerContext, request: Request) -> dict:
+async def handle_alter_client_quotas(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     """Each entry is checked on its own (one refused entry does not stop the others); the valid
     ones are stored together (one file write, or one znode and notification each) unless
     ``validate_only``."""
     quotas = ctx.quotas
     results: list[tuple[int, str | None]] = []
-    changes: dict = {}  # entity -> its config once the request's entries for it are applied
+    # entity -> its config once the request's entries for it are applied
+    changes: dict[tuple[str | None, str | None], dict[str, str]] = {}
     async with quotas.lock:
         for entry in request.body.entries:
             parts = [(e.entity_type, e.entity_name) for e in entry.entity]

@@ -17,6 +17,7 @@ out, as Kafka leaves them out.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import trio
 
@@ -32,7 +33,7 @@ NOT_REQUESTED = -(2**31)  # the schema's default: operations not asked for
 CLUSTER_OPERATIONS = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))
 
 
-async def handle_describe_cluster(ctx: BrokerContext, request: Request) -> dict:
+async def handle_describe_cluster(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     version = request.header.api_version
     body = request.body
     wanted = body.endpoint_type
@@ -88,7 +89,7 @@ def _space(path: str) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
-async def handle_describe_log_dirs(ctx: BrokerContext, request: Request) -> dict:
+async def handle_describe_log_dirs(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     manager = ctx.log_manager
     asked = request.body.topics
     wanted = None if asked is None else {(t.topic, p) for t in asked for p in t.partitions}
@@ -105,7 +106,7 @@ async def handle_describe_log_dirs(ctx: BrokerContext, request: Request) -> dict
                 }
             )
             continue
-        topics: dict[str, list[dict]] = {}
+        topics: dict[str, list[dict[str, Any]]] = {}
         for topic, partition in manager.partitions_in(log_dir):
             if wanted is not None and (topic, partition) not in wanted:
                 continue

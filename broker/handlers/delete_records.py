@@ -15,6 +15,8 @@ last offset given (Kafka's map).
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 import trio
 
@@ -106,12 +108,12 @@ async def _delete(
     return ErrorCode.NONE, low
 
 
-async def handle_delete_records(ctx: BrokerContext, request: Request) -> dict:
+async def handle_delete_records(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     wanted: dict[tuple[str, int], int] = {}
     for t in request.body.topics:
         for p in t.partitions:
             wanted[(t.name, p.partition_index)] = p.offset
-    topics: dict[str, list[dict]] = {}
+    topics: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), offset in wanted.items():
         code, low = await _delete(ctx, topic, partition, offset)
         topics.setdefault(topic, []).append(

@@ -41,7 +41,7 @@ def _election(ctx: BrokerContext, topic: str, partition: int, unclean: bool) -> 
     return int(ErrorCode.ELECTION_NOT_NEEDED), "Leader election not needed for topic partition."
 
 
-async def handle_elect_leaders(ctx: BrokerContext, request: Request) -> dict:
+async def handle_elect_leaders(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     """Every named partition answers ELECTION_NOT_NEEDED (its leader is its preferred and only
     replica); asked for every partition (null), each topic is listed without the partitions
     that need no election, as Kafka leaves them out."""
@@ -50,8 +50,9 @@ async def handle_elect_leaders(ctx: BrokerContext, request: Request) -> dict:
     results: list[dict[str, Any]] = []
     if body.topic_partitions is None:
         for name in sorted(ctx.topics.names()):
-            count = ctx.topics.get(name).partitions
-            elected = [_election(ctx, name, p, unclean) for p in range(count)]
+            topic = ctx.topics.get(name)
+            assert topic is not None  # just listed, and nothing has run since
+            elected = [_election(ctx, name, p, unclean) for p in range(topic.partitions)]
             results.append(
                 {
                     "topic": name,
@@ -77,7 +78,9 @@ async def handle_elect_leaders(ctx: BrokerContext, request: Request) -> dict:
     return {"throttle_time_ms": 0, "error_code": 0, "replica_election_results": results}
 
 
-async def handle_list_partition_reassignments(ctx: BrokerContext, request: Request) -> dict:
+async def handle_list_partition_reassignments(
+    ctx: BrokerContext, request: Request
+) -> dict[str, Any]:
     """Nothing is ever being reassigned on a single broker."""
     return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "topics": []}
 
@@ -117,7 +120,9 @@ def _reassignment(
     return 0, None  # already the partition's replicas: done at once
 
 
-async def handle_alter_partition_reassignments(ctx: BrokerContext, request: Request) -> dict:
+async def handle_alter_partition_reassignments(
+    ctx: BrokerContext, request: Request
+) -> dict[str, Any]:
     """Each target judged on its own: to the broker itself, done; a cancellation,
     NO_REASSIGNMENT_IN_PROGRESS; another broker, INVALID_REPLICA_ASSIGNMENT."""
     responses = []

@@ -12,6 +12,8 @@ broker/cluster/handlers.py serves the api instead.
 
 from __future__ import annotations
 
+from typing import Any
+
 from broker.context import BrokerContext
 from broker.handlers.list_offsets import LEADER_EPOCH
 from protocol.api import Request
@@ -28,7 +30,7 @@ def _epoch_error(current_leader_epoch: int) -> ErrorCode:
     return ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
-async def handle_offset_for_leader_epoch(ctx: BrokerContext, request: Request) -> dict:
+async def handle_offset_for_leader_epoch(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     topics = []
     for topic in request.body.topics:
         parts = []

@@ -26,7 +26,7 @@ logger = structlog.get_logger(__name__)
 NO_AUTHORIZED_OPERATIONS = -2147483648  # Kafka's "not requested / unknown" value
 
 
-def _partitions(ctx: BrokerContext, name: str, count: int) -> list[dict]:
+def _partitions(ctx: BrokerContext, name: str, count: int) -> list[dict[str, Any]]:
     node = ctx.config.broker_id
     # Asked per partition only while some log dir is offline.
     offline = ctx.is_offline if ctx.log_manager.offline_dirs else (lambda topic, p: False)
@@ -55,7 +55,7 @@ def _partitions(ctx: BrokerContext, name: str, count: int) -> list[dict]:
     ]
 
 
-async def handle_metadata(ctx: BrokerContext, request: Request) -> dict:
+async def handle_metadata(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     version = request.header.api_version
     requested = request.body.topics
     allow_create = request.body.allow_auto_topic_creation if version >= 4 else True
@@ -135,7 +135,7 @@ async def _auto_create(ctx: BrokerContext, name: str) -> ErrorCode:
 # many partitions whatever the request's limit (chronolog only reports the setting).
 PARTITION_SIZE_LIMIT = 2000
 
-PartitionsOf = Callable[[str], list[dict] | None]
+PartitionsOf = Callable[[str], list[dict[str, Any]] | None]
 
 
 def describe_topic_partitions_answer(
@@ -143,7 +143,7 @@ def describe_topic_partitions_answer(
     all_names: Iterable[str],
     partitions_of: PartitionsOf,
     topic_id_of: Callable[[str], Any],
-) -> dict:
+) -> dict[str, Any]:
     """DescribeTopicPartitions as Kafka's DescribeTopicPartitionsRequestHandler pages it: the
     named topics (every topic when none is named) from the cursor on, sorted by name, with at
     most ``response_partition_limit`` partitions (1..2000) in all; next_cursor names the first
@@ -176,7 +176,7 @@ def describe_topic_partitions_answer(
             "next_cursor": None,
         }
     remaining = max(min(PARTITION_SIZE_LIMIT, body.response_partition_limit), 1)
-    topics: list[dict] = []
+    topics: list[dict[str, Any]] = []
     next_cursor = None
     for name in wanted:
         if remaining == 0:
@@ -222,8 +222,8 @@ def describe_topic_partitions_answer(
     return {"throttle_time_ms": 0, "topics": topics, "next_cursor": next_cursor}
 
 
-async def handle_describe_topic_partitions(ctx: BrokerContext, request: Request) -> dict:
-    def partitions_of(name: str) -> list[dict] | None:
+async def handle_describe_topic_partitions(ctx: BrokerContext, request: Request) -> dict[str, Any]:
+    def partitions_of(name: str) -> list[dict[str, Any]] | None:
         topic = ctx.topics.get(name)
         return None if topic is None else _partitions(ctx, name, topic.partitions)
 

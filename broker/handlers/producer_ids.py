@@ -9,6 +9,8 @@ with TRANSACTIONAL_ID_AUTHORIZATION_FAILED and a log line saying why.
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 import trio
 
@@ -40,7 +42,7 @@ async def producer_id_ready(ctx: BrokerContext) -> bool:
     return True
 
 
-async def handle_init_producer_id(ctx: BrokerContext, request: Request) -> dict:
+async def handle_init_producer_id(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     if body.transactional_id is not None:
         return await _transactional(ctx, request)
@@ -53,7 +55,7 @@ async def handle_init_producer_id(ctx: BrokerContext, request: Request) -> dict:
     return {"error_code": 0, "producer_id": ctx.producer_ids.next_id(), "producer_epoch": 0}
 
 
-async def _transactional(ctx: BrokerContext, request: Request) -> dict:
+async def _transactional(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     coordinator = ctx.txn_coordinator
     if coordinator is None:  # the broker is starting: it is made before the first request

@@ -9,12 +9,11 @@ reason; the valid ones of the same request are created.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
 
-from broker.errors import STORAGE_FAILURES
 from broker.security.acls import (
     AclBinding,
     AclFilter,
@@ -24,10 +23,14 @@ from broker.security.acls import (
     Permission,
     ResourceType,
 )
-from broker.security.files import StateFileError
+from broker.security.files import STATE_FILE_FAILURES, StateFileError
 from broker.security.session import current_session
 from protocol.api import ApiKey, Request
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:  # broker.context imports the security package
+    from broker.context import BrokerContext
+    from broker.handlers import Handler
 
 logger = structlog.get_logger(__name__)
 
@@ -60,7 +63,7 @@ def _filter(entry: Any) -> AclFilter:
     ).validate()
 
 
-def _wire(b: AclBinding) -> dict:
+def _wire(b: AclBinding) -> dict[str, Any]:
     return {
         "resource_type": int(b.resource_type),
         "resource_name": b.resource_name,
@@ -72,7 +75,7 @@ def _wire(b: AclBinding) -> dict:
     }
 
 
-async def handle_describe_acls(ctx: Any, request: Request) -> dict:
+async def handle_describe_acls(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     gate = _gate()
     if gate is None:
         return {"error_code": int(ErrorCode.SECURITY_DISABLED), "error_message": _DISABLED}
@@ -84,7 +87,7 @@ async def handle_describe_acls(ctx: Any, request: Request) -> dict:
         bindings = gate.acls.bindings()
     except StateFileError as exc:
         return {"error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR), "error_message": str(exc)}
-    resources: dict[tuple[int, str, int], list[dict]] = {}
+    resources: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     for b in sorted(bindings):
         if acl_filter.matches(b):
             resources.setdefault(
@@ -107,13 +110,13 @@ async def handle_describe_acls(ctx: Any, request: Request) -> dict:
     }
 
 
-async def handle_create_acls(ctx: Any, request: Request) -> dict:
+async def handle_create_acls(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     creations = request.body.creations
     gate = _gate()
     if gate is None:
         error = {"error_code": int(ErrorCode.SECURITY_DISABLED), "error_message": _DISABLED}
         return {"results": [error for _ in creations]}
-    results: list[dict] = []
+    results: list[dict[str, Any]] = []
     valid: list[AclBinding] = []
     for c in creations:
         try:
@@ -136,7 +139,7 @@ async def handle_create_acls(ctx: Any, request: Request) -> dict:
     if valid:
         try:
             await trio.to_thread.run_sync(gate.acls.add, valid)
-        except (StateFileError, *STORAGE_FAILURES) as exc:
+        except STATE_FILE_FAILURES as exc:
             logger.error(
                 "cannot write the ACL file",
                 path=gate.acls.path,
@@ -150,7 +153,7 @@ async def handle_create_acls(ctx: Any, request: Request) -> dict:
     return {"results": results}
 
 
-async def handle_delete_acls(ctx: Any, request: Request) -> dict:
+async def handle_delete_acls(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     entries = request.body.filters
     gate = _gate()
     if gate is None:
@@ -172,14 +175,14 @@ async def handle_delete_acls(ctx: Any, request: Request) -> dict:
     usable = [f for f in filters if f is not None]
     try:
         matched = await trio.to_thread.run_sync(gate.acls.remove, usable) if usable else []
-    except (StateFileError, *STORAGE_FAILURES) as exc:
+    except STATE_FILE_FAILURES as exc:
         error = {
             "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
             "error_message": str(exc),
             "matching_acls": [],
         }
         return {"filter_results": [error for _ in entries]}
-    results = []
+    results: list[dict[str, Any]] = []
     found = iter(matched)
     for acl_filter, problem in zip(filters, problems):
         if acl_filter is None:
@@ -211,7 +214,7 @@ def _principal() -> str | None:
     return session.principal if session is not None else None
 
 
-ACL_HANDLERS = {
+ACL_HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DESCRIBE_ACLS: handle_describe_acls,
     ApiKey.CREATE_ACLS: handle_create_acls,
     ApiKey.DELETE_ACLS: handle_delete_acls,

@@ -17,6 +17,7 @@ import os
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from broker.errors import STORAGE_FAILURES
 from storage.durable import write_atomically
 
 MODE = 0o600
@@ -26,6 +27,10 @@ class StateFileError(Exception):
     """Raised when a state file exists but cannot be read or parsed; the message names the
     file and what to do (the broker refuses to start rather than run without its ACLs or
     users)."""
+
+
+STATE_FILE_FAILURES: tuple[type[Exception], ...] = (StateFileError, *STORAGE_FAILURES)
+"""What reading or replacing a state file raises: its content is bad, or its log dir failed."""
 
 
 def write_private(path: str, doc: Any) -> None:

@@ -15,19 +15,24 @@ credential store (:mod:`.credentials`); their authorization (DESCRIBE / ALTER on
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import structlog
 
 import trio
 
-from broker.errors import STORAGE_FAILURES
 from broker.security.acl_handlers import ACL_HANDLERS
 from broker.security.credentials import CredentialStore, Deletion, Upsertion
-from broker.security.files import StateFileError
+from broker.security.files import STATE_FILE_FAILURES, StateFileError
 from broker.security.sasl import IllegalSaslState, SaslFailure
 from broker.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from broker.security.session import Session, current_session
 from protocol.api import ApiKey, Request
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:  # broker.context imports the security package
+    from broker.context import BrokerContext
+    from broker.handlers import Handler
 
 logger = structlog.get_logger(__name__)
 
@@ -37,7 +42,7 @@ def _sasl_session() -> Session | None:
     return session if session is not None and session.sasl is not None else None
 
 
-async def handle_sasl_handshake(ctx, request: Request) -> dict:
+async def handle_sasl_handshake(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     session = _sasl_session()
     if session is None or session.sasl is None or session.sasl.complete:
         return {"error_code": int(ErrorCode.ILLEGAL_SASL_STATE), "mechanisms": []}
@@ -64,7 +69,7 @@ async def handle_sasl_handshake(ctx, request: Request) -> dict:
     return {"error_code": 0, "mechanisms": enabled}
 
 
-async def handle_sasl_authenticate(ctx, request: Request) -> dict:
+async def handle_sasl_authenticate(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     session = _sasl_session()
     if session is None or session.sasl is None or session.sasl.complete:
         return _authenticate_answer(
@@ -87,7 +92,7 @@ async def handle_sasl_authenticate(ctx, request: Request) -> dict:
     return {"error_code": 0, "error_message": None, "auth_bytes": answer, "session_lifetime_ms": 0}
 
 
-def _authenticate_answer(error: ErrorCode, message: str) -> dict:
+def _authenticate_answer(error: ErrorCode, message: str) -> dict[str, Any]:
     return {
         "error_code": int(error),
         "error_message": message,
@@ -96,14 +101,16 @@ def _authenticate_answer(error: ErrorCode, message: str) -> dict:
     }
 
 
-def _store(ctx) -> CredentialStore:
+def _store(ctx: BrokerContext) -> CredentialStore:
     session = current_session.get()
     if session is not None:
         return session.gate.credentials
     return CredentialStore(ctx.config.log_dirs[0])
 
 
-async def handle_describe_user_scram_credentials(ctx, request: Request) -> dict:
+async def handle_describe_user_scram_credentials(
+    ctx: BrokerContext, request: Request
+) -> dict[str, Any]:
     try:
         users = _store(ctx).users()
     except StateFileError as exc:
@@ -114,7 +121,9 @@ async def handle_describe_user_scram_credentials(ctx, request: Request) -> dict:
     counts: dict[str, int] = {}
     for name in wanted:
         counts[name] = counts.get(name, 0) + 1
-    results, seen = [], set()
+    results: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    infos: list[dict[str, int]]
     for name in wanted:
         if name in seen:
             continue
@@ -148,7 +157,9 @@ async def handle_describe_user_scram_credentials(ctx, request: Request) -> dict:
     return {"error_code": 0, "error_message": None, "results": results}
 
 
-async def handle_alter_user_scram_credentials(ctx, request: Request) -> dict:
+async def handle_alter_user_scram_credentials(
+    ctx: BrokerContext, request: Request
+) -> dict[str, Any]:
     body = request.body
     deletions = [Deletion(d.name, d.mechanism) for d in body.deletions]
     upsertions = [
@@ -158,14 +169,14 @@ async def handle_alter_user_scram_credentials(ctx, request: Request) -> dict:
     store = _store(ctx)
     try:
         results = await trio.to_thread.run_sync(store.alter, deletions, upsertions)
-    except (StateFileError, *STORAGE_FAILURES) as exc:
+    except STATE_FILE_FAILURES as exc:
         logger.error(
             "cannot change the SCRAM credentials",
             path=store.path,
             error=str(exc),
             action="check the first log dir is writable and has space",
         )
-        names = dict.fromkeys(i.user for i in [*deletions, *upsertions])
+        names = dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions])
         return {
             "results": [
                 {
@@ -187,7 +198,7 @@ async def handle_alter_user_scram_credentials(ctx, request: Request) -> dict:
     }
 
 
-SECURITY_HANDLERS = {
+SECURITY_HANDLERS: dict[ApiKey, Handler] = {
     **ACL_HANDLERS,
     ApiKey.SASL_HANDSHAKE: handle_sasl_handshake,
     ApiKey.SASL_AUTHENTICATE: handle_sasl_authenticate,

@@ -13,6 +13,7 @@ NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it loads it), all retried by
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
@@ -22,11 +23,16 @@ from broker.groups.coordinator import OFFSETS_PARTITION, OFFSETS_TOPIC, CommitEn
 from broker.txn.markers import write_marker
 from protocol.api import ApiKey, Request
 from protocol.errors import ErrorCode
+from protocol.schemas import Body
+
+if TYPE_CHECKING:  # broker.txn.coordinator imports broker.handlers, which imports this module
+    from broker.handlers import Handler
+    from broker.txn.coordinator import TransactionCoordinator
 
 logger = structlog.get_logger(__name__)
 
 
-def _coordinator(ctx: BrokerContext):
+def _coordinator(ctx: BrokerContext) -> TransactionCoordinator | None:
     return ctx.txn_coordinator
 
 
@@ -42,10 +48,10 @@ async def _add_partitions(
     tid: str,
     producer_id: int,
     epoch: int,
-    topics,
+    topics: list[Body],
     verify_only: bool,
     broker_request: bool = False,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """One transaction's AddPartitionsToTxn: per-topic results."""
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     coordinator = _coordinator(ctx)
@@ -69,7 +75,7 @@ async def _add_partitions(
                 tid, producer_id, epoch, wanted, client_version=2 if broker_request else None
             )
             errors = {tp: error for tp in wanted}
-    by_topic: dict[str, list[dict]] = {}
+    by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), error in errors.items():
         by_topic.setdefault(topic, []).append(
             {"partition_index": partition, "partition_error_code": int(error)}
@@ -77,7 +83,7 @@ async def _add_partitions(
     return [{"name": name, "results_by_partition": parts} for name, parts in by_topic.items()]
 
 
-async def handle_add_partitions_to_txn(ctx: BrokerContext, request: Request) -> dict:
+async def handle_add_partitions_to_txn(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     if request.header.api_version <= 3:
         results = await _add_partitions(
@@ -104,7 +110,7 @@ async def handle_add_partitions_to_txn(ctx: BrokerContext, request: Request) -> 
     return {"throttle_time_ms": 0, "error_code": 0, "results_by_transaction": out}
 
 
-async def handle_add_offsets_to_txn(ctx: BrokerContext, request: Request) -> dict:
+async def handle_add_offsets_to_txn(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     coordinator = _coordinator(ctx)
     if coordinator is None:
@@ -119,7 +125,7 @@ async def handle_add_offsets_to_txn(ctx: BrokerContext, request: Request) -> dic
     return {"throttle_time_ms": 0, "error_code": int(error)}
 
 
-async def handle_end_txn(ctx: BrokerContext, request: Request) -> dict:
+async def handle_end_txn(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     version = request.header.api_version
     coordinator = _coordinator(ctx)
@@ -142,7 +148,7 @@ async def handle_end_txn(ctx: BrokerContext, request: Request) -> dict:
     }
 
 
-async def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> dict:
+async def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     groups = ctx.coordinator
     entries = [
@@ -187,7 +193,7 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> dict
             ErrorCode.INVALID_PRODUCER_EPOCH if e is ErrorCode.PRODUCER_FENCED else e
             for e in errors
         ]
-    topics: dict[str, list[dict]] = {}
+    topics: dict[str, list[dict[str, Any]]] = {}
     for entry, error in zip(entries, errors):
         topics.setdefault(entry.topic, []).append(
             {"partition_index": entry.partition, "error_code": int(error)}
@@ -198,7 +204,7 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> dict
     }
 
 
-async def handle_describe_transactions(ctx: BrokerContext, request: Request) -> dict:
+async def handle_describe_transactions(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     coordinator = _coordinator(ctx)
     states = []
     for tid in request.body.transactional_ids:
@@ -233,7 +239,7 @@ async def handle_describe_transactions(ctx: BrokerContext, request: Request) -> 
     return {"throttle_time_ms": 0, "transaction_states": states}
 
 
-async def handle_list_transactions(ctx: BrokerContext, request: Request) -> dict:
+async def handle_list_transactions(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     from broker.txn.state import TxnState
 
     body = request.body
@@ -271,13 +277,13 @@ async def handle_list_transactions(ctx: BrokerContext, request: Request) -> dict
     }
 
 
-async def handle_write_txn_markers(ctx: BrokerContext, request: Request) -> dict:
+async def handle_write_txn_markers(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     """Markers sent by a transaction coordinator: written to each named partition, all at
     once (in a cluster each answer waits for its partition's ISR, so one slow follower does
     not hold the others back past the coordinator's timeout)."""
     errors: dict[tuple[int, str, int], ErrorCode] = {}
 
-    async def write(i: int, marker, topic: str, partition: int) -> None:
+    async def write(i: int, marker: Body, topic: str, partition: int) -> None:
         errors[(i, topic, partition)] = await write_marker(
             ctx,
             topic,
@@ -309,7 +315,7 @@ async def handle_write_txn_markers(ctx: BrokerContext, request: Request) -> dict
     return {"markers": results}
 
 
-TXN_HANDLERS = {
+TXN_HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
     ApiKey.END_TXN: handle_end_txn,
