@@ -34,6 +34,7 @@ import trio
 from broker.admin.dynamic import DynamicConfigs
 from broker.config import BrokerConfig, ConfigError, topic_name_error
 from broker.fetch_sessions import FetchSessionCache
+from broker.features import FeatureLevels
 from broker.producer_ids import ProducerIdManager
 from broker.quotas import ClientQuotas
 from broker.topics import Topic, TopicRegistry
@@ -150,6 +151,7 @@ class BrokerContext:
         *,
         dynamic_configs: DynamicConfigs | None = None,
         producer_ids: ProducerIdManager | None = None,
+        features: FeatureLevels | None = None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         """``replication`` builds the context's Replication (broker/replication.py) from the
@@ -174,6 +176,8 @@ class BrokerContext:
         self.txn_coordinator: TransactionCoordinator | None = None
         # InitProducerId's ids (broker/producer_ids.py), loaded by open_context.
         self.producer_ids = producer_ids or ProducerIdManager(config.log_dirs[0])
+        # The finalized feature levels (KIP-584, broker/features.py): UpdateFeatures changes them.
+        self.features = features or FeatureLevels.unloaded(config.log_dirs[0])
         # Client quotas (broker/quotas/): loaded by open_context.
         self.quotas = ClientQuotas(config)
         self.fetch_sessions = FetchSessionCache(

@@ -35,7 +35,7 @@ import os
 from bisect import bisect_left
 from functools import lru_cache
 from itertools import accumulate
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import structlog
 from prometheus_client import (
@@ -56,6 +56,7 @@ from storage.errors import LogClosedError
 
 if TYPE_CHECKING:
     from broker.context import BrokerContext
+    from protocol.schemas.codec import _Field
     from storage import Log
 
 logger = structlog.get_logger(__name__)
@@ -106,21 +107,25 @@ _TIMES: tuple[tuple[str, str], ...] = (
 # its element's tree), ...)) with only the arrays of structs that hold an error code somewhere.
 _ErrorTree = tuple[bool, tuple[tuple[str, "_ErrorTree"], ...]]
 
+# prometheus_client's formatting of a sample value, which it leaves unannotated.
+_go_float: Callable[[float], str] = floatToGoString
 
-def _error_tree(fields) -> _ErrorTree | None:
+
+def _error_tree(fields: list[_Field]) -> _ErrorTree | None:
     """The tree of a response struct's fields (protocol.schemas' field descriptions, only those
     present at its version); None when it holds no error code."""
     here = any(f.name == "error_code" and f.present for f in fields)
     arrays = []
     for f in fields:
         if f.present and f.type == "[]" and f.element == "struct":
+            assert f.struct is not None  # an array of structs has its struct
             sub = _error_tree(f.struct.fields)
             if sub is not None:
                 arrays.append((f.name, sub))
     return (here, tuple(arrays)) if here or arrays else None
 
 
-def _count_errors(body: dict, tree: _ErrorTree, counts: dict[int, int]) -> None:
+def _count_errors(body: dict[str, Any], tree: _ErrorTree, counts: dict[int, int]) -> None:
     """Every ``error_code`` the response carries (top level and in nested entries) into
     ``counts``, as Kafka's ``AbstractResponse.errorCounts`` does (NONE included)."""
     here, arrays = tree
@@ -136,7 +141,8 @@ def _count_errors(body: dict, tree: _ErrorTree, counts: dict[int, int]) -> None:
 def response_error_tree(api_key: int, version: int) -> _ErrorTree:
     """Where the errors of an (api, version) response are; an ApiVersions request of a version
     the broker does not serve is answered in v0's layout."""
-    codec = RESPONSE_SCHEMAS.get((api_key, version)) or RESPONSE_SCHEMAS[(api_key, 0)]
+    api = ApiKey(api_key)
+    codec = RESPONSE_SCHEMAS.get((api, version)) or RESPONSE_SCHEMAS[(api, 0)]
     return _error_tree(codec.schema.fields) or (False, ())
 
 
@@ -156,10 +162,10 @@ class BrokerMetrics:
         self.bytes_in: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
         self.errors: dict[int, dict[int, int]] = {}  # api key -> error code -> count
-        self.times: dict[int, list] = {}  # api key -> the row of its four times (_TIMES)
+        self.times: dict[int, list[float]] = {}  # api key -> the row of its four times (_TIMES)
         # (api key, version) -> [requests, its response's error tree, the api's entries of
         # errors and times]: what a request touches, found with one lookup
-        self.requests: dict[tuple[int, int], list] = {}
+        self.requests: dict[tuple[int, int], list[Any]] = {}
         self._log_dirs = {_dir_key(d): d for d in ctx.config.log_dirs}
         self.storage_errors: dict[str, int] = {d: 0 for d in ctx.config.log_dirs}
         self._first_timestamps: dict[tuple[str, int], int] = {}
@@ -182,7 +188,7 @@ class BrokerMetrics:
         self,
         api_key: int,
         version: int,
-        body: dict | None,
+        body: dict[str, Any] | None,
         received: float,
         started: float,
         handled: float,
@@ -210,7 +216,7 @@ class BrokerMetrics:
         row[_SUMS + 2] += send
         row[_SUMS + 3] += total
 
-    def _first_request(self, api_key: int, version: int) -> list:
+    def _first_request(self, api_key: int, version: int) -> list[Any]:
         counts = self.errors.setdefault(api_key, {})
         row = self.times.setdefault(api_key, [0] * _SUMS + [0.0] * 4)
         entry = [0, response_error_tree(api_key, version), counts, row]
@@ -293,7 +299,7 @@ def _histogram_prefixes(name: str, request: str) -> tuple[str, ...]:
     )
 
 
-def _times_text(times: dict[int, list]) -> bytes:
+def _times_text(times: dict[int, list[float]]) -> bytes:
     """The four request-time histograms (rows as :meth:`BrokerMetrics.request_done` fills
     them) in the text format, byte for byte what ``generate_latest`` writes for them.
 
@@ -307,7 +313,7 @@ def _times_text(times: dict[int, list]) -> bytes:
     def value(v: float) -> str:
         text = formatted.get(v)
         if text is None:
-            text = formatted[v] = floatToGoString(v)
+            text = formatted[v] = _go_float(v)
         return text
 
     out: list[str] = []
@@ -347,10 +353,10 @@ def _partition_txns_text(rows: list[tuple[str, int, int, int]]) -> bytes:
     for i, (name, documentation) in enumerate(_PARTITION_TXNS):
         out.append(f"# HELP {name} {documentation}\n# TYPE {name} gauge\n")
         for row in rows:
-            v = row[2 + i]
+            v = row[2] if i == 0 else row[3]
             text = formatted.get(v)
             if text is None:
-                text = formatted[v] = floatToGoString(v)
+                text = formatted[v] = _go_float(v)
             out.append(f'{name}{{partition="{row[1]}",topic="{row[0]}"}} {text}\n')
     return "".join(out).encode()
 
@@ -528,7 +534,9 @@ class _StateCollector(Collector):
             'chronolog_transactions_completed_total{result="abort"}',
         )
         coordinator = ctx.txn_coordinator
-        counts = dict.fromkeys((s for s in TxnState if s is not TxnState.DEAD), 0)
+        counts: dict[TxnState, int] = dict.fromkeys(
+            (s for s in TxnState if s is not TxnState.DEAD), 0
+        )
         if coordinator is not None:
             for meta in list(coordinator.machine.txns.values()):
                 counts[meta.state] = counts.get(meta.state, 0) + 1

@@ -37,6 +37,7 @@ from broker.config import BrokerConfig
 from broker.console import build_app
 from broker.context import BrokerContext, client_host, kafka_host_string, wall_clock_ms
 from broker.errors import CloseConnectionError
+from broker.features import FeatureLevels
 from broker.replication import LocalReplication
 from broker.handlers import HANDLERS, release_fetch_body
 from broker.metrics import BrokerMetrics
@@ -95,7 +96,13 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     manager = LogManager(list(config.log_dirs), config_for_topic, wall_clock_ms)
     await trio.to_thread.run_sync(manager.startup)
     ctx = BrokerContext(
-        config, cluster_id, manager, registry, LocalReplication, dynamic_configs=dynamic
+        config,
+        cluster_id,
+        manager,
+        registry,
+        LocalReplication,
+        dynamic_configs=dynamic,
+        features=await trio.to_thread.run_sync(FeatureLevels.in_log_dir, config.log_dirs[0]),
     )
     await trio.to_thread.run_sync(ctx.producer_ids.load)
     await trio.to_thread.run_sync(ctx.quotas.load_file)

@@ -31,6 +31,7 @@ from broker.handlers.client_quotas import (
 from broker.handlers.cluster import handle_describe_cluster, handle_describe_log_dirs
 from broker.handlers.delete_records import handle_delete_records
 from broker.handlers.describe_producers import handle_describe_producers
+from broker.handlers.features import handle_update_features
 from broker.handlers.elections import (
     handle_alter_partition_reassignments,
     handle_elect_leaders,
@@ -73,6 +74,7 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: handle_describe_client_quotas,
     ApiKey.ALTER_CLIENT_QUOTAS: handle_alter_client_quotas,
+    ApiKey.UPDATE_FEATURES: handle_update_features,
 }
 
 HANDLERS.update(GROUP_HANDLERS)

@@ -23,25 +23,6 @@ def api_versions(implemented: Container[ApiKey]) -> list[dict[str, Any]]:
     ]
 
 
-# KIP-584 features (ApiVersions v3+): transaction.version 2 (KIP-890 part 2: Produce v12 adds a
-# partition to its transaction, EndTxn v5 bumps the epoch at every end), finalized, where a
-# transaction coordinator runs. Java clients 4.x read it to choose the transaction protocol.
-TRANSACTION_VERSION = 2
-TRANSACTION_FEATURES = {
-    "supported_features": [
-        {"name": "transaction.version", "min_version": 0, "max_version": TRANSACTION_VERSION}
-    ],
-    "finalized_features_epoch": 0,
-    "finalized_features": [
-        {
-            "name": "transaction.version",
-            "max_version_level": TRANSACTION_VERSION,
-            "min_version_level": TRANSACTION_VERSION,
-        }
-    ],
-}
-
-
 def make_api_versions_handler(handlers: Mapping[ApiKey, Handler]) -> Handler:
     """ApiVersions answers from the final dispatch table, so it advertises exactly what runs."""
 
@@ -50,8 +31,8 @@ def make_api_versions_handler(handlers: Mapping[ApiKey, Handler]) -> Handler:
         # list, which is what makes kafka-python and librdkafka retry at v0 (clients.md).
         error = ErrorCode.UNSUPPORTED_VERSION if request.body is None else ErrorCode.NONE
         body = {"error_code": int(error), "api_keys": api_versions(handlers), "throttle_time_ms": 0}
-        if ctx.txn_coordinator is not None:
-            body.update(TRANSACTION_FEATURES)
+        if ctx.txn_coordinator is not None:  # KIP-584 features (broker/features.py), v3+
+            body.update(ctx.features.current.api_versions_fields())
         return body
 
     return handle_api_versions

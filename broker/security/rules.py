@@ -36,6 +36,8 @@ from protocol.schemas.codec import Body
 logger = structlog.get_logger(__name__)
 
 Handler = Callable[[Any, Request], Awaitable[Any]]
+# A rule: ``async (check, handler, ctx, request) -> body``, the handler called or not.
+Rule = Callable[["Check", Handler, Any, Request], Awaitable[Any]]
 
 TOPIC, GROUP, CLUSTER, TXN = (
     ResourceType.TOPIC,
@@ -125,7 +127,7 @@ async def allowed(check: Check, handler: Handler, ctx: Any, request: Request) ->
     return await handler(ctx, request)
 
 
-def cluster_rule(operation: Operation, error: Callable[[Request], dict]) -> Callable:
+def cluster_rule(operation: Operation, error: Callable[[Request], dict[str, Any]]) -> Rule:
     """The whole request needs ``operation`` on the cluster; else ``error(request)``."""
 
     async def rule(check: Check, handler: Handler, ctx: Any, request: Request) -> Any:
@@ -137,8 +139,8 @@ def cluster_rule(operation: Operation, error: Callable[[Request], dict]) -> Call
 
 
 def group_rule(
-    operation: Operation, error: Callable[[Request], dict], resource: ResourceType = GROUP
-) -> Callable:
+    operation: Operation, error: Callable[[Request], dict[str, Any]], resource: ResourceType = GROUP
+) -> Rule:
     """The whole request needs ``operation`` on its group_id (or, for TRANSACTIONAL_ID, its
     transactional_id)."""
     field = "transactional_id" if resource == TXN else "group_id"
@@ -162,7 +164,7 @@ async def _split_topics(
     ctx: Any,
     request: Request,
     operation: Operation,
-    denied_entry: Callable[[Any], dict],
+    denied_entry: Callable[[Any], dict[str, Any]],
     *,
     field: str = "topics",
     name_of: Callable[[Any], str | None] = _name,
@@ -170,7 +172,8 @@ async def _split_topics(
 ) -> Any:
     """Hand the handler only the ``field`` entries whose topic allows ``operation``; add
     ``denied_entry(entry)`` for the others to the answer's ``response_field`` list."""
-    allowed_entries, denied = [], []
+    allowed_entries: list[Any] = []
+    denied: list[Any] = []
     for entry in request.body[field]:
         name = name_of(entry)
         (allowed_entries if name is None or check(operation, TOPIC, name) else denied).append(entry)
@@ -185,12 +188,12 @@ async def _split_topics(
 
 def _refused_partitions(
     topic: str, index: str, partitions: str = "partitions", **answer: Any
-) -> Callable[[Any], dict]:
+) -> Callable[[Any], dict[str, Any]]:
     """The answer to a refused topic entry of the request: its ``topic`` and, under
     ``partitions``, ``{index: i, **answer}`` for each of its partitions (given in the request
     as indexes, or as entries with the same ``index`` key)."""
 
-    def entry(e: Any) -> dict:
+    def entry(e: Any) -> dict[str, Any]:
         return {
             topic: e[topic],
             partitions: [
@@ -203,8 +206,10 @@ def _refused_partitions(
 
 
 def _topics_rule(
-    operation: Operation, denied_entry: Callable[[Any], dict], response_field: str = "topics"
-) -> Callable:
+    operation: Operation,
+    denied_entry: Callable[[Any], dict[str, Any]],
+    response_field: str = "topics",
+) -> Rule:
     """``operation`` on each topic of the request's ``topics`` (by name), answering each
     refused one ``denied_entry(entry)`` in the answer's ``response_field``."""
 
@@ -232,7 +237,7 @@ async def produce_rule(check: Check, handler: Handler, ctx: Any, request: Reques
     stored)."""
     txn = request.body.get("transactional_id")
 
-    def denied(code: int) -> Callable[[Any], dict]:
+    def denied(code: int) -> Callable[[Any], dict[str, Any]]:
         refused = _refused_partitions(
             "name",
             "index",
@@ -275,7 +280,7 @@ async def produce_rule(check: Check, handler: Handler, ctx: Any, request: Reques
     )
 
 
-def _fetch_denied(e: Any) -> dict:
+def _fetch_denied(e: Any) -> dict[str, Any]:
     """A refused Fetch topic as Kafka 4.1's FetchResponse.partitionResponse answers each of its
     partitions: an empty record set and an empty aborted-transaction list, never null (librdkafka
     reads a null record set as a broken answer and retries forever)."""
@@ -342,7 +347,7 @@ async def metadata_rule(check: Check, handler: Handler, ctx: Any, request: Reque
     version = _v(request)
     named = body.topics
     every = named is None or (version == 0 and len(named) == 0)
-    denied: list[dict] = []
+    denied: list[dict[str, Any]] = []
     if not every:
         keep = []
         auto_create = body.get("allow_auto_topic_creation", True)
@@ -469,10 +474,10 @@ async def offset_fetch_rule(check: Check, handler: Handler, ctx: Any, request: R
         groups.append(group)
     answer = await handler(ctx, _with(request, groups=groups)) if groups else {"groups": []}
     for group in answer.get("groups", ()):
-        refused = denied_topics.get(group["group_id"])
-        if refused:
+        hidden = denied_topics.get(group["group_id"])
+        if hidden:
             group["topics"] = list(group.get("topics", ())) + [
-                _REFUSED_OFFSET_FETCH(t) for t in refused
+                _REFUSED_OFFSET_FETCH(t) for t in hidden
             ]
         elif group["group_id"] not in denied_topics:
             asked = next(
@@ -647,7 +652,7 @@ async def delete_topics_rule(check: Check, handler: Handler, ctx: Any, request: 
     )
 
 
-def _config_resource_rule(operation: Operation, response_field: str, extra: dict) -> Callable:
+def _config_resource_rule(operation: Operation, response_field: str, extra: dict[str, Any]) -> Rule:
     """DescribeConfigs/AlterConfigs/IncrementalAlterConfigs: topics (type 2) need
     ``operation`` on the topic, brokers (4) and broker loggers (8) on the cluster. A refused
     resource carries the error's text, as Kafka 4.1 answers (ConfigHelper, ControllerApis)."""
@@ -758,7 +763,7 @@ async def add_partitions_to_txn_rule(
         return await handler(ctx, request)
     topics = body.v3_and_below_topics
 
-    def answer(code_of: Callable[[str], int]) -> dict:
+    def answer(code_of: Callable[[str], int]) -> dict[str, Any]:
         return {
             "results_by_topic_v3_and_below": [
                 {
@@ -795,10 +800,11 @@ async def txn_offset_commit_rule(check: Check, handler: Handler, ctx: Any, reque
     """WRITE on the transactional id, READ on the group (else every partition refused with that
     error), then READ on each topic (TOPIC_AUTHORIZATION_FAILED)."""
     body = request.body
-    for ok, code in (
+    checks: tuple[tuple[Callable[[], bool], int], ...] = (
         (lambda: check(Operation.WRITE, TXN, body.transactional_id), TXN_DENIED),
         (lambda: check(Operation.READ, GROUP, body.group_id), GROUP_DENIED),
-    ):
+    )
+    for ok, code in checks:
         if not ok():
             refused = _refused_partitions("name", "partition_index", error_code=code)
             return {"topics": [refused(t) for t in body.topics]}
@@ -867,18 +873,20 @@ async def list_transactions_rule(check: Check, handler: Handler, ctx: Any, reque
     return answer
 
 
-def _denied_cluster_action(request: Request) -> dict:
+def _denied_cluster_action(request: Request) -> dict[str, Any]:
     return {"error_code": CLUSTER_DENIED}
 
 
-def _top_error(operation: Operation | None = None, **extra: Any) -> Callable[[Request], dict]:
+def _top_error(
+    operation: Operation | None = None, **extra: Any
+) -> Callable[[Request], dict[str, Any]]:
     """A whole request refused on the cluster: with a text when ``operation`` is given (Kafka's
     ClusterAuthorizationException message), else a null one."""
     message = None if operation is None else _cluster_denied_message(operation)
     return lambda request: {"error_code": CLUSTER_DENIED, "error_message": message, **extra}
 
 
-def _denied_reassignments(request: Request) -> dict:
+def _denied_reassignments(request: Request) -> dict[str, Any]:
     """AlterPartitionReassignments refused on the cluster: the whole request and each of its
     partitions CLUSTER_AUTHORIZATION_FAILED with a text, as Kafka 4.1 answers it."""
     message = _cluster_denied_message(Operation.ALTER)
@@ -904,7 +912,7 @@ def _denied_reassignments(request: Request) -> dict:
 
 A = ApiKey
 O = Operation
-RULES: dict[ApiKey, Callable[..., Awaitable[Any]]] = {
+RULES: dict[ApiKey, Rule] = {
     A.PRODUCE: produce_rule,
     A.FETCH: fetch_rule,
     A.LIST_OFFSETS: _topics_rule(
