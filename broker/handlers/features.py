@@ -10,10 +10,9 @@ from broker.features import FeatureUpdate, FeatureUpdateError, UpgradeType, upda
 from protocol.api import Request
 
 
-def _upgrade_type(update: Any, version: int) -> UpgradeType:
-    """v0 has allow_downgrade where v1+ has upgrade_type (Kafka's UpdateFeaturesRequest)."""
-    if version == 0:
-        return UpgradeType.SAFE_DOWNGRADE if update.allow_downgrade else UpgradeType.UPGRADE
+def _upgrade_type(update: Any) -> UpgradeType:
+    """v1+'s upgrade_type; at v0 its default, UPGRADE: Kafka 4.1's controller reads only that
+    field, so v0's allow_downgrade downgrades nothing there either."""
     try:
         return UpgradeType(update.upgrade_type)
     except ValueError:
@@ -23,7 +22,7 @@ def _upgrade_type(update: Any, version: int) -> UpgradeType:
 async def handle_update_features(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body, version = request.body, request.header.api_version
     updates = [
-        FeatureUpdate(u.feature, u.max_version_level, _upgrade_type(u, version))
+        FeatureUpdate(u.feature, u.max_version_level, _upgrade_type(u))
         for u in body.feature_updates
     ]
     try:
@@ -38,8 +37,9 @@ async def handle_update_features(ctx: BrokerContext, request: Request) -> dict[s
         }
     if levels is not None and not body.validate_only:
         await ctx.features.change(levels)
-    # v0-v1 list every feature's result on success; v2 has no results (Kafka's controller).
-    results = [{"feature": u.name, "error_code": 0, "error_message": None} for u in updates]
+    # v0-v1 list every feature's result on success, its message Errors.NONE's "NONE"; v2 has no
+    # results (Kafka 4.1's controller).
+    results = [{"feature": u.name, "error_code": 0, "error_message": "NONE"} for u in updates]
     return {
         "throttle_time_ms": 0,
         "error_code": 0,
