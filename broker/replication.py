@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
+import structlog
 import trio
 
 from broker.admin.changes import put_and_save
@@ -31,8 +32,6 @@ from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from storage import Log
-
-import structlog
 
 logger = structlog.get_logger(__name__)
 
