@@ -164,13 +164,15 @@ async def handle_cluster_metadata(ctx: BrokerContext, request: Request) -> dict[
     }
 
 
-async def handle_cluster_describe_topic_partitions(ctx: BrokerContext, request: Request) -> dict:
+async def handle_cluster_describe_topic_partitions(
+    ctx: BrokerContext, request: Request
+) -> dict[str, Any]:
     """DescribeTopicPartitions from the cache (broker/handlers/metadata.py pages it)."""
     cluster = ctx.cluster
     assert cluster is not None
     cache = cluster.metadata
 
-    def partitions_of(name: str) -> list[dict] | None:
+    def partitions_of(name: str) -> list[dict[str, Any]] | None:
         return _partitions(cache, name) if name in cache.topics else None
 
     return describe_topic_partitions_answer(

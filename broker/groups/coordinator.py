@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 import trio
@@ -66,6 +67,8 @@ from broker.groups.state import (
 )
 from broker.groups.store import OffsetStoreError, append_records, load_offsets, pending_offsets
 from protocol.errors import ErrorCode
+from protocol.records import Message
+from protocol.validator import TopicSettings
 from storage.errors import LogNotFoundError
 from storage.producer_state import ProducerStateError
 
@@ -183,7 +186,7 @@ class GroupCoordinator:
             except TopicExistsError:
                 pass  # created concurrently (no client path can, but creation is idempotent)
         await self._repair_retention()
-        pending: dict = {}
+        pending: dict[int, list[Message]] = {}
         async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as log:
             if log is None:
                 raise RuntimeError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log after creation")
@@ -288,7 +291,7 @@ class GroupCoordinator:
         what: str,
         *,
         producer: tuple[int, int] | None = None,
-        **log,
+        **log: Any,
     ) -> None:
         """Append and fsync ``records`` to the offsets log (as a transactional batch of
         ``producer`` (id, epoch) when given). Raises _AppendFailedError with Kafka's code for the
@@ -575,7 +578,7 @@ class GroupCoordinator:
         member_id: str,
         generation_id: int,
         retention_ms: int | None,
-        entries: Sequence[CommitEntry | tuple],
+        entries: Sequence[CommitEntry | tuple[Any, ...]],
         *,
         group_instance_id: str | None = None,
     ) -> list[ErrorCode]:
@@ -829,7 +832,7 @@ class GroupCoordinator:
         OffsetCache.expired), then drop Empty groups that have no offsets left. Returns how
         many offsets expired."""
 
-        def policy(group: str):
+        def policy(group: str) -> tuple[int | None, frozenset[str]] | None:
             p = self.machine.expiry_policy(group)
             return None if p is None else (p.base_ms, p.keep_topics)
 
@@ -873,11 +876,13 @@ class GroupCoordinator:
             for g in due:
                 self.group_records.pop(g, None)
 
-    def _settings(self):
-        return self._ctx.topics.get(OFFSETS_TOPIC).settings
+    def _settings(self) -> TopicSettings:
+        topic = self._ctx.topics.get(OFFSETS_TOPIC)
+        assert topic is not None  # created at start, and clients cannot delete it
+        return topic.settings
 
 
-async def setup(ctx, nursery: trio.Nursery) -> GroupCoordinator:
+async def setup(ctx: BrokerContext, nursery: trio.Nursery) -> GroupCoordinator:
     """The broker's hook: build the coordinator, replay offsets and groups, start its timers in
     ``nursery`` (cancelled with it); the broker stores the result in ``ctx.coordinator``."""
     coordinator = GroupCoordinator(ctx)

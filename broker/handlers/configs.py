@@ -117,7 +117,7 @@ def _describe(ctx: BrokerContext, resource: Any) -> list[ConfigEntry]:
     raise _unsupported(kind)
 
 
-async def handle_describe_configs(ctx: BrokerContext, request: Request) -> dict:
+async def handle_describe_configs(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     include_synonyms = request.header.api_version >= 1 and bool(body.include_synonyms)
     results = []
@@ -211,7 +211,9 @@ def _operations(resource: Any, aliases: Mapping[str, str]) -> list[tuple[str, in
     return [(aliases.get(c.name, c.name), c.config_operation, c.value) for c in resource.configs]
 
 
-async def _alter_topic(ctx: BrokerContext, resource: Any, incremental: bool, validate_only: bool):
+async def _alter_topic(
+    ctx: BrokerContext, resource: Any, incremental: bool, validate_only: bool
+) -> None:
     name = resource.resource_name
     if not name:
         raise ResourceError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
@@ -239,7 +241,9 @@ async def _alter_topic(ctx: BrokerContext, resource: Any, incremental: bool, val
     await set_topic_overrides(ctx, name, overrides, validate_only=validate_only)
 
 
-async def _alter_broker(ctx: BrokerContext, resource: Any, incremental: bool, validate_only: bool):
+async def _alter_broker(
+    ctx: BrokerContext, resource: Any, incremental: bool, validate_only: bool
+) -> None:
     per_broker = _broker_level(ctx, resource.resource_name)
     dynamic = ctx.dynamic_configs
     if incremental:
@@ -254,7 +258,7 @@ async def _alter_broker(ctx: BrokerContext, resource: Any, incremental: bool, va
     )
 
 
-async def _alter(ctx: BrokerContext, request: Request, *, incremental: bool) -> dict:
+async def _alter(ctx: BrokerContext, request: Request, *, incremental: bool) -> dict[str, Any]:
     body = request.body
     validate_only = bool(body.validate_only)
     counts = Counter((r.resource_type, r.resource_name) for r in body.resources)
@@ -313,9 +317,9 @@ async def _alter(ctx: BrokerContext, request: Request, *, incremental: bool) -> 
     return {"throttle_time_ms": 0, "responses": responses}
 
 
-async def handle_alter_configs(ctx: BrokerContext, request: Request) -> dict:
+async def handle_alter_configs(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     return await _alter(ctx, request, incremental=False)
 
 
-async def handle_incremental_alter_configs(ctx: BrokerContext, request: Request) -> dict:
+async def handle_incremental_alter_configs(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     return await _alter(ctx, request, incremental=True)

@@ -11,13 +11,15 @@ offline log dir.
 
 from __future__ import annotations
 
+from typing import Any
+
 from broker.context import BrokerContext
 from protocol.api import Request
 from protocol.errors import ErrorCode
 
 
-async def _partition(ctx: BrokerContext, topic: str, partition: int) -> dict:
-    answer: dict = {
+async def _partition(ctx: BrokerContext, topic: str, partition: int) -> dict[str, Any]:
+    answer: dict[str, Any] = {
         "partition_index": partition,
         "error_code": int(ErrorCode.NONE),
         "error_message": None,
@@ -39,7 +41,7 @@ async def _partition(ctx: BrokerContext, topic: str, partition: int) -> dict:
     return answer
 
 
-async def handle_describe_producers(ctx: BrokerContext, request: Request) -> dict:
+async def handle_describe_producers(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     return {
         "throttle_time_ms": 0,
         "topics": [

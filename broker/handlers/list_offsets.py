@@ -14,6 +14,7 @@ high watermark); see :func:`_cluster_check`.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any, cast
 
 import structlog
 import trio
@@ -27,6 +28,10 @@ logger = structlog.get_logger(__name__)
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 LEADER_EPOCH = 0
+# A partition's answer: v1+ (error, timestamp, offset), v0 (error, offsets).
+_LookupV1 = tuple[ErrorCode, int, int]
+_LookupV0 = tuple[ErrorCode, list[int]]
+_Lookup = _LookupV1 | _LookupV0
 
 
 async def _lookup(
@@ -39,16 +44,17 @@ async def _lookup(
     replica_id: int = -1,
     current_leader_epoch: int = -1,
     read_committed: bool = False,
-):
+) -> _Lookup:
     """v1: (error, timestamp, offset); v0: (error, offsets). A read_committed lookup finds
     nothing at or past the last stable offset (Kafka's lastFetchableOffset)."""
-    missing = (
+    missing: _Lookup = (
         (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
         if version
         else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
     )
     committed_only, log_end_visible = False, False
-    if ctx.topics.get(topic) is not None:
+    known = ctx.topics.get(topic)
+    if known is not None:
         error, committed_only, log_end_visible = ctx.replication.offsets_check(
             topic, partition, replica_id, current_leader_epoch
         )
@@ -62,7 +68,7 @@ async def _lookup(
                 else (ErrorCode.KAFKA_STORAGE_ERROR, [])
             )
         return missing
-    if version >= 1 and timestamp >= 0 and ctx.topics.get(topic).config.magic == 0:
+    if version >= 1 and timestamp >= 0 and known is not None and known.config.magic == 0:
         logger.warning(
             "offset lookup rejected",
             topic=topic,
@@ -119,11 +125,11 @@ async def _lookup(
     return ErrorCode.NONE, found.timestamp, found.offset
 
 
-async def handle_list_offsets(ctx: BrokerContext, request: Request) -> dict:
+async def handle_list_offsets(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     version = request.header.api_version
     topics = request.body.topics
     counts = Counter((t.name, p.partition_index) for t in topics for p in t.partitions)
-    grouped: dict[str, list[dict]] = {}
+    grouped: dict[str, list[dict[str, Any]]] = {}
     seen = set()
     for t in topics:
         parts = grouped.setdefault(t.name, [])
@@ -149,21 +155,27 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request) -> dict:
                 parts.append({**answer, "error_code": int(ErrorCode.INVALID_REQUEST)})
                 continue
             if version == 0:
-                error, offsets = await _lookup(
-                    ctx, t.name, p.partition_index, p.timestamp, p.max_num_offsets, 0
+                error, offsets = cast(
+                    _LookupV0,
+                    await _lookup(
+                        ctx, t.name, p.partition_index, p.timestamp, p.max_num_offsets, 0
+                    ),
                 )
                 parts.append({**answer, "error_code": int(error), "old_style_offsets": offsets})
                 continue
-            error, ts, offset = await _lookup(
-                ctx,
-                t.name,
-                p.partition_index,
-                p.timestamp,
-                0,
-                version,
-                request.body.replica_id,
-                p.current_leader_epoch,
-                read_committed=version >= 2 and request.body.isolation_level == 1,
+            error, ts, offset = cast(
+                _LookupV1,
+                await _lookup(
+                    ctx,
+                    t.name,
+                    p.partition_index,
+                    p.timestamp,
+                    0,
+                    version,
+                    request.body.replica_id,
+                    p.current_leader_epoch,
+                    read_committed=version >= 2 and request.body.isolation_level == 1,
+                ),
             )
             epoch = ctx.replication.replica_epoch(t.name, p.partition_index)
             parts.append(

@@ -35,7 +35,7 @@ acknowledged by the ISR.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import structlog
@@ -59,8 +59,9 @@ from broker.txn.state import (
 from protocol import recordbatch as rb
 from protocol.errors import ErrorCode
 from protocol.records import iter_deep
-from protocol.validator import Rejected, validate_produce
+from protocol.validator import Rejected, TopicSettings, validate_produce
 from storage.errors import LogNotFoundError
+from storage.log import Log
 
 logger = structlog.get_logger(__name__)
 
@@ -225,7 +226,7 @@ class TransactionCoordinator:
             try:
                 await self._create_topic()
                 count = await self._load()
-            except (OSError, *STORAGE_FAILURES) as exc:
+            except STORAGE_FAILURES as exc:  # OSError among them
                 logger.error(
                     "cannot load the transaction state",
                     topic=TRANSACTION_STATE_TOPIC,
@@ -310,7 +311,7 @@ class TransactionCoordinator:
         token = self._loading_partitions[partition] = object()
         try:
             count = await self._load_partition_records(partition, token)
-        except (*STORAGE_FAILURES, LogNotFoundError) as exc:
+        except _WRITE_FAILURES as exc:
             logger.error(
                 "cannot load a transaction state partition",
                 topic=TRANSACTION_STATE_TOPIC,
@@ -455,7 +456,7 @@ class TransactionCoordinator:
         except _LeadershipLostError:
             self.machine.abandon(transit)
             return ErrorCode.NOT_COORDINATOR_FOR_GROUP
-        except (*STORAGE_FAILURES, _RecordRefusedError) as exc:
+        except _RECORD_FAILURES as exc:
             self.machine.abandon(transit)
             disk = isinstance(exc, OSError)
             logger.error(
@@ -468,7 +469,7 @@ class TransactionCoordinator:
                 if disk
                 else "a broker bug or a lost log: report this line; the client retries",
             )
-            if not disk:
+            if not isinstance(exc, OSError):  # not disk
                 return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE
             failure = exc
         if failure is not None:
@@ -484,7 +485,9 @@ class TransactionCoordinator:
             self._spawn_markers(meta)
         return ErrorCode.NONE
 
-    async def _decide_and_store(self, tid: str, decide) -> tuple[ErrorCode, TxnMetadata | None]:
+    async def _decide_and_store(
+        self, tid: str, decide: Callable[[], Decision]
+    ) -> tuple[ErrorCode, TxnMetadata | None]:
         """Run ``decide()`` (a machine call) under the id's lock and store its transit:
         (error for the client, the state answered from)."""
         async with self._lock(tid):
@@ -736,14 +739,20 @@ class _RecordRefusedError(Exception):
     """Raised by :func:`_append_record` when the validator refuses the record (a broker bug)."""
 
 
+# What a write to __transaction_state raises when it fails: its log dir, or the partition gone.
+_WRITE_FAILURES: tuple[type[Exception], ...] = (*STORAGE_FAILURES, LogNotFoundError)
+# What appending one record raises: its log dir, or the validator refusing it.
+_RECORD_FAILURES: tuple[type[Exception], ...] = (*STORAGE_FAILURES, _RecordRefusedError)
+
+
 class _LeadershipLostError(Exception):
     """Raised inside :meth:`TransactionCoordinator._store` when this broker no longer leads the
     id's partition (nothing written)."""
 
 
 def _append_record(
-    log,
-    settings,
+    log: Log,
+    settings: TopicSettings,
     key: bytes,
     value: bytes | None,
     now_ms: int,
@@ -762,13 +771,14 @@ def _append_record(
     )
     if isinstance(result, Rejected):
         raise _RecordRefusedError(f"{result.error.name}: {result.reason}")
+    assert result is not None  # None only with native_only
     log.append(result)
     if fsync:
         log.flush()
     return result.last_offset
 
 
-def _read_all(log) -> list[tuple[int, bytes, bytes | None]]:
+def _read_all(log: Log) -> list[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of every keyed record of ``log`` in offset order (blocking)."""
     return [
         (m.offset, m.key, m.value)

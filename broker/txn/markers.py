@@ -11,6 +11,7 @@ import trio
 
 from broker.context import BrokerContext
 from broker.errors import STORAGE_FAILURES
+from broker.txn.state import TxnMetadata
 from protocol.errors import ErrorCode
 from protocol.records import TimestampType
 from storage.producer_state import ProducerStateError
@@ -138,7 +139,9 @@ RETRIABLE_MARKER_ERRORS = frozenset(
 )
 
 
-def marker_outcome(error: ErrorCode, meta, topic: str, partition: int) -> MarkerOutcome:
+def marker_outcome(
+    error: ErrorCode, meta: TxnMetadata, topic: str, partition: int
+) -> MarkerOutcome:
     """Retry the retriable errors; a deleted partition is skipped, as Kafka skips it; a refusal
     by the producer state (a newer producer epoch or coordinator wrote there) is final."""
     if error in RETRIABLE_MARKER_ERRORS:
