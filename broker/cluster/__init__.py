@@ -40,6 +40,8 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import structlog
 import trio
@@ -80,6 +82,9 @@ from broker.topics import Topic, TopicRegistry, topic_id_from_string
 from protocol import ApiKey
 from protocol.errors import ErrorCode
 
+if TYPE_CHECKING:  # broker.context imports this package
+    from broker.context import BrokerContext
+
 logger = structlog.get_logger(__name__)
 
 
@@ -96,7 +101,9 @@ class Cluster:
             connection_timeout_ms=config.zookeeper_connection_timeout_ms,
             on_state=self._on_zk_state,
         )
-        self.ctx = None  # type: ignore[assignment]  # set by attach()
+        # Set by attach(), which the BrokerContext's construction calls; None only before it
+        # (only _on_zk_state can run that early, and it checks), so typed as always set.
+        self.ctx: BrokerContext = None  # type: ignore[assignment]
         self.metadata = MetadataCache()
         self.me = BrokerInfo(self.broker_id, config.advertised_host, config.advertised_port)
         self.broker_epoch = -1
@@ -187,7 +194,7 @@ class Cluster:
         known = self.ctx.topics.get(name)
         return known is not None and partition < known.partitions
 
-    def attach(self, ctx) -> ZkReplication:
+    def attach(self, ctx: BrokerContext) -> ZkReplication:
         """BrokerContext's ``replication`` factory: this broker's replicas, fetchers and
         coordinator placements over ``ctx``, and the Replication its request paths use."""
         self.ctx = ctx
@@ -376,7 +383,9 @@ class Cluster:
         self._metadata_event.set()
         self._metadata_event = trio.Event()
 
-    async def wait_for_metadata(self, predicate, timeout_ms: int) -> bool:
+    async def wait_for_metadata(
+        self, predicate: Callable[[MetadataCache], bool], timeout_ms: int
+    ) -> bool:
         """Until ``predicate(self.metadata)`` holds (True) or ``timeout_ms`` passes (False)."""
         with trio.move_on_after(max(timeout_ms, 0) / 1000):
             while not predicate(self.metadata):
@@ -405,7 +414,7 @@ class Cluster:
             logger.error("auto-creating topic failed", topic=name, error=repr(exc))
         return ErrorCode.LEADER_NOT_AVAILABLE
 
-    async def create_topic(self, name: str, partitions: int, overrides) -> Topic:
+    async def create_topic(self, name: str, partitions: int, overrides: Mapping[str, str]) -> Topic:
         """BrokerContext.create_topic in a cluster: assigned over the live brokers with
         default.replication.factor and written to ZooKeeper (the controller does the rest).
         Raises TopicExistsError, ConfigError, AssignmentError."""
@@ -479,7 +488,7 @@ class Cluster:
     async def _ask_controlled_shutdown(self) -> tuple[ErrorCode, list[tuple[str, int]]]:
         body = {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch}
         if self.controller is not None:  # this broker is the controller: ask it directly
-            answer = await self.controller.call(
+            answer: tuple[ErrorCode, list[tuple[str, int]]] | None = await self.controller.call(
                 ControlledShutdown(self.broker_id, self.broker_epoch)
             )
             return answer if answer is not None else (ErrorCode.UNKNOWN_SERVER_ERROR, [])

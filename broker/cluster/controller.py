@@ -489,7 +489,9 @@ class Controller:
         assert self._nursery is not None
         self._nursery.start_soon(queue.run)
 
-    def _send(self, broker_id: int, api_key: ApiKey, version: int, body: dict) -> _Request | None:
+    def _send(
+        self, broker_id: int, api_key: ApiKey, version: int, body: dict[str, Any]
+    ) -> _Request | None:
         queue = self.queues.get(broker_id)
         if queue is None:
             return None

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 logger = structlog.get_logger(__name__)
 
+# What applying a fetched batch to this broker's logs raises: its log dir, or a corrupt batch.
+_LOG_FAILURES: tuple[type[Exception], ...] = (*STORAGE_FAILURES, CorruptRecordError)
+
 FETCH_VERSION = 11
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 LIST_OFFSETS_VERSION = 4
@@ -163,7 +166,7 @@ class Fetcher:
                         partitions=len(self.partitions),
                     )
                     await trio.sleep(backoff)
-                except (*STORAGE_FAILURES, CorruptRecordError) as exc:
+                except _LOG_FAILURES as exc:
                     logger.error(
                         "replica fetcher failed on this broker's logs; retrying",
                         leader=self.leader,
@@ -196,6 +199,7 @@ class Fetcher:
     # -- truncation (KIP-101 / KIP-279) ------------------------------------------------------
     async def _truncate(self, channel: BrokerChannel, partitions: dict[Key, FetchState]) -> None:
         asks: dict[Key, int] = {}
+        state: FetchState | None
         for key, state in partitions.items():
             log = self.ctx.log_manager.get_log(*key)
             if log is None:
@@ -284,6 +288,7 @@ class Fetcher:
 
     # -- fetching ----------------------------------------------------------------------------
     async def _fetch(self, channel: BrokerChannel, partitions: dict[Key, FetchState]) -> None:
+        state: FetchState | None
         config = self.ctx.config
         topics: dict[str, list[dict[str, Any]]] = {}
         for key, state in partitions.items():

@@ -15,7 +15,7 @@ moving with it (Kafka's GroupCoordinator.onElection / onResignation).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
@@ -99,7 +99,7 @@ class CoordinatorPlacement:
                 if self._scope is scope:
                     self._scope = None
 
-    async def list_groups(self, request: Request) -> dict:
+    async def list_groups(self, request: Request) -> dict[str, Any]:
         """ListGroups in a cluster. Every group lives with the offsets partition's leader, which
         answers as a single broker does (GROUP_LOAD_IN_PROGRESS while it replays the
         partition); every other broker answers no groups and no error, as a Kafka broker that
@@ -111,7 +111,7 @@ class CoordinatorPlacement:
             return {"error_code": int(ErrorCode.GROUP_LOAD_IN_PROGRESS), "groups": []}
         return {"error_code": int(ErrorCode.NONE), "groups": []}
 
-    async def find_coordinator(self, request: Request) -> dict:
+    async def find_coordinator(self, request: Request) -> dict[str, Any]:
         """FindCoordinator v0-v6 in a cluster: for group keys, the offsets partition's leader
         (v4+ answer per key); transactional ids through broker/cluster/txn.py; other key types
         as a single broker answers them."""

@@ -27,6 +27,7 @@ LeaderAndIsr and StopReplica requests are applied one at a time (``state_lock``)
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,9 @@ if TYPE_CHECKING:
     from storage import Log
 
 logger = structlog.get_logger(__name__)
+
+# What a periodic replica task raises and retries: its log dir, or ZooKeeper.
+_TASK_FAILURES: tuple[type[Exception], ...] = (*STORAGE_FAILURES, KazooException)
 
 HW_CHECKPOINT = "replication-offset-checkpoint"
 Key = tuple[str, int]
@@ -125,12 +129,12 @@ class ReplicaManager:
             self.checkpoint_high_watermarks,
         )
 
-    async def _every(self, interval_ms: float, job) -> None:
+    async def _every(self, interval_ms: float, job: Callable[[], Awaitable[None]]) -> None:
         while True:
             await trio.sleep(interval_ms / 1000)
             try:
                 await job()
-            except (*STORAGE_FAILURES, KazooException) as exc:
+            except _TASK_FAILURES as exc:
                 logger.warning("replica task failed; retrying", task=job.__name__, error=repr(exc))
             except Exception:  # a bug in one pass must not stop the broker
                 logger.exception(

@@ -31,7 +31,7 @@ broker verifications are sent to. Trio thread only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
@@ -136,7 +136,7 @@ class TxnPlacement:
         return info.leader
 
     # -- FindCoordinator -------------------------------------------------------------------
-    async def find_coordinator(self, request: Request) -> dict:
+    async def find_coordinator(self, request: Request) -> dict[str, Any]:
         """FindCoordinator v0-v6 for transactional ids: the leader of each id's partition."""
         body = request.body
         version = request.header.api_version
