@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
@@ -41,6 +42,9 @@ from broker.handlers.admin import (
 from broker.handlers.api_versions import make_api_versions_handler
 from protocol.api import ApiKey, Request
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:  # broker.handlers imports broker.context, whose imports lead here
+    from broker.handlers import Handler
 
 logger = structlog.get_logger(__name__)
 
@@ -73,7 +77,7 @@ def _stale(ctx: BrokerContext, body: Any) -> ErrorCode:
     return ErrorCode.NONE
 
 
-async def handle_leader_and_isr(ctx: BrokerContext, request: Request) -> dict:
+async def handle_leader_and_isr(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     cluster = ctx.cluster
     assert cluster is not None
@@ -94,7 +98,7 @@ async def handle_leader_and_isr(ctx: BrokerContext, request: Request) -> dict:
     return {"error_code": int(error), "topics": topics}
 
 
-async def handle_update_metadata(ctx: BrokerContext, request: Request) -> dict:
+async def handle_update_metadata(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     cluster = ctx.cluster
     assert cluster is not None
@@ -119,7 +123,7 @@ async def handle_update_metadata(ctx: BrokerContext, request: Request) -> dict:
     return {"error_code": int(error)}
 
 
-async def handle_stop_replica(ctx: BrokerContext, request: Request) -> dict:
+async def handle_stop_replica(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     cluster = ctx.cluster
     assert cluster is not None
@@ -142,7 +146,7 @@ async def handle_stop_replica(ctx: BrokerContext, request: Request) -> dict:
     return {"error_code": int(error), "partition_errors": errors}
 
 
-async def handle_offset_for_leader_epoch(ctx: BrokerContext, request: Request) -> dict:
+async def handle_offset_for_leader_epoch(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     """Where a leader epoch ends in this replica's log (KIP-101); the leader answers, or any
     replica for a debugging request (replica id -2, the default below v3)."""
     cluster = ctx.cluster
@@ -246,11 +250,13 @@ class ZooKeeperTopics:
         return set() if done else set(created)
 
 
-async def handle_cluster_create_topics(ctx: BrokerContext, request: Request) -> dict:
+async def handle_cluster_create_topics(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     return await create_topics_answer(ctx, request, ZooKeeperTopics(ctx))
 
 
-def _assignment_problem(assignment: dict[int, tuple[int, ...]], brokers: dict) -> str | None:
+def _assignment_problem(
+    assignment: dict[int, tuple[int, ...]], brokers: dict[int, str | None]
+) -> str | None:
     ids = sorted(assignment)
     if ids != list(range(len(ids))):
         return f"partition ids {ids} are not 0..{len(ids) - 1}"
@@ -266,7 +272,7 @@ def _assignment_problem(assignment: dict[int, tuple[int, ...]], brokers: dict) -
     return None
 
 
-async def handle_cluster_delete_topics(ctx: BrokerContext, request: Request) -> dict:
+async def handle_cluster_delete_topics(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     """DeleteTopics v0-v6 in a cluster: marked in /admin/delete_topics for the controller,
     which stops and deletes every replica and removes the topic; waits up to timeout_ms. v6
     names topics by name or id."""
@@ -281,7 +287,8 @@ async def handle_cluster_delete_topics(ctx: BrokerContext, request: Request) -> 
     results = []
     marked = []
     for name, topic_id in dict.fromkeys(wanted):
-        result = {"name": name, "topic_id": topic_id or cluster.metadata.topic_ids.get(name)}
+        known_id = None if name is None else cluster.metadata.topic_ids.get(name)
+        result = {"name": name, "topic_id": topic_id or known_id}
         if name is None:
             results.append({**result, "error_code": int(ErrorCode.UNKNOWN_TOPIC_ID)})
         elif name in INTERNAL_TOPICS:
@@ -306,7 +313,7 @@ async def handle_cluster_delete_topics(ctx: BrokerContext, request: Request) -> 
     return {"throttle_time_ms": 0, "responses": results}
 
 
-async def handle_controlled_shutdown(ctx: BrokerContext, request: Request) -> dict:
+async def handle_controlled_shutdown(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     """ControlledShutdown, answered by the controller: the partitions the broker still leads
     (it retries while there are any)."""
     cluster = ctx.cluster
@@ -325,11 +332,7 @@ async def handle_controlled_shutdown(ctx: BrokerContext, request: Request) -> di
     }
 
 
-def _not_controller(cluster) -> bool:
-    return cluster.controller is None
-
-
-async def handle_elect_leaders(ctx: BrokerContext, request: Request) -> dict:
+async def handle_elect_leaders(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     """ElectLeaders v0-v2 (preferred, or unclean from v1), answered by the controller."""
     cluster = ctx.cluster
     assert cluster is not None
@@ -339,20 +342,21 @@ async def handle_elect_leaders(ctx: BrokerContext, request: Request) -> dict:
         if body.topic_partitions is None
         else tuple((t.topic, p) for t in body.topic_partitions for p in t.partitions)
     )
-    if _not_controller(cluster):
+    controller = cluster.controller
+    if controller is None:
         return {
             "throttle_time_ms": 0,
             "error_code": int(ErrorCode.NOT_CONTROLLER),
             "replica_election_results": [],
         }
-    results = await cluster.controller.call(ElectLeaders(body.election_type, wanted))
+    results = await controller.call(ElectLeaders(body.election_type, wanted))
     if results is None:
         return {
             "throttle_time_ms": 0,
             "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
             "replica_election_results": [],
         }
-    by_topic: dict[str, list[dict]] = {}
+    by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, p), (error, message) in results.items():
         by_topic.setdefault(topic, []).append(
             {"partition_id": p, "error_code": int(error), "error_message": message}
@@ -366,13 +370,16 @@ async def handle_elect_leaders(ctx: BrokerContext, request: Request) -> dict:
     }
 
 
-async def handle_alter_partition_reassignments(ctx: BrokerContext, request: Request) -> dict:
+async def handle_alter_partition_reassignments(
+    ctx: BrokerContext, request: Request
+) -> dict[str, Any]:
     """AlterPartitionReassignments v0 (KIP-455), answered by the controller once each move has
     started (the copy goes on; ListPartitionReassignments follows it)."""
     cluster = ctx.cluster
     assert cluster is not None
     body = request.body
-    if _not_controller(cluster):
+    controller = cluster.controller
+    if controller is None:
         return {
             "throttle_time_ms": 0,
             "error_code": int(ErrorCode.NOT_CONTROLLER),
@@ -384,7 +391,7 @@ async def handle_alter_partition_reassignments(ctx: BrokerContext, request: Requ
         for t in body.topics
         for p in t.partitions
     }
-    results = await cluster.controller.call(Reassign(targets))
+    results = await controller.call(Reassign(targets))
     if results is None:
         return {
             "throttle_time_ms": 0,
@@ -392,7 +399,7 @@ async def handle_alter_partition_reassignments(ctx: BrokerContext, request: Requ
             "error_message": "the controller failed; see its log",
             "responses": [],
         }
-    by_topic: dict[str, list[dict]] = {}
+    by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, p), (error, message) in results.items():
         by_topic.setdefault(topic, []).append(
             {"partition_index": p, "error_code": int(error), "error_message": message}
@@ -405,11 +412,14 @@ async def handle_alter_partition_reassignments(ctx: BrokerContext, request: Requ
     }
 
 
-async def handle_list_partition_reassignments(ctx: BrokerContext, request: Request) -> dict:
+async def handle_list_partition_reassignments(
+    ctx: BrokerContext, request: Request
+) -> dict[str, Any]:
     cluster = ctx.cluster
     assert cluster is not None
     body = request.body
-    if _not_controller(cluster):
+    controller = cluster.controller
+    if controller is None:
         return {
             "throttle_time_ms": 0,
             "error_code": int(ErrorCode.NOT_CONTROLLER),
@@ -421,8 +431,8 @@ async def handle_list_partition_reassignments(ctx: BrokerContext, request: Reque
         if body.topics is None
         else tuple((t.name, p) for t in body.topics for p in t.partition_indexes)
     )
-    ongoing = await cluster.controller.call(ListReassignments(wanted))
-    by_topic: dict[str, list[dict]] = {}
+    ongoing = await controller.call(ListReassignments(wanted))
+    by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, p), (replicas, adding, removing) in sorted((ongoing or {}).items()):
         by_topic.setdefault(topic, []).append(
             {
@@ -440,7 +450,7 @@ async def handle_list_partition_reassignments(ctx: BrokerContext, request: Reque
     }
 
 
-async def handle_cluster_create_partitions(ctx: BrokerContext, request: Request) -> dict:
+async def handle_cluster_create_partitions(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     """CreatePartitions v0-v3 in a cluster, as Kafka's ZkAdminManager and AdminZkClient: the
     new partitions' replicas are assigned here (or given, then checked against the live
     brokers) and written into /brokers/topics/<t>; the controller, watching it, starts them.
@@ -573,12 +583,13 @@ def new_partitions(
     return {p: tuple(replicas) for p, replicas in enumerate(given, start=old)}
 
 
-def cluster_describe_cluster(single):
+def cluster_describe_cluster(single: Handler) -> Handler:
     """DescribeCluster as the single broker answers it, with the cluster's live brokers and
     controller from the metadata cache."""
 
-    async def handle(ctx: BrokerContext, request: Request) -> dict:
+    async def handle(ctx: BrokerContext, request: Request) -> dict[str, Any]:
         answer = await single(ctx, request)
+        assert answer is not None and ctx.cluster is not None  # DescribeCluster always answers
         cache = ctx.cluster.metadata
         if answer.get("error_code") == 0 and cache.brokers:
             answer["controller_id"] = cache.controller_id
@@ -591,17 +602,17 @@ def cluster_describe_cluster(single):
     return handle
 
 
-async def handle_cluster_find_coordinator(ctx: BrokerContext, request: Request) -> dict:
+async def handle_cluster_find_coordinator(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     assert ctx.cluster is not None
     return await ctx.cluster.groups.find_coordinator(request)
 
 
-async def handle_cluster_list_groups(ctx: BrokerContext, request: Request) -> dict:
+async def handle_cluster_list_groups(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     assert ctx.cluster is not None
     return await ctx.cluster.groups.list_groups(request)
 
 
-def cluster_handlers(handlers: dict) -> dict:
+def cluster_handlers(handlers: Mapping[ApiKey, Handler]) -> dict[ApiKey, Handler]:
     """The dispatch table of a broker in a cluster (see the module docstring)."""
     table = dict(handlers)
     table.update(

@@ -47,6 +47,7 @@ from storage.producer_state import Duplicate, ProducerStateError
 
 if TYPE_CHECKING:
     from broker.replication import Replication
+    from storage.log import Log
 
 logger = structlog.get_logger(__name__)
 
@@ -69,12 +70,16 @@ class Placement(Enum):
     INLINE = "the trio thread"
 
 
-def placement(record_set, topic: Topic) -> Placement:
+def placement(record_set: bytes | memoryview, topic: Topic) -> Placement:
     """Where to validate ``record_set``: by its scanned-bytes bound, else by its size."""
     bound = scanned_bytes_bound(record_set, topic.settings)
     if bound is not None:
         return Placement.NATIVE_INLINE if bound <= INLINE_SCAN_BYTES else Placement.THREAD
     return Placement.INLINE if len(record_set) <= INLINE_BYTES else Placement.THREAD
+
+
+# An append's result, and the base offset of a segment it rolled (else None).
+_Outcome = tuple[Rejected | Duplicate | ValidatedRecords, int | None]
 
 
 class _Write(NamedTuple):
@@ -103,9 +108,7 @@ def _validate(w: _Write, native_only: bool = False) -> Rejected | ValidatedRecor
     )
 
 
-def _append(
-    log, result: ValidatedRecords
-) -> tuple[Rejected | Duplicate | ValidatedRecords, int | None]:
+def _append(log: Log, result: ValidatedRecords) -> _Outcome:
     """Under the partition lock: append; (result, base offset of a segment rolled by it or
     None), or the Duplicate a producer's retried batch is. A set larger than segment.bytes or
     a producer's batch the log refuses (storage checks both before writing anything) is
@@ -121,17 +124,18 @@ def _append(
     return result, appended.rolled
 
 
-def _validate_and_append(w: _Write):
+def _validate_and_append(w: _Write) -> _Outcome:
     """Runs in a worker thread under the partition lock. Returns (Rejected or ValidatedRecords,
     base offset of a segment rolled by this append or None); message_count 0 means the set held
     no complete message and nothing was appended."""
     result = _validate(w)
+    assert result is not None  # None only with native_only
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
     return _append(w.log, result)
 
 
-async def _validate_and_append_inline(w: _Write, native_only: bool):
+async def _validate_and_append_inline(w: _Write, native_only: bool) -> _Outcome:
     """:func:`_validate_and_append` for a small set: validation on the trio thread, the append
     too unless it would fsync. With ``native_only``, a set the native scan declines is
     validated again, completely, in a worker thread."""
@@ -155,6 +159,10 @@ class _Answer(NamedTuple):
     message: str | None = None
     last_offset: int = -1  # what an acks=all produce waits for, in a cluster
     record_errors: tuple[tuple[int, str], ...] = ()  # KIP-467, answered at v8+
+
+
+# An acks=all answer waiting for the ISR: (topic index, partition index, topic name, answer).
+_Wait = tuple[int, int, str, _Answer]
 
 
 def _storage_error(version: int, message: str) -> _Answer:
@@ -394,7 +402,7 @@ def _replication_refusal(
 
 
 async def _wait_for_replicas(
-    ctx: BrokerContext, timeout_ms: int, responses: list[dict], waits: list[tuple]
+    ctx: BrokerContext, timeout_ms: int, responses: list[dict[str, Any]], waits: list[_Wait]
 ) -> None:
     """acks=all (Kafka's produce purgatory): each appended partition's answer waits until its
     high watermark passes what was appended, within the request's timeout."""
@@ -422,15 +430,15 @@ async def _wait_for_replicas(
             metrics.produces_waiting -= 1
 
 
-async def handle_produce(ctx: BrokerContext, request: Request) -> dict | None:
+async def handle_produce(ctx: BrokerContext, request: Request) -> dict[str, Any] | None:
     body = request.body
     version = request.header.api_version
     acks = body.acks
-    responses = []
-    waits: list[tuple] = []  # acks=all with replicas: (topic index, partition index, name, answer)
+    responses: list[dict[str, Any]] = []
+    waits: list[_Wait] = []  # acks=all with replicas
     failed = False
     for topic_data in body.topic_data:
-        partition_responses = []
+        partition_responses: list[dict[str, Any]] = []
         name = topic_data.name
         unknown_id = False
         if version >= 13:
