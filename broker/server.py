@@ -22,6 +22,7 @@ import socket
 from functools import partial
 from itertools import count
 from time import perf_counter
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -39,7 +40,7 @@ from broker.context import BrokerContext, client_host, kafka_host_string, wall_c
 from broker.errors import CloseConnectionError
 from broker.features import FeatureLevels
 from broker.replication import LocalReplication
-from broker.handlers import HANDLERS, release_fetch_body
+from broker.handlers import HANDLERS, Handler, release_fetch_body
 from broker.metrics import BrokerMetrics
 from broker.quotas.store import ZkQuotaStore
 from broker.quotas.throttle import Throttler
@@ -58,7 +59,7 @@ from protocol import (
     ServerConnection,
     native,
 )
-from storage import InconsistentTopicIdError, LogManager
+from storage import InconsistentTopicIdError, LogConfig, LogManager
 
 logger = structlog.get_logger(__name__)
 
@@ -89,7 +90,7 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     registry = TopicRegistry(config)
     await trio.to_thread.run_sync(registry.load)
 
-    def config_for_topic(name: str):
+    def config_for_topic(name: str) -> LogConfig:
         topic = registry.get(name)
         return (topic or registry.default_topic(name, 1)).log_config
 
@@ -126,8 +127,8 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
                 registry.make_topic(name, partitions, topic.overrides, topic_id=topic.topic_id)
             )
             changed = True
-    for name in registry.names():
-        topic = registry.get(name)
+    for topic in registry.all():
+        name = topic.name
         for p in range(topic.partitions):
             partition_log = manager.get_log(name, p)
             if partition_log is None and manager.is_offline(name, p):
@@ -153,7 +154,7 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     logger.info(
         "logs loaded",
         topics=len(registry.names()),
-        partitions=sum(registry.get(n).partitions for n in registry.names()),
+        partitions=sum(topic.partitions for topic in registry.all()),
     )
     return ctx
 
@@ -171,7 +172,7 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
     registry = TopicRegistry(config)  # in memory: ZooKeeper holds the topics
     await cluster.load_topics(registry)
 
-    def config_for_topic(name: str):
+    def config_for_topic(name: str) -> LogConfig:
         topic = registry.get(name)
         return (topic or registry.default_topic(name, 1)).log_config
 
@@ -203,7 +204,9 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
 class Server:
     """Accepts connections and runs each one's request loop; see the module docstring."""
 
-    def __init__(self, ctx: BrokerContext, handlers: dict | None = None) -> None:
+    def __init__(
+        self, ctx: BrokerContext, handlers: Mapping[ApiKey, Handler] | None = None
+    ) -> None:
         self.ctx = ctx
         if handlers is None:
             handlers = ctx.replication.handlers(HANDLERS)
@@ -224,11 +227,12 @@ class Server:
         self, accepted: trio.SocketStream, listener: Listener | None = None
     ) -> None:
         """Serve one connection accepted on ``listener`` (default: the first one)."""
-        stream = PlainSocketStream.take(accepted)
+        plain = PlainSocketStream.take(accepted)
+        stream: trio.abc.Stream = plain  # TLS-wrapped by security.open on a TLS listener
         config = self.ctx.config
         listener = listener or config.listeners[0]
         try:
-            peer_ip, peer_port = stream.socket.getpeername()[:2]
+            peer_ip, peer_port = plain.socket.getpeername()[:2]
         except OSError:
             peer_ip, peer_port = "?", "?"
         peer = f"{peer_ip}:{peer_port}"
@@ -263,7 +267,7 @@ class Server:
         try:
             # ACLs name hosts as Kafka prints addresses (IPv4-mapped IPv6 as IPv4), no "/"
             host = kafka_host_string(peer_ip)[1:] if peer_ip != "?" else ""
-            stream, session = await self.security.open(stream, listener, peer, host)
+            stream, session = await self.security.open(plain, listener, peer, host)
             current_session.set(session)
             reason = await self._serve(stream, versions, clients, session)
         except ProtocolError as exc:
@@ -349,7 +353,7 @@ class Server:
         self,
         stream: trio.abc.Stream,
         conn: ServerConnection,
-        data: bytes,
+        data: bytes | bytearray,
         versions: dict[ApiKey, set[int]],
         clients: set[str],
         session: Session,
@@ -394,7 +398,7 @@ class Server:
 
     async def _dispatch(
         self,
-        stream,
+        stream: trio.abc.Stream,
         conn: ServerConnection,
         request: Request,
         received: float,
@@ -551,12 +555,13 @@ async def send_response(stream: trio.abc.Stream, chunks: list[Any]) -> None:
             if pending:
                 await stream.send_all(pending)
                 pending = bytearray()
+            assert isinstance(stream, PlainSocketStream)  # plain
             await _sendfile(stream.socket, chunk)
     if pending:
         await stream.send_all(pending)
 
 
-def _pread(source, position: int, size: int, remaining: int) -> bytes:
+def _pread(source: int, position: int, size: int, remaining: int) -> bytes:
     """``size`` bytes of a segment file; SendfileError when it ends sooner (``remaining``: the
     bytes of the region still unsent, for the message)."""
     data = os.pread(source, size, position)
@@ -568,7 +573,7 @@ def _pread(source, position: int, size: int, remaining: int) -> bytes:
     return data
 
 
-async def _sendfile(sock, region: FileRegion) -> None:
+async def _sendfile(sock: socket.socket, region: FileRegion) -> None:
     out_fd = sock.fileno()
     position, remaining = region.position, region.length
     while remaining:
@@ -590,7 +595,9 @@ async def _sendfile(sock, region: FileRegion) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()
 
 
-async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> int:
+async def run(
+    config: BrokerConfig, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit status. ``task_status`` gets the bound port."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         ctx = await open_context(config)
@@ -668,8 +675,8 @@ async def run(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                 with trio.move_on_after(CONTROLLED_SHUTDOWN_LIMIT_S):
                     await ctx.replication.controlled_shutdown()
                 accept_scope.cancel()
-                for listener in listeners:  # refuse new connections instead of queueing them
-                    await listener.aclose()
+                for sock in listeners:  # refuse new connections instead of queueing them
+                    await sock.aclose()
                 server.begin_shutdown()
                 with trio.move_on_after(SHUTDOWN_GRACE_S) as grace:
                     await server.wait_idle()

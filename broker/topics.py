@@ -145,6 +145,10 @@ class TopicRegistry:
     def names(self) -> list[str]:
         return sorted(self._topics)
 
+    def all(self) -> list[Topic]:
+        """Every registered topic, by name."""
+        return [self._topics[name] for name in sorted(self._topics)]
+
     def default_topic(self, name: str, partitions: int) -> Topic:
         """A topic with the broker defaults, for logs found on disk without a registry entry."""
         return self.make_topic(name, partitions, {})

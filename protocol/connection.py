@@ -169,7 +169,7 @@ class ServerConnection:
     def max_request_bytes(self) -> int:
         return self._frames.max_frame_bytes
 
-    def receive_data(self, data: bytes) -> Iterator[Request | RawFrame]:
+    def receive_data(self, data: Buffer) -> Iterator[Request | RawFrame]:
         """Buffer ``data`` and return an iterator over every request now complete, in order.
 
         The iterator raises FrameTooLargeError, MalformedFrameError, UnsupportedApiError or

@@ -24,6 +24,8 @@ answers UNKNOWN_TOPIC_ID.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import structlog
 import trio
@@ -36,6 +38,18 @@ from protocol.errors import CorruptRecordError, ErrorCode, UnsupportedCompressio
 from protocol.conversion import convert
 from protocol.records import Codec, iter_shallow
 from storage import OffsetOutOfRangeError
+
+if TYPE_CHECKING:
+    from broker.metrics import BrokerMetrics
+    from storage import Log
+    from storage.log import FetchData
+
+RecordSet: TypeAlias = "bytes | FileRegion"
+# (error, high watermark, log start offset, records, last stable offset, aborted transactions
+# or None) of one partition: :func:`_read_partition`'s answer.
+PartitionRead: TypeAlias = "tuple[ErrorCode, int, int, RecordSet, int, list[dict[str, int]] | None]"
+# A corrupt stored batch or a failing disk: what a read of a partition may hit.
+_READ_FAILURES: tuple[type[Exception], ...] = (*STORAGE_FAILURES, CorruptRecordError)
 
 logger = structlog.get_logger(__name__)
 
@@ -50,14 +64,14 @@ def readable_magic(version: int) -> int | None:
 
 
 def _read(
-    log,
+    log: Log,
     offset: int,
     max_bytes: int,
     min_one: bool,
     to_magic: int | None,
     zstd_ok: bool,
     max_offset: int | None = None,
-):
+) -> tuple[int, RecordSet, int]:
     """Worker thread, under the partition lock: (high_watermark, record_set, upper bound) where
     record_set is bytes (still to convert with :func:`_convert` for a reader below v4) or a
     FileRegion owning a dup()ed descriptor, and no record of it is at or past the upper bound
@@ -66,7 +80,7 @@ def _read(
     return _records(data, to_magic, zstd_ok)
 
 
-def _records(data, to_magic: int | None, zstd_ok: bool):
+def _records(data: FetchData, to_magic: int | None, zstd_ok: bool) -> tuple[int, RecordSet, int]:
     """:func:`_read`'s answer for FetchData already found; raises UnsupportedCompressionError
     for zstd data a v4-v9 reader cannot take."""
     if data.length == 0:
@@ -93,7 +107,7 @@ def _convert(raw: bytes, to_magic: int | None, zstd_ok: bool) -> bytes:
     return raw
 
 
-def release(body: dict) -> None:
+def release(body: dict[str, Any]) -> None:
     """Close the descriptors of every FileRegion in a fetch response body (idempotent)."""
     for topic in body["responses"]:
         _release_parts(topic["partitions"])
@@ -105,9 +119,10 @@ def _wanted(ctx: BrokerContext, request: Request) -> tuple[list[Wanted], list[Wa
     body = request.body
     by_id = request.header.api_version >= 13
 
-    def name_of(topic) -> str | None:
+    def name_of(topic: Any) -> str | None:
         if not by_id:
-            return topic.topic
+            name: str = topic.topic
+            return name
         known = ctx.topics.by_id(topic.topic_id)
         return known.name if known is not None else None
 
@@ -135,7 +150,7 @@ def _wanted(ctx: BrokerContext, request: Request) -> tuple[list[Wanted], list[Wa
 
 async def _read_all(
     ctx: BrokerContext, request: Request, wanted: list[Wanted], replica_id: int = -1
-):
+) -> tuple[list[dict[str, Any]], list[Answer], int, bool]:
     """One pass over ``wanted``: (per-partition response dicts, answers for the session cache,
     bytes found, any partition error). ``replica_id``: the follower fetching (cluster only)."""
     body = request.body
@@ -160,6 +175,7 @@ async def _read_all(
             else:
                 error = ErrorCode.NONE
             lso, aborted = -1, None
+            records: RecordSet
             if w.topic is None:
                 error, hw, start, records = ErrorCode.UNKNOWN_TOPIC_ID, -1, -1, b""
             elif error != ErrorCode.NONE:
@@ -221,7 +237,9 @@ async def _read_all(
 _UNREAD = frozenset({ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 
 
-def _aborted_field(error: ErrorCode, read_committed: bool, aborted) -> list | None:
+def _aborted_field(
+    error: ErrorCode, read_committed: bool, aborted: list[dict[str, int]] | None
+) -> list[dict[str, int]] | None:
     """A partition answer's aborted transactions, null or empty as Kafka 4.1 sends them."""
     if error in _UNREAD:
         return []
@@ -232,13 +250,13 @@ def _aborted_field(error: ErrorCode, read_committed: bool, aborted) -> list | No
 
 def _body(
     wanted: list[Wanted],
-    parts: list[dict],
-    chosen,
+    parts: list[dict[str, Any]],
+    chosen: Iterable[int],
     session_id: int,
     error: ErrorCode = ErrorCode.NONE,
-) -> dict:
+) -> dict[str, Any]:
     """The response body: the ``chosen`` partitions grouped by topic in request order."""
-    responses = []
+    responses: list[dict[str, Any]] = []
     last = None
     for index in chosen:
         w = wanted[index]
@@ -254,7 +272,7 @@ def _body(
     }
 
 
-def _release_parts(parts) -> None:
+def _release_parts(parts: Iterable[dict[str, Any]]) -> None:
     """Close the FileRegion descriptors of these partition answers (idempotent)."""
     for part in parts:
         region = part["records"]
@@ -264,7 +282,7 @@ def _release_parts(parts) -> None:
 
 
 async def _read_partition(
-    ctx,
+    ctx: BrokerContext,
     topic: str,
     partition: int,
     offset: int,
@@ -274,7 +292,7 @@ async def _read_partition(
     zstd_ok: bool,
     max_offset: int | None = None,
     read_committed: bool = False,
-):
+) -> PartitionRead:
     """(error, high watermark, log start offset, records, last stable offset, aborted
     transactions or None) of one partition, up to ``max_offset`` when given (a consumer's high
     watermark in a cluster), and for ``read_committed`` up to the last stable offset, with the
@@ -324,7 +342,7 @@ async def _read_partition(
             return ErrorCode.OFFSET_OUT_OF_RANGE, log.high_watermark, start, b"", lso, None
         except UnsupportedCompressionError as exc:
             return _unsupported(topic, partition, offset, exc, log.high_watermark, start, lso)
-        except (*STORAGE_FAILURES, CorruptRecordError) as exc:  # a failing disk, bad bytes
+        except _READ_FAILURES as exc:
             if not isinstance(exc, OSError):
                 return _corrupt(ctx, log, topic, partition, offset, exc)
             _read_failed(ctx, log, topic, partition, offset, exc)
@@ -334,6 +352,7 @@ async def _read_partition(
         return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b"", -1, None
     if records and to_magic is not None:
         # Converted outside the partition lock (appends go on), in num.io.threads' pool.
+        assert isinstance(records, bytes)  # _records reads what is to convert
         try:
             records = await trio.to_thread.run_sync(
                 _convert, records, to_magic, zstd_ok, limiter=_io_threads(ctx)
@@ -345,7 +364,9 @@ async def _read_partition(
     return ErrorCode.NONE, hw, start, records, lso, aborted
 
 
-def _unsupported(topic: str, partition: int, offset: int, exc: Exception, hw, start, lso):
+def _unsupported(
+    topic: str, partition: int, offset: int, exc: Exception, hw: int, start: int, lso: int
+) -> PartitionRead:
     """The answer to a reader below Fetch v10 whose data holds zstd (logged)."""
     logger.warning(
         "fetch rejected",
@@ -368,7 +389,9 @@ def _io_threads(ctx: BrokerContext) -> trio.CapacityLimiter:
     return limiter
 
 
-def _read_failed(ctx, log, topic: str, partition: int, offset: int, exc: Exception) -> None:
+def _read_failed(
+    ctx: BrokerContext, log: Log, topic: str, partition: int, offset: int, exc: Exception
+) -> None:
     """Count and log a read that failed on the disk or on bad stored bytes."""
     if ctx.metrics is not None:
         ctx.metrics.storage_error(log)
@@ -382,13 +405,15 @@ def _read_failed(ctx, log, topic: str, partition: int, offset: int, exc: Excepti
     )
 
 
-def _corrupt(ctx, log, topic: str, partition: int, offset: int, exc: Exception):
+def _corrupt(
+    ctx: BrokerContext, log: Log, topic: str, partition: int, offset: int, exc: Exception
+) -> PartitionRead:
     """The answer to a read that found bad stored bytes (logged and counted)."""
     _read_failed(ctx, log, topic, partition, offset, exc)
     return ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, b"", -1, None
 
 
-async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
+async def handle_fetch(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     version = request.header.api_version
     deadline = trio.current_time() + max(0, body.max_wait_ms) / 1000
@@ -429,12 +454,14 @@ async def handle_fetch(ctx: BrokerContext, request: Request) -> dict:
         await _wait_for_append(ctx, wanted, answers, deadline, follower=replica_id >= 0)
 
 
-def _count_bytes_out(metrics, wanted: list[Wanted], answers: list[Answer], chosen) -> None:
+def _count_bytes_out(
+    metrics: BrokerMetrics, wanted: list[Wanted], answers: list[Answer], chosen: Iterable[int]
+) -> None:
     """Bytes out per topic of the partitions answered (one addition per partition with data)."""
     for index in chosen:
-        size = answers[index].records_size
-        if size:
-            metrics.fetched(wanted[index].topic, size)
+        size, topic = answers[index].records_size, wanted[index].topic
+        if size and topic is not None:
+            metrics.fetched(topic, size)
 
 
 async def _wait_for_append(
@@ -452,7 +479,9 @@ async def _wait_for_append(
     event = trio.Event()
     watched = []
     for w, answer in zip(wanted, answers):
-        log = ctx.get_log(w.topic, w.partition) if w.topic is not None else None
+        if w.topic is None:
+            continue
+        log = ctx.get_log(w.topic, w.partition)
         if log is not None:
             state = ctx.partition(w.topic, w.partition)
             state.waiters.add(event)
