@@ -71,3 +71,35 @@ async def test_dynamic_configs_are_written_atomically_and_reloaded(tmp_path):
     path.write_text('{"cluster_default": {"broker.id": "4"}}')
     with pytest.raises(StartupError, match=f"{DYNAMIC_CONFIG_FILE}.*broker.id"):
         await open_context(config(tmp_path))
+
+
+async def test_requests_for_more_than_ten_thousand_partitions_are_refused(tmp_path):
+    """Kafka 4.1's controller refuses a CreateTopics of more than 10,000 partitions with
+    POLICY_VIOLATION and this text (Kafka answers CreatePartitions past it UNKNOWN_SERVER_ERROR
+    after creating some: chronolog refuses it as CreateTopics, creating nothing)."""
+    ctx = await open_context(config(tmp_path))
+    await ctx.create_topic("t", 2)
+    text = "Excessively large number of partitions per request."
+    body = {
+        "topics": [{"name": "t", "count": 10_003, "assignments": None}],
+        "timeout_ms": 1000,
+        "validate_only": False,
+    }
+    got = await call(ctx, ApiKey.CREATE_PARTITIONS, 3, body)
+    assert (got["results"][0]["error_code"], got["results"][0]["error_message"]) == (
+        E.POLICY_VIOLATION,
+        text,
+    )
+    assert ctx.topics.get("t").partitions == 2 and ctx.get_log("t", 2) is None
+    body["topics"][0]["count"] = 10_002  # 10,000 more: allowed, as on Kafka
+    got = await call(ctx, ApiKey.CREATE_PARTITIONS, 3, {**body, "validate_only": True})
+    assert got["results"][0]["error_code"] == 0
+    topic = {"name": "big", "num_partitions": 10_001, "replication_factor": 1}
+    body = {"topics": [{**topic, "assignments": [], "configs": []}], "timeout_ms": 1000}
+    got = await call(ctx, ApiKey.CREATE_TOPICS, 5, {**body, "validate_only": False})
+    assert (got["topics"][0]["error_code"], got["topics"][0]["error_message"]) == (
+        E.POLICY_VIOLATION,
+        text,
+    )
+    assert "big" not in ctx.topics
+    ctx.log_manager.shutdown()
