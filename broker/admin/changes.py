@@ -16,7 +16,7 @@ another broker wrote to ZooKeeper (broker/cluster/config_changes.py follows the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
 import trio
@@ -26,6 +26,10 @@ from broker.context import BrokerContext
 from broker.topics import Topic
 
 logger = structlog.get_logger(__name__)
+
+
+# Reads an entity's configs from ZooKeeper: None when they are unreadable (logged).
+StoredConfigs = Callable[[], Awaitable[Mapping[str, str] | None]]
 
 
 class UnknownTopicError(Exception):
@@ -80,15 +84,18 @@ async def set_topic_overrides(
     return new
 
 
-async def adopt_topic_overrides(
-    ctx: BrokerContext, name: str, overrides: Mapping[str, str]
-) -> None:
-    """In a cluster: make ``overrides``, read from ZooKeeper, the topic's overrides here and
+async def adopt_topic_overrides(ctx: BrokerContext, name: str, read: StoredConfigs) -> None:
+    """In a cluster: make the overrides ``read`` from ZooKeeper the topic's overrides here and
     apply them to its running logs (a topic this broker does not know is left alone: it reads
-    the configs when it learns of the topic). Raises ConfigError."""
+    the configs when it learns of the topic). Read under the admin lock, so a change this
+    broker is making meanwhile is never overwritten by what ZooKeeper held before it. Raises
+    ConfigError."""
     async with ctx.admin_lock:
         old = ctx.topics.get(name)
         if old is None:
+            return
+        overrides = await read()
+        if overrides is None:
             return
         new = ctx.topics.make_topic(name, old.partitions, overrides, topic_id=old.topic_id)
         ctx.topics.put(new)
@@ -134,26 +141,22 @@ async def set_dynamic_broker_configs(
 
 
 async def adopt_dynamic_broker_configs(
-    ctx: BrokerContext,
-    *,
-    cluster_default: Mapping[str, str] | None = None,
-    per_broker: Mapping[str, str] | None = None,
+    ctx: BrokerContext, read: StoredConfigs, *, per_broker: bool
 ) -> None:
-    """In a cluster: make the layer given (read from ZooKeeper; None: keep the current one)
-    this broker's, as :func:`set_dynamic_broker_configs` does after persisting. Entries that do
-    not validate are left out (logged). Raises ConfigError when the layers do not combine."""
+    """In a cluster: make the layer ``read`` from ZooKeeper (this broker's own with
+    ``per_broker``, else the cluster-wide defaults) this broker's, as
+    :func:`set_dynamic_broker_configs` does after persisting; read under the admin lock, as
+    :func:`adopt_topic_overrides` reads. Entries that do not validate are left out (logged).
+    Raises ConfigError when the layers do not combine."""
     async with ctx.admin_lock:
+        layer = await read()
+        if layer is None:
+            return
         dynamic = ctx.dynamic_configs
-        default = (
-            dynamic.cluster_default
-            if cluster_default is None
-            else dynamic.usable(cluster_default, per_broker=False)
-        )
-        own = (
-            dynamic.per_broker
-            if per_broker is None
-            else dynamic.usable(per_broker, per_broker=True)
-        )
+        if per_broker:
+            default, own = dynamic.cluster_default, dynamic.usable(layer, per_broker=True)
+        else:
+            default, own = dynamic.usable(layer, per_broker=False), dynamic.per_broker
         if (default, own) == (dynamic.cluster_default, dynamic.per_broker):
             return
         config = dynamic.effective(ctx.config, default, own)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
@@ -187,16 +188,16 @@ class ConfigChanges:
         if kind not in ROOTS:
             logger.info("config change ignored: chronolog has no such configs", entity=kind)
             return
-        config = await self._read(kind, name)
-        if config is None:
-            return
+        # Read by the adopt functions under the admin lock: a change this broker makes
+        # meanwhile (a request, under that lock) is not undone by an older read.
+        read = partial(self._read, kind, name)
         try:
             if kind == "topics":
-                await adopt_topic_overrides(ctx, name, config)
+                await adopt_topic_overrides(ctx, name, read)
             elif name == DEFAULT_BROKER_ENTITY:
-                await adopt_dynamic_broker_configs(ctx, cluster_default=config)
+                await adopt_dynamic_broker_configs(ctx, read, per_broker=False)
             elif name == str(self.cluster.broker_id):
-                await adopt_dynamic_broker_configs(ctx, per_broker=config)
+                await adopt_dynamic_broker_configs(ctx, read, per_broker=True)
             else:
                 return  # another broker's own configs
         except ConfigError as exc:
