@@ -63,6 +63,21 @@ def _coordinator_of(cluster, tid: str) -> int:
     return wait_for(found, f"a running coordinator for {tid}", timeout=60)
 
 
+# What a coordinator answers while it loads its __transaction_state partition after becoming
+# its leader (FindCoordinator already names it): the client retries.
+LOADING = {ErrorCode.GROUP_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS}
+
+
+def _init_producer_id(coordinator, version: int, body: dict):
+    """InitProducerId at ``coordinator``, retried while it is still loading, as clients do."""
+
+    def answered():
+        answer = call(coordinator, ApiKey.INIT_PRODUCER_ID, version, body)
+        return None if answer.error_code in LOADING else answer
+
+    return wait_for(answered, "InitProducerId answered", timeout=60)
+
+
 def _state(cluster, broker_id: int, tid: str) -> str:
     """DescribeTransactions: ``tid``'s state as ``broker_id`` knows it ("" on an error)."""
     answer = call(
@@ -196,7 +211,7 @@ def test_produce_verified_and_markers_written_across_brokers(cluster_factory):
     init_body = {"transactional_id": tid, "transaction_timeout_ms": 60000}
     elsewhere = call(at_leader, ApiKey.INIT_PRODUCER_ID, 1, init_body)
     assert elsewhere.error_code == ErrorCode.NOT_COORDINATOR_FOR_GROUP
-    init = call(at_coordinator, ApiKey.INIT_PRODUCER_ID, 1, init_body)
+    init = _init_producer_id(at_coordinator, 1, init_body)
     assert init.error_code == 0
     pid, epoch = init.producer_id, init.producer_epoch
 
@@ -280,11 +295,8 @@ def test_new_coordinator_completes_a_commit_the_old_one_left(cluster_factory):
     configs = {"min.insync.replicas": "1"}
     assert cluster.create_topic(topic, assignment={0: [leader]}, configs=configs) == 0
     at_coordinator, at_leader = cluster.broker(coordinator), cluster.broker(leader)
-    init = call(
-        at_coordinator,
-        ApiKey.INIT_PRODUCER_ID,
-        1,
-        {"transactional_id": tid, "transaction_timeout_ms": 60000},
+    init = _init_producer_id(
+        at_coordinator, 1, {"transactional_id": tid, "transaction_timeout_ms": 60000}
     )
     assert init.error_code == 0
     pid, epoch = init.producer_id, init.producer_epoch
@@ -365,9 +377,8 @@ def test_offsets_join_a_transaction_coordinated_by_another_broker(cluster_factor
     )
     coordinator = _coordinator_of(cluster, tid)
     at_group, at_coordinator = cluster.broker(offsets_broker), cluster.broker(coordinator)
-    init = call(
+    init = _init_producer_id(
         at_coordinator,
-        ApiKey.INIT_PRODUCER_ID,
         5,
         {
             "transactional_id": tid,
