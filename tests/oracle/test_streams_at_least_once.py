@@ -17,35 +17,18 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import BrokerProcess
 from tests.integration.clients import topic_name
 from tests.oracle.kafka_oracle import JavaClients
+
+# The module's own broker (it is killed, every message flushed) and Java clients, as there.
+from tests.oracle.test_transactions_jvm import chronolog, clients
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.kafka_oracle
 
 WORDS = ["apple", "pear", "fig", "plum", "kiwi", "lime", "date"]
 PARTITIONS = 2
-
-
-@pytest.fixture(scope="module")
-def chronolog(tmp_path_factory):
-    """This module's broker (it is killed): every message flushed, so what was acknowledged
-    survives the kill -9."""
-    proc = BrokerProcess(
-        tmp_path_factory.mktemp("streams-alos"), {"log.flush.interval.messages": 1}
-    )
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-@pytest.fixture(scope="module")
-def clients(chronolog):
-    with JavaClients(chronolog.bootstrap) as java:
-        yield java
+__all__ = ["chronolog", "clients"]  # fixtures used by name
 
 
 def _lines(start: int, count: int) -> dict[str, str]:
