@@ -40,7 +40,7 @@ from kazoo.exceptions import KazooException, NodeExistsError
 from broker.cluster.assignment import AssignmentError, assign_replicas
 from broker.cluster.channel import BrokerChannel, ChannelError
 from broker.txn.coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinator, partition_for
-from broker.txn.markers import MarkerOutcome, marker_outcome, write_marker
+from broker.txn.markers import MarkerOutcome, marker_outcome, skip_deleted, write_marker
 from broker.txn.state import TopicPartition, TxnMetadata
 from protocol import ApiKey
 from protocol.api import Request
@@ -230,8 +230,8 @@ class TxnPlacement:
             leader = self._leader(*tp)
             if leader is None:
                 known = tp[0] in self.cluster.metadata.topics or self.cluster.ctx.topics.get(tp[0])
-                if not known:  # deleted: Kafka skips its marker too
-                    marker_outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, meta, *tp)
+                if not known:
+                    skip_deleted(meta, *tp)
                 else:
                     retry.append(tp)
                 continue

@@ -46,7 +46,7 @@ from broker.errors import STORAGE_FAILURES
 from broker.handlers.producer_ids import producer_id_ready
 from broker.log_replay import log_entries
 from broker.txn import log as txn_log
-from broker.txn.markers import MarkerOutcome, marker_outcome, write_marker
+from broker.txn.markers import MarkerOutcome, marker_outcome, skip_deleted, write_marker
 from broker.txn.state import (
     Answer,
     Decision,
@@ -139,6 +139,10 @@ class LocalTxnRouting:
     ) -> list[TopicPartition]:
         retry = []
         for topic, partition in partitions:
+            registered = self._ctx.topics.get(topic)
+            if registered is None or partition >= registered.partitions:
+                skip_deleted(meta, topic, partition)
+                continue
             error = await write_marker(
                 self._ctx,
                 topic,

@@ -126,8 +126,11 @@ class MarkerOutcome(enum.Enum):
 
 
 # Kafka's TransactionMarkerRequestCompletionHandler: these are retried until the marker is in.
+# UNKNOWN_TOPIC_OR_PARTITION too: a leader whose metadata has not caught up answers it; a topic
+# really deleted is skipped by the next round, which no longer finds it (:func:`skip_deleted`).
 RETRIABLE_MARKER_ERRORS = frozenset(
     {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.KAFKA_STORAGE_ERROR,
         ErrorCode.NOT_LEADER_FOR_PARTITION,
         ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -142,18 +145,11 @@ RETRIABLE_MARKER_ERRORS = frozenset(
 def marker_outcome(
     error: ErrorCode, meta: TxnMetadata, topic: str, partition: int
 ) -> MarkerOutcome:
-    """Retry the retriable errors; a deleted partition is skipped, as Kafka skips it; a refusal
-    by the producer state (a newer producer epoch or coordinator wrote there) is final."""
+    """Retry the retriable errors; a refusal by the producer state (a newer producer epoch or
+    coordinator wrote there) is final."""
     if error in RETRIABLE_MARKER_ERRORS:
         return MarkerOutcome.RETRY
-    if error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-        logger.warning(
-            "transaction marker skipped: the partition no longer exists",
-            topic=topic,
-            partition=partition,
-            transactional_id=meta.transactional_id,
-        )
-    elif error is not ErrorCode.NONE:
+    if error is not ErrorCode.NONE:
         logger.warning(
             "transaction marker refused; not retried",
             topic=topic,
@@ -162,3 +158,14 @@ def marker_outcome(
             error=error.name,
         )
     return MarkerOutcome.DONE
+
+
+def skip_deleted(meta: TxnMetadata, topic: str, partition: int) -> None:
+    """The partition is gone from the coordinator's metadata (its topic deleted): its marker is
+    not sent, as Kafka's TransactionMarkerChannelManager skips a partition it no longer knows."""
+    logger.warning(
+        "transaction marker skipped: the partition no longer exists",
+        topic=topic,
+        partition=partition,
+        transactional_id=meta.transactional_id,
+    )

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from client import BrokerConnection
 from protocol import ApiKey
@@ -24,6 +25,7 @@ from protocol.errors import ErrorCode
 from protocol.records import iter_shallow
 from tests.integration.clients import create_topic, dump_log_verify, topic_name
 from tests.integration.kafka_wire import WireClient, fetch_partition
+from tests.waiting import wait_for
 
 TXN_TIMEOUT_S = 60
 # librdkafka 2.16 re-bootstraps when every known broker is down (KIP-899) and decommissions their
@@ -151,6 +153,33 @@ def test_commits_reach_read_committed_and_aborts_never(broker):
         assert mine == [v for i, v in enumerate(committed) if i % 20 % 3 == p]
     everything = [v for _, _, v in _read_to_end(broker.bootstrap, topic, 3, "read_uncommitted")]
     assert Counter(everything) == Counter(committed + aborted)
+
+
+def test_a_topic_deleted_mid_transaction_does_not_hold_up_its_producer(broker):
+    """A topic deleted after its records went into a transaction: the commit's marker for it is
+    skipped (as Kafka skips a partition it no longer knows) instead of retried for ever, so the
+    producer's next transaction is not refused CONCURRENT_TRANSACTIONS, and the other topic's
+    records of both transactions reach read_committed."""
+    kept, gone = topic_name("kept"), topic_name("gone")
+    create_topic(broker.bootstrap, kept)
+    create_topic(broker.bootstrap, gone)
+    producer = _producer(broker.bootstrap, topic_name("txid"))
+    producer.begin_transaction()
+    producer.produce(kept, value=b"first")
+    producer.produce(gone, value=b"lost with its topic")
+    producer.flush()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.delete_topics([gone]).values():
+        future.result(30)
+    producer.commit_transaction(TXN_TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(kept, value=b"second")
+    producer.commit_transaction(TXN_TIMEOUT_S)
+    _wait_until_decided(broker.bootstrap, kept, 1)
+    assert [v for _, _, v in _read_to_end(broker.bootstrap, kept, 1, "read_committed")] == [
+        b"first",
+        b"second",
+    ]
 
 
 def test_open_transaction_holds_the_last_stable_offset(broker):
@@ -498,10 +527,41 @@ def random_transactions(bootstrap: str, topic: str, faults: dict[int, Callable[[
     return outcomes
 
 
+def _wait_until_decided(bootstrap: str, topic: str, partitions: int) -> None:
+    """Until no transaction is open on any partition of ``topic`` (the last stable offset equals
+    the high watermark). A commit is promised once EndTxn answers, but its markers are written
+    after: a producer's last transactions, or the ones a coordinator killed mid-way left to its
+    successor (which first waits for ZooKeeper to expire the dead broker), may still be
+    completing, and a read_committed reader stops at the first open one on each partition."""
+    committed = _consumer(bootstrap, "read_committed")
+    uncommitted = _consumer(bootstrap, "read_uncommitted")
+
+    def decided() -> bool:
+        for p in range(partitions):
+            tp = TopicPartition(topic, p)
+            stable = committed.get_watermark_offsets(tp, 10)[1]
+            high = uncommitted.get_watermark_offsets(tp, 10)[1]
+            assert stable == high, f"partition {p}: last stable offset {stable}, high {high}"
+        return True
+
+    try:
+        wait_for(
+            decided,
+            "every transaction's markers",
+            timeout=120,
+            interval=0.2,
+            transient=(KafkaException, AssertionError),
+        )
+    finally:
+        committed.close()
+        uncommitted.close()
+
+
 def check_promises(bootstrap: str, topic: str, outcomes: dict) -> None:
     """What a read_committed reader of ``topic`` must see after :func:`random_transactions`:
     every record of every transaction its producer saw committed, exactly once, in order per
     producer and partition; nothing of one it saw aborted; an unknown one all or nothing."""
+    _wait_until_decided(bootstrap, topic, 3)
     seen = _read_to_end(bootstrap, topic, 3, "read_committed")
     values = [v for _, _, v in seen]
     assert len(values) == len(set(values)), "a record was read twice"
