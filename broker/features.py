@@ -167,13 +167,15 @@ class FeatureFile:
 
 
 class FeatureLevels:
-    """The broker's finalized features: ``current`` (what ApiVersions answers) and
-    :meth:`change` (UpdateFeatures), which stores the new levels before it returns. Trio thread
-    only; ``save`` does file I/O and runs in a worker thread."""
+    """The broker's finalized features: ``current`` (what ApiVersions answers), :meth:`latest`
+    and :meth:`change` (UpdateFeatures), which stores the new levels before it returns. Trio
+    thread only; ``save`` does file I/O and runs in a worker thread. A cluster's levels live in
+    ZooKeeper instead (broker/cluster/features.py overrides the two methods)."""
 
     def __init__(self, current: Features, save: Callable[[Features], None]) -> None:
         self.current = current
         self._save = save
+        self._changing = trio.Lock()
 
     @classmethod
     def in_log_dir(cls, log_dir: str) -> FeatureLevels:
@@ -187,9 +189,18 @@ class FeatureLevels:
         built without loading it)."""
         return cls(Features(), FeatureFile(log_dir).save)
 
-    async def change(self, levels: Mapping[str, int]) -> None:
-        """Finalize ``levels`` under the next epoch; OSError from the disk leaves them as
-        they were."""
-        new = Features(dict(levels), self.current.epoch + 1)
-        await trio.to_thread.run_sync(self._save, new)
-        self.current = new
+    async def latest(self) -> Features:
+        """The levels an update is checked against (here the broker's own)."""
+        return self.current
+
+    async def change(self, levels: Mapping[str, int], based_on: Features) -> bool:
+        """Finalize ``levels`` under the next epoch, unless the levels are no longer
+        ``based_on`` (another change came first: False, check the update again). OSError from
+        the disk leaves them as they were."""
+        async with self._changing:
+            if self.current != based_on:
+                return False
+            new = Features(dict(levels), self.current.epoch + 1)
+            await trio.to_thread.run_sync(self._save, new)
+            self.current = new
+            return True

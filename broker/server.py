@@ -171,6 +171,7 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
     config = dynamic.adopt_stored(cluster_default, own, "ZooKeeper /config/brokers")
     registry = TopicRegistry(config)  # in memory: ZooKeeper holds the topics
     await cluster.load_topics(registry)
+    await cluster.features.load()
 
     def config_for_topic(name: str) -> LogConfig:
         topic = registry.get(name)
@@ -186,6 +187,7 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
         cluster.attach,
         dynamic_configs=dynamic,
         producer_ids=ZkProducerIdManager(cluster.zk, config.broker_id),
+        features=cluster.features,
     )
     await ctx.quotas.use_zookeeper(ZkQuotaStore(cluster.zk))
     for log in manager.all_logs():

@@ -51,6 +51,7 @@ from broker.admin.changes import apply_topic_settings
 from broker.cluster.assignment import AssignmentError, assign_replicas
 from broker.cluster.channel import BrokerChannel, ChannelError
 from broker.cluster.config_changes import ConfigChanges
+from broker.cluster.features import ZkFeatureLevels
 from broker.cluster.controller import Controller
 from broker.cluster.events import ControlledShutdown
 from broker.cluster.fetcher import FetcherManager
@@ -119,6 +120,7 @@ class Cluster:
         self.replicas: ReplicaManager = None  # type: ignore[assignment]
         self.fetchers: FetcherManager = None  # type: ignore[assignment]
         self.config_changes = ConfigChanges(self)
+        self.features = ZkFeatureLevels(self.zk)
 
     # -- start-up ----------------------------------------------------------------------------
     async def connect(self) -> str:
@@ -219,6 +221,7 @@ class Cluster:
         self.groups.start(nursery)
         await self.txns.start(nursery)
         self.config_changes.start(nursery)
+        self.features.start(nursery)
         await self._register()
         nursery.start_soon(self._elect)
 
@@ -290,6 +293,7 @@ class Cluster:
             logger.error("cannot register again after the session expired", error=repr(exc))
         self._controller_changed.set()
         self.config_changes.wake()  # its watch went with the old session
+        self.features.wake()  # so did this one
 
     # -- controller election -----------------------------------------------------------------
     async def _elect(self) -> None:

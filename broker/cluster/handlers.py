@@ -635,9 +635,6 @@ def cluster_handlers(handlers: Mapping[ApiKey, Handler]) -> dict[ApiKey, Handler
     )
     if ApiKey.CREATE_PARTITIONS in table:
         table[ApiKey.CREATE_PARTITIONS] = handle_cluster_create_partitions
-    # Feature levels are a single broker's file; a cluster keeps transaction.version at 2 and
-    # does not serve UpdateFeatures (Kafka's ZooKeeper mode kept them in /feature).
-    table.pop(ApiKey.UPDATE_FEATURES, None)
     if ApiKey.DESCRIBE_CLUSTER in table:
         table[ApiKey.DESCRIBE_CLUSTER] = cluster_describe_cluster(table[ApiKey.DESCRIBE_CLUSTER])
     table[ApiKey.API_VERSIONS] = make_api_versions_handler(table)
