@@ -37,6 +37,7 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.features import FeatureLevels
 from broker.producer_ids import ProducerIdManager
 from broker.quotas import ClientQuotas
+from broker.security.acls import AclFile, AclStore
 from broker.topics import Topic, TopicRegistry
 from storage import Log, LogManager
 from storage.errors import is_disk_failure
@@ -152,12 +153,14 @@ class BrokerContext:
         dynamic_configs: DynamicConfigs | None = None,
         producer_ids: ProducerIdManager | None = None,
         features: FeatureLevels | None = None,
+        acls: AclStore | None = None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         """``replication`` builds the context's Replication (broker/replication.py) from the
         context, last, once every other slot is filled: LocalReplication for a single broker,
         ``Cluster.attach`` in a cluster. ``dynamic_configs`` and ``producer_ids``: as loaded
-        from their store (default: not loaded, the single broker's files)."""
+        from their store (default: not loaded, the single broker's files); ``acls``, the ACL
+        bindings' store (default: the single broker's ACL file)."""
         self.config = config
         self.cluster_id = cluster_id
         self.log_manager = log_manager
@@ -178,6 +181,8 @@ class BrokerContext:
         self.producer_ids = producer_ids or ProducerIdManager(config.log_dirs[0])
         # The finalized feature levels (KIP-584, broker/features.py): UpdateFeatures changes them.
         self.features = features or FeatureLevels.unloaded(config.log_dirs[0])
+        # The ACL bindings (broker/security/acls.py), the authorizer's and the ACL apis'.
+        self.acls = acls or AclFile(config.log_dirs[0])
         # Client quotas (broker/quotas/): loaded by open_context.
         self.quotas = ClientQuotas(config)
         self.fetch_sessions = FetchSessionCache(

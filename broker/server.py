@@ -172,6 +172,7 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
     registry = TopicRegistry(config)  # in memory: ZooKeeper holds the topics
     await cluster.load_topics(registry)
     await cluster.features.load()
+    await cluster.acls.load()  # every broker enforces the cluster's ACLs from its first request
 
     def config_for_topic(name: str) -> LogConfig:
         topic = registry.get(name)
@@ -188,6 +189,7 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
         dynamic_configs=dynamic,
         producer_ids=ZkProducerIdManager(cluster.zk, config.broker_id),
         features=cluster.features,
+        acls=cluster.acls,
     )
     await ctx.quotas.use_zookeeper(ZkQuotaStore(cluster.zk))
     for log in manager.all_logs():

@@ -13,6 +13,8 @@
 - :mod:`.assignment`: replica assignment for new topics and partitions (rack-aware).
 - :mod:`.config_changes`: topic and dynamic broker configs in ZooKeeper, and the change
   notifications every broker follows.
+- :mod:`.acls`: the ACL bindings in ZooKeeper (Kafka's AclAuthorizer layout) and their change
+  notifications, so every broker enforces the same ones.
 
 :class:`Cluster` ties them together as ``ctx.cluster`` (None for a single broker: then nothing
 here runs). The request paths reach it only through ``ctx.replication``
@@ -48,6 +50,7 @@ import trio
 from kazoo.exceptions import KazooException, NodeExistsError
 
 from broker.admin.changes import apply_topic_settings
+from broker.cluster.acls import ZkAclStore
 from broker.cluster.assignment import AssignmentError, assign_replicas
 from broker.cluster.channel import BrokerChannel, ChannelError
 from broker.cluster.config_changes import ConfigChanges
@@ -121,6 +124,7 @@ class Cluster:
         self.fetchers: FetcherManager = None  # type: ignore[assignment]
         self.config_changes = ConfigChanges(self)
         self.features = ZkFeatureLevels(self.zk)
+        self.acls = ZkAclStore(self.zk)
 
     # -- start-up ----------------------------------------------------------------------------
     async def connect(self) -> str:
@@ -222,6 +226,7 @@ class Cluster:
         await self.txns.start(nursery)
         self.config_changes.start(nursery)
         self.features.start(nursery)
+        self.acls.start(nursery)
         await self._register()
         nursery.start_soon(self._elect)
 
@@ -294,6 +299,7 @@ class Cluster:
         self._controller_changed.set()
         self.config_changes.wake()  # its watch went with the old session
         self.features.wake()  # so did this one
+        self.acls.wake()  # and the ACL changes' ones
 
     # -- controller election -----------------------------------------------------------------
     async def _elect(self) -> None:

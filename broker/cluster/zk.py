@@ -428,9 +428,13 @@ class ZooKeeper:
         """Set a node's data, conditional on ``version`` (-1: any); raises BadVersionError."""
         return await self.call(self.client.set, self.path(path), data, version=version)
 
-    async def delete(self, path: str, *, recursive: bool = False) -> None:
+    async def delete(self, path: str, *, recursive: bool = False, version: int = -1) -> None:
+        """Delete a node (gone already: done), conditional on ``version`` (-1: any); raises
+        BadVersionError."""
         try:
-            await self.call(self.client.delete, self.path(path), recursive=recursive)
+            await self.call(
+                self.client.delete, self.path(path), version=version, recursive=recursive
+            )
         except NoNodeError:
             pass
 

@@ -8,7 +8,8 @@
 - :mod:`.sasl`: the per-connection SASL state machine (KIP-152 handshake and authenticate, or
   the v0 handshake followed by raw token frames) and the PLAIN and SCRAM mechanisms, sans-IO.
 - :mod:`.credentials`: the SCRAM credential file (0600, salted and iterated, never in clear).
-- :mod:`.acls`, :mod:`.authorizer`: ACL bindings, their file, and AclAuthorizer's decisions.
+- :mod:`.acls`, :mod:`.authorizer`: ACL bindings, their store (a file; ZooKeeper in a cluster),
+  and AclAuthorizer's decisions.
 - :mod:`.gate`: what the server calls per connection and per request: authentication state,
   the per-api authorization rules, the listener a client came in on.
 """

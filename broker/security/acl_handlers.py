@@ -1,10 +1,12 @@
-"""DescribeAcls, CreateAcls and DeleteAcls v0-3 (KIP-140) over the ACL file.
+"""DescribeAcls, CreateAcls and DeleteAcls v0-3 (KIP-140) over the broker's AclStore (the ACL
+file, or ZooKeeper in a cluster).
 
 Without ``authorizer.class.name`` each answers SECURITY_DISABLED, as Kafka does without an
 authorizer. Their own authorization (DESCRIBE / ALTER on the cluster) is :mod:`.rules`'. A
 binding Kafka refuses (an UNKNOWN or ANY part, a prefixed cluster, an operation the resource
 type does not have, a principal not of the form Type:name) is answered INVALID_REQUEST with the
-reason; the valid ones of the same request are created.
+reason; the valid ones of the same request are created. A store that cannot be written answers
+UNKNOWN_SERVER_ERROR with what to do.
 """
 
 from __future__ import annotations
@@ -12,18 +14,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import structlog
-import trio
 
 from broker.security.acls import (
     AclBinding,
     AclFilter,
+    AclStoreError,
     InvalidAclError,
     Operation,
     PatternType,
     Permission,
     ResourceType,
 )
-from broker.security.files import STATE_FILE_FAILURES, StateFileError
+from broker.security.files import StateFileError
 from broker.security.session import current_session
 from protocol.api import ApiKey, Request
 from protocol.errors import ErrorCode
@@ -120,15 +122,17 @@ async def handle_create_acls(ctx: BrokerContext, request: Request) -> dict[str, 
     valid: list[AclBinding] = []
     for c in creations:
         try:
-            binding = AclBinding(
-                _enum(ResourceType, c["resource_type"]),
-                c["resource_name"],
-                _enum(PatternType, c["resource_pattern_type"]),
-                c["principal"],
-                c["host"],
-                _enum(Operation, c["operation"]),
-                _enum(Permission, c["permission_type"]),
-            ).validate()
+            binding = gate.acls.check(
+                AclBinding(
+                    _enum(ResourceType, c["resource_type"]),
+                    c["resource_name"],
+                    _enum(PatternType, c["resource_pattern_type"]),
+                    c["principal"],
+                    c["host"],
+                    _enum(Operation, c["operation"]),
+                    _enum(Permission, c["permission_type"]),
+                )
+            )
         except InvalidAclError as exc:
             results.append(
                 {"error_code": int(ErrorCode.INVALID_REQUEST), "error_message": str(exc)}
@@ -138,14 +142,9 @@ async def handle_create_acls(ctx: BrokerContext, request: Request) -> dict[str, 
         results.append({"error_code": 0, "error_message": None})
     if valid:
         try:
-            await trio.to_thread.run_sync(gate.acls.add, valid)
-        except STATE_FILE_FAILURES as exc:
-            logger.error(
-                "cannot write the ACL file",
-                path=gate.acls.path,
-                error=str(exc),
-                action="check the first log dir is writable and has space",
-            )
+            await gate.acls.create(valid)
+        except AclStoreError as exc:
+            logger.error("creating ACLs failed", error=str(exc))
             failed = {"error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR), "error_message": str(exc)}
             return {"results": [r if r["error_code"] else failed for r in results]}
         for binding in valid:
@@ -174,8 +173,9 @@ async def handle_delete_acls(ctx: BrokerContext, request: Request) -> dict[str, 
             problems.append(str(exc))
     usable = [f for f in filters if f is not None]
     try:
-        matched = await trio.to_thread.run_sync(gate.acls.remove, usable) if usable else []
-    except STATE_FILE_FAILURES as exc:
+        matched = await gate.acls.delete(usable) if usable else []
+    except AclStoreError as exc:
+        logger.error("deleting ACLs failed", error=str(exc))
         error = {
             "error_code": int(ErrorCode.UNKNOWN_SERVER_ERROR),
             "error_message": str(exc),

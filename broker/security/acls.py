@@ -3,19 +3,26 @@
 A binding allows or denies one principal, from one host (or ``*``), one operation on the
 resources a pattern names: a LITERAL name (``*`` meaning every resource of the type) or a
 PREFIXED one. The codes are Kafka's (ResourceType, PatternType, AclOperation,
-AclPermissionType). Bindings live in ``chronolog-acls.json`` in the first log dir (mode 0600,
-written whole with fsync, see :mod:`.files`), shared by CreateAcls/DeleteAcls and
-``chronolog acls``; a running broker sees the CLI's changes at its next decision.
+AclPermissionType).
+
+Where bindings live is an :class:`AclStore`: a single broker's is :class:`AclFile`,
+``chronolog-acls.json`` in the first log dir (mode 0600, written whole with fsync, see
+:mod:`.files`), shared by CreateAcls/DeleteAcls and ``chronolog acls``; a running broker sees the
+CLI's changes at its next decision. A cluster's is ZooKeeper, as Kafka's AclAuthorizer kept them
+(broker/cluster/acls.py), so every broker enforces the same bindings.
 """
 
 from __future__ import annotations
 
+import abc
 import enum
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from broker.security.files import WatchedFile
+import trio
+
+from broker.security.files import STATE_FILE_FAILURES, WatchedFile
 
 FILE_NAME = "chronolog-acls.json"
 CLUSTER_NAME = "kafka-cluster"
@@ -226,8 +233,37 @@ def _doc(bindings: Iterable[AclBinding]) -> dict[str, Any]:
     return {"version": 1, "acls": [b.to_json() for b in sorted(bindings)]}
 
 
-class AclStore:
-    """The ACL file; see the module docstring. Reads raise files.StateFileError."""
+class AclStoreError(Exception):
+    """Raised when the store cannot read or write the bindings; the message says where and
+    what to do (CreateAcls and DeleteAcls answer it as UNKNOWN_SERVER_ERROR)."""
+
+
+class AclStore(abc.ABC):
+    """Where the broker's bindings live; the authorizer and the ACL handlers use only this."""
+
+    @abc.abstractmethod
+    def bindings(self) -> frozenset[AclBinding]:
+        """Every binding, as the store holds them now: the same object until they change (the
+        authorizer keeps an index per object). May raise files.StateFileError."""
+
+    def check(self, binding: AclBinding) -> AclBinding:
+        """``binding`` validated as this store can keep it; InvalidAclError otherwise."""
+        return binding.validate()
+
+    @abc.abstractmethod
+    async def create(self, bindings: Iterable[AclBinding]) -> None:
+        """Add (checked) bindings; ones already present stay once. Raises AclStoreError."""
+
+    @abc.abstractmethod
+    async def delete(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
+        """Remove every binding a filter matches; per filter, the bindings it matched. Raises
+        AclStoreError."""
+
+
+class AclFile(AclStore):
+    """The ACL file; see the module docstring. Reads raise files.StateFileError; :meth:`add`
+    and :meth:`remove` block (``chronolog acls`` calls them; the broker's :meth:`create` and
+    :meth:`delete` run them in a worker thread)."""
 
     def __init__(self, log_dir: str) -> None:
         self.path = os.path.join(log_dir, FILE_NAME)
@@ -257,3 +293,21 @@ class AclStore:
 
         result: list[list[AclBinding]] = self._file.update(change)
         return result
+
+    async def create(self, bindings: Iterable[AclBinding]) -> None:
+        try:
+            await trio.to_thread.run_sync(self.add, list(bindings))
+        except STATE_FILE_FAILURES as exc:
+            raise AclStoreError(self._failure(exc)) from exc
+
+    async def delete(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
+        try:
+            return await trio.to_thread.run_sync(self.remove, filters)
+        except STATE_FILE_FAILURES as exc:
+            raise AclStoreError(self._failure(exc)) from exc
+
+    def _failure(self, exc: Exception) -> str:
+        return (
+            f"cannot update the ACL file {self.path} ({exc}); check that the first log dir "
+            "is writable and has space"
+        )

@@ -48,7 +48,7 @@ class Authorizer:
     _cache: tuple[frozenset[AclBinding], _Index] = field(default=(frozenset(), {}), repr=False)
 
     def _by_resource(self) -> _Index:
-        """Bindings indexed by (type, pattern type) and name, rebuilt when the file changed."""
+        """Bindings indexed by (type, pattern type) and name, rebuilt when they changed."""
         bindings = self.store.bindings()
         if bindings is not self._cache[0]:
             index: _Index = {}

@@ -68,7 +68,7 @@ class SecurityGate:
         }
         self.credentials = CredentialStore(config.log_dirs[0])
         self.decoy_key = secrets.token_bytes(32)
-        self.acls = AclStore(config.log_dirs[0])
+        self.acls: AclStore = ctx.acls  # the ACL file, or ZooKeeper in a cluster
         self.authorizer: Authorizer | None = None
         if self.settings.authorizes:
             try:

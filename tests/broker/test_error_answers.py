@@ -15,7 +15,7 @@ import trio
 
 from broker.security.acls import (
     AclBinding,
-    AclStore,
+    AclFile,
     Operation,
     PatternType,
     Permission,
@@ -43,7 +43,7 @@ class _Topics:
 
 def _refused(tmp_path, api: ApiKey, version: int, body: dict) -> dict:
     """``body`` sent by a principal allowed nothing: the answer as a client decodes it."""
-    authorizer = Authorizer(AclStore(str(tmp_path)), SecuritySettings(authorizer="x"))
+    authorizer = Authorizer(AclFile(str(tmp_path)), SecuritySettings(authorizer="x"))
     listener = Listener("PLAINTEXT", "PLAINTEXT", "", 9092, "h", 9092)
     session = Session(gate=None, listener=listener, peer="127.0.0.1:1", host="127.0.0.1")
     _, frame = ClientConnection("t").request(api, version, body)
@@ -138,7 +138,7 @@ def test_a_follower_with_cluster_action_needs_no_topic_acl(tmp_path, version):
     """KafkaApis.handleFetchRequest: a follower's fetch is authorized by CLUSTER_ACTION alone,
     so replication goes on for topics no one may READ (v15+ names the follower in
     replica_state, earlier versions in replica_id)."""
-    store = AclStore(str(tmp_path))
+    store = AclFile(str(tmp_path))
     cluster_action = AclBinding(
         ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL, "User:ANONYMOUS", "*",
         Operation.CLUSTER_ACTION, Permission.ALLOW,

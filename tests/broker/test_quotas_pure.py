@@ -27,7 +27,7 @@ from broker.quotas.manager import DEFAULT, ClientQuotaManager, QuotaKind, saniti
 from broker.quotas.rate import Rate
 from broker.quotas.store import QUOTA_FILE, FileQuotaStore
 from broker.quotas.throttle import StepClock
-from broker.security.acls import AclBinding, AclStore, Operation, PatternType, Permission
+from broker.security.acls import AclBinding, AclFile, Operation, PatternType, Permission
 from broker.security.acls import ResourceType
 from broker.security.authorizer import Authorizer
 from broker.security.rules import RULES, Check
@@ -321,7 +321,7 @@ def test_the_quota_apis_need_cluster_describe_configs_and_alter_configs(tmp_path
     """Kafka's KafkaApis: DescribeClientQuotas needs DESCRIBE_CONFIGS on the cluster (refused
     whole, entries null), AlterClientQuotas ALTER_CONFIGS (each entry refused, its entity
     echoed); ALTER_CONFIGS implies DESCRIBE_CONFIGS."""
-    store = AclStore(str(tmp_path))
+    store = AclFile(str(tmp_path))
     store.add(
         [
             AclBinding(

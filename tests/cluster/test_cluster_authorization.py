@@ -3,8 +3,8 @@ ACL, denying ``User:*`` READ) sees TOPIC_AUTHORIZATION_FAILED for every partitio
 broker leads it, from confluent-kafka's poll and from Kafka's Java consumer; the replicas keep
 copying the topic, since a follower's fetch needs CLUSTER_ACTION only, as in Kafka.
 
-Every broker keeps its own ACLs (``chronolog-acls.json``), so the test gives each the same
-bindings. Brokers and clients are all ``User:ANONYMOUS`` on PLAINTEXT; the cluster resource has
+The bindings are made through broker 1 only: the cluster keeps them in ZooKeeper, and every
+broker follows them (tests/cluster/test_cluster_acls.py). Brokers and clients are all ``User:ANONYMOUS`` on PLAINTEXT; the cluster resource has
 no ACL, so ``allow.everyone.if.no.acl.found`` lets the brokers replicate and the client manage
 ACLs."""
 
@@ -37,6 +37,21 @@ def _acl(topic: str, operation: int, permission: int) -> dict:
     }
 
 
+def _acl_count(broker) -> int:
+    """How many bindings DescribeAcls of ``broker`` lists."""
+    match_all = {
+        "resource_type_filter": 1,
+        "resource_name_filter": None,
+        "pattern_type_filter": 1,
+        "principal_filter": None,
+        "host_filter": None,
+        "operation": 1,
+        "permission_type": 1,
+    }
+    answer = call(broker, ApiKey.DESCRIBE_ACLS, 3, match_all)
+    return sum(len(r.acls) for r in answer.resources)
+
+
 @pytest.fixture
 def denied_topic(cluster_factory):
     """A 3-broker cluster with an authorizer and a topic of 3 partitions, replicated on every
@@ -48,9 +63,10 @@ def denied_topic(cluster_factory):
     )
     topic = "no-reading"
     creations = [_acl(topic, DESCRIBE, ALLOW), _acl(topic, WRITE, ALLOW), _acl(topic, READ, DENY)]
+    answer = call(cluster.broker(1), ApiKey.CREATE_ACLS, 3, {"creations": creations})
+    assert [r.error_code for r in answer.results] == [0, 0, 0]
     for broker in cluster.brokers:
-        answer = call(broker, ApiKey.CREATE_ACLS, 3, {"creations": creations})
-        assert [r.error_code for r in answer.results] == [0, 0, 0]
+        wait_for(lambda: _acl_count(broker) == 3, "every broker holding the three ACLs")
     assert cluster.create_topic(topic, PARTITIONS, replication_factor=3) == 0
     for p in range(PARTITIONS):
         leader = cluster.broker(cluster.leader(topic, p))

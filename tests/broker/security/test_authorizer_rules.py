@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from broker.security.acls import (
     AclBinding,
     AclFilter,
-    AclStore,
+    AclFile,
     InvalidAclError,
     Operation as O,
     PatternType as P,
@@ -41,7 +41,7 @@ def acl(rtype, name, op, perm=ALLOW, principal="User:alice", host="*", pattern=P
 
 
 def authorizer(tmp_path, *bindings, **kw) -> Authorizer:
-    store = AclStore(str(tmp_path))
+    store = AclFile(str(tmp_path))
     if bindings:
         store.add(bindings)
     return Authorizer(store, SecuritySettings(authorizer="x", **kw))
@@ -176,7 +176,7 @@ def test_filters(tmp_path):
 
 
 def test_acl_file_is_private_and_shared_with_the_cli(tmp_path):
-    store = AclStore(str(tmp_path))
+    store = AclFile(str(tmp_path))
     store.add([acl(R.TOPIC, "t", O.READ)])
     assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
 

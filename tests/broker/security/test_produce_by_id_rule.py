@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import trio
 
-from broker.security.acls import AclBinding, AclStore, Operation, PatternType, Permission
+from broker.security.acls import AclBinding, AclFile, Operation, PatternType, Permission
 from broker.security.acls import ResourceType
 from broker.security.authorizer import Authorizer
 from broker.security.principal import ANONYMOUS
@@ -29,7 +29,7 @@ class _Topics:
 
 
 def test_produce_v13_is_authorized_by_the_topic_an_id_names(tmp_path):
-    store = AclStore(str(tmp_path))
+    store = AclFile(str(tmp_path))
     store.add(
         [
             AclBinding(
