@@ -870,7 +870,7 @@ class Controller:
         for key in sorted(self.states) if keys is None else keys:
             state = self.states.get(key)
             if state is None or key[0] not in self.assignments:
-                results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition")
+                results[key] = self._no_such(key)
                 continue
             replicas = self.assignments[key[0]].partitions[key[1]]
             decided = election.elect_on_request(election_type, replicas, state, self.live)
@@ -892,6 +892,13 @@ class Controller:
         if keys is None:
             results = {k: v for k, v in results.items() if v[0] != ErrorCode.ELECTION_NOT_NEEDED}
         return results
+
+    def _no_such(self, key: Key) -> Outcome:
+        """The answer for a partition this controller does not know, in Kafka's words."""
+        name, partition = key
+        if name not in self.assignments:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}"
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {name}-{partition}"
 
     async def _write_assignment(self, name: str, assignment: TopicAssignment) -> None:
         """Write a topic's assignment, keeping partitions a broker added (CreatePartitions)
@@ -920,7 +927,7 @@ class Controller:
             name, p = key
             assignment = self.assignments.get(name)
             if assignment is None or p not in assignment.partitions or key not in self.states:
-                results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition")
+                results[key] = self._no_such(key)
                 continue
             move = election.start_reassignment(assignment, p, target, self.live)
             if isinstance(move, tuple):
