@@ -5,7 +5,8 @@
 - recovery-point and log-start-offset checkpoints every
   ``log.flush.offset.checkpoint.interval.ms``;
 - removal of ``.deleted`` files whose ``file.delete.delay.ms`` has passed (every second);
-- the log cleaner's threads (broker/cleaner.py) for compacted topics.
+- the log cleaner's threads (broker/cleaner.py) for compacted topics;
+- moves of partitions between log dirs (broker/replica_moves.py).
 
 What each task does and which logs need it is storage's (storage.manager.Maintenance); this
 module schedules it. Blocking storage calls run in worker threads, one per log with work, so an
@@ -58,6 +59,7 @@ def start(ctx: BrokerContext, nursery: trio.Nursery) -> None:
         lambda: maintain(ctx, Maintenance.DELETE_FILES),
     )
     cleaner.start(ctx, nursery)
+    ctx.replica_moves.start(nursery)
 
 
 async def _every(name: str, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:

@@ -422,6 +422,8 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.cleaner.backoff.ms", Type.LONG, 15000, _B, minimum=0),
     ConfigKey("log.cleaner.dedupe.buffer.size", Type.LONG, 134217728, _B, minimum=1),
     ConfigKey("log.cleaner.io.max.bytes.per.second", Type.DOUBLE, DOUBLE_MAX, _B, minimum=0),
+    # Moves between log dirs (broker/replica_moves.py): bytes copied per second, at most.
+    ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", Type.LONG, LONG_MAX, _B, minimum=0),
     # The cluster (broker/cluster/): ZooKeeper, replication.
     ConfigKey("zookeeper.connect", Type.STRING, None, _B, validator=_zookeeper_connect),
     ConfigKey("zookeeper.session.timeout.ms", Type.INT, 18000, _B, minimum=1),
@@ -757,6 +759,7 @@ class BrokerConfig:
     log_cleaner_backoff_ms: int
     log_cleaner_dedupe_buffer_size: int
     log_cleaner_io_max_bytes_per_second: float
+    replica_alter_log_dirs_io_max_bytes_per_second: int
     zookeeper_connect: str | None
     """ZooKeeper's address (with an optional chroot); None: a single broker, no cluster."""
     zookeeper_session_timeout_ms: int

@@ -37,6 +37,7 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.features import FeatureLevels
 from broker.producer_ids import ProducerIdManager
 from broker.quotas import ClientQuotas
+from broker.replica_moves import ReplicaMoves
 from broker.security.acls import AclFile, AclStore
 from broker.topics import Topic, TopicRegistry
 from storage import Log, LogManager
@@ -196,6 +197,8 @@ class BrokerContext:
         self.cluster: Cluster | None = None
         self.stopping = False
         self._partitions: dict[tuple[str, int], PartitionState] = {}
+        # Moves of partitions between this broker's log dirs (AlterReplicaLogDirs).
+        self.replica_moves = ReplicaMoves(self)
         self.replication: Replication = replication(self)
 
     def partition(self, topic: str, partition: int) -> PartitionState:
@@ -208,7 +211,8 @@ class BrokerContext:
     def locked_log(self, topic: str, partition: int) -> _LockedLog:
         """``async with ctx.locked_log(topic, partition) as log:`` the partition's Log while
         holding its lock, or None (and no lock held) when the partition does not exist or its
-        topic was deleted while this waited for the lock."""
+        topic was deleted while this waited for the lock. A log moved to another log dir while
+        this waited is the moved one."""
         return _LockedLog(self, topic, partition)
 
     def partition_states(self) -> list[PartitionState]:
@@ -294,16 +298,20 @@ class _LockedLog:
         log = ctx.get_log(topic, partition)
         if log is None:
             return None
-        lock = ctx.partition(topic, partition).lock
+        state = ctx.partition(topic, partition)
+        lock = state.lock
         try:
             lock.acquire_nowait()
         except trio.WouldBlock:
             await lock.acquire()
-        if ctx.get_log(topic, partition) is not log:
+        current = ctx.get_log(topic, partition)
+        # Another log under the same lock: moved between log dirs (not deleted and created
+        # again, which gives the partition a new lock).
+        if current is None or (current is not log and ctx.partition(topic, partition) is not state):
             lock.release()
             return None
         self._held = lock
-        return log
+        return current
 
     async def __aexit__(self, *exc: object) -> None:
         if self._held is not None:

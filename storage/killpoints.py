@@ -1,6 +1,8 @@
-"""Kill points: the places inside cleaning where a crash test stops the process.
+"""Kill points: the places inside cleaning and moves between log dirs where a crash test stops
+the process.
 
-The cleaner (storage/cleaner.py) and the swap protocol (storage/swap.py) call :func:`reached`
+The cleaner (storage/cleaner.py), the swap protocol (storage/swap.py) and LogManager's
+swap_in_future (storage/manager.py) call :func:`reached`
 with one of :data:`POINTS` at every step whose interruption leaves different files behind.
 It does nothing; a test replaces it (``monkeypatch.setattr(killpoints, "reached", ...)``) with
 a function that raises at the n-th call, then abandons the Log and reopens the directory, as a
@@ -20,6 +22,8 @@ POINTS = (
     "replaced-deleted",  # the replaced segments renamed to .deleted
     "swap-installed",  # the .swap files renamed in; the manifest not yet removed
     "checkpoint",  # every swap complete, the checkpoint moved in memory, its file not written
+    "move-renamed",  # a moved log renamed into place, its old copy still there
+    "move-old-removed",  # the old copy removed, the moved log's marker not yet
 )
 
 

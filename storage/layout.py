@@ -27,6 +27,11 @@ SWAP_MANIFEST_SUFFIX = ".replaces"
 PARTITION_METADATA_FILE = "partition.metadata"
 # A partition directory renamed on topic deletion; removed at start-up if a crash left it.
 DELETE_DIR_SUFFIX = "-delete"
+# A partition's copy being built in another log dir (KIP-113): <topic>-<partition>.<uuid>-future
+FUTURE_DIR_SUFFIX = "-future"
+# In a partition directory just moved into place by a move between log dirs, until the copy it
+# replaces is removed: at start-up it wins over that copy (storage/manager.py).
+MOVED_MARKER = ".moved-here"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 # Log start offsets moved past their first segment's base (DeleteRecords), Kafka's name and format
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"

@@ -16,6 +16,13 @@ names the logs with work, judged from memory where it can be (so an idle partiti
 worker-thread round trip), and ``run(task, log, now)`` does it. ``checkpoint_recovery_points``
 is called on the caller's schedule too.
 
+Moves between log dirs (KIP-113, storage/replica_move.py): ``start_future`` begins a partition's
+copy in another dir, the caller fills it (``FutureLog.copy_round``) and, holding the partition
+lock, ``swap_in_future`` replaces the current log by it. A start-up finishes what a kill -9
+interrupted: a ``-future`` dir is removed and its partition listed in ``interrupted_moves`` for
+the broker to move again; a partition found in two dirs keeps the copy carrying the
+``.moved-here`` marker (the move's rename had happened) and the other is removed.
+
 Resources: an idle partition holds no file descriptor and no index memory beyond its Log and
 segment objects. Errors: InvalidTopicError for bad names, LogNotFoundError for unknown logs;
 OSError from the file system propagates.
@@ -32,18 +39,21 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
-from storage import checkpoint
+from storage import checkpoint, killpoints
 from storage.cleaner import CleanerManager
 from storage.durable import fsync_dir
 from storage.config import LogConfig
 from storage.errors import LogNotFoundError
 from storage.layout import (
     DELETE_DIR_SUFFIX,
+    FUTURE_DIR_SUFFIX,
+    MOVED_MARKER,
     parse_partition_dir,
     partition_dir_name,
     validate_topic,
 )
 from storage.log import Log
+from storage.replica_move import FutureLog
 
 logger = structlog.get_logger(__name__)
 
@@ -82,6 +92,11 @@ class LogManager:
         # The log cleaner's bookkeeping (storage/cleaner.py); the broker runs the cleaning.
         self.cleaning = CleanerManager()
         self._cleaner_checkpoint_lock = threading.Lock()
+        # KIP-113: the log dir AlterReplicaLogDirs asked for a partition not (yet) here, the
+        # future logs being filled, and the moves a restart interrupted (partition -> target).
+        self._preferred: dict[tuple[str, int], str] = {}
+        self._futures: dict[tuple[str, int], FutureLog] = {}
+        self.interrupted_moves: dict[tuple[str, int], str] = {}
 
     # -- start-up ----------------------------------------------------------------------------
     def startup(self) -> None:
@@ -91,12 +106,53 @@ class LogManager:
         for log_dir in self.log_dirs:
             try:
                 os.makedirs(log_dir, exist_ok=True)
+                self._finish_moves(log_dir)
+            except OSError:
+                pass  # _load_dir below meets the same error and takes the dir offline
+        for log_dir in self.log_dirs:
+            try:
                 self._load_dir(log_dir)
             except OSError as exc:
                 self._unlisted.add(log_dir)
                 self.mark_offline(log_dir, exc)
         if len(self.offline_dirs) == len(self.log_dirs):
             raise OSError(f"every log dir is offline: {self.offline_dirs}")
+
+    def _finish_moves(self, log_dir: str) -> None:
+        """What a kill -9 in the middle of a move left in ``log_dir`` (see the module
+        docstring): the future dirs go, and a copy moved here wins over the other copy."""
+        for name in sorted(os.listdir(log_dir)):
+            path = os.path.join(log_dir, name)
+            if name.endswith(FUTURE_DIR_SUFFIX) and os.path.isdir(path):
+                parsed = parse_partition_dir(name[: -len(FUTURE_DIR_SUFFIX)].rpartition(".")[0])
+                logger.info(
+                    "removing the unfinished copy of a partition being moved here; the move "
+                    "starts again",
+                    path=path,
+                )
+                shutil.rmtree(path)
+                if parsed is not None:
+                    self.interrupted_moves[parsed] = log_dir
+                    self._preferred[parsed] = log_dir
+                continue
+            parsed = parse_partition_dir(name)
+            marker = os.path.join(path, MOVED_MARKER)
+            if parsed is None or not os.path.exists(marker):
+                continue
+            for other_dir in self.log_dirs:
+                other = os.path.join(other_dir, name)
+                if other_dir != log_dir and os.path.isdir(other):
+                    logger.info(
+                        "removing the copy a finished move replaced",
+                        path=other,
+                        moved_to=log_dir,
+                    )
+                    doomed = f"{other}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+                    os.rename(other, doomed)
+                    fsync_dir(other_dir)
+                    shutil.rmtree(doomed)
+            os.unlink(marker)
+            fsync_dir(path)
 
     def _load_dir(self, log_dir: str) -> None:
         clean = checkpoint.has_clean_shutdown_marker(log_dir)
@@ -211,6 +267,11 @@ class LogManager:
             self._logs.pop(key).abandon()
             del self._dir_of[key]
             self._offline[key] = log_dir
+        for key, future in list(self._futures.items()):
+            if future.target_dir == log_dir or key in keys:
+                del self._futures[key]  # the move stops; a copy on a working disk is removed
+                if future.target_dir != log_dir:
+                    future.discard()
         logger.error(
             "log dir offline: its partitions are not served until a restart",
             log_dir=log_dir,
@@ -252,7 +313,11 @@ class LogManager:
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
         if not online:
             raise OSError(f"every log dir is offline: {self.offline_dirs}")
-        log_dir = min(online, key=lambda d: counts[d])
+        preferred = self._preferred.pop(key, None)
+        if preferred in online:
+            log_dir = preferred
+        else:
+            log_dir = min(online, key=lambda d: counts[d])
         path = os.path.join(log_dir, partition_dir_name(topic, partition))
         log = Log(
             path,
@@ -289,6 +354,7 @@ class LogManager:
 
     def _remove_log(self, key: tuple[str, int]) -> None:
         self.cleaning.abort_and_wait(key)  # no cleaning writes into the doomed directory
+        self.cancel_future(*key)
         log = self._logs.pop(key)
         log_dir = self._dir_of.pop(key)
         log.close()
@@ -302,6 +368,122 @@ class LogManager:
         if log.log_start_offset > log.first_segment_base:
             # else a log created again under this name would start there after a crash
             self.checkpoint_log_start_offsets(log_dir)
+
+    # -- moves between log dirs (KIP-113) ----------------------------------------------------
+    def set_preferred_dir(self, topic: str, partition: int, log_dir: str) -> None:
+        """Create (topic, partition) in ``log_dir`` when it comes here (Kafka's
+        maybeUpdatePreferredLogDir, for a partition this broker does not hold yet)."""
+        self._preferred[(topic, partition)] = log_dir
+
+    def future_of(self, topic: str, partition: int) -> FutureLog | None:
+        return self._futures.get((topic, partition))
+
+    def futures_in(self, log_dir: str) -> list[FutureLog]:
+        return [f for f in list(self._futures.values()) if f.target_dir == log_dir]
+
+    def start_future(self, topic: str, partition: int, target_dir: str) -> FutureLog:
+        """Begin moving (topic, partition) to ``target_dir``: an empty future dir there, for
+        the caller to fill (``FutureLog.copy_round``) then swap in. A move under way to another
+        dir is cancelled first. Raises LogNotFoundError when the partition has no log here."""
+        key = (topic, partition)
+        if key not in self._logs:
+            raise LogNotFoundError(f"{topic}-{partition} has no log in {self.log_dirs}")
+        self.cancel_future(topic, partition)
+        future = FutureLog(topic, partition, target_dir)
+        future.create()
+        self._futures[key] = future
+        logger.info(
+            "moving partition to another log dir",
+            topic=topic,
+            partition=partition,
+            from_dir=self._dir_of[key],
+            to_dir=target_dir,
+        )
+        return future
+
+    def cancel_future(self, topic: str, partition: int) -> None:
+        """Stop moving (topic, partition) and remove its future dir; no-op without a move."""
+        future = self._futures.pop((topic, partition), None)
+        if future is not None:
+            future.discard()
+            logger.info(
+                "move to another log dir cancelled",
+                topic=topic,
+                partition=partition,
+                to_dir=future.target_dir,
+            )
+
+    def swap_in_future(self, topic: str, partition: int) -> Log:
+        """Finish moving (topic, partition) (Kafka's replaceCurrentWithFutureLog): close the
+        current log, copy what the future log still lacks, rename it into place and open it,
+        then remove the old copy as a deleted topic's. The caller holds the partition lock, has
+        let the future catch up (so what remains is small) and calls this in a worker thread.
+        The copy renamed into place carries a marker until the old one is gone, so a crash
+        between the two renames keeps the new copy at start-up (Kafka refuses to start then).
+        On OSError before the rename the current log is opened again and the move is over."""
+        key = (topic, partition)
+        future = self._futures.pop(key)
+        current = self._logs[key]
+        old_dir = self._dir_of[key]
+        target = future.target_dir
+        self.cleaning.abort_and_wait(key)  # Kafka pauses the cleaning of a moving log too
+        complete = current.close()
+        final = os.path.join(target, partition_dir_name(topic, partition))
+        try:
+            future.final_round(current)
+            marker = os.path.join(future.directory, MOVED_MARKER)
+            with open(marker, "wb"):
+                pass
+            fsync_dir(future.directory)
+            os.rename(future.directory, final)
+            fsync_dir(target)
+        except OSError:
+            future.discard()
+            self._logs[key] = self._reopen(current, current.directory, old_dir, complete)
+            raise
+        killpoints.reached("move-renamed")
+        moved = self._reopen(current, final, target, complete)
+        self._logs[key] = moved
+        self._dir_of[key] = target
+        self._preferred.pop(key, None)
+        doomed = f"{current.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        os.rename(current.directory, doomed)
+        fsync_dir(old_dir)
+        shutil.rmtree(doomed)
+        killpoints.reached("move-old-removed")
+        os.unlink(os.path.join(final, MOVED_MARKER))
+        fsync_dir(final)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        if moved.first_dirty_offset is not None:
+            self.checkpoint_cleaner(old_dir)
+            self.checkpoint_cleaner(target)
+        logger.info(
+            "partition moved to another log dir",
+            topic=topic,
+            partition=partition,
+            from_dir=old_dir,
+            to_dir=target,
+            log_end_offset=moved.log_end_offset,
+        )
+        return moved
+
+    def _reopen(self, closed: Log, directory: str, log_dir: str, complete: bool) -> Log:
+        """The Log of ``directory`` holding what ``closed`` held when it was closed (cleanly
+        unless ``complete`` is False: then it is recovered), with its high watermark."""
+        log = Log(
+            directory,
+            closed.config,
+            clock=self._clock,
+            recovery_point=closed.recovery_point,
+            log_start_offset=closed.log_start_offset,
+            needs_recovery=not complete,
+            first_dirty_offset=closed.first_dirty_offset,
+            on_first_dirty_lowered=self._cleaner_checkpointer(log_dir),
+        )
+        if closed.replicated:
+            log.update_high_watermark(closed.high_watermark)
+        return log
 
     # -- periodic work -----------------------------------------------------------------------
     def due(self, task: Maintenance, now_ms: int) -> list[tuple[tuple[str, int], Log]]:

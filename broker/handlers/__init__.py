@@ -28,7 +28,11 @@ from broker.handlers.client_quotas import (
     handle_alter_client_quotas,
     handle_describe_client_quotas,
 )
-from broker.handlers.cluster import handle_describe_cluster, handle_describe_log_dirs
+from broker.handlers.cluster import (
+    handle_alter_replica_log_dirs,
+    handle_describe_cluster,
+    handle_describe_log_dirs,
+)
 from broker.handlers.delete_records import handle_delete_records
 from broker.handlers.describe_producers import handle_describe_producers
 from broker.handlers.features import handle_update_features
@@ -71,6 +75,7 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DESCRIBE_PRODUCERS: handle_describe_producers,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
     ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: handle_describe_client_quotas,
     ApiKey.ALTER_CLIENT_QUOTAS: handle_alter_client_quotas,

@@ -1,4 +1,5 @@
-"""DescribeCluster v0-v2 and DescribeLogDirs v0-v4, as Kafka 4.1's broker answers them.
+"""DescribeCluster v0-v2, DescribeLogDirs v0-v4 and AlterReplicaLogDirs v1-v2, as Kafka 4.1's
+broker answers them.
 
 DescribeCluster: this broker is the whole cluster and its controller. Asked for the cluster's
 authorized operations, it reports every operation Kafka supports on the CLUSTER resource (what
@@ -8,10 +9,19 @@ MISMATCHED_ENDPOINT_TYPE or UNSUPPORTED_ENDPOINT_TYPE (v0: INVALID_REQUEST), as 
 same and says so (is_fenced false).
 
 DescribeLogDirs: every log dir with its partitions (those asked for, or all when the topic list
-is null): size in bytes, offset lag 0 (the only replica is the leader), never a future replica;
-v4 adds the file system's total and usable bytes. An offline log dir (KIP-112) answers
+is null): size in bytes, offset lag 0 (the only replica is the leader); a partition being moved
+here (AlterReplicaLogDirs) is listed as a future replica too (is_future_key true), with the bytes
+copied so far and, while it is behind, an offset lag counted from the first segment not yet
+wholly copied (the copy is of files, so it knows no finer end offset); v4 adds the file
+system's total and usable bytes. An offline log dir (KIP-112) answers
 KAFKA_STORAGE_ERROR and no partitions. Partitions the request names that are not here are left
 out, as Kafka leaves them out.
+
+AlterReplicaLogDirs: each partition's answer at once (broker/replica_moves.py): NONE when its
+move is under way or it is already in that dir, LOG_DIR_NOT_FOUND for a path that is not one of
+log.dirs as configured (absolute, as Kafka compares it), KAFKA_STORAGE_ERROR for an offline dir
+or partition, REPLICA_NOT_AVAILABLE when this broker has no replica of it (it is then created in
+that dir when it comes). A partition named twice takes its last dir, as Kafka's map does.
 """
 
 from __future__ import annotations
@@ -23,6 +33,8 @@ import trio
 
 from broker.context import BrokerContext
 from protocol.api import Request
+from storage import Log
+from storage.replica_move import FutureLog
 from protocol.errors import ErrorCode
 
 BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
@@ -122,6 +134,19 @@ async def handle_describe_log_dirs(ctx: BrokerContext, request: Request) -> dict
                     "is_future_key": False,
                 }
             )
+        for future in manager.futures_in(log_dir):
+            key = (future.topic, future.partition)
+            current = manager.get_log(*key)
+            if current is None or (wanted is not None and key not in wanted):
+                continue
+            topics.setdefault(future.topic, []).append(
+                {
+                    "partition_index": future.partition,
+                    "partition_size": future.size,
+                    "offset_lag": _future_lag(current, future),
+                    "is_future_key": True,
+                }
+            )
         total, usable = await trio.to_thread.run_sync(_space, log_dir)
         results.append(
             {
@@ -133,3 +158,30 @@ async def handle_describe_log_dirs(ctx: BrokerContext, request: Request) -> dict
             }
         )
     return {"throttle_time_ms": 0, "error_code": 0, "results": results}
+
+
+def _future_lag(current: Log, future: FutureLog) -> int:
+    """How many offsets the future log may still lack (see the module docstring)."""
+    if future.first_incomplete_base is None and future.remaining == 0:
+        return 0
+    base = future.first_incomplete_base
+    start = current.active_segment.base_offset if base is None else base
+    return max(0, current.log_end_offset - start)
+
+
+async def handle_alter_replica_log_dirs(ctx: BrokerContext, request: Request) -> dict[str, Any]:
+    asked: dict[tuple[str, int], str] = {}
+    for d in request.body.dirs:
+        for t in d.topics:
+            for p in t.partitions:
+                asked[(t.name, p)] = d.path
+    results: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), path in asked.items():
+        code = await ctx.replica_moves.alter(topic, partition, path)
+        results.setdefault(topic, []).append(
+            {"partition_index": partition, "error_code": int(code)}
+        )
+    return {
+        "throttle_time_ms": 0,
+        "results": [{"topic_name": t, "partitions": ps} for t, ps in results.items()],
+    }

@@ -983,6 +983,21 @@ RULES: dict[ApiKey, Rule] = {
     A.ALTER_CONFIGS: _config_resource_rule(O.ALTER_CONFIGS, "responses", {}),
     A.INCREMENTAL_ALTER_CONFIGS: _config_resource_rule(O.ALTER_CONFIGS, "responses", {}),
     A.DESCRIBE_LOG_DIRS: describe_log_dirs_rule,
+    A.ALTER_REPLICA_LOG_DIRS: cluster_rule(
+        O.ALTER,
+        lambda r: {
+            "results": [
+                {
+                    "topic_name": t.name,
+                    "partitions": [
+                        {"partition_index": p, "error_code": CLUSTER_DENIED} for p in t.partitions
+                    ],
+                }
+                for d in r.body.dirs
+                for t in d.topics
+            ]
+        },
+    ),
     # Kafka's getErrorResponse texts: the error's own message, no operation named
     A.DESCRIBE_CLIENT_QUOTAS: cluster_rule(
         O.DESCRIBE_CONFIGS,
