@@ -221,11 +221,16 @@ class ZkAclStore(AclStore):
                     for type_name in await self._zk.children(root):
                         resource_type = _RESOURCE_TYPES.get(type_name)
                         if resource_type is None:
-                            logger.warning("ignoring an unknown ACL resource type", path=root)
+                            logger.warning(
+                                "ignoring an unknown ACL resource type", path=f"{root}/{type_name}"
+                            )
                             continue
                         for name in await self._zk.children(f"{root}/{type_name}"):
                             resource = (resource_type, pattern, name)
-                            self._adopt(resource, (await self._read(resource))[0])
+                            bindings = (await self._read(resource))[0]
+                            if bindings:
+                                self._acls[resource] = bindings
+                self._all = frozenset(b for group in self._acls.values() for b in group)
         except KazooException as exc:
             raise ClusterStateError(f"reading the ACLs in ZooKeeper failed ({exc!r})") from exc
         logger.info("ACLs loaded", acls=len(self._all), source="ZooKeeper")
@@ -248,6 +253,8 @@ class ZkAclStore(AclStore):
             return frozenset(), stat.version
 
     def _adopt(self, resource: Resource, bindings: frozenset[AclBinding]) -> None:
+        """Make ``bindings`` the resource's here; a new ``bindings()`` object when they
+        changed."""
         if self._acls.get(resource, frozenset()) == bindings:
             return
         if bindings:
