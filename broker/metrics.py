@@ -44,7 +44,12 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -56,6 +61,7 @@ from storage.errors import LogClosedError
 
 if TYPE_CHECKING:
     from broker.context import BrokerContext
+    from broker.loop_delay import LoopDelay
     from protocol.schemas.codec import _Field
     from storage import Log
 
@@ -155,6 +161,8 @@ class BrokerMetrics:
         self.connections = connections
         # Open connections per listener name (set by the server); None: all are PLAINTEXT's.
         self.listener_connections: Callable[[], dict[str, int]] | None = None
+        # The event loop's delay histogram (broker/loop_delay.py, set by the server).
+        self.loop_delay: LoopDelay | None = None
         self.authentications: dict[tuple[str, bool], int] = {}  # (listener, succeeded)
         # acks=all produce requests waiting for the ISR (a cluster's produce purgatory)
         self.produces_waiting = 0
@@ -373,6 +381,14 @@ class _StateCollector(Collector):
         yield from self._counters(m)
         yield from self._state(m)
         yield from quota_metrics(m.ctx.quotas, m.ctx.clock())
+        if m.loop_delay is not None:
+            yield HistogramMetricFamily(
+                "chronolog_event_loop_delay_seconds",
+                "How late the event loop woke a task asking to wake every 10 ms: the wait "
+                "anything on the loop adds to every connection's requests",
+                buckets=m.loop_delay.cumulative(),
+                sum_value=m.loop_delay.sum_s,
+            )
 
     @staticmethod
     def _counters(m: BrokerMetrics) -> Iterator[Metric]:

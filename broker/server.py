@@ -34,6 +34,7 @@ from broker.admin.dynamic import DynamicConfigs
 from broker.cluster import Cluster
 from broker.cluster.producer_ids import ZkProducerIdManager
 from broker.cluster_meta import load_or_create_meta
+from broker.loop_delay import LoopDelay
 from broker.config import BrokerConfig
 from broker.console import build_app
 from broker.context import BrokerContext, client_host, kafka_host_string, wall_clock_ms
@@ -220,6 +221,7 @@ class Server:
         self.security = SecurityGate(ctx)
         self.active = 0
         self.active_by_listener = {listener.name: 0 for listener in ctx.config.listeners}
+        self.loop_delay = LoopDelay()  # what the loop makes ready tasks wait (run() measures)
         # Each connection waiting for bytes: its idle scope, and since when (trio's clock). A
         # wait re-enters at the end, so the oldest waits come first (close_idle_connections).
         self._waiting: dict[trio.CancelScope, float] = {}
@@ -640,6 +642,7 @@ async def run(
                             background.start(ctx, bg)
 
                 outer.start_soon(run_background)
+                outer.start_soon(server.loop_delay.run)
                 http_scope = trio.CancelScope()
                 http_stop = trio.Event()
                 if http_sockets:
@@ -736,6 +739,7 @@ async def _open_metrics(ctx: BrokerContext, server: Server) -> list[socket.socke
     sockets = await trio.to_thread.run_sync(http.open_sockets, host, port)
     ctx.metrics = BrokerMetrics(ctx, lambda: server.active)
     ctx.metrics.listener_connections = lambda: dict(server.active_by_listener)
+    ctx.metrics.loop_delay = server.loop_delay
     bound = sockets[0].getsockname()[1]
     shown = host or "0.0.0.0"
     base = f"http://{f'[{shown}]' if ':' in shown else shown}:{bound}"

@@ -125,6 +125,11 @@ def test_metrics_show_what_clients_did(broker_factory):
     assert got[("kafka_server_brokertopicmetrics_bytesin_total", by_topic)] == stored
     assert got[("kafka_server_brokertopicmetrics_bytesout_total", by_topic)] >= stored
     assert got[("kafka_log_log_logendoffset", by_partition)] == total
+    # the event loop's delay histogram: wake-ups counted since the start, all in +Inf at least
+    woke = got[("chronolog_event_loop_delay_seconds_count", ())]
+    assert (
+        woke > 0 and got[("chronolog_event_loop_delay_seconds_bucket", (("le", "+Inf"),))] == woke
+    )
     assert got[("kafka_log_log_logstartoffset", by_partition)] == 0
     assert got[("kafka_log_log_numlogsegments", by_partition)] == len(segment_files)
     assert got[("kafka_log_log_size", by_partition)] == stored
