@@ -72,7 +72,12 @@ class ReplicaMoves:
                 return ErrorCode.NONE
             await trio.to_thread.run_sync(manager.cancel_future, topic, partition)
         if manager.get_log(topic, partition) is None:
+            # Kafka's ReplicaManager: a partition the cluster has but not this broker is not
+            # available here (yet); one the cluster does not know is unknown.
             manager.set_preferred_dir(topic, partition, path)
+            known = self._ctx.topics.get(topic)
+            if known is None or not 0 <= partition < known.partitions:
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             return ErrorCode.REPLICA_NOT_AVAILABLE
         if manager.log_dir_of(topic, partition) == path:
             return ErrorCode.NONE

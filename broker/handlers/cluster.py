@@ -20,8 +20,8 @@ out, as Kafka leaves them out.
 AlterReplicaLogDirs: each partition's answer at once (broker/replica_moves.py): NONE when its
 move is under way or it is already in that dir, LOG_DIR_NOT_FOUND for a path that is not one of
 log.dirs as configured (absolute, as Kafka compares it), KAFKA_STORAGE_ERROR for an offline dir
-or partition, REPLICA_NOT_AVAILABLE when this broker has no replica of it (it is then created in
-that dir when it comes). A partition named twice takes its last dir, as Kafka's map does.
+or partition, REPLICA_NOT_AVAILABLE when this broker has no replica of a partition the cluster
+has, UNKNOWN_TOPIC_OR_PARTITION for one it does not (either is created in that dir if it comes). A partition named twice takes its last dir, as Kafka's map does.
 """
 
 from __future__ import annotations

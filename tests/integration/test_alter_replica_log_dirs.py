@@ -143,11 +143,15 @@ def test_kafkas_error_codes(broker_factory, tmp_path):
         here = placement(c, topic)[(0, False)]
         assert alter(c, {(topic, 0): here}, version=1) == {(topic, 0): 0}
         assert alter(c, {(topic, 0): "/no/such/dir"}) == {(topic, 0): ErrorCode.LOG_DIR_NOT_FOUND}
-        assert alter(c, {(topic, 7): here, ("no-such-topic", 0): here}) == {
-            (topic, 7): ErrorCode.REPLICA_NOT_AVAILABLE,
-            ("no-such-topic", 0): ErrorCode.REPLICA_NOT_AVAILABLE,
+        later = topic_name("later")
+        assert alter(c, {(topic, 7): here, (later, 0): here}) == {
+            (topic, 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            (later, 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         }
         assert placement(c, topic) == {(0, False): here}
+        # the dir asked for is kept: the partition is created there (not in the emptier dir)
+        assert wire_create_topic(c, later) == 0
+        assert placement(c, later) == {(0, False): here}
 
 
 def test_kill9_mid_move_then_restart_keeps_every_acknowledged_record(broker_factory, tmp_path):
