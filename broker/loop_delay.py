@@ -3,10 +3,13 @@
 One task asks to wake every INTERVAL_S and records how late it woke, as Node's
 monitorEventLoopDelay does. Whatever runs on the loop without yielding (a long handler step, a
 big decode) delays that wake-up exactly as it delays every connection's next request, so the
-histogram is the wait the loop adds to requests, measured without touching the request path.
+histogram samples the wait the loop adds to requests at moments unrelated to them, without
+touching the request path.
 A delay of STALL_WARN_S or more is logged (at most once per WARN_EVERY_S): the broker broke its
 own rule that nothing on the loop takes long. ``/metrics`` shows the histogram as
-``chronolog_event_loop_delay_seconds``. About 100 wake-ups a second: a few ms of CPU a second.
+``chronolog_event_loop_delay_seconds``. Ten wake-ups a second: an idle broker's CPU goes from
+0.0005 to 0.003 of a core (at 100 a second, Node's default, it was 0.02: a wake-up of the
+loop costs about 0.3 ms of CPU here).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import trio
 
 logger = structlog.get_logger(__name__)
 
-INTERVAL_S = 0.01
+INTERVAL_S = 0.1
 STALL_WARN_S = 0.5
 WARN_EVERY_S = 10.0
 # Upper bounds of the histogram's buckets, in seconds (a last one, +Inf, holds the rest).

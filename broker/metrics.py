@@ -384,7 +384,7 @@ class _StateCollector(Collector):
         if m.loop_delay is not None:
             yield HistogramMetricFamily(
                 "chronolog_event_loop_delay_seconds",
-                "How late the event loop woke a task asking to wake every 10 ms: the wait "
+                "How late the event loop woke a task asking to wake every 100 ms: the wait "
                 "anything on the loop adds to every connection's requests",
                 buckets=m.loop_delay.cumulative(),
                 sum_value=m.loop_delay.sum_s,
