@@ -105,8 +105,20 @@ class ReplicaMoves:
             async with ctx.locked_log(topic, partition) as locked:
                 if locked is None or manager.future_of(topic, partition) is not future:
                     return
-                await trio.to_thread.run_sync(manager.swap_in_future, topic, partition)
+                source = manager.log_dir_of(topic, partition)
+                locked_at = trio.current_time()
+                moved = await trio.to_thread.run_sync(manager.swap_in_future, topic, partition)
+                paused = trio.current_time() - locked_at
             ctx.partition(topic, partition).notify()
+            logger.info(
+                "partition moved to another log dir",
+                topic=topic,
+                partition=partition,
+                from_dir=source,
+                to_dir=future.target_dir,
+                log_end_offset=moved.log_end_offset,
+                appends_paused_ms=round(paused * 1000, 1),
+            )
         except OSError as exc:
             if manager.future_of(topic, partition) is future:
                 await trio.to_thread.run_sync(manager.cancel_future, topic, partition)

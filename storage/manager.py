@@ -458,14 +458,6 @@ class LogManager:
         if moved.first_dirty_offset is not None:
             self.checkpoint_cleaner(old_dir)
             self.checkpoint_cleaner(target)
-        logger.info(
-            "partition moved to another log dir",
-            topic=topic,
-            partition=partition,
-            from_dir=old_dir,
-            to_dir=target,
-            log_end_offset=moved.log_end_offset,
-        )
         return moved
 
     def _reopen(self, closed: Log, directory: str, log_dir: str, complete: bool) -> Log:
