@@ -640,9 +640,9 @@ async def run(
                         async with trio.open_nursery() as bg:
                             await ctx.replication.start(bg, ctx.config.advertised_port)
                             background.start(ctx, bg)
+                            bg.start_soon(server.loop_delay.run)
 
                 outer.start_soon(run_background)
-                outer.start_soon(server.loop_delay.run)
                 http_scope = trio.CancelScope()
                 http_stop = trio.Event()
                 if http_sockets:
