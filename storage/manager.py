@@ -89,6 +89,8 @@ class LogManager:
         # Serialises log-start-offset checkpoint writes (request handlers' worker threads and
         # the periodic task): each rewrites one file through the same temporary name.
         self._start_checkpoint_lock = threading.Lock()
+        # The same for the recovery-point checkpoints (the periodic task and moves' swaps).
+        self._recovery_checkpoint_lock = threading.Lock()
         # The log cleaner's bookkeeping (storage/cleaner.py); the broker runs the cleaning.
         self.cleaning = CleanerManager()
         self._cleaner_checkpoint_lock = threading.Lock()
@@ -503,17 +505,19 @@ class LogManager:
         return log.remove_deleted_files(now_ms)
 
     def checkpoint_recovery_points(self) -> None:
-        """Write every online log dir's recovery-point-offset-checkpoint (atomically)."""
-        for log_dir in self.log_dirs:
-            if log_dir in self.offline_dirs:
-                continue
-            # Copies: the broker may create a log in another thread meanwhile.
-            points = {
-                key: log.recovery_point
-                for key, log in list(self._logs.items())
-                if self._dir_of.get(key) == log_dir
-            }
-            checkpoint.write_checkpoint(checkpoint.recovery_point_path(log_dir), points)
+        """Write every online log dir's recovery-point-offset-checkpoint (atomically). Safe to
+        call from several threads."""
+        with self._recovery_checkpoint_lock:
+            for log_dir in self.log_dirs:
+                if log_dir in self.offline_dirs:
+                    continue
+                # Copies: the broker may create a log in another thread meanwhile.
+                points = {
+                    key: log.recovery_point
+                    for key, log in list(self._logs.items())
+                    if self._dir_of.get(key) == log_dir
+                }
+                checkpoint.write_checkpoint(checkpoint.recovery_point_path(log_dir), points)
 
     def checkpoint_log_start_offsets(self, log_dir: str | None = None) -> None:
         """Write the log-start-offset-checkpoint of ``log_dir`` (default: every online one)

@@ -128,3 +128,23 @@ def test_a_partition_created_later_goes_to_its_preferred_dir(tmp_path, clock):
     m.set_preferred_dir("t", 0, m.log_dirs[0])
     m.create_log("t", 0)
     assert m.log_dir_of("t", 0) == m.log_dirs[0]
+
+
+def test_the_moved_log_keeps_its_high_watermark_start_and_cleaner_offset(tmp_path, clock):
+    m = manager(tmp_path, clock)
+    m.startup()
+    log = m.create_log("t", 0)
+    for i in range(6):
+        log.append(validated(log, [i]))
+    log.update_high_watermark(5)  # a replicated partition: offset 5 not yet committed
+    log.increment_log_start_offset(2)
+    log.first_dirty_offset = 4
+    future = m.start_future("t", 0, m.log_dirs[1])
+    future.copy_round(log, 1 << 30)
+    moved = m.swap_in_future("t", 0)
+    assert (moved.high_watermark, moved.log_start_offset) == (5, 2)
+    assert moved.first_dirty_offset == 4
+    cleaner = (tmp_path / "d2" / "cleaner-offset-checkpoint").read_text()
+    assert "t 0 4" in cleaner.splitlines()
+    starts = (tmp_path / "d2" / "log-start-offset-checkpoint").read_text()
+    assert "t 0 2" in starts.splitlines()
