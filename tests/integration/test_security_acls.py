@@ -350,6 +350,17 @@ def test_acl_admin_apis_need_cluster_alter(acl_broker):
     assert result.result(30) == [binding]
 
 
+def test_moving_a_replica_between_log_dirs_needs_cluster_alter(acl_broker):
+    topic = topic_name("logdir-acl")
+    create_topic(acl_broker, topic)
+    body = {"dirs": [{"path": acl_broker.log_dir, "topics": [{"name": topic, "partitions": [0]}]}]}
+    for user, code in (("alice", 31), ("admin", 0)):  # 31: CLUSTER_AUTHORIZATION_FAILED
+        with wire(acl_broker, user) as client:
+            answer = client.call(ApiKey.ALTER_REPLICA_LOG_DIRS, 2, body)
+        assert [(t.topic_name, [(p.partition_index, p.error_code) for p in t.partitions])
+                for t in answer.results] == [(topic, [(0, code)])]  # fmt: skip
+
+
 def init_producer_id(broker, user: str, transactional_id: str):
     """InitProducerId v1 for ``transactional_id`` as ``user``: the answer."""
     with wire(broker, user) as client:
