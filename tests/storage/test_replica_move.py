@@ -148,3 +148,15 @@ def test_the_moved_log_keeps_its_high_watermark_start_and_cleaner_offset(tmp_pat
     assert "t 0 4" in cleaner.splitlines()
     starts = (tmp_path / "d2" / "log-start-offset-checkpoint").read_text()
     assert "t 0 2" in starts.splitlines()
+
+
+def test_a_target_dir_going_offline_stops_the_move(tmp_path, clock):
+    m = manager(tmp_path, clock)
+    m.startup()
+    log = m.create_log("t", 0)
+    log.append(validated(log, [1, 2]))
+    future = m.start_future("t", 0, m.log_dirs[1])
+    future.copy_round(log, 1 << 30)
+    m.mark_offline(m.log_dirs[1], OSError(5, "Input/output error"))
+    assert m.future_of("t", 0) is None and m.futures_in(m.log_dirs[1]) == []
+    assert m.get_log("t", 0) is log and timestamps(log) == [1, 2]
