@@ -23,6 +23,7 @@ import structlog
 import trio
 
 from protocol.errors import ErrorCode
+from storage.errors import LogNotFoundError
 from storage.replica_move import FutureLog
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ class ReplicaMoves:
         self._ctx = ctx
         self._nursery: trio.Nursery | None = None
         self._waiting: list[FutureLog] = []  # accepted before the nursery started
-        self._rate = ctx.config.replica_alter_log_dirs_io_max_bytes_per_second
+        # 0 (allowed, as in Kafka) stalls the moves rather than dividing by it
+        self._rate = max(1, ctx.config.replica_alter_log_dirs_io_max_bytes_per_second)
         self._next_round = 0.0  # trio time before which no round may start (the quota)
 
     def start(self, nursery: trio.Nursery) -> None:
@@ -81,7 +83,10 @@ class ReplicaMoves:
             return ErrorCode.REPLICA_NOT_AVAILABLE
         if manager.log_dir_of(topic, partition) == path:
             return ErrorCode.NONE
-        future = await trio.to_thread.run_sync(manager.start_future, topic, partition, path)
+        try:
+            future = await trio.to_thread.run_sync(manager.start_future, topic, partition, path)
+        except LogNotFoundError:  # deleted meanwhile
+            return ErrorCode.REPLICA_NOT_AVAILABLE
         if self._nursery is None:
             self._waiting.append(future)
         else:
@@ -106,6 +111,9 @@ class ReplicaMoves:
                 if locked is None or manager.future_of(topic, partition) is not future:
                     return
                 source = manager.log_dir_of(topic, partition)
+                if source == future.target_dir:  # asked for while a swap was putting it there
+                    await trio.to_thread.run_sync(manager.cancel_future, topic, partition)
+                    return
                 locked_at = trio.current_time()
                 moved = await trio.to_thread.run_sync(manager.swap_in_future, topic, partition)
                 paused = trio.current_time() - locked_at
