@@ -8,8 +8,9 @@ background nursery. The task fills the future log in worker threads, ``ROUND_BYT
 found less than ``CAUGHT_UP_BYTES`` new, it takes the partition lock and swaps the future log in
 (LogManager.swap_in_future, in a worker thread): appends wait for that last step only. The
 copying of all moves together keeps to ``replica.alter.log.dirs.io.max.bytes.per.second`` (Kafka's
-quota on its ReplicaAlterLogDirsThread): a round copies at most a second's worth, and the next
-waits until the bytes copied so far are due.
+quota on its ReplicaAlterLogDirsThread, which kafka-reassign-partitions.sh
+--replica-alter-log-dirs-throttle sets per broker): a round copies at most a second's worth, and
+the next waits until the bytes copied so far are due.
 
 A move a restart interrupted starts again (LogManager.interrupted_moves). A move that fails on
 a disk error stops, is logged, and leaves the partition where it was.
@@ -42,8 +43,6 @@ class ReplicaMoves:
         self._ctx = ctx
         self._nursery: trio.Nursery | None = None
         self._waiting: list[FutureLog] = []  # accepted before the nursery started
-        # 0 (allowed, as in Kafka) stalls the moves rather than dividing by it
-        self._rate = max(1, ctx.config.replica_alter_log_dirs_io_max_bytes_per_second)
         self._next_round = 0.0  # trio time before which no round may start (the quota)
 
     def start(self, nursery: trio.Nursery) -> None:
@@ -59,6 +58,11 @@ class ReplicaMoves:
         for future in self._waiting:
             nursery.start_soon(self._run, future)
         self._waiting.clear()
+
+    def _rate(self) -> int:
+        """The quota now (AlterConfigs may change it); 0, which Kafka allows, stalls the moves
+        rather than dividing by it."""
+        return max(1, self._ctx.config.replica_alter_log_dirs_io_max_bytes_per_second)
 
     async def alter(self, topic: str, partition: int, path: str) -> ErrorCode:
         """Ask for (topic, partition) to live in the log dir ``path``: Kafka's error code for it
@@ -102,9 +106,11 @@ class ReplicaMoves:
                 if log is None or manager.future_of(topic, partition) is not future:
                     return  # deleted, taken offline or sent elsewhere meanwhile
                 await trio.sleep_until(self._next_round)
-                budget = min(ROUND_BYTES, self._rate)
-                copied = await trio.to_thread.run_sync(future.copy_round, log, budget)
-                self._next_round = max(self._next_round, trio.current_time()) + copied / self._rate
+                rate = self._rate()
+                copied = await trio.to_thread.run_sync(
+                    future.copy_round, log, min(ROUND_BYTES, rate)
+                )
+                self._next_round = max(self._next_round, trio.current_time()) + copied / rate
                 if future.remaining == 0 and copied < CAUGHT_UP_BYTES:
                     break
             async with ctx.locked_log(topic, partition) as locked:

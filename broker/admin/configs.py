@@ -95,8 +95,8 @@ class ResourceType(enum.IntEnum):
 
 
 # Kafka's reconfigurable properties that are not topic-config synonyms: SocketServer's,
-# LogCleaner's (message.max.bytes is both a cleaner and a topic synonym) and the request handler
-# pool's size (num.io.threads).
+# LogCleaner's (message.max.bytes is both a cleaner and a topic synonym), the request handler
+# pool's size (num.io.threads) and the quota on moves between log dirs (per broker only).
 _OTHER_DYNAMIC = frozenset(
     {
         "max.connections",
@@ -110,6 +110,7 @@ _OTHER_DYNAMIC = frozenset(
         "log.cleaner.io.max.bytes.per.second",
         "log.cleaner.backoff.ms",
         "num.io.threads",
+        "replica.alter.log.dirs.io.max.bytes.per.second",
     }
 )
 
@@ -121,7 +122,8 @@ DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(
     )
     if name in BROKER_KEYS
 )
-"""The broker properties AlterConfigs may change at run time (all cluster-wide in Kafka)."""
+"""The broker properties AlterConfigs may change at run time (cluster-wide in Kafka but those
+its update mode says are per broker)."""
 
 ACCEPTED_DYNAMIC_KEYS: frozenset[str] = frozenset(
     name

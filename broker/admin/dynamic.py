@@ -189,9 +189,7 @@ class DynamicConfigs:
             except ValueError as exc:
                 raise ConfigError(name, f"invalid value {raw!r}: {exc}") from None
             result[name] = raw.strip()
-        broker_only = sorted(
-            name for name in values if name in ACCEPTED_DYNAMIC_KEYS and modes[name] == "per-broker"
-        )
+        broker_only = sorted(name for name in values if modes[name] == "per-broker")
         if broker_only and not per_broker:
             raise PerBrokerOnlyError(broker_only)
         return result

@@ -4,6 +4,7 @@ keep writing, Kafka's error codes, and a kill -9 in the middle of a move."""
 from __future__ import annotations
 
 import os
+import time
 import threading
 
 from protocol import ApiKey
@@ -208,3 +209,41 @@ def test_kill9_mid_move_then_restart_keeps_every_acknowledged_record(broker_fact
         )
         assert {m.offset: m.value for m in read_all(c, topic)} == stored
     assert not [n for n in os.listdir(target) if n.endswith("-future")]
+
+
+def _set_broker_config(c: WireClient, broker: str, name: str, value: str):
+    body = {
+        "resources": [
+            {
+                "resource_type": 4,  # BROKER; "" is the cluster-wide default
+                "resource_name": broker,
+                "configs": [{"name": name, "config_operation": 0, "value": value}],
+            }
+        ],
+        "validate_only": False,
+    }
+    answer = c.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body).responses[0]
+    return answer.error_code, answer.error_message
+
+
+def test_the_move_quota_changes_at_run_time_per_broker(broker_factory, tmp_path):
+    b, dirs = two_dir_broker(broker_factory, tmp_path, **{"log.segment.bytes": 1 << 20})
+    topic = topic_name("quota")
+    quota = "replica.alter.log.dirs.io.max.bytes.per.second"
+    with WireClient(b.host, b.port) as c:
+        assert wire_create_topic(c, topic) == 0
+        fill(c, topic, 4)
+        code, message = _set_broker_config(c, "", quota, "1048576")
+        assert code == ErrorCode.INVALID_REQUEST and quota in message  # per broker only
+        assert _set_broker_config(c, "0", quota, "1048576") == (0, None)
+        source = placement(c, topic)[(0, False)]
+        target = next(d for d in dirs if d != source)
+        asked = time.monotonic()
+        assert alter(c, {(topic, 0): target}) == {(topic, 0): 0}
+        wait_for(lambda: placement(c, topic).get((0, True)) == target, "the future replica")
+        wait_for(
+            lambda: placement(c, topic) == {(0, False): target},
+            "the partition in its new log dir",
+            timeout=60,
+        )
+        assert time.monotonic() - asked > 3  # 4 MiB at 1 MiB/s (unthrottled: milliseconds)
