@@ -1,7 +1,8 @@
 """Moving a partition between a broker's log dirs (AlterReplicaLogDirs, KIP-113) beside Apache
 Kafka 4.1.1, both started with two log dirs: Kafka's own kafka-reassign-partitions.sh with
-"log_dirs" in its reassignment JSON moves the partition (--execute) and finds the move complete
-(--verify, from describeReplicaLogDirs); raw requests with a bad path, a relative path, an unknown
+"log_dirs" in its reassignment JSON moves the partition (--execute, with
+--replica-alter-log-dirs-throttle) and finds the move complete (--verify, from
+describeReplicaLogDirs, which then clears the throttle); raw requests with a bad path, a relative path, an unknown
 partition and the partition's own dir get the same error codes; the records are all there after.
 
 The tool's texts name the broker (Kafka's node 1, chronolog's broker 0) and the dirs: the
@@ -51,9 +52,15 @@ def _alter(server, path: str, topic: str, partition: int) -> int:
     return answer.results[0].partitions[0].error_code
 
 
-def _reassign(server, action: str, plan: str) -> str:
+def _reassign(server, action: str, plan: str, *extra: str) -> str:
     done = run_kafka_tool(
-        REASSIGN, "--bootstrap-server", server.bootstrap, action, "--reassignment-json-file", plan
+        REASSIGN,
+        "--bootstrap-server",
+        server.bootstrap,
+        action,
+        "--reassignment-json-file",
+        plan,
+        *extra,
     )
     return done.stdout
 
@@ -96,7 +103,10 @@ def _scenario(server, broker_id: int, dirs: list[str], workdir) -> list:
         text = text.replace(f"replica {TOPIC}-0-{broker_id} ", f"replica {TOPIC}-0-B ")
         return re.sub(rf"\b(broker|Broker) {broker_id}\b", r"\1 B", text)
 
-    seen.append(("execute", masked(_reassign(server, "--execute", str(plan)))))
+    # with the quota on moves between log dirs, which the tool sets on the broker and clears once
+    # --verify finds the move done
+    throttle = ("--replica-alter-log-dirs-throttle", "50000000")
+    seen.append(("execute", masked(_reassign(server, "--execute", str(plan), *throttle))))
     wait_for(
         lambda: "completed successfully" in _reassign(server, "--verify", str(plan)),
         "kafka-reassign-partitions.sh --verify finds the move done",
