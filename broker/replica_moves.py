@@ -121,9 +121,12 @@ class ReplicaMoves:
                     await trio.to_thread.run_sync(manager.cancel_future, topic, partition)
                     return
                 locked_at = trio.current_time()
-                moved = await trio.to_thread.run_sync(manager.swap_in_future, topic, partition)
+                moved, doomed = await trio.to_thread.run_sync(
+                    manager.swap_in_future, topic, partition
+                )
                 paused = trio.current_time() - locked_at
             ctx.partition(topic, partition).notify()
+            await trio.to_thread.run_sync(manager.remove_replaced, moved, doomed)
             logger.info(
                 "partition moved to another log dir",
                 topic=topic,

@@ -23,7 +23,7 @@ POINTS = (
     "swap-installed",  # the .swap files renamed in; the manifest not yet removed
     "checkpoint",  # every swap complete, the checkpoint moved in memory, its file not written
     "move-renamed",  # a moved log renamed into place, its old copy still there
-    "move-old-removed",  # the old copy removed, the moved log's marker not yet
+    "move-old-renamed",  # the old copy renamed -delete, the moved log's marker not yet removed
 )
 
 

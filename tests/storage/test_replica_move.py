@@ -47,7 +47,9 @@ def test_a_move_copies_appends_made_meanwhile_then_swaps(tmp_path, clock):
     future.copy_round(log, 1 << 30)
     log.append(validated(log, [9003]))  # the final round copies this
     expected = timestamps(log)
-    moved = m.swap_in_future("t", 0)
+    moved, doomed = m.swap_in_future("t", 0)
+    assert os.path.isdir(doomed) and doomed.endswith("-delete")
+    m.remove_replaced(moved, doomed)
     assert moved is m.get_log("t", 0) and moved is not log
     assert m.log_dir_of("t", 0) == d2
     assert os.listdir(d1) and "t-0" not in os.listdir(d1)
@@ -71,7 +73,7 @@ def test_a_truncation_during_a_move_starts_the_copy_over(tmp_path, clock):
     future.copy_round(log, 1 << 30)
     log.truncate_to(2)
     log.append(validated(log, [70, 71, 72]))  # the .log regrows past its copied size
-    moved = m.swap_in_future("t", 0)
+    moved, _ = m.swap_in_future("t", 0)
     assert timestamps(moved) == [0, 1, 70, 71, 72]
 
 
@@ -96,7 +98,7 @@ class Killed(Exception):
     pass
 
 
-@pytest.mark.parametrize("point", ["move-renamed", "move-old-removed"])
+@pytest.mark.parametrize("point", ["move-renamed", "move-old-renamed"])
 def test_a_crash_after_the_rename_keeps_the_moved_copy(tmp_path, clock, monkeypatch, point):
     m = manager(tmp_path, clock)
     m.startup()
@@ -141,7 +143,8 @@ def test_the_moved_log_keeps_its_high_watermark_start_and_cleaner_offset(tmp_pat
     log.first_dirty_offset = 4
     future = m.start_future("t", 0, m.log_dirs[1])
     future.copy_round(log, 1 << 30)
-    moved = m.swap_in_future("t", 0)
+    moved, doomed = m.swap_in_future("t", 0)
+    m.remove_replaced(moved, doomed)
     assert (moved.high_watermark, moved.log_start_offset) == (5, 2)
     assert moved.first_dirty_offset == 4
     cleaner = (tmp_path / "d2" / "cleaner-offset-checkpoint").read_text()
