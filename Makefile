@@ -206,7 +206,7 @@ PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
 # chronolog (pyspark_chronolog) or kafka (Spark's own Kafka source, jars from `make spark-kafka`)
 PIPELINE_SOURCE ?= chronolog
-.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation bench-quotas soak
+.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation bench-scale bench-quotas soak
 
 pipeline: $(VENV)/.installed-test spark-kafka
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
@@ -249,6 +249,13 @@ bench-idle-wait: $(VENV)/.installed-bench
 # (issue #33; about 4 minutes, so not part of make bench): bench/results/isolation.json.
 bench-isolation: $(VENV)/.installed-bench
 	$(BIN)/python bench/bench_isolation.py
+
+# 10,000 partitions (100 topics x 100) and 1,000 producer connections over them against one
+# partition's throughput, plus creation time, memory per partition, Metadata latency and restart
+# (issue #33; about 5 minutes, so not part of make bench): bench/results/scale.json.
+# BENCH_ARGS=--quick for a short run, --profile for py-spy under load (scale-profile.json).
+bench-scale: $(VENV)/.installed-bench
+	$(BIN)/python bench/bench_scale.py $(BENCH_ARGS)
 
 # Soak (bench/soak.py, not part of `make test`): kill -9, SIGTERM and, as root, a full tmpfs under
 # the log dir, at random moments under acks=all producers, for SOAK_SECONDS; checks after every

@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE))
 
 from suite import Suite, build_plan, plot, summarize, targets, text_table  # noqa: E402
 from suite.brokers import BROKER_NAMES, KAFKA_JVM_FLAGS, broker, tansu_binary  # noqa: E402
-from suite.report import CLIENT_BOUND_CORES, readme_section  # noqa: E402
+from suite.report import CLIENT_BOUND_CORES, readme_section, scale_section  # noqa: E402
 
 logger = structlog.get_logger("bench.run_all")
 
@@ -160,8 +160,12 @@ def environment(brokers: tuple[str, ...]) -> dict:
 
 
 def update_performance_page(page: Path, results: Path) -> int:
-    """Replace the page's trailing '## Performance' section (or append one) from a results JSON."""
+    """Replace the page's trailing '## Performance' section (or append one) from a results JSON,
+    and after it the Scale section from bench/results/scale.json when there is one."""
     md = readme_section(json.loads(results.read_text()))
+    scale = HERE / "results" / "scale.json"
+    if scale.exists():  # make bench-scale's figures, kept across make bench runs
+        md += "\n" + scale_section(json.loads(scale.read_text()))
     text = page.read_text()
     head = re.split(r"^## Performance\n", text, maxsplit=1, flags=re.M)[0].rstrip("\n")
     page.write_text(head + "\n\n" + md)

@@ -515,3 +515,111 @@ def readme_section(doc: dict) -> str:
         "runs; ratios within one run are the comparison.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def scale_section(doc: dict) -> str:
+    """docs/performance.md's "Scale" section from bench/bench_scale.py's scale.json."""
+    p, c, meta, loads = doc["params"], doc["create"], doc["metadata_all_topics"], doc["loads"]
+    restart = doc.get("restart", {})
+    partitions = p["topics"] * p["partitions"]
+
+    def row(name: str, r: dict) -> str:
+        return (
+            f"| {name} | {r['connections']:,} | {r['messages_per_request']:,} | "
+            f"{r['msgs_per_s']:,} | {r['mb_per_s']} | {r['request_p50_ms']} / {r['request_p99_ms']} | "
+            f"{r['broker_cpu_cores']} ({r['loop_thread_cores']}) | {r['broker_cpu_us_per_message']} | "
+            f"{r['generator_cpu_cores']} |"
+        )
+
+    names = {"wide": f"{partitions:,} partitions"}
+    for key in loads:
+        if key.startswith("one_partition_") and key.endswith("record_batches"):
+            names[key] = f"one partition, {key.split('_')[4]}-record batches"
+        elif key.startswith("one_partition_"):
+            names[key] = "one partition"
+    ratio = doc["wide_over_one_partition"]
+    lines = [
+        f"## Scale: {partitions:,} partitions",
+        "",
+        "`make bench-scale` (`bench/bench_scale.py`, issue #33): one chronolog process on a fresh log",
+        f"directory, {p['topics']} topics x {p['partitions']} partitions, then {p['connections']:,} producer",
+        f"connections over them. Run of {doc['measured_at']} (chronolog {doc['commit']},",
+        f"{doc['machine']['cpus']} shared cores, load average {doc['load_average_at_start'][0]} at start);",
+        "every figure in `bench/results/scale.json`.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| create {partitions:,} partitions (one CreateTopics a topic, in turn) | {c['seconds']} s "
+        f"({c['per_topic_p50_ms']} ms a topic at the median), {c['files']:,} files |",
+        f"| resident memory: empty / with the partitions | {c['rss_mb_empty']} / {c['rss_mb_created']} MB "
+        f"({c['rss_kb_per_partition']} KB a partition) |",
+        f"| Metadata of all topics ({meta['answer_bytes'] / 1e3:,.0f} KB answer, {meta['requests']} requests) "
+        f"| p50 {meta['p50_ms']} ms, p99 {meta['p99_ms']} ms |",
+    ]
+    if restart:
+        stopped = restart["stop_s"]
+        exit_s = "no exit within 120 s (killed)" if stopped is None else f"{stopped} s"
+        lines.append(
+            f"| restart: SIGTERM to exit / start to every partition led in Metadata | "
+            f"{exit_s} / {restart['start_until_all_led_s']} s, then "
+            f"{restart['rss_mb_after']} MB resident |"
+        )
+    lines += [
+        f"| resident memory / open files after the loads | {doc['rss_mb_after_loads']} MB / "
+        f"{doc['open_files_after_loads']:,} (limit {doc['broker_open_files_limit']:,}) |",
+        "",
+        f"Produce v9 acks=1 from a generator process (selectors, {p['in_flight']} requests in flight a",
+        f"connection), one uncompressed batch of {p['records_per_batch']} {p['record_bytes']}-byte "
+        f"records a partition a request, for {p['seconds']:g} s",
+        f"or {p['messages']:,} messages; each wide connection writes {p['partitions_per_connection']} "
+        "partitions of one topic:",
+        "",
+        "| load | connections | messages a request | msgs/s | MB/s | request p50 / p99 ms | "
+        "broker cores (loop thread) | broker CPU µs a message | generator cores |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *(row(names[k], r) for k, r in loads.items()),
+        "",
+        f"{partitions:,} partitions over one partition with the same batches: {ratio:.2f} "
+        f"(issue #33's target >= 0.8: {'met' if ratio >= 0.8 else 'not met'}). "
+        + (
+            "Nothing acknowledged was lost: in every load the log end offsets sum to at least "
+            "the messages acknowledged" + _unanswered(loads)
+            if doc["nothing_lost"]
+            else "ACKNOWLEDGED MESSAGES ARE MISSING: a load's log end offsets sum to less than "
+            "it was acknowledged (see the JSON)."
+        ),
+        *(
+            [
+                f"Partitions answered errors ({_error_counts(loads)}): the broker's log says why; "
+                "see bench/NOTES.md."
+            ]
+            if any(r["error_partitions"] for r in loads.values())
+            else []
+        ),
+        "What binds, from the CPU split and a py-spy profile (`BENCH_ARGS=--profile`): bench/NOTES.md.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _error_counts(loads: dict) -> str:
+    """'wide: 47,490 partition answers with error 56' for the loads that had errors."""
+    return "; ".join(
+        f"{name}: "
+        + ", ".join(
+            f"{n:,} partition answers with error {code}"
+            for code, n in r["error_partitions"].items()
+        )
+        for name, r in loads.items()
+        if r["error_partitions"]
+    )
+
+
+def _unanswered(loads: dict) -> str:
+    """The end of the nothing-lost sentence: where the sum is above, and why."""
+    above = [
+        f"{name}: {r['log_end_offsets_sum'] - r['messages_acked']:,} more, written from the "
+        f"{r['unanswered_requests']:,} requests the generator stopped waiting for"
+        for name, r in loads.items()
+        if r["log_end_offsets_sum"] != r["messages_acked"]
+    ]
+    return f" ({'; '.join(above)})." if above else " (exactly)."
