@@ -311,14 +311,10 @@ def phase(name: str, port: int, pid: int, roles: list[str], args: argparse.Names
     return row
 
 
-def start_broker(
-    repo: Path, work: Path, io_threads: int | None, python_args: tuple[str, ...] = ()
-) -> tuple[subprocess.Popen, int]:
-    """A broker on ``work``/data, once its port accepts; ``python_args`` go before ``-m broker``
-    (bench_scale.py's ``-m cProfile``)."""
+def start_broker(repo: Path, work: Path, io_threads: int | None) -> tuple[subprocess.Popen, int]:
     port = free_port()
     listener = f"PLAINTEXT://127.0.0.1:{port}"
-    cmd = [sys.executable, *python_args, "-m", "broker", "serve"]
+    cmd = [sys.executable, "-m", "broker", "serve"]
     overrides = [f"listeners={listener}", f"advertised.listeners={listener}"]
     overrides += [f"log.dirs={work / 'data'}", "auto.create.topics.enable=false"]
     if io_threads is not None:
