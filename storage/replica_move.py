@@ -175,7 +175,11 @@ class FutureLog:
                         incomplete = segment[0]
                 if end == start:
                     continue
-            done = self._copy_file(source_dir, name, start, end, sync_source=is_log)
+            try:
+                done = self._copy_file(source_dir, name, start, end, sync_source=is_log)
+            except FileNotFoundError:  # deleted since the stat (retention, the cleaner)
+                self._unlink(name)
+                continue
             copied += done - start
             self._copied[name] = _Copied(st.st_ino, done, st.st_mtime_ns)
         self.remaining = remaining

@@ -163,3 +163,24 @@ def test_a_target_dir_going_offline_stops_the_move(tmp_path, clock):
     m.mark_offline(m.log_dirs[1], OSError(5, "Input/output error"))
     assert m.future_of("t", 0) is None and m.futures_in(m.log_dirs[1]) == []
     assert m.get_log("t", 0) is log and timestamps(log) == [1, 2]
+
+
+def test_segments_deleted_by_retention_during_a_move_are_dropped_from_the_copy(tmp_path, clock):
+    m = manager(tmp_path, clock)
+    m.startup()
+    log = m.create_log("t", 0)
+    for i in range(50):
+        log.append(validated(log, [i * 10 + j for j in range(10)], value_size=40))
+    future = m.start_future("t", 0, m.log_dirs[1])
+    future.copy_round(log, 10_000)  # part of it
+    log.increment_log_start_offset(300)
+    assert log.delete_segments_before(300, clock()) > 0
+    assert log.remove_deleted_files(clock() + 10**9) > 0  # gone from the disk
+    while future.copy_round(log, 10_000) or future.remaining:
+        pass
+    expected = timestamps(log)
+    moved, doomed = m.swap_in_future("t", 0)
+    m.remove_replaced(moved, doomed)
+    assert moved.log_start_offset == 300 and timestamps(moved) == expected
+    assert moved.first_segment_base == log.first_segment_base > 0
+    assert not [n for n in os.listdir(moved.directory) if n.endswith(".deleted")]
