@@ -416,6 +416,11 @@ KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("super.users", Type.STRING, "", _B,
               validator=_checked(security_settings.parse_super_users)),
     ConfigKey("allow.everyone.if.no.acl.found", Type.BOOLEAN, False, _B),
+    # Delegation tokens (broker/security/tokens.py): off without a secret key.
+    ConfigKey("delegation.token.secret.key", Type.PASSWORD, None, _B),
+    ConfigKey("delegation.token.max.lifetime.ms", Type.LONG, 604800000, _B, minimum=1),
+    ConfigKey("delegation.token.expiry.time.ms", Type.LONG, 86400000, _B, minimum=1),
+    ConfigKey("delegation.token.expiry.check.interval.ms", Type.LONG, 3600000, _B, minimum=1),
     # The log cleaner (broker/cleaner.py, storage/cleaner.py): Kafka's CleanerConfig.
     ConfigKey("log.cleaner.enable", Type.BOOLEAN, True, _B),
     ConfigKey("log.cleaner.threads", Type.INT, 1, _B, minimum=0),
@@ -760,6 +765,11 @@ class BrokerConfig:
     log_cleaner_dedupe_buffer_size: int
     log_cleaner_io_max_bytes_per_second: float
     replica_alter_log_dirs_io_max_bytes_per_second: int
+    delegation_token_secret_key: str | None
+    """Signs delegation tokens' HMACs; None: delegation tokens are off."""
+    delegation_token_max_lifetime_ms: int
+    delegation_token_expiry_time_ms: int
+    delegation_token_expiry_check_interval_ms: int
     zookeeper_connect: str | None
     """ZooKeeper's address (with an optional chroot); None: a single broker, no cluster."""
     zookeeper_session_timeout_ms: int

@@ -641,6 +641,7 @@ async def run(
                             await ctx.replication.start(bg, ctx.config.advertised_port)
                             background.start(ctx, bg)
                             bg.start_soon(server.loop_delay.run)
+                            bg.start_soon(server.security.maintain_tokens)
 
                 outer.start_soon(run_background)
                 http_scope = trio.CancelScope()

@@ -28,9 +28,11 @@ from broker.security.credentials import CredentialStore
 from broker.security.files import StateFileError
 from broker.security.principal import NoMatchingRuleError, PrincipalMapper, distinguished_name
 from broker.security.sasl import IllegalSaslState, SaslFailure, SaslState
+from broker.security.scram import Credential, Mechanism
 from broker.security.session import Session
 from broker.security.settings import Listener
 from broker.security.tls import TlsSetupError, server_context
+from broker.security.tokens import DelegationTokens
 from broker.streams import PlainSocketStream
 from protocol.api import ApiKey, Request
 
@@ -67,6 +69,13 @@ class SecurityGate:
             for listener in config.listeners
         }
         self.credentials = CredentialStore(config.log_dirs[0])
+        self.tokens = DelegationTokens(
+            config.log_dirs[0],
+            config.delegation_token_secret_key,
+            config.delegation_token_max_lifetime_ms,
+            config.delegation_token_expiry_time_ms,
+            ctx.clock,
+        )
         self.decoy_key = secrets.token_bytes(32)
         self.acls: AclStore = ctx.acls  # the ACL file, or ZooKeeper in a cluster
         self.authorizer: Authorizer | None = None
@@ -104,6 +113,7 @@ class SecurityGate:
                 listener.plain_users,
                 self.credentials.lookup,
                 self.decoy_key,
+                self._token_credential,
             )
         if not listener.uses_tls:
             return stream, session
@@ -159,17 +169,51 @@ class SecurityGate:
         raise CloseConnectionError(f"{api} request before SASL authentication")
 
     # -- SASL --------------------------------------------------------------------------------
+    def _token_credential(
+        self, token_id: str, mechanism: Mechanism
+    ) -> tuple[Credential, str] | None:
+        found = self.tokens.scram(token_id, mechanism)
+        if found is None:
+            return None
+        credential, token = found
+        return credential, token.owner.partition(":")[2]
+
+    async def maintain_tokens(self) -> None:
+        """Derive the tokens' SCRAM credentials, then every
+        delegation.token.expiry.check.interval.ms remove the expired tokens (runs for the
+        broker's life; nothing without a secret key)."""
+        if not self.tokens.enabled:
+            return
+        interval_s = self.ctx.config.delegation_token_expiry_check_interval_ms / 1000
+        while True:
+            try:
+                await trio.to_thread.run_sync(self.tokens.prepare)
+                gone = await trio.to_thread.run_sync(self.tokens.remove_expired)
+            except (OSError, StateFileError) as exc:
+                logger.error(
+                    "delegation tokens could not be read or written",
+                    error=str(exc),
+                    action="check the first log dir's disk and chronolog-delegation-tokens.json",
+                )
+                gone = []
+            for token in gone:
+                logger.info("delegation token expired", token_id=token.token_id, owner=token.owner)
+            await trio.sleep(interval_s)
 
     def authenticated(self, session: Session) -> None:
         """Record a completed authentication: the session's principal, a log line, metrics."""
         assert session.sasl is not None
-        session.principal = f"User:{session.sasl.username}"
+        owner = session.sasl.token_owner
+        session.principal = f"User:{owner if owner is not None else session.sasl.username}"
+        session.token_authenticated = owner is not None
         logger.info(
             "authenticated",
             peer=session.peer,
             listener=session.listener.name,
             mechanism=session.sasl.mechanism,
             principal=session.principal,
+            # the token's id, not its HMAC (the password)
+            delegation_token=session.sasl.username if session.token_authenticated else None,
         )
         self._count(session, ok=True)
 

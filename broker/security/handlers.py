@@ -22,6 +22,7 @@ import structlog
 import trio
 
 from broker.security.acl_handlers import ACL_HANDLERS
+from broker.security.token_handlers import TOKEN_HANDLERS
 from broker.security.credentials import CredentialStore, Deletion, Upsertion
 from broker.security.files import STATE_FILE_FAILURES, StateFileError
 from broker.security.sasl import IllegalSaslState, SaslFailure
@@ -200,6 +201,7 @@ async def handle_alter_user_scram_credentials(
 
 SECURITY_HANDLERS: dict[ApiKey, Handler] = {
     **ACL_HANDLERS,
+    **TOKEN_HANDLERS,
     ApiKey.SASL_HANDSHAKE: handle_sasl_handshake,
     ApiKey.SASL_AUTHENTICATE: handle_sasl_authenticate,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: handle_describe_user_scram_credentials,

@@ -983,6 +983,11 @@ RULES: dict[ApiKey, Rule] = {
     A.ALTER_CONFIGS: _config_resource_rule(O.ALTER_CONFIGS, "responses", {}),
     A.INCREMENTAL_ALTER_CONFIGS: _config_resource_rule(O.ALTER_CONFIGS, "responses", {}),
     A.DESCRIBE_LOG_DIRS: describe_log_dirs_rule,
+    # The token apis authorize against the token itself (broker/security/token_handlers.py).
+    A.CREATE_DELEGATION_TOKEN: allowed,
+    A.RENEW_DELEGATION_TOKEN: allowed,
+    A.EXPIRE_DELEGATION_TOKEN: allowed,
+    A.DESCRIBE_DELEGATION_TOKEN: allowed,
     A.ALTER_REPLICA_LOG_DIRS: cluster_rule(
         O.ALTER,
         lambda r: {

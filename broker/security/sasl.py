@@ -68,7 +68,8 @@ class PlainServer:
 
 
 class SaslState:
-    """One connection's authentication. ``lookup(user, mechanism)`` finds SCRAM credentials;
+    """One connection's authentication. ``lookup(user, mechanism)`` finds SCRAM credentials,
+    ``token_lookup(token_id, mechanism)`` a delegation token's (credential, owner);
     ``plain_users`` are the listener's PLAIN users; ``decoy_key`` see ScramServer."""
 
     def __init__(
@@ -77,11 +78,17 @@ class SaslState:
         plain_users: Mapping[str, str],
         lookup: Callable[[str, Mechanism], Credential | None],
         decoy_key: bytes,
+        token_lookup: Callable[[str, Mechanism], tuple[Credential, str] | None] = (
+            lambda _token, _mechanism: None
+        ),
     ) -> None:
         self.mechanisms = mechanisms
         self._plain_users = plain_users
         self._lookup = lookup
+        self._token_lookup = token_lookup
         self._decoy_key = decoy_key
+        # The owner of the delegation token a SCRAM exchange authenticated with, if one did.
+        self.token_owner: str | None = None
         self.state = "handshake"
         self.mechanism: str | None = None
         self.raw_tokens = False
@@ -109,7 +116,10 @@ class SaslState:
         else:
             scram = SCRAM_MECHANISMS[mechanism]
             self._server = ScramServer(
-                scram, lambda user: self._lookup(user, scram), self._decoy_key
+                scram,
+                lambda user: self._lookup(user, scram),
+                self._decoy_key,
+                token_lookup=lambda token_id: self._token_lookup(token_id, scram),
             )
         self.state = "authenticate"
         return True
@@ -127,6 +137,8 @@ class SaslState:
             self.username = server.username
             raise SaslFailure(str(exc)) from None
         self.username = server.username
+        if isinstance(server, ScramServer):
+            self.token_owner = server.token_owner
         self.state = "complete" if server.complete else "authenticate"
         if server.complete:
             self.raw_tokens = False

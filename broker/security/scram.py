@@ -93,7 +93,8 @@ def _attributes(message: str, expected: str) -> dict[str, str]:
     result: dict[str, str] = {}
     for part in message.split(","):
         key, sep, value = part.partition("=")
-        if not sep or len(key) != 1 or key in result:
+        # RFC 5802's attributes are one letter; Kafka's extensions (tokenauth) are words
+        if not sep or not key.isalnum() or key in result:
             raise ScramError("invalid SCRAM message")
         result[key] = value
     if list(result)[: len(expected)] != list(expected):
@@ -126,9 +127,11 @@ def _b64decode(value: str) -> bytes:
 
 class ScramServer:
     """The server side of one SCRAM exchange. ``lookup(user)`` returns the user's Credential
-    for this mechanism or None; ``decoy_key`` seeds the made-up salt of unknown users (keep it
-    per broker so a user's made-up salt is the same every time). Feed the client's messages
-    to :meth:`evaluate`; when :attr:`complete`, :attr:`username` is authenticated."""
+    for this mechanism or None; ``token_lookup(token_id)`` a live delegation token's
+    (credential, owner's user name) or None; ``decoy_key`` seeds the made-up salt of unknown
+    users (keep it per broker so a user's made-up salt is the same every time). Feed the
+    client's messages to :meth:`evaluate`; when :attr:`complete`, :attr:`username` is
+    authenticated (with a token: :attr:`token_owner`, as that token's owner)."""
 
     def __init__(
         self,
@@ -136,10 +139,15 @@ class ScramServer:
         lookup: Callable[[str], Credential | None],
         decoy_key: bytes,
         nonce: Callable[[], str] = lambda: secrets.token_urlsafe(24),
+        token_lookup: Callable[[str], tuple[Credential, str] | None] = lambda _: None,
     ) -> None:
         self.mechanism = mechanism
         self._lookup = lookup
+        self._token_lookup = token_lookup
         self._decoy_key = decoy_key
+        # With tokenauth=true (KIP-48) the user name is a delegation token's id and the
+        # authenticated user its owner's name; None otherwise.
+        self.token_owner: str | None = None
         self._nonce = nonce
         self._state = "client-first"
         self._credential: Credential | None = None
@@ -180,14 +188,21 @@ class ScramServer:
         if gs2_flag not in ("n", "y"):
             raise ScramError("invalid SCRAM client-first message")
         attrs = _attributes(bare, "nr")
-        if attrs.get("tokenauth", "false").lower() == "true":
-            raise ScramError("delegation tokens are not supported")
         username = _sasl_name(attrs["n"])
         if not username or not attrs["r"]:
             raise ScramError("invalid SCRAM client-first message")
-        if authzid and _sasl_name(authzid.removeprefix("a=")) != username:
-            raise ScramError("authorization id differs from the user name")
-        credential = self._lookup(username)
+        credential: Credential | None
+        if attrs.get("tokenauth", "false").lower() == "true":
+            token = self._token_lookup(username)
+            if token is None:  # Kafka's words; a token id is not guessable, unlike a user name
+                raise ScramError(f"Token Authentication failed: Invalid tokenId : {username}")
+            credential, self.token_owner = token
+            if authzid and _sasl_name(authzid.removeprefix("a=")) != self.token_owner:
+                raise ScramError("authorization id differs from the token's owner")
+        else:
+            if authzid and _sasl_name(authzid.removeprefix("a=")) != username:
+                raise ScramError("authorization id differs from the user name")
+            credential = self._lookup(username)
         self._known = credential is not None
         if credential is None:
             decoy = hmac.new(self._decoy_key, username.encode(), "sha256").digest()

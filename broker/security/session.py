@@ -28,6 +28,9 @@ class Session:
     sasl: SaslState | None = None
     close_reason: str | None = field(default=None)
     """Set by a handler whose answer must be the last one (a failed authentication)."""
+    token_authenticated: bool = False
+    """Authenticated with a delegation token (as its owner): such a session may not create,
+    renew, expire or describe tokens (Kafka's KafkaPrincipal.tokenAuthenticated)."""
 
     @property
     def authenticated(self) -> bool:

@@ -80,7 +80,8 @@ APIS = [
 KAFKA_4_VERSION = "4.1.1"
 # Apis (Request and Response) taken from Kafka 4.1.1's kafka-clients jar: the transaction apis
 # (KIP-98, KIP-447, KIP-664, KIP-890, KIP-994), the client quota apis (KIP-546),
-# DescribeTopicPartitions (KIP-966), UpdateFeatures (KIP-584) and AlterReplicaLogDirs (KIP-113).
+# DescribeTopicPartitions (KIP-966), UpdateFeatures (KIP-584), AlterReplicaLogDirs (KIP-113) and
+# the delegation token apis (KIP-48, KIP-373).
 KAFKA_4_APIS = [
     "DescribeTopicPartitions",
     "UpdateFeatures",
@@ -94,6 +95,10 @@ KAFKA_4_APIS = [
     "DescribeClientQuotas",
     "AlterClientQuotas",
     "AlterReplicaLogDirs",
+    "CreateDelegationToken",
+    "RenewDelegationToken",
+    "ExpireDelegationToken",
+    "DescribeDelegationToken",
 ]
 # Apis of APIS whose newer versions come from Kafka 4.1.1 (see the module docstring).
 WIDENED_APIS = [

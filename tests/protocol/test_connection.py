@@ -418,7 +418,7 @@ def test_acks_zero_produce_expects_no_response():
 def test_client_refuses_unknown_api_and_version():
     client = ClientConnection()
     with pytest.raises(UnsupportedApiError):
-        client.request(38, 0, {})  # CreateDelegationToken: no schema
+        client.request(52, 0, {})  # Vote (KRaft): no schema
     with pytest.raises(UnsupportedVersionError):
         client.request(ApiKey.FETCH, 19, FETCH_BODY)
     with pytest.raises(BodyEncodeError):
