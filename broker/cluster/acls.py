@@ -41,7 +41,7 @@ import trio
 from kazoo.exceptions import BadVersionError, KazooException, NoNodeError, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from broker.cluster.zk import ZkDataError, ZooKeeper
+from broker.cluster.zk import WatchFollower, ZkDataError, ZooKeeper
 from broker.config import BrokerConfig
 from broker.errors import ClusterStateError
 from broker.security.acls import (
@@ -67,7 +67,6 @@ CHANGE_PREFIX = "acl_changes_"
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 MAX_UPDATE_RETRIES = 10
 RETRY_BACKOFF_S = 0.1
-FOLLOW_RETRY_BACKOFF_S = 0.5
 
 Resource = tuple[ResourceType, PatternType, str]
 
@@ -194,7 +193,7 @@ class ZkAclStore(AclStore):
         self._acls: dict[Resource, frozenset[AclBinding]] = {}
         self._all: frozenset[AclBinding] = frozenset()
         self._lock = trio.Lock()
-        self._changed = trio.Event()
+        self._follower = WatchFollower(self._handle_all_new, "ACL changes")
         self._last_handled = {pattern: -1 for pattern in CHANGES}
 
     def bindings(self) -> frozenset[AclBinding]:
@@ -333,23 +332,15 @@ class ZkAclStore(AclStore):
 
     # -- following the other brokers' changes ------------------------------------------------
     def start(self, nursery: trio.Nursery) -> None:
-        nursery.start_soon(self._follow)
+        self._follower.start(nursery)
 
     def wake(self) -> None:
         """Look at the change paths again (a watch fired, or a new ZooKeeper session)."""
-        self._changed.set()
+        self._follower.wake()
 
-    async def _follow(self) -> None:
-        while True:
-            self._changed = trio.Event()
-            try:
-                for pattern in CHANGES:
-                    await self._handle_new(pattern)
-            except KazooException as exc:
-                logger.warning("reading ACL changes failed; retrying", error=repr(exc))
-                await trio.sleep(FOLLOW_RETRY_BACKOFF_S)
-                continue
-            await self._changed.wait()
+    async def _handle_all_new(self) -> None:
+        for pattern in CHANGES:
+            await self._handle_new(pattern)
 
     async def _handle_new(self, pattern: PatternType) -> None:
         changes = CHANGES[pattern]

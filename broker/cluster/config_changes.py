@@ -41,6 +41,7 @@ from broker.cluster.zk import (
     CONFIG_CHANGES,
     CONFIG_TOPICS,
     DEFAULT_BROKER_ENTITY,
+    WatchFollower,
     ZkDataError,
     config_change_json,
     parse_config_change,
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
 logger = structlog.get_logger(__name__)
 
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
-RETRY_BACKOFF_S = 0.5
 ROOTS = {"topics": CONFIG_TOPICS, "brokers": CONFIG_BROKERS}
 
 
@@ -68,7 +68,7 @@ class ConfigChanges:
         self.cluster = cluster
         self.zk = cluster.zk
         self.last_handled = -1  # the sequence number of the newest notification handled
-        self._changed = trio.Event()
+        self._follower = WatchFollower(self._handle_new, "config changes")
 
     # -- writes and reads --------------------------------------------------------------------
     async def save_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
@@ -129,22 +129,11 @@ class ConfigChanges:
 
     # -- following the notifications ---------------------------------------------------------
     def start(self, nursery: trio.Nursery) -> None:
-        nursery.start_soon(self._follow)
+        self._follower.start(nursery)
 
     def wake(self) -> None:
         """Look at /config/changes again (its watch fired, or a new ZooKeeper session)."""
-        self._changed.set()
-
-    async def _follow(self) -> None:
-        while True:
-            self._changed = trio.Event()
-            try:
-                await self._handle_new()
-            except KazooException as exc:
-                logger.warning("reading config changes failed; retrying", error=repr(exc))
-                await trio.sleep(RETRY_BACKOFF_S)
-                continue
-            await self._changed.wait()
+        self._follower.wake()
 
     async def _handle_new(self) -> None:
         nodes = await self.zk.children(CONFIG_CHANGES, watch=self.wake)

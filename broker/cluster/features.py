@@ -25,7 +25,7 @@ import structlog
 import trio
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError
 
-from broker.cluster.zk import ZooKeeper
+from broker.cluster.zk import WatchFollower, ZooKeeper
 from broker.errors import ClusterStateError
 from broker.features import Features, FeatureLevels
 
@@ -34,7 +34,6 @@ logger = structlog.get_logger(__name__)
 FEATURE_PATH = "/feature"
 ZNODE_VERSION = 2
 STATUS_ENABLED = 1
-RETRY_BACKOFF_S = 0.5
 
 
 def feature_json(levels: Mapping[str, int]) -> bytes:
@@ -73,7 +72,7 @@ class ZkFeatureLevels(FeatureLevels):
     def __init__(self, zk: ZooKeeper) -> None:
         super().__init__(Features(), self._refuse_file)
         self._zk = zk
-        self._changed = trio.Event()
+        self._follower = WatchFollower(self._adopt, "the finalized features")
 
     @staticmethod
     def _refuse_file(features: Features) -> None:
@@ -126,29 +125,21 @@ class ZkFeatureLevels(FeatureLevels):
         return True
 
     def start(self, nursery: trio.Nursery) -> None:
-        nursery.start_soon(self._follow)
+        self._follower.start(nursery)
 
     def wake(self) -> None:
         """Read /feature again (its watch fired, a change was written here, a new session)."""
-        self._changed.set()
+        self._follower.wake()
 
-    async def _follow(self) -> None:
-        while True:
-            self._changed = trio.Event()
-            try:
-                features = await self._read(watch=True)
-            except KazooException as exc:
-                logger.warning("reading the finalized features failed; retrying", error=repr(exc))
-                await trio.sleep(RETRY_BACKOFF_S)
-                continue
-            if features != self.current:
-                self.current = features
-                logger.info(
-                    "finalized feature levels adopted",
-                    levels=dict(features.levels),
-                    epoch=features.epoch,
-                )
-            await self._changed.wait()
+    async def _adopt(self) -> None:
+        features = await self._read(watch=True)
+        if features != self.current:
+            self.current = features
+            logger.info(
+                "finalized feature levels adopted",
+                levels=dict(features.levels),
+                epoch=features.epoch,
+            )
 
 
 __all__ = ["FEATURE_PATH", "ZkFeatureLevels", "feature_json", "parse_features"]

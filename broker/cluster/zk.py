@@ -37,12 +37,12 @@ import json
 import time
 from dataclasses import dataclass, field
 from collections.abc import Mapping
-from typing import Any, Callable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 import structlog
 import trio
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.exceptions import KazooException, NoNodeError, NodeExistsError
 from kazoo.protocol.states import WatchedEvent
 
 logger = structlog.get_logger(__name__)
@@ -299,6 +299,38 @@ def split_connect(connect: str) -> tuple[str, str]:
     return hosts, ("/" + chroot) if slash else ""
 
 
+class WatchFollower:
+    """Runs ``handle()`` once started and again after every :meth:`wake` (a watch ``handle`` set
+    fired, a change written by this broker, a new session), so what it reads is always the
+    latest. A KazooException is logged, naming ``what`` is followed, and ``handle()`` runs again
+    after ``backoff_s``. Trio thread only; the task lives in the nursery given to :meth:`start`."""
+
+    def __init__(
+        self, handle: Callable[[], Awaitable[None]], what: str, backoff_s: float = 0.5
+    ) -> None:
+        self._handle = handle
+        self._what = what
+        self._backoff_s = backoff_s
+        self._changed = trio.Event()
+
+    def start(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self._run)
+
+    def wake(self) -> None:
+        self._changed.set()
+
+    async def _run(self) -> None:
+        while True:
+            self._changed = trio.Event()
+            try:
+                await self._handle()
+            except KazooException as exc:
+                logger.warning(f"reading {self._what} failed; retrying", error=repr(exc))
+                await trio.sleep(self._backoff_s)
+                continue
+            await self._changed.wait()
+
+
 class ZooKeeper:
     """One kazoo session used from trio; see the module docstring for the thread rules.
 
@@ -470,6 +502,7 @@ class ZooKeeper:
 
 __all__ = [
     "ZooKeeper",
+    "WatchFollower",
     "BrokerInfo",
     "LeaderIsr",
     "TopicAssignment",
