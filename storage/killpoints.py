@@ -13,7 +13,7 @@ module at each call, so the replacement takes effect everywhere; nothing else as
 
 from __future__ import annotations
 
-POINTS = (
+CLEANING_POINTS = (
     "cleaning",  # a cleaned segment's .cleaned files partly written
     "cleaned-written",  # .cleaned files complete and fsynced, no swap manifest yet
     "manifest-written",  # the swap manifest is durable; nothing renamed yet
@@ -22,9 +22,12 @@ POINTS = (
     "replaced-deleted",  # the replaced segments renamed to .deleted
     "swap-installed",  # the .swap files renamed in; the manifest not yet removed
     "checkpoint",  # every swap complete, the checkpoint moved in memory, its file not written
+)
+MOVE_POINTS = (
     "move-renamed",  # a moved log renamed into place, its old copy still there
     "move-old-renamed",  # the old copy renamed -delete, the moved log's marker not yet removed
 )
+POINTS = CLEANING_POINTS + MOVE_POINTS
 
 
 def reached(point: str) -> None:

@@ -65,7 +65,7 @@ def check_consistent(log: Log, before: list, after: list) -> None:
     assert leftovers == []
 
 
-@pytest.mark.parametrize("point", killpoints.POINTS)
+@pytest.mark.parametrize("point", killpoints.CLEANING_POINTS)
 @pytest.mark.parametrize("nth", [1, 2])
 def test_a_crash_at_any_kill_point_leaves_old_or_new_segments(
     tmp_path, clock, monkeypatch, point, nth

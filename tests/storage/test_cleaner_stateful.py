@@ -301,7 +301,7 @@ class CleanerMachine(RuleBasedStateMachine):
         event("clean removed records" if len(self.present) < len(before) else "clean removed none")
 
     @rule(
-        point=st.sampled_from(killpoints.POINTS),
+        point=st.sampled_from(killpoints.CLEANING_POINTS),
         nth=st.integers(1, 3),
         advance=st.integers(0, 10_000),
     )
