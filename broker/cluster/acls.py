@@ -31,7 +31,6 @@ path); Kafka 4.1's KRaft authorizer takes it.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -64,7 +63,6 @@ CHANGES = {
     PatternType.PREFIXED: "/kafka-acl-extended-changes",
 }
 CHANGE_PREFIX = "acl_changes_"
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 MAX_UPDATE_RETRIES = 10
 RETRY_BACKOFF_S = 0.1
 
@@ -375,20 +373,7 @@ class ZkAclStore(AclStore):
                     )
                 self._adopt(resource, bindings)
         self._last_handled[pattern] = newest
-        await self._purge(changes, nodes)
-
-    async def _purge(self, changes: str, nodes: list[str]) -> None:
-        """Delete the notifications older than CHANGE_EXPIRATION_MS (oldest first: the
-        sequence order is the creation order)."""
-        now_ms = time.time() * 1000
-        for node in nodes:
-            path = f"{changes}/{node}"
-            stat = await self._zk.exists(path)
-            if stat is None:
-                continue
-            if now_ms - stat.ctime <= CHANGE_EXPIRATION_MS:
-                break
-            await self._zk.delete(path)
+        await self._zk.purge_notifications(changes, nodes)
 
 
 @asynccontextmanager

@@ -24,7 +24,6 @@ controller: ``unclean.leader.election.enable`` turned on elects leaders for offl
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING
@@ -56,7 +55,6 @@ if TYPE_CHECKING:
 
 logger = structlog.get_logger(__name__)
 
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 ROOTS = {"topics": CONFIG_TOPICS, "brokers": CONFIG_BROKERS}
 
 
@@ -167,7 +165,7 @@ class ConfigChanges:
                     action="this is a broker bug; report it with this log line",
                 )
         self.last_handled = newest
-        await self._purge(nodes)
+        await self.zk.purge_notifications(CONFIG_CHANGES, nodes)
 
     async def _apply(self, kind: str, name: str) -> None:
         ctx = self.cluster.ctx
@@ -200,19 +198,6 @@ class ConfigChanges:
         controller = self.cluster.controller
         if controller is not None:
             controller.post(ConfigsChanged(name if kind == "topics" else None))
-
-    async def _purge(self, nodes: list[str]) -> None:
-        """Delete the notifications older than CHANGE_EXPIRATION_MS (oldest first: the
-        sequence order is the creation order)."""
-        now_ms = time.time() * 1000
-        for node in nodes:
-            path = f"{CONFIG_CHANGES}/{node}"
-            stat = await self.zk.exists(path)
-            if stat is None:
-                continue
-            if now_ms - stat.ctime <= CHANGE_EXPIRATION_MS:
-                break
-            await self.zk.delete(path)
 
 
 def _sequence(node: str) -> int | None:

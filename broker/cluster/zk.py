@@ -47,6 +47,8 @@ from kazoo.protocol.states import WatchedEvent
 
 logger = structlog.get_logger(__name__)
 
+NOTIFICATION_EXPIRATION_MS = 15 * 60 * 1000
+
 T = TypeVar("T")
 
 BROKER_IDS = "/brokers/ids"
@@ -469,6 +471,20 @@ class ZooKeeper:
             )
         except NoNodeError:
             pass
+
+    async def purge_notifications(self, parent: str, nodes: list[str]) -> None:
+        """Delete ``parent``'s sequential notification ``nodes`` older than
+        NOTIFICATION_EXPIRATION_MS (Kafka's changeExpirationMs), oldest first: sequence order is
+        creation order, so the first young one ends the pass."""
+        now_ms = time.time() * 1000
+        for node in nodes:
+            path = f"{parent}/{node}"
+            stat = await self.exists(path)
+            if stat is None:
+                continue
+            if now_ms - stat.ctime <= NOTIFICATION_EXPIRATION_MS:
+                break
+            await self.delete(path)
 
     async def create_or_set(self, path: str, data: bytes) -> None:
         try:
