@@ -265,14 +265,16 @@ soak: $(VENV)/.installed-test
 	$(BIN)/python bench/soak.py --seconds $(SOAK_SECONDS)
 
 # librdkafka's own test suite against chronolog (not part of `make test`: the build takes about
-# 6 minutes on two cores and the run longer). librdkafka 2.12.1's source with its tests/ is the copy
-# crates.io's rdkafka-sys 4.10.0 bundles (GitHub's tarball would do as well; this one is checksummed
-# here). tests/suites/librdkafka_suite.py starts chronolog (one broker, then three on ZooKeeper),
+# 6 minutes on two cores and the run longer). librdkafka 2.15.1's source with its tests/ is the copy
+# npm's @confluentinc/kafka-javascript 1.10.1 bundles in deps/librdkafka (GitHub's tarball would do
+# as well; this one is checksummed here). 2.15.1 rather than crates.io's newest (2.12.1, in
+# rdkafka-sys 4.10.0): 2.12.1 reads magic-1 messages in a flexible Fetch answer wrongly (test 0092).
+# tests/suites/librdkafka_suite.py starts chronolog (one broker, then three on ZooKeeper),
 # runs librdkafka's test-runner against each and writes build/librdkafka-results.json.
 # LIBRDKAFKA_TESTS=0011,0055 narrows the run; LIBRDKAFKA_ARGS passes more options to the runner.
-LIBRDKAFKA_VERSION := 2.12.1
-LIBRDKAFKA_CRATE := rdkafka-sys-4.10.0+$(LIBRDKAFKA_VERSION).crate
-LIBRDKAFKA_CRATE_SHA256 := e234cf318915c1059d4921ef7f75616b5219b10b46e9f3a511a15eb4b56a3f77
+LIBRDKAFKA_VERSION := 2.15.1
+LIBRDKAFKA_TARBALL := kafka-javascript-1.10.1.tgz
+LIBRDKAFKA_TARBALL_SHA256 := ada7d703bb1d3237e2292bfabf438d663b6160c9f1ac2a2406b5dc4257c81b66
 LIBRDKAFKA_DIR := build/librdkafka-$(LIBRDKAFKA_VERSION)
 # A Kafka installation's layout (bin/ scripts, libs/ jars) over build/jvm's Kafka 4.1.1 jars, for the
 # tests that run Kafka's tools ($$KAFKA_PATH/bin/kafka-topics.sh ...) or its Java clients
@@ -293,13 +295,14 @@ $(LIBRDKAFKA_DIR)/.built:
 	@command -v g++ >/dev/null || { echo "installing build-essential from Debian packages"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends build-essential >/dev/null; }
 	mkdir -p build
-	[ -f build/$(LIBRDKAFKA_CRATE) ] || { curl -fsSL -o build/$(LIBRDKAFKA_CRATE).part \
-	  https://static.crates.io/crates/rdkafka-sys/$(LIBRDKAFKA_CRATE) \
-	  && mv build/$(LIBRDKAFKA_CRATE).part build/$(LIBRDKAFKA_CRATE); }
-	echo "$(LIBRDKAFKA_CRATE_SHA256)  build/$(LIBRDKAFKA_CRATE)" | sha256sum -c --quiet
+	[ -f build/$(LIBRDKAFKA_TARBALL) ] || { curl -fsSL -o build/$(LIBRDKAFKA_TARBALL).part \
+	  https://registry.npmjs.org/@confluentinc/kafka-javascript/-/$(LIBRDKAFKA_TARBALL) \
+	  && mv build/$(LIBRDKAFKA_TARBALL).part build/$(LIBRDKAFKA_TARBALL); }
+	echo "$(LIBRDKAFKA_TARBALL_SHA256)  build/$(LIBRDKAFKA_TARBALL)" | sha256sum -c --quiet
 	rm -rf $(LIBRDKAFKA_DIR) && mkdir -p $(LIBRDKAFKA_DIR)
-	tar -xzf build/$(LIBRDKAFKA_CRATE) -C $(LIBRDKAFKA_DIR) --strip-components=2 \
-	  rdkafka-sys-4.10.0+$(LIBRDKAFKA_VERSION)/librdkafka
+	tar -xzf build/$(LIBRDKAFKA_TARBALL) -C $(LIBRDKAFKA_DIR) --strip-components=3 \
+	  package/deps/librdkafka
+	grep -q 'RD_KAFKA_VERSION 0x020f01ff' $(LIBRDKAFKA_DIR)/src/rdkafka.h
 	cd $(LIBRDKAFKA_DIR) && ./configure --no-download --disable-gssapi --disable-curl >/dev/null
 	$(MAKE) -C $(LIBRDKAFKA_DIR) -j2 libs >/dev/null
 	$(MAKE) -C $(LIBRDKAFKA_DIR)/tests -j2 build >/dev/null

@@ -1,7 +1,7 @@
 """librdkafka's own test suite against chronolog: ``make test-librdkafka`` (not part of
 ``make test``: the build takes minutes and the run most of an hour on two cores).
 
-The Makefile builds librdkafka 2.12.1 and its ``test-runner`` under build/librdkafka-2.12.1/ and
+The Makefile builds librdkafka 2.15.1 and its ``test-runner`` under build/librdkafka-2.15.1/ and
 a Kafka installation's layout over Kafka 4.1.1's jars under build/kafka-path/ (for the tests
 that run ``kafka-topics.sh`` and friends or Kafka's Java clients). This runner starts chronolog
 itself, first one broker, then three brokers on ZooKeeper (tests/zookeeper.py,
@@ -15,7 +15,7 @@ Results: build/librdkafka-results.json (every test's state, reason and time, cou
 and each number's output in build/librdkafka-results/<mode>-<scenario>/<number>.log; a summary
 on stdout. Exits 1 when any test failed, crashed or timed out.
 
-    python -m tests.suites.librdkafka_suite --librdkafka build/librdkafka-2.12.1 \\
+    python -m tests.suites.librdkafka_suite --librdkafka build/librdkafka-2.15.1 \\
         --kafka-path build/kafka-path [--tests 0011,0055] [--modes single,cluster]
 """
 
