@@ -9,12 +9,19 @@ Binary formats (big-endian, fixed-size entries, no header):
   largest timestamp of the messages up to and including offset ``base + r`` is T. Timestamps
   strictly increase, offsets never decrease, within one file.
 
-Unlike Kafka, the files are never preallocated: they hold exactly their entries at all times, so
-a crash or an un-trimmed close cannot leave a zero tail that reads as timestamp 0 (KAFKA-10207),
-and an idle partition costs no mmap. The active segment's entries are mirrored in a bytearray and
-appended to the file as they are made (fsynced by ``flush``); an inactive segment's index is read
-into memory on first lookup only. "Full" is still defined by segment.index.bytes, as in Kafka, and
-the time index keeps one slot free for the entry written when the segment is rolled or closed.
+Unlike Kafka, the files are never preallocated: they hold a prefix of their entries at all times,
+never a zero tail that reads as timestamp 0 (KAFKA-10207), and an idle partition costs no mmap.
+The active segment's entries are made in a bytearray mirror, which its lookups read; the entries
+not yet in the file are written in one write(), through a descriptor opened for it, by ``flush``
+(then fsynced), ``write_pending`` (a rebuild) and the segment's ``seal`` (roll, close). No index
+descriptor stays open, so a written partition holds one descriptor, its .log's, as in Kafka (which
+maps its indexes and closes their descriptors): 10,000 written partitions needed 30,000 when each
+index kept its own, and an append paid two write() calls more. The file may thus lag the log;
+the recovery point never passes an entry not yet written and fsynced (a Log's flush writes them
+first), and the recovery after an unclean shutdown rebuilds the indexes from the recovery point
+on. An inactive segment's index is read into memory on first lookup only. "Full" is still
+defined by segment.index.bytes, as in Kafka, and the time index keeps one slot free for the entry
+written when the segment is rolled or closed.
 """
 
 from __future__ import annotations
@@ -25,7 +32,6 @@ import os
 import struct
 from typing import Callable, ClassVar
 
-from storage.durable import fsync_file
 from storage.config import INT_MAX
 from storage.errors import CorruptIndexError, InvalidAppendError
 from storage import syscalls
@@ -34,22 +40,26 @@ from storage import syscalls
 class AbstractIndex(abc.ABC):
     """An index file with fixed-size entries sorted by offset.
 
-    Resources: at most one file descriptor, opened on the first write and closed by ``close``;
-    the entries live in memory once loaded. Errors: CorruptIndexError when the file length is not
-    a whole number of entries (the caller rebuilds); InvalidAppendError when an append would break
-    ordering or the index is full; OSError from the file system propagates.
+    Resources: no descriptor held (each write, fsync or read opens and closes its own); the
+    entries live in memory once loaded, the first ``_written`` bytes of them in the file too.
+    Errors: CorruptIndexError when the file length is not a whole number of entries (the caller
+    rebuilds); InvalidAppendError when an append would break ordering or the index is full;
+    OSError from the file system propagates.
     """
 
     ENTRY: ClassVar[struct.Struct]
     KIND: ClassVar[str]
-    __slots__ = ("path", "base_offset", "max_entries", "_data", "_fd")
+    __slots__ = ("path", "base_offset", "max_entries", "_data", "_written", "_dirty")
 
     def __init__(self, path: str, base_offset: int, max_index_bytes: int) -> None:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max_index_bytes // self.ENTRY.size
         self._data: bytearray | None = None
-        self._fd: int | None = None
+        self._written = 0  # bytes of _data in the file (the file's length, once loaded)
+        # Whether the file may have changes not yet fsynced; True until the first fsync, since
+        # a rebuild or a truncation before this object existed may have left dirty pages.
+        self._dirty = True
 
     # -- loading -----------------------------------------------------------------------------
     def _loaded(self) -> bytearray:
@@ -65,6 +75,7 @@ class AbstractIndex(abc.ABC):
                     f"{self.ENTRY.size}-byte entry size; it will be rebuilt from the log"
                 )
             self._data = data
+            self._written = len(data)
         return self._data
 
     def load(self) -> None:
@@ -113,50 +124,82 @@ class AbstractIndex(abc.ABC):
 
     # -- writing -----------------------------------------------------------------------------
     def _write_entry(self, entry: bytes) -> None:
-        """Append one entry to the file and the mirror. A failed or short write (a full disk)
-        is cut off the file again, so no torn entry misaligns the ones after it, and raises
-        OSError with the file and the mirror as they were."""
-        data = self._loaded()
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        """Append one entry to the mirror; ``write_pending`` puts it in the file."""
+        self._loaded().extend(entry)
+
+    def write_pending(self) -> None:
+        """Append the entries not yet in the file, through a descriptor opened for it."""
+        if self._data is None or self._written == len(self._data):
+            return
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            if syscalls.write(self._fd, entry) != len(entry):
-                raise OSError(errno.ENOSPC, f"short write of a {self.KIND} entry", self.path)
+            self._write_pending(fd)
+        finally:
+            os.close(fd)
+
+    def _write_pending(self, fd: int) -> None:
+        """The entries not yet in the file, in one write() to ``fd`` (opened O_APPEND). A
+        failed or short write (a full disk) is cut off the file again, so no torn entry
+        misaligns the ones after it, and raises OSError with the file as it was and the entries
+        still pending (a later call retries them)."""
+        data = self._data
+        if data is None or self._written == len(data):
+            return
+        pending = bytes(data[self._written :])
+        self._dirty = True
+        try:
+            if syscalls.write(fd, pending) != len(pending):
+                raise OSError(errno.ENOSPC, f"short write of {self.KIND} entries", self.path)
         except OSError:
-            os.ftruncate(self._fd, len(data))  # shrinking needs no free space
+            os.ftruncate(fd, self._written)  # shrinking needs no free space
             raise
-        data += entry
+        self._written = len(data)
 
     def truncate_entries(self, count: int) -> None:
-        """Keep the first ``count`` entries (an append undone, a truncation)."""
+        """Keep the first ``count`` entries (an append undone, a truncation); the file is cut
+        only when it holds more."""
         data = self._loaded()
         size = count * self.ENTRY.size
         if size < len(data):
             del data[size:]
+        if size < self._written:
             os.truncate(self.path, size)
+            self._written = size
+            self._dirty = True
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild); the file is emptied, or created."""
         self._data = bytearray()
+        self._written = 0
+        self._dirty = True
         with open(self.path, "wb"):
             pass
 
     def flush(self) -> None:
-        """fsync the file (through a temporary descriptor when none is open: a rebuild or a
-        truncation may have left dirty pages)."""
-        if self._fd is not None:
-            syscalls.fsync(self._fd)
+        """Write the pending entries and fsync the file, through one descriptor opened for it;
+        nothing when nothing changed since the last fsync (most appends make no index entry:
+        index.interval.bytes). A missing file without pending entries stays missing (a
+        rebuild is due at the next start: LogSegment._indexes_refused)."""
+        pending = self._data is not None and self._written < len(self._data)
+        if not pending and not self._dirty:
             return
         try:
-            fsync_file(self.path)
+            fd = os.open(
+                self.path, os.O_WRONLY | os.O_APPEND | (os.O_CREAT if pending else 0), 0o644
+            )
         except FileNotFoundError:
-            pass
+            return
+        try:
+            self._write_pending(fd)
+            syscalls.fsync(fd)
+        finally:
+            os.close(fd)
+        self._dirty = False
 
     def close(self) -> None:
-        """Close the file descriptor and forget the loaded entries (reloaded lazily)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Forget the loaded entries (reloaded lazily from the file). Pending entries are
+        dropped: a segment kept writes them first (``LogSegment.seal``); otherwise it is being
+        deleted, or abandoned on a failing disk, whose next start recovers it."""
         self._data = None
 
     def rename(self, new_path: str) -> None:

@@ -1255,9 +1255,10 @@ class Log:
     def close(self) -> bool:
         """Seal and fsync the active segment, close every descriptor and remove the pending
         .deleted files. Returns whether everything was written: False when a full or failing
-        disk refused the final time index entry or the producer snapshot, which the next start
-        rebuilds by recovery (so the caller must not write a clean-shutdown marker). Raises
-        OSError when the data itself cannot be fsynced; the descriptors are closed anyway."""
+        disk refused the active segment's index entries or the producer snapshot, which the
+        next start rebuilds by recovery (so the caller must not write a clean-shutdown marker).
+        Raises OSError when the data itself cannot be fsynced; the descriptors are closed
+        anyway."""
         if self._closed:
             return True
         complete = True
@@ -1266,7 +1267,10 @@ class Log:
                 self.active_segment.seal()
             except OSError as exc:
                 complete = False
-                self._close_incomplete("the final time index entry", exc)
+                self._close_incomplete("the active segment's index entries", exc)
+                # Else the flush below would retry the write and fail; missing, the index
+                # files are rebuilt at the next start.
+                self.active_segment.discard_indexes()
             self.flush()
             try:
                 self._write_producer_snapshot(self.log_end_offset)  # a start replays nothing

@@ -79,8 +79,9 @@ class FutureLog:
         self.directory = os.path.join(target_dir, f"{name}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}")
         self._copied: dict[str, _Copied] = {}
         self._truncations: int | None = None
-        # Base offsets of the segments seen active: their index files are written in place
-        # (mmap), where neither size nor mtime need change, so the final round copies them again.
+        # Base offsets of the segments seen active: their index files are written at flushes
+        # and cut by truncations, which can leave size and mtime as they were, so the final
+        # round (after the close wrote their last entries) copies them again.
         self._active_bases: set[int] = set()
         self.remaining = 0  # bytes known still to copy after the last round
         self.first_incomplete_base: int | None = None  # lowest segment not fully copied

@@ -10,8 +10,9 @@ entry (its max timestamp) from ``_append_final_time_entry``.
 Resources: the .log file descriptor is opened on first use and stays open until the Log
 releases it (roll, least-recently-read eviction), ``close`` or ``delete_files`` (it survives the
 ``.deleted`` rename, so a fetch in flight still reads); scans map the file read-only for their
-own duration. The indexes of an
-inactive segment are loaded on first lookup. Errors: OSError from the file system propagates;
+own duration. The indexes hold no descriptor (storage/index.py): the active segment's entries
+are made in memory and written to their files by ``flush`` and ``seal``, so a written partition
+costs one descriptor, not three. The indexes of an inactive segment are loaded on first lookup. Errors: OSError from the file system propagates;
 CorruptRecordError (protocol.errors) escapes reads only if the file was damaged after recovery.
 """
 
@@ -181,8 +182,10 @@ class LogSegment:
         return self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms
 
     def flush(self) -> None:
-        """fsync the .log file and both indexes (through a temporary descriptor when none is
-        open: recovery may have left dirty pages without keeping the file open)."""
+        """fsync the .log file (through a temporary descriptor when none is open: recovery may
+        have left dirty pages without keeping the file open), then write the indexes' pending
+        entries and fsync them: a Log advances its recovery point past this segment's data only
+        after this, so the segments below the recovery point have complete indexes."""
         if self._fd is not None:
             syscalls.fsync(self._fd)
         else:
@@ -194,7 +197,7 @@ class LogSegment:
     def seal(self) -> None:
         """Make this segment inactive (roll or close): append the final time index entry (the
         segment's max timestamp, so a restart reads it without a scan), fsync everything and
-        release the index memory and descriptors (the .log descriptor is the caller's call)."""
+        release the index memory (the .log descriptor is the caller's call)."""
         self._append_final_time_entry()
         self.flush()
         self.offset_index.close()
@@ -212,8 +215,8 @@ class LogSegment:
         return self._fd is not None
 
     def close(self) -> None:
-        """Close every descriptor and drop the index memory (``seal`` the active segment
-        first)."""
+        """Close every descriptor and drop the index memory, index entries not yet written
+        included (``seal`` the active segment first)."""
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
@@ -227,6 +230,12 @@ class LogSegment:
         self.txn_index.rename(self.txn_index.path + suffix)
         os.rename(self.log_path, self.log_path + suffix)
         self.log_path += suffix
+
+    def discard_indexes(self) -> None:
+        """Remove both index files, pending entries included (their write failed on a full
+        disk): any later start finds them missing and rebuilds them from the log."""
+        self.offset_index.delete()
+        self.time_index.delete()
 
     def delete_files(self) -> None:
         """Close every descriptor and remove the files (under whatever suffix they have)."""
@@ -271,8 +280,9 @@ class LogSegment:
         """Rebuild both indexes and the max timestamp by scanning every entry, each added as
         ``append`` adds a set (``_add_set``: an entry per index.interval.bytes) and sealed with
         the final time index entry; truncate the log at the first incomplete, corrupt (CRC,
-        size, magic, key/value lengths) or out-of-order entry. The .txnindex is the Log's to
-        rebuild (it needs the producer state)."""
+        size, magic, key/value lengths) or out-of-order entry. The rebuilt entries are written
+        in one write per index (not fsynced: the caller's ``flush`` does). The .txnindex is the
+        Log's to rebuild (it needs the producer state)."""
         self.offset_index.reset()
         self.time_index.reset()
         file_size = os.stat(self.log_path).st_size
@@ -282,7 +292,6 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         previous_offset = self.base_offset - 1
         reason = None
-        indexing = True  # until a full disk refuses an index entry
         add_set = self._add_set  # bound once: it runs for every entry
         try:
             for entry in iter_shallow(view):
@@ -302,21 +311,18 @@ class LogSegment:
                 # The entry starts right after the previous entry's offset (a magic-0/1 wrapper
                 # names its last offset only).
                 length = entry.next_position - entry.position
-                try:
-                    add_set(previous_offset + 1, length, entry.timestamp, entry.offset, indexing)
-                except OSError as exc:
-                    indexing = self._indexes_refused(exc)
-                    add_set(previous_offset + 1, length, entry.timestamp, entry.offset, False)
+                add_set(previous_offset + 1, length, entry.timestamp, entry.offset)
                 previous_offset = entry.offset
         except CorruptRecordError as exc:
             reason = str(exc)
         del view
-        if indexing:
-            # Final entry, as a roll writes it: a later clean start reads the max from it.
-            try:
-                self._append_final_time_entry()
-            except OSError as exc:
-                self._indexes_refused(exc)
+        # Final entry, as a roll makes it: a later clean start reads the max from it.
+        self._append_final_time_entry()
+        try:
+            self.offset_index.write_pending()
+            self.time_index.write_pending()
+        except OSError as exc:
+            self._indexes_refused(exc)
         valid = self.size
         if valid < file_size and reason is None:
             reason = f"incomplete entry at byte {valid}"
@@ -326,22 +332,20 @@ class LogSegment:
         self.rolling_based_timestamp = None
         return RecoveryResult(valid, truncated, reason)
 
-    def _indexes_refused(self, exc: OSError) -> bool:
-        """A write of an index entry during recovery failed: False when a full disk (or
-        exhausted descriptors) refused it. Both index files are then removed: a start on a full
-        disk serves the segment by scanning it, and the next start finds the indexes missing
-        and rebuilds them, rather than trusting an index without its final entry (whose max
-        timestamp retention and rolling read). A failing disk's error is re-raised."""
+    def _indexes_refused(self, exc: OSError) -> None:
+        """The write of the rebuilt indexes failed: when a full disk (or exhausted descriptors)
+        refused it, both index files are removed: a start on a full disk serves the segment by
+        scanning it, and the next start finds the indexes missing and rebuilds them, rather
+        than trusting an index without its final entry (whose max timestamp retention and
+        rolling read). A failing disk's error is re-raised."""
         if is_disk_failure(exc):
             raise exc
-        self.offset_index.delete()
-        self.time_index.delete()
+        self.discard_indexes()
         logger.warning(
             "no room for the segment's indexes during recovery; they are rebuilt at the next start",
             segment=self.log_path,
             error=repr(exc),
         )
-        return False
 
     def next_offset(self) -> int:
         """The offset after the last entry (base offset when empty), by a scan from the last
@@ -366,9 +370,10 @@ class LogSegment:
         """Append a validated message set whose first offset is ``first_offset`` at the end of
         the .log and add its index entries (``_add_set``).
 
-        All or nothing: when a write fails (ENOSPC, EIO, EDQUOT) the .log file and both
-        indexes are cut back to where they were and the OSError propagates, so a failed append
-        leaves no torn tail behind it."""
+        All or nothing: when the write fails (ENOSPC, EIO, EDQUOT) the .log file is cut back to
+        where it was and the OSError propagates, so a failed append leaves no torn tail behind
+        it; the index entries, made in memory, cannot fail but by InvalidAppendError, which
+        cuts the .log back too."""
         position = self.size
         self._write(buffer, position)
         try:
@@ -393,21 +398,18 @@ class LogSegment:
         length: int,
         max_timestamp: int,
         offset_of_max_timestamp: int,
-        index: bool = True,
     ) -> None:
         """Count a set of ``length`` bytes just written at ``self.size`` and index it when due
         (index.interval.bytes, Kafka's rule): when more than that many bytes were added since
         the last index entry (counted before this set, so a segment's first set is never
         indexed) and neither index is full, the offset index maps ``first_offset`` to the set's
         position and the time index gets the largest timestamp so far, this set's included.
-        ``index`` False (recovery after a full disk refused an entry) only counts.
 
-        The entries are written before any field changes: OSError (a full disk) leaves the
-        segment's fields and the offset index as they were."""
+        The entries are made (in memory: ``flush`` writes them) before any field changes:
+        InvalidAppendError leaves the segment's fields and the offset index as they were."""
         position = self.size
         if (
-            index
-            and self.bytes_since_last_index_entry > self.config.index_interval_bytes
+            self.bytes_since_last_index_entry > self.config.index_interval_bytes
             and not self.offset_index.is_full()
             and not self.time_index.is_full()
         ):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 
 import pytest
 
 from storage.errors import CorruptIndexError, InvalidAppendError
+from storage import syscalls
 from storage.index import OffsetIndex, TimeIndex
 
 BASE = 1000
@@ -33,6 +35,7 @@ def test_offset_index_file_layout_is_big_endian_relative_offset_then_position(tm
 def test_time_index_file_layout_is_big_endian_timestamp_then_relative_offset(tmp_path):
     index = time_index(tmp_path)
     index.maybe_append(1_600_000_000_000, BASE + 3)
+    index.flush()
     raw = open(index.path, "rb").read()
     assert raw == struct.pack(">qi", 1_600_000_000_000, 3)
     assert os.path.getsize(index.path) == 12  # no preallocated tail
@@ -118,6 +121,8 @@ def test_truncate_drops_entries_at_or_after_offset_and_shrinks_file(tmp_path):
     for i in range(1, 6):
         oi.append(BASE + i * 10, i * 100)
         ti.maybe_append(i * 1000, BASE + i * 10)
+    oi.flush()
+    ti.flush()
     oi.truncate_to(BASE + 30)
     ti.truncate_to(BASE + 31)
     assert oi.entries == 2 and os.path.getsize(oi.path) == 16
@@ -130,6 +135,7 @@ def test_truncate_drops_entries_at_or_after_offset_and_shrinks_file(tmp_path):
 def test_closed_index_reloads_lazily_from_file(tmp_path):
     index = offset_index(tmp_path)
     index.append(BASE + 4, 40)
+    index.write_pending()
     index.close()
     assert not index.is_loaded
     fresh = offset_index(tmp_path)
@@ -164,3 +170,72 @@ def test_sanity_check_catches_entry_beyond_the_log(tmp_path):
     with pytest.raises(CorruptIndexError, match="beyond the 400-byte log"):
         index.sanity_check(log_size=400)
     index.sanity_check(log_size=501)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_entries_reach_the_file_in_one_write_at_flush_and_no_descriptor_stays_open(
+    tmp_path, monkeypatch
+):
+    writes: list[int] = []
+    real_write = syscalls.write
+
+    def counting_write(fd, data):
+        writes.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(syscalls, "write", counting_write)
+    index = offset_index(tmp_path)
+    fds = open_fds()
+    for i in range(1, 6):
+        index.append(BASE + i, i * 100)
+    assert open_fds() == fds and writes == [] and not os.path.exists(index.path)
+    assert index.lookup(BASE + 3) == (BASE + 3, 300)  # lookups read the entries in memory
+    index.flush()
+    assert writes == [40] and os.path.getsize(index.path) == 40 and open_fds() == fds
+    index.append(BASE + 6, 600)
+    index.flush()
+    index.flush()  # nothing new: nothing written
+    assert writes == [40, 8] and os.path.getsize(index.path) == 48
+
+
+def test_truncating_unwritten_entries_leaves_the_file_alone(tmp_path):
+    index = offset_index(tmp_path)
+    for i in range(1, 4):
+        index.append(BASE + i * 10, i * 100)
+    index.flush()
+    index.append(BASE + 40, 400)
+    index.append(BASE + 50, 500)
+    index.truncate_to(BASE + 45)
+    assert index.entries == 4 and os.path.getsize(index.path) == 24
+    index.flush()
+    assert open(index.path, "rb").read()[24:] == struct.pack(">ii", 40, 400)
+
+
+def test_a_write_refused_by_a_full_disk_is_cut_off_and_retried_whole(tmp_path, monkeypatch):
+    index = time_index(tmp_path)
+    index.maybe_append(100, BASE + 1)
+    index.flush()
+    index.maybe_append(200, BASE + 2)
+    index.maybe_append(300, BASE + 3)
+    real_write = syscalls.write
+
+    def half_then_enospc(fd, data):
+        real_write(fd, bytes(data)[: len(data) // 2 + 1])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as m:
+        m.setattr(syscalls, "write", half_then_enospc)
+        with pytest.raises(OSError):
+            index.flush()
+    assert os.path.getsize(index.path) == 12  # no torn entry
+    assert index.last_entry() == (300, BASE + 3)
+    index.flush()
+    reread = time_index(tmp_path)
+    assert [reread.entry(i) for i in range(reread.entries)] == [
+        (100, BASE + 1),
+        (200, BASE + 2),
+        (300, BASE + 3),
+    ]

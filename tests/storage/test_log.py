@@ -778,6 +778,7 @@ def test_time_index_entry_layout_on_disk(tmp_path, clock):
     log.append(validated(log, [100]))
     log.append(validated(log, [300, 200]))
     log.append(validated(log, [250]))
+    log.flush()  # the active segment's entries reach the file here
     seg = log.active_segment
     raw = open(seg.time_index.path, "rb").read()
     assert raw == struct.pack(">qi", 300, 1)  # (max so far, its offset) when the 2nd set came
