@@ -171,8 +171,10 @@ class KafkaServer:
         workdir: Path,
         overrides: dict[str, object] | None = None,
         jvm_flags: tuple[str, ...] = SERVER_JVM_FLAGS,
+        format_args: tuple[str, ...] = (),
     ) -> None:
         self.workdir = Path(workdir)
+        self.format_args = format_args  # more StorageTool format options (e.g. --add-scram)
         self.jvm_flags = jvm_flags
         self.host = "127.0.0.1"
         self.port = free_port()
@@ -219,6 +221,7 @@ class KafkaServer:
                 _kafka_uuid(),
                 "-c",
                 str(self.config_path),
+                *self.format_args,
             )
         cmd = [
             "java",
