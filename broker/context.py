@@ -39,6 +39,7 @@ from broker.producer_ids import ProducerIdManager
 from broker.quotas import ClientQuotas
 from broker.replica_moves import ReplicaMoves
 from broker.security.acls import AclFile, AclStore
+from broker.security.tokens import TokenFile, TokenStore
 from broker.topics import Topic, TopicRegistry
 from storage import Log, LogManager
 from storage.errors import is_disk_failure
@@ -155,13 +156,15 @@ class BrokerContext:
         producer_ids: ProducerIdManager | None = None,
         features: FeatureLevels | None = None,
         acls: AclStore | None = None,
+        token_store: TokenStore | None = None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         """``replication`` builds the context's Replication (broker/replication.py) from the
         context, last, once every other slot is filled: LocalReplication for a single broker,
         ``Cluster.attach`` in a cluster. ``dynamic_configs`` and ``producer_ids``: as loaded
         from their store (default: not loaded, the single broker's files); ``acls``, the ACL
-        bindings' store (default: the single broker's ACL file)."""
+        bindings' store (default: the single broker's ACL file); ``token_store``, the
+        delegation tokens' (default: the single broker's token file)."""
         self.config = config
         self.cluster_id = cluster_id
         self.log_manager = log_manager
@@ -184,6 +187,8 @@ class BrokerContext:
         self.features = features or FeatureLevels.unloaded(config.log_dirs[0])
         # The ACL bindings (broker/security/acls.py), the authorizer's and the ACL apis'.
         self.acls = acls or AclFile(config.log_dirs[0])
+        # The delegation tokens' store (broker/security/tokens.py), the SecurityGate's.
+        self.token_store = token_store or TokenFile(config.log_dirs[0])
         # Client quotas (broker/quotas/): loaded by open_context.
         self.quotas = ClientQuotas(config)
         self.fetch_sessions = FetchSessionCache(

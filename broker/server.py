@@ -174,6 +174,8 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
     await cluster.load_topics(registry)
     await cluster.features.load()
     await cluster.acls.load()  # every broker enforces the cluster's ACLs from its first request
+    if config.delegation_token_secret_key is not None:  # (Kafka: only with tokens enabled)
+        await cluster.tokens.load()
 
     def config_for_topic(name: str) -> LogConfig:
         topic = registry.get(name)
@@ -191,6 +193,7 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
         producer_ids=ZkProducerIdManager(cluster.zk, config.broker_id),
         features=cluster.features,
         acls=cluster.acls,
+        token_store=cluster.tokens,
     )
     await ctx.quotas.use_zookeeper(ZkQuotaStore(cluster.zk))
     for log in manager.all_logs():

@@ -15,6 +15,8 @@
   notifications every broker follows.
 - :mod:`.acls`: the ACL bindings in ZooKeeper (Kafka's AclAuthorizer layout) and their change
   notifications, so every broker enforces the same ones.
+- :mod:`.tokens`: the delegation tokens in ZooKeeper (Kafka's DelegationTokenManagerZk layout)
+  and their change notifications, so a token made through one broker works on all.
 
 :class:`Cluster` ties them together as ``ctx.cluster`` (None for a single broker: then nothing
 here runs). The request paths reach it only through ``ctx.replication``
@@ -62,6 +64,7 @@ from broker.cluster.groups import CoordinatorPlacement
 from broker.cluster.metadata import MetadataCache
 from broker.cluster.replicas import ReplicaManager
 from broker.cluster.replication import ZkReplication
+from broker.cluster.tokens import ZkTokenStore
 from broker.cluster.txn import TxnPlacement
 from broker.cluster.zk import (
     BROKER_IDS,
@@ -125,6 +128,7 @@ class Cluster:
         self.config_changes = ConfigChanges(self)
         self.features = ZkFeatureLevels(self.zk)
         self.acls = ZkAclStore(self.zk)
+        self.tokens = ZkTokenStore(self.zk)
 
     # -- start-up ----------------------------------------------------------------------------
     async def connect(self) -> str:
@@ -300,6 +304,7 @@ class Cluster:
         self.config_changes.wake()  # its watch went with the old session
         self.features.wake()  # so did this one
         self.acls.wake()  # and the ACL changes' ones
+        self.tokens.wake()  # and the delegation token changes' one
 
     # -- controller election -----------------------------------------------------------------
     async def _elect(self) -> None:

@@ -635,15 +635,6 @@ def cluster_handlers(handlers: Mapping[ApiKey, Handler]) -> dict[ApiKey, Handler
     )
     if ApiKey.CREATE_PARTITIONS in table:
         table[ApiKey.CREATE_PARTITIONS] = handle_cluster_create_partitions
-    # Delegation tokens are a single broker's file (broker/security/tokens.py); a cluster does
-    # not serve them (Kafka's ZooKeeper mode kept them under /delegation_token).
-    for api in (
-        ApiKey.CREATE_DELEGATION_TOKEN,
-        ApiKey.RENEW_DELEGATION_TOKEN,
-        ApiKey.EXPIRE_DELEGATION_TOKEN,
-        ApiKey.DESCRIBE_DELEGATION_TOKEN,
-    ):
-        table.pop(api, None)
     if ApiKey.DESCRIBE_CLUSTER in table:
         table[ApiKey.DESCRIBE_CLUSTER] = cluster_describe_cluster(table[ApiKey.DESCRIBE_CLUSTER])
     table[ApiKey.API_VERSIONS] = make_api_versions_handler(table)

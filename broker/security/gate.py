@@ -32,7 +32,7 @@ from broker.security.scram import Credential, Mechanism
 from broker.security.session import Session
 from broker.security.settings import Listener
 from broker.security.tls import TlsSetupError, server_context
-from broker.security.tokens import DelegationTokens
+from broker.security.tokens import DelegationTokens, TokenStoreError
 from broker.streams import PlainSocketStream
 from protocol.api import ApiKey, Request
 
@@ -70,7 +70,7 @@ class SecurityGate:
         }
         self.credentials = CredentialStore(config.log_dirs[0])
         self.tokens = DelegationTokens(
-            config.log_dirs[0],
+            ctx.token_store,  # the token file, or ZooKeeper in a cluster
             config.delegation_token_secret_key,
             config.delegation_token_max_lifetime_ms,
             config.delegation_token_expiry_time_ms,
@@ -179,26 +179,33 @@ class SecurityGate:
         return credential, token.owner.partition(":")[2]
 
     async def maintain_tokens(self) -> None:
-        """Derive the tokens' SCRAM credentials, then every
-        delegation.token.expiry.check.interval.ms remove the expired tokens (runs for the
-        broker's life; nothing without a secret key)."""
+        """Follow the token changes other brokers make, derive the tokens' SCRAM credentials,
+        then every delegation.token.expiry.check.interval.ms remove the expired tokens (runs
+        for the broker's life; nothing without a secret key). In a cluster every broker
+        sweeps: a removal is conditional on the token still being expired, so two brokers
+        sweeping at once remove it once."""
         if not self.tokens.enabled:
             return
         interval_s = self.ctx.config.delegation_token_expiry_check_interval_ms / 1000
-        while True:
-            try:
-                await trio.to_thread.run_sync(self.tokens.prepare)
-                gone = await trio.to_thread.run_sync(self.tokens.remove_expired)
-            except (OSError, StateFileError) as exc:
-                logger.error(
-                    "delegation tokens could not be read or written",
-                    error=str(exc),
-                    action="check the first log dir's disk and chronolog-delegation-tokens.json",
-                )
-                gone = []
-            for token in gone:
-                logger.info("delegation token expired", token_id=token.token_id, owner=token.owner)
-            await trio.sleep(interval_s)
+        async with trio.open_nursery() as nursery:
+            self.tokens.follow(nursery)
+            while True:
+                try:
+                    self.tokens.forget_removed()
+                    await self.tokens.prepare()
+                    gone = await self.tokens.remove_expired()
+                except (TokenStoreError, StateFileError) as exc:
+                    logger.error(
+                        "delegation tokens could not be read or written; retrying at the next "
+                        "expiry check",
+                        error=str(exc),
+                    )
+                    gone = []
+                for token in gone:
+                    logger.info(
+                        "delegation token expired", token_id=token.token_id, owner=token.owner
+                    )
+                await trio.sleep(interval_s)
 
     def authenticated(self, session: Session) -> None:
         """Record a completed authentication: the session's principal, a log line, metrics."""

@@ -8,7 +8,7 @@ that user (else DELEGATION_TOKEN_AUTHORIZATION_FAILED); describing shows a princ
 it owns or renews, and others only with DESCRIBE on the token or DESCRIBE_TOKENS on its owner.
 No token api is served to a session authenticated with a token, on a PLAINTEXT listener, or on
 an SSL listener without a client certificate (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED). The token
-file is written in a worker thread.
+store (a file, or ZooKeeper in a cluster) is written off the event loop.
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-import trio
 
 from broker.context import BrokerContext
 from broker.security.acls import Operation, ResourceType
-from broker.security.files import StateFileError
 from broker.security.principal import ANONYMOUS
 from broker.security.session import Session, current_session
-from broker.security.tokens import DelegationTokens, TokenError, TokenInfo
+from broker.security.tokens import DelegationTokens, TokenError, TokenInfo, TokenStoreError
 from protocol.api import ApiKey, Request
 from protocol.errors import ErrorCode
 
@@ -60,17 +58,13 @@ def _split(principal: str) -> tuple[str, str]:
     return kind, name
 
 
-async def _write(tokens: DelegationTokens, call: Any, *args: Any) -> Any:
-    """A token file change in a worker thread; a disk or file error is logged and answered as
-    Kafka answers an unexpected failure."""
+async def _write(call: Any, *args: Any) -> Any:
+    """A token change (``call(*args)``, a DelegationTokens method); a store that could not be
+    written is logged and answered as Kafka answers an unexpected failure."""
     try:
-        return await trio.to_thread.run_sync(call, *args)
-    except (OSError, StateFileError) as exc:
-        logger.error(
-            "delegation token change not saved",
-            error=str(exc),
-            action="check the first log dir's disk and chronolog-delegation-tokens.json",
-        )
+        return await call(*args)
+    except TokenStoreError as exc:
+        logger.error("delegation token change not saved", error=str(exc))
         raise TokenError(ErrorCode.UNKNOWN_SERVER_ERROR) from None
 
 
@@ -103,7 +97,7 @@ async def handle_create_delegation_token(ctx: BrokerContext, request: Request) -
     else:
         renewers = [f"{r.principal_type}:{r.principal_name}" for r in body.renewers]
         try:
-            token, mac = await _write(tokens, tokens.create, owner, requester, renewers,
+            token, mac = await _write(tokens.create, owner, requester, renewers,
                                       body.max_lifetime_ms)  # fmt: skip
         except TokenError as exc:
             answer["error_code"] = int(exc.code)
@@ -135,7 +129,7 @@ async def _renew_or_expire(request: Request, expire: bool) -> dict[str, Any]:
         call = tokens.expire if expire else tokens.renew
         period = body.expiry_time_period_ms if expire else body.renew_period_ms
         try:
-            expiry = await _write(tokens, call, bytes(body.hmac), session.principal, period)
+            expiry = await _write(call, bytes(body.hmac), session.principal, period)
         except TokenError as exc:
             code = exc.code
         else:

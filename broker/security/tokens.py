@@ -1,5 +1,5 @@
-"""Delegation tokens (KIP-48, KIP-373) on a single broker, with Kafka 4.1's rules
-(DelegationTokenControlManager, KafkaApis' token handlers, ScramSaslServer's tokenauth).
+"""Delegation tokens (KIP-48, KIP-373), with Kafka 4.1's rules (DelegationTokenControlManager,
+KafkaApis' token handlers, ScramSaslServer's tokenauth).
 
 A principal authenticated with SASL (not over a plaintext listener, not itself with a token)
 creates a token for itself, or, with CREATE_TOKENS on the other user, for an owner it names.
@@ -10,16 +10,17 @@ its expiry (``delegation.token.expiry.time.ms`` after its creation or last renew
 its maximum, ``delegation.token.max.lifetime.ms`` after creation); its owner and renewers renew
 or expire it. Without a secret key every token api answers DELEGATION_TOKEN_AUTH_DISABLED.
 
-The tokens live in ``chronolog-delegation-tokens.json`` in the first log dir (mode 0600, written
-whole with fsync, see :mod:`.files`): id, owner, requester, renewers and the three timestamps;
-never the HMAC, which the secret key gives again. A token's SCRAM credentials (PBKDF2 of the
-HMAC, 4096 iterations, as Kafka's DelegationTokenCache prepares them) are made by
-:meth:`DelegationTokens.prepare` in a worker thread, so no authentication derives a key on the
-event loop. Expired tokens are removed every ``delegation.token.expiry.check.interval.ms`` and
-refused at authentication before then.
-
-Departure: a cluster does not serve the token apis (Kafka's ZooKeeper mode kept tokens under
-/delegation_token); on one broker they are served as Kafka serves them.
+Where the tokens live is a :class:`TokenStore`: id, owner, requester, renewers and the three
+timestamps, never the HMAC, which the secret key gives again. A single broker keeps them in
+``chronolog-delegation-tokens.json`` in the first log dir (:class:`TokenFile`: mode 0600, written
+whole with fsync, see :mod:`.files`); a cluster keeps them in ZooKeeper under
+``/delegation_token`` as Kafka's ZooKeeper mode did (broker/cluster/tokens.py), with the same
+secret key configured on every broker, so a token made through one broker authenticates on all.
+A token's SCRAM credentials (PBKDF2 of the HMAC, 4096 iterations, as Kafka's
+DelegationTokenCache prepares them) are derived in a worker thread by
+:meth:`DelegationTokens.prepare`, so no authentication derives a key on the event loop. Expired
+tokens are removed every ``delegation.token.expiry.check.interval.ms`` and refused at
+authentication before then.
 """
 
 from __future__ import annotations
@@ -29,10 +30,14 @@ import hashlib
 import hmac
 import os
 import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from broker.security.files import WatchedFile
+import trio
+
+from broker.security.files import StateFileError, WatchedFile
 from broker.security.scram import MECHANISMS, MIN_ITERATIONS, Credential, Mechanism
 from protocol.errors import ErrorCode
 
@@ -47,6 +52,10 @@ class TokenError(Exception):
     def __init__(self, code: ErrorCode) -> None:
         super().__init__(code.name)
         self.code = code
+
+
+class TokenStoreError(Exception):
+    """A token store could not be read or written; the message says where and what to check."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,63 @@ class TokenInfo:
 def token_hmac(secret_key: str, token_id: str) -> bytes:
     """Kafka's createHmac: HMAC-SHA512 of the id under the secret key (both UTF-8)."""
     return hmac.new(secret_key.encode(), token_id.encode(), hashlib.sha512).digest()
+
+
+Change = Callable[[TokenInfo | None], TokenInfo | None]
+Prepare = Callable[[list[str]], Awaitable[None]]
+
+
+class TokenStore(ABC):
+    """Where a broker's tokens live. :meth:`tokens` reads memory (trio thread); :meth:`update`
+    writes through to the store."""
+
+    @abstractmethod
+    def tokens(self) -> Mapping[str, TokenInfo]:
+        """Every token, by id."""
+
+    @abstractmethod
+    async def update(self, token_id: str, change: Change) -> TokenInfo | None:
+        """Store ``change(token)`` (the token stored under ``token_id``, None when there is
+        none) in its place, None removing it, atomically against every other writer; returns
+        what was stored. ``change`` runs again when another writer came first, and may raise
+        TokenError (nothing is written). Raises TokenStoreError."""
+
+    def follow(self, nursery: trio.Nursery, prepare: Prepare) -> None:
+        """Keep :meth:`tokens` up to date with the changes other brokers make, awaiting
+        ``prepare(ids)`` before tokens new here show. Nothing for a store only this broker
+        writes."""
+
+
+class TokenFile(TokenStore):
+    """A single broker's tokens, in ``chronolog-delegation-tokens.json`` in ``log_dir``."""
+
+    def __init__(self, log_dir: str) -> None:
+        self._file = WatchedFile(os.path.join(log_dir, FILE_NAME), _parse)
+
+    def tokens(self) -> Mapping[str, TokenInfo]:
+        tokens: dict[str, TokenInfo] = self._file.current()
+        return tokens
+
+    async def update(self, token_id: str, change: Change) -> TokenInfo | None:
+        def write(doc: Any) -> tuple[Any, TokenInfo | None]:
+            tokens = _parse(doc)
+            current = tokens.get(token_id)
+            new = change(current)
+            if new == current:
+                return None, new
+            if new is None:
+                del tokens[token_id]
+            else:
+                tokens[token_id] = new
+            return _doc(tokens), new
+
+        try:
+            stored: TokenInfo | None = await trio.to_thread.run_sync(self._file.update, write)
+        except (OSError, StateFileError) as exc:
+            raise TokenStoreError(
+                f"{self._file.path} could not be written ({exc}); check the first log dir's disk"
+            ) from exc
+        return stored
 
 
 def _parse(doc: Any) -> dict[str, TokenInfo]:
@@ -106,19 +172,20 @@ def _doc(tokens: dict[str, TokenInfo]) -> dict[str, Any]:
 
 
 class DelegationTokens:
-    """The broker's tokens. ``create``, ``renew``, ``expire`` and ``remove_expired`` write the
-    file: call them in a worker thread. ``describe``, ``scram`` and ``enabled`` read memory
-    only (one stat of the file); ``prepare`` derives keys (a worker thread)."""
+    """The broker's tokens and their rules over a :class:`TokenStore`. ``create``, ``renew``,
+    ``expire`` and ``remove_expired`` write the store (raising TokenStoreError when they
+    cannot); ``describe``, ``scram`` and ``enabled`` read memory only; ``prepare`` derives keys
+    in a worker thread. Trio thread only."""
 
     def __init__(
         self,
-        log_dir: str,
+        store: TokenStore,
         secret_key: str | None,
         max_lifetime_ms: int,
         expiry_time_ms: int,
         clock: Callable[[], int],
     ) -> None:
-        self._file = WatchedFile(os.path.join(log_dir, FILE_NAME), _parse)
+        self._store = store
         self._secret = secret_key
         self._max_lifetime_ms = max_lifetime_ms
         self._expiry_time_ms = expiry_time_ms
@@ -130,9 +197,8 @@ class DelegationTokens:
     def enabled(self) -> bool:
         return self._secret is not None
 
-    def tokens(self) -> dict[str, TokenInfo]:
-        tokens: dict[str, TokenInfo] = self._file.current()
-        return tokens
+    def tokens(self) -> Mapping[str, TokenInfo]:
+        return self._store.tokens()
 
     def _secret_key(self) -> str:
         if self._secret is None:
@@ -142,19 +208,19 @@ class DelegationTokens:
     def hmac_of(self, token: TokenInfo) -> bytes:
         return token_hmac(self._secret_key(), token.token_id)
 
-    def _by_hmac(self, tokens: dict[str, TokenInfo], mac: bytes) -> TokenInfo:
+    def _by_hmac(self, mac: bytes) -> TokenInfo:
         key = self._secret_key()
-        for token in tokens.values():
+        for token in self.tokens().values():
             if hmac.compare_digest(token_hmac(key, token.token_id), mac):
                 return token
         raise TokenError(ErrorCode.DELEGATION_TOKEN_NOT_FOUND)
 
-    # -- the apis (worker thread) --------------------------------------------------------------
-    def create(
+    # -- the apis ------------------------------------------------------------------------------
+    async def create(
         self, owner: str, requester: str, renewers: list[str], max_lifetime_ms: int
     ) -> tuple[TokenInfo, bytes]:
-        """A new token and its HMAC. Raises TokenError (disabled; INVALID_PRINCIPAL_TYPE for a
-        renewer that is not a User)."""
+        """A new token and its HMAC, its credentials ready. Raises TokenError (disabled;
+        INVALID_PRINCIPAL_TYPE for a renewer that is not a User)."""
         key = self._secret_key()
         if any(r.partition(":")[0] != USER_TYPE for r in renewers):
             raise TokenError(ErrorCode.INVALID_PRINCIPAL_TYPE)
@@ -172,24 +238,19 @@ class DelegationTokens:
             min(max_ms, now + self._expiry_time_ms),
             max_ms,
         )
-
-        def add(doc: Any) -> tuple[Any, None]:
-            tokens = _parse(doc)
-            tokens[token.token_id] = token
-            return _doc(tokens), None
-
-        self._file.update(add)
-        self.prepare()
+        await self._store.update(token.token_id, lambda current: token)
+        await self.prepare([token.token_id])
         return token, token_hmac(key, token.token_id)
 
-    def renew(self, mac: bytes, principal: str, period_ms: int) -> int:
+    async def renew(self, mac: bytes, principal: str, period_ms: int) -> int:
         """The new expiry of the token ``mac`` names. Raises TokenError: NOT_FOUND, EXPIRED,
         OWNER_MISMATCH (neither its owner nor a renewer)."""
+        token_id = self._by_hmac(mac).token_id
         now = self._clock()
 
-        def change(doc: Any) -> tuple[Any, int]:
-            tokens = _parse(doc)
-            token = self._by_hmac(tokens, mac)
+        def change(token: TokenInfo | None) -> TokenInfo:
+            if token is None:
+                raise TokenError(ErrorCode.DELEGATION_TOKEN_NOT_FOUND)
             if token.expired(now):
                 raise TokenError(ErrorCode.DELEGATION_TOKEN_EXPIRED)
             if not token.owner_or_renewer(principal):
@@ -197,52 +258,53 @@ class DelegationTokens:
             renew = self._expiry_time_ms
             if period_ms > 0:
                 renew = min(renew, period_ms)
-            expiry = min(token.max_ms, now + renew)
-            tokens[token.token_id] = _with_expiry(token, expiry)
-            return _doc(tokens), expiry
+            return _with_expiry(token, min(token.max_ms, now + renew))
 
-        expiry: int = self._file.update(change)
-        return expiry
+        renewed = await self._store.update(token_id, change)
+        assert renewed is not None
+        return renewed.expiry_ms
 
-    def expire(self, mac: bytes, principal: str, period_ms: int) -> int:
+    async def expire(self, mac: bytes, principal: str, period_ms: int) -> int:
         """Expire the token ``mac`` names now (a negative period: it is removed) or after
         ``period_ms``; the new expiry. Raises TokenError as :meth:`renew`."""
+        token_id = self._by_hmac(mac).token_id
         now = self._clock()
 
-        def change(doc: Any) -> tuple[Any, int]:
-            tokens = _parse(doc)
-            token = self._by_hmac(tokens, mac)
+        def change(token: TokenInfo | None) -> TokenInfo | None:
+            if token is None:
+                raise TokenError(ErrorCode.DELEGATION_TOKEN_NOT_FOUND)
             if not token.owner_or_renewer(principal):
                 raise TokenError(ErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH)
             if period_ms < 0:
-                del tokens[token.token_id]
-                return _doc(tokens), now
+                return None
             if token.expired(now):
                 raise TokenError(ErrorCode.DELEGATION_TOKEN_EXPIRED)
-            expiry = min(token.max_ms, now + period_ms)
-            tokens[token.token_id] = _with_expiry(token, expiry)
-            return _doc(tokens), expiry
+            return _with_expiry(token, min(token.max_ms, now + period_ms))
 
-        expiry: int = self._file.update(change)
-        self._forget_removed()
-        return expiry
+        expired = await self._store.update(token_id, change)
+        return now if expired is None else expired.expiry_ms
 
-    def remove_expired(self) -> list[TokenInfo]:
-        """Delete the tokens past their expiry or maximum (Kafka's expireTokens); those removed."""
+    async def remove_expired(self) -> list[TokenInfo]:
+        """Delete the tokens past their expiry or maximum (Kafka's expireTokens); those this
+        call removed (in a cluster every broker sweeps, and a token another broker removed
+        first is not counted again)."""
         now = self._clock()
+        gone: list[TokenInfo] = []
+        for token in [t for t in self.tokens().values() if t.expired(now)]:
+            removed: list[TokenInfo] = []
 
-        def change(doc: Any) -> tuple[Any, list[TokenInfo]]:
-            tokens = _parse(doc)
-            gone = [t for t in tokens.values() if t.expired(now)]
-            if not gone:
-                return None, []
-            return _doc({i: t for i, t in tokens.items() if not t.expired(now)}), gone
+            def change(current: TokenInfo | None) -> TokenInfo | None:
+                removed.clear()
+                if current is None or not current.expired(now):
+                    return current  # gone already, or renewed meanwhile
+                removed.append(current)
+                return None
 
-        gone: list[TokenInfo] = self._file.update(change)
-        self._forget_removed()
+            await self._store.update(token.token_id, change)
+            gone += removed
         return gone
 
-    # -- reads (trio thread) -------------------------------------------------------------------
+    # -- reads ---------------------------------------------------------------------------------
     def describe(self, owners: list[str] | None) -> list[TokenInfo]:
         """The tokens owned or renewable by one of ``owners`` (None: every token), by id."""
         found = sorted(self.tokens().values(), key=lambda t: t.token_id)
@@ -259,24 +321,39 @@ class DelegationTokens:
             return None
         return credential, token
 
-    def prepare(self) -> None:
-        """Derive the SCRAM credentials of every token that has none yet (worker thread)."""
+    # -- credentials ---------------------------------------------------------------------------
+    async def prepare(self, token_ids: Iterable[str] | None = None) -> None:
+        """Derive, in a worker thread, the SCRAM credentials of ``token_ids`` (None: every
+        stored token) that have none yet."""
         if self._secret is None:
             return
-        for token_id in list(self.tokens()):
-            if token_id in self._credentials:
-                continue
-            password = base64.b64encode(token_hmac(self._secret, token_id)).decode()
-            self._credentials[token_id] = {
-                m.name: Credential.from_password(m, password, MIN_ITERATIONS)
-                for m in MECHANISMS.values()
-            }
-        self._forget_removed()
+        wanted = [
+            t for t in (self.tokens() if token_ids is None else token_ids)
+            if t not in self._credentials
+        ]  # fmt: skip
+        if wanted:
+            self._credentials.update(await trio.to_thread.run_sync(_derive, self._secret, wanted))
 
-    def _forget_removed(self) -> None:
+    def forget_removed(self) -> None:
+        """Drop the credentials of tokens no longer stored."""
         live = self.tokens()
         for token_id in [t for t in self._credentials if t not in live]:
             del self._credentials[token_id]
+
+    def follow(self, nursery: trio.Nursery) -> None:
+        """Follow the store's changes made by other brokers (see TokenStore.follow)."""
+        self._store.follow(nursery, self.prepare)
+
+
+def _derive(secret: str, token_ids: list[str]) -> dict[str, dict[str, Credential]]:
+    made = {}
+    for token_id in token_ids:
+        password = base64.b64encode(token_hmac(secret, token_id)).decode()
+        made[token_id] = {
+            m.name: Credential.from_password(m, password, MIN_ITERATIONS)
+            for m in MECHANISMS.values()
+        }
+    return made
 
 
 def _kafka_uuid() -> str:
@@ -300,4 +377,13 @@ def _with_expiry(token: TokenInfo, expiry_ms: int) -> TokenInfo:
     )
 
 
-__all__ = ["DelegationTokens", "TokenError", "TokenInfo", "token_hmac", "FILE_NAME"]
+__all__ = [
+    "DelegationTokens",
+    "TokenError",
+    "TokenFile",
+    "TokenInfo",
+    "TokenStore",
+    "TokenStoreError",
+    "token_hmac",
+    "FILE_NAME",
+]

@@ -1,0 +1,249 @@
+"""Delegation tokens in a cluster (issue #34): a token created through broker 1 is stored in
+ZooKeeper in Kafka's format (no HMAC), authenticates Kafka's Java producer and consumer on
+broker 2 as its owner, renewed through broker 2 shows the same expiry through broker 3, and once
+expired through broker 3 is refused at login by brokers 2 and 1; a broker restarted has the
+tokens before it serves, and an expired token is removed from ZooKeeper once. Two brokers' token stores
+changing one token at once lose no change (compare-and-set on the znode version).
+
+Each broker has a PLAINTEXT listener (first: the brokers' own, registered in ZooKeeper) and a
+SASL_PLAINTEXT one; the token apis are called on a chosen broker's SASL listener with
+chronolog's protocol client after a SCRAM login, so "through broker N" is exact (Kafka's
+admin tool picks a broker itself). The Java clients bootstrap on broker 2 only, with the topic's
+one replica there: a cluster's Metadata gives the other brokers' first listener, which a SASL
+client cannot use. About 25 s (three brokers, one JVM)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+
+import pytest
+import trio
+from kafka.net.sasl.scram import ScramClient
+
+from broker.cluster.tokens import CHANGES, TOKENS, ZkTokenStore, parse_token
+from broker.cluster.zk import ZooKeeper
+from broker.security.credentials import CredentialStore
+from broker.security.scram import MECHANISMS
+from broker.security.tokens import TokenInfo
+from client import BrokerConnection
+from protocol import ApiKey
+from tests.oracle.kafka_oracle import JavaClients
+from tests.waiting import wait_for
+
+MECHANISM = "SCRAM-SHA-256"
+USERS = {"alice": "alice-pw", "bob": "bob-pw"}
+SECRET = "one-secret-for-the-whole-cluster"
+
+
+class TokenScram(ScramClient):
+    """kafka-python's SCRAM client with Kafka's ``tokenauth=true`` extension."""
+
+    def first_message(self) -> bytes:
+        bare = b"n=" + self.user + b",r=" + self.nonce + b",tokenauth=true"
+        self.auth_message += bare
+        return b"n,," + bare
+
+
+def _sasl_port(broker) -> int:
+    for line in broker.log_output(since_start=True).splitlines():
+        if '"listening"' in line:
+            entry = json.loads(line)
+            if entry["listener"] == "SASL_PLAINTEXT":
+                return int(entry["port"])
+    raise AssertionError("no SASL_PLAINTEXT listener logged")
+
+
+def _login(broker, user: str, password: str, token: bool = False) -> BrokerConnection | None:
+    """A connection to ``broker``'s SASL listener after a SCRAM login; None when refused."""
+    c = BrokerConnection(broker.host, _sasl_port(broker), client_id="tokens", timeout_s=15)
+    assert c.call(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": MECHANISM}).error_code == 0
+    scram = (TokenScram if token else ScramClient)(user, password, MECHANISM)
+    first = c.call(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": scram.first_message()})
+    if first.error_code == 0:
+        scram.process_server_first_message(first.auth_bytes)
+        final = c.call(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": scram.final_message()})
+        if final.error_code == 0:
+            return c
+    c.close()
+    return None
+
+
+def _call(broker, user: str, api: ApiKey, version: int, body: dict):
+    c = _login(broker, user, USERS[user])
+    assert c is not None, f"{user} could not log in"
+    with c:
+        return c.call(api, version, body)
+
+
+def _described(broker) -> dict[str, int]:
+    """token id -> expiry, as DescribeDelegationToken through ``broker`` lists alice's."""
+    owners = [{"principal_type": "User", "principal_name": "alice"}]
+    answer = _call(broker, "alice", ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"owners": owners})
+    assert answer.error_code == 0
+    return {t.token_id: t.expiry_timestamp for t in answer.tokens}
+
+
+def _token_login(broker, token_id: str, mac: bytes) -> bool:
+    c = _login(broker, token_id, base64.b64encode(mac).decode(), token=True)
+    if c is None:
+        return False
+    c.close()
+    return True
+
+
+@pytest.fixture
+def sasl_cluster(cluster_factory):
+    cluster = cluster_factory(
+        3,
+        start=False,
+        listeners="PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        listener_security_protocol_map="PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        sasl_enabled_mechanisms=MECHANISM,
+        delegation_token_secret_key=SECRET,
+        delegation_token_expiry_check_interval_ms=500,
+    )
+    for broker in cluster.brokers:  # SCRAM users are each broker's own file
+        (broker.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        store = CredentialStore(broker.log_dir)
+        for user, password in USERS.items():
+            store.set_password(user, MECHANISMS[MECHANISM], password)
+    return cluster.start()
+
+
+@pytest.mark.kafka_oracle
+def test_a_token_made_through_one_broker_works_through_all(sasl_cluster):
+    cluster = sasl_cluster
+    b1, b2, b3 = cluster.brokers
+    short = _call(
+        b3,
+        "alice",
+        ApiKey.CREATE_DELEGATION_TOKEN,
+        3,
+        {"owner_principal_type": None, "owner_principal_name": None, "renewers": [],
+         "max_lifetime_ms": 1000},
+    )  # fmt: skip
+    assert short.error_code == 0
+    renewers = [{"principal_type": "User", "principal_name": "bob"}]
+    created = _call(
+        b1,
+        "alice",
+        ApiKey.CREATE_DELEGATION_TOKEN,
+        3,
+        {"owner_principal_type": None, "owner_principal_name": None, "renewers": renewers,
+         "max_lifetime_ms": -1},
+    )  # fmt: skip
+    assert created.error_code == 0
+    token_id, mac = created.token_id, bytes(created.hmac)
+
+    # in ZooKeeper as Kafka's ZooKeeper mode kept it, without the HMAC
+    data, _ = cluster.zk.get(f"{TOKENS}/{token_id}")
+    assert json.loads(data)["owner"] == "User%3Aalice"
+    assert parse_token("/t", data) == TokenInfo(
+        token_id, "User:alice", "User:alice", ("User:bob",), created.issue_timestamp_ms,
+        created.expiry_timestamp_ms, created.max_timestamp_ms,
+    )  # fmt: skip
+    assert set(json.loads(data)) == {"version", "owner", "tokenRequester", "renewers",
+                                     "issueTimestamp", "maxTimestamp", "expiryTimestamp",
+                                     "tokenId"}  # fmt: skip
+    assert cluster.zk.get_children(CHANGES)
+
+    # a broker started later has the tokens before it serves
+    b3.stop()
+    b3.port = None  # new ports: the listeners are on port 0
+    b3.start()
+    assert token_id in _described(b3)
+
+    # broker 2 follows: Kafka's Java clients log in there with the token, as alice
+    wait_for(lambda: token_id in _described(b2), "broker 2 knows the token")
+    topic = f"tokens-{uuid.uuid4().hex[:8]}"
+    assert cluster.create_topic(topic, assignment={0: [2]}) == 0
+    with_token = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": MECHANISM,
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{token_id}" password="{base64.b64encode(mac).decode()}" tokenauth="true";',
+    }
+    no_idempotence = {"enable.idempotence": "false", "acks": "1"}  # no InitProducerId elsewhere
+    with JavaClients(f"{b2.host}:{_sasl_port(b2)}", config=with_token) as java:
+        records = [{"value": f"v{i}"} for i in range(5)]
+        java.call("produce", topic=topic, records=records, config=no_idempotence)
+        read = java.call("read_partition", topic=topic, partition=0)
+    assert [r["value"] for r in read["records"]] == [f"v{i}" for i in range(5)]
+    logins = [json.loads(line) for line in b2.log_output().splitlines() if "authenticated" in line]
+    assert any(
+        e.get("delegation_token") == token_id and e.get("principal") == "User:alice" for e in logins
+    )
+
+    # renewed by bob through broker 2: broker 3 describes the same expiry
+    renewed = _call(b2, "bob", ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                    {"hmac": mac, "renew_period_ms": 600_000})  # fmt: skip
+    assert renewed.error_code == 0
+    assert renewed.expiry_timestamp_ms != created.expiry_timestamp_ms
+    wait_for(
+        lambda: _described(b3).get(token_id) == renewed.expiry_timestamp_ms,
+        "broker 3 describes the renewed expiry",
+    )
+
+    # expired through broker 3: brokers 2 and 1 refuse it at login
+    expired = _call(b3, "alice", ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                    {"hmac": mac, "expiry_time_period_ms": -1})  # fmt: skip
+    assert expired.error_code == 0
+    wait_for(lambda: not _token_login(b2, token_id, mac), "broker 2 refuses the expired token")
+    wait_for(lambda: not _token_login(b1, token_id, mac), "broker 1 refuses the expired token")
+    assert cluster.zk.exists(f"{TOKENS}/{token_id}") is None
+
+    # the short-lived token is swept from ZooKeeper once, by one of the three brokers
+    def swept() -> list[str]:
+        return [
+            line for b in cluster.brokers for line in b.log_output().splitlines()
+            if '"delegation token expired"' in line and short.token_id in line
+        ]  # fmt: skip
+
+    wait_for(
+        lambda: cluster.zk.exists(f"{TOKENS}/{short.token_id}") is None and swept(),
+        "the expired token removed",
+    )
+    assert len(swept()) == 1, swept()
+    logs = b1.log_output() + b2.log_output() + b3.log_output()
+    assert base64.b64encode(mac).decode() not in logs and mac.hex() not in logs  # a password
+
+
+async def test_two_brokers_changing_one_token_at_once_lose_nothing(zookeeper):
+    """Two stores (two ZooKeeper sessions, as two brokers) each add renewers to one token, 20
+    changes interleaved: every renewer is in the node afterwards."""
+    chroot = f"/tokens-{uuid.uuid4().hex[:8]}"
+    sessions = [
+        ZooKeeper(zookeeper.connect + chroot, session_timeout_ms=6000,
+                  connection_timeout_ms=10000, on_state=lambda state: None)
+        for _ in range(2)
+    ]  # fmt: skip
+    for zk in sessions:
+        await zk.start()
+    try:
+        stores = [ZkTokenStore(zk) for zk in sessions]
+        for store in stores:
+            await store.load()
+        token = TokenInfo("QnwNFBsWR9eYbVyZrBMfnQ", "User:alice", "User:alice", (), 1, 2, 3)
+        await stores[0].update(token.token_id, lambda current: token)
+
+        async def add(store: ZkTokenStore, renewer: str) -> None:
+            def change(current: TokenInfo | None) -> TokenInfo:
+                assert current is not None
+                return TokenInfo(current.token_id, current.owner, current.requester,
+                                 (*current.renewers, renewer), 1, 2, 3)  # fmt: skip
+
+            await store.update(token.token_id, change)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(10):
+                for n, store in enumerate(stores):
+                    nursery.start_soon(add, store, f"User:b{n}-{i}")
+        data, _ = await sessions[0].get(f"{TOKENS}/{token.token_id}")
+        assert sorted(parse_token("/t", data).renewers) == sorted(
+            f"User:b{n}-{i}" for i in range(10) for n in range(2)
+        )
+    finally:
+        for zk in sessions:
+            await zk.stop()
