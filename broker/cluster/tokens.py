@@ -198,8 +198,10 @@ class ZkTokenStore(TokenStore):
                         self._adopt(token_id, current)
                         return new
                     try:
-                        if new is None:
-                            await self._zk.delete(path, version=version)
+                        if new is None:  # (ZooKeeper.delete takes "no node" for done)
+                            await self._zk.call(
+                                self._zk.client.delete, self._zk.path(path), version=version
+                            )
                         elif version < 0:
                             await self._zk.create(path, token_json(new))
                         else:

@@ -212,7 +212,8 @@ def test_a_token_made_through_one_broker_works_through_all(sasl_cluster):
 
 async def test_two_brokers_changing_one_token_at_once_lose_nothing(zookeeper):
     """Two stores (two ZooKeeper sessions, as two brokers) each add renewers to one token, 20
-    changes interleaved: every renewer is in the node afterwards."""
+    changes interleaved: every renewer is in the node afterwards; then both remove it at once,
+    and only one of them did."""
     chroot = f"/tokens-{uuid.uuid4().hex[:8]}"
     sessions = [
         ZooKeeper(zookeeper.connect + chroot, session_timeout_ms=6000,
@@ -244,6 +245,25 @@ async def test_two_brokers_changing_one_token_at_once_lose_nothing(zookeeper):
         assert sorted(parse_token("/t", data).renewers) == sorted(
             f"User:b{n}-{i}" for i in range(10) for n in range(2)
         )
+
+        # both remove it at once (as two brokers' expiry sweeps): one of them removes it
+        removals: list[ZkTokenStore] = []
+
+        async def remove(store: ZkTokenStore) -> None:
+            removed = []
+
+            def change(current: TokenInfo | None) -> None:
+                removed[:] = [] if current is None else [store]
+                return None
+
+            await store.update(token.token_id, change)
+            removals.extend(removed)
+
+        async with trio.open_nursery() as nursery:
+            for store in stores:
+                nursery.start_soon(remove, store)
+        assert len(removals) == 1
+        assert await sessions[0].exists(f"{TOKENS}/{token.token_id}") is None
     finally:
         for zk in sessions:
             await zk.stop()
