@@ -2,7 +2,9 @@
 or 1), up for old producers writing into a v2 log, as Kafka's LogValidator and down-conversion do.
 
 The down-conversion of a v2 batch runs in the C extension without the GIL when it is built
-(protocol/_fastscan.c ``legacy_messages``), else in Python, byte for byte the same.
+(protocol/_fastscan.c ``legacy_messages``), else in Python, byte for byte the same. A fetch
+answer is down-converted lazily, a chunk at a time as it is sent (:class:`LazyDownConversion`,
+KIP-283), so a connection holds one chunk, not the whole answer converted.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, TypeAlias
 from protocol import recordbatch as rb
 from protocol.compression import Codec
 from protocol.entries import (
+    LOG_OVERHEAD,
     NO_TIMESTAMP,
     CODEC_MASK,
     TIMESTAMP_TYPE_BIT,
@@ -30,6 +33,9 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 _INT32_MAX = 2**31 - 1
+# Stored bytes converted at a time by LazyDownConversion (a soft limit: a larger entry is
+# converted whole); Kafka's LazyDownConversionRecordsSend.MAX_READ_SIZE.
+CHUNK_READ_BYTES = 128 * 1024
 
 # legacy_messages(records, count, magic, attrs, relative, base_offset, base_ts, lat, lat_ts)
 #   -> (messages, first offset, last offset, max timestamp) | None; None: the Python path.
@@ -189,3 +195,100 @@ def convert(buf: Buffer, to_magic: int) -> bytes:
         return b"".join(out)
     finally:
         mv.release()
+
+
+class LazyDownConversion:
+    """The records of one partition's Fetch answer for a reader below Fetch v4, converted to
+    ``to_magic`` a chunk at a time as the answer is sent, as Kafka's LazyDownConversionRecords
+    (KIP-283): the answer holds :attr:`size` bytes, announced before any but the first chunk is
+    converted, so memory per connection is one chunk (about CHUNK_READ_BYTES), not the whole
+    answer.
+
+    ``read(position, size)`` gives the stored bytes ``[position, position + size)`` of the
+    range (fewer only when the file ended sooner); ``stored_bytes`` is the range's length. The
+    first chunk is converted at construction, which raises UnsupportedCompressionError (zstd)
+    or CorruptRecordError as a whole conversion would, so the partition answers with the error.
+    :attr:`size` is the stored length, or the first chunk's converted length when larger (so a
+    reader always gets at least that whole chunk), as Kafka sizes it.
+
+    What :meth:`next_piece` gives beyond what fits is cut off (the reader takes a partial
+    message at the end as the end, and fetches from there next time); what it lacks once the
+    records are converted (converted messages are often smaller than batches, or a later batch
+    is zstd or unreadable) is filled with Kafka's overflow message: offset -1 and a size larger
+    than what remains, which readers take for a partial message. Not thread-safe: one sender.
+    """
+
+    def __init__(self, read: Callable[[int, int], bytes], stored_bytes: int, to_magic: int) -> None:
+        if to_magic not in (0, 1):
+            raise ValueError(f"down-conversion is to magic 0 or 1, not {to_magic}")
+        self._read = read
+        self._end = stored_bytes
+        self.to_magic = to_magic
+        self._position = 0  # the next stored byte to convert
+        self._sent = 0
+        # Why the conversion stopped before the end of the range (zstd, bad bytes), for a log
+        # line: the reader learns it when it fetches from there.
+        self.stopped_by: Exception | None = None
+        first = self._next_converted()
+        self._pending: bytes | None = first
+        if first is not None:
+            self.size = max(stored_bytes, len(first))
+        else:  # stored records, none convertible (control batches): an overflow message
+            self.size = LOG_OVERHEAD if stored_bytes else 0
+
+    def next_piece(self) -> bytes:
+        """The next bytes of the answer (CPU: run it beside the event loop); b"" once
+        :attr:`size` bytes were given."""
+        remaining = self.size - self._sent
+        if remaining <= 0:
+            return b""
+        piece = self._pending
+        self._pending = None
+        if piece is None and self.stopped_by is None:
+            try:
+                piece = self._next_converted()
+            except (UnsupportedCompressionError, CorruptRecordError) as exc:
+                self.stopped_by = exc
+        if piece is None:
+            piece = _overflow(remaining)
+        piece = piece[:remaining]
+        self._sent += len(piece)
+        return piece
+
+    def _next_converted(self) -> bytes | None:
+        """The next non-empty chunk converted, None at the end of the complete entries."""
+        while self._position < self._end:
+            data = self._read(self._position, min(CHUNK_READ_BYTES, self._end - self._position))
+            entries = list(iter_shallow(data))
+            if not entries:  # one entry larger than a chunk, or an incomplete last one
+                if len(data) < LOG_OVERHEAD:
+                    return None
+                whole = LOG_OVERHEAD + int.from_bytes(data[8:12], "big", signed=True)
+                if whole <= len(data) or self._position + whole > self._end:
+                    return None
+                data = self._read(self._position, whole)
+                entries = list(iter_shallow(data))
+                if not entries:
+                    return None  # the file ended sooner
+            # A zstd batch ends the chunk before it, so the records ahead of it are sent; as the
+            # chunk's first, its conversion raises UnsupportedCompressionError.
+            zstd = next(
+                (i for i, e in enumerate(entries) if e.magic == rb.MAGIC and e.codec == Codec.ZSTD),
+                None,
+            )
+            if zstd:
+                entries = entries[:zstd]
+            consumed = entries[-1].next_position
+            self._position += consumed
+            converted = convert(data[:consumed], self.to_magic)
+            if converted:
+                return converted
+        return None
+
+
+def _overflow(remaining: int) -> bytes:
+    """Kafka's overflow message (LazyDownConversionRecordsSend.buildOverflowBatch): offset -1
+    and a size past the end of the answer, zeros after; cut to ``remaining`` by the caller."""
+    size = max(remaining + 1, rb.RECORD_BATCH_OVERHEAD)
+    body = max(LOG_OVERHEAD, min(remaining + 1, CHUNK_READ_BYTES))
+    return (-1).to_bytes(8, "big", signed=True) + size.to_bytes(4, "big") + bytes(body - 12)

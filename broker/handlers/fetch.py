@@ -8,11 +8,14 @@ descriptor, which the connection loop sends with os.sendfile and then closes (:f
 the duplicate keeps the bytes readable even if retention deletes the segment meanwhile.
 
 Logs may hold magic 0/1 sets and v2 record batches side by side. Fetch v4+ readers take both as
-stored (sendfile). Older readers get what their version can parse, converted from at most the
-partition's max bytes (so memory stays bounded, KIP-283) outside the partition lock, in a pool of
-``num.io.threads`` worker threads, by the C extension without the GIL where it is built (the
-event loop keeps serving other clients meanwhile): v0/v1 magic 0, v2/v3 magic 1; zstd data below v10 is refused with UNSUPPORTED_COMPRESSION_TYPE, as
-Kafka does. Fetch sessions (KIP-227, v7+) are kept by broker/fetch_sessions.py: an incremental
+stored (sendfile). Older readers get what their version can parse (v0/v1 magic 0, v2/v3 magic
+1), converted lazily as Kafka does (KIP-283, protocol.conversion.LazyDownConversion): the first
+chunk when the partition is read, outside its lock, the rest a chunk at a time while the answer
+is sent (broker/server.py), each in a pool of ``num.io.threads`` worker threads, by the C
+extension without the GIL where it is built, so the event loop keeps serving and a connection
+holds one chunk rather than the whole answer converted. zstd data below v10 is refused with
+UNSUPPORTED_COMPRESSION_TYPE, as Kafka does (after the first chunk the answer ends there
+instead, and the reader is refused when it fetches from it). Fetch sessions (KIP-227, v7+) are kept by broker/fetch_sessions.py: an incremental
 request reads every partition of its session and answers only those with news. With no
 transactions (KIP-98), read_committed (v4+) reads up to the last stable offset and is told the
 aborted transactions whose records the answer may hold, which the client drops; every v4+
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import structlog
@@ -35,7 +39,7 @@ from broker.errors import STORAGE_FAILURES
 from broker.fetch_sessions import Answer, Wanted
 from protocol.api import FileRegion, Request
 from protocol.errors import CorruptRecordError, ErrorCode, UnsupportedCompressionError
-from protocol.conversion import convert
+from protocol.conversion import LazyDownConversion
 from protocol.records import Codec, iter_shallow
 from storage import OffsetOutOfRangeError
 
@@ -56,6 +60,41 @@ logger = structlog.get_logger(__name__)
 INT_MAX = 2**31 - 1
 
 
+@dataclass(eq=False)
+class ConvertingSource:
+    """The ``source`` of a FileRegion whose records are down-converted as they are sent: the
+    conversion, and the dup()ed segment descriptor it reads, closed by :meth:`close`."""
+
+    conversion: LazyDownConversion
+    fd: int
+
+    def next_piece(self) -> bytes:
+        """Worker thread: the next converted bytes of the answer; b"" when all were given."""
+        return self.conversion.next_piece()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _lazily_converted(region: FileRegion, to_magic: int) -> FileRegion:
+    """An io thread, outside the partition lock: ``region`` (owning its descriptor) as records
+    a reader below Fetch v4 parses, its first chunk converted (which raises
+    UnsupportedCompressionError or CorruptRecordError, the descriptor then closed)."""
+    fd, start = region.source, region.position
+
+    def read(position: int, size: int) -> bytes:
+        return os.pread(fd, size, start + position)
+
+    try:
+        conversion = LazyDownConversion(read, region.length, to_magic)
+    except BaseException:
+        os.close(fd)
+        raise
+    return FileRegion(ConvertingSource(conversion, fd), 0, conversion.size)
+
+
 def readable_magic(version: int) -> int | None:
     """The highest message format a Fetch version can parse; None: any (v4+)."""
     if version <= 1:
@@ -73,9 +112,9 @@ def _read(
     max_offset: int | None = None,
 ) -> tuple[int, RecordSet, int]:
     """Worker thread, under the partition lock: (high_watermark, record_set, upper bound) where
-    record_set is bytes (still to convert with :func:`_convert` for a reader below v4) or a
-    FileRegion owning a dup()ed descriptor, and no record of it is at or past the upper bound
-    offset."""
+    record_set is bytes or a FileRegion owning a dup()ed descriptor (still to convert with
+    :func:`_lazily_converted` for a reader below v4), and no record of it is at or past the
+    upper bound offset."""
     data = log.read(offset, max_bytes, min_one_message=min_one, max_offset=max_offset)
     return _records(data, to_magic, zstd_ok)
 
@@ -85,25 +124,17 @@ def _records(data: FetchData, to_magic: int | None, zstd_ok: bool) -> tuple[int,
     for zstd data a v4-v9 reader cannot take."""
     if data.length == 0:
         return data.high_watermark, b"", data.upper_bound
-    if to_magic is not None:
-        return data.high_watermark, data.read_bytes(), data.upper_bound
-    if not zstd_ok:  # checked here: no second thread hop for what needs no conversion
-        return data.high_watermark, _convert(data.read_bytes(), None, False), data.upper_bound
+    if to_magic is None and not zstd_ok:  # checked here: no second thread hop
+        return data.high_watermark, _refuse_zstd(data.read_bytes()), data.upper_bound
     region = FileRegion(os.dup(data.fileno), data.position, data.length)
     return data.high_watermark, region, data.upper_bound
 
 
-def _convert(raw: bytes, to_magic: int | None, zstd_ok: bool) -> bytes:
-    """An io thread, outside the partition lock: ``raw`` as a reader below Fetch v4
-    (``to_magic``) or v10 (no zstd) can parse it. The C extension converts without the GIL
-    (protocol/records.py), so the event loop keeps serving meanwhile. Raises
-    UnsupportedCompressionError for zstd data such a reader cannot take, CorruptRecordError
-    for bad stored bytes."""
-    entries = list(iter_shallow(raw))
-    if not zstd_ok and any(e.magic == 2 and e.codec == Codec.ZSTD for e in entries):
+def _refuse_zstd(raw: bytes) -> bytes:
+    """``raw`` for a Fetch v4-v9 reader; raises UnsupportedCompressionError when it holds zstd
+    data, which such a reader cannot take."""
+    if any(e.magic == 2 and e.codec == Codec.ZSTD for e in iter_shallow(raw)):
         raise UnsupportedCompressionError("zstd data needs Fetch v10 or later (KIP-110)")
-    if to_magic is not None and any(e.magic > to_magic for e in entries):
-        return convert(raw, to_magic)
     return raw
 
 
@@ -278,7 +309,10 @@ def _release_parts(parts: Iterable[dict[str, Any]]) -> None:
         region = part["records"]
         if isinstance(region, FileRegion):
             part["records"] = b""
-            os.close(region.source)
+            if isinstance(region.source, ConvertingSource):
+                region.source.close()
+            else:
+                os.close(region.source)
 
 
 async def _read_partition(
@@ -352,10 +386,10 @@ async def _read_partition(
         return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b"", -1, None
     if records and to_magic is not None:
         # Converted outside the partition lock (appends go on), in num.io.threads' pool.
-        assert isinstance(records, bytes)  # _records reads what is to convert
+        assert isinstance(records, FileRegion)  # _records reads what is to convert
         try:
             records = await trio.to_thread.run_sync(
-                _convert, records, to_magic, zstd_ok, limiter=_io_threads(ctx)
+                _lazily_converted, records, to_magic, limiter=_io_threads(ctx)
             )
         except UnsupportedCompressionError as exc:
             return _unsupported(topic, partition, offset, exc, hw, start, lso)

@@ -1,6 +1,8 @@
 """Fetch down-conversion beside the loop (issue #33): a Fetch v2 reader's conversion runs outside
 the partition lock in num.io.threads' pool, so a produce to the same partition is answered
-while it is in progress, and no more conversions run at once than the pool allows."""
+while it is in progress, and no more conversions run at once than the pool allows. The
+conversion is lazy (KIP-283): the handler converts the first chunk, the rest is converted as
+the answer is sent (tests/broker/test_lazy_down_conversion.py drives that over a socket)."""
 
 from __future__ import annotations
 
@@ -55,9 +57,18 @@ async def produce(ctx, topic: str, partition: int, records: bytes) -> int:
 
 
 async def fetch_v2(ctx, topic: str, partition: int) -> bytes:
+    """The partition's records as a Fetch v2 answer sends them: every converted piece."""
     part = await fetch(ctx, topic, partition, 2)
     assert part["error_code"] == 0
-    return part["records"]
+    region = part["records"]
+    assert isinstance(region.source, fetch_module.ConvertingSource)
+    pieces = []
+    while piece := await trio.to_thread.run_sync(region.source.next_piece):
+        pieces.append(piece)
+    release_fetch_body({"responses": [{"partitions": [part]}]})
+    raw = b"".join(pieces)
+    assert len(raw) == region.length
+    return raw
 
 
 async def fetch(ctx, topic: str, partition: int, version: int) -> dict:
@@ -88,8 +99,8 @@ def kafka_python_read(raw: bytes) -> list[tuple]:
 
 
 class GatedConvert:
-    """fetch's convert, held in its worker thread until ``release`` is set; counts how many
-    conversions are inside at once."""
+    """fetch's LazyDownConversion (its first chunk converted when made), held in its worker
+    thread until ``release`` is set; counts how many conversions are inside at once."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
@@ -98,14 +109,14 @@ class GatedConvert:
         self.entered = trio.Semaphore(0, max_value=100)
         self.token = trio.lowlevel.current_trio_token()
 
-    def __call__(self, raw, to_magic):
+    def __call__(self, *args):
         with self.lock:
             self.inside += 1
             self.most = max(self.most, self.inside)
         trio.from_thread.run_sync(self.entered.release, trio_token=self.token)
         try:
             self.release.wait(60)
-            return fetch_module.convert_unpatched(raw, to_magic)
+            return fetch_module.LazyDownConversion_unpatched(*args)
         finally:
             with self.lock:
                 self.inside -= 1
@@ -118,8 +129,13 @@ async def test_a_produce_to_the_partition_is_answered_while_its_conversion_runs(
     await ctx.create_topic("t", 1)
     await produce(ctx, "t", 0, batch(500, b"old"))
     gate = GatedConvert()
-    monkeypatch.setattr(fetch_module, "convert_unpatched", fetch_module.convert, raising=False)
-    monkeypatch.setattr(fetch_module, "convert", gate)
+    monkeypatch.setattr(
+        fetch_module,
+        "LazyDownConversion_unpatched",
+        fetch_module.LazyDownConversion,
+        raising=False,
+    )
+    monkeypatch.setattr(fetch_module, "LazyDownConversion", gate)
     converted: dict[str, bytes] = {}
 
     async def old_reader():
@@ -142,8 +158,13 @@ async def test_no_more_conversions_run_at_once_than_num_io_threads(tmp_path, mon
     for p in range(5):
         await produce(ctx, "t", p, batch(50, b"p%d" % p))
     gate = GatedConvert()
-    monkeypatch.setattr(fetch_module, "convert_unpatched", fetch_module.convert, raising=False)
-    monkeypatch.setattr(fetch_module, "convert", gate)
+    monkeypatch.setattr(
+        fetch_module,
+        "LazyDownConversion_unpatched",
+        fetch_module.LazyDownConversion,
+        raising=False,
+    )
+    monkeypatch.setattr(fetch_module, "LazyDownConversion", gate)
     answers: dict[int, bytes] = {}
 
     async def reader(p: int):
@@ -191,8 +212,13 @@ async def test_altering_num_io_threads_resizes_the_pool(tmp_path, monkeypatch):
     )
     assert answer["responses"][0]["error_code"] == 0
     gate = GatedConvert()
-    monkeypatch.setattr(fetch_module, "convert_unpatched", fetch_module.convert, raising=False)
-    monkeypatch.setattr(fetch_module, "convert", gate)
+    monkeypatch.setattr(
+        fetch_module,
+        "LazyDownConversion_unpatched",
+        fetch_module.LazyDownConversion,
+        raising=False,
+    )
+    monkeypatch.setattr(fetch_module, "LazyDownConversion", gate)
     with trio.fail_after(60):  # a pool left at 1 would hold the other two back
         await _three_at_once(ctx, gate)
     assert gate.most == 3

@@ -6,10 +6,16 @@ magic 1) timestamp, across fetches that cut batches at the partition limit."""
 
 from __future__ import annotations
 
+import struct
+import time
+
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as ConfluentPartition
 from kafka import KafkaConsumer, TopicPartition
 
+from client import BrokerConnection
+from protocol import ApiKey
 from tests.integration.clients import KEEP_OLD_MESSAGES, create_topic, topic_name
 
 BASE_TS = 1_700_000_000_000
@@ -63,3 +69,93 @@ def test_an_old_consumer_reads_every_message_of_every_codec(broker, api_version)
         expected = [(o, k, v, -1) for o, k, v, _ in expected]
         got = [(o, k, v, -1 if ts is None else ts) for o, k, v, ts in got]
     assert got == expected
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "librdkafka"])
+def test_answers_converted_smaller_than_stored_are_read_to_the_end(broker, client):
+    """Record headers are dropped by the conversion, so each answer's converted messages are far
+    fewer bytes than the batches stored: the lazy conversion (KIP-283) fills the rest of the
+    announced size with Kafka's overflow message, which a real old reader takes for a partial
+    message and fetches on from. Both read every message, in order."""
+    topic = topic_name("old-conv-headers")
+    create_topic(broker.bootstrap, topic, configs=KEEP_OLD_MESSAGES)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "batch.size": 400_000}
+    )
+    expected = []
+    for n in range(3000):
+        producer.produce(
+            topic, key=b"k%d" % n, value=b"v%d" % n, timestamp=BASE_TS + n,
+            headers=[("trace", b"t" * 1000)],
+        )  # fmt: skip
+        expected.append((n, b"k%d" % n, b"v%d" % n))
+    assert producer.flush(30) == 0
+    assert _ends_with_overflow(broker, topic)
+    got = []
+    if client == "kafka-python":
+        consumer = KafkaConsumer(
+            bootstrap_servers=broker.bootstrap,
+            group_id=None,
+            api_version=(0, 10, 1),  # Fetch v3: magic 1
+            max_partition_fetch_bytes=1_000_000,
+            consumer_timeout_ms=5000,
+        )
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        for r in consumer:
+            got.append((r.offset, r.key, r.value))
+            if len(got) == len(expected):
+                break
+        consumer.close()
+    else:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": topic,
+                "api.version.request": False,
+                "broker.version.fallback": "0.10.0",  # Fetch v2: magic 1
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "max.partition.fetch.bytes": 1_000_000,
+            }
+        )
+        consumer.assign([ConfluentPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 60
+        while len(got) < len(expected) and time.monotonic() < deadline:
+            m = consumer.poll(1.0)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            got.append((m.offset(), m.key(), m.value()))
+        consumer.close()
+    assert got == expected
+
+
+def _ends_with_overflow(broker, topic: str) -> bool:
+    """A raw Fetch v2 answer of the topic's first megabyte: whole converted messages, then
+    Kafka's overflow message (offset -1, a size past the answer's end) filling the rest."""
+    body = {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1_000_000}
+                ],
+            }
+        ],
+    }
+    host, port = broker.bootstrap.split(":")
+    with BrokerConnection(host, int(port), client_id="overflow", timeout_s=15) as conn:
+        answer = conn.call(ApiKey.FETCH, 2, body)
+    raw = answer.responses[0].partitions[0].records
+    position = 0
+    while position + 12 <= len(raw):
+        offset, size = struct.unpack_from(">qi", raw, position)
+        if offset == -1:
+            return position > 0 and size > len(raw) - position - 12
+        position += 12 + size
+    return False
