@@ -140,7 +140,29 @@ class CleanerMachine(RuleBasedStateMachine):
             # The ABORT markers that decide which batches go are below the high watermark too
             # (an undecided or unreplicated transaction holds the LSO, and so the cleaning).
             markers = [a.last_offset + 1 for s in plan.segments for a in s.aborted]
-            self.truncate_floor = max(self.truncate_floor, plan.first_uncleanable_offset, *markers)
+            self.truncate_floor = max(
+                self.truncate_floor,
+                plan.first_uncleanable_offset,
+                *markers,
+                *self._decided_markers_after(plan.first_uncleanable_offset),
+            )
+
+    def _decided_markers_after(self, first_uncleanable: int) -> list[int]:
+        """One past each COMMIT or ABORT marker whose transaction has records below
+        ``first_uncleanable``: a cleaning may drop those records as decided, so the marker must
+        stay (a broker cleans below the LSO, which its high watermark is at or above, and
+        truncates only above the high watermark). Without it a truncation would make a
+        transaction undecided again whose records are gone."""
+        first_data: dict[int, int] = {}
+        out = []
+        for offset in sorted(self.txn_log):
+            first, pid, kind = self.txn_log[offset]
+            if kind == "data":
+                first_data.setdefault(pid, first)
+            elif pid in first_data:
+                if first_data.pop(pid) < first_uncleanable:
+                    out.append(offset + 1)
+        return out
 
     def _sync_present(self) -> None:
         self.present = {o: (t, k, v) for o, t, k, v in self.read_log()}
