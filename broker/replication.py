@@ -60,6 +60,11 @@ class Replication(Protocol):
         """The api versions served, from the single broker's ``base``."""
         ...
 
+    def broker_address(self, broker_id: int, listener: str) -> tuple[str, int] | None:
+        """Where clients of the listener named ``listener`` reach broker ``broker_id`` (None:
+        unknown; answers then keep the broker's first listener)."""
+        ...
+
     async def start(self, nursery: trio.Nursery, port: int) -> None:
         """Once the listener is bound (at advertised ``port``): start the coordinators and
         whatever replication runs in the background, in ``nursery``."""
@@ -178,6 +183,9 @@ class LocalReplication:
 
     def api_versions(self, base: dict[ApiKey, tuple[int, int]]) -> dict[ApiKey, tuple[int, int]]:
         return base
+
+    def broker_address(self, broker_id: int, listener: str) -> tuple[str, int] | None:
+        return None  # (this broker's own listeners are the SecurityGate's)
 
     async def start(self, nursery: trio.Nursery, port: int) -> None:
         ctx = self.ctx

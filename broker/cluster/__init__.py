@@ -73,6 +73,7 @@ from broker.cluster.zk import (
     CONTROLLER,
     CONTROLLER_EPOCH,
     BrokerInfo,
+    Endpoint,
     TopicAssignment,
     ZkDataError,
     ZooKeeper,
@@ -220,7 +221,14 @@ class Cluster:
         ``port``, the advertised port once the listener is bound) and join the election."""
         self._nursery = nursery
         self.me = BrokerInfo(
-            self.broker_id, self.config.advertised_host, port, self.config.broker_rack
+            self.broker_id,
+            self.config.advertised_host,
+            port,
+            self.config.broker_rack,
+            listeners=tuple(
+                Endpoint(li.name, li.protocol, li.advertised_host, li.advertised_port)
+                for li in self.ctx.config.listeners  # bound by now: their ports are known
+            ),
         )
         self.addresses[self.broker_id] = (self.me.host, self.me.port)
         await trio.to_thread.run_sync(self.replicas.load_checkpoints)

@@ -59,6 +59,7 @@ from broker.cluster.zk import (
     CONTROLLER_EPOCH,
     DELETE_TOPICS,
     ISR_CHANGES,
+    SECURITY_PROTOCOL_IDS,
     BrokerInfo,
     LeaderIsr,
     TopicAssignment,
@@ -602,11 +603,12 @@ class Controller:
                     "id": b.broker_id,
                     "endpoints": [
                         {
-                            "port": b.port,
-                            "host": b.host,
-                            "listener": "PLAINTEXT",
-                            "security_protocol": 0,
+                            "port": e.port,
+                            "host": e.host,
+                            "listener": e.name,
+                            "security_protocol": SECURITY_PROTOCOL_IDS.get(e.protocol, 0),
                         }
+                        for e in b.endpoints()
                     ],
                     "rack": b.rack,
                 }

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from broker.cluster.zk import BrokerInfo
+from broker.cluster.zk import SECURITY_PROTOCOL_IDS, BrokerInfo, Endpoint
 from broker.config import topic_name_error
 from broker.context import INTERNAL_TOPICS
 from broker.handlers.metadata import describe_topic_partitions_answer
@@ -40,6 +40,9 @@ class PartitionInfo:
     zk_version: int = -1
 
 
+_PROTOCOLS = {number: name for name, number in SECURITY_PROTOCOL_IDS.items()}
+
+
 class MetadataCache:
     """See the module docstring. Trio thread only."""
 
@@ -55,7 +58,16 @@ class MetadataCache:
         self.controller_id = body.controller_id
         self.controller_epoch = body.controller_epoch
         self.brokers = {
-            b.id: BrokerInfo(b.id, b.endpoints[0].host, b.endpoints[0].port, b.rack)
+            b.id: BrokerInfo(
+                b.id,
+                b.endpoints[0].host,
+                b.endpoints[0].port,
+                b.rack,
+                listeners=tuple(
+                    Endpoint(e.listener, _PROTOCOLS.get(e.security_protocol, ""), e.host, e.port)
+                    for e in b.endpoints
+                ),
+            )
             for b in body.live_brokers
             if b.endpoints
         }

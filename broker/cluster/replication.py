@@ -43,6 +43,11 @@ class ZkReplication:
     def api_versions(self, base: dict[ApiKey, tuple[int, int]]) -> dict[ApiKey, tuple[int, int]]:
         return {**base, **CLUSTER_VERSIONS}
 
+    def broker_address(self, broker_id: int, listener: str) -> tuple[str, int] | None:
+        """From the controller's UpdateMetadata, which carries every broker's listeners."""
+        info = self.cluster.metadata.brokers.get(broker_id)
+        return None if info is None else info.address(listener)
+
     async def start(self, nursery: trio.Nursery, port: int) -> None:
         """Register in ZooKeeper and join the controller election; the coordinators start
         there too and load the partitions this broker comes to lead."""

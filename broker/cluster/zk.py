@@ -3,8 +3,10 @@
 Layout (paths under the chroot of zookeeper.connect; JSON as Kafka writes it):
 
 - ``/brokers/ids/<id>`` (ephemeral): ``{"version":4,"host":..,"port":..,"endpoints":
-  ["PLAINTEXT://host:port"],"rack":..,"jmx_port":-1,"timestamp":".."}``; its czxid is the broker
-  epoch (KIP-380).
+  ["PLAINTEXT://host:port","SASL_SSL://host:port2"],"listener_security_protocol_map":
+  {"PLAINTEXT":"PLAINTEXT","SASL_SSL":"SASL_SSL"},"rack":..,"jmx_port":-1,"timestamp":".."}``
+  (every listener, the first, which host and port name, first); its czxid is the broker epoch
+  (KIP-380).
 - ``/controller`` (ephemeral): ``{"version":1,"brokerid":N,"timestamp":".."}``;
   ``/controller_epoch``: the epoch as a decimal string, incremented by each new controller.
 - ``/brokers/topics/<topic>``: ``{"version":3,"topic_id":..,"partitions":{"0":[1,2]},
@@ -37,7 +39,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from collections.abc import Mapping
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, NamedTuple, TypeVar
 
 import structlog
 import trio
@@ -104,23 +106,51 @@ def _now() -> str:
     return str(int(time.time() * 1000))
 
 
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+"""Kafka's SecurityProtocol ids, as UpdateMetadata carries a listener's protocol."""
+
+
+class Endpoint(NamedTuple):
+    """One listener of a broker, where clients of that listener reach it."""
+
+    name: str
+    protocol: str
+    host: str
+    port: int
+
+
 @dataclass(frozen=True)
 class BrokerInfo:
-    """A registered broker: where clients and other brokers reach it, its rack and epoch."""
+    """A registered broker: where clients and other brokers reach it (``host``/``port``, its
+    first listener), its rack and epoch, and every listener's address (``listeners``, the
+    first one first; empty when only the first is known)."""
 
     broker_id: int
     host: str
     port: int
     rack: str | None = None
     epoch: int = -1  # the czxid of its registration (KIP-380's broker epoch)
+    listeners: tuple[Endpoint, ...] = ()
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """Where clients of the listener named ``listener`` reach this broker (None: it has no
+        such listener, or did not say)."""
+        for endpoint in self.listeners:
+            if endpoint.name == listener:
+                return endpoint.host, endpoint.port
+        return None
+
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        return self.listeners or (Endpoint("PLAINTEXT", "PLAINTEXT", self.host, self.port),)
 
     def to_json(self) -> bytes:
+        endpoints = self.endpoints()
         doc: dict[str, Any] = {
             "version": 4,
             "host": self.host,
             "port": self.port,
-            "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
-            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "endpoints": [f"{e.name}://{_host_text(e.host)}:{e.port}" for e in endpoints],
+            "listener_security_protocol_map": {e.name: e.protocol for e in endpoints},
             "jmx_port": -1,
             "timestamp": _now(),
         }
@@ -133,15 +163,28 @@ class BrokerInfo:
         path = f"{BROKER_IDS}/{broker_id}"
         doc = _load(path, data)
         try:
+            protocols = doc.get("listener_security_protocol_map") or {}
+            listeners = []
+            for text in doc.get("endpoints") or ():
+                name, _, hostport = text.partition("://")
+                host, _, port_text = hostport.rpartition(":")
+                name = name.upper()
+                listeners.append(
+                    Endpoint(name, protocols.get(name, name), host.strip("[]"), int(port_text))
+                )
             host, port = doc.get("host"), doc.get("port")
             if not host or port in (None, -1):  # Kafka 0.10+ may give only endpoints
-                endpoint = doc["endpoints"][0]
-                hostport = endpoint.split("://", 1)[1]
-                host, _, port_text = hostport.rpartition(":")
-                port = int(port_text)
-            return cls(broker_id, str(host).strip("[]"), int(port), doc.get("rack"), epoch)
+                host, port = listeners[0].host, listeners[0].port
+            return cls(
+                broker_id, str(host).strip("[]"), int(port), doc.get("rack"), epoch,
+                tuple(listeners),
+            )  # fmt: skip
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise ZkDataError(f"{path} is not a broker registration: {exc!r}") from None
+
+
+def _host_text(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 @dataclass(frozen=True)
@@ -520,6 +563,8 @@ __all__ = [
     "ZooKeeper",
     "WatchFollower",
     "BrokerInfo",
+    "Endpoint",
+    "SECURITY_PROTOCOL_IDS",
     "LeaderIsr",
     "TopicAssignment",
     "ZkDataError",

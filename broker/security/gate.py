@@ -273,18 +273,32 @@ class SecurityGate:
             body = await handler(self.ctx, request)
         listener = session.listener
         if body is not None and listener is not self.listeners[0]:
-            _advertise(request.header.api_key, body, listener, self.ctx.config.broker_id)
+            _advertise(request.header.api_key, body, lambda node: self._address(node, listener))
         return body
 
+    def _address(self, broker_id: int, listener: Listener) -> tuple[str, int] | None:
+        """Where ``listener``'s clients reach broker ``broker_id``: this broker's own address on
+        it, another's as the cluster knows it (in Kafka every broker has the same listeners)."""
+        if broker_id == self.ctx.config.broker_id:
+            return listener.advertised_host, listener.advertised_port
+        address: tuple[str, int] | None = self.ctx.replication.broker_address(
+            broker_id, listener.name
+        )
+        return address
 
-def _advertise(api: ApiKey, body: Any, listener: Listener, broker_id: int) -> None:
-    """Point the answer's entries for this broker at ``listener``'s advertised address."""
-    address = {"host": listener.advertised_host, "port": listener.advertised_port}
+
+def _advertise(api: ApiKey, body: Any, address_of: Callable[[int], tuple[str, int] | None]) -> None:
+    """Point the answer's broker entries at ``address_of(node id)`` (where it is known)."""
+
+    def point(entry: Any, node_id: Any) -> None:
+        found = address_of(node_id) if isinstance(node_id, int) else None
+        if found is not None:
+            entry["host"], entry["port"] = found
+
     if api in (ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER):
         for broker in body.get("brokers", ()):
-            if broker.get("node_id", broker.get("broker_id")) == broker_id:
-                broker.update(address)
+            point(broker, broker.get("node_id", broker.get("broker_id")))
     elif api == ApiKey.FIND_COORDINATOR:
         for entry in [body, *body.get("coordinators", ())]:
-            if entry.get("node_id") == broker_id and "host" in entry:
-                entry.update(address)
+            if "host" in entry:
+                point(entry, entry.get("node_id"))

@@ -1,22 +1,25 @@
 """Delegation tokens in a cluster (issue #34): every broker advertises the four token apis; a
-token created through broker 1 is stored in ZooKeeper in Kafka's format (no HMAC), authenticates
-Kafka's Java producer and consumer on broker 2 as its owner, renewed through broker 2 shows the
-same expiry through broker 3, and once expired through broker 3 is refused at login by brokers 2
-and 1; a broker restarted has the tokens before it serves, and an expired token is removed from
-ZooKeeper once. Two brokers' token stores changing one token at once lose no change
-(compare-and-set on the znode version), and two removing it at once remove it once.
+token created with Kafka 4.1.1's kafka-delegation-tokens.sh bootstrapped on broker 1 is stored in
+ZooKeeper in Kafka's format (no HMAC), authenticates Kafka's Java producer and consumer
+bootstrapped on broker 2 as its owner (on all three brokers, which lead the topic's partitions),
+renewed through broker 2 shows the same expiry through broker 3, and once expired through broker
+3 is refused at login by brokers 2 and 1; a broker restarted has the tokens before it serves, and
+an expired token is removed from ZooKeeper once. Two brokers' token stores changing one token at
+once lose no change (compare-and-set on the znode version), and two removing it at once remove
+it once.
 
-Each broker has a PLAINTEXT listener (first: the brokers' own, registered in ZooKeeper) and a
-SASL_PLAINTEXT one; the token apis are called on a chosen broker's SASL listener with
-chronolog's protocol client after a SCRAM login, so "through broker N" is exact (Kafka's
-admin tool picks a broker itself). The Java clients bootstrap on broker 2 only, with the topic's
-one replica there: a cluster's Metadata gives the other brokers' first listener, which a SASL
-client cannot use. About 11 s (three brokers, one JVM)."""
+Each broker has a PLAINTEXT listener (first: the brokers' own) and a SASL_PLAINTEXT one, both
+registered, so the SASL clients are sent to every broker's SASL listener. Renew, expire and
+the checks "through broker N" use chronolog's protocol client after a SCRAM login on that
+broker's SASL listener (Kafka's admin tool sends its request to a broker it picks). About 14 s
+(three brokers, three JVMs)."""
 
 from __future__ import annotations
 
 import base64
 import json
+import re
+import subprocess
 import uuid
 
 import pytest
@@ -31,12 +34,13 @@ from broker.security.tokens import TokenInfo
 from client import BrokerConnection
 from protocol import ApiKey
 from tests.cluster.helpers import call
-from tests.oracle.kafka_oracle import JavaClients
+from tests.oracle.kafka_oracle import JavaClients, run_kafka_tool
 from tests.waiting import wait_for
 
 MECHANISM = "SCRAM-SHA-256"
 USERS = {"alice": "alice-pw", "bob": "bob-pw"}
 SECRET = "one-secret-for-the-whole-cluster"
+TOKEN_COMMAND = "org.apache.kafka.tools.DelegationTokenCommand"
 
 
 class TokenScram(ScramClient):
@@ -95,6 +99,34 @@ def _token_login(broker, token_id: str, mac: bytes) -> bool:
     return True
 
 
+def _tool(broker, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """Kafka 4.1.1's kafka-delegation-tokens.sh as alice, bootstrapped on ``broker``'s SASL
+    listener."""
+    properties = tmp_path / f"alice-{uuid.uuid4().hex[:6]}.properties"
+    properties.write_text(
+        "security.protocol=SASL_PLAINTEXT\n"
+        f"sasl.mechanism={MECHANISM}\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="alice" password="{USERS["alice"]}";\n'
+    )
+    return run_kafka_tool(
+        TOKEN_COMMAND,
+        "--bootstrap-server",
+        f"{broker.host}:{_sasl_port(broker)}",
+        "--command-config",
+        str(properties),
+        *args,
+        check=False,
+    )
+
+
+def _created(out: str) -> tuple[str, str]:
+    """(token id, HMAC in base64) from the tool's --create table."""
+    match = re.search(r"^(\S{20,})\s+(\S{80,})\s+\S+\s+\S+", out, re.M)
+    assert match, out
+    return match[1], match[2]
+
+
 @pytest.fixture
 def sasl_cluster(cluster_factory):
     cluster = cluster_factory(
@@ -115,7 +147,7 @@ def sasl_cluster(cluster_factory):
 
 
 @pytest.mark.kafka_oracle
-def test_a_token_made_through_one_broker_works_through_all(sasl_cluster):
+def test_a_token_made_through_one_broker_works_through_all(sasl_cluster, tmp_path):
     cluster = sasl_cluster
     b1, b2, b3 = cluster.brokers
     versions = call(b2, ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
@@ -131,24 +163,18 @@ def test_a_token_made_through_one_broker_works_through_all(sasl_cluster):
          "max_lifetime_ms": 1000},
     )  # fmt: skip
     assert short.error_code == 0
-    renewers = [{"principal_type": "User", "principal_name": "bob"}]
-    created = _call(
-        b1,
-        "alice",
-        ApiKey.CREATE_DELEGATION_TOKEN,
-        3,
-        {"owner_principal_type": None, "owner_principal_name": None, "renewers": renewers,
-         "max_lifetime_ms": -1},
-    )  # fmt: skip
-    assert created.error_code == 0
-    token_id, mac = created.token_id, bytes(created.hmac)
+    done = _tool(b1, tmp_path, "--create", "--max-life-time-period", "-1",
+                 "--renewer-principal", "User:bob")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    token_id, hmac_text = _created(done.stdout)
+    mac = base64.b64decode(hmac_text)
 
     # in ZooKeeper as Kafka's ZooKeeper mode kept it, without the HMAC
     data, _ = cluster.zk.get(f"{TOKENS}/{token_id}")
     assert json.loads(data)["owner"] == "User%3Aalice"
-    assert parse_token("/t", data) == TokenInfo(
-        token_id, "User:alice", "User:alice", ("User:bob",), created.issue_timestamp_ms,
-        created.expiry_timestamp_ms, created.max_timestamp_ms,
+    stored = parse_token("/t", data)
+    assert (stored.owner, stored.requester, stored.renewers) == (
+        "User:alice", "User:alice", ("User:bob",)
     )  # fmt: skip
     assert set(json.loads(data)) == {"version", "owner", "tokenRequester", "renewers",
                                      "issueTimestamp", "maxTimestamp", "expiryTimestamp",
@@ -164,19 +190,22 @@ def test_a_token_made_through_one_broker_works_through_all(sasl_cluster):
     # broker 2 follows: Kafka's Java clients log in there with the token, as alice
     wait_for(lambda: token_id in _described(b2), "broker 2 knows the token")
     topic = f"tokens-{uuid.uuid4().hex[:8]}"
-    assert cluster.create_topic(topic, assignment={0: [2]}) == 0
+    assert cluster.create_topic(topic, partitions=3) == 0  # led by all three brokers
     with_token = {
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanism": MECHANISM,
         "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
-        f'username="{token_id}" password="{base64.b64encode(mac).decode()}" tokenauth="true";',
+        f'username="{token_id}" password="{hmac_text}" tokenauth="true";',
     }
-    no_idempotence = {"enable.idempotence": "false", "acks": "1"}  # no InitProducerId elsewhere
     with JavaClients(f"{b2.host}:{_sasl_port(b2)}", config=with_token) as java:
-        records = [{"value": f"v{i}"} for i in range(5)]
-        java.call("produce", topic=topic, records=records, config=no_idempotence)
-        read = java.call("read_partition", topic=topic, partition=0)
-    assert [r["value"] for r in read["records"]] == [f"v{i}" for i in range(5)]
+        records = [{"partition": i % 3, "value": f"v{i}"} for i in range(6)]
+        java.call("produce", topic=topic, records=records)
+        read = [java.call("read_partition", topic=topic, partition=p)["records"] for p in range(3)]
+    assert [[r["value"] for r in part] for part in read] == [
+        ["v0", "v3"],
+        ["v1", "v4"],
+        ["v2", "v5"],
+    ]
     logins = [json.loads(line) for line in b2.log_output().splitlines() if "authenticated" in line]
     assert any(
         e.get("delegation_token") == token_id and e.get("principal") == "User:alice" for e in logins
@@ -186,11 +215,13 @@ def test_a_token_made_through_one_broker_works_through_all(sasl_cluster):
     renewed = _call(b2, "bob", ApiKey.RENEW_DELEGATION_TOKEN, 2,
                     {"hmac": mac, "renew_period_ms": 600_000})  # fmt: skip
     assert renewed.error_code == 0
-    assert renewed.expiry_timestamp_ms != created.expiry_timestamp_ms
+    assert renewed.expiry_timestamp_ms != stored.expiry_ms
     wait_for(
         lambda: _described(b3).get(token_id) == renewed.expiry_timestamp_ms,
         "broker 3 describes the renewed expiry",
     )
+    described = _tool(b3, tmp_path, "--describe", "--owner-principal", "User:alice")
+    assert described.returncode == 0 and token_id in described.stdout, described.stdout
 
     # expired through broker 3: brokers 2 and 1 refuse it at login
     expired = _call(b3, "alice", ApiKey.EXPIRE_DELEGATION_TOKEN, 2,

@@ -9,6 +9,7 @@ import pytest
 
 from broker.cluster.zk import (
     BrokerInfo,
+    Endpoint,
     LeaderIsr,
     TopicAssignment,
     ZkDataError,
@@ -27,18 +28,35 @@ def test_kafka_broker_registrations_parse():
         b'{"jmx_port":-1,"timestamp":"1477424522339","endpoints":["PLAINTEXT://h1:9092"],'
         b'"host":"h1","version":3,"port":9092,"rack":"r1"}'
     )
-    assert BrokerInfo.from_json(1, v3, 77) == BrokerInfo(1, "h1", 9092, "r1", 77)
+    plaintext = (Endpoint("PLAINTEXT", "PLAINTEXT", "h1", 9092),)
+    assert BrokerInfo.from_json(1, v3, 77) == BrokerInfo(1, "h1", 9092, "r1", 77, plaintext)
     # Kafka 3.x with only named listeners: host null, port -1, endpoints carry the address
     v5 = (
         b'{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"endpoints":'
         b'["PLAINTEXT://[::1]:9093"],"jmx_port":-1,"features":{},"host":null,'
         b'"timestamp":"1","port":-1,"version":5}'
     )
-    assert BrokerInfo.from_json(2, v5, 1) == BrokerInfo(2, "::1", 9093, None, 1)
+    v5_endpoint = Endpoint("PLAINTEXT", "PLAINTEXT", "::1", 9093)
+    assert BrokerInfo.from_json(2, v5, 1) == BrokerInfo(2, "::1", 9093, None, 1, (v5_endpoint,))
     mine = BrokerInfo(3, "127.0.0.1", 9094, "r2")
     doc = json.loads(mine.to_json())
     assert doc["endpoints"] == ["PLAINTEXT://127.0.0.1:9094"] and doc["rack"] == "r2"
-    assert BrokerInfo.from_json(3, mine.to_json(), 5) == BrokerInfo(3, "127.0.0.1", 9094, "r2", 5)
+    assert BrokerInfo.from_json(3, mine.to_json(), 5) == BrokerInfo(
+        3, "127.0.0.1", 9094, "r2", 5, (Endpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9094),)
+    )
+    # every listener registered, as Kafka registers them: a SASL client is sent to the SASL one
+    listeners = (
+        Endpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9094),
+        Endpoint("CLIENTS", "SASL_SSL", "broker3.example", 9096),
+    )
+    both = BrokerInfo(3, "127.0.0.1", 9094, None, -1, listeners)
+    doc = json.loads(both.to_json())
+    assert doc["endpoints"] == ["PLAINTEXT://127.0.0.1:9094", "CLIENTS://broker3.example:9096"]
+    assert doc["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT",
+                                                     "CLIENTS": "SASL_SSL"}  # fmt: skip
+    assert BrokerInfo.from_json(3, both.to_json(), 5).listeners == listeners
+    assert both.address("CLIENTS") == ("broker3.example", 9096)
+    assert both.address("OTHER") is None
     with pytest.raises(ZkDataError):
         BrokerInfo.from_json(4, b'{"version":4}', 1)
     with pytest.raises(ZkDataError):
