@@ -378,7 +378,9 @@ def _with_expiry(token: TokenInfo, expiry_ms: int) -> TokenInfo:
 
 
 __all__ = [
+    "Change",
     "DelegationTokens",
+    "Prepare",
     "TokenError",
     "TokenFile",
     "TokenInfo",
