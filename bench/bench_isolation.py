@@ -17,8 +17,9 @@ Phases, each at most --phase-s seconds, on one broker process:
 - ``zstd_produce``: beside a client producing --zstd-mb MB (uncompressed) zstd record batches
   (Produce v9, acks=1) one after another.
 A phase ends when its neighbours are done or at --phase-s. Per phase: the probe's p50/p99/max,
-the neighbours' throughput, and the broker's CPU (utime + stime, /proc/PID/stat) in cores, all
-threads and the event loop's (main) thread apart. Bounded: about 4 x --phase-s plus the 30 MB
+the neighbours' throughput, the broker's CPU (utime + stime, /proc/PID/stat) in cores, all
+threads and the event loop's (main) thread apart, and its peak resident memory in the phase
+(VmHWM, reset at the phase's start). Bounded: about 4 x --phase-s plus the 30 MB
 load and the neighbours' last requests (with the defaults about 4 minutes). Writes
 bench/results/isolation.json (--out to write elsewhere; each --label's run is kept).
 
@@ -273,7 +274,21 @@ def _child_args(args: argparse.Namespace) -> list[str]:
     ]  # fmt: skip
 
 
+def reset_peak_rss(pid: int) -> None:
+    """Start the broker's peak resident set (VmHWM) over from its current size (Linux
+    clear_refs 5), so each phase's peak is its own."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
+def peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    return round(kb / 1024, 1)
+
+
 def phase(name: str, port: int, pid: int, roles: list[str], args: argparse.Namespace) -> dict:
+    reset_peak_rss(pid)
     children = [child(role, port, args) for role in roles]
     stop = threading.Event()
     before, started = cpu_s(pid), time.monotonic()
@@ -304,6 +319,7 @@ def phase(name: str, port: int, pid: int, roles: list[str], args: argparse.Names
         "broker_cpu_cores": round(cores, 2),
         "loop_thread_cores": round(loop_cores, 2),
         "worker_threads_cores": round(cores - loop_cores, 2),
+        "broker_peak_rss_mb": peak_rss_mb(pid),
         "seconds": round(elapsed, 1),
         **results,
     }
