@@ -300,7 +300,7 @@ class Controller:
         if isinstance(request, ElectLeaders):
             return await self._on_elect_leaders(request.election_type, request.keys)
         if isinstance(request, Reassign):
-            return await self._on_reassign(request.targets)
+            return await self._on_reassign(request.targets, request.allow_rf_change)
         if isinstance(request, ListReassignments):
             return election.ongoing_reassignments(self.assignments, request.keys)
         assert_never(request)
@@ -918,7 +918,7 @@ class Controller:
             return
 
     async def _on_reassign(
-        self, targets: Mapping[Key, tuple[int, ...] | None]
+        self, targets: Mapping[Key, tuple[int, ...] | None], allow_rf_change: bool
     ) -> dict[Key, Outcome]:
         """AlterPartitionReassignments (KIP-455): start moving each partition to its target
         replicas (election.start_reassignment); once every target replica is in the ISR,
@@ -931,7 +931,7 @@ class Controller:
             if assignment is None or p not in assignment.partitions or key not in self.states:
                 results[key] = self._no_such(key)
                 continue
-            move = election.start_reassignment(assignment, p, target, self.live)
+            move = election.start_reassignment(assignment, p, target, self.live, allow_rf_change)
             if isinstance(move, tuple):
                 results[key] = move
                 continue

@@ -164,14 +164,17 @@ def start_reassignment(
     partition: int,
     target: Sequence[int] | None,
     live: Collection[int],
+    allow_rf_change: bool = True,
 ) -> ReassignmentStart | Outcome:
     """AlterPartitionReassignments (KIP-455) for one partition: move it to ``target`` (None:
     cancel, back to the replicas before the reassignment). The replica set becomes target +
     current until :func:`complete_reassignment`; the answer instead when nothing is to move
-    (NONE when it is already there) or the target is refused."""
+    (NONE when it is already there) or the target is refused, as Kafka 4.1 refuses it: after
+    the replica checks, a new replication factor when ``allow_rf_change`` is False (KIP-860)."""
     current = assignment.partitions[partition]
     adding = assignment.adding.get(partition, ())
     original = tuple(r for r in current if r not in adding)
+    cancel = target is None
     if target is None:
         if not adding and not assignment.removing.get(partition):
             return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None
@@ -186,6 +189,11 @@ def start_reassignment(
         return (
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             f"replicas {list(target)} name brokers that are not alive",
+        )
+    if not allow_rf_change and not cancel and len(target) != len(original):
+        return (
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"The replication factor is changed from {len(original)} to {len(target)}",
         )
     if target == current and not adding:
         return ErrorCode.NONE, None

@@ -87,9 +87,11 @@ class ElectLeaders:
 
 @dataclass(frozen=True)
 class Reassign:
-    """AlterPartitionReassignments (KIP-455): target replicas per partition, None to cancel."""
+    """AlterPartitionReassignments (KIP-455): target replicas per partition, None to cancel;
+    ``allow_rf_change`` False (v1, KIP-860) refuses a target of another replication factor."""
 
     targets: Mapping[Key, tuple[int, ...] | None]
+    allow_rf_change: bool = True
 
 
 @dataclass(frozen=True)

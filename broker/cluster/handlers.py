@@ -373,8 +373,9 @@ async def handle_elect_leaders(ctx: BrokerContext, request: Request) -> dict[str
 async def handle_alter_partition_reassignments(
     ctx: BrokerContext, request: Request
 ) -> dict[str, Any]:
-    """AlterPartitionReassignments v0 (KIP-455), answered by the controller once each move has
-    started (the copy goes on; ListPartitionReassignments follows it)."""
+    """AlterPartitionReassignments v0-v1 (KIP-455; v1's allow_replication_factor_change,
+    KIP-860), answered by the controller once each move has started (the copy goes on;
+    ListPartitionReassignments follows it)."""
     cluster = ctx.cluster
     assert cluster is not None
     body = request.body
@@ -391,7 +392,8 @@ async def handle_alter_partition_reassignments(
         for t in body.topics
         for p in t.partitions
     }
-    results = await controller.call(Reassign(targets))
+    allow_rf_change = bool(body.allow_replication_factor_change)
+    results = await controller.call(Reassign(targets, allow_rf_change))
     if results is None:
         return {
             "throttle_time_ms": 0,
@@ -406,6 +408,7 @@ async def handle_alter_partition_reassignments(
         )
     return {
         "throttle_time_ms": 0,
+        "allow_replication_factor_change": allow_rf_change,
         "error_code": 0,
         "error_message": None,
         "responses": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],

@@ -1,4 +1,4 @@
-"""ElectLeaders v0-v2, ListPartitionReassignments v0 and AlterPartitionReassignments v0 on a
+"""ElectLeaders v0-v2, ListPartitionReassignments v0 and AlterPartitionReassignments v0-v1 on a
 single broker, answered as a single-node Kafka 4.1 answers them (its controller's
 ReplicationControlManager): the broker is every partition's only replica and its leader, so
 an election is never needed, nothing is ever being reassigned, and the only reassignment that
@@ -138,4 +138,11 @@ async def handle_alter_partition_reassignments(
                 }
             )
         responses.append({"name": topic.name, "partitions": partitions})
-    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "responses": responses}
+    return {
+        "throttle_time_ms": 0,
+        # v1 (KIP-860): a target is this broker alone, so the replication factor never changes
+        "allow_replication_factor_change": bool(request.body.allow_replication_factor_change),
+        "error_code": 0,
+        "error_message": None,
+        "responses": responses,
+    }

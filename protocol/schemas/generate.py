@@ -102,6 +102,7 @@ KAFKA_4_APIS = [
 ]
 # Apis of APIS whose newer versions come from Kafka 4.1.1 (see the module docstring).
 WIDENED_APIS = [
+    "AlterPartitionReassignments",
     "InitProducerId",
     "Produce",
     "Fetch",

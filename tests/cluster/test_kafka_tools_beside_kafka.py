@@ -1,6 +1,7 @@
 """Kafka 4.1.1's own operator tools against a 3-broker chronolog cluster and against a 3-node
 Kafka 4.1.1 cluster side by side (issue #34): kafka-topics creates a topic with an explicit
-replica assignment, kafka-reassign-partitions moves two of its partitions (--execute, then
+replica assignment, kafka-reassign-partitions refuses a plan that changes replication factors
+when told to disallow that (KIP-860), then moves two of its partitions (--execute, then
 --verify until complete), a broker is stopped and started again so two partitions have leaders
 that are not their preferred replica, and kafka-leader-election elects the preferred ones. At
 each step the tool's exit status and output (sorted lines) and the topic's replicas and leaders
@@ -99,6 +100,32 @@ def _scenario(bootstrap: str, stop, start, workdir: Path) -> list[object]:
     for i in range(RECORDS):
         producer.produce(TOPIC, b"%d" % i, partition=i % 3)
     assert producer.flush(30) == 0
+    seen.append(_layout(bootstrap))
+
+    # KIP-860 (AlterPartitionReassignments v1): a plan that changes replication factors is
+    # refused whole when the tool is told to disallow that
+    resize = workdir / "resize.json"
+    resize.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "partitions": [
+                    {"topic": TOPIC, "partition": 0, "replicas": [1, 2, 3]},
+                    {"topic": TOPIC, "partition": 2, "replicas": [3]},
+                ],
+            }
+        )
+    )
+    seen.append(
+        _tool(
+            REASSIGN_COMMAND,
+            bootstrap,
+            "--reassignment-json-file",
+            str(resize),
+            "--execute",
+            "--disallow-replication-factor-change",
+        )  # fmt: skip
+    )
     seen.append(_layout(bootstrap))
 
     plan = workdir / "reassign.json"
@@ -204,3 +231,7 @@ def test_kafka_tools_reassign_and_elect_as_on_a_kafka_cluster(cluster_factory, t
         kafka.stop()
     for step, (mine, kafkas) in enumerate(zip(ours, theirs)):
         assert mine == kafkas, f"step {step}:\nchronolog {mine}\nkafka     {kafkas}"
+    refused = ours[2]  # the resize plan, refused on both alike
+    assert refused[0] != 0 and "moves-0: The replication factor is changed from 2 to 3" in (
+        refused[1]
+    ), refused

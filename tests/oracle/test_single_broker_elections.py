@@ -53,9 +53,12 @@ def scenario(server) -> dict[str, object]:
             body = {"election_type": election_type, "timeout_ms": 10000, "topic_partitions": wanted}
             return conn.call(ApiKey.ELECT_LEADERS, 2, body)
 
-        def alter(targets: list) -> object:
+        def alter(targets: list, allow_rf_change: bool | None = None) -> object:
             body = {"timeout_ms": 10000, "topics": [{"name": topic, "partitions": targets}]}
-            return conn.call(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body)
+            if allow_rf_change is None:
+                return conn.call(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body)
+            body["allow_replication_factor_change"] = allow_rf_change  # v1, KIP-860
+            return conn.call(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, body)
 
         answers = {
             "preferred": elect(
@@ -83,6 +86,14 @@ def scenario(server) -> dict[str, object]:
                     {"partition_index": 0, "replicas": [me, 999]},
                     {"partition_index": 1, "replicas": []},
                 ]
+            ),
+            "alter v1, factor fixed": alter(
+                [
+                    {"partition_index": 0, "replicas": [me]},
+                    {"partition_index": 1, "replicas": [me, 999]},
+                    {"partition_index": 2, "replicas": None},
+                ],
+                allow_rf_change=False,
             ),
         }
     text = repr(_view(answers)).replace(topic, "TOPIC").replace(missing, "MISSING")

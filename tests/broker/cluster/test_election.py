@@ -184,3 +184,30 @@ def test_reassignment_targets_are_refused_as_kafka_refuses_them():
         ErrorCode.INVALID_REPLICA_ASSIGNMENT,
         "replicas [1, 9] name brokers that are not alive",
     )
+
+
+def test_a_new_replication_factor_is_refused_when_the_request_disallows_it():
+    """AlterPartitionReassignments v1 (KIP-860): with allow_replication_factor_change false a
+    target of another size is refused with Kafka 4.1's error and message, after the replica
+    checks; one of the same size moves, and a cancellation goes back whatever its size."""
+    live = {1, 2, 3, 4}
+    topic = TopicAssignment("t", None, {0: (1, 2)})
+    for target, size in (((1, 2, 3), 3), ((3,), 1)):
+        assert election.start_reassignment(topic, 0, target, live, allow_rf_change=False) == (
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"The replication factor is changed from 2 to {size}",
+        )
+    assert election.start_reassignment(topic, 0, (1, 1, 2), live, allow_rf_change=False) == (
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        "replicas [1, 1, 2] are empty or repeat a broker",
+    )
+    move = election.start_reassignment(topic, 0, (3, 4), live, allow_rf_change=False)
+    assert isinstance(move, election.ReassignmentStart) and move.adding == (3, 4)
+    # while (1, 2) -> (3, 4) is under way the factor is still the original 2
+    again = election.start_reassignment(move.assignment, 0, (4,), live, allow_rf_change=False)
+    assert again == (
+        ErrorCode.INVALID_REPLICATION_FACTOR,
+        "The replication factor is changed from 2 to 1",
+    )
+    back = election.start_reassignment(move.assignment, 0, None, live, allow_rf_change=False)
+    assert isinstance(back, election.ReassignmentStart)
