@@ -109,6 +109,17 @@ class GatedConvert:
         self.entered = trio.Semaphore(0, max_value=100)
         self.token = trio.lowlevel.current_trio_token()
 
+    @classmethod
+    def installed(cls, monkeypatch) -> GatedConvert:
+        """A gate put in place of fetch's LazyDownConversion for the test."""
+        gate = cls()
+        monkeypatch.setattr(
+            fetch_module, "LazyDownConversion_unpatched", fetch_module.LazyDownConversion,
+            raising=False,
+        )  # fmt: skip
+        monkeypatch.setattr(fetch_module, "LazyDownConversion", gate)
+        return gate
+
     def __call__(self, *args):
         with self.lock:
             self.inside += 1
@@ -128,14 +139,7 @@ async def test_a_produce_to_the_partition_is_answered_while_its_conversion_runs(
     ctx = await open_context(config(tmp_path))
     await ctx.create_topic("t", 1)
     await produce(ctx, "t", 0, batch(500, b"old"))
-    gate = GatedConvert()
-    monkeypatch.setattr(
-        fetch_module,
-        "LazyDownConversion_unpatched",
-        fetch_module.LazyDownConversion,
-        raising=False,
-    )
-    monkeypatch.setattr(fetch_module, "LazyDownConversion", gate)
+    gate = GatedConvert.installed(monkeypatch)
     converted: dict[str, bytes] = {}
 
     async def old_reader():
@@ -157,14 +161,7 @@ async def test_no_more_conversions_run_at_once_than_num_io_threads(tmp_path, mon
     await ctx.create_topic("t", 5)
     for p in range(5):
         await produce(ctx, "t", p, batch(50, b"p%d" % p))
-    gate = GatedConvert()
-    monkeypatch.setattr(
-        fetch_module,
-        "LazyDownConversion_unpatched",
-        fetch_module.LazyDownConversion,
-        raising=False,
-    )
-    monkeypatch.setattr(fetch_module, "LazyDownConversion", gate)
+    gate = GatedConvert.installed(monkeypatch)
     answers: dict[int, bytes] = {}
 
     async def reader(p: int):
@@ -211,14 +208,7 @@ async def test_altering_num_io_threads_resizes_the_pool(tmp_path, monkeypatch):
         ctx, request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter)
     )
     assert answer["responses"][0]["error_code"] == 0
-    gate = GatedConvert()
-    monkeypatch.setattr(
-        fetch_module,
-        "LazyDownConversion_unpatched",
-        fetch_module.LazyDownConversion,
-        raising=False,
-    )
-    monkeypatch.setattr(fetch_module, "LazyDownConversion", gate)
+    gate = GatedConvert.installed(monkeypatch)
     with trio.fail_after(60):  # a pool left at 1 would hold the other two back
         await _three_at_once(ctx, gate)
     assert gate.most == 3

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as ConfluentPartition
 from kafka import KafkaConsumer, TopicPartition
 
-from client import BrokerConnection
+from kafka_wire import WireClient, fetch_body
 from protocol import ApiKey
 from tests.integration.clients import KEEP_OLD_MESSAGES, create_topic, topic_name
 
@@ -135,21 +135,9 @@ def test_answers_converted_smaller_than_stored_are_read_to_the_end(broker, clien
 def _ends_with_overflow(broker, topic: str) -> bool:
     """A raw Fetch v2 answer of the topic's first megabyte: whole converted messages, then
     Kafka's overflow message (offset -1, a size past the answer's end) filling the rest."""
-    body = {
-        "replica_id": -1,
-        "max_wait_ms": 0,
-        "min_bytes": 0,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1_000_000}
-                ],
-            }
-        ],
-    }
+    body = fetch_body(topic, 0, 0, 1_000_000)  # v2 ignores its max_bytes (v3+)
     host, port = broker.bootstrap.split(":")
-    with BrokerConnection(host, int(port), client_id="overflow", timeout_s=15) as conn:
+    with WireClient(host, int(port)) as conn:
         answer = conn.call(ApiKey.FETCH, 2, body)
     raw = answer.responses[0].partitions[0].records
     position = 0
