@@ -40,7 +40,7 @@ import trio
 from kazoo.exceptions import BadVersionError, KazooException, NoNodeError, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from broker.cluster.zk import WatchFollower, ZkDataError, ZooKeeper
+from broker.cluster.zk import WatchFollower, ZkDataError, ZooKeeper, notification_sequence
 from broker.config import BrokerConfig
 from broker.errors import ClusterStateError
 from broker.security.acls import (
@@ -171,15 +171,6 @@ def parse_change(pattern: PatternType, path: str, data: bytes) -> Resource:
         )
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise ZkDataError(f"{path} is not an ACL change ({exc!r}): {data[:200]!r}") from None
-
-
-def _sequence(node: str) -> int | None:
-    if not node.startswith(CHANGE_PREFIX):
-        return None
-    try:
-        return int(node[len(CHANGE_PREFIX) :])
-    except ValueError:
-        return None
 
 
 class ZkAclStore(AclStore):
@@ -347,7 +338,7 @@ class ZkAclStore(AclStore):
         newest = last
         resources: list[Resource] = []
         for node in nodes:
-            sequence = _sequence(node)
+            sequence = notification_sequence(node, CHANGE_PREFIX)
             if sequence is None or sequence <= last:
                 continue
             newest = max(newest, sequence)

@@ -43,6 +43,7 @@ from broker.cluster.zk import (
     WatchFollower,
     ZkDataError,
     config_change_json,
+    notification_sequence,
     parse_config_change,
     parse_entity_config,
     topic_config_json,
@@ -138,7 +139,7 @@ class ConfigChanges:
         entities: list[tuple[str, str]] = []
         newest = self.last_handled
         for node in nodes:
-            sequence = _sequence(node)
+            sequence = notification_sequence(node, CONFIG_CHANGE_PREFIX)
             if sequence is None or sequence <= self.last_handled:
                 continue
             newest = max(newest, sequence)
@@ -198,12 +199,3 @@ class ConfigChanges:
         controller = self.cluster.controller
         if controller is not None:
             controller.post(ConfigsChanged(name if kind == "topics" else None))
-
-
-def _sequence(node: str) -> int | None:
-    if not node.startswith(CONFIG_CHANGE_PREFIX):
-        return None
-    try:
-        return int(node[len(CONFIG_CHANGE_PREFIX) :])
-    except ValueError:
-        return None

@@ -41,7 +41,7 @@ import structlog
 import trio
 from kazoo.exceptions import BadVersionError, KazooException, NoNodeError, NodeExistsError
 
-from broker.cluster.zk import WatchFollower, ZkDataError, ZooKeeper
+from broker.cluster.zk import WatchFollower, ZkDataError, ZooKeeper, notification_sequence
 from broker.errors import ClusterStateError
 from broker.security.tokens import Change, Prepare, TokenInfo, TokenStore, TokenStoreError
 
@@ -112,15 +112,6 @@ def _principal(text: Any) -> str:
     if ":" not in principal:
         raise ValueError(f"{principal!r} is not a principal (Type:name)")
     return principal
-
-
-def _sequence(node: str) -> int | None:
-    if not node.startswith(CHANGE_PREFIX):
-        return None
-    try:
-        return int(node[len(CHANGE_PREFIX) :])
-    except ValueError:
-        return None
 
 
 class ZkTokenStore(TokenStore):
@@ -238,7 +229,7 @@ class ZkTokenStore(TokenStore):
         newest = self._last_handled
         named: list[str] = []
         for node in nodes:
-            sequence = _sequence(node)
+            sequence = notification_sequence(node, CHANGE_PREFIX)
             if sequence is None or sequence <= self._last_handled:
                 continue
             newest = max(newest, sequence)

@@ -334,6 +334,17 @@ def parse_isr_change(path: str, data: bytes) -> list[tuple[str, int]]:
         raise ZkDataError(f"{path} is not an ISR change notification: {exc!r}") from None
 
 
+def notification_sequence(node: str, prefix: str) -> int | None:
+    """The number ZooKeeper appended to a sequential notification node named ``prefix`` +
+    digits (config, ACL and token changes); None for any other child."""
+    if not node.startswith(prefix):
+        return None
+    try:
+        return int(node[len(prefix) :])
+    except ValueError:
+        return None
+
+
 def cluster_id_json(cluster_id: str) -> bytes:
     return _dump({"version": "1", "id": cluster_id})
 
