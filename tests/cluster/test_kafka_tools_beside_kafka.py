@@ -232,6 +232,6 @@ def test_kafka_tools_reassign_and_elect_as_on_a_kafka_cluster(cluster_factory, t
     for step, (mine, kafkas) in enumerate(zip(ours, theirs)):
         assert mine == kafkas, f"step {step}:\nchronolog {mine}\nkafka     {kafkas}"
     refused = ours[2]  # the resize plan, refused on both alike
-    assert refused[0] != 0 and "moves-0: The replication factor is changed from 2 to 3" in (
-        refused[1]
+    assert (
+        refused[0] != 0 and "moves-0: The replication factor is changed from 2 to 3" in (refused[1])
     ), refused
