@@ -1,11 +1,30 @@
-"""Helpers for storage tests (imported as tests.storage.helpers): a controllable clock and
-validated message sets built with the protocol package's real builder and validator."""
+"""Helpers for storage tests (imported as tests.storage.helpers): a controllable clock,
+validated message sets built with the protocol package's real builder and validator, and a
+script run until it kills itself."""
 
 from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 from protocol.compression import Codec
 from protocol.records import MessageSetBuilder, TimestampType
 from protocol.validator import TopicSettings, ValidatedRecords, validate_produce
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_killed(script: str, *args: str) -> list[str]:
+    """Run ``script`` (python -c, from the repository) until it SIGKILLs itself, as a crash
+    leaves files; its stdout lines. Fails the test if it ended any other way."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    return done.stdout.splitlines()
 
 
 class Clock:

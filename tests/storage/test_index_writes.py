@@ -8,18 +8,14 @@ from __future__ import annotations
 import collections
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 from protocol.records import first_offset, iter_deep, iter_shallow
 from storage import Log, LogConfig, LogManager, TimestampOffset
 from storage.dump import main as dump_log
-from tests.storage.helpers import validated
+from tests.storage.helpers import run_killed, validated
 
-REPO = Path(__file__).resolve().parents[2]
 BASE_TS = 1_700_000_000_000
 KILLED_CONFIG = dict(segment_bytes=3000, index_interval_bytes=100, retention_ms=-1)
 
@@ -94,15 +90,7 @@ def brute_force(log: Log) -> list[tuple[int, int, int]]:
 
 def test_a_kill_before_any_flush_loses_no_look_up(tmp_path, clock):
     log_dir = tmp_path / "killed"
-    done = subprocess.run(
-        [sys.executable, "-c", _KILLED, str(log_dir)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    segments, in_memory, on_disk = map(int, done.stdout.splitlines()[-1].split())
+    segments, in_memory, on_disk = map(int, run_killed(_KILLED, str(log_dir))[-1].split())
     assert segments > 3
     assert on_disk < in_memory  # the kill left the active segment's index behind its log
     twin_dir = tmp_path / "twin"

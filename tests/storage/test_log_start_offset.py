@@ -5,19 +5,13 @@ deletion and a kill -9."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from protocol.records import iter_deep
 from storage import Log, LogConfig, LogManager, OffsetOutOfRangeError
-from tests.storage.helpers import validated
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.storage.helpers import run_killed, validated
 
 
 def open_log(tmp_path, clock, **kw):
@@ -180,15 +174,9 @@ _KILLED = textwrap.dedent(
 
 def test_start_offset_survives_kill_9(tmp_path, clock):
     log_dir = tmp_path / "d1"
-    done = subprocess.run(
-        [sys.executable, "-c", _KILLED, str(log_dir)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    assert int(done.stdout.splitlines()[-1]) > 3  # several segments, so 13 lies past the first one
+    assert (
+        int(run_killed(_KILLED, str(log_dir))[-1]) > 3
+    )  # several segments, so 13 lies past the first one
     assert not os.path.exists(log_dir / ".kafka_cleanshutdown")
     m = manager(tmp_path, clock)
     m.startup()  # unclean: recovery runs, the checkpointed start holds
