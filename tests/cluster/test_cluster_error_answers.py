@@ -85,8 +85,16 @@ def _kafka_topic(kafka, topic: str) -> None:
             "timeout_ms": 20000,
         }  # fmt: skip
         assert c.call(ApiKey.CREATE_TOPICS, 5, body).topics[0].error_code == 0
-        produced = produce(kafka, topic, [b"x"])
-        assert produced.error_code == 0
+    # Kafka answers CreateTopics before its broker leads the new partition: a produce at once
+    # may be refused NOT_LEADER_OR_FOLLOWER (a full run met it), and writes nothing then
+    answers: list[int] = []
+
+    def produced() -> bool:
+        answers.append(produce(kafka, topic, [b"x"]).error_code)
+        return answers[-1] not in (3, 6)  # UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER
+
+    wait_for(produced, "Kafka's new topic takes a produce", timeout=30)
+    assert answers[-1] == 0, answers
 
 
 @pytest.mark.parametrize(
