@@ -226,9 +226,9 @@ class LazyDownConversion:
         self.to_magic = to_magic
         self._position = 0  # the next stored byte to convert
         self._sent = 0
-        # Why the conversion stopped before the end of the range (zstd, bad bytes), for a log
-        # line: the reader learns it when it fetches from there.
-        self.stopped_by: Exception | None = None
+        # A later chunk that cannot be converted (zstd, bad bytes) ends the answer there: the
+        # reader fetches from it next and is answered the error then.
+        self._stopped = False
         first = self._next_converted()
         self._pending: bytes | None = first
         if first is not None:
@@ -244,11 +244,11 @@ class LazyDownConversion:
             return b""
         piece = self._pending
         self._pending = None
-        if piece is None and self.stopped_by is None:
+        if piece is None and not self._stopped:
             try:
                 piece = self._next_converted()
-            except (UnsupportedCompressionError, CorruptRecordError) as exc:
-                self.stopped_by = exc
+            except (UnsupportedCompressionError, CorruptRecordError):
+                self._stopped = True
         if piece is None:
             piece = _overflow(remaining)
         piece = piece[:remaining]
@@ -291,4 +291,6 @@ def _overflow(remaining: int) -> bytes:
     and a size past the end of the answer, zeros after; cut to ``remaining`` by the caller."""
     size = max(remaining + 1, rb.RECORD_BATCH_OVERHEAD)
     body = max(LOG_OVERHEAD, min(remaining + 1, CHUNK_READ_BYTES))
-    return (-1).to_bytes(8, "big", signed=True) + size.to_bytes(4, "big") + bytes(body - 12)
+    return (
+        (-1).to_bytes(8, "big", signed=True) + size.to_bytes(4, "big") + bytes(body - LOG_OVERHEAD)
+    )
