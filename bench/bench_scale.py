@@ -16,9 +16,10 @@ On one broker process of this checkout, on a fresh log directory:
   same bytes are resent and the broker assigns the offsets); each connection keeps
   --in-flight requests outstanding. A load stops sending at --seconds or --messages,
   whichever first, and waits for every answer. Per load: messages and MB (of values) per
-  second, request latency p50/p99, the broker's CPU in cores (all threads, and the event
-  loop's thread apart) and the generator's, and at the end a check that the log end offsets
-  of the partitions written sum to the messages acknowledged.
+  second, request latency p50/p99, how evenly the connections were served (answers per
+  connection min/p50/max, and when each got its first answer), the broker's CPU in cores
+  (all threads, and the event loop's thread apart) and the generator's, and at the end a
+  check that the log end offsets of the partitions written sum to the messages acknowledged.
 
 Writes bench/results/scale.json (--out elsewhere). ``--quick``: 20 x 50 partitions, 100
 connections, 5-second loads. ``--profile``: py-spy samples the broker (the GIL holder's
@@ -81,6 +82,8 @@ class Producer:
     index: int
     out: list[memoryview] = field(default_factory=list)
     sent_at: list[float] = field(default_factory=list)
+    answered: int = 0
+    first_answer: float | None = None
     inbox: bytearray = field(default_factory=bytearray)
     writing: bool = False
 
@@ -204,6 +207,9 @@ def run_load(args: argparse.Namespace) -> dict[str, Any]:
                 view.release()
                 del p.inbox[: 4 + size]
                 latencies.append(now - p.sent_at.pop(0))
+                p.answered += 1
+                if p.first_answer is None:
+                    p.first_answer = now - t0
                 outstanding -= 1
                 last_ack = now
                 for topic in body.responses:
@@ -219,6 +225,8 @@ def run_load(args: argparse.Namespace) -> dict[str, Any]:
         p.sock.close()
     elapsed = last_ack - t0
     latencies.sort()
+    answered = sorted(p.answered for p in producers)
+    firsts = sorted(p.first_answer if p.first_answer is not None else elapsed for p in producers)
     return {
         "connections": len(producers),
         "connect_s": round(connect_s, 2),
@@ -235,6 +243,13 @@ def run_load(args: argparse.Namespace) -> dict[str, Any]:
         "generator_cpu_cores": round(
             (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / elapsed, 2
         ),
+        # How evenly the connections were served: a starved one answers little, and late.
+        "answers_per_connection_min_p50_max": [
+            answered[0],
+            answered[len(answered) // 2],
+            answered[-1],
+        ],
+        "first_answer_s_p50_max": [round(firsts[len(firsts) // 2], 2), round(firsts[-1], 2)],
     }
 
 
