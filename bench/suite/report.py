@@ -517,6 +517,21 @@ def readme_section(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _fairness(wide: dict) -> list[str]:
+    """How evenly the wide load's connections were served (absent from runs before it was
+    measured)."""
+    if "answers_per_connection_min_p50_max" not in wide:
+        return []
+    low, mid, high = wide["answers_per_connection_min_p50_max"]
+    first_p50, first_max = wide["first_answer_s_p50_max"]
+    return [
+        f"How evenly the {wide['connections']:,} connections were served: {low} / {mid} / {high} "
+        f"answers a connection (min / p50 / max); each had its first answer within {first_max} s "
+        f"(p50 {first_p50} s).",
+        "",
+    ]
+
+
 def scale_section(doc: dict) -> str:
     """docs/performance.md's "Scale" section from bench/bench_scale.py's scale.json."""
     p, c, meta, loads = doc["params"], doc["create"], doc["metadata_all_topics"], doc["loads"]
@@ -579,6 +594,7 @@ def scale_section(doc: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|",
         *(row(names[k], r) for k, r in loads.items()),
         "",
+        *_fairness(loads["wide"]),
         f"{partitions:,} partitions over one partition with the same batches: {ratio:.2f} "
         f"(issue #33's target >= 0.8: {'met' if ratio >= 0.8 else 'not met'}). "
         + (
