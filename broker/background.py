@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 import structlog
 import trio
 
-from broker import cleaner
+from broker import cleaner, workers
 from broker.context import BrokerContext
 from broker.errors import STORAGE_FAILURES
 from storage import Maintenance
@@ -92,7 +92,7 @@ async def maintain(ctx: BrokerContext, task: Maintenance) -> int:
                 continue  # deleted meanwhile
             failure: OSError | None
             try:
-                done = await trio.to_thread.run_sync(ctx.log_manager.run, task, log, ctx.clock())
+                done = await workers.run_sync(ctx.log_manager.run, task, log, ctx.clock())
             except STORAGE_FAILURES as exc:
                 if ctx.metrics is not None:
                     ctx.metrics.storage_error(log)
@@ -121,5 +121,5 @@ async def checkpoint(ctx: BrokerContext) -> None:
     """Write the recovery-point and log-start-offset checkpoints; the admin lock keeps topic
     creation and deletion from changing the set of logs while the worker thread walks it."""
     async with ctx.admin_lock:
-        await trio.to_thread.run_sync(ctx.log_manager.checkpoint_recovery_points)
-        await trio.to_thread.run_sync(ctx.log_manager.checkpoint_log_start_offsets)
+        await workers.run_sync(ctx.log_manager.checkpoint_recovery_points)
+        await workers.run_sync(ctx.log_manager.checkpoint_log_start_offsets)

@@ -24,6 +24,7 @@ import threading
 import structlog
 import trio
 
+from broker import workers
 from broker.context import BrokerContext
 from storage.cleaner import (
     Cleaner,
@@ -124,7 +125,7 @@ async def _plans(ctx: BrokerContext, now: int) -> list[CleaningPlan]:
             if locked is not log:
                 continue
             try:
-                plan = await trio.to_thread.run_sync(plan_cleaning, log, now)
+                plan = await workers.run_sync(plan_cleaning, log, now)
             except OSError as exc:
                 failure = exc
         if failure is not None:
@@ -147,18 +148,18 @@ async def _clean(ctx: BrokerContext, job: CleaningJob) -> CleaningResult | None:
         first_uncleanable_offset=job.plan.first_uncleanable_offset,
     )
     try:
-        await trio.to_thread.run_sync(job.build_offset_map)
+        await workers.run_sync(job.build_offset_map)
         for group in job.groups:
-            cleaned = await trio.to_thread.run_sync(job.clean_group, group)
+            cleaned = await workers.run_sync(job.clean_group, group)
             try:
                 async with ctx.locked_log(topic, partition) as locked:
                     if locked is not log:
                         job.discard(cleaned)
                         raise CleaningAbortedError(f"{log.name} was deleted while being cleaned")
-                    swapped = await trio.to_thread.run_sync(job.swap, cleaned)
+                    swapped = await workers.run_sync(job.swap, cleaned)
             except BaseException:
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(job.discard, cleaned)
+                    await workers.run_sync(job.discard, cleaned)
                 raise
             if not swapped:
                 break
@@ -168,7 +169,7 @@ async def _clean(ctx: BrokerContext, job: CleaningJob) -> CleaningResult | None:
             result = job.finish()
         log_dir = ctx.log_manager.log_dir_of(topic, partition)
         if log_dir is not None:
-            await trio.to_thread.run_sync(ctx.log_manager.checkpoint_cleaner, log_dir)
+            await workers.run_sync(ctx.log_manager.checkpoint_cleaner, log_dir)
     except CleaningAbortedError as exc:
         logger.info("cleaning dropped", topic=topic, partition=partition, reason=str(exc))
         return None

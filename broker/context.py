@@ -3,7 +3,7 @@
 Concurrency rules (all state lives on the trio thread):
 - Every access to a partition's ``Log`` (append, read, search, flush, retention) happens while
   holding that partition's ``PartitionState.lock``, so storage never sees two threads in one
-  Log. Calls that may wait on the disk (fsync, reads) run inside ``trio.to_thread.run_sync``, so
+  Log. Calls that may wait on the disk (fsync, reads) run inside ``workers.run_sync``, so
   a slow disk stalls only that partition; only page-cache-bound calls that cannot fsync run on
   the trio thread (a small produce whose ``Log.append_would_sync`` is False, a fetch answered
   by ``Log.read_cached``, attribute reads). One read skips the lock: a fetch at the log end
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import structlog
 import trio
 
+from broker import workers
 from broker.admin.dynamic import DynamicConfigs
 from broker.config import BrokerConfig, ConfigError, topic_name_error
 from broker.fetch_sessions import FetchSessionCache
@@ -251,7 +252,7 @@ class BrokerContext:
         async with self.admin_lock:
             states = [self.partition(t, p) for t, p in manager.partitions_in(log_dir)]
             async with all_locks(states):
-                await trio.to_thread.run_sync(manager.mark_offline, log_dir, exc)
+                await workers.run_sync(manager.mark_offline, log_dir, exc)
         for state in states:
             state.notify()
 

@@ -30,6 +30,7 @@ from enum import IntEnum
 
 import trio
 
+from broker import workers
 from broker.errors import StartupError
 from protocol.errors import ErrorCode
 from storage.durable import write_atomically
@@ -201,6 +202,6 @@ class FeatureLevels:
             if self.current != based_on:
                 return False
             new = Features(dict(levels), self.current.epoch + 1)
-            await trio.to_thread.run_sync(self._save, new)
+            await workers.run_sync(self._save, new)
             self.current = new
             return True

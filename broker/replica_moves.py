@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import structlog
 import trio
 
+from broker import workers
 from protocol.errors import ErrorCode
 from storage.errors import LogNotFoundError
 from storage.replica_move import FutureLog
@@ -76,7 +77,7 @@ class ReplicaMoves:
         if future is not None:
             if future.target_dir == path:
                 return ErrorCode.NONE
-            await trio.to_thread.run_sync(manager.cancel_future, topic, partition)
+            await workers.run_sync(manager.cancel_future, topic, partition)
         if manager.get_log(topic, partition) is None:
             # Kafka's ReplicaManager: a partition the cluster has but not this broker is not
             # available here (yet); one the cluster does not know is unknown.
@@ -88,7 +89,7 @@ class ReplicaMoves:
         if manager.log_dir_of(topic, partition) == path:
             return ErrorCode.NONE
         try:
-            future = await trio.to_thread.run_sync(manager.start_future, topic, partition, path)
+            future = await workers.run_sync(manager.start_future, topic, partition, path)
         except LogNotFoundError:  # deleted meanwhile
             return ErrorCode.REPLICA_NOT_AVAILABLE
         if self._nursery is None:
@@ -107,9 +108,7 @@ class ReplicaMoves:
                     return  # deleted, taken offline or sent elsewhere meanwhile
                 await trio.sleep_until(self._next_round)
                 rate = self._rate()
-                copied = await trio.to_thread.run_sync(
-                    future.copy_round, log, min(ROUND_BYTES, rate)
-                )
+                copied = await workers.run_sync(future.copy_round, log, min(ROUND_BYTES, rate))
                 self._next_round = max(self._next_round, trio.current_time()) + copied / rate
                 if future.remaining == 0 and copied < CAUGHT_UP_BYTES:
                     break
@@ -118,15 +117,13 @@ class ReplicaMoves:
                     return
                 source = manager.log_dir_of(topic, partition)
                 if source == future.target_dir:  # asked for while a swap was putting it there
-                    await trio.to_thread.run_sync(manager.cancel_future, topic, partition)
+                    await workers.run_sync(manager.cancel_future, topic, partition)
                     return
                 locked_at = trio.current_time()
-                moved, doomed = await trio.to_thread.run_sync(
-                    manager.swap_in_future, topic, partition
-                )
+                moved, doomed = await workers.run_sync(manager.swap_in_future, topic, partition)
                 paused = trio.current_time() - locked_at
             ctx.partition(topic, partition).notify()
-            await trio.to_thread.run_sync(manager.remove_replaced, moved, doomed)
+            await workers.run_sync(manager.remove_replaced, moved, doomed)
             logger.info(
                 "partition moved to another log dir",
                 topic=topic,
@@ -138,7 +135,7 @@ class ReplicaMoves:
             )
         except OSError as exc:
             if manager.future_of(topic, partition) is future:
-                await trio.to_thread.run_sync(manager.cancel_future, topic, partition)
+                await workers.run_sync(manager.cancel_future, topic, partition)
             elif manager.get_log(topic, partition) is None:
                 return  # the partition was deleted under the copy
             logger.error(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 import structlog
 import trio
 
+from broker import workers
 from broker.admin.changes import put_and_save
 from broker.context import BrokerContext, TopicExistsError, all_locks
 from broker.groups import setup as setup_group_coordinator
@@ -212,16 +213,16 @@ class LocalReplication:
                 raise TopicExistsError(f"topic {name!r} already exists")
             topic = ctx.topics.make_topic(name, partitions, overrides)
             try:
-                await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot(topic))
+                await workers.run_sync(ctx.topics.save, ctx.topics.snapshot(topic))
                 for p in range(partitions):
                     async with ctx.partition(name, p).lock:
-                        log = await trio.to_thread.run_sync(
+                        log = await workers.run_sync(
                             ctx.log_manager.create_log, name, p, topic.log_config
                         )
-                        await trio.to_thread.run_sync(log.assign_topic_id, topic.topic_id)
+                        await workers.run_sync(log.assign_topic_id, topic.topic_id)
             except BaseException:
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
+                    await workers.run_sync(ctx.topics.save, ctx.topics.snapshot())
                 raise
             ctx.topics.put(topic)
         logger.info(
@@ -239,7 +240,7 @@ class LocalReplication:
                 return False
             ctx.topics.remove(name)
             try:
-                await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
+                await workers.run_sync(ctx.topics.save, ctx.topics.snapshot())
                 registry_saved = True
             except OSError as exc:
                 # A full disk: deleting the logs first makes the room the registry needs. A crash
@@ -252,12 +253,12 @@ class LocalReplication:
                 )
             states = [ctx.partition(name, p) for p in range(topic.partitions)]
             async with all_locks(states):
-                await trio.to_thread.run_sync(ctx.log_manager.delete_topic, name)
+                await workers.run_sync(ctx.log_manager.delete_topic, name)
             for p, state in enumerate(states):
                 state.notify()
                 ctx.forget_partition(name, p)
             if not registry_saved:
-                await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
+                await workers.run_sync(ctx.topics.save, ctx.topics.snapshot())
         logger.info("deleted topic", topic=name, partitions=topic.partitions)
         return True
 
@@ -276,7 +277,7 @@ class LocalReplication:
         own: Mapping[str, str],
     ) -> None:
         dynamic = self.ctx.dynamic_configs
-        await trio.to_thread.run_sync(dynamic.save, dynamic.snapshot(cluster_default, own))
+        await workers.run_sync(dynamic.save, dynamic.snapshot(cluster_default, own))
 
     def leader_epoch(self, topic: str, partition: int) -> int | None:
         return 0

@@ -28,7 +28,7 @@ from typing import Any
 import structlog
 import trio
 
-from broker import background, http
+from broker import background, http, workers
 from broker.accept import serve_listeners
 from broker.admin.dynamic import DynamicConfigs
 from broker.cluster import Cluster
@@ -85,19 +85,19 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
     """
     if config.zookeeper_connect is not None:
         return await open_cluster_context(config)
-    cluster_id = await trio.to_thread.run_sync(load_or_create_meta, config)
+    cluster_id = await workers.run_sync(load_or_create_meta, config)
     dynamic = DynamicConfigs(config)
-    await trio.to_thread.run_sync(dynamic.load)
+    await workers.run_sync(dynamic.load)
     config = dynamic.effective(config)  # the dynamic broker configs set before the restart
     registry = TopicRegistry(config)
-    await trio.to_thread.run_sync(registry.load)
+    await workers.run_sync(registry.load)
 
     def config_for_topic(name: str) -> LogConfig:
         topic = registry.get(name)
         return (topic or registry.default_topic(name, 1)).log_config
 
     manager = LogManager(list(config.log_dirs), config_for_topic, wall_clock_ms)
-    await trio.to_thread.run_sync(manager.startup)
+    await workers.run_sync(manager.startup)
     ctx = BrokerContext(
         config,
         cluster_id,
@@ -105,10 +105,10 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
         registry,
         LocalReplication,
         dynamic_configs=dynamic,
-        features=await trio.to_thread.run_sync(FeatureLevels.in_log_dir, config.log_dirs[0]),
+        features=await workers.run_sync(FeatureLevels.in_log_dir, config.log_dirs[0]),
     )
-    await trio.to_thread.run_sync(ctx.producer_ids.load)
-    await trio.to_thread.run_sync(ctx.quotas.load_file)
+    await workers.run_sync(ctx.producer_ids.load)
+    await workers.run_sync(ctx.quotas.load_file)
 
     # Reconcile: logs on disk without a registry entry keep the broker defaults; registry
     # entries whose logs are missing (crash during creation) get them now.
@@ -137,11 +137,11 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
                 continue  # perhaps in the offline log dir: an empty copy elsewhere would fork it
             if partition_log is None:
                 logger.warning("creating missing partition log", topic=name, partition=p)
-                partition_log = await trio.to_thread.run_sync(
+                partition_log = await workers.run_sync(
                     manager.create_log, name, p, topic.log_config
                 )
             try:
-                await trio.to_thread.run_sync(partition_log.assign_topic_id, topic.topic_id)
+                await workers.run_sync(partition_log.assign_topic_id, topic.topic_id)
             except InconsistentTopicIdError as exc:
                 logger.error(
                     "partition directory belongs to another topic id",
@@ -152,7 +152,7 @@ async def open_context(config: BrokerConfig) -> BrokerContext:
                     "created again; chronolog keeps serving it as it is",
                 )
     if changed:
-        await trio.to_thread.run_sync(registry.save, registry.snapshot())
+        await workers.run_sync(registry.save, registry.snapshot())
     logger.info(
         "logs loaded",
         topics=len(registry.names()),
@@ -167,7 +167,7 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
     each gets its topic's configs; logs are not created here (the controller's LeaderAndIsr does that)."""
     cluster = Cluster(config)
     cluster_id = await cluster.connect()
-    await trio.to_thread.run_sync(load_or_create_meta, config, cluster_id)
+    await workers.run_sync(load_or_create_meta, config, cluster_id)
     dynamic = DynamicConfigs(config)
     cluster_default, own = await cluster.config_changes.read_broker_configs()
     config = dynamic.adopt_stored(cluster_default, own, "ZooKeeper /config/brokers")
@@ -183,7 +183,7 @@ async def open_cluster_context(config: BrokerConfig) -> BrokerContext:
         return (topic or registry.default_topic(name, 1)).log_config
 
     manager = LogManager(list(config.log_dirs), config_for_topic, wall_clock_ms)
-    await trio.to_thread.run_sync(manager.startup)
+    await workers.run_sync(manager.startup)
     ctx = BrokerContext(
         config,
         cluster_id,
@@ -567,9 +567,7 @@ async def send_response(
             position, remaining = chunk.position, chunk.length
             while remaining:
                 size = min(remaining, TLS_REGION_PIECE_BYTES)
-                pending += await trio.to_thread.run_sync(
-                    _pread, chunk.source, position, size, remaining
-                )
+                pending += await workers.run_sync(_pread, chunk.source, position, size, remaining)
                 position += size
                 remaining -= size
                 await stream.send_all(pending)
@@ -589,7 +587,7 @@ async def _send_converting(
 ) -> None:
     """Send a lazily down-converted region whole: its pieces add up to the size announced."""
     while True:
-        piece = await trio.to_thread.run_sync(source.next_piece, limiter=io_threads)
+        piece = await workers.run_sync(source.next_piece, limiter=io_threads)
         if not piece:
             return
         await stream.send_all(piece)
@@ -765,7 +763,7 @@ async def _open_metrics(ctx: BrokerContext, server: Server) -> list[socket.socke
     if ctx.config.metrics_listener is None:
         return []
     host, port = ctx.config.metrics_listener
-    sockets = await trio.to_thread.run_sync(http.open_sockets, host, port)
+    sockets = await workers.run_sync(http.open_sockets, host, port)
     ctx.metrics = BrokerMetrics(ctx, lambda: server.active)
     ctx.metrics.listener_connections = lambda: dict(server.active_by_listener)
     ctx.metrics.loop_delay = server.loop_delay
@@ -788,4 +786,4 @@ async def _shutdown_storage(ctx: BrokerContext) -> list[str]:
     await ctx.admin_lock.acquire()
     for state in ctx.partition_states():
         await state.lock.acquire()
-    return await trio.to_thread.run_sync(ctx.log_manager.shutdown)
+    return await workers.run_sync(ctx.log_manager.shutdown)

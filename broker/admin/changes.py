@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
-import trio
 
+from broker import workers
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.topics import Topic
@@ -46,7 +46,7 @@ async def put_and_save(ctx: BrokerContext, new: Topic, old: Topic) -> None:
     raises), ``old`` is put back so the running broker matches the file."""
     ctx.topics.put(new)
     try:
-        await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
+        await workers.run_sync(ctx.topics.save, ctx.topics.snapshot())
     except BaseException:
         ctx.topics.put(old)
         raise
@@ -215,9 +215,7 @@ async def add_partitions(
         await put_and_save(ctx, new, old)
         for p in range(old.partitions, count):
             async with ctx.partition(name, p).lock:
-                log = await trio.to_thread.run_sync(
-                    ctx.log_manager.create_log, name, p, new.log_config
-                )
-                await trio.to_thread.run_sync(log.assign_topic_id, new.topic_id)
+                log = await workers.run_sync(ctx.log_manager.create_log, name, p, new.log_config)
+                await workers.run_sync(log.assign_topic_id, new.topic_id)
     logger.info("added partitions", topic=name, partitions=count, before=old.partitions)
     return new

@@ -51,6 +51,7 @@ import structlog
 import trio
 from kazoo.exceptions import KazooException, NodeExistsError
 
+from broker import workers
 from broker.admin.changes import apply_topic_settings
 from broker.cluster.acls import ZkAclStore
 from broker.cluster.assignment import AssignmentError, assign_replicas
@@ -231,7 +232,7 @@ class Cluster:
             ),
         )
         self.addresses[self.broker_id] = (self.me.host, self.me.port)
-        await trio.to_thread.run_sync(self.replicas.load_checkpoints)
+        await workers.run_sync(self.replicas.load_checkpoints)
         self.fetchers.start(nursery)
         self.replicas.start(nursery)
         self.groups.start(nursery)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
+from broker import workers
 from broker.cluster.channel import BrokerChannel, ChannelError
 from broker.errors import STORAGE_FAILURES
 from protocol import ApiKey
@@ -263,7 +264,7 @@ class Fetcher:
             before = log.log_end_offset
             if target < before:
                 try:
-                    await trio.to_thread.run_sync(log.truncate_to, target)
+                    await workers.run_sync(log.truncate_to, target)
                 except STORAGE_FAILURES as exc:
                     logger.error(
                         "follower truncation failed",
@@ -343,7 +344,7 @@ class Fetcher:
                 return
             try:
                 if records:
-                    await trio.to_thread.run_sync(log.append_replica, records)
+                    await workers.run_sync(log.append_replica, records)
             except (CorruptRecordError, InvalidAppendError) as exc:
                 logger.error(
                     "follower refused the leader's records",
@@ -406,10 +407,10 @@ class Fetcher:
             if log is None or not self.cluster.fetchers.owns(key, state):
                 return
             if leader_end < log.log_end_offset:
-                await trio.to_thread.run_sync(log.truncate_to, leader_end)
+                await workers.run_sync(log.truncate_to, leader_end)
                 where = leader_end
             else:
-                await trio.to_thread.run_sync(log.truncate_fully_and_start_at, leader_start)
+                await workers.run_sync(log.truncate_fully_and_start_at, leader_start)
                 where = leader_start
         logger.warning(
             "follower's fetch offset was out of the leader's range",

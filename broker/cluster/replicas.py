@@ -35,6 +35,7 @@ import structlog
 import trio
 from kazoo.exceptions import BadVersionError, KazooException
 
+from broker import workers
 from broker.cluster.zk import ISR_CHANGES, ISR_CHANGE_PREFIX, LeaderIsr, isr_change_json
 from broker.cluster.zk import partition_state_path
 from broker.errors import STORAGE_FAILURES
@@ -156,7 +157,7 @@ class ReplicaManager:
             if log_dir in manager.offline_dirs:
                 continue
             path = os.path.join(log_dir, HW_CHECKPOINT)
-            await trio.to_thread.run_sync(checkpoint.write_checkpoint, path, offsets)
+            await workers.run_sync(checkpoint.write_checkpoint, path, offsets)
 
     # -- LeaderAndIsr / StopReplica ----------------------------------------------------------
     async def become(
@@ -204,7 +205,7 @@ class ReplicaManager:
             async with self.ctx.locked_log(*key) as locked:
                 if locked is None:
                     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                await trio.to_thread.run_sync(
+                await workers.run_sync(
                     locked.leader_epochs.assign, state.leader_epoch, locked.log_end_offset
                 )
                 replica.epoch_start = locked.log_end_offset
@@ -261,10 +262,10 @@ class ReplicaManager:
                 if ctx.log_manager.is_offline(*key):
                     return None
                 try:
-                    log = await trio.to_thread.run_sync(
+                    log = await workers.run_sync(
                         ctx.log_manager.create_log, key[0], key[1], topic.log_config
                     )
-                    await trio.to_thread.run_sync(log.assign_topic_id, topic.topic_id)
+                    await workers.run_sync(log.assign_topic_id, topic.topic_id)
                 except STORAGE_FAILURES as exc:
                     logger.error(
                         "cannot create a replica's log",
@@ -292,7 +293,7 @@ class ReplicaManager:
             async with self.ctx.partition(*key).lock:
                 if self.ctx.log_manager.get_log(*key) is not None:
                     try:
-                        await trio.to_thread.run_sync(self.ctx.log_manager.delete_log, *key)
+                        await workers.run_sync(self.ctx.log_manager.delete_log, *key)
                     except STORAGE_FAILURES as exc:
                         logger.error(
                             "cannot delete a replica's log",

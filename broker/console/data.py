@@ -15,8 +15,8 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-import trio
 
+from broker import workers
 from broker.admin.configs import ConfigSource, broker_entries
 from broker.context import BrokerContext
 from broker.txn.state import TxnMetadata
@@ -183,7 +183,7 @@ async def segments(ctx: BrokerContext, topic: str, partition: int) -> list[Segme
     async with ctx.locked_log(topic, partition) as log:
         if log is None:
             return None
-        return await trio.to_thread.run_sync(_segments, log)
+        return await workers.run_sync(_segments, log)
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,7 @@ async def page(
                 log.last_stable_offset,
             )
 
-        return await trio.to_thread.run_sync(work)
+        return await workers.run_sync(work)
 
 
 @dataclass(frozen=True)
@@ -446,7 +446,7 @@ async def offsets_for_time(
         async with ctx.locked_log(topic, p) as log:
             if log is None:
                 continue
-            hit = await trio.to_thread.run_sync(log.offset_for_timestamp, timestamp)
+            hit = await workers.run_sync(log.offset_for_timestamp, timestamp)
             result[p] = log.log_end_offset if hit is None else hit.offset
     return result
 

@@ -39,6 +39,7 @@ from typing import Any
 import structlog
 import trio
 
+from broker import workers
 from broker.context import BrokerContext, TopicExistsError
 from broker.errors import STORAGE_FAILURES
 from broker.groups.offsets import (
@@ -190,7 +191,7 @@ class GroupCoordinator:
         async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as log:
             if log is None:
                 raise RuntimeError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log after creation")
-            count = await trio.to_thread.run_sync(
+            count = await workers.run_sync(
                 lambda: load_offsets(
                     log,
                     self.offsets,
@@ -249,7 +250,7 @@ class GroupCoordinator:
                 topic_id=topic.topic_id,
             )
             ctx.topics.put(fixed)
-            await trio.to_thread.run_sync(ctx.topics.save, ctx.topics.snapshot())
+            await workers.run_sync(ctx.topics.save, ctx.topics.snapshot())
             for p in range(fixed.partitions):
                 async with ctx.locked_log(OFFSETS_TOPIC, p) as log:
                     if log is not None:  # the Log was opened with the old retention
@@ -305,7 +306,7 @@ class GroupCoordinator:
                 if offsets_log is None:  # clients cannot delete it; a broker bug if it is gone
                     raise LogNotFoundError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log")
                 now = ctx.clock()
-                await trio.to_thread.run_sync(
+                await workers.run_sync(
                     lambda: append_records(
                         offsets_log,
                         self._settings(),

@@ -29,8 +29,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import trio
 
+from broker import workers
 from broker.context import BrokerContext
 from protocol.api import Request
 from storage import Log
@@ -147,7 +147,7 @@ async def handle_describe_log_dirs(ctx: BrokerContext, request: Request) -> dict
                     "is_future_key": True,
                 }
             )
-        total, usable = await trio.to_thread.run_sync(_space, log_dir)
+        total, usable = await workers.run_sync(_space, log_dir)
         results.append(
             {
                 "error_code": 0,

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-import trio
 
+from broker import workers
 from broker.context import BrokerContext
 from broker.errors import STORAGE_FAILURES
 from protocol.api import Request
@@ -76,12 +76,12 @@ async def _delete(
         log_dir = ctx.log_manager.log_dir_of(topic, partition)
         try:
             # Written even when the start did not move: a retry after a failed write saves it.
-            await trio.to_thread.run_sync(ctx.log_manager.checkpoint_log_start_offsets, log_dir)
+            await workers.run_sync(ctx.log_manager.checkpoint_log_start_offsets, log_dir)
         except OSError as exc:
             failure = exc
         else:
             try:
-                await trio.to_thread.run_sync(
+                await workers.run_sync(
                     log.delete_segments_before, log.log_start_offset, ctx.clock()
                 )
             except STORAGE_FAILURES as exc:  # retention deletes them at its next pass

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import structlog
 import trio
 
+from broker import workers
 from broker.context import BrokerContext
 from broker.errors import STORAGE_FAILURES
 from broker.fetch_sessions import Answer, Wanted
@@ -357,7 +358,7 @@ async def _read_partition(
             if data is not None and (data.length == 0 or (to_magic is None and zstd_ok)):
                 hw, records, upper = _records(data, to_magic, zstd_ok)
             else:
-                hw, records, upper = await trio.to_thread.run_sync(
+                hw, records, upper = await workers.run_sync(
                     _read, log, offset, max_bytes, min_one, to_magic, zstd_ok, max_offset
                 )
             if read_committed and records:
@@ -388,7 +389,7 @@ async def _read_partition(
         # Converted outside the partition lock (appends go on), in num.io.threads' pool.
         assert isinstance(records, FileRegion)  # _records reads what is to convert
         try:
-            records = await trio.to_thread.run_sync(
+            records = await workers.run_sync(
                 _lazily_converted, records, to_magic, limiter=_io_threads(ctx)
             )
         except UnsupportedCompressionError as exc:

@@ -17,8 +17,8 @@ from collections import Counter
 from typing import Any, cast
 
 import structlog
-import trio
 
+from broker import workers
 from broker.context import BrokerContext
 from broker.errors import STORAGE_FAILURES
 from protocol.api import Request
@@ -82,9 +82,7 @@ async def _lookup(
             return missing
         try:
             if version == 0:
-                offsets = await trio.to_thread.run_sync(
-                    log.legacy_offsets_before, timestamp, max_num
-                )
+                offsets = await workers.run_sync(log.legacy_offsets_before, timestamp, max_num)
                 return ErrorCode.NONE, list(offsets)
             if timestamp == LATEST:
                 if read_committed:
@@ -97,11 +95,11 @@ async def _lookup(
             if timestamp == LATEST_TIERED:
                 return ErrorCode.NONE, -1, -1
             if timestamp == MAX_TIMESTAMP:
-                found = await trio.to_thread.run_sync(log.offset_of_max_timestamp)
+                found = await workers.run_sync(log.offset_of_max_timestamp)
             elif timestamp < 0:
                 return ErrorCode.INVALID_REQUEST, -1, -1
             else:
-                found = await trio.to_thread.run_sync(log.offset_for_timestamp, timestamp)
+                found = await workers.run_sync(log.offset_for_timestamp, timestamp)
         except STORAGE_FAILURES as exc:
             if ctx.metrics is not None:
                 ctx.metrics.storage_error(log)

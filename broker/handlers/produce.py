@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import structlog
 import trio
 
+from broker import workers
 from broker.context import INTERNAL_TOPICS, BrokerContext
 from broker.errors import STORAGE_FAILURES, CloseConnectionError
 from broker.topics import Topic
@@ -141,11 +142,11 @@ async def _validate_and_append_inline(w: _Write, native_only: bool) -> _Outcome:
     validated again, completely, in a worker thread."""
     result = _validate(w, native_only)
     if result is None:
-        return await trio.to_thread.run_sync(_validate_and_append, w)
+        return await workers.run_sync(_validate_and_append, w)
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
     if w.log.append_would_sync(result):
-        return await trio.to_thread.run_sync(_append, w.log, result)
+        return await workers.run_sync(_append, w.log, result)
     return _append(w.log, result)
 
 
@@ -244,12 +245,12 @@ async def _produce_partition(
         try:
             if topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME:
                 if state.last_append_time < 0:
-                    state.last_append_time = await trio.to_thread.run_sync(log.latest_timestamp)
+                    state.last_append_time = await workers.run_sync(log.latest_timestamp)
                 now = state.next_append_time(now)
             write = _Write(log, record_set, topic, now, version, leader_epoch)
             where = placement(record_set, topic)
             if where is Placement.THREAD:
-                result, rolled = await trio.to_thread.run_sync(_validate_and_append, write)
+                result, rolled = await workers.run_sync(_validate_and_append, write)
             else:
                 result, rolled = await _validate_and_append_inline(
                     write, native_only=where is Placement.NATIVE_INLINE

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-import trio
 
+from broker import workers
 from broker.context import BrokerContext
 from protocol.api import Request
 from protocol.errors import ErrorCode
@@ -30,7 +30,7 @@ async def producer_id_ready(ctx: BrokerContext) -> bool:
         if not ids.needs_block():
             return True
         try:
-            await trio.to_thread.run_sync(ids.reserve_block)
+            await workers.run_sync(ids.reserve_block)
         except OSError as exc:
             logger.error(
                 "reserving producer ids failed",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import structlog
 import trio
 
+from broker import workers
 from broker.quotas.manager import (
     CLIENT_ID,
     DEFAULT,
@@ -265,7 +266,7 @@ class ClientQuotas:
         entities = dict(self.entities)
         for entity, config in changes:
             entities[entity] = config
-        await trio.to_thread.run_sync(self.file_store.save, entities)
+        await workers.run_sync(self.file_store.save, entities)
         for entity, config in changes:
             self.adopt(entity, config)
 

@@ -20,8 +20,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-import trio
 
+from broker import workers
 from broker.security.files import STATE_FILE_FAILURES, WatchedFile
 
 FILE_NAME = "chronolog-acls.json"
@@ -296,13 +296,13 @@ class AclFile(AclStore):
 
     async def create(self, bindings: Iterable[AclBinding]) -> None:
         try:
-            await trio.to_thread.run_sync(self.add, list(bindings))
+            await workers.run_sync(self.add, list(bindings))
         except STATE_FILE_FAILURES as exc:
             raise AclStoreError(self._failure(exc)) from exc
 
     async def delete(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
         try:
-            return await trio.to_thread.run_sync(self.remove, filters)
+            return await workers.run_sync(self.remove, filters)
         except STATE_FILE_FAILURES as exc:
             raise AclStoreError(self._failure(exc)) from exc
 

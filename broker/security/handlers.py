@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-import trio
 
+from broker import workers
 from broker.security.acl_handlers import ACL_HANDLERS
 from broker.security.token_handlers import TOKEN_HANDLERS
 from broker.security.credentials import CredentialStore, Deletion, Upsertion
@@ -169,7 +169,7 @@ async def handle_alter_user_scram_credentials(
     ]
     store = _store(ctx)
     try:
-        results = await trio.to_thread.run_sync(store.alter, deletions, upsertions)
+        results = await workers.run_sync(store.alter, deletions, upsertions)
     except STATE_FILE_FAILURES as exc:
         logger.error(
             "cannot change the SCRAM credentials",

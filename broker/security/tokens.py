@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 import trio
 
+from broker import workers
 from broker.security.files import StateFileError, WatchedFile
 from broker.security.scram import MECHANISMS, MIN_ITERATIONS, Credential, Mechanism
 from protocol.errors import ErrorCode
@@ -131,7 +132,7 @@ class TokenFile(TokenStore):
             return _doc(tokens), new
 
         try:
-            stored: TokenInfo | None = await trio.to_thread.run_sync(self._file.update, write)
+            stored: TokenInfo | None = await workers.run_sync(self._file.update, write)
         except (OSError, StateFileError) as exc:
             raise TokenStoreError(
                 f"{self._file.path} could not be written ({exc}); check the first log dir's disk"
@@ -332,7 +333,7 @@ class DelegationTokens:
             if t not in self._credentials
         ]  # fmt: skip
         if wanted:
-            self._credentials.update(await trio.to_thread.run_sync(_derive, self._secret, wanted))
+            self._credentials.update(await workers.run_sync(_derive, self._secret, wanted))
 
     def forget_removed(self) -> None:
         """Drop the credentials of tokens no longer stored."""

@@ -41,6 +41,7 @@ from typing import Protocol
 import structlog
 import trio
 
+from broker import workers
 from broker.context import BrokerContext, TopicExistsError
 from broker.errors import STORAGE_FAILURES
 from broker.handlers.producer_ids import producer_id_ready
@@ -286,7 +287,7 @@ class TransactionCoordinator:
         async with self._ctx.locked_log(TRANSACTION_STATE_TOPIC, partition) as log:
             if log is None:
                 raise LogNotFoundError(f"{TRANSACTION_STATE_TOPIC}-{partition} has no log")
-            records = await trio.to_thread.run_sync(_read_all, log)
+            records = await workers.run_sync(_read_all, log)
         if token is not None and self._loading_partitions.get(partition) is not token:
             return 0
         for offset, key, value in records:
@@ -443,7 +444,7 @@ class TransactionCoordinator:
                 leader_epoch = replication.leader_epoch(TRANSACTION_STATE_TOPIC, partition)
                 if leader_epoch is None:
                     raise _LeadershipLostError()
-                last_offset = await trio.to_thread.run_sync(
+                last_offset = await workers.run_sync(
                     _append_record,
                     log,
                     topic.settings,

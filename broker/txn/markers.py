@@ -9,6 +9,7 @@ import enum
 import structlog
 import trio
 
+from broker import workers
 from broker.context import BrokerContext
 from broker.errors import STORAGE_FAILURES
 from broker.txn.state import TxnMetadata
@@ -66,9 +67,9 @@ async def write_marker(
             if lat:  # stamped as a produce is: never backwards within the partition
                 state = ctx.partition(topic, partition)
                 if state.last_append_time < 0:
-                    state.last_append_time = await trio.to_thread.run_sync(log.latest_timestamp)
+                    state.last_append_time = await workers.run_sync(log.latest_timestamp)
                 now = state.next_append_time(now)
-            offset = await trio.to_thread.run_sync(
+            offset = await workers.run_sync(
                 lambda: log.append_control(
                     producer_id,
                     epoch,
