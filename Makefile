@@ -206,7 +206,7 @@ PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
 # chronolog (pyspark_chronolog) or kafka (Spark's own Kafka source, jars from `make spark-kafka`)
 PIPELINE_SOURCE ?= chronolog
-.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation bench-scale bench-quotas soak
+.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation bench-scale bench-processes bench-quotas soak
 
 pipeline: $(VENV)/.installed-test spark-kafka
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
@@ -256,6 +256,12 @@ bench-isolation: $(VENV)/.installed-bench
 # BENCH_ARGS=--quick for a short run, --profile for py-spy under load (scale-profile.json).
 bench-scale: $(VENV)/.installed-bench
 	$(BIN)/python bench/bench_scale.py $(BENCH_ARGS)
+
+# make bench's 100 partitions x 10 producers against one broker and against two brokers of a
+# ZooKeeper cluster on this machine, rounds alternated (issue #33: would several processes win?;
+# about 3 minutes): bench/results/processes.json.
+bench-processes: $(VENV)/.installed-bench zookeeper
+	$(BIN)/python bench/bench_processes.py $(BENCH_ARGS)
 
 # Soak (bench/soak.py, not part of `make test`): kill -9, SIGTERM and, as root, a full tmpfs under
 # the log dir, at random moments under acks=all producers, for SOAK_SECONDS; checks after every
