@@ -36,6 +36,7 @@ import trio
 from broker import workers
 from broker.context import INTERNAL_TOPICS, BrokerContext
 from broker.errors import STORAGE_FAILURES, CloseConnectionError
+from broker.log_limit import OncePerInterval
 from broker.topics import Topic
 from protocol.api import Request
 from protocol import recordbatch as rb
@@ -173,10 +174,24 @@ def _storage_error(version: int, message: str) -> _Answer:
     )
 
 
+# A refused produce is logged once per topic and error every this many seconds: a client writing
+# to a missing topic repeats every partition in every request (broker/log_limit.py).
+REJECTION_LOG_INTERVAL_S = 10.0
+_rejections_logged = OncePerInterval(REJECTION_LOG_INTERVAL_S)
+
+
 def _rejected(topic: str, partition: int, error: ErrorCode, reason: str, **answer: Any) -> _Answer:
-    logger.warning(
-        "produce rejected", topic=topic, partition=partition, error=error.name, reason=reason
-    )
+    left_out = _rejections_logged.admit((topic, error))
+    if left_out is not None:
+        logger.warning(
+            "produce rejected",
+            topic=topic,
+            partition=partition,
+            error=error.name,
+            reason=reason,
+            similar_not_logged=left_out,
+            log_interval_s=REJECTION_LOG_INTERVAL_S,
+        )
     return _Answer(error, **answer)
 
 

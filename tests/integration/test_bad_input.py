@@ -107,3 +107,30 @@ def test_connection_limits(broker_factory):
         assert c.closed_by_peer()  # frame over socket.request.max.bytes
     out = b.log_output()
     assert "limit reached" in out and "idle for 700 ms" in out
+
+
+def test_produce_to_a_missing_topic_is_logged_once_not_per_partition(broker):
+    """A client writing to a missing topic names every partition in every request; a warning a
+    partition cost the event loop about 20 µs each and flooded the log."""
+    if broker.external:
+        pytest.skip("needs the broker's log")
+    topic, partitions = "never-created-for-logging", 50
+    records = message_set([b"v"], magic=2)
+    body = {
+        "acks": 1,
+        "timeout_ms": 10000,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [{"index": p, "records": records} for p in range(partitions)],
+            }
+        ],
+    }
+    with WireClient(broker.host, broker.port) as c:
+        for _ in range(4):
+            answer = c.call(ApiKey.PRODUCE, 7, body).responses[0].partition_responses
+            assert [a.error_code for a in answer] == [3] * partitions  # UNKNOWN_TOPIC_OR_PARTITION
+        # The line written comes before the answer that caused it.
+        lines = [x for x in broker.log_output().splitlines() if topic in x]
+    assert len(lines) == 1, lines
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in lines[0] and "produce rejected" in lines[0]
