@@ -1241,7 +1241,8 @@ class Log:
 
     def deleted_files_due(self, now_ms: int) -> bool:
         """Whether a .deleted segment's file.delete.delay.ms has passed (memory only)."""
-        return any(t <= now_ms for t, _ in self._pending_deletes)
+        # Asked of every log every second: most have nothing pending, so skip the generator.
+        return bool(self._pending_deletes) and any(t <= now_ms for t, _ in self._pending_deletes)
 
     def remove_deleted_files(self, now_ms: int) -> int:
         """Physically remove .deleted segments whose delay has passed; return how many."""

@@ -35,7 +35,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import structlog
 
@@ -488,12 +488,18 @@ class LogManager:
         return log
 
     # -- periodic work -----------------------------------------------------------------------
-    def due(self, task: Maintenance, now_ms: int) -> list[tuple[tuple[str, int], Log]]:
-        """((topic, partition), log) of every log that has ``task`` work at ``now_ms``. Flush
-        and file removal are judged from memory; retention is run on every log not being
-        cleaned (its check may stat a segment without message timestamps). Safe to call while other threads append:
-        ``run`` checks again."""
-        logs = list(self._logs.items())
+    def due(
+        self,
+        task: Maintenance,
+        now_ms: int,
+        among: Sequence[tuple[tuple[str, int], Log]] | None = None,
+    ) -> list[tuple[tuple[str, int], Log]]:
+        """((topic, partition), log) of every log that has ``task`` work at ``now_ms``, judged
+        among ``among`` (a slice of :meth:`keyed_logs`: a caller on an event loop walks ten
+        thousand logs in slices) or every log. Flush and file removal are judged from memory;
+        retention is run on every log not being cleaned (its check may stat a segment without
+        message timestamps). Safe to call while other threads append: ``run`` checks again."""
+        logs = list(self._logs.items()) if among is None else among
         if task is Maintenance.RETENTION:
             # A log being cleaned waits (Kafka runs a compacted log's retention in its cleaner
             # thread): deleting the segments a cleaning is about to swap would waste it.
@@ -501,6 +507,11 @@ class LogManager:
         if task is Maintenance.FLUSH:
             return [(key, log) for key, log in logs if log.flush_due(now_ms)]
         return [(key, log) for key, log in logs if log.deleted_files_due(now_ms)]
+
+    def keyed_logs(self) -> list[tuple[tuple[str, int], Log]]:
+        """((topic, partition), log) of every log, a copy: logs created or removed later are
+        not in it."""
+        return list(self._logs.items())
 
     @staticmethod
     def run(task: Maintenance, log: Log, now_ms: int) -> int:
