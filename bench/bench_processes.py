@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import shutil
 import statistics
@@ -31,13 +30,14 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.bench_e2e import machine, write_result  # noqa: E402
-from bench.suite.scenarios import _partition_producer  # noqa: E402
-from bench.suite.workloads import Digest, admin_delete_topic, consume_confluent, verify  # noqa: E402
+from bench.suite.scenarios import partition_producers  # noqa: E402
+from bench.suite.workloads import admin_delete_topic, consume_confluent, verify  # noqa: E402
 from tests.cluster.helpers import ClusterProcesses  # noqa: E402
 from tests.conftest import BrokerProcess  # noqa: E402
 from tests.zookeeper import ZooKeeperServer  # noqa: E402
@@ -78,46 +78,22 @@ def one_round(cluster: ClusterProcesses, size: int, round_: int, messages: int) 
     if error:
         raise RuntimeError(f"CreateTopics {topic}: error {error}")
     bootstrap = cluster.bootstrap
-    per = messages // PRODUCERS
-    ctx = multiprocessing.get_context("spawn")
-    go, out = ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_partition_producer,
-            daemon=True,
-            args=(bootstrap, topic, PARTITIONS, per, tag, go, out),
-        )
-        for tag in range(PRODUCERS)
-    ]
-    for p in procs:
-        p.start()
-    pids = [b.proc.pid for b in cluster.brokers]
-    try:
-        for _ in range(PRODUCERS):
-            kind, tag, info = out.get(timeout=60)
-            if kind == "error":
-                raise RuntimeError(f"producer {tag}: {info}")
-        clients = [p.pid for p in procs if p.pid is not None]
-        cpu0, t0 = sum(cpu_s(pid) for pid in pids), time.monotonic()
-        client0 = sum(cpu_s(pid) for pid in clients)
-        go.set()
-        want = Digest(0, 0)
-        for _ in range(PRODUCERS):
-            kind, tag, info = out.get(timeout=180)
-            if kind == "error":
-                raise RuntimeError(f"producer {tag}: {info}")
-            count, crc_sum, first_err, n_err = info
-            if n_err:
-                raise RuntimeError(f"producer {tag}: {n_err} failed deliveries: {first_err}")
-            want = want + Digest(count, crc_sum)
-        elapsed = time.monotonic() - t0
-        cpu = sum(cpu_s(pid) for pid in pids) - cpu0
-        client_cpu = sum(cpu_s(pid) for pid in clients) - client0
-    finally:
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
+    brokers = [b.proc.pid for b in cluster.brokers]
+    at: dict[str, Any] = {}
+
+    def at_go(producers: list[int]) -> None:
+        at.update(start=time.monotonic(), cpu=sum(map(cpu_s, brokers)))
+        at.update(client_cpu=sum(map(cpu_s, producers)))
+
+    def at_done(producers: list[int]) -> None:
+        at.update(elapsed=time.monotonic() - at["start"], cpu=sum(map(cpu_s, brokers)) - at["cpu"])
+        at.update(client_cpu=sum(map(cpu_s, producers)) - at["client_cpu"])
+
+    deadline = time.monotonic() + 240
+    want = partition_producers(
+        bootstrap, topic, PARTITIONS, PRODUCERS, messages // PRODUCERS, deadline, at_go, at_done
+    )
+    elapsed, cpu, client_cpu = at["elapsed"], at["cpu"], at["client_cpu"]
     got = consume_confluent(bootstrap, topic, PARTITIONS, want.count, time.monotonic() + 120)
     verify(got, want, f"{topic} read back")
     admin_delete_topic(bootstrap, topic)

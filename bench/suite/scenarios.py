@@ -511,37 +511,44 @@ def _partition_producer(
         out.put(("error", tag, f"{type(exc).__name__}: {exc}"))
 
 
-def partitions(run: Run) -> dict:
-    """Aggregate throughput of ``producers`` processes writing 100-byte values to 100 partitions."""
-    p = run.params
-    parts, nprod = p["partitions"], p["partition_producers"]
-    per = p["partition_messages"] // nprod
-    topic = f"partitions-{p['tag']}"
-    deadline = run.deadline
-    admin_create_topic(run.bootstrap, topic, parts)
+def partition_producers(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    producers: int,
+    per_producer: int,
+    deadline: float,
+    at_go: Callable[[list[int]], object],
+    at_done: Callable[[list[int]], object] = lambda _pids: None,
+) -> Digest:
+    """Start ``producers`` processes (:func:`_partition_producer`), wait until each is connected,
+    call ``at_go`` with their pids, let them all send, call ``at_done`` with their pids (before
+    they are reaped: /proc still has their CPU), and return the digest of what they sent.
+    Raises ScenarioError for a producer's error or failed deliveries; the processes are ended
+    either way."""
     ctx = multiprocessing.get_context("spawn")
     go, out = ctx.Event(), ctx.Queue()
     procs = [
         ctx.Process(
             target=_partition_producer,
             daemon=True,
-            args=(run.bootstrap, topic, parts, per, tag, go, out),
+            args=(bootstrap, topic, partitions, per_producer, tag, go, out),
         )
-        for tag in range(nprod)
+        for tag in range(producers)
     ]
     for pr in procs:
         pr.start()
     try:
         ready = 0
-        while ready < nprod:
+        while ready < producers:
             kind, tag, info = out.get(timeout=max(1.0, deadline - time.monotonic()))
             if kind == "error":
                 raise ScenarioError(f"producer {tag}: {info}")
             ready += 1
-        run.mark("start")
+        at_go([pr.pid for pr in procs if pr.pid is not None])
         go.set()
         want = Digest(0, 0)
-        for _ in range(nprod):
+        for _ in range(producers):
             kind, tag, info = out.get(timeout=max(1.0, deadline - time.monotonic()))
             if kind == "error":
                 raise ScenarioError(f"producer {tag}: {info}")
@@ -551,12 +558,27 @@ def partitions(run: Run) -> dict:
                     f"producer {tag}: {n_err} failed deliveries, first: {first_err[0]}"
                 )
             want = want + Digest(count, crc_sum)
-        run.mark("end")
+        at_done([pr.pid for pr in procs if pr.pid is not None])
+        return want
     finally:
         for pr in procs:
             pr.join(5)
             if pr.is_alive():
                 pr.kill()
+
+
+def partitions(run: Run) -> dict:
+    """Aggregate throughput of ``producers`` processes writing 100-byte values to 100 partitions."""
+    p = run.params
+    parts, nprod = p["partitions"], p["partition_producers"]
+    per = p["partition_messages"] // nprod
+    topic = f"partitions-{p['tag']}"
+    deadline = run.deadline
+    admin_create_topic(run.bootstrap, topic, parts)
+    want = partition_producers(
+        run.bootstrap, topic, parts, nprod, per, deadline, lambda _pids: run.mark("start")
+    )
+    run.mark("end")
     verify(
         consume_confluent(run.bootstrap, topic, parts, want.count, deadline),
         want,
