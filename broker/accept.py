@@ -28,8 +28,6 @@ logger = structlog.get_logger(__name__)
 # tries (connections wait in the listen backlog meanwhile).
 ACCEPT_PAUSE_S = 0.5
 _ACCEPT_CAPACITY_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS)
-# A connection the client gave up on before it was accepted: skip it, as trio does.
-_ACCEPT_SKIP_ERRNOS = (errno.ECONNABORTED, errno.EPROTO, errno.EPERM)
 # Connections taken from the backlog per accept without yielding: about 10 µs each, so a pass
 # of the loop stays a few milliseconds however many clients connect at once.
 ACCEPT_BURST = 512
@@ -84,8 +82,8 @@ def _queued(listener: trio.SocketListener, limit: int) -> Iterator[trio.SocketSt
     blocking or yielding. Stops at the first that is not there, and near the descriptor limit:
     there connections are taken one a pass as before, so that the handlers of those the
     clients already closed free their descriptors in between (a burst would use them all up
-    and fail again at once). An exhaustion error also stops it; the loop's next (awaited)
-    accept meets it and reports it."""
+    and fail again at once). Any accept error also stops it: the loop's next (awaited) accept
+    meets it again, where trio skips the ones to ignore and the loop handles exhaustion."""
     # The kernel hands out the lowest free descriptor, so an accepted one numbered n means n
     # are open. Read per burst: an operator may change the limit of a running broker.
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -94,15 +92,11 @@ def _queued(listener: trio.SocketListener, limit: int) -> Iterator[trio.SocketSt
     # sole ownership, so closing it at shutdown still refuses new connections at once.
     raw = socket.socket(fileno=listener.socket.fileno())
     try:
-        raw.setblocking(False)  # it is already (trio made it so); said for the reader
+        raw.setblocking(False)  # as the descriptor already is (trio's): accept() never waits
         for _ in range(limit):
             try:
                 sock, _addr = raw.accept()
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                if exc.errno in _ACCEPT_SKIP_ERRNOS:
-                    continue
+            except OSError:  # BlockingIOError: none left
                 return
             near_the_limit = last_roomy is not None and sock.fileno() >= last_roomy
             yield trio.SocketStream(trio.socket.from_stdlib_socket(sock))

@@ -375,8 +375,9 @@ class Server:
         """Serve every request ``data`` completes, in order, and flush their answers; after
         each SERVE_SLICE_S of serving, other connections get their turn."""
         ctx = self.ctx
-        received = perf_counter() if ctx.metrics is not None else 0.0
-        slice_ends = perf_counter() + SERVE_SLICE_S
+        now = perf_counter()
+        received = now if ctx.metrics is not None else 0.0
+        slice_ends = now + SERVE_SLICE_S
         try:
             for request in conn.receive_data(data):
                 if perf_counter() >= slice_ends:
