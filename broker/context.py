@@ -172,9 +172,9 @@ class BrokerContext:
         self.topics = topics
         self.clock = clock
         self.admin_lock = trio.Lock()
-        # Worker threads CPU work beside the loop may hold at once (num.io.threads): fetch
-        # down-conversion (broker/handlers/fetch.py).
-        self.io_threads = trio.CapacityLimiter(config.num_io_threads)
+        # Worker threads fetch down-conversion may hold at once (broker/handlers/fetch.py):
+        # num.io.threads, at most one per core (workers.conversion_threads).
+        self.io_threads = trio.CapacityLimiter(workers.conversion_threads(config.num_io_threads))
         # The dynamic broker configs (broker/admin/dynamic.py); open_context loads them.
         self.dynamic_configs = dynamic_configs or DynamicConfigs(config)
         # The group coordinator (broker.groups), or None when it is not installed.

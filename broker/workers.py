@@ -41,6 +41,22 @@ _thread = threading.local()
 _failure_logged = False
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def conversion_threads(num_io_threads: int) -> int:
+    """How many fetch down-conversions run at once: ``num.io.threads`` (Kafka's request
+    handler pool, 8 by default), but at most one per usable core. A conversion holds the GIL
+    between its C calls (decompression, building messages, compression), so threads beyond the
+    cores only queue for the GIL ahead of the event loop. bench/bench_isolation.py beside 20
+    Fetch v2 readers on 2 cores: 8 threads p99 15.8 ms and 46 MB/s, 2 threads 3.0 ms, 63 MB/s."""
+    return max(1, min(num_io_threads, usable_cores()))
+
+
 async def run_sync(
     fn: Callable[..., T], *args: object, limiter: trio.CapacityLimiter | None = None
 ) -> T:

@@ -479,7 +479,33 @@ static PyObject *legacy_messages(PyObject *module, PyObject *args)
                          (long long)sized.max_ts);
 }
 
+PyDoc_STRVAR(extend_doc,
+"extend(out, data) -> None\n\n"
+"out += data for a bytearray out, the copy made without the GIL from 64 KiB: the validator\n"
+"copies a large batch it keeps as sent (tens of MB) into the records it appends, which as a\n"
+"Python += would hold the GIL, and so the event loop, for milliseconds.");
+
+static PyObject *extend(PyObject *module, PyObject *args)
+{
+    PyObject *out;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "O!y*", &PyByteArray_Type, &out, &data)) return NULL;
+    Py_ssize_t start = PyByteArray_GET_SIZE(out);
+    if (data.len > PY_SSIZE_T_MAX - start || PyByteArray_Resize(out, start + data.len) < 0) {
+        PyBuffer_Release(&data);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    /* out is this thread's: resizing it needs the GIL, and its new bytes are not yet read. */
+    char *dst = PyByteArray_AS_STRING(out) + start;
+    PyThreadState *released = data.len >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    memcpy(dst, data.buf, (size_t)data.len);
+    if (released) PyEval_RestoreThread(released);
+    PyBuffer_Release(&data);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"extend", extend, METH_VARARGS, extend_doc},
     {"legacy_messages", legacy_messages, METH_VARARGS, legacy_messages_doc},
     {"scan_v1", scan_v1, METH_VARARGS, scan_v1_doc},
     {"scan_v2", scan_v2, METH_VARARGS, scan_v2_doc},
@@ -489,7 +515,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "protocol._fastscan",
-    "Native hot loops: the produce validator's scans (protocol/validator.py), record "
+    "Native hot loops: the produce validator's scans and large copies (protocol/validator.py), record "
     "positions for columnar readers and down-conversion (protocol/records.py).", -1, methods,
 };
 

@@ -94,6 +94,14 @@ if TYPE_CHECKING:
 scan_v1: _ScanV1 | None = fastscan.scan_v1 if fastscan else None
 scan_v2: _ScanV2 | None = fastscan.scan_v2 if fastscan else None
 
+
+def _extend(out: bytearray, data: Buffer) -> None:
+    """``out += data``; by the extension, the copy of a large batch is made without the GIL."""
+    out += data
+
+
+extend: Callable[[bytearray, Buffer], None] = fastscan.extend if fastscan else _extend
+
 __all__ = [
     "TopicSettings",
     "ValidatedRecords",
@@ -567,7 +575,8 @@ def _wrappers_kept(mv: memoryview, wrappers: list[_Wrapper], job: _Job) -> Valid
     """Each wrapper gets the absolute offset of its last inner message and, when they change,
     its timestamp (the largest inner one, or the append time) and type bit, with a new CRC;
     the compressed payload is never touched."""
-    out = bytearray(mv[: wrappers[-1].end])
+    out = bytearray()
+    extend(out, mv[: wrappers[-1].end])
     off = job.next_offset
     max_ts, max_off = NO_TIMESTAMP, -1
     for w in wrappers:
@@ -626,7 +635,7 @@ def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Val
         count = header.records_count
         start = len(out)
         if target == header.codec:
-            out += mv[e.position : e.next_position]
+            extend(out, mv[e.position : e.next_position])
             if not job.lat and record_max != header.max_timestamp:
                 # Kafka corrects a header whose max timestamp disagrees with its records.
                 I64.pack_into(out, start + rb.MAX_TIMESTAMP_OFFSET, record_max)

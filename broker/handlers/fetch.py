@@ -386,7 +386,7 @@ async def _read_partition(
         await ctx.storage_failed(topic, partition, failure)
         return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, b"", -1, None
     if records and to_magic is not None:
-        # Converted outside the partition lock (appends go on), in num.io.threads' pool.
+        # Converted outside the partition lock (appends go on), in the conversion pool.
         assert isinstance(records, FileRegion)  # _records reads what is to convert
         try:
             records = await workers.run_sync(
@@ -419,8 +419,9 @@ def _io_threads(ctx: BrokerContext) -> trio.CapacityLimiter:
     """The conversion pool, resized when AlterConfigs changed num.io.threads (KIP-226: Kafka
     resizes its request handler pool at run time too); a shrink lets running work finish."""
     limiter = ctx.io_threads
-    if limiter.total_tokens != ctx.config.num_io_threads:
-        limiter.total_tokens = ctx.config.num_io_threads
+    size = workers.conversion_threads(ctx.config.num_io_threads)
+    if limiter.total_tokens != size:
+        limiter.total_tokens = size
     return limiter
 
 

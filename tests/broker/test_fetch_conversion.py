@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
 import trio
 from kafka.record.memory_records import MemoryRecords
 from trio.testing import wait_all_tasks_blocked
 
+from broker import workers
 from broker.config import BrokerConfig
 from broker.handlers import HANDLERS, release_fetch_body
 from broker.handlers import fetch as fetch_module
@@ -156,8 +158,14 @@ async def test_a_produce_to_the_partition_is_answered_while_its_conversion_runs(
     await trio.to_thread.run_sync(ctx.log_manager.shutdown)
 
 
-async def test_no_more_conversions_run_at_once_than_num_io_threads(tmp_path, monkeypatch):
-    ctx = await open_context(config(tmp_path, **{"num.io.threads": "2"}))
+@pytest.mark.parametrize(("io_threads", "cores"), [(2, 8), (8, 2)])
+async def test_no_more_conversions_run_at_once_than_num_io_threads_or_cores(
+    tmp_path, monkeypatch, io_threads, cores
+):
+    """At most num.io.threads conversions at once, and at most one per core: more only queue
+    for the GIL ahead of the event loop (broker/workers.py conversion_threads)."""
+    monkeypatch.setattr(workers, "usable_cores", lambda: cores)
+    ctx = await open_context(config(tmp_path, **{"num.io.threads": str(io_threads)}))
     await ctx.create_topic("t", 5)
     for p in range(5):
         await produce(ctx, "t", p, batch(50, b"p%d" % p))
@@ -190,6 +198,7 @@ async def test_no_more_conversions_run_at_once_than_num_io_threads(tmp_path, mon
 async def test_altering_num_io_threads_resizes_the_pool(tmp_path, monkeypatch):
     """IncrementalAlterConfigs sets num.io.threads cluster-wide, as Kafka allows at run time;
     the next conversions run that many at once."""
+    monkeypatch.setattr(workers, "usable_cores", lambda: 8)
     ctx = await open_context(config(tmp_path, **{"num.io.threads": "1"}))
     await ctx.create_topic("t", 4)
     for p in range(4):

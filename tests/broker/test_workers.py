@@ -61,3 +61,12 @@ def test_the_broker_runs_its_threads_through_workers() -> None:
         if re.search(r"\bto_thread\.run_sync\(", line)
     ]
     assert direct == [], "use broker.workers.run_sync"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
+def test_conversions_at_once_are_num_io_threads_at_most_one_per_usable_core() -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert workers.usable_cores() == cores
+    assert workers.conversion_threads(1) == 1
+    assert workers.conversion_threads(8) == min(8, cores)
+    assert workers.conversion_threads(cores + 5) == cores

@@ -125,3 +125,22 @@ def test_bad_arguments_raise_clear_errors():
         scan_v1(bytearray(buf), len(buf) + 1, CREATE, 0, 0, 1, 100, NOW, False)
     with pytest.raises(ValueError, match="unknown scan mode 3"):
         scan_v1(bytearray(buf), len(buf), 3, 0, 0, 1, 100, NOW, False)
+
+
+@pytest.mark.parametrize("size", [0, 1, 65535, 65536, 3 << 20])
+def test_extend_appends_like_plus_equals_below_and_above_the_gil_threshold(size):
+    extend = pytest.importorskip("protocol._fastscan").extend
+    data = bytes(i % 251 for i in range(size))
+    out = bytearray(b"head")
+    extend(out, memoryview(b"xx" + data)[2:])
+    assert out == b"head" + data
+
+
+def test_extend_refuses_what_plus_equals_refuses():
+    extend = pytest.importorskip("protocol._fastscan").extend
+    with pytest.raises(TypeError):
+        extend(b"bytes are immutable", b"x")
+    out = bytearray(b"abc")
+    with memoryview(out), pytest.raises(BufferError):  # an exported bytearray cannot grow
+        extend(out, b"x" * 100_000)
+    assert out == b"abc"
