@@ -23,6 +23,7 @@ offset of the wrapper message; no codec library exception escapes.
 from __future__ import annotations
 
 import functools
+import mmap
 import struct
 import threading
 import zlib
@@ -337,9 +338,14 @@ def _lz4_size_bound(data: bytes | bytearray | memoryview) -> int | None:
     return None if frame is None else frame.size_bound
 
 
-# decompress_transient's per-thread output buffer (worker threads end after 10 s idle, and
-# their buffers with them); a larger answer gets a buffer of its own.
+# decompress_transient's per-thread output buffers (worker threads end after 10 s idle, and
+# their buffers with them): a bytearray up to 2 MiB, an anonymous mmap beyond, grown to the
+# largest output up to 64 MiB; a larger one gets an mmap of its own. An mmap because its pages
+# are faulted in by the decompressor, which has left the GIL, and unmapped without the GIL
+# too: bytearray(50 MB) zero-fills with the GIL held (about 20 ms here), and freeing a 50 MB
+# buffer holds it 1.5-3 ms, all of it time the event loop cannot run.
 _TRANSIENT_KEPT_BYTES = 2 << 20
+_TRANSIENT_MAPPED_KEPT_BYTES = 64 << 20
 _transient = threading.local()
 
 
@@ -373,10 +379,16 @@ def decompress_transient(
             out = _lz4_blocks(view, frame, _transient_buffer(frame.size_bound))
             if out is not None:
                 return out
+    elif codec == Codec.ZSTD and magic >= 2:
+        out = _zstd_into(data, max_bytes)
+        if out is not None:
+            return out
     return decompress(codec, data, magic, position=position, max_bytes=max_bytes)
 
 
-def _lz4_blocks(data: memoryview, frame: _Lz4Frame, buf: bytearray) -> memoryview | None:
+def _lz4_blocks(
+    data: memoryview, frame: _Lz4Frame, buf: bytearray | mmap.mmap
+) -> memoryview | None:
     """``frame``'s content decoded into ``buf``; None when liblz4 refuses a block, or when the
     header checksum, a block's size or the declared content size is wrong."""
     if _lz4_header_checksum(bytes(data[4 : frame.hc])) != data[frame.hc]:
@@ -404,9 +416,43 @@ def _lz4_blocks(data: memoryview, frame: _Lz4Frame, buf: bytearray) -> memoryvie
     return out[:total]
 
 
-def _transient_buffer(size: int) -> bytearray:
+def _zstd_into(data: bytes | bytearray | memoryview, limit: int) -> memoryview | None:
+    """A zstd frame that declares its size (within ``limit``) decoded into the thread's
+    transient buffer: about 40% of ``decompress``'s time for a 50 MB batch, and no 50 MB
+    buffer allocated and freed (freeing one holds the GIL for 1.5-3 ms). None when the frame
+    does not declare its size or its content is not exactly that: :func:`decompress` decides.
+    Like ``decompress``, only the first frame is read."""
+    try:
+        declared = zstandard.frame_content_size(data)
+    except zstandard.ZstdError:
+        return None
+    if declared < 0 or declared > limit:
+        return None
+    out = memoryview(_transient_buffer(declared + 1))  # room for one byte too many
+    total = 0
+    try:
+        with _zstd_decompressor().stream_reader(data, read_size=_ZSTD_READ_BYTES) as reader:
+            while total <= declared:
+                got = reader.readinto(out[total : declared + 1])
+                if not got:
+                    break
+                total += got
+    except zstandard.ZstdError:
+        return None
+    return out[:total] if total == declared else None
+
+
+def _transient_buffer(size: int) -> bytearray | mmap.mmap:
+    """A writable buffer of at least ``size`` bytes, the calling thread's own; what it held
+    before is overwritten."""
+    if size > _TRANSIENT_MAPPED_KEPT_BYTES:
+        return mmap.mmap(-1, size)
     if size > _TRANSIENT_KEPT_BYTES:
-        return bytearray(size)
+        mapped: mmap.mmap | None = getattr(_transient, "mapped", None)
+        if mapped is None or len(mapped) < size:
+            # Dropped, not closed: a view of the old one may still be alive.
+            mapped = _transient.mapped = mmap.mmap(-1, size)
+        return mapped
     buf: bytearray | None = getattr(_transient, "buf", None)
     if buf is None:
         buf = _transient.buf = bytearray(_TRANSIENT_KEPT_BYTES)
@@ -435,8 +481,26 @@ def decompressed_size_bound(codec: int, data: bytes | bytearray | memoryview) ->
     return None
 
 
-_ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=3)  # Kafka's default zstd level
-_ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
+# zstandard's (de)compressors must not be used by two threads at once: shared, concurrent
+# decompressions returned wrong bytes and concurrent compressions crashed the process. Each
+# thread (the event loop's, each worker's) gets its own.
+_zstd = threading.local()
+ZSTD_LEVEL = 3  # Kafka's default zstd level
+_ZSTD_READ_BYTES = 1 << 20  # compressed bytes _zstd_into hands zstd at a time
+
+
+def _zstd_compressor() -> zstandard.ZstdCompressor:
+    c: zstandard.ZstdCompressor | None = getattr(_zstd, "compressor", None)
+    if c is None:
+        c = _zstd.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    return c
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    d: zstandard.ZstdDecompressor | None = getattr(_zstd, "decompressor", None)
+    if d is None:
+        d = _zstd.decompressor = zstandard.ZstdDecompressor()
+    return d
 
 
 def _zstd_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:
@@ -446,7 +510,7 @@ def _zstd_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:
     declared = zstandard.frame_content_size(data)
     if declared > limit:
         raise _too_big(limit)
-    return _ZSTD_DECOMPRESSOR.decompress(data, max_output_size=limit)
+    return _zstd_decompressor().decompress(data, max_output_size=limit)
 
 
 def compress(codec: Codec, data: Buffer, magic: int) -> bytes:
@@ -458,7 +522,7 @@ def compress(codec: Codec, data: Buffer, magic: int) -> bytes:
     if codec == Codec.LZ4:
         return _lz4_compress(data, magic)
     if codec == Codec.ZSTD and magic >= 2:
-        return _ZSTD_COMPRESSOR.compress(memoryview(data))
+        return _zstd_compressor().compress(memoryview(data))
     raise ValueError(f"cannot compress with codec {codec!r}")
 
 

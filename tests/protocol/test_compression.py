@@ -11,6 +11,7 @@ import lz4.block
 import lz4.frame
 import pytest
 import xxhash
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import codec as kp
@@ -323,6 +324,72 @@ def test_transient_buffers_belong_to_their_thread():
             for i in (k, (k + 1) % 4):
                 if bytes(decompress_transient(Codec.LZ4, frames[i], 2)) != payloads[i]:
                     wrong.append(i)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
+
+
+def _zstd_answer(fn, frame, **kw):
+    try:
+        return bytes(fn(Codec.ZSTD, frame, 2, **kw))
+    except CorruptRecordError:
+        return None
+
+
+@pytest.mark.parametrize("size", [0, 1000, 3 << 20, 70 << 20])  # kept bytearray, kept mmap, own
+def test_transient_zstd_is_decoded_into_the_threads_buffer(size):
+    payload = bytes(range(256)) * (size // 256)
+    frame = compress(Codec.ZSTD, payload, 2)
+    for _ in range(2):  # the second call reuses the buffer the first one grew
+        got = decompress_transient(Codec.ZSTD, memoryview(frame), 2, max_bytes=80 << 20)
+        assert isinstance(got, memoryview) and got == payload
+        got.release()
+
+
+def test_transient_zstd_answers_or_refuses_as_decompress_does():
+    payload = bytes(range(256)) * 4000
+    sized = compress(Codec.ZSTD, payload, 2)
+    unsized = zstandard.ZstdCompressor(write_content_size=False).compress(payload)
+    two_frames = compress(Codec.ZSTD, b"first", 2) + compress(Codec.ZSTD, b"second", 2)
+    lying = bytearray(sized)
+    lying[5] ^= 1  # the declared content size (after magic and frame header descriptor)
+    frames = {
+        "sized": sized,
+        "unsized (decompress decides)": unsized,
+        "two frames (the first is read)": two_frames,
+        "cut short": sized[:-10],
+        "garbage after the magic": sized[:4] + b"\x00" * 40,
+        "declared size off by one": bytes(lying),
+    }
+    for what, frame in frames.items():
+        assert _zstd_answer(decompress_transient, frame) == _zstd_answer(decompress, frame), what
+    assert _zstd_answer(decompress_transient, sized) == payload
+    assert _zstd_answer(decompress_transient, two_frames) == b"first"
+    assert _zstd_answer(decompress_transient, sized[:-10]) is None
+    with pytest.raises(CorruptRecordError, match="more than"):
+        decompress_transient(Codec.ZSTD, sized, 2, max_bytes=len(payload) - 1, position=3)
+
+
+def test_zstd_from_many_threads_at_once():
+    """Worker threads validate, clean and convert at once: with one zstandard (de)compressor
+    shared by all, concurrent decompressions returned other threads' bytes and concurrent
+    compressions crashed the process."""
+    import threading
+
+    payloads = [bytes([i]) * 200_000 + random.Random(i).randbytes(200_000) for i in range(4)]
+    wrong = []
+
+    def work(k):
+        for _ in range(50):
+            frame = compress(Codec.ZSTD, payloads[k], 2)
+            if decompress(Codec.ZSTD, frame, 2) != payloads[k]:
+                wrong.append(("decompress", k))
+            if bytes(decompress_transient(Codec.ZSTD, frame, 2)) != payloads[k]:
+                wrong.append(("transient", k))
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
     for t in threads:
