@@ -6,7 +6,8 @@
   ``log.flush.offset.checkpoint.interval.ms``;
 - removal of ``.deleted`` files whose ``file.delete.delay.ms`` has passed (every second);
 - the log cleaner's threads (broker/cleaner.py) for compacted topics;
-- moves of partitions between log dirs (broker/replica_moves.py).
+- moves of partitions between log dirs (broker/replica_moves.py);
+- a thaw of the garbage collector's frozen objects every ten minutes (broker/collector.py).
 
 What each task does and which logs need it is storage's (storage.manager.Maintenance); this
 module schedules it. Blocking storage calls run in worker threads, one per log with work, so an
@@ -21,7 +22,7 @@ from typing import Awaitable, Callable
 import structlog
 import trio
 
-from broker import cleaner, workers
+from broker import cleaner, collector, workers
 from broker.context import BrokerContext
 from broker.errors import STORAGE_FAILURES
 from storage import Log, Maintenance
@@ -61,8 +62,13 @@ def start(ctx: BrokerContext, nursery: trio.Nursery) -> None:
         DELETE_CHECK_INTERVAL_MS,
         lambda: maintain(ctx, Maintenance.DELETE_FILES),
     )
+    nursery.start_soon(_every, "thaw", int(collector.THAW_INTERVAL_S * 1000), _thaw)
     cleaner.start(ctx, nursery)
     ctx.replica_moves.start(nursery)
+
+
+async def _thaw() -> None:
+    collector.thaw()
 
 
 async def _every(name: str, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:

@@ -92,10 +92,12 @@ def serve(config_path: str | None, overrides: list[str]) -> int:
 
     import trio
 
+    from broker import collector
     from broker.malloc import keep_freed_buffers
     from broker.server import run
 
     keep_freed_buffers()
+    collector.install()
     from broker.errors import StartupError
 
     try:

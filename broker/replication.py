@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 import structlog
 import trio
 
-from broker import workers
+from broker import collector, workers
 from broker.admin.changes import put_and_save
 from broker.context import BrokerContext, TopicExistsError, all_locks
 from broker.groups import setup as setup_group_coordinator
@@ -254,6 +254,7 @@ class LocalReplication:
             states = [ctx.partition(name, p) for p in range(topic.partitions)]
             async with all_locks(states):
                 await workers.run_sync(ctx.log_manager.delete_topic, name)
+            collector.thaw()  # the logs' objects are garbage now, perhaps frozen
             for p, state in enumerate(states):
                 state.notify()
                 ctx.forget_partition(name, p)

@@ -28,7 +28,7 @@ from typing import Any
 import structlog
 import trio
 
-from broker import background, http, workers
+from broker import background, collector, http, workers
 from broker.accept import serve_listeners
 from broker.admin.dynamic import DynamicConfigs
 from broker.cluster import Cluster
@@ -645,6 +645,7 @@ async def run(
     """Serve until SIGTERM/SIGINT; returns the exit status. ``task_status`` gets the bound port."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         ctx = await open_context(config)
+        collector.settle()  # the loaded logs frozen before the first client, not in its way
         server = Server(ctx)
         bound = await _open_listeners(config.listeners)
         listeners = [sock for _, sockets in bound for sock in sockets]

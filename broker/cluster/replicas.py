@@ -35,7 +35,7 @@ import structlog
 import trio
 from kazoo.exceptions import BadVersionError, KazooException
 
-from broker import workers
+from broker import collector, workers
 from broker.cluster.zk import ISR_CHANGES, ISR_CHANGE_PREFIX, LeaderIsr, isr_change_json
 from broker.cluster.zk import partition_state_path
 from broker.errors import STORAGE_FAILURES
@@ -302,6 +302,7 @@ class ReplicaManager:
                             error=repr(exc),
                         )
                         return ErrorCode.KAFKA_STORAGE_ERROR
+                    collector.thaw()  # the log's objects are garbage now, perhaps frozen
             self._checkpointed.pop(key, None)
         logger.info("stopped replica", topic=key[0], partition=key[1], deleted=delete)
         return ErrorCode.NONE

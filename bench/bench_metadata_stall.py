@@ -1,0 +1,150 @@
+"""Does a Metadata answer for every partition stall other clients? (issue #33)
+
+One broker with --topics x --partitions partitions (100 x 100 by default). A probe connection
+sends ApiVersions v0 every 2 ms and times each round trip, first alone for --quiet-s seconds,
+then while another connection asks Metadata v12 for all topics --requests times back to back.
+Per phase: the probe's p50/p99/max and, beside, the Metadata round trips. What the probe waits
+beyond its quiet figures is time the event loop spent elsewhere: serving the Metadata requests
+and, before broker/collector.py, full garbage collections of the whole heap (68-94 ms each at
+10,000 partitions). About a minute with the defaults (creating the partitions takes most).
+Writes bench/results/metadata_stall.json (each --label's run is kept).
+
+    .venv/bin/python bench/bench_metadata_stall.py [--repo DIR] [--label NAME]
+
+``--repo DIR`` runs the broker from another tree (a worktree of an older commit, its C
+extension built in place), with this checkout's venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_e2e import machine, write_result  # noqa: E402
+from bench.bench_isolation import Wire, start_broker  # noqa: E402
+from bench.bench_scale import (  # noqa: E402
+    create_topics,
+    metadata_frame,
+    metadata_raw,
+    wait_all_led,
+    wide_topic,
+)
+from protocol import ApiKey, ClientConnection  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+RESULT = REPO / "bench" / "results" / "metadata_stall.json"
+PROBE_PAUSE_S = 0.002
+
+
+def probe(port: int, stop: threading.Event, took: list[float]) -> None:
+    """ApiVersions v0 round trips until ``stop``, PROBE_PAUSE_S apart."""
+    frame = ClientConnection("bench-metadata-stall-probe").request(ApiKey.API_VERSIONS, 0, {})[1]
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while not stop.is_set():
+            t = time.perf_counter()
+            sock.sendall(frame)
+            got = b""
+            while len(got) < 4 or len(got) < 4 + int.from_bytes(got[:4], "big"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise RuntimeError("the broker closed the probe's connection")
+                got += chunk
+            took.append(time.perf_counter() - t)
+            time.sleep(PROBE_PAUSE_S)
+
+
+def summary(took: list[float]) -> dict:
+    ordered = sorted(took)
+    return {
+        "count": len(ordered),
+        "p50_ms": round(1000 * statistics.median(ordered), 2),
+        "p99_ms": round(1000 * ordered[max(0, int(len(ordered) * 0.99) - 1)], 2),
+        "max_ms": round(1000 * ordered[-1], 2),
+    }
+
+
+def phase(port: int, requests: int, quiet_s: float) -> dict:
+    stop, took = threading.Event(), []
+    prober = threading.Thread(target=probe, args=(port, stop, took))
+    prober.start()
+    metadata: list[float] = []
+    try:
+        if requests:
+            frame = metadata_frame()
+            with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+                for _ in range(requests):
+                    t = time.perf_counter()
+                    metadata_raw(sock, frame)
+                    metadata.append(time.perf_counter() - t)
+        else:
+            time.sleep(quiet_s)
+    finally:
+        stop.set()
+        prober.join()
+    result = {"probe": summary(took)}
+    if metadata:
+        result["metadata_all_topics"] = summary(metadata)
+    return result
+
+
+def measure(args: argparse.Namespace) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="chronolog-bench-metadata-stall-"))
+    proc, port = start_broker(Path(args.repo), work, None)
+    try:
+        topics = [wide_topic(i) for i in range(args.topics)]
+        create_topics(Wire(port, "bench-metadata-stall-admin"), topics, args.partitions)
+        wait_all_led(port, args.topics * args.partitions, 120)
+        return {
+            "partitions": args.topics * args.partitions,
+            "quiet": phase(port, 0, args.quiet_s),
+            "beside_metadata": phase(port, args.requests, 0),
+        }
+    finally:
+        proc.terminate()
+        proc.wait(120)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topics", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=100)
+    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--quiet-s", type=float, default=5)
+    parser.add_argument("--repo", default=str(REPO))
+    parser.add_argument("--label", default="after")
+    parser.add_argument("--out", default=str(RESULT))
+    args = parser.parse_args()
+    git = ["git", "-C", args.repo, "rev-parse", "--short", "HEAD"]
+    commit = subprocess.run(git, capture_output=True, text=True).stdout.strip() or None
+    result = measure(args)
+    print(json.dumps(result), flush=True)
+    out = Path(args.out)
+    runs = json.loads(out.read_text()).get("runs", {}) if out.exists() else {}
+    runs[args.label] = {"commit": commit, **result, **machine()}
+    write_result(
+        out,
+        {
+            "benchmark": "metadata_stall",
+            "probe": "ApiVersions v0 every 2 ms, round trip",
+            "neighbour": "Metadata v12 for all topics, back to back",
+            "runs": runs,
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
