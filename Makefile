@@ -206,7 +206,7 @@ PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
 # chronolog (pyspark_chronolog) or kafka (Spark's own Kafka source, jars from `make spark-kafka`)
 PIPELINE_SOURCE ?= chronolog
-.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation bench-scale bench-processes bench-quotas soak
+.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation bench-scale bench-processes bench-metadata-stall bench-quotas soak
 
 pipeline: $(VENV)/.installed-test spark-kafka
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
@@ -262,6 +262,11 @@ bench-scale: $(VENV)/.installed-bench
 # about 3 minutes): bench/results/processes.json.
 bench-processes: $(VENV)/.installed-bench zookeeper
 	$(BIN)/python bench/bench_processes.py $(BENCH_ARGS)
+
+# A probe's round trips beside Metadata answers for 10,000 partitions (issue #33: garbage-collector
+# pauses and the answer's own cost on the event loop; about a minute): bench/results/metadata_stall.json.
+bench-metadata-stall: $(VENV)/.installed-bench
+	$(BIN)/python bench/bench_metadata_stall.py $(BENCH_ARGS)
 
 # Soak (bench/soak.py, not part of `make test`): kill -9, SIGTERM and, as root, a full tmpfs under
 # the log dir, at random moments under acks=all producers, for SOAK_SECONDS; checks after every
