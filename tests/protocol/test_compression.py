@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import random
 import struct
+import threading
 
 import cramjam
 import lz4.block
@@ -313,8 +314,6 @@ def test_transient_refuses_frames_whose_headers_lie():
 
 
 def test_transient_buffers_belong_to_their_thread():
-    import threading
-
     payloads = [bytes([i]) * 300_000 + bytes(range(256)) * i for i in range(1, 5)]
     frames = [compress(Codec.LZ4, p, 2) for p in payloads]
     wrong = []
@@ -325,12 +324,17 @@ def test_transient_buffers_belong_to_their_thread():
                 if bytes(decompress_transient(Codec.LZ4, frames[i], 2)) != payloads[i]:
                     wrong.append(i)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    _in_threads(work, 4)
+    assert wrong == []
+
+
+def _in_threads(work, count: int) -> None:
+    """``work(k)`` for k in 0..count-1, each in a thread of its own, all at once."""
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert wrong == []
 
 
 def _zstd_answer(fn, frame, **kw):
@@ -378,8 +382,6 @@ def test_zstd_from_many_threads_at_once():
     """Worker threads validate, clean and convert at once: with one zstandard (de)compressor
     shared by all, concurrent decompressions returned other threads' bytes and concurrent
     compressions crashed the process."""
-    import threading
-
     payloads = [bytes([i]) * 200_000 + random.Random(i).randbytes(200_000) for i in range(4)]
     wrong = []
 
@@ -391,9 +393,5 @@ def test_zstd_from_many_threads_at_once():
             if bytes(decompress_transient(Codec.ZSTD, frame, 2)) != payloads[k]:
                 wrong.append(("transient", k))
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(work, 4)
     assert wrong == []
