@@ -25,7 +25,7 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.errors import CommitFailedError, IllegalGenerationError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
 
-from tests.integration.test_groups import bounded, create_topic, unique
+from tests.integration.test_groups import bounded, create_topic, rejoin_if_join_lost, unique
 from tests.waiting import wait_for
 
 PARTITIONS = 6
@@ -148,6 +148,7 @@ class KafkaPythonMember(Member):
                     self.consumer.commit({tp: OffsetAndMetadata(r.offset + 1, "", -1)})
                 except (CommitFailedError, RebalanceInProgressError, IllegalGenerationError):
                     self.uncommitted.add((r.partition, r.offset))
+        rejoin_if_join_lost(self.consumer)
 
     def close(self) -> None:
         self.consumer.close(autocommit=False)

@@ -28,7 +28,7 @@ from tests.integration.test_groups import (
     run_cli,
     unique,
 )
-from tests.waiting import wait_for
+from tests.waiting import WaitTimeoutError, wait_for
 
 
 def describe(bootstrap: str, group: str) -> tuple[str, int, set[str], dict[tuple[int], str]]:
@@ -76,12 +76,19 @@ def test_kill_9_restart_keeps_generation_members_and_assignments(
         )
         b = PollingConsumer(broker.bootstrap, group, topic, **kw)
         b.start()
-        wait_for(
-            lambda: len(a.assignment) == len(b.assignment) == 2
-            and a.assignment | b.assignment == partitions(topic, 4),
-            "two members to split four partitions",
-            timeout=WAIT_S,
-        )
+        try:
+            wait_for(
+                lambda: len(a.assignment) == len(b.assignment) == 2
+                and a.assignment | b.assignment == partitions(topic, 4),
+                "two members to split four partitions",
+                timeout=WAIT_S,
+            )
+        except WaitTimeoutError as exc:
+            # What each side saw: a lost join (rejoin_if_join_lost) looked like this.
+            raise WaitTimeoutError(
+                f"{exc}; a owns {sorted(a.assignment)}, b owns {sorted(b.assignment)}; the "
+                f"broker says {describe(broker.bootstrap, group)}; its log:\n{broker.log_tail()}"
+            ) from exc
         wait_for(
             lambda: describe(broker.bootstrap, group)[0] == "Stable",
             "a Stable group",
