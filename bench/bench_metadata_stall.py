@@ -1,12 +1,13 @@
-"""Does a Metadata answer for every partition stall other clients? (issue #33)
+"""Does an answer listing every partition stall other clients? (issue #33)
 
 One broker with --topics x --partitions partitions (100 x 100 by default). A probe connection
 sends ApiVersions v0 every 2 ms and times each round trip, first alone for --quiet-s seconds,
-then while another connection asks Metadata v12 for all topics --requests times back to back.
-Per phase: the probe's p50/p99/max and, beside, the Metadata round trips. What the probe waits
-beyond its quiet figures is time the event loop spent elsewhere: serving the Metadata requests
-and, before broker/collector.py, full garbage collections of the whole heap (68-94 ms each at
-10,000 partitions). About a minute with the defaults (creating the partitions takes most).
+then while another connection asks Metadata v12 for all topics --requests times back to back,
+then DescribeLogDirs v4 for all topics as often. Per phase: the probe's p50/p99/max and,
+beside, the neighbour's round trips. What the probe waits beyond its quiet figures is time the
+event loop spent elsewhere: serving the neighbour's requests and, before broker/collector.py,
+full garbage collections of the whole heap (68-94 ms each at 10,000 partitions). About a
+minute with the defaults (creating the partitions takes most).
 Writes bench/results/metadata_stall.json (each --label's run is kept).
 
     .venv/bin/python bench/bench_metadata_stall.py [--repo DIR] [--label NAME]
@@ -75,27 +76,35 @@ def summary(took: list[float]) -> dict:
     }
 
 
-def phase(port: int, requests: int, quiet_s: float) -> dict:
+def log_dirs_frame() -> bytes:
+    body = {"topics": None}
+    return ClientConnection("bench-log-dirs").request(ApiKey.DESCRIBE_LOG_DIRS, 4, body)[1]
+
+
+def phase(
+    port: int, requests: int, quiet_s: float, frame: bytes | None = None, name: str = ""
+) -> dict:
+    """The probe's round trips alone for ``quiet_s``, or beside ``requests`` of ``frame``
+    sent back to back on another connection (their round trips under ``name``)."""
     stop, took = threading.Event(), []
     prober = threading.Thread(target=probe, args=(port, stop, took))
     prober.start()
-    metadata: list[float] = []
+    neighbour: list[float] = []
     try:
-        if requests:
-            frame = metadata_frame()
+        if frame is not None:
             with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
                 for _ in range(requests):
                     t = time.perf_counter()
-                    metadata_raw(sock, frame)
-                    metadata.append(time.perf_counter() - t)
+                    metadata_raw(sock, frame)  # reads any framed answer whole
+                    neighbour.append(time.perf_counter() - t)
         else:
             time.sleep(quiet_s)
     finally:
         stop.set()
         prober.join()
     result = {"probe": summary(took)}
-    if metadata:
-        result["metadata_all_topics"] = summary(metadata)
+    if neighbour:
+        result[name] = summary(neighbour)
     return result
 
 
@@ -109,7 +118,12 @@ def measure(args: argparse.Namespace) -> dict:
         return {
             "partitions": args.topics * args.partitions,
             "quiet": phase(port, 0, args.quiet_s),
-            "beside_metadata": phase(port, args.requests, 0),
+            "beside_metadata": phase(
+                port, args.requests, 0, metadata_frame(), "metadata_all_topics"
+            ),
+            "beside_describe_log_dirs": phase(
+                port, args.requests, 0, log_dirs_frame(), "describe_log_dirs_all_topics"
+            ),
         }
     finally:
         proc.terminate()
@@ -139,7 +153,7 @@ def main() -> int:
         {
             "benchmark": "metadata_stall",
             "probe": "ApiVersions v0 every 2 ms, round trip",
-            "neighbour": "Metadata v12 for all topics, back to back",
+            "neighbours": "Metadata v12, then DescribeLogDirs v4, for all topics, back to back",
             "runs": runs,
         },
     )

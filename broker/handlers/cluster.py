@@ -32,6 +32,7 @@ from typing import Any
 
 from broker import workers
 from broker.context import BrokerContext
+from broker.slices import Slices
 from protocol.api import Request
 from storage import Log
 from storage.replica_move import FutureLog
@@ -119,9 +120,11 @@ async def handle_describe_log_dirs(ctx: BrokerContext, request: Request) -> dict
             )
             continue
         topics: dict[str, list[dict[str, Any]]] = {}
+        slices = Slices()
         for topic, partition in manager.partitions_in(log_dir):
             if wanted is not None and (topic, partition) not in wanted:
                 continue
+            await slices.turn()
             async with ctx.locked_log(topic, partition) as log:
                 if log is None:
                     continue

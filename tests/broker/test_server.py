@@ -6,6 +6,7 @@ import os
 import socket
 import threading
 
+import pytest
 import trio
 import trio.testing
 from trio.testing import wait_all_tasks_blocked
@@ -470,9 +471,37 @@ async def test_pipelined_requests_let_other_connections_in(tmp_path, monkeypatch
     ctx.log_manager.shutdown()
 
 
-async def test_a_large_metadata_answer_is_encoded_beside_the_loop(tmp_path, monkeypatch):
-    """At ENCODED_BESIDE_PARTITIONS listed partitions the encoding leaves the loop's thread; the
-    answer is the same either way."""
+def _metadata_request(topics: list[str] | None) -> dict:
+    return {"topics": None if topics is None else [{"name": t} for t in topics]}
+
+
+def _metadata_listed(body) -> list[tuple[str, int]]:
+    return sorted((t.name, len(t.partitions)) for t in body.topics)
+
+
+def _log_dirs_request(topics: list[str] | None) -> dict:
+    listed = (
+        None if topics is None else [{"topic": t, "partitions": list(range(29))} for t in topics]
+    )
+    return {"topics": listed}
+
+
+def _log_dirs_listed(body) -> list[tuple[str, int]]:
+    return sorted((t.name, len(t.partitions)) for r in body.results for t in r.topics)
+
+
+@pytest.mark.parametrize(
+    "api_key, version, request_body, listed_in",
+    [
+        (ApiKey.METADATA, 12, _metadata_request, _metadata_listed),
+        (ApiKey.DESCRIBE_LOG_DIRS, 4, _log_dirs_request, _log_dirs_listed),
+    ],
+)
+async def test_a_large_partition_listing_is_encoded_beside_the_loop(
+    tmp_path, monkeypatch, api_key, version, request_body, listed_in
+):
+    """A Metadata or DescribeLogDirs answer listing ENCODED_BESIDE_PARTITIONS partitions is
+    encoded off the loop's thread; the answer is the same either way."""
     from broker import server as server_module
     from broker.server import Server
     from protocol import ClientConnection
@@ -490,7 +519,7 @@ async def test_a_large_metadata_answer_is_encoded_beside_the_loop(tmp_path, monk
     await ctx.create_topic("small", 29)
     server = Server(ctx)
     served, client_side = await _connected_pair()
-    client = ClientConnection(client_id="metadata")
+    client = ClientConnection(client_id="listing")
     loop_thread = threading.current_thread().name
     listed = []
     async with trio.open_nursery() as nursery:
@@ -498,26 +527,48 @@ async def test_a_large_metadata_answer_is_encoded_beside_the_loop(tmp_path, monk
         for topics in (["small"], None):  # 29 partitions, then 29 + 30
             if topics is None:
                 await ctx.create_topic("large", 30)
-            body = {"topics": None if topics is None else [{"name": t} for t in topics]}
-            await client_side.send_all(client.request(ApiKey.METADATA, 12, body)[1])
+            frame = client.request(api_key, version, request_body(topics))[1]
+            await client_side.send_all(frame)
             with trio.fail_after(10):
                 answers = []
                 while not answers:
                     answers = list(client.receive_data(await client_side.receive_some(1 << 20)))
-            listed.append(sorted((t.name, len(t.partitions)) for t in answers[0].body.topics))
+            listed.append(listed_in(answers[0].body))
         nursery.cancel_scope.cancel()
     assert listed == [[("small", 29)], [("large", 30), ("small", 29)]]
     assert encoded_in[0] == loop_thread and encoded_in[1] != loop_thread
     ctx.log_manager.shutdown()
 
 
-async def test_a_metadata_answer_is_built_in_slices(tmp_path, monkeypatch):
-    """Building an answer for every partition yields to other tasks between slices (at 10,000
-    partitions it held the event loop about 9 ms in one piece); the answer is whole."""
-    from broker.handlers import metadata as metadata_module
+def _metadata_topics(answer: dict) -> list[tuple[str, int]]:
+    return sorted((t["name"], len(t["partitions"])) for t in answer["topics"])
 
-    monkeypatch.setattr(metadata_module, "BUILD_SLICE_S", 0.0)
+
+def _log_dirs_topics(answer: dict) -> list[tuple[str, int]]:
+    return sorted((t["name"], len(t["partitions"])) for r in answer["results"] for t in r["topics"])
+
+
+@pytest.mark.parametrize(
+    "api_key, version, listed_in, turns",
+    [
+        (ApiKey.METADATA, 12, _metadata_topics, 4),  # a turn between each two topics
+        (ApiKey.DESCRIBE_LOG_DIRS, 4, _log_dirs_topics, 9),  # and two partitions
+    ],
+)
+async def test_an_answer_for_every_partition_is_built_in_slices(
+    tmp_path, monkeypatch, api_key, version, listed_in, turns
+):
+    """Building a Metadata or DescribeLogDirs answer for every partition yields to other tasks
+    between slices (at 10,000 partitions they held the event loop about 9 and 100 ms in one
+    piece); the answer is whole."""
+    from broker import slices, workers
+
+    async def inline(fn, *args, **kw):  # a worker thread's call would let the other task run
+        return fn(*args)
+
+    monkeypatch.setattr(slices, "SLICE_S", 0.0)
     ctx = await open_context(config(tmp_path))
+    monkeypatch.setattr(workers, "run_sync", inline)
     for i in range(5):
         await ctx.create_topic(f"t{i}", 2)
     passes = 0
@@ -532,13 +583,9 @@ async def test_a_metadata_answer_is_built_in_slices(tmp_path, monkeypatch):
         nursery.start_soon(other_task)
         await trio.lowlevel.checkpoint()  # the other task is running
         started = passes
-        answer = await HANDLERS[ApiKey.METADATA](
-            ctx, request(ApiKey.METADATA, 12, {"topics": None})
-        )
+        answer = await HANDLERS[api_key](ctx, request(api_key, version, {"topics": None}))
         during = passes - started
         nursery.cancel_scope.cancel()
-    assert sorted((t["name"], len(t["partitions"])) for t in answer["topics"]) == [
-        (f"t{i}", 2) for i in range(5)
-    ]
-    assert during >= 4, during  # a turn between each two topics
+    assert listed_in(answer) == [(f"t{i}", 2) for i in range(5)]
+    assert during >= turns, during
     ctx.log_manager.shutdown()
