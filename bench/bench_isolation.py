@@ -327,12 +327,14 @@ def phase(name: str, port: int, pid: int, roles: list[str], args: argparse.Names
     return row
 
 
-def start_broker(repo: Path, work: Path, io_threads: int | None) -> tuple[subprocess.Popen, int]:
+def start_broker(
+    repo: Path, work: Path, io_threads: int | None, extra: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen, int]:
     port = free_port()
     listener = f"PLAINTEXT://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "broker", "serve"]
     overrides = [f"listeners={listener}", f"advertised.listeners={listener}"]
-    overrides += [f"log.dirs={work / 'data'}", "auto.create.topics.enable=false"]
+    overrides += [f"log.dirs={work / 'data'}", "auto.create.topics.enable=false", *extra]
     if io_threads is not None:
         overrides.append(f"num.io.threads={io_threads}")
     for o in overrides:

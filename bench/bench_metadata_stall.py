@@ -3,11 +3,11 @@
 One broker with --topics x --partitions partitions (100 x 100 by default). A probe connection
 sends ApiVersions v0 every 2 ms and times each round trip, first alone for --quiet-s seconds,
 then while another connection asks Metadata v12 for all topics --requests times back to back,
-then DescribeLogDirs v4 for all topics as often. Per phase: the probe's p50/p99/max and,
-beside, the neighbour's round trips. What the probe waits beyond its quiet figures is time the
-event loop spent elsewhere: serving the neighbour's requests and, before broker/collector.py,
-full garbage collections of the whole heap (68-94 ms each at 10,000 partitions). About a
-minute with the defaults (creating the partitions takes most).
+then DescribeLogDirs v4 for all topics as often, then while /metrics is scraped --scrapes
+times. Per phase: the probe's p50/p99/max and, beside, the neighbour's round trips. What the
+probe waits beyond its quiet figures is time the event loop spent elsewhere: serving the
+neighbour and, before broker/collector.py, full garbage collections of the whole heap (68-94
+ms each at 10,000 partitions). About two minutes with the defaults.
 Writes bench/results/metadata_stall.json (each --label's run is kept).
 
     .venv/bin/python bench/bench_metadata_stall.py [--repo DIR] [--label NAME]
@@ -28,12 +28,14 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_e2e import machine, write_result  # noqa: E402
 from bench.bench_isolation import Wire, start_broker  # noqa: E402
+from bench.suite.brokers import free_port  # noqa: E402
 from bench.bench_scale import (  # noqa: E402
     create_topics,
     metadata_frame,
@@ -81,11 +83,22 @@ def log_dirs_frame() -> bytes:
     return ClientConnection("bench-log-dirs").request(ApiKey.DESCRIBE_LOG_DIRS, 4, body)[1]
 
 
+def scrape(url: str) -> None:
+    with urllib.request.urlopen(url, timeout=60) as answer:
+        answer.read()
+
+
 def phase(
-    port: int, requests: int, quiet_s: float, frame: bytes | None = None, name: str = ""
+    port: int,
+    requests: int,
+    quiet_s: float,
+    frame: bytes | None = None,
+    name: str = "",
+    url: str | None = None,
 ) -> dict:
     """The probe's round trips alone for ``quiet_s``, or beside ``requests`` of ``frame``
-    sent back to back on another connection (their round trips under ``name``)."""
+    sent back to back on another connection, or beside ``requests`` GETs of ``url`` (their
+    round trips under ``name``)."""
     stop, took = threading.Event(), []
     prober = threading.Thread(target=probe, args=(port, stop, took))
     prober.start()
@@ -97,6 +110,11 @@ def phase(
                     t = time.perf_counter()
                     metadata_raw(sock, frame)  # reads any framed answer whole
                     neighbour.append(time.perf_counter() - t)
+        elif url is not None:
+            for _ in range(requests):
+                t = time.perf_counter()
+                scrape(url)
+                neighbour.append(time.perf_counter() - t)
         else:
             time.sleep(quiet_s)
     finally:
@@ -110,7 +128,9 @@ def phase(
 
 def measure(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="chronolog-bench-metadata-stall-"))
-    proc, port = start_broker(Path(args.repo), work, None)
+    metrics_port = free_port()
+    listener = f"metrics.listener=http://127.0.0.1:{metrics_port}"
+    proc, port = start_broker(Path(args.repo), work, None, (listener,))
     try:
         topics = [wide_topic(i) for i in range(args.topics)]
         create_topics(Wire(port, "bench-metadata-stall-admin"), topics, args.partitions)
@@ -124,6 +144,13 @@ def measure(args: argparse.Namespace) -> dict:
             "beside_describe_log_dirs": phase(
                 port, args.requests, 0, log_dirs_frame(), "describe_log_dirs_all_topics"
             ),
+            "beside_metrics_scrapes": phase(
+                port,
+                args.scrapes,
+                0,
+                name="metrics_scrape",
+                url=f"http://127.0.0.1:{metrics_port}/metrics",
+            ),
         }
     finally:
         proc.terminate()
@@ -136,6 +163,7 @@ def main() -> int:
     parser.add_argument("--topics", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=100)
     parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--scrapes", type=int, default=10)
     parser.add_argument("--quiet-s", type=float, default=5)
     parser.add_argument("--repo", default=str(REPO))
     parser.add_argument("--label", default="after")
@@ -153,7 +181,8 @@ def main() -> int:
         {
             "benchmark": "metadata_stall",
             "probe": "ApiVersions v0 every 2 ms, round trip",
-            "neighbours": "Metadata v12, then DescribeLogDirs v4, for all topics, back to back",
+            "neighbours": "Metadata v12, then DescribeLogDirs v4, for all topics, then GET "
+            "/metrics, back to back",
             "runs": runs,
         },
     )

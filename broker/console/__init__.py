@@ -84,7 +84,7 @@ def _int(request: Request, name: str) -> int | None:
 async def metrics(request: Request) -> Response:
     ctx = _ctx(request)
     assert ctx.metrics is not None
-    return Response(ctx.metrics.scrape(), media_type=CONTENT_TYPE_LATEST)
+    return Response(await ctx.metrics.scrape(), media_type=CONTENT_TYPE_LATEST)
 
 
 async def topics_page(request: Request) -> Response:
