@@ -395,3 +395,116 @@ def test_zstd_from_many_threads_at_once():
 
     _in_threads(work, 4)
     assert wrong == []
+
+
+# -- decompress_transient for snappy: decompress's bytes or its error ---------------------------
+
+
+def _outcome(fn, codec, data, **kw):
+    """What ``fn`` answers: the bytes, or the CorruptRecordError's message and offset."""
+    try:
+        return bytes(fn(codec, data, 2, **kw))
+    except CorruptRecordError as exc:
+        return ("error", str(exc), exc.offset)
+
+
+def _same_as_decompress(codec, data, **kw):
+    """decompress_transient's outcome, asserted to be decompress's."""
+    got = _outcome(decompress_transient, codec, data, position=9, **kw)
+    assert got == _outcome(decompress, codec, data, position=9, **kw)
+    return got
+
+
+def _records(size: int, seed: int = 0) -> bytes:
+    """``size`` bytes of JSON-like records, a producer's batch: about 3:1 under gzip."""
+    rnd = random.Random(seed)
+    lines = []
+    total = 0
+    while total < size:
+        line = (
+            f'{{"id":{total},"user":"u{rnd.randrange(10**6)}","score":{rnd.random():.6f},'
+            f'"tags":["{rnd.choice("abcdef") * rnd.randrange(1, 9)}"]}}\n'
+        )
+        lines.append(line)
+        total += len(line)
+    return "".join(lines).encode()[:size]
+
+
+def _xerial(*blocks: bytes, header: bytes = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)) -> bytes:
+    return header + b"".join(struct.pack(">i", len(b)) + b for b in blocks)
+
+
+@pytest.mark.parametrize("size", [0, 1, 1000, 100_000, 3 << 20])
+def test_transient_snappy_is_the_payload(size):
+    payload = _records(size)
+    framings = {
+        "ours (xerial)": compress(Codec.SNAPPY, payload, 2),
+        "kafka-python xerial": kp.snappy_encode(payload),
+        "raw": kp.snappy_encode(payload, xerial_compatible=False),
+    }
+    for what, data in framings.items():
+        for view in (data, memoryview(b"xx" + data)[2:]):
+            got = decompress_transient(Codec.SNAPPY, view, 2)
+            assert isinstance(got, memoryview) and got == payload, what
+
+
+def test_transient_snappy_answers_or_refuses_as_decompress_does():
+    payload = _records(100_000)
+    ours = compress(Codec.SNAPPY, payload, 2)
+    block = bytes(cramjam.snappy.compress_raw(b"block" * 100))
+    raw = bytes(cramjam.snappy.compress_raw(payload))
+    cases = {
+        "xerial": ours,
+        "two xerial streams": ours + compress(Codec.SNAPPY, b"tail", 2),
+        "header only": ours[:16],
+        "magic and less than a header (raw)": ours[:12],
+        "an empty block": _xerial(block, b"", block),
+        "a negative block length": _xerial(block) + struct.pack(">i", -1),
+        "a block overrunning the stream": _xerial(block)[:-1],
+        "a truncated block length": _xerial(block) + b"\x00\x00",
+        "a bad block": _xerial(block, b"\xff" * 20),
+        "a block shorter than it declares": _xerial(block[:-3]),
+        "a bad block then a bad length": _xerial(b"\xff" * 20) + b"\x00",
+        "raw": raw,
+        "raw cut short": raw[:-5],
+        "garbage": b"garbage",
+        "empty": b"",
+    }
+    for what, data in cases.items():
+        got = _same_as_decompress(Codec.SNAPPY, data)
+        if what in ("xerial", "raw"):
+            assert got == payload, what
+    for limit in (len(payload), len(payload) - 1):
+        for data in (ours, raw):
+            _same_as_decompress(Codec.SNAPPY, data, max_bytes=limit)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(st.binary(max_size=100_000), _compressible),
+    st.booleans(),
+    st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(1, 255)), min_size=1, max_size=3),
+    st.one_of(st.none(), st.integers(0, 1 << 20)),
+)
+def test_transient_snappy_accepts_exactly_what_decompress_accepts(payload, xerial, flips, cut):
+    data = bytearray(kp.snappy_encode(payload, xerial_compatible=xerial))
+    for pos, xor in flips:
+        data[pos % len(data)] ^= xor
+    if cut is not None:
+        data = data[: cut % len(data)]
+    _same_as_decompress(Codec.SNAPPY, bytes(data))
+
+
+def test_transient_snappy_from_many_threads_at_once():
+    payloads = [_records(300_000 + 1000 * k, seed=k) for k in range(4)]
+    streams = [compress(Codec.SNAPPY, p, 2) for p in payloads]
+    wrong = []
+
+    def work(k):
+        for _ in range(40):
+            for i in (k, (k + 1) % 4):
+                if bytes(decompress_transient(Codec.SNAPPY, streams[i], 2)) != payloads[i]:
+                    wrong.append(i)
+
+    _in_threads(work, 4)
+    assert wrong == []
