@@ -33,7 +33,7 @@ from broker.txn.coordinator import TransactionCoordinator
 from broker.txn.state import TxnState
 from protocol import ApiKey, ErrorCode, MessageSetBuilder
 from protocol import recordbatch as rb
-from tests.broker.test_server import config, produce_body, request
+from tests.broker.test_server import config, other_task_turns, produce_body, request
 
 T0 = 1_700_000_000_000
 
@@ -258,21 +258,9 @@ async def test_partitions_are_read_for_a_scrape_in_slices(tmp_path, monkeypatch)
     ctx.metrics = metrics = BrokerMetrics(ctx, lambda: 0)
     for i in range(3):
         await ctx.create_topic(f"t{i}", 2)
-    passes = 0
-
-    async def other_task() -> None:
-        nonlocal passes
-        while True:
-            passes += 1
-            await trio.lowlevel.checkpoint()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(other_task)
-        await trio.lowlevel.checkpoint()  # the other task is running
-        started = passes
+    async with other_task_turns() as turns_so_far:
         rows = await metrics.partition_rows()
-        during = passes - started
-        nursery.cancel_scope.cancel()
+        during = turns_so_far()
     assert [(r.topic, r.partition) for r in rows] == [
         (f"t{i}", p) for i in range(3) for p in (0, 1)
     ]

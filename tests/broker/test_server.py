@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import trio
@@ -540,6 +542,26 @@ async def test_a_large_partition_listing_is_encoded_beside_the_loop(
     ctx.log_manager.shutdown()
 
 
+@contextlib.asynccontextmanager
+async def other_task_turns() -> AsyncIterator[Callable[[], int]]:
+    """Runs another task beside the body, as another connection's, and yields a function
+    giving how many turns it has had since the body started."""
+    passes = 0
+
+    async def other_task() -> None:
+        nonlocal passes
+        while True:
+            passes += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_task)
+        await trio.lowlevel.checkpoint()  # the other task is running
+        started = passes
+        yield lambda: passes - started
+        nursery.cancel_scope.cancel()
+
+
 def _metadata_topics(answer: dict) -> list[tuple[str, int]]:
     return sorted((t["name"], len(t["partitions"])) for t in answer["topics"])
 
@@ -571,21 +593,9 @@ async def test_an_answer_for_every_partition_is_built_in_slices(
     monkeypatch.setattr(workers, "run_sync", inline)
     for i in range(5):
         await ctx.create_topic(f"t{i}", 2)
-    passes = 0
-
-    async def other_task() -> None:
-        nonlocal passes
-        while True:
-            passes += 1
-            await trio.lowlevel.checkpoint()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(other_task)
-        await trio.lowlevel.checkpoint()  # the other task is running
-        started = passes
+    async with other_task_turns() as turns_so_far:
         answer = await HANDLERS[api_key](ctx, request(api_key, version, {"topics": None}))
-        during = passes - started
-        nursery.cancel_scope.cancel()
+        during = turns_so_far()
     assert listed_in(answer) == [(f"t{i}", 2) for i in range(5)]
     assert during >= turns, during
     ctx.log_manager.shutdown()
