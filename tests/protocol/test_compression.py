@@ -6,6 +6,7 @@ import gzip
 import random
 import struct
 import threading
+import zlib
 
 import cramjam
 import lz4.block
@@ -479,32 +480,90 @@ def test_transient_snappy_answers_or_refuses_as_decompress_does():
             _same_as_decompress(Codec.SNAPPY, data, max_bytes=limit)
 
 
+# The transient paths that decode into the thread's buffer themselves, with an encoder each.
+_TRANSIENT_ENCODERS = {
+    "snappy, xerial": (Codec.SNAPPY, lambda p: kp.snappy_encode(p, xerial_compatible=True)),
+    "snappy, raw": (Codec.SNAPPY, lambda p: kp.snappy_encode(p, xerial_compatible=False)),
+    "gzip": (Codec.GZIP, lambda p: compress(Codec.GZIP, p, 2)),
+}
+
+
+@pytest.mark.parametrize("encoding", list(_TRANSIENT_ENCODERS))
 @settings(max_examples=300, deadline=None)
 @given(
     st.one_of(st.binary(max_size=100_000), _compressible),
-    st.booleans(),
     st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(1, 255)), min_size=1, max_size=3),
     st.one_of(st.none(), st.integers(0, 1 << 20)),
 )
-def test_transient_snappy_accepts_exactly_what_decompress_accepts(payload, xerial, flips, cut):
-    data = bytearray(kp.snappy_encode(payload, xerial_compatible=xerial))
+def test_transient_decoding_accepts_exactly_what_decompress_accepts(encoding, payload, flips, cut):
+    codec, encode = _TRANSIENT_ENCODERS[encoding]
+    data = bytearray(encode(payload))
     for pos, xor in flips:
         data[pos % len(data)] ^= xor
     if cut is not None:
         data = data[: cut % len(data)]
-    _same_as_decompress(Codec.SNAPPY, bytes(data))
+    _same_as_decompress(codec, bytes(data))
 
 
-def test_transient_snappy_from_many_threads_at_once():
+@pytest.mark.parametrize("encoding", list(_TRANSIENT_ENCODERS))
+def test_transient_decoding_from_many_threads_at_once(encoding):
+    codec, encode = _TRANSIENT_ENCODERS[encoding]
     payloads = [_records(300_000 + 1000 * k, seed=k) for k in range(4)]
-    streams = [compress(Codec.SNAPPY, p, 2) for p in payloads]
+    streams = [encode(p) for p in payloads]
     wrong = []
 
     def work(k):
-        for _ in range(40):
+        for _ in range(20):
             for i in (k, (k + 1) % 4):
-                if bytes(decompress_transient(Codec.SNAPPY, streams[i], 2)) != payloads[i]:
+                if bytes(decompress_transient(codec, streams[i], 2)) != payloads[i]:
                     wrong.append(i)
 
     _in_threads(work, 4)
     assert wrong == []
+
+
+# -- decompress_transient for gzip: zlib decodes, into the thread's buffer ----------------------
+
+
+def _gzip_encoders(payload: bytes) -> dict[str, bytes]:
+    return {
+        "ours (zlib, wbits 31)": compress(Codec.GZIP, payload, 2),
+        "gzip module": gzip.compress(payload, mtime=0),
+        "kafka-python": kp.gzip_encode(payload),
+        "zlib level 1": zlib.compress(payload, 1, wbits=31),
+    }
+
+
+@pytest.mark.parametrize("size", [0, 1, 1000, 100_000, 3 << 20])  # kept bytearray, kept mmap
+def test_transient_gzip_is_the_payload(size):
+    payload = _records(size)
+    for what, data in _gzip_encoders(payload).items():
+        for buffer in (data, memoryview(b"xx" + data)[2:], bytearray(data)):
+            assert bytes(decompress_transient(Codec.GZIP, buffer, 2)) == payload, what
+
+
+def test_transient_gzip_answers_or_refuses_as_decompress_does():
+    payload = _records(200_000)
+    ours = compress(Codec.GZIP, payload, 2)
+    isize_at = len(ours) - 4
+    cases = {
+        "one member": ours,
+        "two members": ours + gzip.compress(b"tail"),
+        "trailing bytes": ours + b"\x00\x01",
+        "trailing bytes after a long member": ours + b"x" * (20 << 10),
+        "ISIZE one less": ours[:isize_at] + struct.pack("<I", len(payload) - 1),
+        "ISIZE one more": ours[:isize_at] + struct.pack("<I", len(payload) + 1),
+        "a wrong CRC-32": ours[: isize_at - 4] + b"\x00\x00\x00\x00" + ours[isize_at:],
+        "cut in the trailer": ours[:-2],
+        "cut in the data": ours[: len(ours) // 2],
+        "damaged data": ours[:100] + bytes(b ^ 0x55 for b in ours[100:140]) + ours[140:],
+        "a header only": ours[:10],
+        "garbage": b"garbage that is long enough",
+        "empty": b"",
+    }
+    for what, data in cases.items():
+        got = _same_as_decompress(Codec.GZIP, data)
+        if what in ("one member", "trailing bytes", "trailing bytes after a long member"):
+            assert got == payload, what
+    for limit in (len(payload), len(payload) - 1):
+        _same_as_decompress(Codec.GZIP, ours, max_bytes=limit)
