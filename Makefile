@@ -263,8 +263,9 @@ bench-scale: $(VENV)/.installed-bench
 bench-processes: $(VENV)/.installed-bench zookeeper
 	$(BIN)/python bench/bench_processes.py $(BENCH_ARGS)
 
-# A probe's round trips beside Metadata answers for 10,000 partitions (issue #33: garbage-collector
-# pauses and the answer's own cost on the event loop; about a minute): bench/results/metadata_stall.json.
+# A probe's round trips beside answers listing 10,000 partitions: Metadata, DescribeLogDirs, /metrics
+# scrapes and the console's topics page (issue #33: garbage-collector pauses and each answer's own
+# cost on the event loop; about two minutes): bench/results/metadata_stall.json.
 bench-metadata-stall: $(VENV)/.installed-bench
 	$(BIN)/python bench/bench_metadata_stall.py $(BENCH_ARGS)
 

@@ -4,7 +4,7 @@ One broker with --topics x --partitions partitions (100 x 100 by default). A pro
 sends ApiVersions v0 every 2 ms and times each round trip, first alone for --quiet-s seconds,
 then while another connection asks Metadata v12 for all topics --requests times back to back,
 then DescribeLogDirs v4 for all topics as often, then while /metrics is scraped --scrapes
-times. Per phase: the probe's p50/p99/max and, beside, the neighbour's round trips. What the
+times, then while the console's topics page is loaded as often. Per phase: the probe's p50/p99/max and, beside, the neighbour's round trips. What the
 probe waits beyond its quiet figures is time the event loop spent elsewhere: serving the
 neighbour and, before broker/collector.py, full garbage collections of the whole heap (68-94
 ms each at 10,000 partitions). About two minutes with the defaults.
@@ -151,6 +151,13 @@ def measure(args: argparse.Namespace) -> dict:
                 name="metrics_scrape",
                 url=f"http://127.0.0.1:{metrics_port}/metrics",
             ),
+            "beside_console_topics_page": phase(
+                port,
+                args.scrapes,
+                0,
+                name="topics_page",
+                url=f"http://127.0.0.1:{metrics_port}/",
+            ),
         }
     finally:
         proc.terminate()
@@ -182,7 +189,7 @@ def main() -> int:
             "benchmark": "metadata_stall",
             "probe": "ApiVersions v0 every 2 ms, round trip",
             "neighbours": "Metadata v12, then DescribeLogDirs v4, for all topics, then GET "
-            "/metrics, back to back",
+            "/metrics, then GET / (the console's topics page), back to back",
             "runs": runs,
         },
     )

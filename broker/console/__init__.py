@@ -4,13 +4,15 @@ broker/http.py, in the broker's event loop.
 Server-rendered pages (Jinja2, autoescaped: keys and values are arbitrary bytes), a CSS file and a
 little vanilla JS from ``static/`` (nothing from a CDN, no build step). Handlers run on the trio
 thread and read the broker's state as the Kafka handlers do; partition data through
-broker/console/data.py under the partition lock. Read-only unless ``console.read.only=false``:
+broker/console/data.py under the partition lock. The topics page, which lists every partition,
+reads them in slices and is rendered in a worker thread. Read-only unless ``console.read.only=false``:
 the destructive actions (delete a topic, reset a group's offsets) are POST forms that need a
 typed confirmation and are refused with 403 while read-only or when posted from another origin.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from datetime import datetime, timezone
 from typing import Any
@@ -27,10 +29,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from broker import workers
 from broker.config import TOPIC_KEYS
 from broker.console import data
 from broker.context import BrokerContext
 from broker.groups.cli import decode_assignment
+from broker.slices import Slices
 
 logger = structlog.get_logger(__name__)
 
@@ -68,6 +72,13 @@ def _render(request: Request, name: str, status: int = 200, **values: Any) -> Re
     )
 
 
+async def _render_beside(request: Request, name: str, **values: Any) -> Response:
+    """:func:`_render` in a worker thread, for a page that lists every partition: at 10,000
+    partitions rendering the topics page took about 300 ms. ``values`` are plain data, read
+    on the loop beforehand, which nothing changes meanwhile."""
+    return await workers.run_sync(functools.partial(_render, request, name, **values))
+
+
 def _int(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name, "").strip()
     if not raw:
@@ -91,7 +102,9 @@ async def topics_page(request: Request) -> Response:
     ctx = _ctx(request)
     messages_in = ctx.metrics.messages_in if ctx.metrics is not None else {}
     rows = []
+    slices = Slices()  # a topic is never split
     for name in sorted(ctx.topics.names()):
+        await slices.turn()
         topic = ctx.topics.get(name)
         if topic is None:
             continue
@@ -124,7 +137,9 @@ async def topics_page(request: Request) -> Response:
                 "effective": {k: _mask(k, str(v)) for k, v in effective.items()},
             }
         )
-    return _render(request, "topics.html", topics=rows, uptime_counted=ctx.metrics is not None)
+    return await _render_beside(
+        request, "topics.html", topics=rows, uptime_counted=ctx.metrics is not None
+    )
 
 
 def _mask(name: str, value: str) -> str:
