@@ -379,9 +379,8 @@ def decompress_transient(
     takes about 60% of ``lz4.frame.decompress``'s time, which grows and copies its output when
     the frame does not declare its size. So are a zstd frame that declares its size, snappy,
     raw or xerial, and a gzip stream of one member (:func:`_zstd_into`, :func:`_snappy_into`,
-    :func:`_gzip_into`). Any other input, and
-    anything these paths do not accept whole, goes to :func:`decompress`, which raises its
-    precise error.
+    :func:`_gzip_into`). Any other input, and anything these paths do not accept whole, goes
+    to :func:`decompress`, which raises its precise error.
     """
     if codec == Codec.LZ4:
         view = memoryview(data)
