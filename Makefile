@@ -139,8 +139,12 @@ run: install
 	$(BIN)/chronolog serve --config config/server.properties \
 	  --override listeners=PLAINTEXT://127.0.0.1:9092 --override log.dirs=./data
 
+# Two workers (pytest-xdist), each a file at a time: most process tests wait on JVMs, brokers and
+# clients more than they compute, so two share this two-core machine's cores. TEST_WORKERS=0 runs
+# the suite in this one process.
+TEST_WORKERS ?= 2
 test: install-test
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadgroup
 
 # The fast loop while working: tests that start no process and are not long fuzz runs
 # (markers set by tests/conftest.py).

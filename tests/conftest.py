@@ -53,8 +53,13 @@ SLOW_FILES = {
 }
 
 
+# Before pytest-xdist's own hook, which reads the xdist_group marks set here.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Marks every test unit or process, cluster or spark by its directory, slow by its file."""
+    """Marks every test unit or process, cluster or spark by its directory, slow by its file,
+    and groups them for `make test`'s workers (pytest-xdist --dist loadgroup): a file's tests run
+    on one worker, so its module fixtures start once, and every Spark test on the same one, so
+    one Spark session serves them all."""
     tests_dir = REPO / "tests"
     for item in items:
         parts = Path(str(item.fspath)).resolve().relative_to(tests_dir).parts
@@ -70,6 +75,7 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker("process" if starts_processes else "unit")
         if parts[-1] in SLOW_FILES:
             item.add_marker("slow")
+        item.add_marker(pytest.mark.xdist_group("spark" if top == "spark" else "/".join(parts)))
 
 
 def api_versions_ok(host: str, port: int, timeout: float = 1.0) -> bool:
