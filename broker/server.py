@@ -49,6 +49,7 @@ from broker.quotas.throttle import Throttler
 from broker.security.gate import SecurityGate
 from broker.security.session import Session, current_session
 from broker.security.settings import Listener
+from broker.slices import Slices
 from broker.streams import PlainSocketStream
 from broker.topics import TopicRegistry
 from protocol import (
@@ -379,19 +380,18 @@ class Server:
         outbox: bytearray,
     ) -> None:
         """Serve every request ``data`` completes, in order, and flush their answers; after
-        each SERVE_SLICE_S of serving, other connections get their turn."""
+        each slice of serving (broker/slices.py: a read can hold a thousand small pipelined
+        requests, a small produce is about 60 µs of the loop), other connections get their
+        turn."""
         ctx = self.ctx
-        now = perf_counter()
-        received = now if ctx.metrics is not None else 0.0
-        slice_ends = now + SERVE_SLICE_S
+        received = perf_counter() if ctx.metrics is not None else 0.0
+        slices = Slices()
         try:
             for request in conn.receive_data(data):
-                if perf_counter() >= slice_ends:
+                if slices.due():
                     if outbox:  # answers held for one send go out before the pause
                         await send_response(stream, _take(outbox))
-                    # Without raising Cancelled: no new place for a request to be cut short.
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-                    slice_ends = perf_counter() + SERVE_SLICE_S
+                    await slices.turn()
                 if isinstance(request, RawFrame):  # a SASL token after a SaslHandshake v0
                     answer = await self.security.raw_token(session, request.payload)
                     await stream.send_all(conn.send_raw(answer))

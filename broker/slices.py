@@ -21,14 +21,19 @@ class Slices:
     """Times one task's loop: ``await slices.turn()`` between two steps lets other tasks run
     once SLICE_S has passed since the last turn, and costs one clock read otherwise. The yield
     raises nothing (trio.lowlevel.cancel_shielded_checkpoint): a caller that was not a place
-    to be cancelled before does not become one."""
+    to be cancelled before does not become one. A caller with something to do before it
+    yields (send what it holds) asks ``due()`` first."""
 
     __slots__ = ("_ends",)
 
     def __init__(self) -> None:
         self._ends = perf_counter() + SLICE_S
 
+    def due(self) -> bool:
+        """True once SLICE_S has passed since the last turn."""
+        return perf_counter() >= self._ends
+
     async def turn(self) -> None:
-        if perf_counter() >= self._ends:
+        if self.due():
             await trio.lowlevel.cancel_shielded_checkpoint()
             self._ends = perf_counter() + SLICE_S

@@ -430,11 +430,11 @@ async def test_pipelined_requests_let_other_connections_in(tmp_path, monkeypatch
     the event loop for all of them (a small produce is about 60 µs of it). With the serving
     slice at zero the connection yields after every request, and each answer still comes in
     order."""
-    from broker import server as server_module
+    from broker import slices
     from broker.server import Server
     from protocol import ClientConnection
 
-    monkeypatch.setattr(server_module, "SERVE_SLICE_S", 0.0)
+    monkeypatch.setattr(slices, "SLICE_S", 0.0)
     ctx = await open_context(config(tmp_path))
     server = Server(ctx)
     served, client_side = await _connected_pair()
