@@ -171,7 +171,8 @@ PURE_TESTS = $(wildcard tests/protocol/test_validator*.py tests/protocol/test_fa
   tests/integration/test_clients.py tests/integration/test_idempotence.py \
   tests/integration/test_old_consumer_conversion.py
 test-pure: install-test
-	CHRONOLOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q -m "not kafka_oracle" $(PURE_TESTS)
+	CHRONOLOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q -m "not kafka_oracle" -n $(TEST_WORKERS) \
+	  --dist loadgroup $(PURE_TESTS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
