@@ -72,11 +72,12 @@ RECEIVE_BYTES = 262144  # a 1 MB produce request arrives in a few reads, not six
 SERVE_SLICE_S = 0.001
 INLINE_REGION_BYTES = 65536  # see send_response
 TLS_REGION_PIECE_BYTES = 1 << 20  # a FileRegion on a TLS stream is read and sent in such pieces
-# A Metadata or DescribeLogDirs answer listing this many partitions or more is encoded in a
-# worker thread: at 10,000 partitions encoding took about 10 ms (Metadata) and 5 ms
-# (DescribeLogDirs) of the loop's thread. Building the answer stays on the loop, in slices: it
-# reads the broker's state. Beside the loop the encoding still holds the GIL, but gives it up
-# every switch interval (5 ms) to the loop.
+# An answer listing this many partitions or more (Metadata, DescribeLogDirs, Fetch,
+# OffsetFetch, OffsetCommit: _TOPIC_LISTS) is encoded in a worker thread: at 10,000 partitions
+# encoding took about 10 ms (Metadata), 5 ms (DescribeLogDirs) and 18 ms (Fetch) of the loop's
+# thread. Building the answer stays on the loop, in slices: it reads the broker's state. Beside
+# the loop the encoding still holds the GIL, but gives it up every switch interval (5 ms) to
+# the loop.
 ENCODED_BESIDE_PARTITIONS = 1000
 SHUTDOWN_GRACE_S = 10.0
 CONTROLLED_SHUTDOWN_LIMIT_S = 60.0  # a cluster's controlled shutdown, at most
@@ -463,11 +464,11 @@ class Server:
         if body is not None:
             if header.api_key == ApiKey.FETCH:
                 try:
-                    await send_response(
-                        stream,
-                        [*_take(outbox), *conn.send_chunks(request, body)],
-                        self.ctx.io_threads,
-                    )
+                    if _listed_partitions(header.api_key, body) >= ENCODED_BESIDE_PARTITIONS:
+                        chunks = await workers.run_sync(conn.send_chunks, request, body)
+                    else:
+                        chunks = conn.send_chunks(request, body)
+                    await send_response(stream, [*_take(outbox), *chunks], self.ctx.io_threads)
                 finally:
                     release_fetch_body(body)
             elif (
@@ -551,6 +552,14 @@ _TOPIC_LISTS: dict[ApiKey, Callable[[Mapping[str, Any]], Iterable[Mapping[str, A
     ApiKey.METADATA: lambda body: body.get("topics") or (),
     ApiKey.DESCRIBE_LOG_DIRS: lambda body: (
         topic for result in body.get("results") or () for topic in result.get("topics") or ()
+    ),
+    ApiKey.FETCH: lambda body: body.get("responses") or (),
+    ApiKey.OFFSET_COMMIT: lambda body: body.get("topics") or (),
+    # v8+ answer per group, v0-v7 for the one group
+    ApiKey.OFFSET_FETCH: lambda body: (
+        [topic for group in body["groups"] for topic in group.get("topics") or ()]
+        if "groups" in body
+        else body.get("topics") or ()
     ),
 }
 

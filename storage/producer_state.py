@@ -522,6 +522,8 @@ class ProducerStateManager:
         whose marker is at or above ``high_watermark``; None when there is neither. Changes
         nothing (the broker reads it without the partition lock): each dict is copied at once,
         under the GIL."""
+        if not self._unreplicated and not self._ongoing:  # most partitions: one look each
+            return None
         candidates = [f for f, last in list(self._unreplicated.items()) if last >= high_watermark]
         candidates += list(self._ongoing)[:1]
         return min(candidates) if candidates else None

@@ -38,6 +38,7 @@ from broker import workers
 from broker.context import BrokerContext
 from broker.errors import STORAGE_FAILURES
 from broker.fetch_sessions import Answer, Wanted
+from broker.slices import Slices
 from protocol.api import FileRegion, Request
 from protocol.errors import CorruptRecordError, ErrorCode, UnsupportedCompressionError
 from protocol.conversion import LazyDownConversion
@@ -196,8 +197,10 @@ async def _read_all(
     read_committed = version >= 4 and body.isolation_level == 1
     total, errored = 0, False
     parts, answers = [], []
+    slices = Slices()  # a fetch can name every partition the broker has
     try:
         for w in wanted:
+            await slices.turn()
             at_end = ctx.get_log(w.topic, w.partition) if w.topic is not None else None
             max_offset = None
             if w.topic is not None:
@@ -514,17 +517,19 @@ async def _wait_for_append(
     shows as a log end offset past its fetch offset."""
     event = trio.Event()
     watched = []
-    for w, answer in zip(wanted, answers):
-        if w.topic is None:
-            continue
-        log = ctx.get_log(w.topic, w.partition)
-        if log is not None:
-            state = ctx.partition(w.topic, w.partition)
-            state.waiters.add(event)
-            watched.append((state, log, answer.high_watermark))
-            if follower and log.log_end_offset > w.fetch_offset:
-                event.set()
+    slices = Slices()
     try:
+        for w, answer in zip(wanted, answers):
+            await slices.turn()
+            if w.topic is None:
+                continue
+            log = ctx.get_log(w.topic, w.partition)
+            if log is not None:
+                state = ctx.partition(w.topic, w.partition)
+                state.waiters.add(event)
+                watched.append((state, log, answer.high_watermark))
+                if follower and log.log_end_offset > w.fetch_offset:
+                    event.set()
         if not event.is_set() and all(log.high_watermark == seen for _, log, seen in watched):
             with trio.move_on_at(deadline):
                 await event.wait()
