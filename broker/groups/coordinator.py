@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 import trio
@@ -66,6 +66,7 @@ from broker.groups.state import (
     SyncResult,
     WriteKind,
 )
+from broker.slices import Slices
 from broker.groups.store import OffsetStoreError, append_records, load_offsets, pending_offsets
 from protocol.errors import ErrorCode
 from protocol.records import Message
@@ -88,8 +89,7 @@ OFFSETS_TOPIC_CONFIGS = {
 }
 
 
-@dataclass(frozen=True)
-class PartitionOffset:
+class PartitionOffset(NamedTuple):  # a tuple: an OffsetFetch can name 10,000 partitions
     """OffsetFetch's answer for one partition: -1 and "" when nothing is committed."""
 
     offset: int
@@ -99,7 +99,39 @@ class PartitionOffset:
 
 
 @dataclass(frozen=True)
-class CommitEntry:
+class GroupOffsets:
+    """One group's committed offsets as they stood at one moment, for OffsetFetch: answers
+    built from it read no coordinator state, so a large one is built beside the event loop and
+    still shows every partition as of the same moment (as Kafka's read under the group lock).
+    ``unstable``: the partitions with a commit being written or waiting for its transaction's
+    end (filled only for a fetch that requires stable offsets)."""
+
+    committed: dict[tuple[str, int], CommittedOffset]
+    unstable: frozenset[tuple[str, int]] = frozenset()
+
+    def answers(
+        self, partitions: Sequence[tuple[str, int]] | None
+    ) -> list[tuple[str, int, PartitionOffset]]:
+        """One answer per partition asked, or (None) per partition the group has committed."""
+        committed, unstable = self.committed, self.unstable
+        if partitions is None:
+            partitions = sorted(committed)
+        out = []
+        for key in partitions:
+            value = committed.get(key)
+            if key in unstable:
+                answer = PartitionOffset(-1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+            elif value is None:
+                answer = PartitionOffset(-1, "", ErrorCode.NONE)
+            else:
+                answer = PartitionOffset(
+                    value.offset, value.metadata, ErrorCode.NONE, value.leader_epoch
+                )
+            out.append((key[0], key[1], answer))
+        return out
+
+
+class CommitEntry(NamedTuple):  # a tuple: an OffsetCommit can name 10,000 partitions
     """One partition of an OffsetCommit: ``timestamp`` -1 means now (only v1 sends others)."""
 
     topic: str
@@ -288,7 +320,7 @@ class GroupCoordinator:
 
     async def _append(
         self,
-        records: list[tuple[bytes, bytes | None]],
+        records: Iterable[tuple[bytes, bytes | None]],
         what: str,
         *,
         producer: tuple[int, int] | None = None,
@@ -596,7 +628,7 @@ class GroupCoordinator:
             group_id, member_id, generation_id, group_instance_id=group_instance_id, now_ms=now
         )
         self._changed.set()
-        errors, to_store, records = self._offset_records(
+        errors, to_store, records = await self._offset_records(
             group_id, commits, group_error, now, retention_ms
         )
         if not to_store:
@@ -621,7 +653,7 @@ class GroupCoordinator:
                     del self._committing[k]
         return errors
 
-    def _offset_records(
+    async def _offset_records(
         self,
         group_id: str,
         entries: Sequence[CommitEntry],
@@ -631,15 +663,18 @@ class GroupCoordinator:
     ) -> tuple[
         list[ErrorCode],
         list[tuple[int, CommitEntry, CommittedOffset]],
-        list[tuple[bytes, bytes | None]],
+        Iterable[tuple[bytes, bytes | None]],
     ]:
         """A commit's per-entry errors (unknown partition, the group's refusal, metadata too
-        large), the entries to store with their values, and their offset records. An entry's
+        large), the entries to store with their values, and their offset records (encoded as
+        they are read, once). An entry's
         timestamp -1 means now (only OffsetCommit v1 sends others)."""
         ctx = self._ctx
         errors: list[ErrorCode] = []
         to_store: list[tuple[int, CommitEntry, CommittedOffset]] = []
+        slices = Slices()
         for i, e in enumerate(entries):
+            await slices.turn()
             t = ctx.topics.get(e.topic)
             if t is None or not 0 <= e.partition < t.partitions:
                 errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -657,13 +692,15 @@ class GroupCoordinator:
                     e.leader_epoch,
                 )
                 to_store.append((i, e, value))
-        records: list[tuple[bytes, bytes | None]] = [
+        # Encoded as the append reads them, in its worker thread.
+        value_version = self.offset_value_version
+        records = (
             (
                 encode_offset_key(group_id, e.topic, e.partition),
-                encode_offset_value(value, self.offset_value_version),
+                encode_offset_value(value, value_version),
             )
             for _, e, value in to_store
-        ]
+        )
         return errors, to_store, records
 
     def partition_for(self, group_id: str) -> int:
@@ -692,7 +729,9 @@ class GroupCoordinator:
         group_error = self.machine.check_txn_commit(
             group_id, member_id, generation_id, group_instance_id
         )
-        errors, to_store, records = self._offset_records(group_id, entries, group_error, now, None)
+        errors, to_store, records = await self._offset_records(
+            group_id, entries, group_error, now, None
+        )
         if not to_store:
             return errors
         try:
@@ -722,11 +761,6 @@ class GroupCoordinator:
             self.machine.ensure_group(group_id)
             self.offsets.put(group_id, topic, partition, value)
 
-    def _unstable(self, group_id: str, topic: str, partition: int) -> bool:
-        """A commit of this partition is being written or waits for its transaction's end."""
-        key = (group_id, topic, partition)
-        return key in self._committing or any(key in p for p in self._txn_offsets.values())
-
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[tuple[str, int]]
     ) -> list[PartitionOffset]:
@@ -747,23 +781,22 @@ class GroupCoordinator:
         """OffsetFetch for one group: the given partitions, or (None) every partition the
         group has committed. A group error (coordinator not active) or NONE and one answer
         per partition."""
-        if not self.active:
+        offsets = self.group_offsets(group_id, require_stable=require_stable)
+        if offsets is None:
             return ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE, []
-        if partitions is None:
-            partitions = sorted(self.offsets.of_group(group_id))
-        out = []
-        for topic, partition in partitions:
-            value = self.offsets.get(group_id, topic, partition)
-            if require_stable and self._unstable(group_id, topic, partition):
-                answer = PartitionOffset(-1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
-            elif value is None:
-                answer = PartitionOffset(-1, "", ErrorCode.NONE)
-            else:
-                answer = PartitionOffset(
-                    value.offset, value.metadata, ErrorCode.NONE, value.leader_epoch
-                )
-            out.append((topic, partition, answer))
-        return ErrorCode.NONE, out
+        return ErrorCode.NONE, offsets.answers(partitions)
+
+    def group_offsets(self, group_id: str, *, require_stable: bool = False) -> GroupOffsets | None:
+        """The group's committed offsets as they stand now (a copy), None while the
+        coordinator is not active. ``require_stable``: note the partitions whose commit is
+        being written or waits for its transaction's end."""
+        if not self.active:
+            return None
+        unstable: frozenset[tuple[str, int]] = frozenset()
+        if require_stable:
+            keys = set(self._committing).union(*self._txn_offsets.values())
+            unstable = frozenset((t, p) for g, t, p in keys if g == group_id)
+        return GroupOffsets(self.offsets.of_group(group_id), unstable)
 
     async def _delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> int:
         """Tombstone the group's committed offsets of ``partitions`` (those it has); returns

@@ -58,29 +58,34 @@ def append_records(
     producer: tuple[int, int] | None = None,
     fsync: bool = True,
 ) -> int:
-    """Append (key, value-or-None) records as one message set and (``fsync``) fsync it;
-    returns the first offset. With ``producer`` (id, epoch) the set is a transactional v2 batch of that producer
+    """Append (key, value-or-None) records as one message set (magic 1, or a v2 batch where
+    the topic keeps v2) and (``fsync``) fsync it; returns the first offset. With ``producer``
+    (id, epoch) the set is a transactional v2 batch of that producer
     (a TxnOffsetCommit: its offsets count once the transaction's COMMIT marker follows). Kafka
     writes these at sequence 0 and skips the sequence check for the coordinator; here they take
     the producer's next sequence in this partition, so the log's one check applies unchanged.
     Raises OffsetStoreError when the set is refused; storage errors (ProducerStateError for a
     fenced producer) propagate."""
-    if producer is None:
+    if producer is None and settings.magic < 2:
         builder = MessageSetBuilder(magic=1, base_offset=log.log_end_offset)
         for key, value in records:
             builder.append(value, key=key, timestamp=now_ms)
         data = builder.build()
     else:
-        producer_id, epoch = producer
-        entry = log.producer_state().entry(producer_id)
-        sequence = 0 if entry is None or entry.epoch != epoch else entry.last_sequence + 1
-        spec = rb.BatchSpec(
-            base_offset=log.log_end_offset,
-            producer_id=producer_id,
-            producer_epoch=epoch,
-            base_sequence=sequence & 0x7FFFFFFF,
-            is_transactional=True,
-        )
+        # A log of v2 batches gets one as it keeps it (a magic 1 set would be converted
+        # message by message: at 10,000 offsets most of a commit's time).
+        spec = rb.BatchSpec(base_offset=log.log_end_offset)
+        if producer is not None:
+            producer_id, epoch = producer
+            entry = log.producer_state().entry(producer_id)
+            sequence = 0 if entry is None or entry.epoch != epoch else entry.last_sequence + 1
+            spec = rb.BatchSpec(
+                base_offset=log.log_end_offset,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                base_sequence=sequence & 0x7FFFFFFF,
+                is_transactional=True,
+            )
         data = rb.build_batch(
             spec, [(i, now_ms, key, value, ()) for i, (key, value) in enumerate(records)]
         )
