@@ -4,7 +4,10 @@ One broker with --topics x --partitions partitions (100 x 100 by default). A pro
 sends ApiVersions v0 every 2 ms and times each round trip, first alone for --quiet-s seconds,
 then while another connection asks Metadata v12 for all topics --requests times back to back,
 then DescribeLogDirs v4 for all topics as often, then while /metrics is scraped --scrapes
-times, then while the console's topics page is loaded as often. Per phase: the probe's p50/p99/max and, beside, the neighbour's round trips. What the
+times, then while the console's topics page is loaded as often, then beside a group's
+OffsetCommit of every partition (--scrapes times), OffsetFetch of them all and a Fetch (v12,
+nothing to wait for) naming every partition (--requests times each). Per phase: the probe's
+p50/p99/max and, beside, the neighbour's round trips. What the
 probe waits beyond its quiet figures is time the event loop spent elsewhere: serving the
 neighbour and, before broker/collector.py, full garbage collections of the whole heap (68-94
 ms each at 10,000 partitions). About two minutes with the defaults.
@@ -48,6 +51,7 @@ from protocol import ApiKey, ClientConnection  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 RESULT = REPO / "bench" / "results" / "metadata_stall.json"
 PROBE_PAUSE_S = 0.002
+GROUP = "bench-metadata-stall"
 
 
 def probe(port: int, stop: threading.Event, took: list[float]) -> None:
@@ -81,6 +85,52 @@ def summary(took: list[float]) -> dict:
 def log_dirs_frame() -> bytes:
     body = {"topics": None}
     return ClientConnection("bench-log-dirs").request(ApiKey.DESCRIBE_LOG_DIRS, 4, body)[1]
+
+
+def offset_commit_frame(topics: list[str], partitions: int) -> bytes:
+    """OffsetCommit v8 of offset 0 for every partition, by a group with no members (as
+    kafka-consumer-groups --reset-offsets commits)."""
+    body = {
+        "group_id": GROUP,
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "topics": [
+            {
+                "name": t,
+                "partitions": [
+                    {"partition_index": p, "committed_offset": 0} for p in range(partitions)
+                ],
+            }
+            for t in topics
+        ],
+    }
+    return ClientConnection("bench-offset-commit").request(ApiKey.OFFSET_COMMIT, 8, body)[1]
+
+
+def offset_fetch_frame() -> bytes:
+    """OffsetFetch v8 of every partition the group has committed."""
+    body = {"groups": [{"group_id": GROUP, "topics": None}]}
+    return ClientConnection("bench-offset-fetch").request(ApiKey.OFFSET_FETCH, 8, body)[1]
+
+
+def fetch_frame(topics: list[str], partitions: int) -> bytes:
+    """Fetch v12 of every partition from offset 0, without waiting."""
+    body = {
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": 50 << 20,
+        "topics": [
+            {
+                "topic": t,
+                "partitions": [
+                    {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                    for p in range(partitions)
+                ],
+            }
+            for t in topics
+        ],
+    }
+    return ClientConnection("bench-fetch-all").request(ApiKey.FETCH, 12, body)[1]
 
 
 def scrape(url: str) -> None:
@@ -158,6 +208,23 @@ def measure(args: argparse.Namespace) -> dict:
                 name="topics_page",
                 url=f"http://127.0.0.1:{metrics_port}/",
             ),
+            "beside_offset_commit": phase(
+                port,
+                args.scrapes,
+                0,
+                offset_commit_frame(topics, args.partitions),
+                "offset_commit_all_partitions",
+            ),
+            "beside_offset_fetch": phase(
+                port, args.requests, 0, offset_fetch_frame(), "offset_fetch_all_partitions"
+            ),
+            "beside_fetch": phase(
+                port,
+                args.requests,
+                0,
+                fetch_frame(topics, args.partitions),
+                "fetch_all_partitions",
+            ),
         }
     finally:
         proc.terminate()
@@ -189,7 +256,8 @@ def main() -> int:
             "benchmark": "metadata_stall",
             "probe": "ApiVersions v0 every 2 ms, round trip",
             "neighbours": "Metadata v12, then DescribeLogDirs v4, for all topics, then GET "
-            "/metrics, then GET / (the console's topics page), back to back",
+            "/metrics, then GET / (the console's topics page), then OffsetCommit v8, "
+            "OffsetFetch v8 and Fetch v12 of every partition, back to back",
             "runs": runs,
         },
     )
