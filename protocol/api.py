@@ -5,6 +5,7 @@ Everything here is plain data: frozen dataclasses and enums, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -191,6 +192,15 @@ class RawFrame:
     SaslHandshake v0 (KIP-152's older exchange), while ``ServerConnection.raw_frames`` is set."""
 
     payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class UndecodedRequest:
+    """A large request frame handed out whole (``ServerConnection(decode_beside_bytes=...)``),
+    for the caller to decode where it likes, a worker thread say: ``decode()`` returns the
+    :class:`Request`, or raises what :meth:`ServerConnection.receive_data` would have."""
+
+    decode: Callable[[], Request]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,18 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from protocol.api import SUPPORTED_VERSIONS, ApiKey, RawFrame, Request, RequestHeader, Response
+from protocol.api import (
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    RawFrame,
+    Request,
+    RequestHeader,
+    Response,
+    UndecodedRequest,
+)
 from protocol.errors import (
     BodyEncodeError,
     FrameTooLargeError,
@@ -151,10 +160,15 @@ class ServerConnection:
         self,
         max_request_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         versions: Mapping[ApiKey, tuple[int, int]] = SUPPORTED_VERSIONS,
+        decode_beside_bytes: int | None = None,
     ) -> None:
         """``versions``: the (min, max) version served per api (a broker in a cluster adds
-        CLUSTER_VERSIONS); any other api or version is refused."""
+        CLUSTER_VERSIONS); any other api or version is refused. ``decode_beside_bytes``: a
+        request frame of this size or more is yielded as an :class:`UndecodedRequest` (its
+        decoding can take milliseconds: a Fetch naming 10,000 partitions is 330 KB), Produce
+        aside (its records decode as views, whatever their size)."""
         self._frames = _FrameBuffer(max_request_bytes, "request")
+        self._decode_beside_bytes = decode_beside_bytes
         self._versions = versions
         # The served api keys by number: a dict lookup, cheaper than ApiKey() per request.
         self._keys = {int(k): k for k in versions}
@@ -169,7 +183,7 @@ class ServerConnection:
     def max_request_bytes(self) -> int:
         return self._frames.max_frame_bytes
 
-    def receive_data(self, data: Buffer) -> Iterator[Request | RawFrame]:
+    def receive_data(self, data: Buffer) -> Iterator[Request | RawFrame | UndecodedRequest]:
         """Buffer ``data`` and return an iterator over every request now complete, in order.
 
         The iterator raises FrameTooLargeError, MalformedFrameError, UnsupportedApiError or
@@ -178,7 +192,7 @@ class ServerConnection:
         self._frames.feed(data)
         return self._requests()
 
-    def _requests(self) -> Iterator[Request | RawFrame]:
+    def _requests(self) -> Iterator[Request | RawFrame | UndecodedRequest]:
         frames = self._frames
         while (frame := frames.next_frame()) is not None:
             received, start, end = frame
@@ -186,10 +200,18 @@ class ServerConnection:
                 yield RawFrame(bytes(received[start + 4 : end]))
                 continue
             buf: Buffer = received
+            beside = self._decode_beside_bytes
             if end - start >= 6 and _INT16.unpack_from(received, start + 4)[0] == ApiKey.PRODUCE:
                 # A Produce's records decode as views of its frame (no copy of a 30 MB batch
                 # on the event loop): the frame gets a buffer that later input cannot change.
                 buf, start, end = frames.take(received, start, end)
+            elif beside is not None and end - start >= beside:
+                buf, start, end = frames.take(received, start, end)
+                self.request_size = end - start - 4
+                yield UndecodedRequest(
+                    partial(_decode_request, buf, start, end, self._keys, self._versions)
+                )
+                continue
             request = _decode_request(buf, start, end, self._keys, self._versions)
             self.request_size = end - start - 4
             yield request

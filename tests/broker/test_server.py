@@ -610,6 +610,49 @@ async def test_a_large_partition_listing_is_encoded_beside_the_loop(
     ctx.log_manager.shutdown()
 
 
+async def test_a_large_request_is_decoded_beside_the_loop(tmp_path, monkeypatch):
+    """A request frame of DECODED_BESIDE_BYTES or more is decoded off the loop's thread (a
+    Fetch naming 10,000 partitions took about 12 ms to decode); smaller ones on it, and both
+    are answered."""
+    from broker import server as server_module
+    from broker.server import Server
+    from protocol import ClientConnection
+    from protocol import connection as connection_module
+
+    monkeypatch.setattr(server_module, "DECODED_BESIDE_BYTES", 1000)
+    decoded_in: list[str] = []
+    real_decode = connection_module._decode_request
+
+    def decode(*args):
+        decoded_in.append(threading.current_thread().name)
+        return real_decode(*args)
+
+    monkeypatch.setattr(connection_module, "_decode_request", decode)
+    ctx = await open_context(config(tmp_path))
+    await ctx.create_topic("t", 1)
+    server = Server(ctx)
+    served, client_side = await _connected_pair()
+    client = ClientConnection(client_id="large")
+    small = {"topics": [{"name": "t"}]}
+    large = {"topics": [{"name": "t"}] + [{"name": f"absent-{i}"} for i in range(100)]}
+    answers = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.handle_connection, served)
+        for body in (small, large):
+            frame = client.request(ApiKey.METADATA, 12, body)[1]
+            await client_side.send_all(frame)
+            with trio.fail_after(10):
+                got = []
+                while not got:
+                    got = list(client.receive_data(await client_side.receive_some(1 << 20)))
+            answers += got
+        nursery.cancel_scope.cancel()
+    assert [len(a.body.topics) for a in answers] == [1, 101]
+    loop_thread = threading.current_thread().name
+    assert decoded_in[0] == loop_thread and decoded_in[1] != loop_thread
+    ctx.log_manager.shutdown()
+
+
 @contextlib.asynccontextmanager
 async def other_task_turns() -> AsyncIterator[Callable[[], int]]:
     """Runs another task beside the body, as another connection's, and yields a function

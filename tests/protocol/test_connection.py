@@ -23,6 +23,7 @@ from protocol import (
     SUPPORTED_VERSIONS,
     UnsupportedApiError,
     UnsupportedVersionError,
+    UndecodedRequest,
     api_versions_body,
 )
 
@@ -211,6 +212,40 @@ def test_good_requests_are_yielded_before_the_bad_frame():
             got.append(request)
     assert [r.header.correlation_id for r in got] == [0, 1]
     assert info.value.api_key == 4 and info.value.offset == 4
+
+
+def _decoded_beside(frames: bytes, at: int) -> tuple[list[Request], list[bool]]:
+    """The requests of ``frames`` from a connection handing out frames of ``at`` bytes or more
+    undecoded (each decoded here in turn), and which came undecoded."""
+    conn = ServerConnection(decode_beside_bytes=at)
+    requests, undecoded = [], []
+    for item in conn.receive_data(frames):
+        undecoded.append(isinstance(item, UndecodedRequest))
+        requests.append(item.decode() if isinstance(item, UndecodedRequest) else item)
+    return requests, undecoded
+
+
+def test_large_frames_are_handed_out_undecoded_produce_aside():
+    """From ``decode_beside_bytes`` on, a frame comes as an UndecodedRequest whose decode()
+    gives the same request; a Produce is decoded whatever its size (its records are views)."""
+    frames = _frames()
+    sizes = [len(f) for f in frames]
+    requests, undecoded = _decoded_beside(b"".join(frames), min(sizes[1:]))
+    _check(requests)
+    assert undecoded == [False, True, True, True]
+    assert requests == list(ServerConnection().receive_data(b"".join(frames)))
+    _, undecoded = _decoded_beside(b"".join(frames), max(sizes[1:]))
+    assert undecoded == [False] + [size == max(sizes[1:]) for size in sizes[1:]]
+
+
+def test_an_undecoded_frame_raises_its_error_when_decoded():
+    bad = struct.pack(">ihhih", 10, ApiKey.FETCH, 19, 7, -1)
+    conn = ServerConnection(decode_beside_bytes=10)
+    (item,) = conn.receive_data(bad)
+    assert conn.request_size == 10
+    with pytest.raises(UnsupportedVersionError) as info:
+        item.decode()
+    assert info.value.api_key == ApiKey.FETCH and info.value.api_version == 19
 
 
 def test_unsupported_version_of_known_api():
