@@ -68,9 +68,6 @@ from storage import InconsistentTopicIdError, LogConfig, LogManager
 logger = structlog.get_logger(__name__)
 
 RECEIVE_BYTES = 262144  # a 1 MB produce request arrives in a few reads, not sixteen
-# A read can hold a thousand small pipelined requests; a connection serving them yields to the
-# others once it has served for this long (a small produce is about 60 µs of the loop).
-SERVE_SLICE_S = 0.001
 INLINE_REGION_BYTES = 65536  # see send_response
 TLS_REGION_PIECE_BYTES = 1 << 20  # a FileRegion on a TLS stream is read and sent in such pieces
 # An answer listing this many partitions or more (Metadata, DescribeLogDirs, Fetch,

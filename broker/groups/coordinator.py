@@ -66,8 +66,8 @@ from broker.groups.state import (
     SyncResult,
     WriteKind,
 )
-from broker.slices import Slices
 from broker.groups.store import OffsetStoreError, append_records, load_offsets, pending_offsets
+from broker.slices import Slices
 from protocol.errors import ErrorCode
 from protocol.records import Message
 from protocol.validator import TopicSettings
@@ -667,8 +667,8 @@ class GroupCoordinator:
     ]:
         """A commit's per-entry errors (unknown partition, the group's refusal, metadata too
         large), the entries to store with their values, and their offset records (encoded as
-        they are read, once). An entry's
-        timestamp -1 means now (only OffsetCommit v1 sends others)."""
+        they are read, once). An entry's timestamp -1 means now (only OffsetCommit v1 sends
+        others)."""
         ctx = self._ctx
         errors: list[ErrorCode] = []
         to_store: list[tuple[int, CommitEntry, CommittedOffset]] = []

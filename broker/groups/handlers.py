@@ -343,8 +343,8 @@ async def _fetch_group(
     listed = len(wanted) if wanted is not None else len(offsets.committed)
     if listed < BUILT_BESIDE_PARTITIONS:
         return 0, _offset_fetch_topics(offsets.answers(wanted), known)
-    answers = await workers.run_sync(offsets.answers, wanted)
-    return 0, await workers.run_sync(_offset_fetch_topics, answers, known)
+    taken = offsets  # a closure does not keep the narrowing of ``offsets``
+    return 0, await workers.run_sync(lambda: _offset_fetch_topics(taken.answers(wanted), known))
 
 
 def _offset_fetch_topics(

@@ -74,8 +74,9 @@ def append_records(
     else:
         # A log of v2 batches gets one as it keeps it (a magic 1 set would be converted
         # message by message: at 10,000 offsets most of a commit's time).
-        spec = rb.BatchSpec(base_offset=log.log_end_offset)
-        if producer is not None:
+        if producer is None:
+            spec = rb.BatchSpec(base_offset=log.log_end_offset)
+        else:
             producer_id, epoch = producer
             entry = log.producer_state().entry(producer_id)
             sequence = 0 if entry is None or entry.epoch != epoch else entry.last_sequence + 1
