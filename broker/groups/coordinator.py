@@ -32,7 +32,7 @@ gives the same offsets and groups, and removes tombstones after delete.retention
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -324,16 +324,33 @@ class GroupCoordinator:
         what: str,
         *,
         producer: tuple[int, int] | None = None,
+        verify: Callable[[], Awaitable[ErrorCode]] | None = None,
         **log: Any,
     ) -> None:
         """Append and fsync ``records`` to the offsets log (as a transactional batch of
-        ``producer`` (id, epoch) when given). Raises _AppendFailedError with Kafka's code for the
-        client (GroupMetadataManager's mapping) after logging why."""
+        ``producer`` (id, epoch) when given, once ``verify()`` answers NONE under the log's
+        lock). Raises _AppendFailedError with Kafka's code for the client (GroupMetadataManager's
+        mapping) after logging why."""
         ctx = self._ctx
         disk_error: OSError | None = None
         error: ErrorCode | None = None
         appended_to = -1
         async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as offsets_log:
+            # Asked under the lock markers are written under, as a produce's transactional
+            # batch is: asked before it, the transaction could end (a timeout's abort) between
+            # the answer and the append, which would then open a transaction in the offsets log
+            # that no marker ever ends, leaving the group's offsets unstable for good.
+            refused = await verify() if verify is not None else ErrorCode.NONE
+            if refused is not ErrorCode.NONE:
+                logger.warning(
+                    f"{what} refused by the transaction coordinator",
+                    topic=OFFSETS_TOPIC,
+                    partition=OFFSETS_PARTITION,
+                    error=refused.name,
+                    reason="the offsets partition is not in the producer's ongoing transaction",
+                    **log,
+                )
+                raise _AppendFailedError(refused)
             try:
                 if offsets_log is None:  # clients cannot delete it; a broker bug if it is gone
                     raise LogNotFoundError(f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION} has no log")
@@ -717,11 +734,15 @@ class GroupCoordinator:
         member_id: str = "",
         generation_id: int = -1,
         group_instance_id: str | None = None,
+        verify: Callable[[], Awaitable[ErrorCode]] | None = None,
     ) -> list[ErrorCode]:
         """TxnOffsetCommit: the offsets are written now, as part of the producer's transaction
         (a transactional batch of its id and epoch), and count once its COMMIT marker is
         written (:meth:`complete_transaction`). KIP-447: a member id, instance id or generation
-        sent must be the group's current ones. One error code per entry, in order."""
+        sent must be the group's current ones. ``verify()``, awaited under the offsets log's
+        lock, is the transaction coordinator's word that the offsets partition is in the
+        ongoing transaction (KIP-890); its error, if any, answers every entry. One error code
+        per entry, in order."""
         if not self.active:
             return [ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE] * len(entries)
         ctx = self._ctx
@@ -739,6 +760,7 @@ class GroupCoordinator:
                 records,
                 "transactional offset commit",
                 producer=(producer_id, producer_epoch),
+                verify=verify,
                 group=group_id,
                 producer_id=producer_id,
             )

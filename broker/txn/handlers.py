@@ -12,6 +12,8 @@ NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it loads it), all retried by
 
 from __future__ import annotations
 
+import functools
+
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -148,6 +150,29 @@ async def handle_end_txn(ctx: BrokerContext, request: Request) -> dict[str, Any]
     }
 
 
+# What a verification's answer becomes for a TxnOffsetCommit below v5, as Kafka's: trouble at
+# the transaction coordinator (NOT_ENOUGH_REPLICAS for a produce) as COORDINATOR_NOT_AVAILABLE,
+# which the client retries; the offsets partition missing from the transaction as
+# INVALID_TXN_STATE (these clients do not know TRANSACTION_ABORTABLE).
+_VERIFICATION_ERRORS = {
+    ErrorCode.NOT_COORDINATOR_FOR_GROUP: ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.GROUP_LOAD_IN_PROGRESS: ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.TRANSACTION_ABORTABLE: ErrorCode.INVALID_TXN_STATE,
+}
+
+
+async def _offsets_in_transaction(
+    coordinator: TransactionCoordinator, body: Body, partition: tuple[str, int], add: bool
+) -> ErrorCode:
+    """The transaction coordinator's word on a TxnOffsetCommit's offsets partition: added to
+    the ongoing transaction (``add``, v5+) or verified to be in it."""
+    error = await coordinator.check_produce(
+        body.transactional_id, body.producer_id, body.producer_epoch, partition, add=add
+    )
+    return error if add else _VERIFICATION_ERRORS.get(error, error)
+
+
 async def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> dict[str, Any]:
     body = request.body
     groups = ctx.coordinator
@@ -163,22 +188,25 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> dict
         for p in t.partitions
     ]
     coordinator = _coordinator(ctx)
-    added = ErrorCode.NONE
-    if groups is not None and coordinator is not None and request.header.api_version >= 5:
-        # Transaction version 2 (KIP-890): no AddOffsetsToTxn, the offsets partition joins the
-        # transaction here (through the id's coordinator, in a cluster maybe another broker).
-        added = await coordinator.check_produce(
-            body.transactional_id,
-            body.producer_id,
-            body.producer_epoch,
-            (groups.offsets_topic, groups.partition_for(body.group_id)),
-            add=True,
-        )
     if groups is None:
         errors = [ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE] * len(entries)
-    elif added is not ErrorCode.NONE:
-        errors = [added] * len(entries)
     else:
+        verify = None
+        # Transaction version 2 (KIP-890 part 2): no AddOffsetsToTxn, the offsets partition
+        # joins the transaction here; before it, the client added it and it is verified (part
+        # 1). Asked of the id's coordinator (in a cluster maybe another broker) under the
+        # offsets log's lock, by the group coordinator.
+        add = request.header.api_version >= 5
+        if coordinator is not None and (
+            add or ctx.config.transaction_partition_verification_enable
+        ):
+            verify = functools.partial(
+                _offsets_in_transaction,
+                coordinator,
+                body,
+                (groups.offsets_topic, groups.partition_for(body.group_id)),
+                add,
+            )
         errors = await groups.txn_commit_offsets(
             body.group_id,
             body.producer_id,
@@ -187,6 +215,7 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> dict
             member_id=body.member_id,
             generation_id=body.generation_id,
             group_instance_id=body.group_instance_id,
+            verify=verify,
         )
     if request.header.api_version < 2:
         errors = [
