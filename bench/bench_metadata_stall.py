@@ -5,8 +5,10 @@ sends ApiVersions v0 every 2 ms and times each round trip, first alone for --qui
 then while another connection asks Metadata v12 for all topics --requests times back to back,
 then DescribeLogDirs v4 for all topics as often, then while /metrics is scraped --scrapes
 times, then while the console's topics page is loaded as often, then beside a group's
-OffsetCommit of every partition (--scrapes times), OffsetFetch of them all and a Fetch (v12,
-nothing to wait for) naming every partition (--requests times each). Per phase: the probe's
+OffsetCommit of every partition (--scrapes times), OffsetFetch of them all (--requests times),
+/metrics again, now with the group's lag on every partition, the console's groups page and
+the group's page (--scrapes times each), and a Fetch (v12, nothing to wait for) naming every
+partition (--requests times). Per phase: the probe's
 p50/p99/max and, beside, the neighbour's round trips. What the
 probe waits beyond its quiet figures is time the event loop spent elsewhere: serving the
 neighbour and, before broker/collector.py, full garbage collections of the whole heap (68-94
@@ -218,6 +220,27 @@ def measure(args: argparse.Namespace) -> dict:
             "beside_offset_fetch": phase(
                 port, args.requests, 0, offset_fetch_frame(), "offset_fetch_all_partitions"
             ),
+            "beside_metrics_scrapes_with_group": phase(
+                port,
+                args.scrapes,
+                0,
+                name="metrics_scrape",
+                url=f"http://127.0.0.1:{metrics_port}/metrics",
+            ),
+            "beside_console_groups_page": phase(
+                port,
+                args.scrapes,
+                0,
+                name="groups_page",
+                url=f"http://127.0.0.1:{metrics_port}/groups",
+            ),
+            "beside_console_group_page": phase(
+                port,
+                args.scrapes,
+                0,
+                name="group_page",
+                url=f"http://127.0.0.1:{metrics_port}/groups/{GROUP}",
+            ),
             "beside_fetch": phase(
                 port,
                 args.requests,
@@ -256,8 +279,10 @@ def main() -> int:
             "benchmark": "metadata_stall",
             "probe": "ApiVersions v0 every 2 ms, round trip",
             "neighbours": "Metadata v12, then DescribeLogDirs v4, for all topics, then GET "
-            "/metrics, then GET / (the console's topics page), then OffsetCommit v8, "
-            "OffsetFetch v8 and Fetch v12 of every partition, back to back",
+            "/metrics, then GET / (the console's topics page), then OffsetCommit v8 and "
+            "OffsetFetch v8 of every partition, then GET /metrics, /groups and /groups/<group> "
+            "with the group committed on every partition, then Fetch v12 of every partition, "
+            "back to back",
             "runs": runs,
         },
     )

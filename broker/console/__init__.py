@@ -34,6 +34,7 @@ from broker.config import TOPIC_KEYS
 from broker.console import data
 from broker.context import BrokerContext
 from broker.groups.cli import decode_assignment
+from broker.groups.state import GroupSummary
 from broker.slices import Slices
 
 logger = structlog.get_logger(__name__)
@@ -238,27 +239,39 @@ async def groups_page(request: Request) -> Response:
         for name in names:
             _, summary = coordinator.describe(name)
             states[name] = summary.state if summary is not None else "?"
-    rows = [{"name": n, "state": states.get(n, "?"), "lag": _lag(ctx, n)} for n in sorted(names)]
-    return _render(request, "groups.html", groups=rows, active=coordinator is not None)
+    rows = []
+    for name in sorted(names):
+        lag = await _lag(ctx, name)
+        rows.append(
+            {
+                "name": name,
+                "state": states.get(name, "?"),
+                "committed": len(lag),
+                "total_lag": sum(r["lag"] or 0 for r in lag),
+            }
+        )
+    return await _render_beside(request, "groups.html", groups=rows, active=coordinator is not None)
 
 
-def _lag(ctx: BrokerContext, group: str) -> list[dict[str, Any]]:
-    """Per committed (topic, partition): committed offset, log end and lag."""
+async def _lag(ctx: BrokerContext, group: str) -> list[dict[str, Any]]:
+    """Per committed (topic, partition) of ``group``, unsorted: committed offset, log end and
+    lag (None for a partition the broker does not have). The group's offsets are copied at
+    once, the log ends read in slices: a group can have committed on every partition."""
     coordinator = ctx.coordinator
     if coordinator is None:
         return []
     rows = []
-    for key, committed in sorted(
-        coordinator.offsets.items(), key=lambda kv: (kv[0].topic, kv[0].partition)
-    ):
-        if key.group != group or committed.offset < 0:
+    slices = Slices()
+    for (topic, partition), committed in coordinator.offsets.of_group(group).items():
+        await slices.turn()
+        if committed.offset < 0:
             continue
-        log = ctx.get_log(key.topic, key.partition)
+        log = ctx.get_log(topic, partition)
         end = log.log_end_offset if log is not None else None
         rows.append(
             {
-                "topic": key.topic,
-                "partition": key.partition,
+                "topic": topic,
+                "partition": partition,
                 "committed": committed.offset,
                 "end": end,
                 "lag": None if end is None else max(end - committed.offset, 0),
@@ -274,9 +287,17 @@ async def group_page(request: Request) -> Response:
     if coordinator is None:
         raise HTTPException(503, "the group coordinator is not running yet; reload in a moment")
     _, summary = coordinator.describe(group)
-    lag = _lag(ctx, group)
+    lag = await _lag(ctx, group)
     if (summary is None or summary.state == "Dead") and not lag:
         raise HTTPException(404, f"no group {group!r}")
+    return await workers.run_sync(_group_page_beside, request, group, summary, lag)
+
+
+def _group_page_beside(
+    request: Request, group: str, summary: GroupSummary | None, lag: list[dict[str, Any]]
+) -> Response:
+    """Worker thread: the group page from what :func:`group_page` read on the loop (the
+    summary is the coordinator's snapshot, ``lag`` this call's own rows)."""
     members = []
     for m in summary.members if summary is not None else ():
         try:
@@ -291,6 +312,7 @@ async def group_page(request: Request) -> Response:
                 "assignment": assigned,
             }
         )
+    lag.sort(key=lambda r: (r["topic"], r["partition"]))
     biggest = max((r["lag"] or 0 for r in lag), default=0)
     bar_width = 520
     for r in lag:

@@ -187,25 +187,39 @@ def test_group_page_shows_the_lag(broker_factory, browser):
             producer.send(topic, b"m%d" % i, partition=i % 2).get(WAIT_S)
     finally:
         producer.close(WAIT_S)
+    gone = f"{topic}-gone"  # committed on, then deleted: its offset stays, with no log end
+    create_topic(broker, gone, 1)
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
     try:
         committed = consumer.commit(
-            offsets=[TopicPartition(topic, 0, 4), TopicPartition(topic, 1, 11)], asynchronous=False
+            offsets=[
+                TopicPartition(topic, 0, 4),
+                TopicPartition(topic, 1, 11),
+                TopicPartition(gone, 0, 0),
+            ],
+            asynchronous=False,
         )
-        assert [tp.error for tp in committed] == [None, None]
+        assert [tp.error for tp in committed] == [None, None, None]
     finally:
         consumer.close()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics([gone])[gone].result(WAIT_S)
     base = console_url(broker)
     browser.get(f"{base}/groups")
+    row = browser.find_element("css selector", f'#groups tr[data-group="{group}"]')
+    cells = [c.text for c in row.find_elements("css selector", "td")]
+    assert cells[2:] == ["3", str(15 - 4 + 15 - 11)]  # partitions committed, total lag
     browser.find_element("link text", group).click()
     lag = {
-        int(r.get_attribute("data-partition")): r.find_element("css selector", ".lag").text
+        (r.get_attribute("data-topic"), int(r.get_attribute("data-partition"))): r.find_element(
+            "css selector", ".lag"
+        ).text
         for r in browser.find_elements("css selector", "#lag tbody tr")
     }
-    assert lag == {0: str(15 - 4), 1: str(15 - 11)}
+    assert lag == {(topic, 0): str(15 - 4), (topic, 1): str(15 - 11), (gone, 0): ""}
     bars = browser.find_elements("css selector", "#lag-chart rect")
     widths = [float(b.get_attribute("width")) for b in bars]
-    assert len(widths) == 2 and widths[0] > widths[1] > 0
+    assert len(widths) == 3 and widths[0] > widths[1] > 0 == widths[2]
     screenshot(browser, "group")
 
 
