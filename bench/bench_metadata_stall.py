@@ -187,6 +187,12 @@ def measure(args: argparse.Namespace) -> dict:
         topics = [wide_topic(i) for i in range(args.topics)]
         create_topics(Wire(port, "bench-metadata-stall-admin"), topics, args.partitions)
         wait_all_led(port, args.topics * args.partitions, 120)
+
+        def gets(name: str, path: str) -> dict:
+            """The probe beside --scrapes GETs of the HTTP listener's ``path``."""
+            url = f"http://127.0.0.1:{metrics_port}{path}"
+            return phase(port, args.scrapes, 0, name=name, url=url)
+
         return {
             "partitions": args.topics * args.partitions,
             "quiet": phase(port, 0, args.quiet_s),
@@ -196,20 +202,8 @@ def measure(args: argparse.Namespace) -> dict:
             "beside_describe_log_dirs": phase(
                 port, args.requests, 0, log_dirs_frame(), "describe_log_dirs_all_topics"
             ),
-            "beside_metrics_scrapes": phase(
-                port,
-                args.scrapes,
-                0,
-                name="metrics_scrape",
-                url=f"http://127.0.0.1:{metrics_port}/metrics",
-            ),
-            "beside_console_topics_page": phase(
-                port,
-                args.scrapes,
-                0,
-                name="topics_page",
-                url=f"http://127.0.0.1:{metrics_port}/",
-            ),
+            "beside_metrics_scrapes": gets("metrics_scrape", "/metrics"),
+            "beside_console_topics_page": gets("topics_page", "/"),
             "beside_offset_commit": phase(
                 port,
                 args.scrapes,
@@ -220,27 +214,9 @@ def measure(args: argparse.Namespace) -> dict:
             "beside_offset_fetch": phase(
                 port, args.requests, 0, offset_fetch_frame(), "offset_fetch_all_partitions"
             ),
-            "beside_metrics_scrapes_with_group": phase(
-                port,
-                args.scrapes,
-                0,
-                name="metrics_scrape",
-                url=f"http://127.0.0.1:{metrics_port}/metrics",
-            ),
-            "beside_console_groups_page": phase(
-                port,
-                args.scrapes,
-                0,
-                name="groups_page",
-                url=f"http://127.0.0.1:{metrics_port}/groups",
-            ),
-            "beside_console_group_page": phase(
-                port,
-                args.scrapes,
-                0,
-                name="group_page",
-                url=f"http://127.0.0.1:{metrics_port}/groups/{GROUP}",
-            ),
+            "beside_metrics_scrapes_with_group": gets("metrics_scrape", "/metrics"),
+            "beside_console_groups_page": gets("groups_page", "/groups"),
+            "beside_console_group_page": gets("group_page", f"/groups/{GROUP}"),
             "beside_fetch": phase(
                 port,
                 args.requests,

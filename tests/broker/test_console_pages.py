@@ -41,9 +41,8 @@ async def get(app, path: str) -> tuple[int, bytes]:
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
 
-async def test_the_topics_page_is_rendered_beside_the_loop(tmp_path, monkeypatch):
-    """The topics page lists every partition (at 10,000 partitions rendering it took about
-    300 ms): its template is rendered off the loop's thread, with every topic and partition."""
+def rendered_threads(monkeypatch) -> list[str]:
+    """The names of the threads the console renders its templates in, from now on."""
     rendered_in: list[str] = []
     real_render = console._render
 
@@ -52,6 +51,13 @@ async def test_the_topics_page_is_rendered_beside_the_loop(tmp_path, monkeypatch
         return real_render(*args, **kw)
 
     monkeypatch.setattr(console, "_render", render)
+    return rendered_in
+
+
+async def test_the_topics_page_is_rendered_beside_the_loop(tmp_path, monkeypatch):
+    """The topics page lists every partition (at 10,000 partitions rendering it took about
+    300 ms): its template is rendered off the loop's thread, with every topic and partition."""
+    rendered_in = rendered_threads(monkeypatch)
     ctx = await open_context(config(tmp_path))
     for i in range(3):
         await ctx.create_topic(f"shown-{i}", 2)
@@ -77,14 +83,7 @@ async def test_the_group_pages_read_offsets_in_slices_and_render_beside_the_loop
     from broker.groups.offsets import CommittedOffset
     from tests.broker.test_server import other_task_turns
 
-    rendered_in: list[str] = []
-    real_render = console._render
-
-    def render(*args, **kw):
-        rendered_in.append(threading.current_thread().name)
-        return real_render(*args, **kw)
-
-    monkeypatch.setattr(console, "_render", render)
+    rendered_in = rendered_threads(monkeypatch)
     ctx = await open_context(config(tmp_path))
     await ctx.create_topic("t", 6)
     app = build_app(ctx)

@@ -50,6 +50,14 @@ def message_set(n: int, first_timestamp: int) -> bytes:
     return builder.build()
 
 
+def by_prometheus_client(collector: Collector) -> bytes:
+    """What prometheus_client writes for ``collector``'s families: the oracle for the text the
+    scrape writes itself."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry)
+
+
 async def samples(metrics: BrokerMetrics) -> dict[tuple[str, tuple], float]:
     """Every sample of a scrape, keyed by (name, sorted labels)."""
     text = (await metrics.scrape()).decode()
@@ -203,9 +211,7 @@ _ROWS = st.dictionaries(
 
 @given(_ROWS)
 def test_request_time_histograms_are_written_as_prometheus_client_writes_them(times):
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_HistogramsByPrometheusClient(times))
-    assert _times_text(times) == generate_latest(registry)
+    assert _times_text(times) == by_prometheus_client(_HistogramsByPrometheusClient(times))
 
 
 class _PartitionGaugesByPrometheusClient(Collector):
@@ -247,9 +253,7 @@ _PARTITION_ROWS = st.lists(
 
 @given(_PARTITION_ROWS)
 def test_partition_gauges_are_written_as_prometheus_client_writes_them(rows):
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_PartitionGaugesByPrometheusClient(rows))
-    assert _partitions_text(rows) == generate_latest(registry)
+    assert _partitions_text(rows) == by_prometheus_client(_PartitionGaugesByPrometheusClient(rows))
 
 
 async def test_partitions_are_read_for_a_scrape_in_slices(tmp_path, monkeypatch):
@@ -305,9 +309,7 @@ _GROUP_ROWS = st.lists(
 
 @given(_GROUP_ROWS)
 def test_group_gauges_are_written_as_prometheus_client_writes_them(rows):
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_GroupGaugesByPrometheusClient(rows))
-    assert _group_offsets_text(rows) == generate_latest(registry)
+    assert _group_offsets_text(rows) == by_prometheus_client(_GroupGaugesByPrometheusClient(rows))
 
 
 async def test_group_offsets_are_read_for_a_scrape_in_slices(tmp_path, monkeypatch):

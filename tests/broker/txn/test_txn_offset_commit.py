@@ -46,6 +46,22 @@ def txn_offset_commit_body(tid: str, pid: int, epoch: int) -> dict:
     }
 
 
+async def transaction_begun(ctx, nursery, version: int):
+    """Both coordinators started, and an ongoing transaction of id "etl" holding t-0 and, for
+    a client below TxnOffsetCommit v5, the offsets partition (its AddOffsetsToTxn). Returns
+    (group coordinator, transaction coordinator, producer id, epoch)."""
+    ctx.coordinator = groups = await setup_groups(ctx, nursery)
+    ctx.txn_coordinator = txn = TransactionCoordinator(ctx)
+    await txn.start(nursery)
+    error, pid, epoch = await txn.init_producer_id("etl", 60_000, None)
+    assert error is ErrorCode.NONE
+    joined = [("t", 0)] if version >= 5 else [("t", 0), (OFFSETS_TOPIC, OFFSETS_PARTITION)]
+    client_version = 2 if version >= 5 else 1
+    added = await txn.add_partitions("etl", pid, epoch, joined, client_version=client_version)
+    assert added is ErrorCode.NONE
+    return groups, txn, pid, epoch
+
+
 @pytest.mark.parametrize("version", [3, 5])
 async def test_an_offset_commit_racing_the_end_of_its_transaction_leaves_none_open(
     tmp_path, version
@@ -62,14 +78,7 @@ async def test_an_offset_commit_racing_the_end_of_its_transaction_leaves_none_op
     client_version = 2 if version >= 5 else 1
     answers: list[dict] = []
     async with trio.open_nursery() as nursery:
-        ctx.coordinator = groups = await setup_groups(ctx, nursery)
-        ctx.txn_coordinator = txn = TransactionCoordinator(ctx)
-        await txn.start(nursery)
-        error, pid, epoch = await txn.init_producer_id("etl", 60_000, None)
-        assert error is ErrorCode.NONE
-        joined = [("t", 0)] if version >= 5 else [("t", 0), (OFFSETS_TOPIC, OFFSETS_PARTITION)]
-        added = await txn.add_partitions("etl", pid, epoch, joined, client_version=client_version)
-        assert added is ErrorCode.NONE
+        groups, txn, pid, epoch = await transaction_begun(ctx, nursery, version)
         said_yes, ending = trio.Event(), trio.Event()
         real_check = txn.check_produce
 
@@ -121,13 +130,7 @@ async def test_an_offset_commit_arriving_after_its_transaction_ended_is_refused(
     ctx = await open_context(config(tmp_path, transaction_state_log_num_partitions=1))
     await ctx.create_topic("t", PARTITIONS)
     async with trio.open_nursery() as nursery:
-        ctx.coordinator = groups = await setup_groups(ctx, nursery)
-        ctx.txn_coordinator = txn = TransactionCoordinator(ctx)
-        await txn.start(nursery)
-        error, pid, epoch = await txn.init_producer_id("etl", 60_000, None)
-        assert error is ErrorCode.NONE
-        joined = [("t", 0), (OFFSETS_TOPIC, OFFSETS_PARTITION)]
-        assert await txn.add_partitions("etl", pid, epoch, joined) is ErrorCode.NONE
+        groups, txn, pid, epoch = await transaction_begun(ctx, nursery, 3)
         error, _, _ = await txn.end_txn("etl", pid, epoch, False, client_version=1)
         assert error is ErrorCode.NONE
         await until_complete(txn, "etl")
