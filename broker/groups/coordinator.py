@@ -337,9 +337,9 @@ class GroupCoordinator:
         appended_to = -1
         async with ctx.locked_log(OFFSETS_TOPIC, OFFSETS_PARTITION) as offsets_log:
             # Asked under the lock markers are written under, as a produce's transactional
-            # batch is: asked before it, the transaction could end (a timeout's abort) between
-            # the answer and the append, which would then open a transaction in the offsets log
-            # that no marker ever ends, leaving the group's offsets unstable for good.
+            # batch is: asked before it, the transaction could end between the answer and the
+            # append, which would then open a transaction in the offsets log that no marker
+            # ever ends, leaving the group's offsets unstable for good.
             refused = await verify() if verify is not None else ErrorCode.NONE
             if refused is not ErrorCode.NONE:
                 logger.warning(
@@ -347,7 +347,9 @@ class GroupCoordinator:
                     topic=OFFSETS_TOPIC,
                     partition=OFFSETS_PARTITION,
                     error=refused.name,
-                    reason="the offsets partition is not in the producer's ongoing transaction",
+                    reason="the transaction coordinator did not confirm the offsets partition "
+                    "in the producer's ongoing transaction (ended, or the coordinator busy)",
+                    action="none: the client retries or aborts its transaction",
                     **log,
                 )
                 raise _AppendFailedError(refused)

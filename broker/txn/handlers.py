@@ -13,7 +13,6 @@ NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it loads it), all retried by
 from __future__ import annotations
 
 import functools
-
 import re
 from typing import TYPE_CHECKING, Any
 
