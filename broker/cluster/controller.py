@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass, field, replace
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, assert_never
 
 import structlog
@@ -452,19 +452,22 @@ class Controller:
         """A leader for each partition of ``keys`` whose leader is gone or shutting down."""
         changed = []
         for key in keys:
-            state = self.states.get(key)
-            if state is None or key[0] not in self.assignments:
-                continue
-            if not election.needs_leader(state, self.live, self.shutting_down):
+            if key[0] not in self.assignments:
                 continue
             replicas = self.assignments[key[0]].partitions[key[1]]
-            new, how = election.elect(
-                replicas, state, self.live, self.shutting_down, self.unclean.get(key[0], False)
-            )
-            if how == Election.UNCHANGED:
-                continue
-            _log_election(key, state, new, how)
-            if await self._write_state(key, new):
+
+            def elected(state: LeaderIsr, key: Key = key) -> LeaderIsr | None:
+                if not election.needs_leader(state, self.live, self.shutting_down):
+                    return None
+                new, how = election.elect(
+                    replicas, state, self.live, self.shutting_down, self.unclean.get(key[0], False)
+                )
+                if how == Election.UNCHANGED:
+                    return None
+                _log_election(key, state, new, how)
+                return new
+
+            if await self._write_decided(key, elected):
                 changed.append(key)
         return changed
 
@@ -472,13 +475,28 @@ class Controller:
         """Followers gone (or shutting down): out of the ISR, as long as one member stays."""
         changed = []
         for key in keys:
-            state = self.states.get(key)
-            new = None if state is None else election.without_followers(state, brokers)
-            if new is not None and await self._write_state(key, new):
+            if await self._write_decided(key, lambda s: election.without_followers(s, brokers)):
                 changed.append(key)
         return changed
 
-    # -- requests to brokers -----------------------------------------------------------------
+    async def _write_decided(
+        self, key: Key, decide: Callable[[LeaderIsr], LeaderIsr | None]
+    ) -> bool:
+        """Write ``decide(state)`` of the partition's state (None: nothing to write); True when
+        written. When the state changed meanwhile, as the leader's last ISR update does before
+        the controller reads its notification, decide again from the state read back, as
+        Kafka's controller retries such partitions: dropped, a partition whose leader died
+        stayed without one until the next event."""
+        while True:
+            state = self.states.get(key)
+            new = None if state is None else decide(state)
+            if new is None:
+                return False
+            if await self._write_state(key, new):
+                return True
+            if self.states.get(key) is state:  # not read back: the partition is gone
+                return False
+
     def _open_queue(self, broker_id: int) -> None:
         info = self.live[broker_id]
         queue = _BrokerQueue(
