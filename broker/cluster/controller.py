@@ -497,6 +497,7 @@ class Controller:
             if self.states.get(key) is state:  # not read back: the partition is gone
                 return False
 
+    # -- requests to brokers -----------------------------------------------------------------
     def _open_queue(self, broker_id: int) -> None:
         info = self.live[broker_id]
         queue = _BrokerQueue(
