@@ -76,6 +76,7 @@ __all__ = [
     "NO_SEQUENCE",
     "NO_PARTITION_LEADER_EPOCH",
     "BatchHeader",
+    "HEADER",
     "Record",
     "read_header",
     "iter_records",
@@ -122,9 +123,9 @@ NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 NO_TIMESTAMP = -1
 
-# Every header field, in order: 61 bytes.
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-assert _HEADER.size == RECORD_BATCH_OVERHEAD
+# Every header field, in order (BatchHeader's): 61 bytes.
+HEADER = struct.Struct(">qiibIhiqqqhii")
+assert HEADER.size == RECORD_BATCH_OVERHEAD
 # From attributes to recordsCount: the CRC-covered part of the header.
 _HEADER_AFTER_CRC = struct.Struct(">hiqqqhii")
 _U32 = struct.Struct(">I")
@@ -209,7 +210,7 @@ class Record(NamedTuple):
 
 def read_header(buf: Buffer, position: int = 0) -> BatchHeader:
     """The header of the batch starting at ``position`` (at least 61 bytes must be there)."""
-    return BatchHeader._make(_HEADER.unpack_from(buf, position))
+    return BatchHeader._make(HEADER.unpack_from(buf, position))
 
 
 def batch_crc(buf: Buffer, position: int, end: int) -> int:
@@ -561,7 +562,7 @@ def _assemble(
     body = compress(spec.codec, raw, MAGIC) if spec.codec != Codec.NONE else raw
     attributes = int(spec.codec) | spec.attributes
     out = bytearray(
-        _HEADER.pack(
+        HEADER.pack(
             spec.base_offset,
             RECORD_BATCH_OVERHEAD - LENGTH_OFFSET - 4 + len(body),
             spec.partition_leader_epoch,
@@ -588,7 +589,7 @@ def build_empty_batch(spec: BatchSpec, last_offset_delta: int, timestamp: int) -
     fields, offsets, timestamp type and transactional bit, base and max timestamp
     ``timestamp``, no codec."""
     out = bytearray(
-        _HEADER.pack(
+        HEADER.pack(
             spec.base_offset,
             MIN_BATCH_LENGTH,
             spec.partition_leader_epoch,
