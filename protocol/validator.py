@@ -151,8 +151,9 @@ class TopicSettings:
         return now_ms - before, now_ms + after
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerBatch:
+# The results built for every batch are NamedTuples: as immutable as a frozen dataclass, built in
+# a fifth of its time (1.4 us for eight fields, a cost each batch of a wide Produce repeated).
+class ProducerBatch(NamedTuple):
     """What the producer state check needs of one appended v2 batch with a producer id
     (``is_transactional``: part of the producer's ongoing transaction, KIP-98)."""
 
@@ -166,8 +167,7 @@ class ProducerBatch:
     is_transactional: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class ValidatedRecords:
+class ValidatedRecords(NamedTuple):
     """A validated set ready to append: ``buffer`` holds the final offsets and CRCs.
 
     With ``message_count`` 0 (nothing complete was sent) the buffer is empty and
@@ -213,8 +213,7 @@ class _RejectError(Exception):
 _EMPTY = ValidatedRecords(b"", -1, -1, NO_TIMESTAMP, -1, -1, 0)
 
 
-@dataclass(frozen=True, slots=True)
-class _Job:
+class _Job(NamedTuple):
     """What every path needs of one call. ``lat``: the topic stamps LogAppendTime (a magic-0
     topic has no timestamps at all); [earliest, latest]: the CreateTime bounds at ``now_ms``."""
 
