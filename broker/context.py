@@ -5,7 +5,7 @@ Concurrency rules (all state lives on the trio thread):
   holding that partition's ``PartitionState.lock``, so storage never sees two threads in one
   Log. Calls that may wait on the disk (fsync, reads) run inside ``workers.run_sync``, so
   a slow disk stalls only that partition; only page-cache-bound calls that cannot fsync run on
-  the trio thread (a small produce whose ``Log.append_would_sync`` is False, a fetch answered
+  the trio thread (a small produce appended with ``Log.append(may_sync=False)``, a fetch answered
   by ``Log.read_cached``, attribute reads). One read skips the lock: a fetch at the log end
   answers from the log end offset, high watermark and log start offset, plain attribute reads
   that are each atomic, so the answer (no records) was true at an instant during the call; an

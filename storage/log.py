@@ -31,7 +31,7 @@ import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, overload
 
 import structlog
 
@@ -358,11 +358,18 @@ class Log:
         ensure_indexes(segment, self.config, self.topic, self.partition)
 
     # -- appending ---------------------------------------------------------------------------
-    def append(self, validated: ValidatedRecords) -> AppendResult:
+    @overload
+    def append(self, validated: ValidatedRecords) -> AppendResult: ...
+    @overload
+    def append(self, validated: ValidatedRecords, *, may_sync: bool) -> AppendResult | None: ...
+    def append(self, validated: ValidatedRecords, *, may_sync: bool = True) -> AppendResult | None:
         """Append a validated message set (final offsets and CRCs) at the log end and record
         its producers' batches; returns whether it rolled a new segment and whether it fsynced,
         or the :class:`~storage.producer_state.Duplicate` a lone retried batch is (then nothing
-        is appended).
+        is appended). With ``may_sync`` False, None when the append would fsync (a roll, or
+        flush.messages reached), nothing done: the caller appends again where waiting on the
+        disk is allowed (the broker's event loop is not); otherwise it only writes to the page
+        cache and the index maps.
 
         Every batch with a producer id is checked against the producer state first (Kafka's
         UnifiedLog.analyzeAndValidateProducerState: duplicates, epochs, sequences, ongoing
@@ -396,6 +403,9 @@ class Log:
                 f"{self.name}: message set of {len(buffer)} bytes exceeds segment.bytes "
                 f"{self.config.segment_bytes}"
             )
+        roll = self._roll_due(len(buffer), last, validated.max_timestamp)
+        if not may_sync and (roll or last + 1 - self.recovery_point >= self.config.flush_messages):
+            return None
         infos: list[ProducerAppendInfo] = []
         if validated.producer_batches:
             checked = self._producers.prepare_client_append(validated.producer_batches)
@@ -403,7 +413,7 @@ class Log:
                 return AppendResult(None, False, checked)
             infos = checked
         rolled = self._append_set(
-            first, last, validated.max_timestamp, validated.offset_of_max_timestamp, buffer
+            first, last, validated.max_timestamp, validated.offset_of_max_timestamp, buffer, roll
         )
         for info in infos:
             self._producers.update(info)
@@ -498,11 +508,15 @@ class Log:
         max_timestamp: int,
         offset_of_max_timestamp: int,
         buffer: bytes | bytearray | memoryview,
+        roll: bool | None = None,
     ) -> int | None:
-        """Append one set (rolling first when due); the base offset of a segment rolled, or
-        None. OSError leaves the segment as it was (LogSegment.append)."""
+        """Append one set (rolling first when due, or as ``roll`` says when the caller has
+        asked ``_roll_due`` already); the base offset of a segment rolled, or None. OSError
+        leaves the segment as it was (LogSegment.append)."""
         before = self.active_segment
-        segment = self._maybe_roll(len(buffer), last, max_timestamp)
+        if roll is None:
+            roll = self._roll_due(len(buffer), last, max_timestamp)
+        segment = self.roll() if roll else before
         rolled = segment.base_offset if segment is not before else None
         position = segment.size
         segment.append(first, max_timestamp, offset_of_max_timestamp, buffer)
@@ -770,16 +784,6 @@ class Log:
             if not keep(offset):
                 os.unlink(segment_path(self.directory, offset, SNAPSHOT_SUFFIX))
 
-    def append_would_sync(self, validated: ValidatedRecords) -> bool:
-        """True when ``append(validated)`` would fsync (a roll, or flush.messages reached);
-        False when it only writes to the page cache and the index maps, so a caller may run it
-        where waiting on the disk is not allowed (the broker's event loop)."""
-        self._check_open()
-        return (
-            validated.last_offset + 1 - self.recovery_point >= self.config.flush_messages
-            or self._roll_due(len(validated.buffer), validated.last_offset, validated.max_timestamp)
-        )
-
     def _roll_due(self, set_size: int, last_offset: int, max_timestamp: int) -> bool:
         segment = self.active_segment
         config = self.config
@@ -794,11 +798,6 @@ class Log:
             or segment.time_index.is_full()
             or last_offset - segment.base_offset > INT_MAX
         )
-
-    def _maybe_roll(self, set_size: int, last_offset: int, max_timestamp: int) -> LogSegment:
-        if self._roll_due(set_size, last_offset, max_timestamp):
-            return self.roll()
-        return self.active_segment
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset (a no-op on an empty active

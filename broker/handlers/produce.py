@@ -110,17 +110,20 @@ def _validate(w: _Write, native_only: bool = False) -> Rejected | ValidatedRecor
     )
 
 
-def _append(log: Log, result: ValidatedRecords) -> _Outcome:
+def _append(log: Log, result: ValidatedRecords, may_sync: bool = True) -> _Outcome | None:
     """Under the partition lock: append; (result, base offset of a segment rolled by it or
     None), or the Duplicate a producer's retried batch is. A set larger than segment.bytes or
     a producer's batch the log refuses (storage checks both before writing anything) is
-    Rejected with RECORD_LIST_TOO_LARGE or the error the log names."""
+    Rejected with RECORD_LIST_TOO_LARGE or the error the log names. None when ``may_sync`` is
+    False and the append would fsync: nothing was done."""
     try:
-        appended = log.append(result)
+        appended = log.append(result, may_sync=may_sync)
     except RecordSetTooLargeError as exc:
         return Rejected(ErrorCode.RECORD_LIST_TOO_LARGE, str(exc)), None
     except ProducerStateError as exc:
         return Rejected(ErrorCode[exc.error_name], str(exc)), None
+    if appended is None:
+        return None
     if appended.duplicate is not None:
         return appended.duplicate, None
     return result, appended.rolled
@@ -134,7 +137,14 @@ def _validate_and_append(w: _Write) -> _Outcome:
     assert result is not None  # None only with native_only
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
-    return _append(w.log, result)
+    return _appended(w.log, result)
+
+
+def _appended(log: Log, result: ValidatedRecords) -> _Outcome:
+    """:func:`_append` where it may fsync."""
+    outcome = _append(log, result)
+    assert outcome is not None  # None only without may_sync
+    return outcome
 
 
 async def _validate_and_append_inline(w: _Write, native_only: bool) -> _Outcome:
@@ -146,9 +156,10 @@ async def _validate_and_append_inline(w: _Write, native_only: bool) -> _Outcome:
         return await workers.run_sync(_validate_and_append, w)
     if not isinstance(result, ValidatedRecords) or result.message_count == 0:
         return result, None
-    if w.log.append_would_sync(result):
-        return await workers.run_sync(_append, w.log, result)
-    return _append(w.log, result)
+    outcome = _append(w.log, result, may_sync=False)
+    if outcome is None:
+        return await workers.run_sync(_appended, w.log, result)
+    return outcome
 
 
 class _Answer(NamedTuple):

@@ -341,27 +341,34 @@ def test_flush_messages_flushes_inside_append(tmp_path, clock):
         {"flush_messages": 1},
     ],
 )
-def test_append_would_sync_predicts_every_fsync(tmp_path, clock, monkeypatch, config):
-    """The broker appends on its event loop only when append_would_sync is False: that must
-    mean no fsync at all (counted at os.fsync), and True must mean a roll or flush happens."""
+def test_an_append_that_may_not_sync_never_fsyncs(tmp_path, clock, monkeypatch, config):
+    """The broker appends on its event loop with may_sync=False: such an append must never
+    fsync (counted at os.fsync), and its None (nothing done) must mean the append it then
+    makes elsewhere rolls or flushes."""
     fsyncs = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
     log = open_log(tmp_path, clock, **config)
     rng = random.Random(7)
     ts = clock.now
-    predicted_syncs = 0
+    declined = 0
     for _ in range(60):
         ts += rng.choice([0, 300, 700])
         records = validated(log, [ts] * rng.randint(1, 3), value_size=rng.randint(10, 120))
-        would_sync = log.append_would_sync(records)
-        before = (len(fsyncs), log.recovery_point, len(log.segments))
-        log.append(records)
-        synced = len(fsyncs) > before[0]
-        assert synced == would_sync, (before, log.recovery_point, len(log.segments))
-        assert synced == ((log.recovery_point, len(log.segments)) != before[1:])
-        predicted_syncs += would_sync
-    assert 0 < predicted_syncs < 60 or config == {"flush_messages": 1}
+        before = (len(fsyncs), log.recovery_point, len(log.segments), log.log_end_offset)
+        appended = log.append(records, may_sync=False)
+        assert len(fsyncs) == before[0]
+        if appended is not None:
+            assert not appended.synced and appended.rolled is None
+            assert (log.recovery_point, len(log.segments)) == before[1:3]
+            assert log.log_end_offset == records.last_offset + 1
+            continue
+        declined += 1
+        assert (log.recovery_point, len(log.segments), log.log_end_offset) == before[1:]
+        assert log.append(records).synced
+        assert len(fsyncs) > before[0]
+        assert (log.recovery_point, len(log.segments)) != before[1:3]
+    assert 0 < declined < 60 or config == {"flush_messages": 1}
 
 
 def test_read_cached_answers_exactly_as_read_or_not_at_all(tmp_path, clock):
