@@ -56,6 +56,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from broker import workers
+from broker.groups.lag import committed_and_ends
 from broker.quotas.metrics import quota_metrics
 from broker.slices import Slices
 from broker.txn.state import TxnState
@@ -324,14 +325,13 @@ class BrokerMetrics:
         rows = []
         slices = Slices()
         for group in coordinator.offsets.groups():
-            for (topic, partition), committed in coordinator.offsets.of_group(group).items():
-                await slices.turn()
-                log = self.ctx.get_log(topic, partition)
-                if log is None or committed.offset < 0:
-                    continue
-                rows.append(
-                    GroupOffsetRow(group, topic, partition, log.log_end_offset, committed.offset)
-                )
+            for row in await committed_and_ends(
+                coordinator.offsets, group, self.ctx.get_log, slices
+            ):
+                if row.log_end is not None:
+                    rows.append(
+                        GroupOffsetRow(group, row.topic, row.partition, row.log_end, row.committed)
+                    )
         return rows
 
 

@@ -34,6 +34,7 @@ from broker.config import TOPIC_KEYS
 from broker.console import data
 from broker.context import BrokerContext
 from broker.groups.cli import decode_assignment
+from broker.groups.lag import committed_and_ends
 from broker.groups.state import GroupSummary
 from broker.slices import Slices
 
@@ -255,29 +256,20 @@ async def groups_page(request: Request) -> Response:
 
 async def _lag(ctx: BrokerContext, group: str) -> list[dict[str, Any]]:
     """Per committed (topic, partition) of ``group``, unsorted: committed offset, log end and
-    lag (None for a partition the broker does not have). The group's offsets are copied at
-    once, the log ends read in slices: a group can have committed on every partition."""
+    lag (None for a partition the broker does not have), read in slices."""
     coordinator = ctx.coordinator
     if coordinator is None:
         return []
-    rows = []
-    slices = Slices()
-    for (topic, partition), committed in coordinator.offsets.of_group(group).items():
-        await slices.turn()
-        if committed.offset < 0:
-            continue
-        log = ctx.get_log(topic, partition)
-        end = log.log_end_offset if log is not None else None
-        rows.append(
-            {
-                "topic": topic,
-                "partition": partition,
-                "committed": committed.offset,
-                "end": end,
-                "lag": None if end is None else max(end - committed.offset, 0),
-            }
-        )
-    return rows
+    return [
+        {
+            "topic": row.topic,
+            "partition": row.partition,
+            "committed": row.committed,
+            "end": row.log_end,
+            "lag": row.lag,
+        }
+        for row in await committed_and_ends(coordinator.offsets, group, ctx.get_log)
+    ]
 
 
 async def group_page(request: Request) -> Response:
