@@ -1,0 +1,129 @@
+"""The broker's CPU per record batch on its Produce path, in-process (issue #33: per-batch fixed
+costs bind a wide load, bench/NOTES.md).
+
+A broker context on a tmpfs log dir (no disk in the figure, but the kernel's page-cache copy
+of each pwrite is in it) with one topic of ``--partitions`` partitions; Produce v9 requests of
+``--per-request`` batches of ``--records`` 100-byte records (100), one a partition, decoded once and handed
+to the Produce handler over and over, round-robin over the partitions: validation, the
+partition lock, the append, the answer's rows; no socket, no request decoding, no encoding.
+Prints and records the CPU time (process_time) a batch, min and median of ``--runs`` runs.
+``--repo`` measures another checkout (a worktree of an older commit with its C extension
+built) with this script, so two commits compare side by side; ``--label`` names the run in
+bench/results/produce_path.json.
+
+Usage: python bench/bench_produce_path.py [--repo DIR] [--label NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULT = REPO / "bench" / "results" / "produce_path.json"
+
+
+def measure(args: argparse.Namespace) -> list[float]:
+    """CPU µs a batch, one figure a run (imports from ``args.repo``)."""
+    sys.path.insert(0, args.repo)
+    import structlog
+    import trio
+
+    from bench.suite.workloads import make_values
+    from broker.config import BrokerConfig
+    from broker.handlers.produce import handle_produce
+    from broker.server import open_context
+    from protocol import recordbatch as rb
+    from protocol.api import ApiKey
+    from protocol.connection import ClientConnection, ServerConnection
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    now = int(time.time() * 1000)
+    values = make_values(args.records, 100)
+    batch = rb.build_batch(rb.BatchSpec(), [(i, now, None, v, ()) for i, v in enumerate(values)])
+    per = args.per_request
+
+    def request(first: int) -> bytes:
+        data = [{"index": first + i, "records": batch} for i in range(per)]
+        body = {
+            "transactional_id": None,
+            "acks": 1,
+            "timeout_ms": 30_000,
+            "topic_data": [{"name": "bench", "partition_data": data}],
+        }
+        return ClientConnection("bench").request(ApiKey.PRODUCE, 9, body)[1]
+
+    async def run() -> list[float]:
+        directory = tempfile.mkdtemp(dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
+        try:
+            ctx = await open_context(BrokerConfig.from_properties([("log.dirs", directory)]))
+            await ctx.create_topic("bench", args.partitions)
+            conn = ServerConnection()
+            requests = [
+                r
+                for first in range(0, args.partitions, per)
+                for r in conn.receive_data(request(first))
+            ]
+            for r in requests[:50]:  # warm up
+                await handle_produce(ctx, r)
+            figures = []
+            for _ in range(args.runs):
+                started = time.process_time()
+                for i in range(args.requests):
+                    await handle_produce(ctx, requests[i % len(requests)])
+                figures.append((time.process_time() - started) / (args.requests * per) * 1e6)
+            return figures
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    return trio.run(run)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", default=str(REPO))
+    parser.add_argument("--label", default="latest")
+    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--per-request", type=int, default=10)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--records", type=int, default=100, help="records a batch")
+    args = parser.parse_args()
+    figures = measure(args)
+    commit = subprocess.run(
+        ["git", "-C", args.repo, "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    row = {
+        "commit": commit,
+        "partitions": args.partitions,
+        "batches_per_request": args.per_request,
+        "records_per_batch": args.records,
+        "batches_per_run": args.requests * args.per_request,
+        "cpu_us_per_batch_min": round(min(figures), 1),
+        "cpu_us_per_batch_median": round(statistics.median(figures), 1),
+        "runs": [round(f, 1) for f in figures],
+        "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "python": platform.python_version(),
+    }
+    print(json.dumps(row))
+    results = json.loads(RESULT.read_text()) if RESULT.exists() else {}
+    results[args.label] = row
+    RESULT.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
