@@ -211,7 +211,7 @@ PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
 # chronolog (pyspark_chronolog) or kafka (Spark's own Kafka source, jars from `make spark-kafka`)
 PIPELINE_SOURCE ?= chronolog
-.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation bench-scale bench-processes bench-metadata-stall bench-quotas soak
+.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation bench-scale bench-produce-path bench-processes bench-metadata-stall bench-quotas soak
 
 pipeline: $(VENV)/.installed-test spark-kafka
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
@@ -261,6 +261,12 @@ bench-isolation: $(VENV)/.installed-bench
 # BENCH_ARGS=--quick for a short run, --profile for py-spy under load (scale-profile.json).
 bench-scale: $(VENV)/.installed-bench
 	$(BIN)/python bench/bench_scale.py $(BENCH_ARGS)
+
+# The Produce handler's CPU a batch, in-process over 1,000 partitions (issue #33: a batch's fixed
+# cost binds a wide load; about a minute): bench/results/produce_path.json. BENCH_ARGS=--repo DIR
+# --label NAME measures another checkout, --records 1 --per-request 100 tiny batches.
+bench-produce-path: $(VENV)/.installed-bench
+	$(BIN)/python bench/bench_produce_path.py $(BENCH_ARGS)
 
 # make bench's 100 partitions x 10 producers against one broker and against two brokers of a
 # ZooKeeper cluster on this machine, rounds alternated (issue #33: would several processes win?;
