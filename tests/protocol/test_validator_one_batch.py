@@ -17,23 +17,13 @@ from protocol import validator
 from protocol.compression import Codec
 from protocol.records import TimestampType
 from protocol.validator import TopicSettings, ValidatedRecords, validate_produce
+from tests.protocol.test_validator_v2 import records
 
 pytestmark = pytest.mark.skipif(
     validator.scan_v2 is None, reason="the one-batch path needs the C extension's scan"
 )
 
 NOW = 1_700_000_000_000
-
-records = st.lists(
-    st.tuples(
-        st.integers(NOW - 10**6, NOW + 10**6),
-        st.none() | st.binary(max_size=10),
-        st.none() | st.binary(max_size=30),
-        st.lists(st.tuples(st.text(max_size=3), st.binary(max_size=3)), max_size=2),
-    ),
-    min_size=1,
-    max_size=12,
-)
 
 # Header fields a producer's bug or an attacker may set, as (struct format, offset).
 _FIELDS = {
