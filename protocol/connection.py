@@ -124,7 +124,9 @@ class _FrameBuffer:
         nothing here changes again, as (buffer, start, end): a large frame keeps the buffer it
         arrived in (only the bytes after it are copied to a new one), a small one is copied."""
         if end - start < _TAKE_WHOLE_AT:
-            return bytes(buf[start:end]), 0, end - start
+            # One copy: slicing the bytearray itself would copy the frame twice.
+            with memoryview(buf) as view:
+                return bytes(view[start:end]), 0, end - start
         self._buf = bytearray(buf[end:])
         self._pos = 0
         return buf, start, end
