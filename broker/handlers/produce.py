@@ -23,6 +23,12 @@ precise answer comes from a record-by-record Python check, is validated again in
 any other set of up to INLINE_BYTES. Everything else, and fsyncing appends, run in one worker
 thread call, so a slow disk or a decompression bomb stalls only that partition and never the
 event loop.
+
+Nearly every partition of a non-transactional produce needs no wait at all: its lock is free, its
+set is validated on the trio thread and its append does not fsync. ``_produce_now`` answers those
+in one synchronous call, without the coroutines, the lock's context manager and the repeated
+look-ups of ``_produce_partition`` (the full path), which takes everything else and gives the
+same answers (tests/broker/test_produce_now.py).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import structlog
 import trio
 
 from broker import workers
-from broker.context import INTERNAL_TOPICS, BrokerContext
+from broker.context import INTERNAL_TOPICS, BrokerContext, PartitionState
 from broker.errors import STORAGE_FAILURES, CloseConnectionError
 from broker.log_limit import OncePerInterval
 from broker.topics import Topic
@@ -206,16 +212,16 @@ def _rejected(topic: str, partition: int, error: ErrorCode, reason: str, **answe
     return _Answer(error, **answer)
 
 
-async def _produce_partition(
+def _checked(
     ctx: BrokerContext,
     topic_name: str,
     partition: int,
-    record_set: bytes,
+    record_set: bytes | None,
     version: int,
-    acks: int = 1,
-    transactional_id: str | None = None,
-) -> _Answer:
-    """The answer for one partition."""
+    acks: int,
+) -> tuple[Topic, Log] | _Answer:
+    """The partition's topic and log when a produce to it may go on, else the answer refusing
+    it."""
     if topic_name in INTERNAL_TOPICS:
         # Kafka 0.10.1 (ReplicaManager.appendToLocalLog) refuses client writes to internal
         # topics; here only the group coordinator writes __consumer_offsets, and its in-memory
@@ -229,7 +235,12 @@ async def _produce_partition(
     if record_set is None:
         return _Answer(ErrorCode.INVALID_RECORD, message="null records")
     topic = ctx.topics.get(topic_name)
-    if topic is None or ctx.get_log(topic_name, partition) is None:
+    log = (
+        ctx.log_manager.get_log(topic_name, partition)
+        if topic is not None and 0 <= partition < topic.partitions
+        else None
+    )  # ctx.get_log, without looking the topic up again
+    if topic is None or log is None:
         # Asked only on this path: a served partition pays no offline check.
         if ctx.is_offline(topic_name, partition):
             return _storage_error(version, "the partition's log dir is offline (failing disk)")
@@ -239,10 +250,74 @@ async def _produce_partition(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             "no such topic or partition; create it first",
         )
-    replication = ctx.replication
-    refused = _replication_refusal(replication, topic, partition, acks)
-    if refused is not None:
-        return refused
+    refused = _replication_refusal(ctx.replication, topic, partition, acks)
+    return (topic, log) if refused is None else refused
+
+
+def _produce_now(
+    ctx: BrokerContext, topic_name: str, partition: int, record_set: bytes, version: int, acks: int
+) -> _Answer | None:
+    """The answer for one partition of a non-transactional produce when it needs no wait:
+    its lock free, a set validated on the event loop and an append that does not fsync (what
+    nearly every produce is). None when it would wait, or anything went wrong: then nothing was
+    done (a LogAppendTime handed out is only ever a later one) and :func:`_produce_partition`
+    produces it, with the precise answer. No await between taking the lock and releasing it,
+    so no other task sees the partition half appended; the lock keeps worker threads out."""
+    checked = _checked(ctx, topic_name, partition, record_set, version, acks)
+    if isinstance(checked, _Answer):
+        return checked
+    topic, log = checked
+    state = ctx.partition(topic_name, partition)
+    lat = topic.settings.timestamp_type == TimestampType.LOG_APPEND_TIME
+    where = placement(record_set, topic)
+    if where is Placement.THREAD or (lat and state.last_append_time < 0):
+        return None
+    lock = state.lock
+    try:
+        lock.acquire_nowait()
+    except trio.WouldBlock:
+        return None
+    try:
+        epoch = ctx.replication.leader_epoch(topic_name, partition)
+        if epoch is None:
+            return None
+        now = ctx.clock()
+        if lat:
+            now = state.next_append_time(now)
+        write = _Write(log, record_set, topic, now, version, epoch)
+        result = _validate(write, native_only=where is Placement.NATIVE_INLINE)
+        if result is None:
+            return None
+        if isinstance(result, ValidatedRecords) and result.message_count:
+            outcome = _append(log, result, may_sync=False)
+            if outcome is None:
+                return None
+            appended, rolled = outcome
+        else:
+            appended, rolled = result, None
+        start = log.log_start_offset
+    except STORAGE_FAILURES:
+        return None  # appended again by _produce_partition, which answers the failure
+    finally:
+        lock.release()
+    return _answered(ctx, topic, partition, state, appended, rolled, start, len(record_set))
+
+
+async def _produce_partition(
+    ctx: BrokerContext,
+    topic_name: str,
+    partition: int,
+    record_set: bytes,
+    version: int,
+    acks: int = 1,
+    transactional_id: str | None = None,
+) -> _Answer:
+    """The answer for one partition, whatever it waits for (the lock, the transaction
+    coordinator, the first LogAppendTime, a worker thread)."""
+    checked = _checked(ctx, topic_name, partition, record_set, version, acks)
+    if isinstance(checked, _Answer):
+        return checked
+    topic = checked[0]
     state = ctx.partition(topic_name, partition)
     failure: OSError | None = None
     leader_epoch = 0
@@ -257,7 +332,7 @@ async def _produce_partition(
                 "topic deleted while the produce waited for the partition; create it again",
             )
         # Read under the lock: a new epoch starts (in the epoch cache) under it too.
-        epoch = replication.leader_epoch(topic_name, partition)
+        epoch = ctx.replication.leader_epoch(topic_name, partition)
         if epoch is None:
             return _Answer(ErrorCode.NOT_LEADER_FOR_PARTITION, message="leadership moved")
         leader_epoch = epoch
@@ -305,6 +380,22 @@ async def _produce_partition(
     if failure is not None:
         await ctx.storage_failed(topic_name, partition, failure)
         return _storage_error(version, f"the log dir cannot be written: {failure.strerror}")
+    return _answered(ctx, topic, partition, state, result, rolled, start, len(record_set))
+
+
+def _answered(
+    ctx: BrokerContext,
+    topic: Topic,
+    partition: int,
+    state: PartitionState,
+    result: Rejected | Duplicate | ValidatedRecords,
+    rolled: int | None,
+    start: int,
+    record_bytes: int,
+) -> _Answer:
+    """The answer for an append's ``result`` (the log start offset ``start`` read under the
+    lock); a successful one wakes the partition's waiting fetches and counts in the metrics."""
+    topic_name = topic.name
     if isinstance(result, Rejected):
         return _rejected(
             topic_name,
@@ -335,11 +426,13 @@ async def _produce_partition(
         return _Answer(ErrorCode.NONE, log_start_offset=start)
     if rolled is not None:
         logger.info("rolled new segment", topic=topic_name, partition=partition, base_offset=rolled)
-    state.appends_succeed(topic_name, partition)
-    state.notify()
-    replication.appended(topic_name, partition)
+    if state.append_failure is not None:
+        state.appends_succeed(topic_name, partition)
+    if state.waiters:
+        state.notify()
+    ctx.replication.appended(topic_name, partition)
     if ctx.metrics is not None:
-        ctx.metrics.produced(topic_name, result.message_count, len(record_set))
+        ctx.metrics.produced(topic_name, result.message_count, record_bytes)
     return _Answer(
         ErrorCode.NONE,
         result.first_offset,
@@ -477,14 +570,23 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict[str, Any]
             elif unknown_id:
                 answer = _Answer(ErrorCode.UNKNOWN_TOPIC_ID, message="no topic has this id")
             else:
-                answer = await _produce_partition(
-                    ctx,
-                    name,
-                    data.index,
-                    data.records,
-                    version,
-                    acks,
-                    body.transactional_id,
+                now = (
+                    _produce_now(ctx, name, data.index, data.records, version, acks)
+                    if body.transactional_id is None
+                    else None
+                )
+                answer = (
+                    now
+                    if now is not None
+                    else await _produce_partition(
+                        ctx,
+                        name,
+                        data.index,
+                        data.records,
+                        version,
+                        acks,
+                        body.transactional_id,
+                    )
                 )
                 if acks == -1 and ctx.replication.durable_by_replicas and answer.last_offset >= 0:
                     waits.append((len(responses), len(partition_responses), name, answer))
@@ -500,7 +602,9 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict[str, Any]
                     "record_errors": [
                         {"batch_index": index, "batch_index_error_message": message}
                         for index, message in answer.record_errors
-                    ],
+                    ]
+                    if answer.record_errors
+                    else [],
                 }
             )
         responses.append(
