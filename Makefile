@@ -211,7 +211,7 @@ PIPELINE_TOPIC ?= clicks
 PIPELINE_BOOTSTRAP ?= 127.0.0.1:9092
 # chronolog (pyspark_chronolog) or kafka (Spark's own Kafka source, jars from `make spark-kafka`)
 PIPELINE_SOURCE ?= chronolog
-.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation bench-scale bench-produce-path bench-processes bench-metadata-stall bench-quotas soak
+.PHONY: pipeline pipeline-seed bench-spark bench-cleaner bench-commit-latency bench-transactions bench-idle-wait bench-isolation bench-scale bench-produce-path bench-thread-handoff bench-worker-wait bench-processes bench-metadata-stall bench-quotas soak
 
 pipeline: $(VENV)/.installed-test spark-kafka
 	$(BIN)/python -m pipeline.window_counts --bootstrap $(PIPELINE_BOOTSTRAP) --topic $(PIPELINE_TOPIC) \
@@ -267,6 +267,18 @@ bench-scale: $(VENV)/.installed-bench
 # --label NAME measures another checkout, --records 1 --per-request 100 tiny batches.
 bench-produce-path: $(VENV)/.installed-bench
 	$(BIN)/python bench/bench_produce_path.py $(BENCH_ARGS)
+
+# A step handed to a worker thread, with the event loop idle and busy, and a thread's wait for the
+# GIL beside a busy main thread (issue #33: where the GIL binds; about a minute):
+# bench/results/thread_handoff.json.
+bench-thread-handoff: $(VENV)/.installed-bench
+	$(BIN)/python bench/bench_thread_handoff.py $(BENCH_ARGS)
+
+# A produce whose append runs in a worker thread (flush.messages=1) beside a plain one, quiet and
+# while a load generator saturates the event loop (issue #33; under a minute):
+# bench/results/worker_wait.json. BENCH_ARGS=--repo DIR --label NAME measures another checkout.
+bench-worker-wait: $(VENV)/.installed-bench
+	$(BIN)/python bench/bench_worker_wait.py $(BENCH_ARGS)
 
 # make bench's 100 partitions x 10 producers against one broker and against two brokers of a
 # ZooKeeper cluster on this machine, rounds alternated (issue #33: would several processes win?;

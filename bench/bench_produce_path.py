@@ -9,7 +9,10 @@ partition lock, the append, the answer's rows; no socket, no request decoding, n
 Prints and records the CPU time (process_time) a batch, min and median of ``--runs`` runs.
 ``--repo`` measures another checkout (a worktree of an older commit with its C extension
 built) with this script, so two commits compare side by side; ``--label`` names the run in
-bench/results/produce_path.json.
+bench/results/produce_path.json. ``--instructions`` counts instead, where valgrind is installed:
+the instructions (user space, callgrind) a batch, from two runs of --instruction-requests and
+three times as many requests, the difference over the batches between (exact and repeatable, so
+a change of a few percent shows that CPU time on a shared machine hides; about five minutes).
 
 Usage: python bench/bench_produce_path.py [--repo DIR] [--label NAME]
 """
@@ -20,6 +23,7 @@ import argparse
 import json
 import logging
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -28,6 +32,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULT = REPO / "bench" / "results" / "produce_path.json"
@@ -89,6 +94,27 @@ def measure(args: argparse.Namespace) -> list[float]:
     return trio.run(run)
 
 
+def instructions_per_batch(args: argparse.Namespace) -> float:
+    """Run this script under callgrind twice, at N and 3N requests, both at once; the
+    instructions a batch of the difference."""
+    counts = []
+    base = args.instruction_requests
+    children = []
+    for requests in (base, 3 * base):
+        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+        cmd += [sys.executable, __file__, "--child", "--runs", "1", "--requests", str(requests)]
+        for name in ("repo", "partitions", "per_request", "records"):
+            cmd += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+        children.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    for child in children:
+        _, err = child.communicate()
+        found = re.search(rb"Collected : (\d+)", err)
+        if child.returncode != 0 or found is None:
+            raise RuntimeError(f"callgrind run failed: {err.decode(errors='replace')[-400:]}")
+        counts.append(int(found.group(1)))
+    return (counts[1] - counts[0]) / (2 * base * args.per_request)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", default=str(REPO))
@@ -98,8 +124,26 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--records", type=int, default=100, help="records a batch")
+    parser.add_argument("--instructions", action="store_true", help="count them (valgrind)")
+    parser.add_argument("--instruction-requests", type=int, default=100)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    figures = measure(args)
+    if args.child:
+        measure(args)
+        return 0
+    if args.instructions:
+        figures: dict[str, Any] = {
+            "instructions_per_batch": round(instructions_per_batch(args)),
+            "instruction_requests": [args.instruction_requests, 3 * args.instruction_requests],
+        }
+    else:
+        runs = measure(args)
+        figures = {
+            "batches_per_run": args.requests * args.per_request,
+            "cpu_us_per_batch_min": round(min(runs), 1),
+            "cpu_us_per_batch_median": round(statistics.median(runs), 1),
+            "runs": [round(f, 1) for f in runs],
+        }
     commit = subprocess.run(
         ["git", "-C", args.repo, "rev-parse", "--short", "HEAD"],
         capture_output=True,
@@ -111,10 +155,7 @@ def main() -> int:
         "partitions": args.partitions,
         "batches_per_request": args.per_request,
         "records_per_batch": args.records,
-        "batches_per_run": args.requests * args.per_request,
-        "cpu_us_per_batch_min": round(min(figures), 1),
-        "cpu_us_per_batch_median": round(statistics.median(figures), 1),
-        "runs": [round(f, 1) for f in figures],
+        **figures,
         "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "python": platform.python_version(),
     }

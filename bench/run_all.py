@@ -192,7 +192,7 @@ def run_profiles(params: dict, plan: list, path: Path) -> int:
     doc = {
         "tool": "py-spy record --format raw --nonblocking --gil --rate 250 (samples of the GIL holder only)",
         "note": "figures in 'run' were taken under the profiler and are not benchmark results",
-        "chronolog_commit": environment()["chronolog_commit"],
+        "chronolog_commit": environment(("chronolog",))["chronolog_commit"],
         "params": params,
         "profiles": profiles,
     }
