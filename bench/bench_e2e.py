@@ -97,6 +97,12 @@ def machine() -> dict:
     }
 
 
+def commit_of(repo: str | Path) -> str | None:
+    """The short commit checked out in ``repo`` (a benchmark may measure another checkout)."""
+    git = ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"]
+    return subprocess.run(git, capture_output=True, text=True).stdout.strip() or None
+
+
 def write_result(path: Path, result: dict) -> None:
     """Write a result file whole (temporary file, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -49,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_e2e import machine, write_result  # noqa: E402
+from bench.bench_e2e import commit_of, machine, write_result  # noqa: E402
 from bench.suite.brokers import free_port  # noqa: E402
 from bench.suite.workloads import admin_create_topic, make_values  # noqa: E402
 from protocol import ApiKey, ClientConnection  # noqa: E402
@@ -406,8 +406,7 @@ def main() -> int:
     if args.role == "zstd":
         print(json.dumps({"zstd": run_zstd(args.port, args.zstd_mb, args.phase_s)}))
         return 0
-    git = ["git", "-C", args.repo, "rev-parse", "--short", "HEAD"]
-    commit = subprocess.run(git, capture_output=True, text=True).stdout.strip() or None
+    commit = commit_of(args.repo)
     result = measure(args)
     out = Path(args.out)
     runs = json.loads(out.read_text()).get("runs", {}) if out.exists() else {}

@@ -28,7 +28,6 @@ import json
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_e2e import machine, write_result  # noqa: E402
+from bench.bench_e2e import commit_of, machine, write_result  # noqa: E402
 from bench.bench_isolation import Wire, start_broker  # noqa: E402
 from bench.suite.brokers import free_port  # noqa: E402
 from bench.bench_scale import (  # noqa: E402
@@ -242,8 +241,7 @@ def main() -> int:
     parser.add_argument("--label", default="after")
     parser.add_argument("--out", default=str(RESULT))
     args = parser.parse_args()
-    git = ["git", "-C", args.repo, "rev-parse", "--short", "HEAD"]
-    commit = subprocess.run(git, capture_output=True, text=True).stdout.strip() or None
+    commit = commit_of(args.repo)
     result = measure(args)
     print(json.dumps(result), flush=True)
     out = Path(args.out)

@@ -52,7 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_e2e import machine, write_result  # noqa: E402
+from bench.bench_e2e import commit_of, machine, write_result  # noqa: E402
 from bench.bench_isolation import Wire, batch, cpu_s, start_broker  # noqa: E402
 from bench.suite.profile import py_spy, top_functions  # noqa: E402
 from bench.suite.workloads import make_values  # noqa: E402
@@ -592,8 +592,7 @@ def main() -> int:
         parser.error("--connections x --partitions-per-connection must cover every partition")
     if args.partitions % args.partitions_per_connection:
         parser.error("--partitions-per-connection must divide --partitions (one topic a request)")
-    git = ["git", "-C", args.repo, "rev-parse", "--short", "HEAD"]
-    commit = subprocess.run(git, capture_output=True, text=True).stdout.strip() or None
+    commit = commit_of(args.repo)
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     out = (
         Path(args.out)

@@ -24,7 +24,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.bench_e2e import machine  # noqa: E402
+from bench.bench_e2e import commit_of, machine  # noqa: E402
 from bench.bench_isolation import Wire, batch, start_broker  # noqa: E402
 from bench.bench_scale import load  # noqa: E402
 from bench.suite.workloads import admin_create_topic  # noqa: E402
@@ -124,12 +123,7 @@ def main() -> int:
     parser.add_argument("--in-flight", type=int, default=2)
     parser.add_argument("--out", default=str(RESULT))
     args = parser.parse_args()
-    commit = subprocess.run(
-        ["git", "-C", args.repo, "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    commit = commit_of(args.repo)
     row = {"commit": commit, "phases": measure(args), **machine()}
     out = Path(args.out)
     results = json.loads(out.read_text()) if out.exists() else {}
