@@ -46,6 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.bench_e2e import machine, write_result  # noqa: E402
+from bench.bench_storage import percentile  # noqa: E402
 from broker import workers  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "thread_handoff.json"
@@ -107,10 +108,6 @@ async def busy_loop(seconds: float, per_slice: int) -> None:
         await trio.lowlevel.checkpoint()
 
 
-def p99(sorted_values: list[float]) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * 0.99))]
-
-
 async def busy(
     hand_off: HandOff, step: Callable[[], object], seconds: float, per_slice: int
 ) -> dict:
@@ -131,7 +128,7 @@ async def busy(
         "handoffs": len(waits),
         "handoffs_per_s": round(len(waits) / seconds, 1),
         "wall_ms_per_handoff_p50": round(statistics.median(waits) * 1000, 2),
-        "wall_ms_per_handoff_p99": round(p99(waits) * 1000, 2),
+        "wall_ms_per_handoff_p99": round(percentile(waits, 0.99) * 1000, 2),
     }
 
 
@@ -157,7 +154,7 @@ def gil_wait(seconds: float, per_slice: int, release: bool) -> dict:
     return {
         "wakeups": len(waits),
         "wait_ms_p50": round(statistics.median(waits) * 1000, 2),
-        "wait_ms_p99": round(p99(waits) * 1000, 2),
+        "wait_ms_p99": round(percentile(waits, 0.99) * 1000, 2),
         "wait_ms_max": round(waits[-1] * 1000, 2),
     }
 
