@@ -226,10 +226,13 @@ class BrokerContext:
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         """The partition's Log, or None when the topic or partition does not exist."""
-        t = self.topics.get(topic)
-        if t is None or not 0 <= partition < t.partitions:
+        return self.log_of(self.topics.get(topic), partition)
+
+    def log_of(self, topic: Topic | None, partition: int) -> Log | None:
+        """get_log for a topic already looked up (None when it does not exist)."""
+        if topic is None or not 0 <= partition < topic.partitions:
             return None
-        return self.log_manager.get_log(topic, partition)
+        return self.log_manager.get_log(topic.name, partition)
 
     def is_offline(self, topic: str, partition: int) -> bool:
         """Whether an existing partition is unavailable because its log dir is offline."""

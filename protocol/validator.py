@@ -638,12 +638,9 @@ def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Val
             )
         count = header.records_count
         start = len(out)
+        header_max = header.max_timestamp
         if target == header.codec:
             extend(out, mv[e.position : e.next_position])
-            if not job.lat and record_max != header.max_timestamp:
-                # Kafka corrects a header whose max timestamp disagrees with its records.
-                I64.pack_into(out, start + rb.MAX_TIMESTAMP_OFFSET, record_max)
-                U32.pack_into(out, start + rb.CRC_OFFSET, rb.batch_crc(out, start, len(out)))
         else:
             reencoded = True
             spec = rb.BatchSpec(
@@ -665,10 +662,8 @@ def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Val
                     for r in records
                 ],
             )
-        rb.set_base_offset(out, start, offset, job.leader_epoch)
-        if job.lat:
-            rb.set_log_append_time(out, start, job.now_ms)
-        batch_max = job.now_ms if job.lat else record_max
+            header_max = record_max  # build_batch wrote it
+        batch_max = _stamped(out, start, offset, record_max, header_max, job)
         last = offset + count - 1
         if batch_max > max_ts:
             max_ts, max_off = batch_max, last
@@ -689,6 +684,22 @@ def _batches_kept(mv: memoryview, entries: list[ShallowEntry], job: _Job) -> Val
     if reencoded:
         _recheck_sizes(out, settings)
     return _result(out, job, offset - job.next_offset, max_ts, max_off, tuple(producers))
+
+
+def _stamped(
+    out: bytearray, start: int, first: int, record_max: int, header_max: int, job: _Job
+) -> int:
+    """Finish the v2 batch at out[start:]: its base offset and leader epoch set, then either
+    LogAppendTime stamped or, as Kafka does, a header max timestamp that disagrees with its
+    records corrected (with its CRC-32C). Returns the batch's max timestamp as stored."""
+    rb.set_base_offset(out, start, first, job.leader_epoch)
+    if job.lat:
+        rb.set_log_append_time(out, start, job.now_ms)
+        return job.now_ms
+    if record_max != header_max:
+        I64.pack_into(out, start + rb.MAX_TIMESTAMP_OFFSET, record_max)
+        U32.pack_into(out, start + rb.CRC_OFFSET, rb.batch_crc(out, start, len(out)))
+    return record_max
 
 
 # Attributes a batch kept by the one-batch path may not have (path 3 refuses them).
@@ -750,14 +761,8 @@ def _one_batch_kept(mv: memoryview, job: _Job) -> ValidatedRecords | None:
         return None
     out = bytearray()
     extend(out, mv)
-    if not job.lat and record_max != max_ts:
-        I64.pack_into(out, rb.MAX_TIMESTAMP_OFFSET, record_max)
-        U32.pack_into(out, rb.CRC_OFFSET, rb.batch_crc(out, 0, n))
     first = job.next_offset
-    rb.set_base_offset(out, 0, first, job.leader_epoch)
-    if job.lat:
-        rb.set_log_append_time(out, 0, job.now_ms)
-        record_max = job.now_ms
+    record_max = _stamped(out, 0, first, record_max, max_ts, job)
     last = first + count - 1
     producers = (
         (

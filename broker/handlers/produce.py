@@ -235,11 +235,7 @@ def _checked(
     if record_set is None:
         return _Answer(ErrorCode.INVALID_RECORD, message="null records")
     topic = ctx.topics.get(topic_name)
-    log = (
-        ctx.log_manager.get_log(topic_name, partition)
-        if topic is not None and 0 <= partition < topic.partitions
-        else None
-    )  # ctx.get_log, without looking the topic up again
+    log = ctx.log_of(topic, partition)
     if topic is None or log is None:
         # Asked only on this path: a served partition pays no offline check.
         if ctx.is_offline(topic_name, partition):
