@@ -45,6 +45,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -210,6 +212,69 @@ def run_zstd(port: int, mb: float, seconds: float) -> dict:
     }
 
 
+# --- the machine's floor: the probe's path without a broker ----------------------------------
+
+
+def run_relay() -> None:
+    """A process that does the least a broker must on the probe's path: woken by one
+    connection's bytes, it writes them to another. Prints its port, then serves one sender and
+    one receiver (accepted in that order) until the sender closes."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        print(server.getsockname()[1], flush=True)
+        sender, _ = server.accept()
+        receiver, _ = server.accept()
+    receiver.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while data := sender.recv(1 << 16):
+        receiver.sendall(data)
+
+
+def run_floor(interval: float) -> dict:
+    """The probe through a relay process instead of the broker, beside the same neighbours,
+    until this process's stdin closes: what the machine alone adds to the probe's latency
+    (waking two processes, scheduling them beside the neighbours), the floor under the
+    broker's figures."""
+    relay = subprocess.Popen(
+        [sys.executable, __file__, "--role", "relay"], stdout=subprocess.PIPE, text=True
+    )
+    assert relay.stdout is not None
+    port = int(relay.stdout.readline())
+    sender = socket.create_connection(("127.0.0.1", port))
+    sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    receiver = socket.create_connection(("127.0.0.1", port))
+    stop = threading.Event()
+    latencies: list[float] = []
+
+    def send() -> None:
+        while not stop.wait(interval):
+            sender.sendall(struct.pack(">d", time.perf_counter()))
+
+    def receive() -> None:
+        pending = b""
+        while data := receiver.recv(1 << 16):
+            now = time.perf_counter()
+            pending += data
+            while len(pending) >= 8:
+                latencies.append((now - struct.unpack_from(">d", pending)[0]) * 1000)
+                pending = pending[8:]
+
+    threads = [threading.Thread(target=send), threading.Thread(target=receive)]
+    for t in threads:
+        t.start()
+    sys.stdin.read()
+    stop.set()
+    threads[0].join()
+    sender.close()
+    threads[1].join()
+    relay.wait(10)
+    latencies.sort()
+    return {
+        "floor_messages": len(latencies),
+        "floor_p50_ms": round(statistics.median(latencies), 2),
+        "floor_p99_ms": round(latencies[int(len(latencies) * 0.99) - 1], 2),
+        "floor_max_ms": round(latencies[-1], 2),
+    }
+
+
 # --- the probe and the phases --------------------------------------------------------------
 
 
@@ -287,10 +352,50 @@ def peak_rss_mb(pid: int) -> float:
     return round(kb / 1024, 1)
 
 
-def phase(name: str, port: int, pid: int, roles: list[str], args: argparse.Namespace) -> dict:
+def loop_delays(metrics_port: int) -> list[tuple[float, float]]:
+    """The broker's event-loop delay histogram (broker/loop_delay.py: a task asks to wake every
+    100 ms and counts how late it woke) from /metrics: (upper bound in s, cumulative count) per
+    bucket; empty when the broker has none (an older tree)."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("chronolog_event_loop_delay_seconds_bucket{"):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            rows.append((float(bound), float(line.rsplit(" ", 1)[1])))
+    return rows
+
+
+def loop_delay_row(before: list[tuple[float, float]], after: list[tuple[float, float]]) -> dict:
+    """What the loop made a ready task wait during a phase, from two histogram readings: so a
+    probe's tail can be told apart from the loop's (the loop was late) and the machine's (the
+    probe or the broker was not scheduled)."""
+    if not before or not after:
+        return {}
+    counts = [(bound, a - b) for (bound, a), (_, b) in zip(after, before)]
+    total = counts[-1][1]
+    p99 = next(bound for bound, c in counts if c >= 0.99 * total)
+    late = dict(counts)
+    return {
+        "loop_wakeups": int(total),
+        "loop_delay_p99_ms_at_most": None if p99 == float("inf") else p99 * 1000,
+        "loop_wakeups_over_1ms": int(total - late[0.001]),
+        "loop_wakeups_over_5ms": int(total - late[0.005]),
+    }
+
+
+def phase(name: str, broker: Broker, roles: list[str], args: argparse.Namespace) -> dict:
+    port, pid = broker.port, broker.proc.pid
     reset_peak_rss(pid)
     children = [child(role, port, args) for role in roles]
+    floor = subprocess.Popen(
+        [sys.executable, __file__, "--role", "floor", "--interval", str(args.interval)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     stop = threading.Event()
+    delays_before = loop_delays(broker.metrics_port)
     before, started = cpu_s(pid), time.monotonic()
     results: dict = {}
 
@@ -308,7 +413,9 @@ def phase(name: str, port: int, pid: int, roles: list[str], args: argparse.Names
     if roles:
         waiter.join()
     elapsed = time.monotonic() - started
+    floor_out, _ = floor.communicate(timeout=60)
     after = cpu_s(pid)
+    loop = loop_delay_row(delays_before, loop_delays(broker.metrics_port))
     cores, loop_cores = ((a - b) / elapsed for a, b in zip(after, before))
     latencies.sort()
     row = {
@@ -321,19 +428,29 @@ def phase(name: str, port: int, pid: int, roles: list[str], args: argparse.Names
         "worker_threads_cores": round(cores - loop_cores, 2),
         "broker_peak_rss_mb": peak_rss_mb(pid),
         "seconds": round(elapsed, 1),
+        **loop,
+        **json.loads(floor_out),
         **results,
     }
     print(f"{name}: {row}", flush=True)
     return row
 
 
+@dataclass(frozen=True)
+class Broker:
+    proc: subprocess.Popen
+    port: int
+    metrics_port: int
+
+
 def start_broker(
     repo: Path, work: Path, io_threads: int | None, extra: tuple[str, ...] = ()
-) -> tuple[subprocess.Popen, int]:
-    port = free_port()
+) -> Broker:
+    port, metrics_port = free_port(), free_port()
     listener = f"PLAINTEXT://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "broker", "serve"]
     overrides = [f"listeners={listener}", f"advertised.listeners={listener}"]
+    overrides.append(f"metrics.listener=http://127.0.0.1:{metrics_port}")
     overrides += [f"log.dirs={work / 'data'}", "auto.create.topics.enable=false", *extra]
     if io_threads is not None:
         overrides.append(f"num.io.threads={io_threads}")
@@ -346,7 +463,8 @@ def start_broker(
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, port
+            socket.create_connection(("127.0.0.1", metrics_port), timeout=1).close()
+            return Broker(proc, port, metrics_port)
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
@@ -356,7 +474,8 @@ def start_broker(
 
 def measure(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="chronolog-bench-isolation-"))
-    proc, port = start_broker(Path(args.repo), work, args.io_threads)
+    broker = start_broker(Path(args.repo), work, args.io_threads)
+    proc, port = broker.proc, broker.port
     try:
         bootstrap = f"127.0.0.1:{port}"
         admin_create_topic(bootstrap, PROBE, 1)
@@ -369,12 +488,12 @@ def measure(args: argparse.Namespace) -> dict:
         while stored < args.consumer_mb * 1e6:
             loader.produce(BULK, one)
             stored += len(one)
-        phases = {"quiet": phase("quiet", port, proc.pid, [], args)}
-        phases["fetch_v2"] = phase("fetch_v2", port, proc.pid, ["consumers"], args)
+        phases = {"quiet": phase("quiet", broker, [], args)}
+        phases["fetch_v2"] = phase("fetch_v2", broker, ["consumers"], args)
         phases["fetch_v2_slowloris"] = phase(
-            "fetch_v2_slowloris", port, proc.pid, ["consumers", "slowloris"], args
+            "fetch_v2_slowloris", broker, ["consumers", "slowloris"], args
         )
-        phases["zstd_produce"] = phase("zstd_produce", port, proc.pid, ["zstd"], args)
+        phases["zstd_produce"] = phase("zstd_produce", broker, ["zstd"], args)
         return {"bulk_mb_stored": round(stored / 1e6, 1), "phases": phases}
     finally:
         proc.terminate()
@@ -394,7 +513,7 @@ def main() -> int:
     parser.add_argument("--io-threads", type=int)
     parser.add_argument("--label", default="after")
     parser.add_argument("--out", default=str(RESULT))
-    parser.add_argument("--role", choices=("consumers", "slowloris", "zstd"))
+    parser.add_argument("--role", choices=("consumers", "slowloris", "zstd", "floor", "relay"))
     parser.add_argument("--port", type=int)
     args = parser.parse_args()
     if args.role == "consumers":
@@ -402,6 +521,12 @@ def main() -> int:
         return 0
     if args.role == "slowloris":
         print(json.dumps({"slowloris": run_slowloris(args.port, args.slowloris, args.phase_s)}))
+        return 0
+    if args.role == "relay":
+        run_relay()
+        return 0
+    if args.role == "floor":
+        print(json.dumps(run_floor(args.interval)))
         return 0
     if args.role == "zstd":
         print(json.dumps({"zstd": run_zstd(args.port, args.zstd_mb, args.phase_s)}))

@@ -39,7 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_e2e import commit_of, machine, write_result  # noqa: E402
 from bench.bench_isolation import Wire, start_broker  # noqa: E402
-from bench.suite.brokers import free_port  # noqa: E402
 from bench.bench_scale import (  # noqa: E402
     create_topics,
     metadata_frame,
@@ -179,9 +178,8 @@ def phase(
 
 def measure(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="chronolog-bench-metadata-stall-"))
-    metrics_port = free_port()
-    listener = f"metrics.listener=http://127.0.0.1:{metrics_port}"
-    proc, port = start_broker(Path(args.repo), work, None, (listener,))
+    broker = start_broker(Path(args.repo), work, None)
+    proc, port, metrics_port = broker.proc, broker.port, broker.metrics_port
     try:
         topics = [wide_topic(i) for i in range(args.topics)]
         create_topics(Wire(port, "bench-metadata-stall-admin"), topics, args.partitions)

@@ -466,7 +466,8 @@ def load(
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     total = args.topics * args.partitions
     per_conn = args.partitions_per_connection
-    proc, port = start_broker(Path(args.repo), work, None)
+    broker = start_broker(Path(args.repo), work, None)
+    proc, port = broker.proc, broker.port
     result: dict[str, Any] = {}
     try:
         result["broker_open_files_limit"] = raise_open_files(proc.pid)
@@ -496,7 +497,8 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             # The restart, before any data: what the partitions themselves cost to open.
             stopped = stop(proc)
             t = time.monotonic()
-            proc, port = start_broker(Path(args.repo), work, None)
+            broker = start_broker(Path(args.repo), work, None)
+            proc, port = broker.proc, broker.port
             raise_open_files(proc.pid)
             ready = time.monotonic() - t + wait_all_led(port, total, 300)
             result["restart"] = {

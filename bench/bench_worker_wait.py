@@ -68,7 +68,8 @@ def summary(took: list[float]) -> dict:
 
 def measure(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="chronolog-bench-worker-wait-"))
-    proc, port = start_broker(Path(args.repo), work, None)
+    broker = start_broker(Path(args.repo), work, None)
+    proc, port = broker.proc, broker.port
     try:
         bootstrap = f"127.0.0.1:{port}"
         admin_create_topic(bootstrap, LOAD, 1)
