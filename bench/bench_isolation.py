@@ -444,11 +444,18 @@ class Broker:
 
 
 def start_broker(
-    repo: Path, work: Path, io_threads: int | None, extra: tuple[str, ...] = ()
+    repo: Path,
+    work: Path,
+    io_threads: int | None,
+    extra: tuple[str, ...] = (),
+    launcher: tuple[str, ...] = (),
+    timeout_s: float = 60,
 ) -> Broker:
+    """A broker of ``repo`` serving from ``work``, started by ``launcher`` (a command the
+    broker's command line is appended to, such as valgrind's) when given."""
     port, metrics_port = free_port(), free_port()
     listener = f"PLAINTEXT://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "broker", "serve"]
+    cmd = [*launcher, sys.executable, "-m", "broker", "serve"]
     overrides = [f"listeners={listener}", f"advertised.listeners={listener}"]
     overrides.append(f"metrics.listener=http://127.0.0.1:{metrics_port}")
     overrides += [f"log.dirs={work / 'data'}", "auto.create.topics.enable=false", *extra]
@@ -459,7 +466,7 @@ def start_broker(
     out = open(work / "broker.out", "ab")
     env = {**os.environ, "PYTHONPATH": str(repo)}
     proc = subprocess.Popen(cmd, cwd=repo, stdout=out, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout_s
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()

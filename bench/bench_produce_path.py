@@ -115,6 +115,57 @@ def instructions_per_batch(args: argparse.Namespace) -> float:
     return (counts[1] - counts[0]) / (2 * base * args.per_request)
 
 
+def broker_instructions_per_request(args: argparse.Namespace) -> float:
+    """Instructions (callgrind) of a broker process of ``args.repo`` serving one Produce
+    request over a socket, all of its path: the receive, the decode, the handler, the answer's
+    encoding and send. The broker runs under callgrind without instrumentation (at full speed); after a warm-up,
+    it is instrumented and its counts zeroed, --instruction-requests requests are sent one at a time (each answered
+    before the next), and the counts are dumped (callgrind_control)."""
+    sys.path.insert(0, str(REPO))  # the client side is this checkout's
+    from bench.bench_isolation import Wire, start_broker
+    from bench.suite.workloads import admin_create_topic, make_values
+    from protocol import ApiKey
+    from protocol import recordbatch as rb
+
+    per, now = args.per_request, int(time.time() * 1000)
+    values = make_values(args.records, 100)
+    batch = rb.build_batch(rb.BatchSpec(), [(i, now, None, v, ()) for i, v in enumerate(values)])
+    work = Path(tempfile.mkdtemp(prefix="chronolog-bench-instructions-"))
+    launcher = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/cg.out")
+    launcher += ("--instr-atstart=no",)
+    broker = start_broker(Path(args.repo), work, None, launcher=launcher, timeout_s=600)
+    try:
+        admin_create_topic(f"127.0.0.1:{broker.port}", "bench", args.partitions)
+        wire = Wire(broker.port, "bench-instructions")
+
+        def send(count: int) -> None:
+            for i in range(count):
+                first = i * per % (args.partitions - per + 1)
+                data = [{"index": first + j, "records": batch} for j in range(per)]
+                body = {"transactional_id": None, "acks": 1, "timeout_ms": 30_000}
+                body["topic_data"] = [{"name": "bench", "partition_data": data}]
+                wire.call(ApiKey.PRODUCE, 9, body)
+
+        send(args.partitions // per)  # warm-up: every partition written once
+        pid = str(broker.proc.pid)
+        subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+        subprocess.run(["callgrind_control", "--zero", pid], check=True, capture_output=True)
+        send(args.instruction_requests)
+        subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+        subprocess.run(["callgrind_control", "--dump", pid], check=True, capture_output=True)
+        dumps = sorted(work.glob("cg.out*"), key=lambda f: f.stat().st_mtime)
+        total = next(
+            int(line.split()[1])
+            for line in dumps[-1].read_text().splitlines()
+            if line.startswith("totals:")  # its summary line is wrong after a --zero
+        )
+        return total / args.instruction_requests
+    finally:
+        broker.proc.terminate()
+        broker.proc.wait(120)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", default=str(REPO))
@@ -126,13 +177,23 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=100, help="records a batch")
     parser.add_argument("--instructions", action="store_true", help="count them (valgrind)")
     parser.add_argument("--instruction-requests", type=int, default=100)
+    parser.add_argument(
+        "--broker",
+        action="store_true",
+        help="with --instructions: a broker process's a request, over a socket",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         measure(args)
         return 0
-    if args.instructions:
+    if args.instructions and args.broker:
         figures: dict[str, Any] = {
+            "broker_instructions_per_request": round(broker_instructions_per_request(args)),
+            "instruction_requests": args.instruction_requests,
+        }
+    elif args.instructions:
+        figures = {
             "instructions_per_batch": round(instructions_per_batch(args)),
             "instruction_requests": [args.instruction_requests, 3 * args.instruction_requests],
         }

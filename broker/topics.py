@@ -25,6 +25,7 @@ import structlog
 
 from broker.config import BrokerConfig, ConfigError, TopicConfig, parse_topic_configs
 from broker.errors import StartupError
+from protocol.records import TimestampType
 from protocol.validator import TopicSettings
 from storage import LogConfig
 from storage.durable import write_atomically
@@ -51,6 +52,11 @@ class Topic:
     @cached_property
     def settings(self) -> TopicSettings:
         return self.config.validator_settings()
+
+    @cached_property
+    def log_append_time(self) -> bool:
+        """Whether the broker stamps appends (message.timestamp.type=LogAppendTime)."""
+        return self.settings.timestamp_type == TimestampType.LOG_APPEND_TIME
 
 
 class TopicRegistry:
