@@ -264,7 +264,8 @@ bench-scale: $(VENV)/.installed-bench
 
 # The Produce handler's CPU a batch, in-process over 1,000 partitions (issue #33: a batch's fixed
 # cost binds a wide load; about a minute): bench/results/produce_path.json. BENCH_ARGS=--repo DIR
-# --label NAME measures another checkout, --records 1 --per-request 100 tiny batches.
+# --label NAME measures another checkout, --records 1 --per-request 100 tiny batches,
+# --instructions counts them (valgrind), --instructions --broker a broker process's a request.
 bench-produce-path: $(VENV)/.installed-bench
 	$(BIN)/python bench/bench_produce_path.py $(BENCH_ARGS)
 

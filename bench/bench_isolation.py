@@ -19,7 +19,10 @@ Phases, each at most --phase-s seconds, on one broker process:
 A phase ends when its neighbours are done or at --phase-s. Per phase: the probe's p50/p99/max,
 the neighbours' throughput, the broker's CPU (utime + stime, /proc/PID/stat) in cores, all
 threads and the event loop's (main) thread apart, and its peak resident memory in the phase
-(VmHWM, reset at the phase's start). Bounded: about 4 x --phase-s plus the 30 MB
+(VmHWM, reset at the phase's start), how late the broker's event loop woke a task asking to
+wake every 100 ms (its /metrics histogram, read at the phase's start and end), and the
+machine's floor: the same probe through a relay process (one connection's bytes written to
+another) beside the same neighbours. Bounded: about 4 x --phase-s plus the 30 MB
 load and the neighbours' last requests (with the defaults about 4 minutes). Writes
 bench/results/isolation.json (--out to write elsewhere; each --label's run is kept).
 
