@@ -29,6 +29,7 @@ from protocol.entries import (
     view,
 )
 from protocol.errors import CorruptRecordError
+from protocol.native import fastscan
 from protocol.legacy import (
     DeepMessage,
     LegacyInput,
@@ -155,6 +156,40 @@ def batch_messages(mv: memoryview, entry: ShallowEntry) -> Iterator[Message]:
         yield Message(
             header.base_offset + r.offset_delta, ts, tst, r.key, r.value, rb.MAGIC, codec, r.headers
         )
+
+
+def batch_first_at(
+    mv: memoryview, entry: ShallowEntry, timestamp: int, min_offset: int
+) -> tuple[int, int] | None:
+    """(timestamp, offset) of the first of :func:`batch_messages` with timestamp >=
+    ``timestamp`` and offset >= ``min_offset``, None when none is. Where the C extension is
+    built and takes the records, their timestamps and offsets are read from its record
+    positions without an object per record (a time index lookup scans up to an index interval
+    of records, all but one of them passed over); otherwise, or for records it declines,
+    through batch_messages, which raises CorruptRecordError as iter_deep does."""
+    header = rb.read_header(mv, entry.position)
+    if header.is_control:
+        return None
+    if fastscan is not None and header.codec <= Codec.ZSTD:
+        section = rb.records_section(mv, header, entry.position)
+        native = fastscan.record_positions(section, 0, len(section), header.records_count)
+        if native is not None:
+            fields = memoryview(native).cast("q")
+            lat, base_ts, base_offset = (
+                header.log_append_time,
+                header.base_timestamp,
+                header.base_offset,
+            )
+            for i in range(0, len(fields), rb.POSITION_FIELDS):
+                ts = header.max_timestamp if lat else base_ts + fields[i]
+                offset = base_offset + fields[i + 1]
+                if ts >= timestamp and offset >= min_offset:
+                    return ts, offset
+            return None
+    for m in batch_messages(mv, entry):
+        if m.timestamp >= timestamp and m.offset >= min_offset:
+            return m.timestamp, m.offset
+    return None
 
 
 def first_offset(buf: Buffer, entry: ShallowEntry) -> int:

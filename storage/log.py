@@ -82,6 +82,9 @@ logger = structlog.get_logger(__name__)
 _JITTER_RNG = random.Random()
 
 MAX_OPEN_INACTIVE_FDS = 4
+# What a segment without message timestamps (magic 0, judged by its mtime) counts as in
+# _running_max_timestamps: a search never passes over it unread.
+UNBOUNDED_TIMESTAMP = 2**63 - 1
 # Where the last appended sets of the active segment start, for reads without an index scan.
 RECENT_SETS = 64
 _SIZE_FIELD = struct.Struct(">i")  # the first entry's size, at byte 8 of a set
@@ -183,6 +186,11 @@ class Log:
         # loaded below (storage/log_loader.py)
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
+        # Per inactive segment, the largest message timestamp in it and every segment before it
+        # (unbounded from a segment without message timestamps on): bisected by
+        # offset_for_timestamp to pass over the segments that cannot hold a timestamp. Every
+        # change to the segment list clears it (None); the next search rebuilds it.
+        self._running_max_timestamps: list[int] | None = None
         # (due time ms, segment renamed to .deleted) awaiting physical removal.
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._retention = RetentionChecks(self.topic, self.partition)
@@ -355,7 +363,10 @@ class Log:
 
     # -- loading (storage/log_loader.py) ----------------------------------------------------
     def _ensure_index(self, segment: LogSegment) -> None:
+        before = segment.max_timestamp
         ensure_indexes(segment, self.config, self.topic, self.partition)
+        if segment.max_timestamp != before:  # its indexes were rebuilt by a scan
+            self._running_max_timestamps = None
 
     # -- appending ---------------------------------------------------------------------------
     @overload
@@ -822,6 +833,7 @@ class Log:
         old.release_fd()
         self._segments.append(segment)
         self._bases.append(base)
+        self._running_max_timestamps = None
         self._write_producer_snapshot(base)
         fsync_dir(self.directory)
         self.flush(base)
@@ -979,8 +991,13 @@ class Log:
                 f"{self.name}: timestamp {timestamp} is negative and neither -1 "
                 f"(latest) nor -2 (earliest)"
             )
-        start = self._segment_index(self._log_start_offset)
-        for segment in self._segments[start:]:
+        segments = self._segments
+        start = max(
+            self._segment_index(self._log_start_offset),
+            bisect.bisect_left(self._running_max(), timestamp),
+        )
+        for i in range(start, len(segments)):
+            segment = segments[i]
             if segment.largest_timestamp < timestamp:
                 continue
             self._ensure_index(segment)
@@ -988,6 +1005,19 @@ class Log:
             if found is not None:
                 return found
         return None
+
+    def _running_max(self) -> list[int]:
+        """_running_max_timestamps, rebuilt when the segment list changed. An inactive
+        segment's max timestamp no longer changes; the active segment is not in it."""
+        running = self._running_max_timestamps
+        if running is None:
+            running, largest = [], -1
+            for segment in self._segments[:-1]:
+                own = segment.max_timestamp
+                largest = max(largest, own if own >= 0 else UNBOUNDED_TIMESTAMP)
+                running.append(largest)
+            self._running_max_timestamps = running
+        return running
 
     def offset_of_max_timestamp(self) -> TimestampOffset | None:
         """KIP-734 (ListOffsets -3): the first message holding the largest timestamp in the log,
@@ -1060,6 +1090,7 @@ class Log:
             self._delete_segment(segment, now, reason="truncated")
         del self._segments[keep + 1 :]
         del self._bases[keep + 1 :]
+        self._running_max_timestamps = None
         segment = self._segments[keep]
         if segment in self._open_inactive:  # active again: its descriptor is not tracked
             self._open_inactive.remove(segment)
@@ -1097,6 +1128,7 @@ class Log:
                 os.unlink(path)
         self._segments = [self._new_segment(offset, create=True)]
         self._bases = [offset]
+        self._running_max_timestamps = None
         self._open_inactive = []
         fsync_dir(self.directory)
         self.log_end_offset = self.recovery_point = self._log_start_offset = offset
@@ -1156,6 +1188,7 @@ class Log:
             fsync_dir(self.directory)
             del self._segments[0]
             del self._bases[0]
+            self._running_max_timestamps = None
             deleted += 1
         self._start_moved()
         return deleted
@@ -1184,6 +1217,7 @@ class Log:
             self._delete_segment(segment, now_ms, reason=reason)
         del self._segments[: len(deletable)]
         del self._bases[: len(deletable)]
+        self._running_max_timestamps = None
         self._start_moved()
         return len(deletable)
 
@@ -1236,6 +1270,7 @@ class Log:
         segment.load_max_timestamp_from_index()
         self._segments[first : first + len(old)] = [segment]
         self._bases[first : first + len(old)] = [base]
+        self._running_max_timestamps = None
         return segment
 
     def deleted_files_due(self, now_ms: int) -> bool:

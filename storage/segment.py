@@ -28,7 +28,15 @@ import structlog
 
 from protocol import recordbatch as rb
 from protocol.errors import CorruptRecordError
-from protocol.records import Codec, LOG_OVERHEAD, ShallowEntry, check_entry, iter_deep, iter_shallow
+from protocol.records import (
+    LOG_OVERHEAD,
+    Codec,
+    ShallowEntry,
+    batch_first_at,
+    check_entry,
+    iter_deep,
+    iter_shallow,
+)
 from storage.durable import fsync_file
 from storage.config import INT_MAX, LONG_MAX, LogConfig
 from storage.errors import CorruptIndexError, is_disk_failure
@@ -551,7 +559,12 @@ class LogSegment:
         for entry in iter_shallow(view, position):
             if entry.timestamp < timestamp:
                 continue  # a wrapper or batch carries its largest inner timestamp
-            if entry.codec == Codec.NONE and entry.magic < rb.MAGIC:
+            if entry.magic == rb.MAGIC:
+                found = batch_first_at(memoryview(view), entry, timestamp, min_offset)
+                if found is not None:
+                    return TimestampOffset(*found)
+                continue
+            if entry.codec == Codec.NONE:
                 if entry.offset >= min_offset:
                     return TimestampOffset(entry.timestamp, entry.offset)
                 continue
