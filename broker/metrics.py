@@ -605,9 +605,25 @@ class _StateCollector(Collector):
             "Partitions led by this broker whose in-sync replicas are fewer than their replicas",
         )
         cluster = ctx.cluster
-        led = cluster.replicas.replicas.values() if cluster and cluster.replicas else ()
-        under.add_metric([], sum(1 for r in led if r.is_leader and len(r.isr) < len(r.replicas)))
+        replicas = cluster.replicas.replicas.values() if cluster and cluster.replicas else ()
+        led = [r for r in replicas if r.is_leader]
+        under.add_metric([], sum(1 for r in led if len(r.isr) < len(r.replicas)))
         yield under
+        # Kafka's UnderMinIsrPartitionCount: of those, the ones whose ISR is below
+        # min.insync.replicas, where acks=all produces are refused.
+        below_min = GaugeMetricFamily(
+            "kafka_server_replicamanager_underminisrpartitioncount",
+            "Partitions led by this broker whose in-sync replicas are fewer than "
+            "min.insync.replicas (acks=all produces to them are refused)",
+        )
+        topics = [(r, ctx.topics.get(r.topic)) for r in led]
+        below_min.add_metric(
+            [],
+            sum(
+                1 for r, t in topics if t is not None and len(r.isr) < t.config.min_insync_replicas
+            ),
+        )
+        yield below_min
 
         yield from _StateCollector._transactions(ctx)
 

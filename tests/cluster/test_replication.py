@@ -131,8 +131,10 @@ def test_isr_shrinks_and_grows_and_min_insync_is_honoured(cluster_factory):
     leader = cluster.broker(leader_id)
     f1, f2 = _followers(cluster, "t")
     under_replicated = ("kafka_server_replicamanager_underreplicatedpartitions", ())
+    under_min_isr = ("kafka_server_replicamanager_underminisrpartitioncount", ())
     wait_for(lambda: len(cluster.state("t")["isr"]) == 3, "ISR of three", timeout=30)
     assert scrape(leader.metrics_url())[under_replicated] == 0
+    assert scrape(leader.metrics_url())[under_min_isr] == 0
     cluster.broker(f1).proc.send_signal(signal.SIGSTOP)
     try:
         started = time.monotonic()
@@ -150,6 +152,12 @@ def test_isr_shrinks_and_grows_and_min_insync_is_honoured(cluster_factory):
             wait_for(
                 lambda: cluster.state("t")["isr"] == [leader_id], "ISR of the leader", timeout=20
             )
+            # The leader writes ZooKeeper first, then its own view, which decides the answer.
+            wait_for(
+                lambda: scrape(leader.metrics_url())[under_min_isr] == 1,
+                "the leader's own ISR below min.insync.replicas",
+                timeout=10,
+            )
             refused = produce(leader, "t", [b"y"], acks=-1)
             assert refused.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
             assert produce(leader, "t", [b"z"], acks=1).error_code == 0
@@ -165,6 +173,7 @@ def test_isr_shrinks_and_grows_and_min_insync_is_honoured(cluster_factory):
         "no under-replicated",
         timeout=10,
     )
+    assert scrape(leader.metrics_url())[under_min_isr] == 0
 
 
 def test_not_enough_replicas_after_append(cluster_factory):
