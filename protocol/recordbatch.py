@@ -44,6 +44,7 @@ from crc32c import crc32c
 
 from protocol.compression import Codec, compress, decompress, decompress_transient
 from protocol.errors import CorruptRecordError
+from protocol.native import fastscan
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -354,6 +355,21 @@ def record_positions(
             f"records at byte {start}: {end - pos} bytes follow its {count} records", offset=start
         )
     return out
+
+
+def record_fields(
+    buf: Buffer, header: BatchHeader, position: int
+) -> tuple[memoryview, Sequence[int]]:
+    """(records section, POSITION_FIELDS ints per record indexing it) of the batch at
+    ``position``: the C extension's record_positions where it is built and takes the records,
+    else :func:`record_positions`, which raises CorruptRecordError for malformed ones."""
+    data = memoryview(records_section(buf, header, position))
+    count = header.records_count
+    if fastscan is not None:
+        native = fastscan.record_positions(data, 0, len(data), count)
+        if native is not None:
+            return data, memoryview(native).cast("q")
+    return data, record_positions(data, 0, len(data), count)
 
 
 def read_headers(

@@ -29,7 +29,6 @@ from protocol.entries import (
     view,
 )
 from protocol.errors import CorruptRecordError
-from protocol.native import fastscan
 from protocol.legacy import (
     DeepMessage,
     LegacyInput,
@@ -141,14 +140,7 @@ def batch_messages(mv: memoryview, entry: ShallowEntry) -> Iterator[Message]:
     header = rb.read_header(mv, entry.position)
     if header.is_control:
         return
-    codec = header.codec
-    if codec > Codec.ZSTD:
-        raise CorruptRecordError(
-            f"record batch at byte {entry.position} (base offset {header.base_offset}): unknown "
-            f"compression codec {codec} in attributes",
-            offset=entry.position,
-        )
-    codec = Codec(codec)
+    codec = _codec(header, entry.position)
     lat = header.log_append_time
     tst = TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME
     for r in rb.iter_records(mv, entry.position, header):
@@ -158,37 +150,36 @@ def batch_messages(mv: memoryview, entry: ShallowEntry) -> Iterator[Message]:
         )
 
 
+def _codec(header: rb.BatchHeader, position: int) -> Codec:
+    """The batch's codec; CorruptRecordError for one no Kafka version defines."""
+    if header.codec > Codec.ZSTD:
+        raise CorruptRecordError(
+            f"record batch at byte {position} (base offset {header.base_offset}): unknown "
+            f"compression codec {header.codec} in attributes",
+            offset=position,
+        )
+    return Codec(header.codec)
+
+
 def batch_first_at(
     mv: memoryview, entry: ShallowEntry, timestamp: int, min_offset: int
 ) -> tuple[int, int] | None:
     """(timestamp, offset) of the first of :func:`batch_messages` with timestamp >=
-    ``timestamp`` and offset >= ``min_offset``, None when none is. Where the C extension is
-    built and takes the records, their timestamps and offsets are read from its record
-    positions without an object per record (a time index lookup scans up to an index interval
-    of records, all but one of them passed over); otherwise, or for records it declines,
-    through batch_messages, which raises CorruptRecordError as iter_deep does."""
+    ``timestamp`` and offset >= ``min_offset``, None when none is, read from the records'
+    positions (:func:`rb.record_fields`) without an object per record: a time index lookup
+    passes over up to an index interval of records. Raises CorruptRecordError as
+    batch_messages does for a batch it cannot read."""
     header = rb.read_header(mv, entry.position)
     if header.is_control:
         return None
-    if fastscan is not None and header.codec <= Codec.ZSTD:
-        section = rb.records_section(mv, header, entry.position)
-        native = fastscan.record_positions(section, 0, len(section), header.records_count)
-        if native is not None:
-            fields = memoryview(native).cast("q")
-            lat, base_ts, base_offset = (
-                header.log_append_time,
-                header.base_timestamp,
-                header.base_offset,
-            )
-            for i in range(0, len(fields), rb.POSITION_FIELDS):
-                ts = header.max_timestamp if lat else base_ts + fields[i]
-                offset = base_offset + fields[i + 1]
-                if ts >= timestamp and offset >= min_offset:
-                    return ts, offset
-            return None
-    for m in batch_messages(mv, entry):
-        if m.timestamp >= timestamp and m.offset >= min_offset:
-            return m.timestamp, m.offset
+    _codec(header, entry.position)
+    _, fields = rb.record_fields(mv, header, entry.position)
+    lat, base_ts, base_offset = header.log_append_time, header.base_timestamp, header.base_offset
+    for i in range(0, len(fields), rb.POSITION_FIELDS):
+        ts = header.max_timestamp if lat else base_ts + fields[i]
+        offset = base_offset + fields[i + 1]
+        if ts >= timestamp and offset >= min_offset:
+            return ts, offset
     return None
 
 

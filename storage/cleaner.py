@@ -64,7 +64,6 @@ import structlog
 
 from protocol import recordbatch as rb
 from protocol.compression import Codec
-from protocol.native import fastscan
 from protocol.records import (
     LOG_OVERHEAD,
     ShallowEntry,
@@ -571,19 +570,6 @@ def _entries(
         os.close(fd)
 
 
-def _batch_fields(
-    chunk: bytes, entry: ShallowEntry, header: rb.BatchHeader
-) -> tuple[memoryview, Sequence[int]]:
-    """(records section, rb.POSITION_FIELDS ints per record indexing it) of a batch."""
-    data = memoryview(rb.records_section(chunk, header, entry.position))
-    count = header.records_count
-    if fastscan is not None:
-        native = fastscan.record_positions(data, 0, len(data), count)
-        if native is not None:
-            return data, memoryview(native).cast("q")
-    return data, rb.record_positions(data, 0, len(data), count)
-
-
 def _append_built(segment: LogSegment, first_offset: int, data: bytes) -> None:
     """Append an entry the cleaner rebuilt (its timestamp and last offset read back from it)."""
     entry = next(iter_shallow(data))
@@ -841,7 +827,7 @@ class CleaningJob:
                     stats.map_messages_read += header.records_count
                     omap.update_latest_offset(entry.offset)
                     continue
-                data, fields = _batch_fields(chunk, entry, header)
+                data, fields = rb.record_fields(chunk, header, entry.position)
                 base = header.base_offset
                 for i in range(0, len(fields), rb.POSITION_FIELDS):
                     stats.map_messages_read += 1
@@ -955,7 +941,7 @@ class CleaningJob:
             discard_records = txn_gone and not keep_deletes
         else:
             txn_gone = discard_records = self._txns.on_batch(header)
-        data, fields = _batch_fields(chunk, entry, header)
+        data, fields = rb.record_fields(chunk, header, entry.position)
         count = len(fields) // rb.POSITION_FIELDS
         stats.messages_read += count
         kept: list[int] = []

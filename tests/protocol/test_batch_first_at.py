@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import records
+
 from protocol import recordbatch as rb
 from protocol.compression import Codec
 from protocol.records import batch_first_at, iter_deep, iter_shallow
@@ -60,13 +60,13 @@ def build(spec: dict) -> bytes:
 @settings(max_examples=200, deadline=None)
 @given(spec=batches, target=st.integers(-6_000, 6_000), skip=st.integers(0, 45))
 def test_first_record_at_or_after_matches_brute_force(native, spec, target, skip):
-    if native and records.fastscan is None:
+    if native and rb.fastscan is None:
         pytest.skip("the C extension is not built")
     buf = build(spec)
     entry = next(iter_shallow(buf))
     timestamp, min_offset = BASE_TS + target, spec["base_offset"] + skip
     with pytest.MonkeyPatch.context() as patch:
         if not native:
-            patch.setattr(records, "fastscan", None)
+            patch.setattr(rb, "fastscan", None)
         found = batch_first_at(memoryview(buf), entry, timestamp, min_offset)
     assert found == brute_force(buf, timestamp, min_offset)
