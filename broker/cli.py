@@ -93,10 +93,12 @@ def serve(config_path: str | None, overrides: list[str]) -> int:
     import trio
 
     from broker import collector
+    from broker.fast_enums import drop_enum_getattr_hook
     from broker.malloc import keep_freed_buffers
     from broker.server import run
 
     keep_freed_buffers()
+    drop_enum_getattr_hook()
     collector.install()
     from broker.errors import StartupError
 

@@ -107,12 +107,12 @@ class LogConfig:
     @property
     def compact(self) -> bool:
         """cleanup.policy includes compact: the log cleaner keeps the latest value per key."""
-        return COMPACT in self.cleanup_policy.split(",")
+        return COMPACT in self.cleanup_policy  # normalised: a list of compact and delete
 
     @property
     def delete(self) -> bool:
         """cleanup.policy includes delete: retention.ms and retention.bytes delete segments."""
-        return DELETE in self.cleanup_policy.split(",")
+        return DELETE in self.cleanup_policy
 
     @property
     def max_segment_ms(self) -> int:

@@ -796,18 +796,22 @@ class Log:
                 os.unlink(segment_path(self.directory, offset, SNAPSHOT_SUFFIX))
 
     def _roll_due(self, set_size: int, last_offset: int, max_timestamp: int) -> bool:
+        """Kafka's LogSegment.shouldRoll: the set would not fit segment.bytes or the offset
+        index's relative offsets, an index is full, or segment.ms has passed (KIP-33's clock,
+        read only for a segment that has sets). Asked before every append: the cheap tests
+        come first."""
         segment = self.active_segment
         config = self.config
+        size = segment.size
         return (
-            segment.size > config.segment_bytes - set_size
+            size > config.segment_bytes - set_size
+            or last_offset - segment.base_offset > INT_MAX
+            or segment.indexes_full()
             or (
-                segment.size > 0
-                and segment.time_waited_for_roll(self._clock(), max_timestamp)
+                size > 0
+                and segment.time_waited_for_roll(self._clock, max_timestamp)
                 > config.max_segment_ms - segment.jitter_ms
             )
-            or segment.offset_index.is_full()
-            or segment.time_index.is_full()
-            or last_offset - segment.base_offset > INT_MAX
         )
 
     def roll(self) -> LogSegment:

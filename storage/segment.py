@@ -21,7 +21,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 import structlog
@@ -418,8 +418,7 @@ class LogSegment:
         position = self.size
         if (
             self.bytes_since_last_index_entry > self.config.index_interval_bytes
-            and not self.offset_index.is_full()
-            and not self.time_index.is_full()
+            and not self.indexes_full()
         ):
             if max_timestamp > self.max_timestamp:
                 max_ts, max_ts_offset = max_timestamp, offset_of_max_timestamp
@@ -455,14 +454,22 @@ class LogSegment:
             first = next(iter_shallow(self._view()), None)
             self.rolling_based_timestamp = first.timestamp if first is not None else -1
 
-    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+    def time_waited_for_roll(self, clock: Callable[[], int], message_timestamp: int) -> int:
         """KIP-33 roll clock: the incoming set's max timestamp minus the first set's, or wall
-        time since creation when the first set had no timestamp. Using the incoming timestamp,
-        not now, avoids KAFKA-4099 (rolling on every append of old data)."""
-        self._load_rolling_based_timestamp()
-        if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
-            return message_timestamp - self.rolling_based_timestamp
-        return now_ms - self.created_ms
+        time (``clock()``, read only then) since creation when the first set had no timestamp.
+        Using the incoming timestamp, not now, avoids KAFKA-4099 (rolling on every append of
+        old data)."""
+        first = self.rolling_based_timestamp
+        if first is None:
+            self._load_rolling_based_timestamp()
+            first = self.rolling_based_timestamp
+        if first is not None and first >= 0:
+            return message_timestamp - first
+        return clock() - self.created_ms
+
+    def indexes_full(self) -> bool:
+        """The offset or the time index has no slot for another set's entry (a roll is due)."""
+        return self.offset_index.is_full() or self.time_index.is_full()
 
     def first_batch_timestamp(self) -> int:
         """The first entry's timestamp (read from the file once), LONG_MAX when the segment is
