@@ -41,6 +41,7 @@ from protocol.errors import (
 )
 from protocol.schemas import (
     REQUEST_SCHEMAS,
+    RESPONSE_SCHEMAS,
     decode_request_body,
     decode_response_body,
     encode_request_body,
@@ -238,7 +239,9 @@ class ServerConnection:
         """
         chunks = self.send_chunks(request, body)
         if len(chunks) == 1:
-            return cast(bytes, chunks[0])  # the first chunk is always bytes
+            only = chunks[0]
+            assert isinstance(only, bytes)  # the first chunk is always bytes
+            return only
         if not all(isinstance(c, bytes) for c in chunks):
             raise BodyEncodeError(
                 "response holds a FileRegion; use send_chunks",
@@ -259,13 +262,16 @@ class ServerConnection:
             version = 0
         out = bytearray()
         out += _RESPONSE_HEAD.pack(0, header.correlation_id)
-        if header.api_key != ApiKey.API_VERSIONS and is_flexible(
-            header.api_key, version, "response"
+        if (
+            header.api_key != ApiKey.API_VERSIONS
+            and (header.api_key, version) in RESPONSE_SCHEMAS.flexible
         ):
             out += _NO_TAGGED_FIELDS
         chunks, total = encode_response_chunks(header.api_key, version, body, out)
         # The first chunk is always bytes, holding the header: fill in the size.
-        first = bytearray(cast(bytes, chunks[0]))
+        head = chunks[0]
+        assert isinstance(head, bytes)
+        first = bytearray(head)
         _INT32.pack_into(first, 0, total - 4)
         chunks[0] = bytes(first)
         return chunks
@@ -278,78 +284,72 @@ def _decode_request(
     keys: Mapping[int, ApiKey],
     versions: Mapping[ApiKey, tuple[int, int]],
 ) -> Request:
-    view = memoryview(buf)[start:end]
-    try:
-        return _decode_request_view(view, keys, versions)
-    finally:
-        view.release()
-
-
-def _decode_request_view(
-    frame: memoryview, keys: Mapping[int, ApiKey], versions: Mapping[ApiKey, tuple[int, int]]
-) -> Request:
-    end = len(frame)
-    if end < 4 + _REQUEST_HEAD.size:
-        raise MalformedFrameError(
-            f"request frame of {end - 4} bytes is shorter than the "
-            f"{_REQUEST_HEAD.size}-byte request header",
-            offset=4,
-        )
-    api_key, version, correlation_id, id_len = _REQUEST_HEAD.unpack_from(frame, 4)
-    pos = 4 + _REQUEST_HEAD.size
-    if api_key not in keys:
-        raise UnsupportedApiError(
-            f"api key {api_key} (version {version}, correlation id "
-            f"{correlation_id}) is not implemented by this broker",
-            api_key=api_key,
-            api_version=version,
-            offset=4,
-        )
-    key = keys[api_key]
-    if id_len < -1 or id_len > end - pos:
-        raise MalformedFrameError(
-            f"{key.name} v{version} request: client_id length {id_len} "
-            f"is invalid for the {end - pos} bytes left",
-            api_key=key,
-            api_version=version,
-            offset=pos - 2,
-        )
-    if id_len == -1:
-        client_id = None
-    else:
-        try:
-            client_id = str(frame[pos : pos + id_len], "utf-8")
-        except UnicodeDecodeError as exc:
+    with memoryview(buf)[start:end] as frame:
+        end = len(frame)
+        if end < 4 + _REQUEST_HEAD.size:
             raise MalformedFrameError(
-                f"{key.name} v{version} request: client_id is not valid UTF-8",
+                f"request frame of {end - 4} bytes is shorter than the "
+                f"{_REQUEST_HEAD.size}-byte request header",
+                offset=4,
+            )
+        api_key, version, correlation_id, id_len = _REQUEST_HEAD.unpack_from(frame, 4)
+        pos = 4 + _REQUEST_HEAD.size
+        if api_key not in keys:
+            raise UnsupportedApiError(
+                f"api key {api_key} (version {version}, correlation id "
+                f"{correlation_id}) is not implemented by this broker",
+                api_key=api_key,
+                api_version=version,
+                offset=4,
+            )
+        key = keys[api_key]
+        if id_len < -1 or id_len > end - pos:
+            raise MalformedFrameError(
+                f"{key.name} v{version} request: client_id length {id_len} "
+                f"is invalid for the {end - pos} bytes left",
                 api_key=key,
                 api_version=version,
-                offset=pos + exc.start,
-            ) from None
-        pos += id_len
-    header = RequestHeader(key, version, correlation_id, client_id)
-    lo, hi = versions[key]
-    if not lo <= version <= hi:
-        if key == ApiKey.API_VERSIONS and version > hi:
-            # A client newer than us: answer error 35 in the v0 layout, it retries lower.
-            return Request(header, None)
-        raise UnsupportedVersionError(
-            f"{key.name} v{version} is not supported (this broker implements v{lo}-v{hi})",
-            api_key=key,
-            api_version=version,
-            offset=6,
-        )
-    if is_flexible(key, version):
-        try:
-            pos = skip_tagged_fields(frame, pos, end)
-        except FieldError as exc:
-            raise MalformedFrameError(
-                f"{key.name} v{version} request header: {exc}",
+                offset=pos - 2,
+            )
+        if id_len == -1:
+            client_id = None
+        else:
+            try:
+                client_id = str(frame[pos : pos + id_len], "utf-8")
+            except UnicodeDecodeError as exc:
+                raise MalformedFrameError(
+                    f"{key.name} v{version} request: client_id is not valid UTF-8",
+                    api_key=key,
+                    api_version=version,
+                    offset=pos + exc.start,
+                ) from None
+            pos += id_len
+        header = RequestHeader(key, version, correlation_id, client_id)
+        lo, hi = versions[key]
+        if not lo <= version <= hi:
+            if key == ApiKey.API_VERSIONS and version > hi:
+                # A client newer than us: answer error 35 in the v0 layout, it retries lower.
+                return Request(header, None)
+            raise UnsupportedVersionError(
+                f"{key.name} v{version} is not supported (this broker implements v{lo}-v{hi})",
                 api_key=key,
                 api_version=version,
-                offset=exc.offset,
-            ) from None
-    return Request(header, decode_request_body(key, version, frame, pos, end))
+                offset=6,
+            )
+        if (key, version) in REQUEST_SCHEMAS.flexible:
+            if pos < end and frame[pos] == 0:  # no tagged fields, what clients send
+                pos += 1
+            else:
+                try:
+                    pos = skip_tagged_fields(frame, pos, end)
+                except FieldError as exc:
+                    raise MalformedFrameError(
+                        f"{key.name} v{version} request header: {exc}",
+                        api_key=key,
+                        api_version=version,
+                        offset=exc.offset,
+                    ) from None
+        return Request(header, decode_request_body(key, version, frame, pos, end))
 
 
 class ClientConnection:

@@ -19,7 +19,15 @@ from typing import Any, cast
 
 from protocol.api import CLUSTER_VERSIONS, SUPPORTED_VERSIONS, ApiKey
 from protocol.errors import BodyEncodeError, MalformedFrameError
-from protocol.schemas.codec import Body, ByteBuffer, Chunk, FieldError, MessageCodec, build_codec
+from protocol.schemas.codec import (
+    Body,
+    ByteBuffer,
+    Chunk,
+    FieldError,
+    MessageCodec,
+    build_codec,
+    version_in,
+)
 from protocol.schemas.definitions import MESSAGES
 
 __all__ = [
@@ -51,6 +59,11 @@ class _CodecTable(Mapping[tuple[ApiKey, int], MessageCodec]):
             if m["type"] == kind
             for v in _versions(m["validVersions"])
         }
+        # The (ApiKey, version) pairs of KIP-482's flexible encoding: a set lookup, where a
+        # codec's ``flexible`` costs the connection layer a call per request and direction.
+        self.flexible = frozenset(
+            key for key, m in self._messages.items() if version_in(m["flexibleVersions"], key[1])
+        )
         # The codecs built so far: the hot paths below look here before calling __getitem__.
         self.compiled: dict[tuple[ApiKey, int], MessageCodec] = {}
 
@@ -101,8 +114,7 @@ _ENCODE_ERRORS = (
 def is_flexible(api_key: ApiKey, version: int, direction: str = "request") -> bool:
     """Whether this version uses KIP-482's flexible encoding (and header v2 / v1)."""
     table = REQUEST_SCHEMAS if direction == "request" else RESPONSE_SCHEMAS
-    key = (api_key, version)
-    return (table.compiled.get(key) or table[key]).flexible
+    return (api_key, version) in table.flexible
 
 
 def _what(api_key: ApiKey, version: int, direction: str) -> str:
