@@ -145,8 +145,17 @@ def _count_errors(body: dict[str, Any], tree: _ErrorTree, counts: dict[int, int]
         if code is not None:
             counts[code] = counts.get(code, 0) + 1
     for name, sub in arrays:
-        for item in body.get(name) or ():
-            _count_errors(item, sub, counts)
+        items = body.get(name)
+        if not items:
+            continue
+        if sub[1]:
+            for item in items:
+                _count_errors(item, sub, counts)
+        else:  # entries that hold only an error code (a Produce's partitions): no call each
+            for item in items:
+                code = item.get("error_code")
+                if code is not None:
+                    counts[code] = counts.get(code, 0) + 1
 
 
 def response_error_tree(api_key: int, version: int) -> _ErrorTree:

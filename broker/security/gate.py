@@ -272,7 +272,7 @@ class SecurityGate:
         else:
             body = await handler(self.ctx, request)
         listener = session.listener
-        if body is not None and listener is not self.listeners[0]:
+        if body is not None and listener is not self.ctx.config.listeners[0]:  # no property call
             _advertise(request.header.api_key, body, lambda node: self._address(node, listener))
         return body
 
