@@ -90,10 +90,21 @@ if TYPE_CHECKING:
     ]
     # scan_v2(records, count, base_ts, lo, hi, check_time, keyed) -> max_ts | None
     _ScanV2: TypeAlias = Callable[[Buffer, int, int, int, int, bool, bool], int | None]
+    # keep_v2(batch, records, next_offset, leader_epoch, lo, hi, check_time, keyed, max_bytes,
+    #         target_codec, lat_ms)
+    #   -> (stored, count, max_ts, producer_id, producer_epoch, base_sequence, last_sequence,
+    #       transactional) | None
+    _KeepV2: TypeAlias = Callable[
+        [Buffer, Buffer | None, int, int, int, int, bool, bool, int, int, int],
+        tuple[bytes, int, int, int, int, int, int, bool] | None,
+    ]
 
 # The native scans, or None (protocol/native.py): the Python paths then give the same answers.
 scan_v1: _ScanV1 | None = fastscan.scan_v1 if fastscan else None
 scan_v2: _ScanV2 | None = fastscan.scan_v2 if fastscan else None
+keep_v2: _KeepV2 | None = fastscan.keep_v2 if fastscan else None
+
+_CODEC_BYTE = rb.ATTRIBUTES_OFFSET + 1  # a batch's codec: the low byte of its int16 attributes
 
 
 def _extend(out: bytearray, data: Buffer) -> None:
@@ -320,7 +331,7 @@ def validate_produce(
         mv.release()
 
 
-def scanned_bytes_bound(buf: Buffer, settings: TopicSettings) -> int | None:
+def scanned_bytes_bound(buf: bytes | bytearray | memoryview, settings: TopicSettings) -> int | None:
     """An upper bound on the record bytes :func:`validate_produce` decompresses and scans for
     ``buf``, read from headers only, when ``buf`` is one record batch that the native scan
     checks and that is kept in its own codec (path 3 without re-encoding): then the work of
@@ -329,20 +340,21 @@ def scanned_bytes_bound(buf: Buffer, settings: TopicSettings) -> int | None:
     a conversion, no native scan). A batch whose codec headers bound nothing (a zstd frame
     without its size, bytes that are not one LZ4 frame) counts as MAX_DECOMPRESSED_BYTES, the
     most the validator ever decompresses."""
-    mv = memoryview(buf)
-    n = len(mv)
+    n = len(buf)
     if (
         scan_v2 is None
         or settings.magic != rb.MAGIC
         or n < rb.RECORD_BATCH_OVERHEAD
-        or mv[rb.MAGIC_OFFSET] != rb.MAGIC
-        or I32.unpack_from(mv, rb.LENGTH_OFFSET)[0] != n - LOG_OVERHEAD
+        or buf[rb.MAGIC_OFFSET] != rb.MAGIC
+        or I32.unpack_from(buf, rb.LENGTH_OFFSET)[0] != n - LOG_OVERHEAD
     ):
         return None
-    codec = mv[rb.ATTRIBUTES_OFFSET + 1] & rb.CODEC_MASK  # the low byte of the int16
+    codec = buf[_CODEC_BYTE] & rb.CODEC_MASK
     if settings.target_codec is not None and settings.target_codec != codec:
         return None
-    bound = decompressed_size_bound(codec, mv[rb.RECORD_BATCH_OVERHEAD :])
+    if not codec:  # the records as they are
+        return n - rb.RECORD_BATCH_OVERHEAD
+    bound = decompressed_size_bound(codec, memoryview(buf)[rb.RECORD_BATCH_OVERHEAD :])
     return MAX_DECOMPRESSED_BYTES if bound is None else bound
 
 
@@ -702,67 +714,47 @@ def _stamped(
     return record_max
 
 
-# Attributes a batch kept by the one-batch path may not have (path 3 refuses them).
-_NOT_PRODUCED = rb.CONTROL_MASK | rb.TIMESTAMP_TYPE_MASK
-
-
 def _one_batch_kept(mv: memoryview, job: _Job) -> ValidatedRecords | None:
-    """Path 3 for what producers send nearly always, in one pass: exactly one v2 batch, kept in
-    its codec, that passes every check. None for anything else, wrong or unusual (including
-    a batch the native scan declines), which the general path then answers precisely. Its
-    results equal the general path's (tests/protocol/test_validator_one_batch.py); it skips
-    that path's per-entry lists, names and second header read, the fixed cost every batch of
-    a wide Produce pays."""
-    n = len(mv)
+    """Path 3 for what producers send nearly always, in one native call (``keep_v2``): exactly
+    one v2 batch, kept in its codec, that passes every check. None for anything else, wrong or
+    unusual (including a batch the native scan declines, and every batch where the extension
+    is not built), which the general path then answers precisely. Its results equal the
+    general path's (tests/protocol/test_validator_one_batch.py); it skips that path's per-entry
+    lists, names and second header read, the fixed cost every batch of a wide Produce pays. A
+    compressed batch's records are decompressed first, bounded as every decompression is."""
+    keep = keep_v2
+    if keep is None or len(mv) < rb.RECORD_BATCH_OVERHEAD:
+        return None
     settings = job.settings
-    scan = scan_v2
-    if scan is None or n < rb.RECORD_BATCH_OVERHEAD or mv[rb.MAGIC_OFFSET] != rb.MAGIC:
-        return None
-    (_, length, _, _, crc, attributes, last_delta, base_ts, max_ts, producer_id, epoch,
-     base_sequence, count) = rb.HEADER.unpack_from(mv)  # fmt: skip
-    codec = attributes & CODEC_MASK
-    if (
-        length != n - LOG_OVERHEAD
-        or n > settings.max_message_bytes
-        or codec > Codec.ZSTD
-        or attributes & _NOT_PRODUCED
-        or count <= 0
-        or last_delta != count - 1
-        or (settings.target_codec is not None and settings.target_codec != codec)
-    ):
-        return None
-    transactional = bool(attributes & rb.TRANSACTIONAL_MASK)
-    if producer_id >= 0:
-        if base_sequence < 0 or epoch < 0:
+    target = settings.target_codec
+    codec = mv[_CODEC_BYTE] & CODEC_MASK
+    records = None
+    if codec:
+        if codec > Codec.ZSTD or (target is not None and target != codec):
             return None
-    elif transactional:
+        try:
+            records = decompress_transient(
+                codec, mv[rb.RECORD_BATCH_OVERHEAD :], rb.MAGIC, position=0
+            )
+        except CorruptRecordError:
+            return None
+    kept = keep(
+        mv,
+        records,
+        job.next_offset,
+        job.leader_epoch,
+        job.earliest,
+        job.latest,
+        not job.lat,  # a record-batch topic's CreateTime bounds apply unless it stamps
+        settings.compacted,
+        settings.max_message_bytes,
+        -1 if target is None else target,
+        job.now_ms if job.lat else -1,
+    )
+    if kept is None:
         return None
-    if rb.batch_crc(mv, 0, n) != crc:
-        return None
-    section = mv[rb.RECORD_BATCH_OVERHEAD :]
-    try:
-        records = (
-            section
-            if codec == Codec.NONE
-            else decompress_transient(codec, section, rb.MAGIC, position=0)
-        )
-        record_max = scan(
-            records,
-            count,
-            base_ts,
-            job.earliest,
-            job.latest,
-            settings.timestamp_type == TimestampType.CREATE_TIME,
-            settings.compacted,
-        )
-    except CorruptRecordError:
-        return None
-    if record_max is None:
-        return None
-    out = bytearray()
-    extend(out, mv)
+    stored, count, max_ts, producer_id, epoch, base_sequence, last_sequence, transactional = kept
     first = job.next_offset
-    record_max = _stamped(out, 0, first, record_max, max_ts, job)
     last = first + count - 1
     producers = (
         (
@@ -770,17 +762,17 @@ def _one_batch_kept(mv: memoryview, job: _Job) -> ValidatedRecords | None:
                 producer_id,
                 epoch,
                 base_sequence,
-                (base_sequence + last_delta) & 0x7FFFFFFF,
+                last_sequence,
                 first,
                 last,
-                record_max,
+                max_ts,
                 transactional,
             ),
         )
         if producer_id >= 0
         else ()
     )
-    return _result(out, job, count, record_max, last, producers)
+    return _result(stored, job, count, max_ts, last, producers)
 
 
 # -- path 4: everything else is checked, then kept as wrappers or converted ----------------------

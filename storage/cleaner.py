@@ -81,8 +81,6 @@ from storage.segment import LogSegment
 from storage.txn_index import AbortedTxn, TransactionIndex
 
 if TYPE_CHECKING:
-    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
-
     from storage.log import Log
 
 logger = structlog.get_logger(__name__)
@@ -601,7 +599,7 @@ class _CleanedSegment(LogSegment):
         self._buffer = bytearray()
         self._written = 0  # bytes of the .log on disk; the rest is in _buffer
 
-    def _write(self, buffer: Buffer, position: int) -> None:
+    def _write(self, buffer: bytes | bytearray | memoryview, position: int) -> None:
         self._buffer += buffer
         if len(self._buffer) >= IO_BUFFER_BYTES:
             self._drain()

@@ -49,6 +49,7 @@ class AbstractIndex(abc.ABC):
 
     ENTRY: ClassVar[struct.Struct]
     KIND: ClassVar[str]
+    RESERVED_SLOTS: ClassVar[int] = 0  # slots an append may not take
     __slots__ = ("path", "base_offset", "max_entries", "_data", "_written", "_dirty")
 
     def __init__(self, path: str, base_offset: int, max_index_bytes: int) -> None:
@@ -111,7 +112,11 @@ class AbstractIndex(abc.ABC):
         return self.ENTRY.unpack(raw)
 
     def is_full(self) -> bool:
-        return self.entries >= self.max_entries
+        """No slot left for an append (asked before every set a log appends: the loaded
+        entries are counted without the ``entries`` property's call)."""
+        data = self._data
+        entries = len(data) // self.ENTRY.size if data is not None else self.entries
+        return entries >= self.max_entries - self.RESERVED_SLOTS
 
     def _relative(self, offset: int) -> int:
         relative = offset - self.base_offset
@@ -320,16 +325,13 @@ class TimeIndex(AbstractIndex):
 
     ENTRY = struct.Struct(">qi")
     KIND = "time index"
+    RESERVED_SLOTS = 1  # for the entry appended when the segment is rolled or closed
     __slots__ = ()
 
     def entry(self, slot: int) -> tuple[int, int]:
         """(timestamp, absolute offset) of entry ``slot``."""
         timestamp, relative = self._unpack(slot)
         return timestamp, self.base_offset + relative
-
-    def is_full(self) -> bool:
-        # One slot stays free for the entry appended when the segment is rolled or closed.
-        return self.entries >= self.max_entries - 1
 
     def last_entry(self) -> tuple[int, int]:
         """The last entry, or (-1, base offset) when empty."""

@@ -80,15 +80,19 @@ class RecoveryResult(NamedTuple):
     reason: str | None
 
 
-def _write_all(fd: int, data: Buffer, position: int, *, undo_to: int) -> None:
+def _write_all(
+    fd: int, data: bytes | bytearray | memoryview, position: int, *, undo_to: int
+) -> None:
     """Write all of ``data`` at ``position``; on failure cut the file back to ``undo_to`` bytes
     (ftruncate needs no free space) and re-raise, so a full disk leaves no partial entry."""
-    view = memoryview(data)
     try:
-        while view:
-            written = syscalls.pwrite(fd, view, position)
-            view = view[written:]
-            position += written
+        written = syscalls.pwrite(fd, data, position)
+        if written < len(data):  # a short write (rare): the rest from where it stopped
+            view = memoryview(data)[written:]
+            while view:
+                position += written
+                written = syscalls.pwrite(fd, view, position)
+                view = view[written:]
     except OSError:
         os.ftruncate(fd, undo_to)
         raise
@@ -392,7 +396,7 @@ class LogSegment:
         if position == 0:
             self.rolling_based_timestamp = max_timestamp
 
-    def _write(self, buffer: Buffer, position: int) -> None:
+    def _write(self, buffer: bytes | bytearray | memoryview, position: int) -> None:
         """Write ``buffer`` at ``position`` of the .log, or nothing (a full disk)."""
         _write_all(self.fileno(), buffer, position, undo_to=position)
 

@@ -144,3 +144,26 @@ def test_extend_refuses_what_plus_equals_refuses():
     with memoryview(out), pytest.raises(BufferError):  # an exported bytearray cannot grow
         extend(out, b"x" * 100_000)
     assert out == b"abc"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.binary(max_size=300) | st.sampled_from([bytes(range(256)) * 300, b"\xff" * 70_000]),
+    st.integers(0, 400),
+    st.integers(0, 80_000),
+    st.booleans(),
+)
+def test_crc32c_is_the_crc32c_packages_by_the_cpu_and_by_the_tables(data, start, end, portable):
+    """Both ways (SSE4.2's instruction where the CPU has it, the slicing-by-8 tables) over any
+    range, cut to the buffer as a slice is; above 64 KiB the GIL is released."""
+    from crc32c import crc32c as reference
+
+    crc32c = pytest.importorskip("protocol._fastscan").crc32c
+    assert crc32c(data, start, end, portable) == reference(data[start:end])
+    assert crc32c(memoryview(b"ab" + data)[2:], start, end, portable) == reference(data[start:end])
+
+
+def test_crc32c_refuses_a_negative_range():
+    crc32c = pytest.importorskip("protocol._fastscan").crc32c
+    with pytest.raises(ValueError, match="negative range"):
+        crc32c(b"abc", -1, 2)

@@ -74,3 +74,23 @@ def test_append_recovery_and_cleaning_write_the_same_segment(tmp_path, clock, in
     assert result.stats.messages_written == result.stats.messages_read
     assert segment_files(log, 0) == appended, "the cleaner wrote another segment than the appends"
     log.close()
+
+
+def test_short_writes_are_continued_where_they_stopped(tmp_path, clock, monkeypatch):
+    """A pwrite may write less than asked (a signal, a quota): the rest follows from there,
+    and the .log is the one full writes leave."""
+    from storage import syscalls
+
+    logs = {}
+    for name in ("whole", "short"):
+        if name == "short":
+            real = syscalls.pwrite
+            monkeypatch.setattr(syscalls, "pwrite", lambda fd, data, at: real(fd, data[:7], at))
+        log = Log(str(tmp_path / f"{name}-0"), LogConfig(), clock=clock, needs_recovery=False)
+        rng = random.Random(5)
+        for key in range(20):
+            log.append(one_entry_set(log, rng, clock.now, key))
+        log.flush()
+        logs[name] = segment_files(log, 0)
+        log.close()
+    assert logs["short"] == logs["whole"] and len(logs["whole"][".log"]) > 1000
