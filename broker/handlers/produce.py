@@ -540,6 +540,9 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict[str, Any]
     body = request.body
     version = request.header.api_version
     acks = body.acks
+    transactional_id = body.transactional_id
+    acks_valid = acks in (-1, 0, 1)
+    replicas_wait = acks == -1 and ctx.replication.durable_by_replicas
     responses: list[dict[str, Any]] = []
     waits: list[_Wait] = []  # acks=all with replicas
     failed = False
@@ -551,43 +554,34 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict[str, Any]
             topic = ctx.topics.by_id(topic_data.topic_id)
             name, unknown_id = (topic.name, False) if topic is not None else ("", True)
         for data in topic_data.partition_data:
-            if acks not in (-1, 0, 1):
+            index = data.index
+            if not acks_valid:
                 answer = _Answer(ErrorCode.INVALID_REQUIRED_ACKS)
             elif unknown_id:
                 answer = _Answer(ErrorCode.UNKNOWN_TOPIC_ID, message="no topic has this id")
             else:
-                now = (
-                    _produce_now(ctx, name, data.index, data.records, version, acks)
-                    if body.transactional_id is None
-                    else None
-                )
                 answer = (
-                    now
-                    if now is not None
-                    else await _produce_partition(
-                        ctx,
-                        name,
-                        data.index,
-                        data.records,
-                        version,
-                        acks,
-                        body.transactional_id,
-                    )
+                    _produce_now(ctx, name, index, data.records, version, acks)
+                    if transactional_id is None
+                    else None
+                ) or await _produce_partition(
+                    ctx, name, index, data.records, version, acks, transactional_id
                 )
-                if acks == -1 and ctx.replication.durable_by_replicas and answer.last_offset >= 0:
+                if replicas_wait and answer.last_offset >= 0:
                     waits.append((len(responses), len(partition_responses), name, answer))
-            failed = failed or bool(answer.error)  # error codes other than NONE are not 0
+            error = answer.error
+            failed = failed or bool(error)  # error codes other than NONE are not 0
             partition_responses.append(
                 {
-                    "index": data.index,
-                    "error_code": int(answer.error),
+                    "index": index,
+                    "error_code": int(error),
                     "base_offset": answer.base_offset,
                     "log_append_time_ms": answer.log_append_time,
                     "log_start_offset": answer.log_start_offset,
-                    "error_message": answer.message if answer.error else None,
+                    "error_message": answer.message if error else None,
                     "record_errors": [
-                        {"batch_index": index, "batch_index_error_message": message}
-                        for index, message in answer.record_errors
+                        {"batch_index": i, "batch_index_error_message": message}
+                        for i, message in answer.record_errors
                     ]
                     if answer.record_errors
                     else [],
@@ -602,7 +596,7 @@ async def handle_produce(ctx: BrokerContext, request: Request) -> dict[str, Any]
         )
     if waits:
         await _wait_for_replicas(ctx, body.timeout_ms, responses, waits)
-    if acks not in (-1, 0, 1):
+    if not acks_valid:
         logger.warning(
             "produce rejected",
             acks=acks,
