@@ -67,6 +67,38 @@ static inline void put_i64(unsigned char *p, int64_t v)
     put_u32(p + 4, (uint32_t)v);
 }
 
+/* Slicing-by-8 tables of a reflected CRC polynomial, and the CRC of a range by them (the
+ * register starts and ends inverted, as zlib's CRC-32 and the crc32c package's CRC-32C do). */
+typedef uint32_t crc_tables[8][256];
+
+static void crc_tables_init(crc_tables table, uint32_t polynomial)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? polynomial ^ (c >> 1) : c >> 1;
+        table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            table[t][i] = table[0][table[t - 1][i] & 0xFF] ^ (table[t - 1][i] >> 8);
+}
+
+static uint32_t crc_by_tables(const crc_tables table, const unsigned char *p, int64_t len)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    for (; len >= 8; p += 8, len -= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16
+                           | (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16
+                      | (uint32_t)p[7] << 24;
+        c = table[7][lo & 0xFF] ^ table[6][(lo >> 8) & 0xFF] ^ table[5][(lo >> 16) & 0xFF]
+            ^ table[4][lo >> 24] ^ table[3][hi & 0xFF] ^ table[2][(hi >> 8) & 0xFF]
+            ^ table[1][(hi >> 16) & 0xFF] ^ table[0][hi >> 24];
+    }
+    while (len-- > 0) c = table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
 #ifdef HAVE_LIBDEFLATE
 static inline uint32_t crc_of(const unsigned char *p, int64_t len)
 {
@@ -75,73 +107,42 @@ static inline uint32_t crc_of(const unsigned char *p, int64_t len)
 
 static void crc_init(void) {}
 #else
-static uint32_t crc_table[8][256];
+static crc_tables crc_table;
 
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
-            crc_table[t][i] = crc_table[0][crc_table[t - 1][i] & 0xFF] ^ (crc_table[t - 1][i] >> 8);
-}
+static void crc_init(void) { crc_tables_init(crc_table, 0xEDB88320u); }
 
 static inline uint32_t crc_of(const unsigned char *p, int64_t len)
 {
-    uint32_t c = 0xFFFFFFFFu;
-    for (; len >= 8; p += 8, len -= 8) {
-        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16
-                           | (uint32_t)p[3] << 24);
-        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16
-                      | (uint32_t)p[7] << 24;
-        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF]
-            ^ crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24]
-            ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF]
-            ^ crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
-    }
-    while (len-- > 0) c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
+    return crc_by_tables(crc_table, p, len);
 }
 #endif
-
 
 /* CRC-32C (Castagnoli), a record batch's checksum: SSE4.2's crc32 instruction where the CPU has
  * it, else slicing-by-8 tables (the reflected polynomial 0x82F63B78), as the crc32c package
  * computes it. */
-static uint32_t crc32c_table[8][256];
+static crc_tables crc32c_table;
 static int crc32c_by_cpu;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_SSE42_CRC 1
 __attribute__((target("sse4.2")))
-static uint32_t crc32c_sse42(uint32_t c, const unsigned char *p, int64_t len)
+static uint32_t crc32c_sse42(const unsigned char *p, int64_t len)
 {
-    uint64_t wide = c;
+    uint64_t wide = 0xFFFFFFFFu;
     for (; len >= 8; p += 8, len -= 8) {
         uint64_t word;
         memcpy(&word, p, 8);
         wide = __builtin_ia32_crc32di(wide, word);
     }
-    c = (uint32_t)wide;
+    uint32_t c = (uint32_t)wide;
     while (len-- > 0) c = __builtin_ia32_crc32qi(c, *p++);
-    return c;
+    return c ^ 0xFFFFFFFFu;
 }
 #endif
 
 static void crc32c_init(void)
 {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0x82F63B78u ^ (c >> 1) : c >> 1;
-        crc32c_table[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
-            crc32c_table[t][i] = crc32c_table[0][crc32c_table[t - 1][i] & 0xFF]
-                                 ^ (crc32c_table[t - 1][i] >> 8);
+    crc_tables_init(crc32c_table, 0x82F63B78u);
 #ifdef HAVE_SSE42_CRC
     __builtin_cpu_init();
     crc32c_by_cpu = __builtin_cpu_supports("sse4.2");
@@ -150,24 +151,12 @@ static void crc32c_init(void)
 
 static uint32_t crc32c_of(const unsigned char *p, int64_t len, int by_cpu)
 {
-    uint32_t c = 0xFFFFFFFFu;
 #ifdef HAVE_SSE42_CRC
-    if (by_cpu) return crc32c_sse42(c, p, len) ^ 0xFFFFFFFFu;
+    if (by_cpu) return crc32c_sse42(p, len);
 #else
     (void)by_cpu;
 #endif
-    for (; len >= 8; p += 8, len -= 8) {
-        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16
-                           | (uint32_t)p[3] << 24);
-        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16
-                      | (uint32_t)p[7] << 24;
-        c = crc32c_table[7][lo & 0xFF] ^ crc32c_table[6][(lo >> 8) & 0xFF]
-            ^ crc32c_table[5][(lo >> 16) & 0xFF] ^ crc32c_table[4][lo >> 24]
-            ^ crc32c_table[3][hi & 0xFF] ^ crc32c_table[2][(hi >> 8) & 0xFF]
-            ^ crc32c_table[1][(hi >> 16) & 0xFF] ^ crc32c_table[0][hi >> 24];
-    }
-    while (len-- > 0) c = crc32c_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
+    return crc_by_tables(crc32c_table, p, len);
 }
 
 PyDoc_STRVAR(crc32c_doc,

@@ -340,16 +340,24 @@ def _decode_request(
             if pos < end and frame[pos] == 0:  # no tagged fields, what clients send
                 pos += 1
             else:
-                try:
-                    pos = skip_tagged_fields(frame, pos, end)
-                except FieldError as exc:
-                    raise MalformedFrameError(
-                        f"{key.name} v{version} request header: {exc}",
-                        api_key=key,
-                        api_version=version,
-                        offset=exc.offset,
-                    ) from None
+                pos = _header_tags_skipped(frame, pos, key, version, "request")
         return Request(header, decode_request_body(key, version, frame, pos, end))
+
+
+def _header_tags_skipped(
+    frame: memoryview, pos: int, key: ApiKey, version: int, direction: str
+) -> int:
+    """Past the tagged fields of a flexible request or response header at ``pos``;
+    MalformedFrameError when they are cut short or malformed."""
+    try:
+        return skip_tagged_fields(frame, pos, len(frame))
+    except FieldError as exc:
+        raise MalformedFrameError(
+            f"{key.name} v{version} {direction} header: {exc}",
+            api_key=key,
+            api_version=version,
+            offset=exc.offset,
+        ) from None
 
 
 class ClientConnection:
@@ -439,14 +447,6 @@ class ClientConnection:
             ) from None
         pos = 8
         if key != ApiKey.API_VERSIONS and is_flexible(key, version, "response"):
-            try:
-                pos = skip_tagged_fields(frame, pos, len(frame))
-            except FieldError as exc:
-                raise MalformedFrameError(
-                    f"{key.name} v{version} response header: {exc}",
-                    api_key=key,
-                    api_version=version,
-                    offset=exc.offset,
-                ) from None
+            pos = _header_tags_skipped(frame, pos, key, version, "response")
         body = decode_response_body(key, version, frame, pos, len(frame))
         return Response(correlation_id, key, version, body)
